@@ -1,0 +1,1 @@
+"""Provider wire formats, transcript importers and orchestrator integrations."""

@@ -1,0 +1,162 @@
+"""The hash chain: how an event's hash is computed and how a chain is checked.
+
+Theory of operation
+-------------------
+``hash(event) = blake3(prev || canonical(event))`` where ``prev`` is the hash
+of the previous event of the session, 32 zero bytes (`GENESIS`) for the first
+event of a new session, or the hash of the source event for the first event
+of a fork. Each stored record is ``prev (32 bytes) || hash (32 bytes) ||
+canonical bytes``; keeping ``prev`` in the record lets a single event be read
+and checked on its own, and makes a break in the chain visible as a mismatch
+between a record's ``prev`` and its predecessor's ``hash``.
+
+A chain alone cannot show that its tail was cut off or that it was rewritten
+from the start; a `Checkpoint` kept elsewhere can: it fixes the hash at one
+seq, and every later state of an intact log still has that hash there.
+Checkpoints can be signed (HMAC-SHA256) with a key only the user holds.
+
+Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+import blake3
+import msgspec
+
+from .codec import decode_event, encode_canonical
+from .errors import DecodeError, VerificationError
+from .events import Event
+
+__all__ = [
+    "GENESIS",
+    "HASH_SIZE",
+    "Checkpoint",
+    "check_record",
+    "covered_digest",
+    "link",
+    "pack_record",
+    "record_event",
+    "sign_checkpoint",
+    "unpack_record",
+]
+
+HASH_SIZE = 32
+GENESIS = bytes(HASH_SIZE)
+
+
+def link(prev: bytes, canonical: bytes) -> bytes:
+    """The hash of an event whose canonical bytes follow ``prev``."""
+    hasher = blake3.blake3(prev)
+    hasher.update(canonical)
+    return hasher.digest()
+
+
+def pack_record(prev: bytes, digest: bytes, canonical: bytes) -> bytes:
+    """The stored form of one event."""
+    return prev + digest + canonical
+
+
+def unpack_record(record: bytes) -> tuple[bytes, bytes, bytes]:
+    """Split a stored record into ``(prev, hash, canonical)``.
+
+    Raises:
+        DecodeError: the record is too short to hold two hashes.
+    """
+    if len(record) <= 2 * HASH_SIZE:
+        raise DecodeError(f"stored record is {len(record)} bytes, shorter than its header")
+    return (bytes(record[:HASH_SIZE]), bytes(record[HASH_SIZE:2 * HASH_SIZE]),
+            bytes(record[2 * HASH_SIZE:]))
+
+
+def record_event(record: bytes) -> Event:
+    """Decode a stored record into an `Event` carrying its ``prev`` and ``hash``."""
+    prev, digest, canonical = unpack_record(record)
+    event = decode_event(canonical)
+    msgspec.structs.force_setattr(event, "prev", prev)
+    msgspec.structs.force_setattr(event, "hash", digest)
+    return event
+
+
+def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -> tuple[
+        Event | None, str | None]:
+    """Check one stored record in full.
+
+    Returns ``(event, None)`` when the record decodes, is canonical, sits at
+    ``(session, seq)``, links to ``prev`` (when given) and hashes correctly;
+    otherwise ``(event or None, reason)``.
+    """
+    try:
+        rec_prev, digest, canonical = unpack_record(record)
+        event = decode_event(canonical)
+    except DecodeError as exc:
+        return None, f"record does not decode: {exc}"
+    msgspec.structs.force_setattr(event, "prev", rec_prev)
+    msgspec.structs.force_setattr(event, "hash", digest)
+    if event.session != session or event.seq != seq:
+        return event, (f"record claims position {event.session!r}#{event.seq} but is stored at "
+                       f"{session!r}#{seq}")
+    if encode_canonical(_bare(event)) != canonical:
+        return event, "stored bytes are not the canonical encoding of the event"
+    if prev is not None and rec_prev != prev:
+        return event, (f"prev hash {rec_prev.hex()[:16]} does not match the previous event's "
+                       f"hash {prev.hex()[:16]}")
+    expected = link(rec_prev, canonical)
+    if expected != digest:
+        return event, (f"stored hash {digest.hex()[:16]} does not match the content "
+                       f"(recomputed {expected.hex()[:16]})")
+    return event, None
+
+
+def _bare(event: Event) -> Event:
+    return msgspec.structs.replace(event, prev=b"", hash=b"")
+
+
+def covered_digest(hashes: list[bytes]) -> str:
+    """Digest over the hashes of the events a compaction covers (hex)."""
+    hasher = blake3.blake3()
+    for digest in hashes:
+        hasher.update(digest)
+    return hasher.hexdigest()
+
+
+class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A session's head at one moment, to keep outside the log.
+
+    Attributes:
+        session: the session.
+        seq: the seq of the head event when the checkpoint was taken.
+        hash: that event's hash (hex).
+        mac: HMAC-SHA256 (hex) over the other fields, or "" when unsigned.
+    """
+
+    session: str
+    seq: int
+    hash: str
+    mac: str = ""
+
+    def message(self) -> bytes:
+        """The bytes the MAC covers."""
+        return f"turnlog-checkpoint/1\n{self.session}\n{self.seq}\n{self.hash}".encode()
+
+    def check_mac(self, key: bytes | None) -> None:
+        """Raise `VerificationError` unless the MAC matches ``key`` (or is absent and no key given)."""
+        if not self.mac:
+            if key is not None:
+                raise VerificationError("the checkpoint is not signed but a key was given; "
+                                        "take a signed checkpoint with `checkpoint --key-file`")
+            return
+        if key is None:
+            raise VerificationError("the checkpoint is signed; pass the key it was signed with")
+        expected = hmac.new(key, self.message(), hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(expected, self.mac):
+            raise VerificationError("checkpoint signature does not match: the checkpoint was "
+                                    "altered or signed with another key")
+
+
+def sign_checkpoint(checkpoint: Checkpoint, key: bytes) -> Checkpoint:
+    """Return ``checkpoint`` with its HMAC-SHA256 under ``key``."""
+    mac = hmac.new(key, checkpoint.message(), hashlib.sha256).hexdigest()
+    return msgspec.structs.replace(checkpoint, mac=mac)

@@ -1,0 +1,237 @@
+"""Canonical encoding, strict validation and blob extraction of events.
+
+Theory of operation
+-------------------
+The canonical bytes of an event are its msgpack encoding by one msgspec
+Encoder with deterministic order: struct fields in definition order, map keys
+of ``meta`` sorted, fields equal to their default omitted (``prev`` and
+``hash`` are therefore never part of them). docs/events.md specifies the
+format precisely enough to re-implement it in another language.
+
+msgspec checks types when it *decodes*, not when a Struct is constructed, so
+validation is a round trip: encode, decode strictly against the schema, then
+check what the schema cannot say (finite floats, ``meta`` shape and depth,
+sizes). Anything that fails raises an `InvalidEventError` subclass that names
+the field, before the store is touched.
+
+Large text payloads move to blobs: the event keeps a `BlobRef` and a head/tail
+preview, so the log stays small and packing still has text to work with
+without reading the blob (packing does no I/O).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import blake3
+import msgspec
+
+from .errors import DecodeError, EventTooLargeError, InvalidEventError
+from .events import (
+    KINDS,
+    BlobRef,
+    Body,
+    Event,
+    NotificationAdded,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+
+__all__ = [
+    "MAX_META_DEPTH",
+    "decode_body",
+    "decode_event",
+    "encode_canonical",
+    "event_from_json",
+    "event_to_json",
+    "extract_blobs",
+    "make_preview",
+    "validate_body",
+    "validate_meta",
+    "validate_session_id",
+]
+
+MAX_META_DEPTH = 32
+
+_ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+_EVENT_DECODER = msgspec.msgpack.Decoder(Event)
+_BODY_DECODER = msgspec.msgpack.Decoder(Body)
+_JSON_ENCODER = msgspec.json.Encoder(order="deterministic")
+
+
+def encode_canonical(event: Event) -> bytes:
+    """The canonical bytes of ``event`` (its ``prev`` and ``hash`` must be empty)."""
+    return _ENCODER.encode(event)
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode canonical bytes into an `Event` (with empty ``prev``/``hash``).
+
+    Raises:
+        DecodeError: the bytes are not a valid event of this schema.
+    """
+    try:
+        return _EVENT_DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"not a valid turnlog event: {exc}") from exc
+
+
+def decode_body(data: bytes) -> Body:
+    """Decode the msgpack of one payload (used by fuzzing and importers)."""
+    try:
+        return _BODY_DECODER.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise DecodeError(f"not a valid turnlog payload: {exc}") from exc
+
+
+def validate_session_id(session: object) -> str:
+    """Return ``session`` if it is a usable session id, else raise `InvalidEventError`."""
+    if not isinstance(session, str):
+        raise InvalidEventError(f"session id must be str, found {type(session).__name__}")
+    if not 1 <= len(session) <= 256:
+        raise InvalidEventError(f"session id must have 1 to 256 characters, found {len(session)}")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in session):
+        raise InvalidEventError(f"session id {session!r} contains a control character")
+    try:
+        session.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(f"session id {session!r} is not valid UTF-8: {exc.reason}") from exc
+    return session
+
+
+def validate_body(body: object, *, where: str = "event") -> Body:
+    """Check a payload against the schema; return an equal, validated copy.
+
+    Raises:
+        InvalidEventError: unknown kind, wrong type, out-of-range number,
+            non-finite float, or text that is not valid UTF-8 (lone surrogates).
+    """
+    if not isinstance(body, tuple(KINDS.values())):
+        raise InvalidEventError(
+            f"{where}: expected one of the payload kinds ({', '.join(sorted(KINDS))}), "
+            f"found {type(body).__name__}; wrap payloads in their event class, e.g. "
+            "UserMessageAdded(text=...)")
+    try:
+        data = _ENCODER.encode(body)
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(f"{where}: text is not valid UTF-8 ({exc.reason} at "
+                                f"position {exc.start}); remove lone surrogates") from exc
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise InvalidEventError(f"{where}: cannot encode payload: {exc}") from exc
+    try:
+        checked = _BODY_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InvalidEventError(f"{where}: {exc}") from exc
+    # The only payload floats are a PolicySet's, which Policy.__post_init__
+    # checks for finiteness during the decode above.
+    return checked
+
+
+def validate_meta(meta: object, *, where: str = "event", max_bytes: int) -> dict[str, Any]:
+    """Check ``meta``: str keys, JSON-like values, finite floats, bounded depth and size."""
+    if not isinstance(meta, dict):
+        raise InvalidEventError(f"{where}: meta must be a dict, found {type(meta).__name__}")
+    _walk_meta(meta, f"{where}.meta", 0)
+    try:
+        size = len(_ENCODER.encode(meta))
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(f"{where}.meta: text is not valid UTF-8 ({exc.reason})") from exc
+    except (OverflowError, TypeError) as exc:
+        raise InvalidEventError(f"{where}.meta: cannot encode: {exc}") from exc
+    if size > max_bytes:
+        raise EventTooLargeError(f"{where}.meta is {size} bytes, the limit is {max_bytes}; "
+                                 "store large data as a blob and keep its ref in meta")
+    return meta
+
+
+def _walk_meta(value: Any, path: str, depth: int) -> None:
+    if depth > MAX_META_DEPTH:
+        raise InvalidEventError(f"{path}: nested deeper than {MAX_META_DEPTH} levels")
+    if value is None or isinstance(value, (bool, str)):
+        return
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise InvalidEventError(f"{path}: integer {value} is out of the 64-bit range")
+        return
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise InvalidEventError(f"{path}: {value} is not a finite number")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _walk_meta(item, f"{path}[{i}]", depth + 1)
+        return
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                raise InvalidEventError(f"{path}: keys must be str, found {type(k).__name__}")
+            _walk_meta(item, f"{path}.{k}", depth + 1)
+        return
+    raise InvalidEventError(f"{path}: unsupported type {type(value).__name__} (use JSON-like "
+                            "values: None, bool, int, float, str, list, dict)")
+
+
+def make_preview(text: str, *, head: int, tail: int, ref: BlobRef) -> str:
+    """Head and tail of ``text`` around a marker naming the blob that holds it all."""
+    omitted = len(text) - head - tail
+    marker = (f"\n[... {omitted} characters omitted; the full output ({ref.size} bytes) is "
+              f"blob {ref.hash} ...]\n")
+    return text[:head] + marker + text[len(text) - tail:]
+
+
+def extract_blobs(body: Body, *, threshold: int, preview_head: int, preview_tail: int,
+                  ) -> tuple[Body, list[tuple[str, bytes]]]:
+    """Move oversized text of ``body`` to blobs.
+
+    Returns the payload to store (with `BlobRef` and preview) and the blobs to
+    write as ``(hex hash, bytes)`` pairs. Tool outputs, notifications and user
+    messages larger than ``threshold`` UTF-8 bytes are moved.
+    """
+    if isinstance(body, ToolResultAdded):
+        text, field = body.output, "output"
+    elif isinstance(body, NotificationAdded):
+        text, field = body.text, "text"
+    elif isinstance(body, UserMessageAdded):
+        text, field = body.text, "text"
+    else:
+        return body, []
+    if body.blob is not None or len(text) <= threshold // 4:
+        return body, []
+    data = text.encode("utf-8")
+    if len(data) <= threshold:
+        return body, []
+    digest = blake3.blake3(data).hexdigest()
+    ref = BlobRef(hash=digest, size=len(data))
+    preview = make_preview(text, head=preview_head, tail=preview_tail, ref=ref)
+    return msgspec.structs.replace(body, **{field: preview, "blob": ref}), [(digest, data)]
+
+
+def event_to_json(event: Event) -> bytes:
+    """One JSON object for an event, hashes as hex (the export line format)."""
+    raw = msgspec.to_builtins(event)
+    raw["prev"] = event.prev.hex()
+    raw["hash"] = event.hash.hex()
+    return _JSON_ENCODER.encode(raw)
+
+
+def event_from_json(line: bytes | str) -> Event:
+    """Parse an export line back into an `Event` (hashes included).
+
+    Raises:
+        DecodeError: the line is not a valid exported event.
+    """
+    try:
+        raw = msgspec.json.decode(line)
+        if not isinstance(raw, dict):
+            raise DecodeError("an exported event must be a JSON object")
+        prev = bytes.fromhex(raw.pop("prev", ""))
+        digest = bytes.fromhex(raw.pop("hash", ""))
+        event = msgspec.convert(raw, Event)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+        if isinstance(exc, DecodeError):
+            raise
+        raise DecodeError(f"not a valid exported event: {exc}") from exc
+    msgspec.structs.force_setattr(event, "prev", prev)
+    msgspec.structs.force_setattr(event, "hash", digest)
+    return event

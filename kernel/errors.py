@@ -1,0 +1,178 @@
+"""Every error turnlog raises on purpose.
+
+Hierarchy::
+
+    KernelError
+    ├── InvalidEventError (ValueError)      an event or argument fails validation
+    │   ├── EventTooLargeError              a field or the whole event exceeds a limit
+    │   └── UnknownSessionError (KeyError)  the session does not exist
+    ├── PolicyError (ValueError)            a policy is malformed or inconsistent
+    ├── AppendConflictError                 the session head moved (optimistic concurrency)
+    ├── IdempotencyError                    a retried batch does not match what was stored
+    ├── StoreError                          the backing store failed
+    │   ├── StoreFormatError                store written by another format version
+    │   ├── StoreCorruptError               unreadable or inconsistent store contents
+    │   ├── StoreFullError                  the disk or map cannot grow
+    │   ├── StoreReadOnlyError              a write on a read-only store
+    │   └── ForkedProcessError              a handle used in a child after fork()
+    ├── BlobNotFoundError (KeyError)        no blob with that hash
+    ├── VerificationError                   the chain or a checkpoint does not verify
+    ├── DecodeError (ValueError)            bytes that are not a valid turnlog record
+    ├── TokenizerError                      a tokenizer cannot be loaded offline
+    ├── PackError                           packing cannot satisfy its rules
+    │   └── BudgetExceededError             even the mandatory tail does not fit
+    ├── ReplayMismatchError                 a replayed request differs from its record
+    ├── CompactionError                     a compaction could not be committed
+    └── ImportFormatError (ValueError)      a transcript file cannot be imported
+
+Every message says what was expected, what was found, where (session, seq,
+hash prefix) and what to do next. Backend exceptions are converted at the
+boundary and chained with ``from`` so the original cause stays visible.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AppendConflictError",
+    "BlobNotFoundError",
+    "BudgetExceededError",
+    "CompactionError",
+    "DecodeError",
+    "EventTooLargeError",
+    "ForkedProcessError",
+    "IdempotencyError",
+    "ImportFormatError",
+    "InvalidEventError",
+    "KernelError",
+    "PackError",
+    "PolicyError",
+    "ReplayMismatchError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreFullError",
+    "StoreReadOnlyError",
+    "TokenizerError",
+    "UnknownSessionError",
+    "VerificationError",
+]
+
+
+class KernelError(Exception):
+    """Base class of every error turnlog raises on purpose."""
+
+
+class InvalidEventError(KernelError, ValueError):
+    """An event, batch or argument failed validation; nothing was written."""
+
+
+class EventTooLargeError(InvalidEventError):
+    """A field or a whole event exceeds a size limit; nothing was written."""
+
+
+class UnknownSessionError(InvalidEventError, KeyError):
+    """The named session has no events."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class PolicyError(KernelError, ValueError):
+    """A policy is malformed, out of range or inconsistent."""
+
+
+class AppendConflictError(KernelError):
+    """The session head is not where the caller expected; nothing was written.
+
+    Attributes:
+        session: the session appended to.
+        expected: the head seq the caller expected (-1 for a new session).
+        actual: the head seq found (-1 when the session does not exist).
+    """
+
+    def __init__(self, message: str, *, session: str, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.session = session
+        self.expected = expected
+        self.actual = actual
+
+
+class IdempotencyError(KernelError):
+    """A batch reuses idempotency keys inconsistently; nothing was written.
+
+    Raised when only some keys of a batch are already stored, or when a key is
+    stored with different content or at a different position.
+    """
+
+
+class StoreError(KernelError):
+    """The backing store failed; the log is unchanged."""
+
+
+class StoreFormatError(StoreError):
+    """The store was written by a different, incompatible format version."""
+
+
+class StoreCorruptError(StoreError):
+    """The store's contents are unreadable or inconsistent."""
+
+
+class StoreFullError(StoreError):
+    """The store cannot grow (disk full or map size limit); nothing was written."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write was attempted on a store opened read-only."""
+
+
+class ForkedProcessError(StoreError):
+    """A store handle was used in a child process after ``fork()``."""
+
+
+class BlobNotFoundError(KernelError, KeyError):
+    """No blob with the given hash is stored."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class VerificationError(KernelError):
+    """The hash chain, a blob or a checkpoint does not verify."""
+
+
+class DecodeError(KernelError, ValueError):
+    """Bytes that are not a valid turnlog record."""
+
+
+class TokenizerError(KernelError):
+    """A tokenizer cannot be loaded (offline) or is unknown."""
+
+
+class PackError(KernelError):
+    """Packing cannot satisfy its rules."""
+
+
+class BudgetExceededError(PackError):
+    """Even the mandatory tail does not fit the usable budget.
+
+    Attributes:
+        needed: tokens the mandatory part needs.
+        usable: tokens available for history.
+    """
+
+    def __init__(self, message: str, *, needed: int, usable: int) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.usable = usable
+
+
+class ReplayMismatchError(KernelError):
+    """A replayed request does not reproduce the recorded prompt bytes."""
+
+
+class CompactionError(KernelError):
+    """A compaction could not be produced or committed."""
+
+
+class ImportFormatError(KernelError, ValueError):
+    """A transcript cannot be imported; nothing of that file was appended."""

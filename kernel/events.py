@@ -1,0 +1,411 @@
+"""The event model: an envelope around one payload of a tagged union.
+
+Theory of operation
+-------------------
+Every input that can reach a model is one of the payload kinds below, wrapped
+in an `Event` envelope and appended to a session's hash chain. Payloads are
+frozen msgspec Structs tagged by a short ``type`` string. Tags and field names
+are permanent: stored events are never rewritten, so a field may only be added
+(with a default that keeps the old meaning) and never renamed or removed.
+Fields equal to their default are omitted from the canonical encoding, which
+is what keeps the hash of an old event stable when a later version adds a
+field.
+
+Payloads are facts, named in the past tense: a user message was added, a
+compaction was committed, a request was issued. The library never fills in
+a field from the outside world: times, ids and token counts are arguments.
+
+The envelope's ``prev`` and ``hash`` are not part of the canonical bytes;
+they are the chain (see ``chain``): ``hash = blake3(prev || canonical)``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+from .policy import Policy
+
+__all__ = [
+    "AssistantMessageAdded",
+    "BlobRef",
+    "Body",
+    "CompactionCommitted",
+    "CompactionFailed",
+    "Event",
+    "EventsPinned",
+    "ImagePart",
+    "KINDS",
+    "MemoryChanged",
+    "NotificationAdded",
+    "Part",
+    "PolicySet",
+    "ProviderErrorReceived",
+    "ReasoningPart",
+    "RecallAdded",
+    "RecallHit",
+    "RequestIssued",
+    "ResponseReceived",
+    "SessionForked",
+    "SessionRewound",
+    "SystemSectionSet",
+    "TextPart",
+    "ToolCall",
+    "ToolResultAdded",
+    "ToolSpec",
+    "ToolsSet",
+    "Usage",
+    "UserMessageAdded",
+]
+
+# -- constrained scalar types -------------------------------------------------
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+OptId = Annotated[str, msgspec.Meta(max_length=256)]
+Name = Annotated[str, msgspec.Meta(max_length=1024)]
+Seq = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+OptHex = Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{64})?$")]
+
+
+class _Payload(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+               tag_field="type", kw_only=True):
+    """Base of every payload kind (not public)."""
+
+
+class _Part(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+            tag_field="type", kw_only=True):
+    """Base of the content parts of a message (not public)."""
+
+
+class BlobRef(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+              kw_only=True):
+    """A reference to content stored beside the log, addressed by its hash.
+
+    Attributes:
+        hash: blake3 hex digest of the blob's bytes.
+        size: the blob's length in bytes.
+        media_type: e.g. ``text/plain; charset=utf-8`` or ``image/png``.
+    """
+
+    hash: Hex
+    size: Count
+    media_type: Name = "text/plain; charset=utf-8"
+
+
+# -- message parts ---------------------------------------------------------------
+class TextPart(_Part, tag="text"):
+    """Plain text of an assistant message."""
+
+    text: str
+
+
+class ReasoningPart(_Part, tag="reasoning"):
+    """Reasoning/thinking output. ``opaque`` holds provider-encrypted content or a
+    signature that must be sent back verbatim; ``text`` is the readable part."""
+
+    text: str = ""
+    opaque: str = ""
+    provider: Name = ""
+
+
+class ToolCall(_Part, tag="tool_call"):
+    """A tool call made by the model. ``arguments`` is the JSON text as the model
+    produced it (kept as text: models sometimes produce invalid JSON)."""
+
+    id: Id
+    name: Name
+    arguments: str = "{}"
+
+
+class ImagePart(_Part, tag="image"):
+    """An image, stored as a blob (or referenced by URL)."""
+
+    media_type: Name
+    blob: BlobRef | None = None
+    url: str = ""
+
+
+Part = Union[TextPart, ReasoningPart, ToolCall, ImagePart]
+
+
+# -- payload kinds ------------------------------------------------------------------
+class UserMessageAdded(_Payload, tag="user"):
+    """A user (human) turn. Starts a new turn for packing purposes."""
+
+    text: str
+    images: tuple[ImagePart, ...] = ()
+    blob: BlobRef | None = None
+    name: Name = ""
+
+
+class AssistantMessageAdded(_Payload, tag="assistant"):
+    """A model reply: text, reasoning and tool calls (several per message)."""
+
+    parts: tuple[Part, ...]
+    model: Name = ""
+    response_id: OptId = ""
+
+
+class ToolResultAdded(_Payload, tag="tool_result"):
+    """The result of one tool call. When the output is larger than the log's
+    blob threshold, ``output`` is a head/tail preview and ``blob`` holds the
+    whole output."""
+
+    call_id: Id
+    tool_name: Name
+    output: str
+    blob: BlobRef | None = None
+    is_error: bool = False
+    exit_code: Int64 | None = None
+
+
+class NotificationAdded(_Payload, tag="notification"):
+    """Something the runtime tells the model between turns (a file changed, a
+    background job finished, a child agent reported)."""
+
+    source: Name
+    text: str
+    blob: BlobRef | None = None
+
+
+class SystemSectionSet(_Payload, tag="system"):
+    """Sets (or, with empty ``text``, removes) one named section of the system
+    prompt. Sections are packed ordered by ``position`` then ``name``."""
+
+    name: Id
+    text: str
+    position: Int64 = 0
+
+
+class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+               kw_only=True):
+    """A tool the model may call. ``parameters`` is the JSON Schema as text."""
+
+    name: Id
+    description: str = ""
+    parameters: str = "{}"
+
+
+class ToolsSet(_Payload, tag="tools"):
+    """Declares the full set of tools offered to the model from here on."""
+
+    tools: tuple[ToolSpec, ...]
+
+
+class MemoryChanged(_Payload, tag="memory"):
+    """One memory operation. ``save`` creates, ``update`` replaces fields,
+    ``forget`` removes, ``pin``/``unpin`` protect from consolidation."""
+
+    op: Literal["save", "update", "forget", "pin", "unpin"]
+    memory_id: Id
+    memory_type: Literal["project", "user", "decision", ""] = ""
+    retention: Literal["priority", "durable", "working", ""] = ""
+    title: str = ""
+    content: str = ""
+    expires_seq: Seq | None = None
+    expires_time: Int64 | None = None
+    source_seqs: tuple[Seq, ...] = ()
+    reason: Name = ""
+
+
+class RecallHit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+                kw_only=True):
+    """One recall result: the text that goes into the prompt and where it came from."""
+
+    session: Id
+    seq: Seq
+    text: str
+    score: str = ""
+
+
+class RecallAdded(_Payload, tag="recall"):
+    """Search results committed to the log so that they may reach a prompt."""
+
+    query: str
+    hits: tuple[RecallHit, ...]
+    searcher: Name = ""
+
+
+class CompactionCommitted(_Payload, tag="compaction"):
+    """A summary that replaces a span of the session's history in prompts.
+
+    The span is ``first_seq..last_seq`` (inclusive, positions in the session's
+    lineage); ``covered_digest`` is blake3 over the concatenated 32-byte hashes
+    of the covered events, so the provenance can be checked against the log.
+    ``level`` 0 summarizes events; higher levels roll up the summaries listed
+    in ``children`` (seqs of earlier compaction events).
+    """
+
+    first_seq: Seq
+    last_seq: Seq
+    covered_digest: Hex
+    summary: str
+    level: Annotated[int, msgspec.Meta(ge=0, le=16)] = 0
+    children: tuple[Seq, ...] = ()
+    summarizer: Name = ""
+    model: Name = ""
+    prompt_hash: OptHex = ""
+    reason: Literal["threshold", "overflow", "manual", "schedule", "imported", "rollup"] = (
+        "threshold")
+    tokens_before: Count = 0
+    tokens_after: Count = 0
+
+
+class CompactionFailed(_Payload, tag="compaction_failed"):
+    """A compaction attempt that did not produce a usable summary."""
+
+    error: str
+    reason: Literal["threshold", "overflow", "manual", "schedule", "rollup"] = "threshold"
+    summarizer: Name = ""
+    first_seq: Seq | None = None
+    last_seq: Seq | None = None
+
+
+class RequestIssued(_Payload, tag="request"):
+    """A prompt that was handed to a provider, recorded before it was sent.
+
+    The prompt is a pure function of the log up to ``head_seq`` (whose hash is
+    ``head_hash``), the policy named by ``policy_hash`` and the tokenizer, so
+    ``replay`` can rebuild it and compare ``prompt_hash``.
+    """
+
+    head_seq: Seq
+    head_hash: Hex
+    policy_hash: Hex
+    tokenizer: Name
+    prompt_hash: Hex
+    tokens: Count
+    format: Name = "neutral"
+    model: Name = ""
+    calibration: str = ""
+    recovery: bool = False
+
+
+class Usage(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+            kw_only=True):
+    """Token usage as the provider reported it."""
+
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    cache_read_tokens: Count = 0
+    cache_write_tokens: Count = 0
+    reasoning_tokens: Count = 0
+
+
+class ResponseReceived(_Payload, tag="response"):
+    """The provider's reply to a recorded request (the content itself is an
+    ``AssistantMessageAdded`` event)."""
+
+    request_seq: Seq | None = None
+    usage: Usage = Usage()
+    stop_reason: Name = ""
+    model: Name = ""
+    response_id: OptId = ""
+
+
+class ProviderErrorReceived(_Payload, tag="provider_error"):
+    """A provider refused or failed a request. ``overflow`` marks a
+    context-length error, which triggers the deterministic recovery path."""
+
+    request_seq: Seq | None = None
+    status: Int64 | None = None
+    code: Name = ""
+    error_type: Name = ""
+    message: str = ""
+    overflow: bool = False
+
+
+class PolicySet(_Payload, tag="policy"):
+    """The policy in force for this session from here on."""
+
+    policy: Policy
+
+
+class SessionForked(_Payload, tag="fork"):
+    """First event of a session that continues another session's history after
+    event ``from_seq`` (whose hash is ``from_hash``), by reference."""
+
+    from_session: Id
+    from_seq: Seq
+    from_hash: Hex
+
+
+class SessionRewound(_Payload, tag="rewind"):
+    """Events after ``to_seq`` (up to this event) leave the session's history
+    view. They stay in the log; summaries and memories derived from them are
+    handled by the projection."""
+
+    to_seq: Int64
+    reason: Name = ""
+
+
+class EventsPinned(_Payload, tag="pin"):
+    """Pins (or unpins) events: pinned events are never pruned, trimmed or
+    summarized away."""
+
+    seqs: tuple[Seq, ...]
+    pinned: bool = True
+
+
+Body = Union[
+    UserMessageAdded,
+    AssistantMessageAdded,
+    ToolResultAdded,
+    NotificationAdded,
+    SystemSectionSet,
+    ToolsSet,
+    MemoryChanged,
+    RecallAdded,
+    CompactionCommitted,
+    CompactionFailed,
+    RequestIssued,
+    ResponseReceived,
+    ProviderErrorReceived,
+    PolicySet,
+    SessionForked,
+    SessionRewound,
+    EventsPinned,
+]
+
+#: tag -> payload class, for every payload kind.
+KINDS: dict[str, type[Any]] = {
+    cls.__struct_config__.tag: cls for cls in Body.__args__  # type: ignore[attr-defined]
+}
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+            kw_only=True):
+    """One entry of a session's log.
+
+    Attributes:
+        session: the session (stream) id.
+        seq: position in the session, dense from 0.
+        body: the payload.
+        time: caller-supplied time (microseconds since the Unix epoch, UTC);
+            stored as data, never read from a clock by turnlog.
+        key: optional idempotency key, unique within the session.
+        causation: optional id of what caused this event (e.g. the request a
+            tool result answers).
+        meta: free-form metadata (importers keep unknown source fields here).
+        prev: hash of the previous event (32 zero bytes for seq 0 of a new
+            session, the source event's hash for a fork). Not in the canonical bytes.
+        hash: ``blake3(prev || canonical bytes)``. Not in the canonical bytes.
+    """
+
+    session: Id
+    seq: Seq
+    body: Body
+    time: Int64 | None = None
+    key: OptId | None = None
+    causation: OptId | None = None
+    meta: dict[str, Any] = {}
+    prev: bytes = b""
+    hash: bytes = b""
+
+    @property
+    def kind(self) -> str:
+        """The payload's tag (``user``, ``tool_result``...)."""
+        return self.body.__struct_config__.tag  # type: ignore[return-value]

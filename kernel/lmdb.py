@@ -1,0 +1,318 @@
+"""The embedded default backend: LMDB on local disk.
+
+Theory of operation
+-------------------
+One LMDB environment (a directory holding ``data.mdb`` and ``lock.mdb``)
+with named databases:
+
+* ``events``: ``session utf-8 || 0x00 || seq (u64 big-endian)`` -> record
+* ``heads``: ``session`` -> ``seq (u64 BE) || hash``
+* ``idem``: ``session || 0x00 || key`` -> ``seq (u64 BE)``
+* ``blobs``: ``hash (32 bytes)`` -> bytes
+* ``cache``: ``namespace || 0x00 || key`` -> bytes (derived, droppable)
+* ``meta``: ``format`` -> the store format version
+
+LMDB gives what the log needs: MVCC snapshots (readers never block and never
+see half a transaction), one writer at a time across processes (a robust
+mutex, freed when a writer dies, even by SIGKILL), and durable commits
+(fsync) by default. The map is a size limit, not an allocation: it starts
+small and doubles when a write hits ``MapFullError`` (the whole write is
+retried). When another process grew it, our handle sees ``MapResizedError``
+and adopts the new size before retrying. A handle is bound to the process
+that opened it; LMDB forbids using it after ``fork()``, so that is refused
+with a clear error instead of corrupting the lock table.
+
+Every ``lmdb.Error`` is converted to a `StoreError` subclass at this boundary.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import lmdb
+
+from .errors import (
+    ForkedProcessError,
+    StoreCorruptError,
+    StoreError,
+    StoreFormatError,
+    StoreFullError,
+    StoreReadOnlyError,
+)
+from .store import ReadTxn, Store, WriteTxn
+
+__all__ = ["FORMAT", "LMDBStore"]
+
+T = TypeVar("T")
+
+#: The on-disk format this version reads and writes.
+FORMAT = b"turnlog-lmdb/1"
+
+_U64 = struct.Struct(">Q")
+_INITIAL_MAP = 64 * 2**20
+_MAX_MAP = 2**40
+_DBS = (b"events", b"heads", b"idem", b"blobs", b"cache", b"meta")
+
+
+def _event_key(session: str, seq: int) -> bytes:
+    return session.encode() + b"\x00" + _U64.pack(seq)
+
+
+class _LMDBRead(ReadTxn):
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database]) -> None:
+        self._txn = txn
+        self._dbs = dbs
+
+    def head(self, session: str) -> tuple[int, bytes] | None:
+        value = self._txn.get(session.encode(), db=self._dbs[b"heads"])
+        if value is None:
+            return None
+        if len(value) != 40:
+            raise StoreCorruptError(f"head entry of session {session!r} is {len(value)} bytes, "
+                                    "expected 40; run `turnlog verify`")
+        return _U64.unpack_from(value)[0], bytes(value[8:])
+
+    def get(self, session: str, seq: int) -> bytes | None:
+        value = self._txn.get(_event_key(session, seq), db=self._dbs[b"events"])
+        return None if value is None else bytes(value)
+
+    def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+        prefix = session.encode() + b"\x00"
+        cursor = self._txn.cursor(db=self._dbs[b"events"])
+        if not cursor.set_range(prefix + _U64.pack(max(start, 0))):
+            return
+        for key, value in cursor:
+            if not key.startswith(prefix) or len(key) != len(prefix) + 8:
+                return
+            seq = _U64.unpack_from(key, len(prefix))[0]
+            if stop is not None and seq >= stop:
+                return
+            yield seq, value
+
+    def sessions(self) -> Iterator[tuple[str, int, bytes]]:
+        for key, value in self._txn.cursor(db=self._dbs[b"heads"]):
+            yield bytes(key).decode(), _U64.unpack_from(value)[0], bytes(value[8:])
+
+    def blob(self, digest: str) -> bytes | None:
+        try:
+            key = bytes.fromhex(digest)
+        except ValueError:
+            return None
+        value = self._txn.get(key, db=self._dbs[b"blobs"])
+        return None if value is None else bytes(value)
+
+    def blobs(self) -> Iterator[tuple[str, bytes]]:
+        for key, value in self._txn.cursor(db=self._dbs[b"blobs"]):
+            yield bytes(key).hex(), bytes(value)
+
+    def idempotency(self, session: str, key: str) -> int | None:
+        value = self._txn.get(session.encode() + b"\x00" + key.encode(), db=self._dbs[b"idem"])
+        return None if value is None else int(_U64.unpack_from(value)[0])
+
+    def cached(self, namespace: str, key: bytes) -> bytes | None:
+        value = self._txn.get(namespace.encode() + b"\x00" + key, db=self._dbs[b"cache"])
+        return None if value is None else bytes(value)
+
+
+class _LMDBWrite(_LMDBRead, WriteTxn):
+    def put_event(self, session: str, seq: int, record: bytes) -> None:
+        self._txn.put(_event_key(session, seq), record, db=self._dbs[b"events"],
+                      overwrite=False, append=False)
+
+    def set_head(self, session: str, seq: int, digest: bytes) -> None:
+        self._txn.put(session.encode(), _U64.pack(seq) + digest, db=self._dbs[b"heads"])
+
+    def put_idempotency(self, session: str, key: str, seq: int) -> None:
+        self._txn.put(session.encode() + b"\x00" + key.encode(), _U64.pack(seq),
+                      db=self._dbs[b"idem"])
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        self._txn.put(bytes.fromhex(digest), data, db=self._dbs[b"blobs"], overwrite=False)
+
+    def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
+        self._txn.put(namespace.encode() + b"\x00" + key, value, db=self._dbs[b"cache"])
+
+
+class LMDBStore(Store):
+    """A store in an LMDB environment directory.
+
+    Parameters:
+        path: the directory (created unless ``readonly``).
+        readonly: open for reading only; writes raise `StoreReadOnlyError`.
+        map_size: initial map size in bytes (grows on demand).
+        max_map_size: the map never grows beyond this.
+        sync: fsync every commit (durable appends). Turning it off trades
+            durability of the last commits on power loss for speed; a crash
+            of the process alone loses nothing either way.
+    """
+
+    name = "lmdb"
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False,
+                 map_size: int = _INITIAL_MAP, max_map_size: int = _MAX_MAP,
+                 sync: bool = True) -> None:
+        self.location = str(path)
+        self.readonly = readonly
+        self._max_map = max_map_size
+        self._pid = os.getpid()
+        self._write_lock = threading.Lock()
+        directory = Path(path)
+        if readonly and not (directory / "data.mdb").exists():
+            raise StoreError(f"no turnlog store at {self.location!r} (no data.mdb); "
+                             "check the path or create the store by opening it for writing")
+        try:
+            if not readonly:
+                directory.mkdir(parents=True, exist_ok=True)
+            self._env = lmdb.open(
+                self.location, map_size=max(map_size, 1 << 20), max_dbs=len(_DBS),
+                readonly=readonly, lock=True, sync=sync, metasync=sync,
+                max_readers=512, subdir=True, readahead=False,
+                create=not readonly,
+            )
+        except lmdb.DiskError as exc:
+            raise StoreFullError(f"cannot create the store at {self.location!r}: {exc}") from exc
+        except lmdb.InvalidError as exc:
+            raise StoreCorruptError(f"{self.location!r} is not a valid LMDB store: {exc}") from exc
+        except lmdb.Error as exc:
+            raise StoreError(f"cannot open the store at {self.location!r}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open the store at {self.location!r}: {exc}") from exc
+        try:
+            self._dbs = self._open_dbs()
+            self._check_format()
+        except BaseException:
+            self._env.close()
+            raise
+
+    # -- setup -----------------------------------------------------------------
+    def _open_dbs(self) -> dict[bytes, lmdb._Database]:
+        try:
+            if self.readonly:
+                with self._env.begin() as txn:
+                    return {name: self._env.open_db(name, txn=txn, create=False)
+                            for name in _DBS}
+            return {name: self._env.open_db(name) for name in _DBS}
+        except lmdb.NotFoundError as exc:
+            raise StoreFormatError(f"{self.location!r} is an LMDB environment but not a turnlog "
+                                   "store (its databases are missing)") from exc
+        except lmdb.MapResizedError:
+            self._env.set_mapsize(0)
+            return self._open_dbs()
+        except lmdb.Error as exc:
+            raise StoreCorruptError(f"cannot read the store at {self.location!r}: {exc}") from exc
+
+    def _check_format(self) -> None:
+        with self._guard():
+            with self._env.begin(db=self._dbs[b"meta"]) as txn:
+                found = txn.get(b"format")
+            if found is None:
+                with self._env.begin(db=self._dbs[b"events"]) as txn:
+                    empty = txn.stat(self._dbs[b"events"])["entries"] == 0
+                if not empty:
+                    raise StoreFormatError(f"{self.location!r} has events but no format marker; "
+                                           "it was not written by turnlog")
+                if not self.readonly:
+                    self.write(lambda t: t._txn.put(b"format", FORMAT, db=self._dbs[b"meta"]))  # type: ignore[attr-defined]
+                return
+        if bytes(found) != FORMAT:
+            raise StoreFormatError(
+                f"store {self.location!r} has format {bytes(found).decode(errors='replace')!r}; "
+                f"this turnlog reads {FORMAT.decode()!r}. Open it with the turnlog version that "
+                "wrote it, or export it there (`turnlog export`) and import it here")
+
+    # -- guards ------------------------------------------------------------------
+    def _check_process(self) -> None:
+        if os.getpid() != self._pid:
+            raise ForkedProcessError(
+                f"this handle on {self.location!r} was opened in process {self._pid} and is used "
+                f"in child {os.getpid()} after fork(); LMDB forbids that. Open the store again "
+                "in the child (turnlog.open(path))")
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except lmdb.MapFullError as exc:
+            raise StoreFullError(f"the store's map is full at {self._env.info()['map_size']} "
+                                 f"bytes (limit {self._max_map})") from exc
+        except lmdb.DiskError as exc:
+            raise StoreFullError(f"the disk under {self.location!r} is full: {exc}; free space "
+                                 "and retry: nothing was written") from exc
+        except lmdb.ReadonlyError as exc:
+            raise StoreReadOnlyError(f"store {self.location!r} is read-only") from exc
+        except lmdb.CorruptedError as exc:
+            raise StoreCorruptError(f"store {self.location!r} is corrupted: {exc}; run "
+                                    "`turnlog verify` on a copy") from exc
+        except lmdb.Error as exc:
+            if "closed" in str(exc).lower() or "deleted" in str(exc).lower():
+                raise StoreError(f"the store {self.location!r} is closed") from exc
+            if isinstance(exc, lmdb.InvalidError) or "MDB_PAGE_NOTFOUND" in str(exc) \
+                    or "MDB_BAD" in str(exc):
+                raise StoreCorruptError(f"store {self.location!r} is corrupted: {exc}") from exc
+            raise StoreError(f"store {self.location!r} failed: {exc}") from exc
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise StoreFullError(f"the disk under {self.location!r} is full; free space "
+                                     "and retry: nothing was written") from exc
+            raise StoreError(f"store {self.location!r} failed: {exc}") from exc
+
+    # -- Store -------------------------------------------------------------------
+    @contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        self._check_process()
+        with self._guard():
+            txn = self._begin(write=False)
+            try:
+                yield _LMDBRead(txn, self._dbs)
+            finally:
+                txn.abort()
+
+    def _begin(self, *, write: bool) -> lmdb.Transaction:
+        try:
+            return self._env.begin(write=write, buffers=False)
+        except lmdb.MapResizedError:
+            # Another process grew the map: adopt its size and try again.
+            self._env.set_mapsize(0)
+            return self._env.begin(write=write, buffers=False)
+
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        self._check_process()
+        if self.readonly:
+            raise StoreReadOnlyError(f"store {self.location!r} was opened read-only; open it "
+                                     "for writing to append")
+        with self._write_lock, self._guard():
+            while True:
+                txn = self._begin(write=True)
+                try:
+                    result = fn(_LMDBWrite(txn, self._dbs))
+                    txn.commit()
+                    return result
+                except lmdb.MapFullError:
+                    txn.abort()
+                    self._grow()
+                except BaseException:
+                    txn.abort()
+                    raise
+
+    def _grow(self) -> None:
+        current = int(self._env.info()["map_size"])
+        if current >= self._max_map:
+            raise lmdb.MapFullError("map size limit reached")
+        self._env.set_mapsize(min(current * 2, self._max_map))
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:
+            self._env.close()
+
+    def sync(self) -> None:
+        """Force a flush to disk (only needed when opened with ``sync=False``)."""
+        self._check_process()
+        with self._guard():
+            self._env.sync(True)

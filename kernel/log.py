@@ -1,0 +1,734 @@
+"""The log: append-only, hash-chained sessions over any `Store`.
+
+Theory of operation
+-------------------
+``append`` is the only way in. It validates every event *before* touching
+the store (types, ranges, UTF-8, sizes, structural rules), moves oversized
+text to blobs, then in one write transaction:
+
+1. resolves idempotency: if every event of the batch carries a key that is
+   already stored, at consecutive positions and with identical content, the
+   original positions are returned and nothing is written; if only some keys
+   are known, or a known key holds different content, `IdempotencyError`;
+2. checks optimistic concurrency: ``expected_seq`` (the seq of the head the
+   caller last saw, -1 for "the session must not exist") must equal the
+   head, else `AppendConflictError`;
+3. assigns dense seqs, links each event to its predecessor's hash, writes
+   events, blobs, keys and the new head.
+
+Any failure aborts the transaction: a failed append leaves the store byte for
+byte as it was. Nothing is ever rewritten or deleted; forks and rewinds are
+events (``SessionForked`` is the first event of a fork, chained to the source
+event's hash).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import blake3
+import msgspec
+
+from .chain import (
+    GENESIS,
+    Checkpoint,
+    check_record,
+    link,
+    pack_record,
+    record_event,
+    sign_checkpoint,
+)
+from .codec import (
+    encode_canonical,
+    extract_blobs,
+    validate_body,
+    validate_meta,
+    validate_session_id,
+)
+from .errors import (
+    AppendConflictError,
+    BlobNotFoundError,
+    DecodeError,
+    EventTooLargeError,
+    IdempotencyError,
+    InvalidEventError,
+    StoreCorruptError,
+    UnknownSessionError,
+    VerificationError,
+)
+from .events import (
+    KINDS,
+    BlobRef,
+    Body,
+    CompactionCommitted,
+    Event,
+    EventsPinned,
+    ImagePart,
+    SessionForked,
+    SessionRewound,
+    UserMessageAdded,
+)
+from .store import ReadTxn, Store, WriteTxn
+
+__all__ = [
+    "NEW_SESSION",
+    "Appended",
+    "Draft",
+    "Head",
+    "Log",
+    "Problem",
+    "Snapshot",
+    "VerifyReport",
+]
+
+#: ``expected_seq`` meaning "the session must not exist yet".
+NEW_SESSION = -1
+
+
+class Draft(msgspec.Struct, frozen=True, kw_only=True):
+    """An event to append, with its envelope options.
+
+    Pass bare payloads to `Log.append` when no option is needed.
+    """
+
+    body: Body
+    time: int | None = None
+    key: str | None = None
+    causation: str | None = None
+    meta: dict[str, Any] = {}
+
+
+class Appended(msgspec.Struct, frozen=True):
+    """Where a batch landed.
+
+    Attributes:
+        session: the session.
+        first_seq: seq of the batch's first event.
+        last_seq: seq of its last event (the new head).
+        head_hash: hash of the last event.
+        duplicate: True when this was a retry of a stored batch (nothing written).
+    """
+
+    session: str
+    first_seq: int
+    last_seq: int
+    head_hash: bytes
+    duplicate: bool = False
+
+
+class Head(msgspec.Struct, frozen=True):
+    """A session and its last event."""
+
+    session: str
+    seq: int
+    hash: bytes
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """The first thing `verify` found wrong."""
+
+    session: str
+    seq: int | None
+    reason: str
+    blob: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.session}#{self.seq}" if self.seq is not None else self.session
+        if self.blob:
+            where += f" (blob {self.blob[:16]})"
+        return f"{where}: {self.reason}"
+
+
+class VerifyReport(msgspec.Struct, frozen=True):
+    """Result of `Log.verify`.
+
+    Attributes:
+        ok: True when everything checked is intact.
+        problem: the first bad event or blob (None when ok).
+        sessions: sessions checked.
+        events: events checked.
+        blobs: blobs checked.
+    """
+
+    ok: bool
+    problem: Problem | None
+    sessions: int
+    events: int
+    blobs: int
+
+
+def _bare(session: str, seq: int, draft: Draft) -> Event:
+    return Event(session=session, seq=seq, body=draft.body, time=draft.time, key=draft.key,
+                 causation=draft.causation, meta=draft.meta)
+
+
+class Snapshot:
+    """A consistent read view of the log; see `Log.snapshot`."""
+
+    def __init__(self, txn: ReadTxn) -> None:
+        self._txn = txn
+
+    def head(self, session: str) -> Head | None:
+        """The session's last event, or None if the session does not exist."""
+        found = self._txn.head(session)
+        return None if found is None else Head(session, found[0], found[1])
+
+    def sessions(self) -> list[Head]:
+        """Every session with its head, ordered by session id."""
+        return [Head(s, seq, h) for s, seq, h in self._txn.sessions()]
+
+    def read(self, session: str, start: int = 0, stop: int | None = None, *,
+             kinds: Iterable[str] | None = None) -> list[Event]:
+        """Events of ``session`` with ``start <= seq < stop``, optionally of some kinds only.
+
+        Raises:
+            UnknownSessionError: the session does not exist.
+            InvalidEventError: a bad range or an unknown kind.
+        """
+        return list(self.iter(session, start, stop, kinds=kinds))
+
+    def iter(self, session: str, start: int = 0, stop: int | None = None, *,
+             kinds: Iterable[str] | None = None) -> Iterator[Event]:
+        """Like `read`, lazily."""
+        validate_session_id(session)
+        if not isinstance(start, int) or start < 0:
+            raise InvalidEventError(f"start must be an int >= 0, found {start!r}")
+        if stop is not None and (not isinstance(stop, int) or stop < 0):
+            raise InvalidEventError(f"stop must be None or an int >= 0, found {stop!r}")
+        wanted: frozenset[str] | None = None
+        if kinds is not None:
+            wanted = frozenset(kinds)
+            unknown = wanted - KINDS.keys()
+            if unknown:
+                raise InvalidEventError(f"unknown event kinds {sorted(unknown)}; known: "
+                                        f"{sorted(KINDS)}")
+        if self._txn.head(session) is None:
+            raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
+                                      "with `turnlog sessions`")
+        for seq, record in self._txn.scan(session, start, stop):
+            try:
+                event = record_event(record)
+            except DecodeError as exc:
+                raise StoreCorruptError(f"event {session}#{seq} is unreadable ({exc}); run "
+                                        f"`turnlog verify {session}`") from exc
+            if wanted is None or event.kind in wanted:
+                yield event
+
+    def get(self, session: str, seq: int) -> Event:
+        """The event at ``(session, seq)``.
+
+        Raises:
+            UnknownSessionError: no such session or seq.
+        """
+        validate_session_id(session)
+        record = self._txn.get(session, seq) if isinstance(seq, int) and seq >= 0 else None
+        if record is None:
+            raise UnknownSessionError(f"no event {session}#{seq}; see `turnlog log {session}`")
+        try:
+            return record_event(record)
+        except DecodeError as exc:
+            raise StoreCorruptError(f"event {session}#{seq} is unreadable ({exc})") from exc
+
+    def lineage(self, session: str, stop: int | None = None) -> list[Event]:
+        """The session's history including what it forked from, oldest first.
+
+        For a fork, the source session's events up to the fork point come
+        first (recursively), then the fork's own events (its ``SessionForked``
+        included). ``stop`` bounds the fork's own seqs (exclusive).
+        """
+        own = self.read(session, 0, stop)
+        if own and isinstance(own[0].body, SessionForked):
+            fork = own[0].body
+            return self.lineage(fork.from_session, fork.from_seq + 1) + own
+        return own
+
+    def blob(self, digest: str) -> bytes:
+        """The blob with this hex hash.
+
+        Raises:
+            BlobNotFoundError: no such blob.
+        """
+        if not isinstance(digest, str):
+            raise InvalidEventError(f"blob hash must be a hex str, found {type(digest).__name__}")
+        data = self._txn.blob(digest.lower())
+        if data is None:
+            raise BlobNotFoundError(f"no blob {digest!r} in this log")
+        return data
+
+    def cached(self, namespace: str, key: bytes) -> bytes | None:
+        """A value of the derived cache (token counts), if present."""
+        return self._txn.cached(namespace, key)
+
+
+class Log:
+    """Append-only, hash-chained sessions of events. Open one with `turnlog.open`.
+
+    Parameters:
+        store: the backend.
+        blob_threshold: text payloads above this many UTF-8 bytes are stored
+            as blobs; the event keeps a ref and a head/tail preview.
+        preview_chars: characters of head (and a quarter of that of tail)
+            kept in a blob's preview.
+        max_event_bytes: the largest canonical event accepted (after blob
+            extraction).
+    """
+
+    def __init__(self, store: Store, *, blob_threshold: int = 64 * 1024,
+                 preview_chars: int = 16 * 1024, max_event_bytes: int = 8 * 2**20) -> None:
+        if not isinstance(store, Store):
+            raise InvalidEventError(f"store must be a turnlog Store, found {type(store).__name__}")
+        for name, value in (("blob_threshold", blob_threshold), ("preview_chars", preview_chars),
+                            ("max_event_bytes", max_event_bytes)):
+            if not isinstance(value, int) or value < 1024:
+                raise InvalidEventError(f"{name} must be an int >= 1024, found {value!r}")
+        if preview_chars + preview_chars // 4 >= blob_threshold:
+            raise InvalidEventError("preview_chars must leave the preview smaller than "
+                                    "blob_threshold")
+        self.store = store
+        self.blob_threshold = blob_threshold
+        self.preview_head = preview_chars
+        self.preview_tail = preview_chars // 4
+        self.max_event_bytes = max_event_bytes
+
+    # -- lifecycle ---------------------------------------------------------------
+    def close(self) -> None:
+        """Close the underlying store."""
+        self.store.close()
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<turnlog.Log {self.store.name} {self.store.location!r}>"
+
+    # -- reading -----------------------------------------------------------------
+    @contextmanager
+    def snapshot(self) -> Iterator[Snapshot]:
+        """A consistent view: every read through it sees the same log state."""
+        with self.store.read() as txn:
+            yield Snapshot(txn)
+
+    def head(self, session: str) -> Head | None:
+        """The session's last event (None if the session does not exist)."""
+        validate_session_id(session)
+        with self.snapshot() as snap:
+            return snap.head(session)
+
+    def sessions(self) -> list[Head]:
+        """Every session with its head, ordered by session id."""
+        with self.snapshot() as snap:
+            return snap.sessions()
+
+    def read(self, session: str, start: int = 0, stop: int | None = None, *,
+             kinds: Iterable[str] | None = None) -> list[Event]:
+        """Events of a session by range (``start <= seq < stop``) and kind.
+
+        Tail a session by reading from the seq after the last one you saw.
+
+        Raises:
+            UnknownSessionError: the session does not exist.
+        """
+        with self.snapshot() as snap:
+            return snap.read(session, start, stop, kinds=kinds)
+
+    def get(self, session: str, seq: int) -> Event:
+        """One event."""
+        with self.snapshot() as snap:
+            return snap.get(session, seq)
+
+    def lineage(self, session: str, stop: int | None = None) -> list[Event]:
+        """The session's history including the sessions it forked from."""
+        with self.snapshot() as snap:
+            return snap.lineage(session, stop)
+
+    def blob(self, digest: str | BlobRef) -> bytes:
+        """Read a blob back by hash or ref.
+
+        Raises:
+            BlobNotFoundError: no such blob.
+        """
+        if isinstance(digest, BlobRef):
+            digest = digest.hash
+        with self.snapshot() as snap:
+            return snap.blob(digest)
+
+    # -- writing -----------------------------------------------------------------
+    def put_blob(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
+        """Store bytes (e.g. an image) and return a ref to put in an event."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise InvalidEventError(f"blob data must be bytes, found {type(data).__name__}")
+        data = bytes(data)
+        ref = BlobRef(hash=blake3.blake3(data).hexdigest(), size=len(data),
+                      media_type=media_type)
+        validate_body(UserMessageAdded(text="", images=(ImagePart(media_type="x", blob=ref),)),
+                      where="blob ref")
+        self.store.write(lambda txn: txn.put_blob(ref.hash, data))
+        return ref
+
+    def append(self, session: str, events: Sequence[Body | Draft] | Body | Draft, *,
+               expected_seq: int | None = None) -> Appended:
+        """Append one event or a batch atomically.
+
+        Parameters:
+            session: the session id (created by its first append).
+            events: payloads, or `Draft`s carrying envelope options.
+            expected_seq: the head seq the caller expects (`NEW_SESSION` = -1
+                for a session that must not exist yet); None skips the check.
+
+        Returns:
+            `Appended` with the positions (the original ones for a retry).
+
+        Raises:
+            InvalidEventError: a malformed event (the message names it).
+            AppendConflictError: the head is not at ``expected_seq``.
+            IdempotencyError: the batch reuses keys inconsistently.
+            StoreError: the store failed. In every case nothing was written.
+        """
+        validate_session_id(session)
+        if expected_seq is not None and (not isinstance(expected_seq, int)
+                                         or isinstance(expected_seq, bool)
+                                         or expected_seq < NEW_SESSION):
+            raise InvalidEventError(f"expected_seq must be None or an int >= -1, "
+                                    f"found {expected_seq!r}")
+        drafts = self._prepare(session, events)
+        blobs = [blob for _, found in drafts for blob in found]
+        batch = [draft for draft, _ in drafts]
+        return self.store.write(lambda txn: self._append_txn(txn, session, batch, blobs,
+                                                             expected_seq))
+
+    def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
+             key: str | None = None) -> Appended:
+        """Start ``new_session`` as a continuation of ``source`` after event ``at_seq``.
+
+        Raises:
+            UnknownSessionError: no such source event.
+            AppendConflictError: ``new_session`` exists already.
+        """
+        validate_session_id(source)
+        event = self.get(source, at_seq)
+        body = SessionForked(from_session=source, from_seq=at_seq, from_hash=event.hash.hex())
+        return self.append(new_session, [Draft(body=body, time=time, key=key)],
+                           expected_seq=NEW_SESSION)
+
+    def _prepare(self, session: str, events: Sequence[Body | Draft] | Body | Draft,
+                 ) -> list[tuple[Draft, list[tuple[str, bytes]]]]:
+        if isinstance(events, (Draft, *KINDS.values())):
+            events = [events]  # type: ignore[list-item]
+        if not isinstance(events, Sequence) or isinstance(events, (str, bytes)):
+            raise InvalidEventError(f"events must be a payload, a Draft or a sequence of them, "
+                                    f"found {type(events).__name__}")
+        if not events:
+            raise InvalidEventError("an append needs at least one event")
+        if len(events) > 100_000:
+            raise InvalidEventError(f"a batch holds at most 100000 events, found {len(events)}")
+        prepared: list[tuple[Draft, list[tuple[str, bytes]]]] = []
+        keys: set[str] = set()
+        for i, item in enumerate(events):
+            where = f"event {i} of the batch for {session!r}"
+            draft = item if isinstance(item, Draft) else Draft(body=item)  # type: ignore[arg-type]
+            self._check_envelope(draft, where)
+            if draft.key is not None:
+                if draft.key in keys:
+                    raise InvalidEventError(f"{where}: idempotency key {draft.key!r} appears "
+                                            "twice in the batch")
+                keys.add(draft.key)
+            body = validate_body(draft.body, where=where)
+            body, blobs = extract_blobs(body, threshold=self.blob_threshold,
+                                        preview_head=self.preview_head,
+                                        preview_tail=self.preview_tail)
+            if isinstance(body, SessionForked) and i != 0:
+                raise InvalidEventError(f"{where}: SessionForked can only start a session; "
+                                        "use Log.fork")
+            draft = msgspec.structs.replace(draft, body=body)
+            size = len(encode_canonical(_bare(session, 0, draft)))
+            if size > self.max_event_bytes:
+                raise EventTooLargeError(
+                    f"{where} is {size} bytes after moving large text to blobs; the limit is "
+                    f"{self.max_event_bytes}. Put bulky data in a blob (Log.put_blob) or split it")
+            prepared.append((draft, blobs))
+        return prepared
+
+    def _check_envelope(self, draft: Draft, where: str) -> None:
+        if draft.time is not None and (not isinstance(draft.time, int)
+                                       or isinstance(draft.time, bool)
+                                       or not -(2**63) <= draft.time < 2**63):
+            raise InvalidEventError(f"{where}: time must be an int (microseconds since the "
+                                    f"epoch) or None, found {draft.time!r}")
+        for name in ("key", "causation"):
+            value = getattr(draft, name)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not 0 < len(value) <= 256:
+                raise InvalidEventError(f"{where}: {name} must be a str of 1 to 256 characters, "
+                                        f"found {value!r}")
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                raise InvalidEventError(f"{where}: {name} is not valid UTF-8") from exc
+        validate_meta(draft.meta, where=where, max_bytes=self.max_event_bytes)
+
+    def _append_txn(self, txn: WriteTxn, session: str, batch: list[Draft],
+                    blobs: list[tuple[str, bytes]], expected_seq: int | None) -> Appended:
+        head = txn.head(session)
+        head_seq = head[0] if head is not None else NEW_SESSION
+        retry = self._idempotent_retry(txn, session, batch)
+        if retry is not None:
+            return retry
+        if expected_seq is not None and expected_seq != head_seq:
+            raise AppendConflictError(
+                f"session {session!r} head is at seq {head_seq}, the append expected "
+                f"{expected_seq}; re-read the session from seq {expected_seq + 1}, then retry "
+                f"with expected_seq={head_seq}",
+                session=session, expected=expected_seq, actual=head_seq)
+        prev = head[1] if head is not None else GENESIS
+        seq = head_seq + 1
+        first = seq
+        for draft in batch:
+            body = draft.body
+            if isinstance(body, SessionForked):
+                if seq != 0:
+                    raise InvalidEventError(f"SessionForked must be the first event of a "
+                                            f"session; {session!r} already has events")
+                prev = self._fork_source(txn, body)
+            self._check_references(body, session, seq)
+            event = _bare(session, seq, draft)
+            canonical = encode_canonical(event)
+            digest = link(prev, canonical)
+            txn.put_event(session, seq, pack_record(prev, digest, canonical))
+            if draft.key is not None:
+                txn.put_idempotency(session, draft.key, seq)
+            prev = digest
+            seq += 1
+        for digest_hex, data in blobs:
+            if txn.blob(digest_hex) is None:
+                txn.put_blob(digest_hex, data)
+        txn.set_head(session, seq - 1, prev)
+        return Appended(session, first, seq - 1, prev)
+
+    @staticmethod
+    def _fork_source(txn: ReadTxn, body: SessionForked) -> bytes:
+        record = txn.get(body.from_session, body.from_seq)
+        if record is None:
+            raise UnknownSessionError(f"cannot fork: no event {body.from_session}#"
+                                      f"{body.from_seq}")
+        source = record_event(record)
+        if source.hash.hex() != body.from_hash:
+            raise InvalidEventError(f"cannot fork: {body.from_session}#{body.from_seq} has hash "
+                                    f"{source.hash.hex()[:16]}, the fork names "
+                                    f"{body.from_hash[:16]}")
+        return source.hash
+
+    @staticmethod
+    def _check_references(body: Body, session: str, seq: int) -> None:
+        if isinstance(body, SessionRewound) and not -1 <= body.to_seq < seq:
+            raise InvalidEventError(f"SessionRewound.to_seq must be between -1 and {seq - 1} "
+                                    f"(before the rewind itself), found {body.to_seq}")
+        if isinstance(body, EventsPinned) and any(s >= seq for s in body.seqs):
+            raise InvalidEventError(f"EventsPinned may only pin earlier events (seq < {seq}), "
+                                    f"found {sorted(s for s in body.seqs if s >= seq)}")
+        if isinstance(body, CompactionCommitted):
+            if body.first_seq > body.last_seq:
+                raise InvalidEventError(f"compaction covers first_seq {body.first_seq} > "
+                                        f"last_seq {body.last_seq}")
+            if body.last_seq >= seq:
+                raise InvalidEventError(f"compaction at {session}#{seq} covers seq "
+                                        f"{body.last_seq}, which is not earlier than itself")
+
+    def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[Draft]
+                          ) -> Appended | None:
+        found = [txn.idempotency(session, d.key) if d.key is not None else None for d in batch]
+        known = sum(f is not None for f in found)
+        if known == 0:
+            return None
+        if known != len(batch):
+            raise IdempotencyError(
+                f"{known} of the {len(batch)} events of this batch for {session!r} have "
+                "idempotency keys that are already stored and the others do not; a retried "
+                "batch must repeat every event with the same keys. Nothing was written")
+        first = found[0]
+        assert first is not None
+        if found != list(range(first, first + len(batch))):
+            raise IdempotencyError(
+                f"the keys of this batch are stored at seqs {found} of {session!r}, not as one "
+                "batch; do not mix keys of different batches. Nothing was written")
+        digest = b""
+        for draft, seq in zip(batch, found, strict=True):
+            assert seq is not None
+            record = txn.get(session, seq)
+            if record is None:
+                raise StoreCorruptError(f"idempotency key {draft.key!r} points at missing "
+                                        f"event {session}#{seq}; run `turnlog verify`")
+            stored = record_event(record)
+            if encode_canonical(_bare(session, seq, draft)) != encode_canonical(
+                    msgspec.structs.replace(stored, prev=b"", hash=b"")):
+                raise IdempotencyError(
+                    f"idempotency key {draft.key!r} was used at {session}#{seq} for different "
+                    "content; use a new key for a new event. Nothing was written")
+            digest = stored.hash
+        return Appended(session, first, first + len(batch) - 1, digest, duplicate=True)
+
+    # -- integrity -----------------------------------------------------------------
+    def verify(self, session: str | None = None, *, checkpoint: Checkpoint | None = None,
+               key: bytes | None = None) -> VerifyReport:
+        """Check the hash chain of one session (or all), every referenced blob,
+        and optionally that the log extends a checkpoint.
+
+        Returns a `VerifyReport` naming the first bad event; never raises for
+        a damaged store (a store that cannot be read at all raises
+        `StoreCorruptError`).
+
+        Raises:
+            VerificationError: a signed checkpoint whose MAC does not match.
+        """
+        if checkpoint is not None:
+            checkpoint.check_mac(key)
+            session = checkpoint.session if session is None else session
+            if session != checkpoint.session:
+                raise InvalidEventError(f"the checkpoint is for session {checkpoint.session!r}, "
+                                        f"not {session!r}")
+        if session is not None:
+            validate_session_id(session)
+        events = blobs = 0
+        with self.store.read() as txn:
+            heads = list(txn.sessions())
+            if session is not None:
+                heads = [h for h in heads if h[0] == session]
+                if not heads:
+                    if checkpoint is not None:
+                        return VerifyReport(False, Problem(session, checkpoint.seq,
+                                            "the session is gone: the log was truncated or "
+                                            "replaced since the checkpoint"), 0, 0, 0)
+                    raise UnknownSessionError(f"no session {session!r} to verify")
+            checked_blobs: set[str] = set()
+            for name, head_seq, head_hash in heads:
+                problem, count, nblobs = self._verify_session(txn, name, head_seq, head_hash,
+                                                              checked_blobs)
+                events += count
+                blobs += nblobs
+                if problem is not None:
+                    return VerifyReport(False, problem, len(heads), events, blobs)
+            if checkpoint is not None:
+                problem = self._verify_checkpoint(txn, checkpoint)
+                if problem is not None:
+                    return VerifyReport(False, problem, len(heads), events, blobs)
+            if session is None:
+                for digest, data in txn.blobs():
+                    if digest in checked_blobs:
+                        continue
+                    blobs += 1
+                    if blake3.blake3(data).hexdigest() != digest:
+                        return VerifyReport(False, Problem("", None, "blob content does not "
+                                            "match its hash (no event references it)", digest),
+                                            len(heads), events, blobs)
+        return VerifyReport(True, None, len(heads), events, blobs)
+
+    def _verify_session(self, txn: ReadTxn, session: str, head_seq: int, head_hash: bytes,
+                        checked_blobs: set[str]) -> tuple[Problem | None, int, int]:
+        prev: bytes | None = None
+        expected_seq = 0
+        count = nblobs = 0
+        for seq, record in txn.scan(session, 0, None):
+            if seq != expected_seq:
+                return Problem(session, expected_seq, "event is missing (seqs jump to "
+                               f"{seq})"), count, nblobs
+            if seq == 0:
+                prev = None  # genesis or a fork's source: _check_first checks the link
+            event, reason = check_record(record, session=session, seq=seq, prev=prev)
+            count += 1
+            if reason is not None or event is None:
+                return Problem(session, seq, reason or "unreadable"), count, nblobs
+            if seq == 0:
+                reason = self._check_first(txn, event)
+                if reason is not None:
+                    return Problem(session, 0, reason), count, nblobs
+            for ref in _blob_refs(event):
+                nblobs += 1
+                reason = self._check_blob(txn, ref, checked_blobs)
+                if reason is not None:
+                    return Problem(session, seq, reason, ref.hash), count, nblobs
+            prev = event.hash
+            expected_seq += 1
+        if expected_seq != head_seq + 1:
+            return Problem(session, expected_seq, f"the head says seq {head_seq} but the "
+                           f"events end at seq {expected_seq - 1}"), count, nblobs
+        if prev != head_hash:
+            return Problem(session, head_seq, "the head hash does not match the last "
+                           "event"), count, nblobs
+        return None, count, nblobs
+
+    @staticmethod
+    def _check_first(txn: ReadTxn, event: Event) -> str | None:
+        if isinstance(event.body, SessionForked):
+            source = txn.get(event.body.from_session, event.body.from_seq)
+            if source is None:
+                return (f"fork source {event.body.from_session}#{event.body.from_seq} is "
+                        "missing")
+            if source[32:64].hex() != event.body.from_hash or event.prev.hex() != \
+                    event.body.from_hash:
+                return "fork does not link to its source event's hash"
+            return None
+        if event.prev != GENESIS:
+            return "first event of the session does not start from the genesis hash"
+        return None
+
+    @staticmethod
+    def _check_blob(txn: ReadTxn, ref: BlobRef, checked: set[str]) -> str | None:
+        if ref.hash in checked:
+            return None
+        data = txn.blob(ref.hash)
+        if data is None:
+            return "references a blob that is missing"
+        if len(data) != ref.size:
+            return f"blob has {len(data)} bytes, the ref says {ref.size}"
+        if blake3.blake3(data).hexdigest() != ref.hash:
+            return "blob content does not match its hash"
+        checked.add(ref.hash)
+        return None
+
+    @staticmethod
+    def _verify_checkpoint(txn: ReadTxn, checkpoint: Checkpoint) -> Problem | None:
+        head = txn.head(checkpoint.session)
+        if head is None or head[0] < checkpoint.seq:
+            return Problem(checkpoint.session, checkpoint.seq,
+                           f"the log ends at seq {head[0] if head else -1}, before the "
+                           "checkpoint: it was truncated")
+        record = txn.get(checkpoint.session, checkpoint.seq)
+        if record is None or record[32:64].hex() != checkpoint.hash:
+            return Problem(checkpoint.session, checkpoint.seq,
+                           "the event's hash differs from the checkpoint: the log was rewritten")
+        return None
+
+    def checkpoint(self, session: str, *, key: bytes | None = None) -> Checkpoint:
+        """A record of the session's current head to keep outside the log.
+
+        Parameters:
+            key: sign it with HMAC-SHA256 under this key.
+        """
+        head = self.head(session)
+        if head is None:
+            raise UnknownSessionError(f"no session {session!r}")
+        cp = Checkpoint(session=session, seq=head.seq, hash=head.hash.hex())
+        if key is not None:
+            if not isinstance(key, bytes) or not key:
+                raise InvalidEventError("the checkpoint key must be non-empty bytes")
+            cp = sign_checkpoint(cp, key)
+        return cp
+
+
+def _blob_refs(event: Event) -> Iterator[BlobRef]:
+    body = event.body
+    ref = getattr(body, "blob", None)
+    if isinstance(ref, BlobRef):
+        yield ref
+    for image in getattr(body, "images", ()):
+        if image.blob is not None:
+            yield image.blob
+    for part in getattr(body, "parts", ()):
+        if isinstance(part, ImagePart) and part.blob is not None:
+            yield part.blob
+

@@ -1,0 +1,227 @@
+"""Packing policy: every knob the packer and compactor read.
+
+Theory of operation
+-------------------
+A policy is data. It lives in the log as a ``PolicySet`` event, so the policy
+in force at any seq of a session is known from the log alone, and a request
+record names it by hash. Two rules keep old records replayable:
+
+* A policy is always encoded with *all* its fields (no omitted defaults), so
+  its hash and its meaning do not depend on the defaults of the library that
+  reads it later.
+* Fields added in later versions get defaults that reproduce the old
+  behaviour; fields are never renamed or removed.
+
+Thresholds follow the two conventions of the systems turnlog replaces: as a
+*buffer* (fire when fewer than N tokens of the usable budget remain) or as a
+*ratio* of the usable budget. When both are given the earlier trigger wins.
+Defaults are the documented defaults of those systems (see docs/packing.md).
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from typing import Annotated, Any, Literal
+
+import blake3
+import msgspec
+
+from .errors import PolicyError
+
+__all__ = ["DEFAULT_TOOL_KINDS", "DEFAULT_TOOL_WEIGHTS", "Policy", "ToolKind"]
+
+NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
+Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+
+ToolKind = Literal[
+    "file_read", "file_edit", "file_write", "grep", "glob", "bash", "shell_read",
+    "web_fetch", "web_search", "other",
+]
+
+# Tool name -> kind. Names seen in real transcripts (Claude Code, Codex,
+# SWE-agent, OpenHands, mini-swe-agent) and the generic names of the docs.
+DEFAULT_TOOL_KINDS: dict[str, str] = {
+    "Read": "file_read", "read_file": "file_read", "file_read": "file_read",
+    "view": "file_read", "read": "file_read", "open": "file_read", "cat": "file_read",
+    "Edit": "file_edit", "MultiEdit": "file_edit", "file_edit": "file_edit",
+    "edit": "file_edit", "str_replace_editor": "file_edit", "apply_patch": "file_edit",
+    "str_replace_based_edit_tool": "file_edit", "NotebookEdit": "file_edit",
+    "Write": "file_write", "file_write": "file_write", "write_file": "file_write",
+    "create": "file_write",
+    "Grep": "grep", "grep": "grep", "search_file": "grep", "search_dir": "grep",
+    "Glob": "glob", "glob": "glob", "LS": "glob", "find_file": "glob", "ls": "glob",
+    "Bash": "bash", "bash": "bash", "shell": "bash", "shell_command": "bash",
+    "run": "bash", "execute_bash": "bash", "exec": "bash",
+    "BashOutput": "shell_read", "shell_read": "shell_read",
+    "WebFetch": "web_fetch", "web_fetch": "web_fetch", "browse": "web_fetch",
+    "WebSearch": "web_search", "web_search": "web_search",
+}
+
+# Pruning weights by kind: higher is pruned first (seed 003's table).
+DEFAULT_TOOL_WEIGHTS: dict[str, int] = {
+    "bash": 70, "shell_read": 65, "web_fetch": 55, "grep": 50, "web_search": 40,
+    "file_read": 30, "file_edit": 20, "file_write": 20, "glob": 10, "other": 50,
+}
+
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Everything packing and compaction may depend on.
+
+    Load one with `Policy.from_toml`, or construct it with keyword arguments;
+    every field has a default. Record it in a session with a ``PolicySet``
+    event (recording a request does that for you when needed).
+    """
+
+    # -- budget -------------------------------------------------------------
+    context_window: NonNeg = 128_000
+    output_reserve: NonNeg = 16_000
+    safety_margin: NonNeg = 0
+    warning_buffer: NonNeg | None = 24_000
+    warning_ratio: Ratio | None = None
+    compact_buffer: NonNeg | None = 12_000
+    compact_ratio: Ratio | None = None
+    blocking_buffer: NonNeg | None = 3_000
+    blocking_ratio: Ratio | None = None
+    keep_recent_turns: NonNeg = 3
+    tokenizer: str = "cl100k_base"
+    # -- tool-output truncation ----------------------------------------------
+    truncate: bool = True
+    truncate_lines: Annotated[int, msgspec.Meta(ge=2, le=2**31)] = 2_000
+    truncate_bytes: Annotated[int, msgspec.Meta(ge=64, le=2**31)] = 50_000
+    truncate_head_ratio: Ratio = 0.6
+    # -- dedup ---------------------------------------------------------------
+    dedup: bool = True
+    # -- pruning -------------------------------------------------------------
+    prune: bool = True
+    prune_protect_turns: NonNeg = 2
+    prune_protect_tokens: NonNeg = 40_000
+    prune_min_savings: NonNeg = 20_000
+    prune_reference_bonus: NonNeg = 15
+    prune_decision_bonus: NonNeg = 10
+    tool_kinds: dict[str, str] = msgspec.field(default_factory=lambda: dict(DEFAULT_TOOL_KINDS))
+    tool_weights: dict[str, int] = msgspec.field(
+        default_factory=lambda: dict(DEFAULT_TOOL_WEIGHTS)
+    )
+    # -- trimming ------------------------------------------------------------
+    trim: bool = True
+    # -- summaries and compaction ---------------------------------------------
+    summary_budget: Ratio = 0.75
+    summary_max_tokens: NonNeg = 1_024
+    auto_compact: bool = True
+    compact_cooldown_turns: NonNeg = 1
+    compact_every_turns: NonNeg = 0
+    compact_every_tool_calls: NonNeg = 0
+    compact_max_failures: NonNeg = 3
+    summary_model: str = ""
+    segment_target_tokens: NonNeg = 15_000
+    segment_min_tokens: NonNeg = 5_000
+    segment_min_messages: NonNeg = 10
+    rollup_fanout: Annotated[int, msgspec.Meta(ge=2, le=1000)] = 10
+    # -- memories and recall ---------------------------------------------------
+    memory_max_count: NonNeg = 6
+    memory_max_chars: NonNeg = 4_000
+    memory_working_max: NonNeg = 5
+    recall_max_chars: NonNeg = 4_000
+    recall_max_tokens: NonNeg = 2_000
+    # -- prompt cache ----------------------------------------------------------
+    cache_breakpoints: Annotated[int, msgspec.Meta(ge=0, le=64)] = 4
+    cache_write_price: float = 3.75
+    cache_read_price: float = 0.30
+    input_price: float = 3.0
+
+    def __post_init__(self) -> None:
+        for name in ("warning_ratio", "compact_ratio", "blocking_ratio", "truncate_head_ratio",
+                     "summary_budget", "cache_write_price", "cache_read_price", "input_price"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, (int, float))
+                                      or math.isnan(value) or math.isinf(value) or value < 0):
+                raise PolicyError(f"policy field {name!r} must be a finite number >= 0, "
+                                  f"found {value!r}")
+        if self.output_reserve + self.safety_margin >= self.context_window:
+            raise PolicyError(
+                f"output_reserve ({self.output_reserve}) + safety_margin "
+                f"({self.safety_margin}) must be below context_window ({self.context_window}); "
+                "raise context_window or lower the reserve")
+        if not self.tokenizer:
+            raise PolicyError("policy field 'tokenizer' must name an encoding, e.g. 'cl100k_base'")
+
+    # -- derived -----------------------------------------------------------------
+    @property
+    def usable(self) -> int:
+        """Tokens available for the whole prompt (window - output reserve - margin)."""
+        return self.context_window - self.output_reserve - self.safety_margin
+
+    def level(self, which: Literal["warning", "compact", "blocking"]) -> int:
+        """Used-token level at which a threshold fires (clamped to ``[0, usable]``)."""
+        usable = self.usable
+        buffer = getattr(self, f"{which}_buffer")
+        ratio = getattr(self, f"{which}_ratio")
+        candidates = []
+        if buffer is not None:
+            candidates.append(usable - buffer)
+        if ratio is not None:
+            candidates.append(int(usable * ratio))
+        if not candidates:
+            return usable
+        return max(0, min(usable, *candidates))
+
+    def kind_of(self, tool_name: str) -> str:
+        """The tool kind (``file_read``, ``bash``...) of a tool name; ``other`` if unknown."""
+        kind = self.tool_kinds.get(tool_name)
+        if kind is None and tool_name.lower() != tool_name:
+            kind = self.tool_kinds.get(tool_name.lower())
+        return kind or "other"
+
+    def encode(self) -> bytes:
+        """Canonical bytes: msgpack, every field present, map keys sorted."""
+        return _ENCODER.encode(self)
+
+    @property
+    def hash(self) -> str:
+        """``blake3`` hex digest of `encode`; names the policy in request records."""
+        return blake3.blake3(self.encode()).hexdigest()
+
+    @classmethod
+    def from_toml(cls, text: str | bytes, *, agent: str | None = None) -> Policy:
+        """Load a policy from TOML text.
+
+        Top-level keys are policy fields. A table ``[agents.NAME]`` overrides
+        fields for one agent; pass ``agent=NAME`` to apply it.
+
+        Raises:
+            PolicyError: malformed TOML, an unknown field, a wrong type or an
+                out-of-range value (the message names the field).
+        """
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise PolicyError(f"policy file is not UTF-8: {exc}") from exc
+        try:
+            raw: dict[str, Any] = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PolicyError(f"policy is not valid TOML: {exc}") from exc
+        agents = raw.pop("agents", {})
+        if not isinstance(agents, dict):
+            raise PolicyError("policy key 'agents' must be a table of per-agent tables")
+        if agent is not None:
+            override = agents.get(agent)
+            if override is None:
+                raise PolicyError(f"policy has no [agents.{agent}] table; known agents: "
+                                  f"{sorted(agents) or 'none'}")
+            if not isinstance(override, dict):
+                raise PolicyError(f"[agents.{agent}] must be a table")
+            raw = {**raw, **override}
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Policy:
+        """Build a policy from a plain mapping, validating every field."""
+        try:
+            return msgspec.convert(raw, cls, strict=True)
+        except msgspec.ValidationError as exc:
+            raise PolicyError(f"invalid policy: {exc}") from exc
+
+
+_ENCODER = msgspec.msgpack.Encoder(order="deterministic")

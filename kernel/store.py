@@ -1,0 +1,123 @@
+"""The storage interface every log backend implements.
+
+Theory of operation
+-------------------
+A backend stores opaque records and knows nothing about events, hashes or
+policies: `Log` (in ``log``) owns validation, hashing, idempotency and
+concurrency rules and runs them inside one backend transaction, so each rule
+is written once and every backend passes the same conformance suite.
+
+* ``read()`` yields a `ReadTxn`: a consistent snapshot. A reader never sees
+  half of a write, and never blocks a writer.
+* ``write(fn)`` runs ``fn`` with a `WriteTxn` and commits atomically; nothing
+  of it is visible, or durable, unless ``fn`` returns. Writers are serialized
+  (across processes, for backends that allow several). A backend may run
+  ``fn`` more than once (e.g. after growing its map), so ``fn`` must only act
+  through the transaction.
+
+Keys: a session id is a str without NUL; seqs are dense from 0. The backend
+keeps, per session, a head ``(seq, hash)``; per ``(session, key)`` an
+idempotency entry; per blob hash the blob bytes; and a small derived cache
+(token counts) that may be dropped at any time.
+
+Subclassing `Store`, `ReadTxn` and `WriteTxn` is the one supported way to add
+a backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import TypeVar
+
+__all__ = ["ReadTxn", "Store", "WriteTxn"]
+
+T = TypeVar("T")
+
+
+class ReadTxn(ABC):
+    """A consistent, read-only view of a store."""
+
+    @abstractmethod
+    def head(self, session: str) -> tuple[int, bytes] | None:
+        """``(seq, hash)`` of the session's last event, or None if it has none."""
+
+    @abstractmethod
+    def get(self, session: str, seq: int) -> bytes | None:
+        """The stored record at ``(session, seq)``."""
+
+    @abstractmethod
+    def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+        """``(seq, record)`` for ``start <= seq < stop`` (to the head when stop is None)."""
+
+    @abstractmethod
+    def sessions(self) -> Iterator[tuple[str, int, bytes]]:
+        """``(session, head seq, head hash)`` for every session, ordered by session id."""
+
+    @abstractmethod
+    def blob(self, digest: str) -> bytes | None:
+        """The blob with this hex hash."""
+
+    @abstractmethod
+    def blobs(self) -> Iterator[tuple[str, bytes]]:
+        """Every ``(hex hash, bytes)`` blob, ordered by hash."""
+
+    @abstractmethod
+    def idempotency(self, session: str, key: str) -> int | None:
+        """The seq stored under an idempotency key of a session."""
+
+    @abstractmethod
+    def cached(self, namespace: str, key: bytes) -> bytes | None:
+        """A derived-cache value (e.g. a token count)."""
+
+
+class WriteTxn(ReadTxn):
+    """A read view plus buffered writes, committed atomically."""
+
+    @abstractmethod
+    def put_event(self, session: str, seq: int, record: bytes) -> None:
+        """Store a record at ``(session, seq)``; seqs are written in order."""
+
+    @abstractmethod
+    def set_head(self, session: str, seq: int, digest: bytes) -> None:
+        """Set the session head."""
+
+    @abstractmethod
+    def put_idempotency(self, session: str, key: str, seq: int) -> None:
+        """Remember that ``key`` was appended at ``seq``."""
+
+    @abstractmethod
+    def put_blob(self, digest: str, data: bytes) -> None:
+        """Store a blob (a no-op when present)."""
+
+    @abstractmethod
+    def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
+        """Store a derived-cache value."""
+
+
+class Store(ABC):
+    """A log backend. See the module docstring for the contract."""
+
+    #: A short name ("lmdb", "memory") used in messages.
+    name: str = "store"
+    #: Where the store lives ("" for in-memory stores).
+    location: str = ""
+    readonly: bool = False
+
+    @abstractmethod
+    def read(self) -> AbstractContextManager[ReadTxn]:
+        """A read transaction (snapshot)."""
+
+    @abstractmethod
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        """Run ``fn`` in a write transaction and commit; return its result.
+
+        Raises:
+            StoreReadOnlyError: the store was opened read-only.
+            StoreFullError: the store cannot grow.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the store; further use raises `StoreError`."""

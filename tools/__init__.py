@@ -1,0 +1,1 @@
+"""The turnlog command."""
