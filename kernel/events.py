@@ -269,7 +269,11 @@ class RequestIssued(_Payload, tag="request"):
 
     The prompt is a pure function of the log up to ``head_seq`` (whose hash is
     ``head_hash``), the policy named by ``policy_hash`` and the tokenizer, so
-    ``replay`` can rebuild it and compare ``prompt_hash``.
+    ``replay`` can rebuild it and compare ``prompt_hash``. ``stages`` names a
+    custom packing pipeline (comma-separated stage names; empty for the
+    built-in one), which replay must be given again. ``digests`` holds 8-byte
+    xxh3 digests of each system section, the tool schemas and each message,
+    in prompt order, so a failed replay can name the first part that differs.
     """
 
     head_seq: Seq
@@ -282,6 +286,8 @@ class RequestIssued(_Payload, tag="request"):
     model: Name = ""
     calibration: str = ""
     recovery: bool = False
+    stages: Name = ""
+    digests: bytes = b""
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,

@@ -1,0 +1,385 @@
+"""Requests as records: pack from the log, record, replay, explain, diff.
+
+Theory of operation
+-------------------
+This is the I/O shell around the pure packer. A `Packer` keeps one
+`Projection` per session and tokenizer and feeds it only the events appended
+since its last use, so re-packing a long session costs O(new events). Token
+counts are persisted in the store's derived cache, so a new process does not
+re-tokenize history either.
+
+Recording a request (`Packer.record`) makes sure the policy used is the one
+in force in the log (appending a ``PolicySet`` when it is not), packs, and
+appends a ``RequestIssued`` event that names the log head it packed
+(seq and hash), the policy hash, the tokenizer id and the prompt hash, with
+``expected_seq`` set to that head: if anything was appended in between, the
+record is refused and the pack is redone, so a record always describes
+exactly the prompt that is returned.
+
+`replay` rebuilds the projection from the lineage up to the recorded head,
+packs with the recorded policy and tokenizer, and compares prompt hashes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import msgspec
+
+from .errors import (
+    AppendConflictError,
+    InvalidEventError,
+    ReplayMismatchError,
+    UnknownSessionError,
+)
+from .events import Event, PolicySet, RequestIssued
+from .log import Log
+from .pack import DEFAULT_STAGES, Decision, Packed, Stage, pack
+from .policy import Policy
+from .tokens import (
+    CalibratedCounter,
+    TiktokenCounter,
+    TokenCounter,
+    calibration_ratio,
+    get_counter,
+)
+from .view import Projection
+
+__all__ = ["DecisionChange", "Packer", "Recorded", "ReplayResult", "RequestDiff"]
+
+_CACHE_NS = "tokens"
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    """A recorded request: the packed prompt and the seq of its record."""
+
+    packed: Packed
+    request_seq: int
+
+
+class ReplayResult(msgspec.Struct, frozen=True):
+    """The outcome of replaying one request."""
+
+    session: str
+    request_seq: int
+    ok: bool
+    recorded_hash: str
+    replayed_hash: str
+    difference: str = ""
+
+
+class DecisionChange(msgspec.Struct, frozen=True):
+    """An event whose packing decision differs between two requests."""
+
+    pos: int
+    seq: int
+    kind: str
+    before: str
+    after: str
+    rule: str
+    detail: str
+
+
+class RequestDiff(msgspec.Struct, frozen=True):
+    """How two requests of a session differ.
+
+    Attributes:
+        shared_messages: messages the second prompt shares, in order, from
+            the start of the first (same system and tools required).
+        shared_tokens: tokens of that shared prefix (system and tools included):
+            what a provider prompt cache can reuse.
+        tokens_a / tokens_b: the two prompts' totals.
+        system_changed / tools_changed: whether those differ.
+        changes: events whose decision changed, with the new rule.
+    """
+
+    request_a: int
+    request_b: int
+    shared_messages: int
+    shared_tokens: int
+    tokens_a: int
+    tokens_b: int
+    system_changed: bool
+    tools_changed: bool
+    changes: tuple[DecisionChange, ...]
+
+
+class Packer:
+    """Packs sessions of a log, records requests, replays them.
+
+    Thread-safe. Keep one per log and reuse it: it caches projections.
+
+    Parameters:
+        log: the log.
+        stages: a custom pipeline (None for the built-in one). Its stage names
+            are recorded with each request.
+    """
+
+    def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None) -> None:
+        self.log = log
+        self.stages = tuple(stages) if stages is not None else None
+        self._names = "" if stages is None else ",".join(name for name, _ in stages)
+        self._projections: dict[tuple[str, str], tuple[Projection, int]] = {}
+        self._lock = threading.RLock()
+        self._loaded: set[str] = set()
+
+    # -- counters -----------------------------------------------------------------
+    def counter_for(self, policy: Policy, view: Projection | None = None) -> TokenCounter:
+        """The counter a policy asks for (``calibrated:BASE`` learns its ratio from
+        the usage recorded in ``view``)."""
+        spec = policy.tokenizer
+        if spec.startswith("calibrated:"):
+            base = get_counter(spec.removeprefix("calibrated:"))
+            ratio = calibration_ratio(view.usage) if view is not None else None
+            counter: TokenCounter = base if ratio is None else CalibratedCounter(base, ratio)
+        else:
+            counter = get_counter(spec)
+        self._load_counts(counter)
+        return counter
+
+    def _load_counts(self, counter: TokenCounter) -> None:
+        base = counter._base if isinstance(counter, CalibratedCounter) else counter  # noqa: SLF001
+        if not isinstance(base, TiktokenCounter) or base.id in self._loaded:
+            return
+        self._loaded.add(base.id)
+        with self.log.snapshot() as snap:
+            raw = snap.cached(_CACHE_NS, f"{base.id}:chunks".encode())
+            chunks = int(raw.decode()) if raw else 0
+            for i in range(chunks):
+                data = snap.cached(_CACHE_NS, f"{base.id}:{i}".encode())
+                if data:
+                    base.load(data)
+
+    def flush(self) -> None:
+        """Persist token counts computed since the last flush (derived data)."""
+        if self.log.store.readonly:
+            return
+        for name in sorted(self._loaded):
+            counter = get_counter(name)
+            if not isinstance(counter, TiktokenCounter):
+                continue
+            data = counter.export_new()
+            if not data:
+                continue
+
+            def write(txn: object, data: bytes = data, name: str = name) -> None:
+                from .store import WriteTxn
+                assert isinstance(txn, WriteTxn)
+                raw = txn.cached(_CACHE_NS, f"{name}:chunks".encode())
+                chunks = int(raw.decode()) if raw else 0
+                txn.put_cached(_CACHE_NS, f"{name}:{chunks}".encode(), data)
+                txn.put_cached(_CACHE_NS, f"{name}:chunks".encode(), str(chunks + 1).encode())
+
+            self.log.store.write(write)
+
+    # -- projections --------------------------------------------------------------
+    def projection(self, session: str, counter: TokenCounter) -> Projection:
+        """The session's projection at its current head (built or brought up to date)."""
+        with self._lock:
+            key = (session, counter.id)
+            cached = self._projections.get(key)
+            if cached is None:
+                view = Projection(counter)
+                view.extend(self.log.lineage(session))
+                own_head = self.log.head(session)
+                if own_head is None:
+                    raise UnknownSessionError(f"no session {session!r}")
+                self._projections[key] = (view, own_head.seq)
+                return view
+            view, seen = cached
+            new = self.log.read(session, seen + 1)
+            if new:
+                view.extend(new)
+                self._projections[key] = (view, new[-1].seq)
+            return view
+
+    def projection_at(self, session: str, head_seq: int, counter: TokenCounter) -> Projection:
+        """A fresh projection of the lineage up to and including ``head_seq``."""
+        view = Projection(counter)
+        view.extend(self.log.lineage(session, head_seq + 1))
+        return view
+
+    def _policy_event(self, session: str) -> Policy | None:
+        """The policy of the last ``PolicySet`` in the session's lineage, if any."""
+        view = self._any_projection(session)
+        if view is not None:
+            return view.policy
+        return _policy_at(self.log.lineage(session))
+
+    def _any_projection(self, session: str) -> Projection | None:
+        for (name, _), (view, _) in self._projections.items():
+            if name == session:
+                self.projection(session, view.counter)
+                return view
+        return None
+
+    # -- packing ------------------------------------------------------------------
+    def pack(self, session: str, *, policy: Policy | None = None, explain: bool = True) -> Packed:
+        """Pack the session's current history (nothing is recorded).
+
+        Parameters:
+            policy: the policy to use; the one in force in the log when None
+                (the defaults when the log has none).
+        """
+        with self._lock:
+            if policy is None:
+                policy = self._policy_event(session) or Policy()
+            counter = self.counter_for(policy, self._base_view(session, policy))
+            view = self.projection(session, counter)
+            return pack(view, policy, stages=self.stages, explain=explain)
+
+    def _base_view(self, session: str, policy: Policy) -> Projection | None:
+        if not policy.tokenizer.startswith("calibrated:"):
+            return None
+        return self.projection(session, get_counter(policy.tokenizer.removeprefix(
+            "calibrated:")))
+
+    def record(self, session: str, *, policy: Policy | None = None, model: str = "",
+               time: int | None = None, format: str = "neutral", recovery: bool = False,
+               attempts: int = 5) -> Recorded:
+        """Pack the session and append the ``RequestIssued`` record, atomically
+        with respect to the log head (see the module docstring).
+
+        Raises:
+            AppendConflictError: the head kept moving for ``attempts`` tries.
+        """
+        from .log import Draft
+        if self.log.head(session) is None:
+            raise UnknownSessionError(f"no session {session!r} to pack")
+        for attempt in range(attempts):
+            with self._lock:
+                in_force = self._policy_event(session)
+                use = policy or in_force or Policy()
+                if in_force is None or in_force.hash != use.hash:
+                    self.log.append(session, PolicySet(policy=use))
+                packed = self.pack(session, policy=use)
+                head = self.log.head(session)
+                assert head is not None
+                body = RequestIssued(
+                    head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
+                    tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
+                    tokens=packed.tokens, format=format, model=model, recovery=recovery,
+                    stages=self._names, calibration=packed.tokenizer.partition("*")[2],
+                    digests=packed.prompt.part_digests())
+                try:
+                    done = self.log.append(session, Draft(body=body, time=time),
+                                           expected_seq=head.seq)
+                except AppendConflictError:
+                    if attempt == attempts - 1:
+                        raise
+                    continue
+                self.flush()
+                return Recorded(packed, done.last_seq)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- replay and explain ------------------------------------------------------------
+    def _request(self, session: str, request_seq: int) -> RequestIssued:
+        event = self.log.get(session, request_seq)
+        if not isinstance(event.body, RequestIssued):
+            raise InvalidEventError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
+                                    "request record; list requests with `turnlog log "
+                                    f"{session} --kind request`")
+        return event.body
+
+    def repack(self, session: str, request_seq: int) -> Packed:
+        """Re-pack a recorded request from its recorded head, policy and tokenizer."""
+        request = self._request(session, request_seq)
+        if request.stages != self._names:
+            raise ReplayMismatchError(
+                f"request {session}#{request_seq} was packed with stages "
+                f"{request.stages or '(built-in)'!r}; this packer has "
+                f"{self._names or '(built-in)'!r}. Replay with the same custom stages")
+        head = self.log.get(session, request.head_seq)
+        if head.hash.hex() != request.head_hash:
+            raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
+                                      "has the recorded hash; run `turnlog verify`")
+        lineage = self.log.lineage(session, request.head_seq + 1)
+        policy = _policy_at(lineage)
+        if policy is None or policy.hash != request.policy_hash:
+            raise ReplayMismatchError(f"the policy in force at {session}#{request.head_seq} is "
+                                      f"not the recorded one ({request.policy_hash[:16]})")
+        counter = get_counter(request.tokenizer)
+        self._load_counts(counter)
+        view = Projection(counter)
+        view.extend(lineage)
+        stages = self.stages if self.stages is not None else DEFAULT_STAGES
+        return pack(view, policy, stages=stages)
+
+    def replay(self, session: str, request_seq: int) -> ReplayResult:
+        """Re-pack a recorded request and compare it with the record.
+
+        Returns a `ReplayResult`; ``ok`` is False with ``difference`` naming
+        the first differing part when the bytes differ.
+        """
+        request = self._request(session, request_seq)
+        try:
+            packed = self.repack(session, request_seq)
+        except ReplayMismatchError as exc:
+            return ReplayResult(session, request_seq, False, request.prompt_hash, "", str(exc))
+        ok = packed.prompt.hash == request.prompt_hash
+        difference = ""
+        if not ok:
+            difference = _first_difference(request.digests, packed)
+        return ReplayResult(session, request_seq, ok, request.prompt_hash,
+                            packed.prompt.hash, difference)
+
+    def check(self, session: str, request_seq: int) -> Packed:
+        """Like `replay`, but raise `ReplayMismatchError` on a mismatch."""
+        result = self.replay(session, request_seq)
+        if not result.ok:
+            raise ReplayMismatchError(f"replay of {session}#{request_seq} differs: "
+                                      f"{result.difference}")
+        return self.repack(session, request_seq)
+
+    def requests(self, session: str) -> list[int]:
+        """Seqs of the session's request records."""
+        return [e.seq for e in self.log.read(session, kinds=["request"])]
+
+    def explain(self, session: str, request_seq: int) -> Packed:
+        """The packed request with its per-event decisions and stage reports."""
+        return self.repack(session, request_seq)
+
+    def diff(self, session: str, request_a: int, request_b: int) -> RequestDiff:
+        """Compare two recorded requests (shared prefix, changed decisions)."""
+        a = self.repack(session, request_a)
+        b = self.repack(session, request_b)
+        system_changed = a.prompt.system != b.prompt.system
+        tools_changed = a.prompt.tools != b.prompt.tools
+        shared = 0
+        shared_tokens = 0
+        if not system_changed and not tools_changed:
+            shared_tokens = sum(a.section_tokens) + a.budget.tools
+            for ma, mb, ta in zip(a.prompt.messages, b.prompt.messages, a.message_tokens,
+                                  strict=False):
+                if ma != mb:
+                    break
+                shared += 1
+                shared_tokens += ta
+        changes = tuple(_changes(a.decisions, b.decisions))
+        return RequestDiff(request_a, request_b, shared, shared_tokens, a.tokens, b.tokens,
+                           system_changed, tools_changed, changes)
+
+
+def _first_difference(recorded: bytes, packed: Packed) -> str:
+    replayed = packed.prompt.part_digests()
+    for i in range(0, max(len(recorded), len(replayed)), 8):
+        if recorded[i:i + 8] != replayed[i:i + 8]:
+            return f"first difference at {packed.prompt.describe_part(i // 8)}"
+    return "the parts match but the breakpoints differ"
+
+
+def _policy_at(lineage: list[Event]) -> Policy | None:
+    for event in reversed(lineage):
+        if isinstance(event.body, PolicySet):
+            return event.body.policy
+    return None
+
+
+def _changes(a: tuple[Decision, ...], b: tuple[Decision, ...]) -> list[DecisionChange]:
+    out = []
+    for da, db in zip(a, b, strict=False):
+        if da.decision != db.decision:
+            out.append(DecisionChange(pos=db.pos, seq=db.seq, kind=db.kind, before=da.decision,
+                                      after=db.decision, rule=db.rule, detail=db.detail))
+    return out

