@@ -142,7 +142,10 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         return f"turnlog-checkpoint/1\n{self.session}\n{self.seq}\n{self.hash}".encode()
 
     def check_mac(self, key: bytes | None) -> None:
-        """Raise `VerificationError` unless the MAC matches ``key`` (or is absent and no key given)."""
+        """Raise `VerificationError` unless the MAC matches ``key``.
+
+        An unsigned checkpoint verifies only when no key is given.
+        """
         if not self.mac:
             if key is not None:
                 raise VerificationError("the checkpoint is not signed but a key was given; "

@@ -21,7 +21,7 @@ they are the chain (see ``chain``): ``hash = blake3(prev || canonical)``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -96,13 +96,13 @@ class BlobRef(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fi
 
 
 # -- message parts ---------------------------------------------------------------
-class TextPart(_Part, tag="text"):
+class TextPart(_Part, tag="text", frozen=True):
     """Plain text of an assistant message."""
 
     text: str
 
 
-class ReasoningPart(_Part, tag="reasoning"):
+class ReasoningPart(_Part, tag="reasoning", frozen=True):
     """Reasoning/thinking output. ``opaque`` holds provider-encrypted content or a
     signature that must be sent back verbatim; ``text`` is the readable part."""
 
@@ -111,7 +111,7 @@ class ReasoningPart(_Part, tag="reasoning"):
     provider: Name = ""
 
 
-class ToolCall(_Part, tag="tool_call"):
+class ToolCall(_Part, tag="tool_call", frozen=True):
     """A tool call made by the model. ``arguments`` is the JSON text as the model
     produced it (kept as text: models sometimes produce invalid JSON)."""
 
@@ -120,7 +120,7 @@ class ToolCall(_Part, tag="tool_call"):
     arguments: str = "{}"
 
 
-class ImagePart(_Part, tag="image"):
+class ImagePart(_Part, tag="image", frozen=True):
     """An image, stored as a blob (or referenced by URL)."""
 
     media_type: Name
@@ -128,11 +128,11 @@ class ImagePart(_Part, tag="image"):
     url: str = ""
 
 
-Part = Union[TextPart, ReasoningPart, ToolCall, ImagePart]
+Part = TextPart | ReasoningPart | ToolCall | ImagePart
 
 
 # -- payload kinds ------------------------------------------------------------------
-class UserMessageAdded(_Payload, tag="user"):
+class UserMessageAdded(_Payload, tag="user", frozen=True):
     """A user (human) turn. Starts a new turn for packing purposes."""
 
     text: str
@@ -141,7 +141,7 @@ class UserMessageAdded(_Payload, tag="user"):
     name: Name = ""
 
 
-class AssistantMessageAdded(_Payload, tag="assistant"):
+class AssistantMessageAdded(_Payload, tag="assistant", frozen=True):
     """A model reply: text, reasoning and tool calls (several per message)."""
 
     parts: tuple[Part, ...]
@@ -149,7 +149,7 @@ class AssistantMessageAdded(_Payload, tag="assistant"):
     response_id: OptId = ""
 
 
-class ToolResultAdded(_Payload, tag="tool_result"):
+class ToolResultAdded(_Payload, tag="tool_result", frozen=True):
     """The result of one tool call. When the output is larger than the log's
     blob threshold, ``output`` is a head/tail preview and ``blob`` holds the
     whole output."""
@@ -162,7 +162,7 @@ class ToolResultAdded(_Payload, tag="tool_result"):
     exit_code: Int64 | None = None
 
 
-class NotificationAdded(_Payload, tag="notification"):
+class NotificationAdded(_Payload, tag="notification", frozen=True):
     """Something the runtime tells the model between turns (a file changed, a
     background job finished, a child agent reported)."""
 
@@ -171,7 +171,7 @@ class NotificationAdded(_Payload, tag="notification"):
     blob: BlobRef | None = None
 
 
-class SystemSectionSet(_Payload, tag="system"):
+class SystemSectionSet(_Payload, tag="system", frozen=True):
     """Sets (or, with empty ``text``, removes) one named section of the system
     prompt. Sections are packed ordered by ``position`` then ``name``."""
 
@@ -189,13 +189,13 @@ class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_f
     parameters: str = "{}"
 
 
-class ToolsSet(_Payload, tag="tools"):
+class ToolsSet(_Payload, tag="tools", frozen=True):
     """Declares the full set of tools offered to the model from here on."""
 
     tools: tuple[ToolSpec, ...]
 
 
-class MemoryChanged(_Payload, tag="memory"):
+class MemoryChanged(_Payload, tag="memory", frozen=True):
     """One memory operation. ``save`` creates, ``update`` replaces fields,
     ``forget`` removes, ``pin``/``unpin`` protect from consolidation."""
 
@@ -221,7 +221,7 @@ class RecallHit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_
     score: str = ""
 
 
-class RecallAdded(_Payload, tag="recall"):
+class RecallAdded(_Payload, tag="recall", frozen=True):
     """Search results committed to the log so that they may reach a prompt."""
 
     query: str
@@ -229,7 +229,7 @@ class RecallAdded(_Payload, tag="recall"):
     searcher: Name = ""
 
 
-class CompactionCommitted(_Payload, tag="compaction"):
+class CompactionCommitted(_Payload, tag="compaction", frozen=True):
     """A summary that replaces a span of the session's history in prompts.
 
     The span is ``first_seq..last_seq`` (inclusive, positions in the session's
@@ -254,7 +254,7 @@ class CompactionCommitted(_Payload, tag="compaction"):
     tokens_after: Count = 0
 
 
-class CompactionFailed(_Payload, tag="compaction_failed"):
+class CompactionFailed(_Payload, tag="compaction_failed", frozen=True):
     """A compaction attempt that did not produce a usable summary."""
 
     error: str
@@ -264,7 +264,7 @@ class CompactionFailed(_Payload, tag="compaction_failed"):
     last_seq: Seq | None = None
 
 
-class RequestIssued(_Payload, tag="request"):
+class RequestIssued(_Payload, tag="request", frozen=True):
     """A prompt that was handed to a provider, recorded before it was sent.
 
     The prompt is a pure function of the log up to ``head_seq`` (whose hash is
@@ -301,7 +301,7 @@ class Usage(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fiel
     reasoning_tokens: Count = 0
 
 
-class ResponseReceived(_Payload, tag="response"):
+class ResponseReceived(_Payload, tag="response", frozen=True):
     """The provider's reply to a recorded request (the content itself is an
     ``AssistantMessageAdded`` event)."""
 
@@ -312,7 +312,7 @@ class ResponseReceived(_Payload, tag="response"):
     response_id: OptId = ""
 
 
-class ProviderErrorReceived(_Payload, tag="provider_error"):
+class ProviderErrorReceived(_Payload, tag="provider_error", frozen=True):
     """A provider refused or failed a request. ``overflow`` marks a
     context-length error, which triggers the deterministic recovery path."""
 
@@ -324,13 +324,13 @@ class ProviderErrorReceived(_Payload, tag="provider_error"):
     overflow: bool = False
 
 
-class PolicySet(_Payload, tag="policy"):
+class PolicySet(_Payload, tag="policy", frozen=True):
     """The policy in force for this session from here on."""
 
     policy: Policy
 
 
-class SessionForked(_Payload, tag="fork"):
+class SessionForked(_Payload, tag="fork", frozen=True):
     """First event of a session that continues another session's history after
     event ``from_seq`` (whose hash is ``from_hash``), by reference."""
 
@@ -339,7 +339,7 @@ class SessionForked(_Payload, tag="fork"):
     from_hash: Hex
 
 
-class SessionRewound(_Payload, tag="rewind"):
+class SessionRewound(_Payload, tag="rewind", frozen=True):
     """Events after ``to_seq`` (up to this event) leave the session's history
     view. They stay in the log; summaries and memories derived from them are
     handled by the projection."""
@@ -348,7 +348,7 @@ class SessionRewound(_Payload, tag="rewind"):
     reason: Name = ""
 
 
-class EventsPinned(_Payload, tag="pin"):
+class EventsPinned(_Payload, tag="pin", frozen=True):
     """Pins (or unpins) events: pinned events are never pruned, trimmed or
     summarized away."""
 
@@ -356,29 +356,29 @@ class EventsPinned(_Payload, tag="pin"):
     pinned: bool = True
 
 
-Body = Union[
-    UserMessageAdded,
-    AssistantMessageAdded,
-    ToolResultAdded,
-    NotificationAdded,
-    SystemSectionSet,
-    ToolsSet,
-    MemoryChanged,
-    RecallAdded,
-    CompactionCommitted,
-    CompactionFailed,
-    RequestIssued,
-    ResponseReceived,
-    ProviderErrorReceived,
-    PolicySet,
-    SessionForked,
-    SessionRewound,
-    EventsPinned,
-]
+Body = (
+    UserMessageAdded
+    | AssistantMessageAdded
+    | ToolResultAdded
+    | NotificationAdded
+    | SystemSectionSet
+    | ToolsSet
+    | MemoryChanged
+    | RecallAdded
+    | CompactionCommitted
+    | CompactionFailed
+    | RequestIssued
+    | ResponseReceived
+    | ProviderErrorReceived
+    | PolicySet
+    | SessionForked
+    | SessionRewound
+    | EventsPinned
+)
 
 #: tag -> payload class, for every payload kind.
 KINDS: dict[str, type[Any]] = {
-    cls.__struct_config__.tag: cls for cls in Body.__args__  # type: ignore[attr-defined]
+    cls.__struct_config__.tag: cls for cls in Body.__args__
 }
 
 

@@ -49,7 +49,7 @@ Every event of the lineage gets exactly one `Decision`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, TypedDict
 
 import msgspec
 
@@ -866,7 +866,7 @@ def _decisions(state: PackState) -> tuple[Decision, ...]:
     rewind_by = _rewind_positions(view)
     for pos, event in enumerate(view.events):
         kind = event.kind
-        common = {"pos": pos, "session": event.session, "seq": event.seq, "kind": kind}
+        common = _Common(pos=pos, session=event.session, seq=event.seq, kind=kind)
         if pos in view.rewound:
             out.append(Decision(**common, decision="dropped", rule="rewind",
                                 detail=f"rewound by position {rewind_by.get(pos, -1)}"))
@@ -920,26 +920,33 @@ def _rewind_positions(view: Projection) -> dict[int, int]:
     return out
 
 
-def _item_decision(state: PackState, index: int, common: dict[str, object]) -> Decision:
+class _Common(TypedDict):
+    pos: int
+    session: str
+    seq: int
+    kind: str
+
+
+def _item_decision(state: PackState, index: int, common: _Common) -> Decision:
     item = state.view.items[index]
     original = item.tokens
     if item.unit < 0:
-        return Decision(**common, decision="dropped", rule="orphan",  # type: ignore[arg-type]
+        return Decision(**common, decision="dropped", rule="orphan",
                         detail=f"tool result for call {item.call_id!r}, which no open call "
                                "in the history matches", original_tokens=original)
     if item.unit in state.dropped:
         decision, rule, detail = state.dropped[item.unit]
-        return Decision(**common, decision=decision, rule=rule,  # type: ignore[arg-type]
+        return Decision(**common, decision=decision, rule=rule,
                         detail=detail, original_tokens=original)
     if index in state.summarized:
         rule, detail = state.summarized[index]
-        return Decision(**common, decision="summarized", rule=rule,  # type: ignore[arg-type]
+        return Decision(**common, decision="summarized", rule=rule,
                         detail=detail, original_tokens=original)
     slot = state.slots.get(index)
     if slot is not None:
-        return Decision(**common, decision=slot.decision, rule=slot.rule,  # type: ignore[arg-type]
+        return Decision(**common, decision=slot.decision, rule=slot.rule,
                         detail=slot.detail, tokens=slot.tokens, original_tokens=original)
     rule = "verbatim.protected" if state.is_protected(item.unit) else "verbatim"
-    return Decision(**common, decision="verbatim", rule=rule,  # type: ignore[arg-type]
+    return Decision(**common, decision="verbatim", rule=rule,
                     tokens=original, original_tokens=original)
 

@@ -155,9 +155,9 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     def level(self, which: Literal["warning", "compact", "blocking"]) -> int:
         """Used-token level at which a threshold fires (clamped to ``[0, usable]``)."""
         usable = self.usable
-        buffer = getattr(self, f"{which}_buffer")
-        ratio = getattr(self, f"{which}_ratio")
-        candidates = []
+        buffer: int | None = getattr(self, f"{which}_buffer")
+        ratio: float | None = getattr(self, f"{which}_ratio")
+        candidates: list[int] = []
         if buffer is not None:
             candidates.append(usable - buffer)
         if ratio is not None:

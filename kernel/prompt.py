@@ -120,16 +120,16 @@ class Prompt(msgspec.Struct, frozen=True, kw_only=True):
             return "tool schemas"
         i = index - len(self.system) - 1
         if i < len(self.messages):
-            m = self.messages[i]
-            return f"message {i} (role {m.role}, from positions {list(m.source)})"
+            message = self.messages[i]
+            return f"message {i} (role {message.role}, from positions {list(message.source)})"
         return f"part {index} (beyond the end of this prompt)"
 
     def first_difference(self, other: Prompt) -> str | None:
         """Where ``other`` first differs from this prompt (None when equal)."""
         if self.system != other.system:
-            for i, (a, b) in enumerate(zip(self.system, other.system, strict=False)):
-                if a != b:
-                    return f"system section {i} ({a.name!r})"
+            for i, (sa, sb) in enumerate(zip(self.system, other.system, strict=False)):
+                if sa != sb:
+                    return f"system section {i} ({sa.name!r})"
             return f"system sections ({len(self.system)} vs {len(other.system)})"
         if self.tools != other.tools:
             return "tool schemas"

@@ -139,7 +139,7 @@ class Packer:
         return counter
 
     def _load_counts(self, counter: TokenCounter) -> None:
-        base = counter._base if isinstance(counter, CalibratedCounter) else counter  # noqa: SLF001
+        base = counter._base if isinstance(counter, CalibratedCounter) else counter
         if not isinstance(base, TiktokenCounter) or base.id in self._loaded:
             return
         self._loaded.add(base.id)
@@ -236,7 +236,8 @@ class Packer:
             "calibrated:")))
 
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
-               time: int | None = None, format: str = "neutral", recovery: bool = False,
+               time: int | None = None, format: str = "neutral",  # noqa: A002
+               recovery: bool = False,
                attempts: int = 5) -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).

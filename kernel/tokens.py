@@ -31,7 +31,7 @@ import os
 import struct
 import threading
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import xxhash
 
@@ -82,7 +82,7 @@ class TiktokenCounter:
     def __init__(self, name: str = "cl100k_base", *, path: str | os.PathLike[str] | None = None,
                  ) -> None:
         self._name = name
-        self._encoding = _load_encoding(name, path)
+        self._encoding: Any = _load_encoding(name, path)
         self._cache: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._new: dict[bytes, int] = {}

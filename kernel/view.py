@@ -150,12 +150,16 @@ def _basename(path: str) -> str:
     return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
 
 
+def _line_key(line: str) -> int:
+    return int(xxhash.xxh3_64_intdigest(line.encode("utf-8", "surrogatepass")))
+
+
 def _quote_keys(text: str) -> tuple[int, ...]:
     keys: list[int] = []
-    for line in text.splitlines():
-        line = line.strip()
+    for raw in text.splitlines():
+        line = raw.strip()
         if len(line) >= _QUOTE_MIN:
-            keys.append(xxhash.xxh3_64_intdigest(line.encode("utf-8", "surrogatepass")))
+            keys.append(_line_key(line))
             if len(keys) == 3:
                 break
     return tuple(keys)
@@ -394,10 +398,10 @@ class Projection:
         referenced: set[int] = set()
         for match in set(_PATHISH.findall(text)):
             referenced.update(self._targets.get(_basename(match), ()))
-        for line in text.splitlines():
-            line = line.strip()
+        for raw in text.splitlines():
+            line = raw.strip()
             if len(line) >= _QUOTE_MIN:
-                referenced.update(self._quotes.get(xxhash.xxh3_64_intdigest(line.encode("utf-8", "surrogatepass")), ()))
+                referenced.update(self._quotes.get(_line_key(line), ()))
         for index in referenced:
             self.items[index].refs += 1
 
