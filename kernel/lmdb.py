@@ -194,11 +194,9 @@ class LMDBStore(Store):
     # -- setup -----------------------------------------------------------------
     def _open_dbs(self) -> dict[bytes, lmdb._Database]:
         try:
-            if self.readonly:
-                with self._env.begin() as txn:
-                    return {name: self._env.open_db(name, txn=txn, create=False)
-                            for name in _DBS}
-            return {name: self._env.open_db(name) for name in _DBS}
+            # py-lmdb aborts a read-only transaction even on commit, which would close
+            # handles opened inside it; without a txn it keeps them open.
+            return {name: self._env.open_db(name, create=not self.readonly) for name in _DBS}
         except lmdb.NotFoundError as exc:
             raise StoreFormatError(f"{self.location!r} is an LMDB environment but not a turnlog "
                                    "store (its databases are missing)") from exc
