@@ -74,8 +74,6 @@ from .policy import Policy
 from .store import ReadTxn, Store, WriteTxn
 
 __all__ = [
-    "GENESIS",
-    "NEW_SESSION",
     "AppendConflictError",
     "Appended",
     "AssistantMessageAdded",
@@ -92,6 +90,7 @@ __all__ = [
     "EventTooLargeError",
     "EventsPinned",
     "ForkedProcessError",
+    "GENESIS",
     "Head",
     "IdempotencyError",
     "ImagePart",
@@ -102,6 +101,7 @@ __all__ = [
     "Log",
     "MemoryChanged",
     "MemoryStore",
+    "NEW_SESSION",
     "NotificationAdded",
     "PackError",
     "Policy",
@@ -169,4 +169,9 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
         return Log(MemoryStore(), blob_threshold=blob_threshold)
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidEventError(f"path must be a str or path-like, found {type(path).__name__}")
-    return Log(LMDBStore(path, readonly=readonly, sync=sync), blob_threshold=blob_threshold)
+    store = LMDBStore(path, readonly=readonly, sync=sync)
+    try:
+        return Log(store, blob_threshold=blob_threshold)
+    except BaseException:
+        store.close()  # a bad option must not leave the environment open in this process
+        raise

@@ -159,6 +159,11 @@ class VerifyReport(msgspec.Struct, frozen=True):
     blobs: int
 
 
+def _is_seq(value: object) -> bool:
+    """True for an int (not a bool) usable as a position: ``0 <= value < 2**63``."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
 def _bare(session: str, seq: int, draft: Draft) -> Event:
     return Event(session=session, seq=seq, body=draft.body, time=draft.time, key=draft.key,
                  causation=draft.causation, meta=draft.meta)
@@ -172,6 +177,7 @@ class Snapshot:
 
     def head(self, session: str) -> Head | None:
         """The session's last event, or None if the session does not exist."""
+        validate_session_id(session)
         found = self._txn.head(session)
         return None if found is None else Head(session, found[0], found[1])
 
@@ -193,13 +199,20 @@ class Snapshot:
              kinds: Iterable[str] | None = None) -> Iterator[Event]:
         """Like `read`, lazily."""
         validate_session_id(session)
-        if not isinstance(start, int) or start < 0:
-            raise InvalidEventError(f"start must be an int >= 0, found {start!r}")
-        if stop is not None and (not isinstance(stop, int) or stop < 0):
-            raise InvalidEventError(f"stop must be None or an int >= 0, found {stop!r}")
+        if not _is_seq(start):
+            raise InvalidEventError(f"start must be an int from 0 to 2**63 - 1, found {start!r}")
+        if stop is not None and not _is_seq(stop):
+            raise InvalidEventError(f"stop must be None or an int from 0 to 2**63 - 1, "
+                                    f"found {stop!r}")
         wanted: frozenset[str] | None = None
         if kinds is not None:
-            wanted = frozenset(kinds)
+            try:
+                wanted = None if isinstance(kinds, str) else frozenset(kinds)
+            except TypeError:
+                wanted = None
+            if wanted is None or not all(isinstance(k, str) for k in wanted):
+                raise InvalidEventError(f"kinds must be a collection of kind names such as "
+                                        f"['user', 'tool_result'], found {kinds!r}")
             unknown = wanted - KINDS.keys()
             if unknown:
                 raise InvalidEventError(f"unknown event kinds {sorted(unknown)}; known: "
@@ -223,7 +236,9 @@ class Snapshot:
             UnknownSessionError: no such session or seq.
         """
         validate_session_id(session)
-        record = self._txn.get(session, seq) if isinstance(seq, int) and seq >= 0 else None
+        if not _is_seq(seq):
+            raise InvalidEventError(f"seq must be an int from 0 to 2**63 - 1, found {seq!r}")
+        record = self._txn.get(session, seq)
         if record is None:
             raise UnknownSessionError(f"no event {session}#{seq}; see `turnlog log {session}`")
         try:
@@ -392,8 +407,8 @@ class Log:
         validate_session_id(session)
         if expected_seq is not None and (not isinstance(expected_seq, int)
                                          or isinstance(expected_seq, bool)
-                                         or expected_seq < NEW_SESSION):
-            raise InvalidEventError(f"expected_seq must be None or an int >= -1, "
+                                         or not NEW_SESSION <= expected_seq < 2**63):
+            raise InvalidEventError(f"expected_seq must be None or an int from -1 to 2**63 - 1, "
                                     f"found {expected_seq!r}")
         drafts = self._prepare(session, events)
         blobs = [blob for _, found in drafts for blob in found]
@@ -585,7 +600,17 @@ class Log:
         Raises:
             VerificationError: a signed checkpoint whose MAC does not match.
         """
+        if key is not None and (not isinstance(key, bytes) or not key):
+            raise InvalidEventError(f"the checkpoint key must be non-empty bytes, found "
+                                    f"{type(key).__name__}")
         if checkpoint is not None:
+            if not isinstance(checkpoint, Checkpoint) or not _is_seq(checkpoint.seq) \
+                    or not isinstance(checkpoint.hash, str) or len(checkpoint.hash) != 64 \
+                    or not isinstance(checkpoint.mac, str):
+                raise InvalidEventError(f"checkpoint must be a Checkpoint (as returned by "
+                                        f"Log.checkpoint) with an int seq and a 64-digit hex "
+                                        f"hash, found {checkpoint!r}")
+            validate_session_id(checkpoint.session)
             checkpoint.check_mac(key)
             session = checkpoint.session if session is None else session
             if session != checkpoint.session:

@@ -1,0 +1,72 @@
+"""Shared fixtures: the ``log`` fixture over every backend, ``reopen``, hypothesis profiles.
+
+Slow tests (``@pytest.mark.slow``) are skipped unless ``--run-slow`` is given or
+the mark expression selects them (``-m slow``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from support import BACKENDS, LogFactory
+from turnlog import Log
+
+settings.register_profile(
+    "ci",
+    deadline=None,
+    max_examples=25,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough",
+    deadline=None,
+    max_examples=500,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--run-slow``."""
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="also run tests marked slow (crash rounds, soak)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip slow tests unless asked for with ``--run-slow`` or ``-m slow``."""
+    if config.getoption("--run-slow") or "slow" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="slow; run with --run-slow or -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend name ("lmdb" or "memory")."""
+    return str(request.param)
+
+
+@pytest.fixture
+def logs(backend: str, tmp_path: Path) -> Iterator[LogFactory]:
+    """Opens further logs of the current backend (all closed at teardown)."""
+    factory = LogFactory(backend, tmp_path)
+    yield factory
+    factory.close_all()
+
+
+@pytest.fixture
+def log(logs: LogFactory) -> Log:
+    """A fresh, empty log: LMDB on disk under ``tmp_path`` or in memory."""
+    return logs.open()
+
+
+@pytest.fixture
+def reopen(logs: LogFactory) -> Callable[[Log], Log]:
+    """``reopen(log)`` closes an LMDB log and opens its directory again (memory: same log)."""
+    return logs.reopen

@@ -1,0 +1,189 @@
+"""Helpers shared by the log test modules: opening backends, dumping a store, strategies.
+
+A *dump* is everything a backend holds, read two ways: through the `Store`
+interface (sessions, records, blobs) and through the backend's own state (all
+LMDB databases plus the bytes of ``data.mdb``; the in-memory dicts), so a
+test can say "the store is byte for byte unchanged" and mean it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import turnlog
+from hypothesis import strategies as st
+from turnlog import (
+    AssistantMessageAdded,
+    Draft,
+    Event,
+    LMDBStore,
+    Log,
+    MemoryStore,
+    NotificationAdded,
+    TextPart,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+
+__all__ = [
+    "BACKENDS",
+    "GENESIS_HASH",
+    "LogFactory",
+    "bodies",
+    "dump",
+    "keyed_batch",
+    "recompute_hash",
+    "safe_text",
+]
+
+#: Every backend the conformance suite runs against. A new backend adds one name here
+#: and one branch in `LogFactory.open`.
+BACKENDS = ("lmdb", "memory")
+
+GENESIS_HASH = bytes(32)
+
+_CANONICAL = msgspec.msgpack.Encoder(order="deterministic")
+
+
+class LogFactory:
+    """Opens logs of one backend in fresh locations and closes them all at the end.
+
+    For LMDB every log gets its own directory under ``root``; `reopen` closes a
+    handle and opens the same directory again, as a restarted process would.
+    For memory, `reopen` returns the same log (there is nothing to reopen).
+    """
+
+    def __init__(self, backend: str, root: Path, *, sync: bool = True) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown backend {backend!r}")
+        self.backend = backend
+        self.root = root
+        self.sync = sync
+        self._count = 0
+        self._open: list[Log] = []
+
+    def open(self, **options: Any) -> Log:
+        """A new, empty log of this backend."""
+        if self.backend == "memory":
+            log = turnlog.open(":memory:", **options)
+        else:
+            self._count += 1
+            path = self.root / f"store{self._count}"
+            log = turnlog.open(path, sync=self.sync, **options)
+        self._open.append(log)
+        return log
+
+    def reopen(self, log: Log, **options: Any) -> Log:
+        """Close ``log`` and open its store again (LMDB); the same log for memory."""
+        if self.backend == "memory":
+            return log
+        location = log.store.location
+        log.close()
+        self._open = [other for other in self._open if other is not log]
+        fresh = turnlog.open(location, sync=self.sync, **options)
+        self._open.append(fresh)
+        return fresh
+
+    def close_all(self) -> None:
+        """Close every log this factory opened (errors ignored: a test may have closed it)."""
+        for log in self._open:
+            with contextlib.suppress(turnlog.KernelError):
+                log.close()
+        self._open.clear()
+
+
+def temp_factory(backend: str, *, sync: bool = False,
+                 ) -> tuple[LogFactory, tempfile.TemporaryDirectory[str]]:
+    """A `LogFactory` in its own temporary directory (for hypothesis machines, which
+    cannot use function-scoped pytest fixtures). The caller cleans up both."""
+    tmp = tempfile.TemporaryDirectory(prefix="turnlog-test-")
+    return LogFactory(backend, Path(tmp.name), sync=sync), tmp
+
+
+def dump(log: Log) -> dict[str, Any]:
+    """Everything the log's store holds, as comparable plain data."""
+    store = log.store
+    out: dict[str, Any] = {}
+    with store.read() as txn:
+        heads = list(txn.sessions())
+        out["sessions"] = heads
+        out["events"] = {name: [(seq, bytes(rec)) for seq, rec in txn.scan(name, 0, None)]
+                         for name, _, _ in heads}
+        out["blobs"] = list(txn.blobs())
+    if isinstance(store, LMDBStore):
+        out["raw"] = _lmdb_raw(store)
+        data = Path(store.location) / "data.mdb"
+        out["data.mdb"] = hashlib.sha256(data.read_bytes()).hexdigest()
+    elif isinstance(store, MemoryStore):
+        out["raw"] = _memory_raw(store)
+    return out
+
+
+def _lmdb_raw(store: LMDBStore) -> dict[bytes, list[tuple[bytes, bytes]]]:
+    """Every key and value of every named LMDB database of ``store``."""
+    env = store._env
+    raw: dict[bytes, list[tuple[bytes, bytes]]] = {}
+    with env.begin(buffers=False) as txn:
+        for name, db in store._dbs.items():
+            raw[name] = [(bytes(k), bytes(v)) for k, v in txn.cursor(db=db)]
+    return raw
+
+
+def _memory_raw(store: MemoryStore) -> dict[str, Any]:
+    """Copies of the in-memory store's tables."""
+    return {
+        "events": {k: list(v) for k, v in store._events.items()},
+        "heads": dict(store._heads),
+        "idem": dict(store._idem),
+        "blobs": dict(store._blobs),
+        "cache": dict(store._cache),
+    }
+
+
+def recompute_hash(event: Event) -> bytes:
+    """``blake3(prev || canonical)`` computed here, independently of turnlog.chain."""
+    import blake3
+
+    bare = msgspec.structs.replace(event, prev=b"", hash=b"")
+    return blake3.blake3(event.prev + _CANONICAL.encode(bare)).digest()
+
+
+def keyed_batch(prefix: str, n: int, *, time: int | None = None) -> list[Draft]:
+    """``n`` user messages with idempotency keys ``prefix-0 .. prefix-(n-1)``."""
+    return [Draft(body=UserMessageAdded(text=f"{prefix} message {i}"), key=f"{prefix}-{i}",
+                  time=time) for i in range(n)]
+
+
+def iter_all(log: Log) -> Iterator[Event]:
+    """Every event of every session, in session order."""
+    with log.snapshot() as snap:
+        for head in snap.sessions():
+            yield from snap.iter(head.session)
+
+
+#: Text without lone surrogates (valid UTF-8 once encoded).
+safe_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+
+
+def bodies(*, big: bool = True) -> st.SearchStrategy[Any]:
+    """Payloads the log must store as given (blob-sized text when ``big``)."""
+    text = safe_text
+    if big:
+        # Now and then one that crosses the default blob threshold (64 KiB).
+        text = st.one_of(safe_text,
+                         safe_text.filter(bool).map(lambda s: s * (70_000 // len(s) + 1)))
+    return st.one_of(
+        st.builds(UserMessageAdded, text=text),
+        st.builds(ToolResultAdded, call_id=st.just("call-1"), tool_name=st.just("bash"),
+                  output=text, is_error=st.booleans()),
+        st.builds(NotificationAdded, source=st.just("watcher"), text=safe_text),
+        st.builds(AssistantMessageAdded,
+                  parts=st.lists(st.builds(TextPart, text=safe_text), min_size=1, max_size=3)
+                  .map(tuple)),
+    )
