@@ -208,6 +208,7 @@ class MemoryChanged(_Payload, tag="memory", frozen=True):
     expires_seq: Seq | None = None
     expires_time: Int64 | None = None
     source_seqs: tuple[Seq, ...] = ()
+    source_session: OptId = ""
     reason: Name = ""
 
 
@@ -252,6 +253,7 @@ class CompactionCommitted(_Payload, tag="compaction", frozen=True):
         "threshold")
     tokens_before: Count = 0
     tokens_after: Count = 0
+    costs: str = ""
 
 
 class CompactionFailed(_Payload, tag="compaction_failed", frozen=True):

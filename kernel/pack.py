@@ -83,6 +83,7 @@ __all__ = [
     "Stage",
     "StageReport",
     "pack",
+    "recovery_policy",
 ]
 
 DecisionName = Literal["verbatim", "truncated", "deduplicated", "pruned", "summarized",
@@ -707,6 +708,20 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
     tokenizer: str
     policy_hash: str
     head: int
+    recovery: bool = False
+
+
+def recovery_policy(policy: Policy) -> Policy:
+    """The policy of a recovery pack after a context-overflow error (seed 004's
+    emergency path, without a model call): truncation limits quartered, dedup and
+    pruning at any pressure with no minimum savings, trimming down to 3/4 of the
+    usable budget."""
+    return msgspec.structs.replace(
+        policy, truncate=True, truncate_lines=max(2, policy.truncate_lines // 4),
+        truncate_bytes=max(64, policy.truncate_bytes // 4), dedup=True, prune=True,
+        prune_min_savings=0, prune_protect_tokens=policy.prune_protect_tokens // 4,
+        warning_buffer=None, warning_ratio=0.0, blocking_buffer=None, blocking_ratio=0.75,
+        trim=True)
 
 
 def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]] | None = None,
@@ -725,6 +740,10 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         BudgetExceededError: the mandatory tail (and pinned events) cannot fit.
         PackError: a stage produced a structurally invalid prompt.
     """
+    policy_hash = policy.hash
+    recovering = view.overflow_pending
+    if recovering:
+        policy = recovery_policy(policy)
     state = PackState(view, policy, view.counter)
     before = state.total
     thresholds = tuple(name for name, level in (("warning", state.budget.warning),
@@ -738,6 +757,14 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
                 f"{state.system_tokens}, tools {state.tools_tokens}; history budget "
                 f"{state.budget.history}; pressure {before / max(policy.usable, 1):.3f}"),
         tokens_before=before, tokens_after=before))
+    if recovering:
+        state.reports.append(StageReport(
+            name="recovery", fired=True,
+            detail=(f"the latest request ended in a context-overflow error (position "
+                    f"{view.last_overflow}): truncation to {policy.truncate_lines} lines / "
+                    f"{policy.truncate_bytes} bytes, dedup and pruning at any pressure, trim to "
+                    f"{policy.level('blocking')} tokens"), tokens_before=before,
+            tokens_after=before))
     pre_trim: int | None = None
     for name, stage in (DEFAULT_STAGES if stages is None else stages):
         if name == "trim":
@@ -768,7 +795,8 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         pressure=round(state.total / max(policy.usable, 1), 6),
         pressure_before=round(before / max(policy.usable, 1), 6), thresholds=thresholds,
         compaction_due=due, stages=tuple(state.reports), decisions=decisions,
-        tokenizer=view.counter.id, policy_hash=policy.hash, head=view.head)
+        tokenizer=view.counter.id, policy_hash=policy_hash, head=view.head,
+        recovery=recovering)
 
 
 def _assemble(state: PackState) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:

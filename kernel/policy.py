@@ -84,6 +84,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     blocking_buffer: NonNeg | None = 3_000
     blocking_ratio: Ratio | None = None
     keep_recent_turns: NonNeg = 3
+    keep_recent_messages: NonNeg = 10
     tokenizer: str = "cl100k_base"
     # -- tool-output truncation ----------------------------------------------
     truncate: bool = True
@@ -129,6 +130,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     cache_write_price: float = 3.75
     cache_read_price: float = 0.30
     input_price: float = 3.0
+    cache_horizon_turns: NonNeg = 10
 
     def __post_init__(self) -> None:
         for name in ("warning_ratio", "compact_ratio", "blocking_ratio", "truncate_head_ratio",

@@ -237,7 +237,6 @@ class Packer:
 
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
                time: int | None = None, format: str = "neutral",  # noqa: A002
-               recovery: bool = False,
                attempts: int = 5) -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).
@@ -260,7 +259,7 @@ class Packer:
                 body = RequestIssued(
                     head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
                     tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
-                    tokens=packed.tokens, format=format, model=model, recovery=recovery,
+                    tokens=packed.tokens, format=format, model=model, recovery=packed.recovery,
                     stages=self._names, calibration=packed.tokenizer.partition("*")[2],
                     digests=packed.prompt.part_digests())
                 try:

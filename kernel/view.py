@@ -249,6 +249,9 @@ class Projection:
         self.requests: dict[int, int] = {}  # request pos -> local prompt tokens
         self.usage: list[tuple[int, int]] = []  # (local, reported) input tokens
         self.errors: list[int] = []  # provider error positions
+        self.last_request = -1
+        self.last_overflow = -1
+        self.tool_calls = 0  # tool calls so far (for schedule triggers)
         self.responses: list[int] = []
         self._call_unit: dict[str, int] = {}
         self._targets: dict[str, list[int]] = {}
@@ -282,6 +285,7 @@ class Projection:
             item = self._new_item(pos, event, "assistant")
             unit = self._new_unit(item)
             calls = tuple(p.id for p in body.parts if isinstance(p, ToolCall))
+            self.tool_calls += len(calls)
             unit.calls = calls
             unit.open_calls = set(calls)
             for call in calls:
@@ -321,6 +325,7 @@ class Projection:
             self.policy_pos = pos
         elif isinstance(body, RequestIssued):
             self.requests[pos] = body.tokens
+            self.last_request = pos
         elif isinstance(body, ResponseReceived):
             self.responses.append(pos)
             if body.request_seq is not None and body.usage.input_tokens:
@@ -329,6 +334,8 @@ class Projection:
                     self.usage.append((local, body.usage.input_tokens))
         elif isinstance(body, ProviderErrorReceived):
             self.errors.append(pos)
+            if body.overflow:
+                self.last_overflow = pos
 
     def _rewind(self, pos: int, body: SessionRewound) -> None:
         # The view becomes what it was right after position to_seq (including
@@ -437,6 +444,13 @@ class Projection:
                 index.add(self.items[i])
             self._dedup = index
         return self._dedup
+
+    @property
+    def overflow_pending(self) -> bool:
+        """True when the latest request ended in a context-overflow error: the next
+        pack is a deterministic recovery pack."""
+        return self.last_overflow > self.last_request >= 0 or (
+            self.last_overflow >= 0 and self.last_request < 0)
 
     @property
     def head(self) -> int:

@@ -1,0 +1,550 @@
+"""Durable compaction: choose a span, summarize it, commit it as an event.
+
+Theory of operation
+-------------------
+Compaction creates new model-visible content (a summary), so unlike pruning
+it is a fact in the log: a ``CompactionCommitted`` event with provenance
+(covered positions and a digest of their hashes, summarizer, model, prompt
+hash, reason, token counts, cost-model numbers). Failures are facts too
+(``CompactionFailed``). The packer then substitutes committed summaries;
+nothing is deleted.
+
+Span choice (level 0): from the first position no summary covers yet, up to a
+safe split point: the start of the turn that begins the ``keep_recent_turns``
+most recent turns, moved back so that at least ``keep_recent_messages``
+messages stay verbatim, never into the mandatory tail, never past a call
+still waiting for its result, and never through a unit (a call and its
+results are covered together or not at all).
+
+Segments: the span is cut into level-0 segments at user-turn boundaries, of
+about ``segment_target_tokens`` (at least ``segment_min_tokens``), and early at
+a topic shift (low lexical overlap between consecutive user messages) once a
+segment has its minimum. Every ``rollup_fanout`` consecutive summaries of one
+level roll up into one of the next level; rollups summarize the child
+summaries explicitly. Summaries never become source text of a level-0 summary.
+
+Validation: a summary must be non-empty and within ``summary_max_tokens``; the
+pack that follows is re-checked (a fresh compaction suppresses no check), and
+the outcome says whether it fits.
+
+Circuit breaker: after ``compact_max_failures`` consecutive failures the
+compactor skips until a request is recorded below the warning level; packing
+meanwhile falls back to trimming (it always can).
+
+Triggers: pressure (the packer's ``compaction_due``) with a cooldown in turns,
+every N turns, every N tool calls, manual, and overflow recovery. The cost
+model weighs tokens freed against the prompt-cache write the compaction
+causes and the cache reads it forfeits, with the policy's prices.
+
+Overflow recovery: after a recorded context-overflow error, `Compactor.recover`
+compacts with the extractive summarizer (no model call: the model is refusing)
+keeping ``max(4, keep_recent_messages // 2)`` messages, and the next pack is a
+recovery pack (see ``pack.recovery_policy``). Both are recorded.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from .chain import covered_digest
+from .errors import AppendConflictError, BudgetExceededError, CompactionError
+from .events import (
+    CompactionCommitted,
+    CompactionFailed,
+    SessionRewound,
+    TextPart,
+    ToolResultAdded,
+)
+from .log import Draft, Log
+from .pack import _message, pack
+from .policy import Policy
+from .prompt import Message
+from .replay import Packer
+from .summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
+from .view import Item, Projection, Unit
+
+__all__ = ["Compactor", "CostEstimate", "Outcome"]
+
+Reason = Literal["threshold", "overflow", "manual", "schedule", "rollup"]
+_WORD = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{2,}")
+
+
+class CostEstimate(msgspec.Struct, frozen=True, kw_only=True):
+    """The cost model's numbers for compacting now versus not.
+
+    Costs are in the policy's price unit per million tokens times tokens.
+
+    Attributes:
+        prompt_tokens: tokens of the prompt before compacting.
+        freed_tokens: tokens the summaries would free (span minus summaries).
+        keep_cost: cost over ``horizon`` turns of keeping the cached prompt.
+        compact_cost: cost of one cache write of the smaller prompt plus its
+            reads over the remaining turns.
+        cache_reads_lost: cached-prefix tokens the compaction invalidates.
+        horizon: turns considered.
+        worth: compact_cost < keep_cost.
+    """
+
+    prompt_tokens: int
+    freed_tokens: int
+    keep_cost: float
+    compact_cost: float
+    cache_reads_lost: int
+    horizon: int
+    worth: bool
+
+    def describe(self) -> str:
+        """One line for explanations and the event's ``costs`` field."""
+        return (f"freed={self.freed_tokens} prompt={self.prompt_tokens} "
+                f"keep_cost={self.keep_cost:.2f} compact_cost={self.compact_cost:.2f} "
+                f"cache_reads_lost={self.cache_reads_lost} horizon={self.horizon} "
+                f"worth={'yes' if self.worth else 'no'}")
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What a compaction attempt did.
+
+    Attributes:
+        status: ``committed``, ``failed`` or ``skipped``.
+        reason: the trigger (or why it was skipped).
+        seqs: seqs of the events appended (compactions, rollups, failures).
+        detail: in words.
+        cost: the cost model's numbers, when evaluated.
+        next_tokens: tokens of the next pack after the compaction.
+        fits: whether that pack fits the usable budget.
+    """
+
+    status: Literal["committed", "failed", "skipped"]
+    reason: str
+    seqs: tuple[int, ...] = ()
+    detail: str = ""
+    cost: CostEstimate | None = None
+    next_tokens: int = 0
+    fits: bool = True
+
+
+class Compactor:
+    """Compacts sessions of a log.
+
+    Parameters:
+        log: the log.
+        packer: the packer to measure pressure with (shares its projections).
+        summarizer: the summarizer; the offline extractive one when None.
+        timeout: seconds a summarizer may take before the attempt is recorded
+            as failed (it is then abandoned).
+    """
+
+    def __init__(self, log: Log, packer: Packer | None = None, *,
+                 summarizer: Summarizer | None = None, timeout: float = 120.0) -> None:
+        self.log = log
+        self.packer = packer if packer is not None else Packer(log)
+        self.summarizer = summarizer
+        self.timeout = timeout
+
+    # -- entry points ----------------------------------------------------------------
+    def maybe_compact(self, session: str, *, policy: Policy | None = None,
+                      time: int | None = None) -> Outcome:
+        """Evaluate the policy's triggers, the circuit breaker and the cost model;
+        compact when they say so."""
+        policy, view = self._setup(session, policy)
+        trigger = self._trigger(view, policy)
+        if trigger is None:
+            return Outcome(status="skipped", reason="no trigger fired")
+        reason, forced = trigger
+        if self.breaker_open(view, policy):
+            return Outcome(status="skipped", reason="circuit breaker open",
+                           detail=f"{policy.compact_max_failures} consecutive failures; "
+                                  "packing falls back to trimming until pressure drops below "
+                                  "the warning level")
+        span = self.choose_span(view, policy)
+        if span is None:
+            return Outcome(status="skipped", reason="nothing to compact")
+        cost = self.estimate(view, policy, span)
+        if not forced and not cost.worth:
+            return Outcome(status="skipped", reason="not worth it now", cost=cost,
+                           detail=cost.describe())
+        return self._compact(session, view, policy, span, reason, time=time, cost=cost)
+
+    def compact(self, session: str, *, policy: Policy | None = None,
+                reason: Reason = "manual", time: int | None = None) -> Outcome:
+        """Compact now, whatever the triggers say (the circuit breaker still applies
+        to automatic reasons)."""
+        policy, view = self._setup(session, policy)
+        if reason != "manual" and self.breaker_open(view, policy):
+            return Outcome(status="skipped", reason="circuit breaker open")
+        span = self.choose_span(view, policy)
+        if span is None:
+            return Outcome(status="skipped", reason="nothing to compact")
+        return self._compact(session, view, policy, span, reason, time=time,
+                             cost=self.estimate(view, policy, span))
+
+    def recover(self, session: str, *, policy: Policy | None = None,
+                time: int | None = None) -> Outcome:
+        """Overflow recovery: compact with the extractive summarizer (no model call),
+        keeping ``max(4, keep_recent_messages // 2)`` messages."""
+        policy, view = self._setup(session, policy)
+        if not view.overflow_pending:
+            return Outcome(status="skipped", reason="no pending context-overflow error")
+        keep = max(4, policy.keep_recent_messages // 2)
+        emergency = msgspec.structs.replace(policy, keep_recent_turns=1,
+                                            keep_recent_messages=keep)
+        span = self.choose_span(view, emergency)
+        if span is None:
+            return Outcome(status="skipped", reason="overflow: nothing before the tail to "
+                           "compact; the recovery pack truncates instead")
+        extractive = ExtractiveSummarizer(view.counter)
+        return self._compact(session, view, emergency, span, "overflow", time=time,
+                             summarizer=extractive, cost=None, segmented=False)
+
+    # -- decisions ------------------------------------------------------------------
+    def _setup(self, session: str, policy: Policy | None) -> tuple[Policy, Projection]:
+        if policy is None:
+            policy = self.packer._policy_event(session) or Policy()
+        counter = self.packer.counter_for(policy)
+        return policy, self.packer.projection(session, counter)
+
+    def _trigger(self, view: Projection, policy: Policy) -> tuple[Reason, bool] | None:
+        turn = len(view.turn_starts)
+        last = _last_compaction_turn(view)
+        if policy.auto_compact and turn - last >= policy.compact_cooldown_turns:
+            packed = pack(view, policy, explain=False) if view.items else None
+            if packed is not None and packed.compaction_due:
+                forced = packed.pressure_before * policy.usable >= policy.level("blocking")
+                return "threshold", forced
+        if policy.compact_every_turns and turn - last >= policy.compact_every_turns:
+            return "schedule", True
+        if policy.compact_every_tool_calls:
+            since = view.tool_calls - _tool_calls_at(view, _last_compaction_pos(view))
+            if since >= policy.compact_every_tool_calls:
+                return "schedule", True
+        return None
+
+    def breaker_open(self, view: Projection, policy: Policy) -> bool:
+        """True after ``compact_max_failures`` consecutive failures, until a request
+        is recorded below the warning level."""
+        if not policy.compact_max_failures:
+            return False
+        # Walk back from the newest event: a committed compaction ends the run
+        # of failures, and so does a request recorded below the warning level
+        # (the breaker resets once pressure has dropped).
+        failures = 0
+        warning = policy.level("warning")
+        for pos in range(len(view.events) - 1, -1, -1):
+            if pos in view.rewound:
+                continue
+            body = view.events[pos].body
+            if isinstance(body, CompactionCommitted):
+                break
+            if pos in view.requests and view.requests[pos] < warning:
+                break
+            if isinstance(body, CompactionFailed):
+                failures += 1
+        return failures >= policy.compact_max_failures
+
+    def choose_span(self, view: Projection, policy: Policy) -> tuple[int, int] | None:
+        """The lineage positions ``(first, last)`` a level-0 compaction may cover."""
+        units = view.units
+        if not units:
+            return None
+        covered = _covered_until(view)
+        turn_now = len(view.turn_starts)
+        keep_turn = turn_now - policy.keep_recent_turns + 1
+        tail_unit = view.turn_starts[-1] if view.turn_starts else len(units) - 1
+        stop = len(units)  # first unit index kept verbatim
+        for unit in units:
+            if unit.turn >= keep_turn or unit.index >= tail_unit or unit.open_calls:
+                stop = unit.index
+                break
+        # Keep at least keep_recent_messages messages verbatim; snap to a turn start.
+        kept_messages = sum(len(u.items) for u in units[stop:])
+        while stop > 0 and kept_messages < policy.keep_recent_messages:
+            stop -= 1
+            kept_messages += len(units[stop].items)
+        while 0 < stop < len(units) and units[stop].turn == units[stop - 1].turn \
+                and units[stop].turn > 0:
+            stop -= 1
+        chosen = [u for u in units[:stop] if _first_pos(view, u) > covered]
+        if not chosen:
+            return None
+        first = _first_pos(view, chosen[0])
+        last = max(view.items[i].pos for u in chosen for i in u.items)
+        # No kept unit may have items inside the span (a late result of a kept call).
+        for unit in units[stop:]:
+            if any(first <= view.items[i].pos <= last for i in unit.items):
+                last = min(last, _first_pos(view, unit) - 1)
+        if last < first:
+            return None
+        return first, last
+
+    def estimate(self, view: Projection, policy: Policy, span: tuple[int, int]) -> CostEstimate:
+        """The cost model for compacting ``span`` now."""
+        packed = pack(view, policy, explain=False)
+        span_tokens = sum(it.tokens for it in view.items if span[0] <= it.pos <= span[1]
+                          and it.unit >= 0)
+        summary_tokens = min(policy.summary_max_tokens, max(1, span_tokens // 10))
+        freed = max(0, span_tokens - summary_tokens)
+        now = packed.tokens
+        after = max(1, now - freed)
+        horizon = max(1, policy.cache_horizon_turns)
+        per_m = 1_000_000
+        keep_cost = (now * policy.cache_read_price * horizon) / per_m
+        compact_cost = (after * policy.cache_write_price
+                        + after * policy.cache_read_price * (horizon - 1)) / per_m
+        cached = sum(packed.section_tokens) + packed.budget.tools + sum(packed.message_tokens)
+        return CostEstimate(prompt_tokens=now, freed_tokens=freed, keep_cost=round(keep_cost, 6),
+                            compact_cost=round(compact_cost, 6), cache_reads_lost=cached,
+                            horizon=horizon, worth=compact_cost < keep_cost)
+
+    # -- doing it ----------------------------------------------------------------------
+    def _compact(self, session: str, view: Projection, policy: Policy, span: tuple[int, int],
+                 reason: Reason, *, time: int | None, cost: CostEstimate | None,
+                 summarizer: Summarizer | None = None, segmented: bool = True) -> Outcome:
+        summarizer = summarizer or self.summarizer or ExtractiveSummarizer(view.counter)
+        segments = self.segments(view, policy, span) if segmented else [span]
+        seqs: list[int] = []
+        for first, last in segments:
+            request = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
+                                     max_tokens=policy.summary_max_tokens,
+                                     messages=tuple(_span_messages(view, first, last)),
+                                     reason=reason)
+            done = self._commit(session, view, policy, request, summarizer, reason, time=time,
+                                cost=cost)
+            seqs.append(done[0])
+            if not done[1]:
+                return Outcome(status="failed", reason=reason, seqs=tuple(seqs),
+                               detail=done[2], cost=cost)
+            view = self.packer.projection(session, view.counter)
+        seqs += self._rollups(session, policy, summarizer, time=time)
+        view = self.packer.projection(session, view.counter)
+        try:
+            after = pack(view, policy, explain=False)
+            next_tokens, fits = after.tokens, True
+        except BudgetExceededError as exc:
+            next_tokens, fits = exc.needed, False
+        return Outcome(status="committed", reason=reason, seqs=tuple(seqs),
+                       detail=f"{len(segments)} segment(s) summarized", cost=cost,
+                       next_tokens=next_tokens, fits=fits)
+
+    def segments(self, view: Projection, policy: Policy, span: tuple[int, int],
+                 ) -> list[tuple[int, int]]:
+        """Cut a span into level-0 segments at user-turn boundaries and topic shifts."""
+        target = max(1, min(policy.segment_target_tokens, policy.usable // 2))
+        minimum = min(policy.segment_min_tokens, target // 3)
+        turns: list[tuple[int, int, int, set[str], int]] = []  # first, last, tokens, words, msgs
+        for unit in view.units:
+            first = _first_pos(view, unit)
+            if first < span[0] or first > span[1]:
+                continue
+            last = max(view.items[i].pos for i in unit.items)
+            tokens = sum(view.items[i].tokens for i in unit.items)
+            lead = view.items[unit.items[0]]
+            if not turns or lead.kind == "user":
+                words = set(_WORD.findall(_item_text(lead).lower())) if lead.kind == "user" \
+                    else set()
+                turns.append((first, last, tokens, words, len(unit.items)))
+            else:
+                f, _, t, w, m = turns[-1]
+                turns[-1] = (f, last, t + tokens, w, m + len(unit.items))
+        segments: list[tuple[int, int]] = []
+        start = -1
+        size = msgs = 0
+        previous: set[str] = set()
+        for first, last, tokens, words, count in turns:
+            shift = bool(previous) and bool(words) and _jaccard(previous, words) < 0.1
+            if start >= 0 and ((size >= target) or (shift and size >= minimum
+                                                    and msgs >= policy.segment_min_messages)):
+                segments.append((start, first - 1))
+                start = -1
+                size = msgs = 0
+            if start < 0:
+                start = first
+            size += tokens
+            msgs += count
+            previous = words or previous
+            end = last
+        if start >= 0:
+            if segments and size < minimum:
+                segments[-1] = (segments[-1][0], end)
+            else:
+                segments.append((start, end))
+        return [(max(a, span[0]), min(b, span[1])) for a, b in segments if a <= b]
+
+    def _commit(self, session: str, view: Projection, policy: Policy, request: SummaryRequest,
+                summarizer: Summarizer, reason: Reason, *, time: int | None,
+                cost: CostEstimate | None, level: int = 0, children: tuple[int, ...] = (),
+                ) -> tuple[int, bool, str]:
+        """Summarize and append the compaction (or the failure). Returns (seq, ok, detail)."""
+        head = self.log.head(session)
+        assert head is not None
+        error = ""
+        summary: Summary | None = None
+        try:
+            summary = _call_with_timeout(lambda: summarizer.summarize(request), self.timeout)
+        except TimeoutError:
+            error = f"summarizer {summarizer.id} timed out after {self.timeout} s"
+        except Exception as exc:  # any summarizer failure is recorded
+            error = f"summarizer {summarizer.id} failed: {type(exc).__name__}: {exc}"
+        if summary is not None and not error:
+            tokens = view.counter.count(summary.text)
+            if not summary.text.strip():
+                error = "summary is empty"
+            elif tokens > policy.summary_max_tokens:
+                error = (f"summary is {tokens} tokens, over summary_max_tokens "
+                         f"{policy.summary_max_tokens}")
+        if error or summary is None:
+            failed = CompactionFailed(error=error[:4000], reason=reason,
+                                      summarizer=summarizer.id, first_seq=request.first_pos,
+                                      last_seq=request.last_pos)
+            done = self.log.append(session, Draft(body=failed, time=time))
+            return done.last_seq, False, error
+        hashes = [view.events[p].hash for p in range(request.first_pos, request.last_pos + 1)]
+        before = sum(it.tokens for it in view.items
+                     if request.first_pos <= it.pos <= request.last_pos and it.unit >= 0)
+        body = CompactionCommitted(
+            first_seq=request.first_pos, last_seq=request.last_pos,
+            covered_digest=covered_digest(hashes), summary=summary.text, level=level,
+            children=children, summarizer=summary.summarizer, model=summary.model,
+            prompt_hash=summary.prompt_hash or request.prompt_hash(), reason=reason,
+            tokens_before=before if level == 0 else sum(
+                view.counter.count(c) for c in request.children),
+            tokens_after=view.counter.count(summary.text),
+            costs=cost.describe() if cost is not None else "")
+        expected = head.seq
+        for _ in range(5):
+            try:
+                done = self.log.append(session, Draft(body=body, time=time),
+                                       expected_seq=expected)
+                return done.last_seq, True, ""
+            except AppendConflictError as exc:
+                new = self.log.read(session, expected + 1)
+                if any(isinstance(e.body, SessionRewound) for e in new):
+                    raise CompactionError("the session was rewound while summarizing; the "
+                                          "compaction was not committed") from exc
+                expected = exc.actual
+        raise CompactionError(f"session {session!r} kept moving; compaction not committed")
+
+    def _rollups(self, session: str, policy: Policy, summarizer: Summarizer, *,
+                 time: int | None) -> list[int]:
+        seqs: list[int] = []
+        fanout = policy.rollup_fanout
+        counter = self.packer.counter_for(policy)
+        for level in range(15):
+            while True:
+                view = self.packer.projection(session, counter)
+                roots = _roots(view, level)
+                if len(roots) < fanout:
+                    break
+                group = roots[:fanout]
+                bodies = [_compaction(view, p) for p in group]
+                request = SummaryRequest(
+                    session=session, first_pos=min(b.first_seq for b in bodies),
+                    last_pos=max(b.last_seq for b in bodies), level=level + 1,
+                    max_tokens=policy.summary_max_tokens,
+                    children=tuple(b.summary for b in bodies), reason="rollup")
+                seq, ok, _ = self._commit(session, view, policy, request, summarizer,
+                                          "rollup", time=time, cost=None, level=level + 1,
+                                          children=tuple(group))
+                seqs.append(seq)
+                if not ok:
+                    return seqs
+            if not _roots(self.packer.projection(session, counter), level + 1):
+                break
+        return seqs
+
+
+# -- helpers ---------------------------------------------------------------------------
+def _call_with_timeout(fn: Callable[[], Summary], timeout: float) -> Summary:
+    result: list[Summary] = []
+    error: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            result.append(fn())
+        except BaseException as exc:  # re-raised in the caller
+            error.append(exc)
+
+    worker = threading.Thread(target=run, name="turnlog-summarizer", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise TimeoutError
+    if error:
+        raise error[0]
+    return result[0]
+
+
+def _first_pos(view: Projection, unit: Unit) -> int:
+    return view.items[unit.items[0]].pos
+
+
+def _item_text(item: Item) -> str:
+    return _message(item, None).text
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / max(1, len(a | b))
+
+
+def _active_compactions(view: Projection) -> list[CompactionCommitted]:
+    return [_compaction(view, p) for p in view.compactions if p not in view.rewound]
+
+
+def _covered_until(view: Projection) -> int:
+    return max((b.last_seq for b in _active_compactions(view)), default=-1)
+
+
+def _compaction(view: Projection, pos: int) -> CompactionCommitted:
+    body = view.events[pos].body
+    assert isinstance(body, CompactionCommitted)
+    return body
+
+
+def _roots(view: Projection, level: int) -> list[int]:
+    """Active summaries of ``level`` that no active rollup lists as a child."""
+    active = [p for p in view.compactions if p not in view.rewound]
+    children = {c for p in active for c in _compaction(view, p).children}
+    return [p for p in active if p not in children and _compaction(view, p).level == level]
+
+
+def _last_compaction_pos(view: Projection) -> int:
+    active = [p for p in view.compactions if p not in view.rewound]
+    return active[-1] if active else -1
+
+
+def _last_compaction_turn(view: Projection) -> int:
+    pos = _last_compaction_pos(view)
+    if pos < 0:
+        return 0
+    return sum(1 for start in view.turn_starts
+               if view.items[view.units[start].items[0]].pos < pos)
+
+
+def _tool_calls_at(view: Projection, pos: int) -> int:
+    if pos < 0:
+        return 0
+    total = 0
+    for unit in view.units:
+        if view.items[unit.items[0]].pos > pos:
+            break
+        total += len(unit.calls)
+    return total
+
+
+def _span_messages(view: Projection, first: int, last: int) -> list[Message]:
+    """The span's items as verbatim neutral messages (exit codes made visible)."""
+    out: list[Message] = []
+    for item in view.items:
+        if item.unit < 0 or not first <= item.pos <= last:
+            continue
+        message = _message(item, None)
+        body = item.event.body
+        if isinstance(body, ToolResultAdded) and body.exit_code is not None:
+            message = msgspec.structs.replace(
+                message, parts=(*message.parts, TextPart(text=f"\n[exit code {body.exit_code}]")))
+        out.append(message)
+    return out
