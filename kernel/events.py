@@ -276,6 +276,8 @@ class RequestIssued(_Payload, tag="request", frozen=True):
     built-in one), which replay must be given again. ``digests`` holds 8-byte
     xxh3 digests of each system section, the tool schemas and each message,
     in prompt order, so a failed replay can name the first part that differs.
+    ``rendered_hash`` is the blake3 of the provider request body when the prompt
+    was rendered (``format`` names the renderer); replay re-renders to check it.
     """
 
     head_seq: Seq
@@ -290,6 +292,7 @@ class RequestIssued(_Payload, tag="request", frozen=True):
     recovery: bool = False
     stages: Name = ""
     digests: bytes = b""
+    rendered_hash: OptHex = ""
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,

@@ -23,7 +23,9 @@ packs with the recorded policy and tokenizer, and compares prompt hashes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import blake3
 
 import msgspec
 
@@ -37,6 +39,7 @@ from .events import Event, PolicySet, RequestIssued
 from .log import Log
 from .pack import DEFAULT_STAGES, Decision, Packed, Stage, pack
 from .policy import Policy
+from .prompt import Prompt
 from .tokens import (
     CalibratedCounter,
     TiktokenCounter,
@@ -46,16 +49,22 @@ from .tokens import (
 )
 from .view import Projection
 
-__all__ = ["DecisionChange", "Packer", "Recorded", "ReplayResult", "RequestDiff"]
+__all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
 
 _CACHE_NS = "tokens"
 
 
+#: Renders a neutral prompt to a provider request body (bytes); must be pure.
+Renderer = Callable[[Prompt], bytes]
+
+
 class Recorded(msgspec.Struct, frozen=True):
-    """A recorded request: the packed prompt and the seq of its record."""
+    """A recorded request: the packed prompt, the seq of its record, and the
+    rendered request body when a renderer was given."""
 
     packed: Packed
     request_seq: int
+    rendered: bytes = b""
 
 
 class ReplayResult(msgspec.Struct, frozen=True):
@@ -237,9 +246,17 @@ class Packer:
 
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
                time: int | None = None, format: str = "neutral",  # noqa: A002
-               attempts: int = 5) -> Recorded:
+               render: Renderer | None = None, attempts: int = 5) -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).
+
+        Parameters:
+            policy: the policy (appended as ``PolicySet`` when not in force).
+            model: the model the request goes to (recorded).
+            time: caller-supplied time of the record.
+            format: the name of ``render`` (recorded; replay needs the same one).
+            render: a pure function from the neutral prompt to the request body;
+                its bytes are hashed into the record and returned.
 
         Raises:
             AppendConflictError: the head kept moving for ``attempts`` tries.
@@ -254,6 +271,7 @@ class Packer:
                 if in_force is None or in_force.hash != use.hash:
                     self.log.append(session, PolicySet(policy=use))
                 packed = self.pack(session, policy=use)
+                rendered = render(packed.prompt) if render is not None else b""
                 head = self.log.head(session)
                 assert head is not None
                 body = RequestIssued(
@@ -261,7 +279,8 @@ class Packer:
                     tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
                     tokens=packed.tokens, format=format, model=model, recovery=packed.recovery,
                     stages=self._names, calibration=packed.tokenizer.partition("*")[2],
-                    digests=packed.prompt.part_digests())
+                    digests=packed.prompt.part_digests(),
+                    rendered_hash=blake3.blake3(rendered).hexdigest() if render else "")
                 try:
                     done = self.log.append(session, Draft(body=body, time=time),
                                            expected_seq=head.seq)
@@ -270,7 +289,7 @@ class Packer:
                         raise
                     continue
                 self.flush()
-                return Recorded(packed, done.last_seq)
+                return Recorded(packed, done.last_seq, rendered)
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- replay and explain ------------------------------------------------------------
@@ -306,8 +325,14 @@ class Packer:
         stages = self.stages if self.stages is not None else DEFAULT_STAGES
         return pack(view, policy, stages=stages)
 
-    def replay(self, session: str, request_seq: int) -> ReplayResult:
+    def replay(self, session: str, request_seq: int, *,
+               render: Renderer | None = None) -> ReplayResult:
         """Re-pack a recorded request and compare it with the record.
+
+        Parameters:
+            render: the renderer named by the record's ``format``; when the
+                record holds a rendered hash, the re-rendered body must match
+                it too (without a renderer only the neutral prompt is checked).
 
         Returns a `ReplayResult`; ``ok`` is False with ``difference`` naming
         the first differing part when the bytes differ.
@@ -321,6 +346,12 @@ class Packer:
         difference = ""
         if not ok:
             difference = _first_difference(request.digests, packed)
+        elif request.rendered_hash and render is not None:
+            rendered = blake3.blake3(render(packed.prompt)).hexdigest()
+            if rendered != request.rendered_hash:
+                ok = False
+                difference = (f"the neutral prompt matches but the {request.format} rendering "
+                              f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})")
         return ReplayResult(session, request_seq, ok, request.prompt_hash,
                             packed.prompt.hash, difference)
 
