@@ -26,7 +26,6 @@ import threading
 from collections.abc import Callable, Sequence
 
 import blake3
-
 import msgspec
 
 from .errors import (
