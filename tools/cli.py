@@ -1,0 +1,555 @@
+"""The ``turnlog`` command: list, show, verify, checkpoint and export a log.
+
+Every verb works on the store named by ``--store`` (default ``$TURNLOG_STORE``,
+else ``./.turnlog``). Verbs that print take ``--json``: ``sessions``, ``show``,
+``verify`` and ``checkpoint`` print one JSON document; ``log`` and ``demo``
+print JSON lines (one object a line). ``export`` always writes JSON lines and
+``blob`` raw bytes. docs/cli.md describes every verb.
+
+Exit codes:
+
+====  =================================================================
+0     success
+1     a check failed (``verify``, or the verify at the end of ``demo``)
+2     usage error: bad arguments, unreadable or malformed input file
+3     turnlog error (unknown session, corrupt store...): one line on stderr
+4     no store at the given path
+====  =================================================================
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, NoReturn
+
+import turnlog
+from turnlog.codec import event_to_json
+from turnlog.events import KINDS
+
+from . import demo
+from .summary import format_size, format_time, head, summarize
+
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_FAILED",
+    "EXIT_NO_STORE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "main",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+EXIT_NO_STORE = 4
+
+DEFAULT_STORE = "./.turnlog"
+
+
+class _UsageError(Exception):
+    """Bad input from the command line or a file it names (exit 2)."""
+
+
+class _NoStoreError(Exception):
+    """The store does not exist (exit 4)."""
+
+
+class _PipeClosedError(Exception):
+    """stdout was closed by its reader (``turnlog log s | head``).
+
+    Raised instead of `BrokenPipeError` while a read snapshot is open: the
+    store converts OSErrors raised inside a snapshot into `StoreError`.
+    """
+
+
+# -- output helpers -------------------------------------------------------------------
+
+def _emit(obj: object, out: IO[str]) -> None:
+    _write_line(json.dumps(obj, ensure_ascii=False), out)
+
+
+def _write_line(text: str, out: IO[str]) -> None:
+    try:
+        out.write(text + "\n")
+    except BrokenPipeError:
+        raise _PipeClosedError from None
+
+
+def _write_stdout_bytes(data: bytes) -> None:
+    try:
+        sys.stdout.buffer.write(data)
+    except BrokenPipeError:
+        raise _PipeClosedError from None
+
+
+def _store_path(args: argparse.Namespace) -> Path:
+    value = args.store or os.environ.get("TURNLOG_STORE") or DEFAULT_STORE
+    return Path(value)
+
+
+def _open(args: argparse.Namespace, *, write: bool = False) -> turnlog.Log:
+    path = _store_path(args)
+    if not write and not (path / "data.mdb").is_file():
+        raise _NoStoreError(
+            f"no turnlog store at {str(path)!r}; pass --store PATH or set TURNLOG_STORE "
+            "(create a store with `turnlog demo` or by appending to it)")
+    return turnlog.open(path, readonly=not write)
+
+
+def _read_bytes(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise _UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+
+
+def _read_key(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    key = _read_bytes(path, "key file")
+    if key.endswith(b"\r\n"):
+        key = key[:-2]
+    elif key.endswith(b"\n"):
+        key = key[:-1]
+    if not key:
+        raise _UsageError(f"key file {path!r} is empty")
+    return key
+
+
+def _read_checkpoint(path: str) -> turnlog.Checkpoint:
+    data = _read_bytes(path, "checkpoint file")
+    try:
+        raw = json.loads(data)
+    except ValueError as exc:
+        raise _UsageError(f"checkpoint file {path!r} is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise _UsageError(f"checkpoint file {path!r} must hold a JSON object")
+    session, seq, digest, mac = (raw.get("session"), raw.get("seq"), raw.get("hash"),
+                                 raw.get("mac", ""))
+    unknown = sorted(set(raw) - {"session", "seq", "hash", "mac"})
+    if (unknown or not isinstance(session, str) or not session
+            or not isinstance(seq, int) or isinstance(seq, bool) or seq < 0
+            or not isinstance(digest, str) or len(digest) != 64
+            or any(c not in "0123456789abcdef" for c in digest) or not isinstance(mac, str)):
+        raise _UsageError(
+            f"checkpoint file {path!r} is not a turnlog checkpoint: expected "
+            '{"session": str, "seq": int >= 0, "hash": 64 lowercase hex, "mac": str}'
+            + (f", found unknown keys {unknown}" if unknown else ""))
+    return turnlog.Checkpoint(session=session, seq=seq, hash=digest, mac=mac)
+
+
+def _write_output(path: str | None, data: bytes) -> None:
+    if path is None:
+        sys.stdout.flush()
+        _write_stdout_bytes(data)
+        return
+    try:
+        Path(path).write_bytes(data)
+    except OSError as exc:
+        raise _UsageError(f"cannot write {path!r}: {exc.strerror or exc}") from exc
+
+
+# -- verbs ---------------------------------------------------------------------------------
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        heads = log.sessions()
+    if args.json:
+        _emit({"store": str(_store_path(args)), "sessions": [
+            {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
+             "head_hash": h.hash.hex()} for h in heads]}, sys.stdout)
+        return EXIT_OK
+    if not heads:
+        print("no sessions")
+        return EXIT_OK
+    width = max(7, *(len(h.session) for h in heads))
+    print(f"{'SESSION':<{width}}  {'HEAD':>8}  {'EVENTS':>8}  HEAD HASH")
+    for h in heads:
+        print(f"{h.session:<{width}}  {h.seq:>8}  {h.seq + 1:>8}  {h.hash.hex()[:16]}")
+    return EXIT_OK
+
+
+def _log_record(event: turnlog.Event) -> dict[str, Any]:
+    record: dict[str, Any] = {"session": event.session, "seq": event.seq, "kind": event.kind,
+                              "time": event.time, "key": event.key,
+                              "causation": event.causation, "hash": event.hash.hex(),
+                              "summary": summarize(event, 200)}
+    blob = getattr(event.body, "blob", None)
+    if isinstance(blob, turnlog.BlobRef):
+        record["blob"] = blob.hash
+    return record
+
+
+def _cmd_log(args: argparse.Namespace) -> int:
+    count = 0
+    with _open(args) as log, log.snapshot() as snap:
+        for event in snap.iter(args.session, args.start, kinds=args.kind):
+            if args.limit is not None and count >= args.limit:
+                break
+            count += 1
+            if args.json:
+                _emit(_log_record(event), sys.stdout)
+            else:
+                _write_line(f"{event.seq:>6}  {format_time(event.time)}  {event.kind:<14} "
+                            f"{summarize(event, 72)}", sys.stdout)
+    return EXIT_OK
+
+
+def _ordered(raw: Any, obj: object) -> Any:
+    """``raw`` (the JSON form of ``obj``) with struct keys in definition order, tag first."""
+    fields = getattr(type(obj), "__struct_fields__", None)
+    if fields is not None and isinstance(raw, dict):
+        keys = (["type"] if "type" in raw else []) + [f for f in fields if f in raw]
+        return {k: raw[k] if k == "type" else _ordered(raw[k], getattr(obj, k)) for k in keys}
+    if isinstance(raw, list) and isinstance(obj, (list, tuple)) and len(raw) == len(obj):
+        return [_ordered(r, o) for r, o in zip(raw, obj, strict=True)]
+    return raw
+
+
+def _is_block(value: object) -> bool:
+    return isinstance(value, str) and ("\n" in value or len(value) > 100)
+
+
+def _render_value(name: str, value: object, indent: str, lines: list[str]) -> None:
+    if _is_block(value):
+        assert isinstance(value, str)
+        lines.append(f"{indent}{name}")
+        lines.extend(f"{indent}  | {line}" for line in value.split("\n"))
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        lines.append(f"{indent}{name}")
+        for i, item in enumerate(value):
+            skip = {"type"}
+            label = f"[{i}] {item.get('type', '')}".rstrip()
+            if item.get("type") == "tool_call":
+                label += f"  {item.get('name', '')}  {item.get('id', '')}"
+                skip |= {"name", "id"}
+            lines.append(f"{indent}  {label}")
+            for k, v in item.items():
+                if k not in skip:
+                    _render_value(k, v, indent + "      ", lines)
+    else:
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"{indent}{name:<10} {shown}")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        seq = args.seq
+        if seq < 0:
+            top = log.head(args.session)
+            if top is None:
+                raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
+                                                  "list sessions with `turnlog sessions`")
+            seq = top.seq + 1 + seq
+            if seq < 0:
+                raise _UsageError(f"seq {args.seq} is before the first event "
+                                  f"(the session has {top.seq + 1})")
+        event = log.get(args.session, seq)
+    raw = json.loads(event_to_json(event))
+    if args.json:
+        _emit(raw, sys.stdout)
+        return EXIT_OK
+    lines = [f"{event.session}#{event.seq}  {event.kind}",
+             f"time       {format_time(event.time, precise=True)} UTC ({event.time})"
+             if event.time is not None else "time       -",
+             f"key        {event.key or '-'}", f"causation  {event.causation or '-'}",
+             f"prev       {event.prev.hex()}", f"hash       {event.hash.hex()}"]
+    if event.meta:
+        lines.append(f"meta       {json.dumps(raw['meta'], ensure_ascii=False)}")
+    lines.append("")
+    body = _ordered(raw["body"], event.body)
+    for name, value in body.items():
+        if name == "type":
+            continue
+        if name == "blob" and isinstance(value, dict):
+            lines.append(f"{'blob':<10} {value['hash']} ({format_size(value['size'])}, "
+                         f"{value.get('media_type', 'text/plain; charset=utf-8')}); the text "
+                         "stored in the event is a preview, `turnlog blob HASH` prints it all")
+            continue
+        _render_value(name, value, "", lines)
+    _write_line("\n".join(lines), sys.stdout)
+    return EXIT_OK
+
+
+def _problem_json(problem: turnlog.Problem | None) -> dict[str, Any] | None:
+    if problem is None:
+        return None
+    return {"session": problem.session, "seq": problem.seq, "reason": problem.reason,
+            "blob": problem.blob, "where": str(problem)}
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.key_file is not None and args.checkpoint is None:
+        raise _UsageError("--key-file needs --checkpoint (the key checks the checkpoint's MAC)")
+    checkpoint = _read_checkpoint(args.checkpoint) if args.checkpoint is not None else None
+    key = _read_key(args.key_file)
+    cp_json = None if checkpoint is None else {
+        "session": checkpoint.session, "seq": checkpoint.seq, "hash": checkpoint.hash,
+        "signed": bool(checkpoint.mac)}
+    with _open(args) as log:
+        try:
+            report = log.verify(args.session, checkpoint=checkpoint, key=key)
+        except turnlog.VerificationError as exc:
+            if args.json:
+                _emit({"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
+                      sys.stdout)
+            else:
+                print(f"FAILED: checkpoint: {exc}")
+            return EXIT_FAILED
+    if args.json:
+        _emit({"ok": report.ok, "problem": _problem_json(report.problem),
+               "sessions": report.sessions, "events": report.events, "blobs": report.blobs,
+               "checkpoint": cp_json}, sys.stdout)
+    elif report.ok:
+        extra = ""
+        if checkpoint is not None:
+            extra = (f"; extends checkpoint {checkpoint.session}#{checkpoint.seq} "
+                     f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
+        print(f"ok: {report.sessions} session{'s' * (report.sessions != 1)}, {report.events} "
+              f"events, {report.blobs} blob refs intact{extra}")
+    else:
+        print(f"FAILED: {report.problem}")
+        print(f"(checked {report.events} events in {report.sessions} "
+              f"session{'s' * (report.sessions != 1)} before stopping)", file=sys.stderr)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    key = _read_key(args.key_file)
+    with _open(args) as log:
+        cp = log.checkpoint(args.session, key=key)
+    text = json.dumps({"session": cp.session, "seq": cp.seq, "hash": cp.hash, "mac": cp.mac})
+    _write_output(args.output, (text + "\n").encode())
+    if args.output is not None:
+        print(f"wrote checkpoint {cp.session}#{cp.seq} ({cp.hash[:16]}"
+              f"{', signed' if cp.mac else ''}) to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    with _open(args) as log, log.snapshot() as snap:
+        if args.output is None:
+            sys.stdout.flush()
+            for event in snap.iter(args.session):
+                _write_stdout_bytes(event_to_json(event) + b"\n")
+            return EXIT_OK
+        try:
+            with open(args.output, "wb") as handle:
+                count = 0
+                for event in snap.iter(args.session):
+                    handle.write(event_to_json(event) + b"\n")
+                    count += 1
+        except OSError as exc:
+            raise _UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from exc
+    print(f"exported {count} events of {args.session!r} to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _find_blob(log: turnlog.Log, prefix: str) -> str:
+    digest = prefix.lower()
+    if not digest or any(c not in "0123456789abcdef" for c in digest) or len(digest) > 64:
+        raise _UsageError(f"blob hash must be hex (a full 64-digit hash or a prefix of at "
+                          f"least 8 digits), found {prefix!r}")
+    if len(digest) == 64:
+        return digest
+    if len(digest) < 8:
+        raise _UsageError(f"blob hash prefix {prefix!r} is too short; give at least 8 hex digits")
+    with log.store.read() as txn:
+        found = [d for d, _ in txn.blobs() if d.startswith(digest)]
+    if not found:
+        raise turnlog.BlobNotFoundError(f"no blob starting with {prefix!r} in this log")
+    if len(found) > 1:
+        raise _UsageError(f"blob prefix {prefix!r} is ambiguous ({len(found)} blobs); "
+                          "give more digits")
+    return found[0]
+
+
+def _cmd_blob(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        data = log.blob(_find_blob(log, args.hash))
+    _write_output(args.output, data)
+    return EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.turns < 1:
+        raise _UsageError(f"--turns must be >= 1, found {args.turns}")
+    with _open(args, write=True) as log:
+        def on_turn(turn: demo.TurnResult) -> None:
+            a = turn.appended
+            if args.json:
+                _emit({"type": "turn", "turn": turn.turn, "first_seq": a.first_seq,
+                       "last_seq": a.last_seq, "events": len(turn.drafts), "blobs": turn.blobs,
+                       "duplicate": a.duplicate, "user": turn.user_text}, sys.stdout)
+                return
+            where = f"seq {a.first_seq:>4}-{a.last_seq:<4}"
+            if a.duplicate:
+                print(f"turn {turn.turn:>3}  {where}  already in the log")
+                return
+            blobs = f"{turn.blobs} blob{'s' * (turn.blobs != 1)}" if turn.blobs else ""
+            print(f"turn {turn.turn:>3}  {where}  {len(turn.drafts):>3} events  {blobs:<7}  "
+                  f"{head(turn.user_text) if turn.user_text else '(no user message)'}")
+
+        try:
+            result = demo.run_demo(log, session=args.session, turns=args.turns, seed=args.seed,
+                                   on_turn=on_turn)
+        except turnlog.IdempotencyError as exc:
+            raise turnlog.IdempotencyError(
+                f"session {args.session!r} already holds a different demo (another --seed?) "
+                f"or other events with demo keys: {exc}; use another --session") from exc
+        report = log.verify(args.session)
+    last = result.head
+    if args.json:
+        _emit({"type": "result", "session": result.session, "turns": result.turns,
+               "appended": result.appended, "present": result.present, "blobs": result.blobs,
+               "head_seq": last.seq, "head_hash": last.hash.hex(),
+               "verify": {"ok": report.ok, "problem": _problem_json(report.problem),
+                          "events": report.events, "blobs": report.blobs}}, sys.stdout)
+    else:
+        where = f"head {last.session}#{last.seq} {last.hash.hex()[:16]}"
+        if result.appended == 0:
+            print(f"nothing new appended: all {result.turns} turns were already in the log "
+                  f"({where})")
+        else:
+            print(f"appended {result.appended} events in {result.turns} turns "
+                  f"({result.present} already present), {result.blobs} blob refs; {where}")
+        if report.ok:
+            print(f"verify: ok ({report.events} events, {report.blobs} blob refs)")
+        else:
+            print(f"verify: FAILED: {report.problem}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _nonneg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {value}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    common.add_argument("--store", default=argparse.SUPPRESS, metavar="PATH",
+                        help="the store directory (default: $TURNLOG_STORE, else ./.turnlog)")
+    printing = _Parser(add_help=False)
+    printing.add_argument("--json", action="store_true", help="machine-readable output")
+
+    parser = _Parser(prog="turnlog", description="Inspect, verify and export a turnlog store.",
+                     epilog="Exit codes: 0 ok, 1 a check failed, 2 usage error, 3 turnlog "
+                            "error, 4 store missing. See docs/cli.md.")
+    parser.add_argument("--store", default=None, metavar="PATH",
+                        help="the store directory (default: $TURNLOG_STORE, else ./.turnlog)")
+    parser.add_argument("--version", action="version", version=f"turnlog {turnlog.__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                parser_class=_Parser)
+
+    def verb(name: str, run: Callable[[argparse.Namespace], int], help_text: str, *,
+             prints: bool = True) -> argparse.ArgumentParser:
+        parents = [common, printing] if prints else [common]
+        p = sub.add_parser(name, parents=parents, help=help_text, description=help_text)
+        p.set_defaults(run=run)
+        return p
+
+    verb("sessions", _cmd_sessions, "list sessions with their head seq, event count and hash")
+
+    p = verb("log", _cmd_log, "list a session's events, one line each")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--from", dest="start", type=_nonneg, default=0, metavar="SEQ",
+                   help="start at this seq (default 0)")
+    p.add_argument("--kind", action="extend", nargs="+", choices=sorted(KINDS),
+                   metavar="KIND",
+                   help=f"only these kinds (repeatable): {', '.join(sorted(KINDS))}")
+    p.add_argument("--limit", type=_nonneg, default=None, metavar="N",
+                   help="print at most N events")
+
+    p = verb("show", _cmd_show, "print one event in full, with its prev and hash")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("seq", metavar="SEQ", type=int, help="the seq (negative: from the end, -1 "
+                   "is the head)")
+
+    p = verb("verify", _cmd_verify, "check the hash chain and blobs; exit 1 naming the first "
+             "bad event")
+    p.add_argument("session", metavar="SESSION", nargs="?", default=None,
+                   help="only this session (default: all sessions and every blob)")
+    p.add_argument("--checkpoint", metavar="FILE", help="also check that the log extends this "
+                   "checkpoint (from `turnlog checkpoint`)")
+    p.add_argument("--key-file", metavar="FILE", help="key of a signed checkpoint")
+
+    p = verb("checkpoint", _cmd_checkpoint, "write a checkpoint (session, seq, hash, mac) of "
+             "a session's head as JSON")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--key-file", metavar="FILE", help="sign with HMAC-SHA256 under this key "
+                   "(the file's bytes, one trailing newline removed)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = verb("export", _cmd_export, "write a session as JSON lines, one event a line, hashes "
+             "included", prints=False)
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = verb("blob", _cmd_blob, "write a blob's raw bytes", prints=False)
+    p.add_argument("hash", metavar="HASH", help="the blob's hash, or a unique prefix of at "
+                   "least 8 hex digits")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = verb("demo", _cmd_demo, "append a deterministic demo agent session, then verify it")
+    p.add_argument("--turns", type=int, default=demo.DEFAULT_TURNS, metavar="N",
+                   help=f"number of turns (default {demo.DEFAULT_TURNS})")
+    p.add_argument("--session", default=demo.DEFAULT_SESSION,
+                   help=f"session id (default {demo.DEFAULT_SESSION!r})")
+    p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``turnlog`` command.
+
+    Parameters:
+        argv: the arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 ok, 1 a check failed, 2 usage error, 3 turnlog
+        error, 4 store missing.
+    """
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE if exc.code else EXIT_OK
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except _UsageError as exc:
+        print(f"turnlog: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except _NoStoreError as exc:
+        print(f"turnlog: error: {exc}", file=sys.stderr)
+        return EXIT_NO_STORE
+    except turnlog.KernelError as exc:
+        print(f"turnlog: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except (BrokenPipeError, _PipeClosedError):
+        # The reader went away (``turnlog log s | head``): stop quietly, and keep
+        # the interpreter from complaining when it flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+    except KeyboardInterrupt:
+        return 130
