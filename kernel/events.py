@@ -104,11 +104,14 @@ class TextPart(_Part, tag="text", frozen=True):
 
 class ReasoningPart(_Part, tag="reasoning", frozen=True):
     """Reasoning/thinking output. ``opaque`` holds provider-encrypted content or a
-    signature that must be sent back verbatim; ``text`` is the readable part."""
+    signature that must be sent back verbatim; ``text`` is the readable part;
+    ``id`` is the provider's id of the reasoning item when it must be sent back
+    with it (OpenAI Responses ``rs_...``)."""
 
     text: str = ""
     opaque: str = ""
     provider: Name = ""
+    id: OptId = ""
 
 
 class ToolCall(_Part, tag="tool_call", frozen=True):
