@@ -273,10 +273,19 @@ class Compactor:
             return None
         first = _first_pos(view, chosen[0])
         last = max(view.items[i].pos for u in chosen for i in u.items)
-        # No kept unit may have items inside the span (a late result of a kept call).
-        for unit in units[stop:]:
-            if any(first <= view.items[i].pos <= last for i in unit.items):
-                last = min(last, _first_pos(view, unit) - 1)
+        # No kept unit may lie in the span and no unit may straddle its end (a
+        # result that arrived after the next turn started): cut before such a
+        # unit and check again until none does.
+        changed = True
+        while changed and last >= first:
+            changed = False
+            for unit in units:
+                positions = [view.items[i].pos for i in unit.items]
+                inside = [first <= p <= last for p in positions]
+                kept = unit.index >= stop
+                if any(inside) and (kept or not all(inside)) and min(positions) >= first:
+                    last = min(positions) - 1
+                    changed = True
         if last < first:
             return None
         return first, last
@@ -348,16 +357,19 @@ class Compactor:
                     else set()
                 turns.append((first, last, tokens, words, len(unit.items)))
             else:
-                f, _, t, w, m = turns[-1]
-                turns[-1] = (f, last, t + tokens, w, m + len(unit.items))
+                f, end, t, w, m = turns[-1]
+                turns[-1] = (f, max(end, last), t + tokens, w, m + len(unit.items))
+        unsafe = _straddled(view, [t[0] for t in turns])
         segments: list[tuple[int, int]] = []
         start = -1
         size = msgs = 0
+        end = -1
         previous: set[str] = set()
         for first, last, tokens, words, count in turns:
             shift = bool(previous) and bool(words) and _jaccard(previous, words) < 0.1
-            if start >= 0 and ((size >= target) or (shift and size >= minimum
-                                                    and msgs >= policy.segment_min_messages)):
+            if start >= 0 and first not in unsafe and (
+                    (size >= target) or (shift and size >= minimum
+                                         and msgs >= policy.segment_min_messages)):
                 segments.append((start, first - 1))
                 start = -1
                 size = msgs = 0
@@ -366,7 +378,7 @@ class Compactor:
             size += tokens
             msgs += count
             previous = words or previous
-            end = last
+            end = max(end, last)
         if start >= 0:
             if segments and size < minimum:
                 segments[-1] = (segments[-1][0], end)
@@ -476,6 +488,21 @@ def _call_with_timeout(fn: Callable[[], Summary], timeout: float) -> Summary:
     if error:
         raise error[0]
     return result[0]
+
+
+def _straddled(view: Projection, cuts: list[int]) -> set[int]:
+    """The cut positions that would separate items of one unit (a late result)."""
+    cuts = sorted(cuts)
+    unsafe: set[int] = set()
+    for unit in view.units:
+        if len(unit.items) < 2:
+            continue
+        positions = [view.items[i].pos for i in unit.items]
+        low, high = min(positions), max(positions)
+        if high - low <= len(unit.items) - 1:
+            continue  # contiguous: no turn can start inside it
+        unsafe.update(c for c in cuts if low < c <= high)
+    return unsafe
 
 
 def _first_pos(view: Projection, unit: Unit) -> int:
