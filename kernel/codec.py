@@ -73,7 +73,8 @@ def decode_event(data: bytes) -> Event:
     """
     try:
         return _EVENT_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
+            RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog event: {exc}") from exc
 
 
@@ -81,7 +82,8 @@ def decode_body(data: bytes) -> Body:
     """Decode the msgpack of one payload (used by fuzzing and importers)."""
     try:
         return _BODY_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
+            RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog payload: {exc}") from exc
 
 

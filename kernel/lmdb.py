@@ -230,8 +230,10 @@ class LMDBStore(Store):
         if os.getpid() != self._pid:
             raise ForkedProcessError(
                 f"this handle on {self.location!r} was opened in process {self._pid} and is used "
-                f"in child {os.getpid()} after fork(); LMDB forbids that. Open the store again "
-                "in the child (turnlog.open(path))")
+                f"in child {os.getpid()} after fork(); LMDB forbids that, and the inherited "
+                "handle keeps the child from opening the path again. Start workers with the "
+                "'spawn' start method (multiprocessing.get_context('spawn')) or a subprocess, "
+                "or open the log only after fork(), in the process that uses it")
 
     @contextmanager
     def _guard(self) -> Iterator[None]:

@@ -628,7 +628,8 @@ class Log:
                         return VerifyReport(False, Problem(session, checkpoint.seq,
                                             "the session is gone: the log was truncated or "
                                             "replaced since the checkpoint"), 0, 0, 0)
-                    raise UnknownSessionError(f"no session {session!r} to verify")
+                    raise UnknownSessionError(f"no session {session!r} to verify; list sessions "
+                                              "with `turnlog sessions`")
             checked_blobs: set[str] = set()
             for name, head_seq, head_hash in heads:
                 problem, count, nblobs = self._verify_session(txn, name, head_seq, head_hash,
@@ -736,7 +737,8 @@ class Log:
         """
         head = self.head(session)
         if head is None:
-            raise UnknownSessionError(f"no session {session!r}")
+            raise UnknownSessionError(f"no session {session!r} to checkpoint; list sessions "
+                                      "with `turnlog sessions`")
         cp = Checkpoint(session=session, seq=head.seq, hash=head.hash.hex())
         if key is not None:
             if not isinstance(key, bytes) or not key:

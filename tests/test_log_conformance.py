@@ -467,7 +467,7 @@ def test_blob_of_an_unknown_hash_raises(log: Log) -> None:
         log.blob("0" * 64)
 
 
-# -- forks and rewinds -----------------------------------------------------------------------
+# -- forks and rewinds ---------------------------------------------------------------------
 def test_fork_starts_with_a_session_forked_event_chained_to_the_source(log: Log) -> None:
     fill(log, "main", 5)
     source = log.get("main", 2)
@@ -547,7 +547,7 @@ def test_rewind_must_point_before_itself(log: Log) -> None:
     assert dump(log) == before
 
 
-# -- verify and checkpoints ------------------------------------------------------------------
+# -- verify and checkpoints ----------------------------------------------------------------
 def test_verify_of_an_intact_log_is_ok(log: Log) -> None:
     fill(log, "a", 3)
     log.append("b", ToolResultAdded(call_id="c", tool_name="bash", output=big_output()))

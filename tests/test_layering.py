@@ -1,0 +1,145 @@
+"""The import graph points one way: tools -> adapters -> kernel, and the kernel stays offline.
+
+Rules (checked on the source with `ast`, so an import inside a function or an
+``if TYPE_CHECKING`` block counts too):
+
+* ``kernel/`` (``turnlog``) never imports ``turnlog.adapters`` or ``turnlog.tools``;
+* ``adapters/`` never imports ``turnlog.tools``;
+* only ``kernel/lmdb.py`` imports the ``lmdb`` package;
+* ``kernel/`` never imports networking: ``http``, ``socket``, ``urllib``, ``requests``
+  (nor ``httpx``, ``aiohttp``, ``urllib3``, ``ssl``, ``websockets``).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = {"kernel": "turnlog", "adapters": "turnlog.adapters", "tools": "turnlog.tools"}
+NETWORK = ("http", "socket", "urllib", "requests", "httpx", "aiohttp", "urllib3", "ssl",
+           "websockets")
+
+
+def imported_modules(source: str, package: str) -> Iterator[tuple[int, str]]:
+    """``(line, absolute module name)`` for every import in ``source``.
+
+    ``package`` is the package the module lives in, used to resolve relative
+    imports. ``from a import b`` yields both ``a`` and ``a.b`` (``b`` may be a
+    submodule). ``__import__("x")`` and ``importlib.import_module("x")`` with a
+    literal name count as imports of ``x``.
+    """
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = parts[: len(parts) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            yield node.lineno, module
+            for alias in node.names:
+                yield node.lineno, f"{module}.{alias.name}"
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else "")
+            first = node.args[0]
+            if name in ("__import__", "import_module") and isinstance(first, ast.Constant) \
+                    and isinstance(first.value, str):
+                yield node.lineno, first.value
+
+
+def within(module: str, prefix: str) -> bool:
+    """True when ``module`` is ``prefix`` or inside it."""
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def violations(source: str, folder: str, filename: str) -> list[str]:
+    """Every broken rule in one module of ``folder`` (kernel, adapters, tools)."""
+    found: list[str] = []
+    # the package a module sits in: its folder's package plus any subfolders
+    package = ".".join([PACKAGES[folder], *Path(filename).parent.parts])
+    for line, module in imported_modules(source, package):
+        where = f"{folder}/{filename}:{line} imports {module}"
+        if folder == "kernel" and (within(module, "turnlog.adapters")
+                                   or within(module, "turnlog.tools")):
+            found.append(f"{where}: the kernel must not depend on adapters or tools")
+        if folder == "adapters" and within(module, "turnlog.tools"):
+            found.append(f"{where}: adapters must not depend on tools")
+        if within(module, "lmdb") and (folder, filename) != ("kernel", "lmdb.py"):
+            found.append(f"{where}: only kernel/lmdb.py may import lmdb")
+        if folder == "kernel" and any(within(module, net) for net in NETWORK):
+            found.append(f"{where}: the kernel does no network I/O")
+    return found
+
+
+def project_modules() -> Iterator[tuple[str, str, str]]:
+    """``(folder, path relative to the folder, source)`` for every project module."""
+    for folder in PACKAGES:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            yield folder, path.relative_to(ROOT / folder).as_posix(), path.read_text("utf-8")
+
+
+MODULES = list(project_modules())
+
+
+@pytest.mark.parametrize(("folder", "filename", "source"), MODULES,
+                         ids=[f"{f}/{n}" for f, n, _ in MODULES])
+def test_module_respects_the_layering(folder: str, filename: str, source: str) -> None:
+    assert violations(source, folder, filename) == []
+
+
+def test_every_layer_has_modules_to_check() -> None:
+    folders = {folder for folder, _, _ in MODULES}
+    assert folders == set(PACKAGES)
+    assert ("kernel", "lmdb.py") in {(f, n) for f, n, _ in MODULES}
+
+
+def test_lmdb_backend_is_found_importing_lmdb() -> None:
+    source = (ROOT / "kernel" / "lmdb.py").read_text("utf-8")
+    assert any(module == "lmdb" for _, module in imported_modules(source, "turnlog"))
+
+
+@pytest.mark.parametrize(("folder", "filename", "source"), [
+    ("kernel", "pack.py", "from turnlog.adapters import openai"),
+    ("kernel", "pack.py", "import turnlog.tools.cli"),
+    ("kernel", "pack.py", "from .adapters import anthropic"),
+    ("kernel", "pack.py", "from . import tools"),
+    ("kernel", "pack.py", "def f():\n    from .tools.cli import main\n"),
+    ("kernel", "store.py", "import lmdb"),
+    ("kernel", "log.py", "from lmdb import Environment"),
+    ("kernel", "view.py", "import socket"),
+    ("kernel", "view.py", "from http.client import HTTPConnection"),
+    ("kernel", "view.py", "import urllib.request"),
+    ("kernel", "view.py", "import requests"),
+    ("kernel", "view.py", "importlib.import_module('httpx')"),
+    ("kernel", "view.py", "__import__('socket')"),
+    ("adapters", "openai.py", "from turnlog.tools import cli"),
+    ("adapters", "openai.py", "from ..tools import cli"),
+    ("adapters", "openai.py", "from .. import tools"),
+    ("adapters", "openai.py", "import lmdb"),
+    ("tools", "cli.py", "import lmdb"),
+], ids=lambda value: value if isinstance(value, str) and "\n" not in value else None)
+def test_checker_catches_a_forbidden_import(folder: str, filename: str, source: str) -> None:
+    assert violations(source, folder, filename)
+
+
+@pytest.mark.parametrize(("folder", "filename", "source"), [
+    ("kernel", "lmdb.py", "import lmdb"),
+    ("kernel", "log.py", "from .store import Store"),
+    ("kernel", "log.py", "from . import events"),
+    ("adapters", "openai.py", "from .. import Log"),
+    ("adapters", "openai.py", "import turnlog"),
+    ("tools", "cli.py", "from turnlog.adapters import openai"),
+    ("tools", "cli.py", "import socket"),
+    ("kernel", "view.py", "import httpcore_like_name_but_not_http"),
+])
+def test_checker_allows_a_permitted_import(folder: str, filename: str, source: str) -> None:
+    assert violations(source, folder, filename) == []

@@ -1,0 +1,185 @@
+"""Tampering with a stored log is caught by ``verify``, which names the place.
+
+Most tests write an LMDB store, close it, change bytes inside ``data.mdb``
+(found by a marker string unique to one event or one blob), reopen it and
+check that `Log.verify` returns a failing report naming the exact session and
+seq, never raising. The last one plants undecodable records through the
+`Store` interface, on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import blake3
+import msgspec
+import pytest
+import turnlog
+from turnlog import GENESIS, Event, ToolResultAdded, UserMessageAdded, VerifyReport, WriteTxn
+
+EVENT_MARKER = b"EVENT-MARKER-5c1e9a"
+BLOB_MARKER = b"BLOB-MARKER-77d0b3"
+MARKED_SEQ = 2
+BLOB_SEQ = 4
+
+
+def build(path: Path) -> dict[str, object]:
+    """A store with two sessions; ``s#2`` holds the event marker, ``s#4`` a blob with the
+    blob marker in the middle (outside the preview kept in the event). Returns facts."""
+    padding = "p" * 3000  # a large record: stored once, on its own (overflow) pages
+    output = "".join(f"output line {i}\n" for i in range(8_000))
+    middle = len(output) // 2
+    output = output[:middle] + BLOB_MARKER.decode() + output[middle:]
+    with turnlog.open(path) as log:
+        log.append("s", [UserMessageAdded(text="zero"), UserMessageAdded(text="one")])
+        log.append("s", UserMessageAdded(text=f"{EVENT_MARKER.decode()} {padding}"))
+        log.append("s", UserMessageAdded(text="three"))
+        done = log.append("s", ToolResultAdded(call_id="c", tool_name="bash", output=output))
+        log.append("s", UserMessageAdded(text="five"))
+        log.append("t", [UserMessageAdded(text="other session")])
+        assert done.first_seq == BLOB_SEQ
+        body = log.get("s", BLOB_SEQ).body
+        assert body.blob is not None and BLOB_MARKER.decode() not in body.output
+        events = log.read("s")
+        assert log.verify().ok
+        return {"blob": body.blob.hash, "hashes": [e.hash for e in events],
+                "prevs": [e.prev for e in events]}
+
+
+def patch(path: Path, needle: bytes, change: Callable[[bytearray, int], None]) -> int:
+    """Apply ``change(data, offset)`` at every occurrence of ``needle`` in ``data.mdb``.
+
+    Returns the number of occurrences (stale copies in free pages are changed too;
+    only the live one matters).
+    """
+    data_file = path / "data.mdb"
+    data = bytearray(data_file.read_bytes())
+    found = 0
+    start = data.find(needle)
+    while start != -1:
+        change(data, start)
+        found += 1
+        start = data.find(needle, start + 1)
+    data_file.write_bytes(bytes(data))
+    return found
+
+
+def flip_low_bit(offset: int) -> Callable[[bytearray, int], None]:
+    """A change that flips the lowest bit of the byte ``offset`` bytes into the match."""
+    def change(data: bytearray, start: int) -> None:
+        data[start + offset] ^= 0x01
+    return change
+
+
+def set_byte(offset: int, value: int) -> Callable[[bytearray, int], None]:
+    """A change that overwrites the byte ``offset`` bytes into the match with ``value``."""
+    def change(data: bytearray, start: int) -> None:
+        data[start + offset] = value
+    return change
+
+
+def verify_reopened(path: Path) -> tuple[VerifyReport, VerifyReport, VerifyReport]:
+    """Reopen the store; verify all, session ``s`` alone and session ``t`` alone."""
+    with turnlog.open(path) as log:
+        return log.verify(), log.verify("s"), log.verify("t")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    """The directory of a freshly built, closed store."""
+    path = tmp_path / "store"
+    build(path)
+    return path
+
+
+@pytest.mark.parametrize(("how", "change", "reason"), [
+    ("a letter of the text changed", flip_low_bit(3), "does not match the content"),
+    ("an invalid UTF-8 byte in the text", set_byte(3, 0xFF), "does not decode"),
+], ids=["letter", "invalid-utf8"])
+def test_verify_names_the_event_whose_bytes_changed(
+        store: Path, how: str, change: Callable[[bytearray, int], None], reason: str) -> None:
+    assert patch(store, EVENT_MARKER, change) >= 1, how
+    everything, session, other = verify_reopened(store)
+    for report in (everything, session):
+        assert isinstance(report, VerifyReport)
+        assert not report.ok
+        assert report.problem is not None
+        assert (report.problem.session, report.problem.seq) == ("s", MARKED_SEQ)
+        assert reason in report.problem.reason
+        assert f"s#{MARKED_SEQ}" in str(report.problem)
+    assert other.ok
+
+
+def test_verify_names_the_event_whose_stored_hash_changed(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    facts = build(path)
+    seq = 1
+    header = facts["prevs"][seq] + facts["hashes"][seq]  # type: ignore[index]
+    assert patch(path, header, flip_low_bit(40)) >= 1
+    everything, session, _ = verify_reopened(path)
+    for report in (everything, session):
+        assert not report.ok and report.problem is not None
+        assert (report.problem.session, report.problem.seq) == ("s", seq)
+
+
+def test_verify_names_the_event_that_references_a_changed_blob(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    facts = build(path)
+    assert patch(path, BLOB_MARKER, flip_low_bit(5)) >= 1
+    everything, session, other = verify_reopened(path)
+    for report in (everything, session):
+        assert not report.ok and report.problem is not None
+        assert (report.problem.session, report.problem.seq) == ("s", BLOB_SEQ)
+        assert report.problem.blob == facts["blob"]
+        assert "blob" in report.problem.reason
+    assert other.ok
+
+
+def test_changed_event_reads_back_changed_or_raises_a_kernel_error(store: Path) -> None:
+    # Reading does not verify, but it must never fail with anything but a KernelError.
+    patch(store, EVENT_MARKER, set_byte(3, 0xFF))
+    with turnlog.open(store) as log, pytest.raises(turnlog.StoreCorruptError) as info:
+        log.read("s")
+    assert "turnlog verify" in str(info.value)
+
+
+def test_untouched_store_verifies_after_reopen(store: Path) -> None:
+    everything, session, other = verify_reopened(store)
+    assert everything.ok and session.ok and other.ok
+    assert (everything.sessions, everything.events, everything.blobs) == (2, 7, 1)
+
+
+
+def _garbage_records() -> dict[str, bytes]:
+    """Canonical-looking bytes that do not decode as an event, by kind of damage."""
+    good = msgspec.msgpack.Encoder(order="deterministic").encode(
+        Event(session="x", seq=0, body=UserMessageAdded(text="hello"), meta={"a": 1}))
+    return {
+        "invalid-utf8": good.replace(b"hello", b"h\xffllo"),
+        "nested-200000-deep": good.replace(b"\xa1a\x01", b"\xa1a" + b"\x91" * 200_000 + b"\x01"),
+        "truncated": good[: len(good) // 2],
+        "not-msgpack": b"\xc1" * 10,
+        "a-bare-int": b"\x05",
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(_garbage_records()))
+def test_verify_reports_a_record_that_does_not_decode(log: turnlog.Log, kind: str) -> None:
+    # Damage written through the Store interface, so it runs on every backend.
+    log.append("s", UserMessageAdded(text="intact"))
+    canonical = _garbage_records()[kind]
+    digest = blake3.blake3(GENESIS + canonical).digest()
+
+    def plant(txn: WriteTxn) -> None:
+        txn.put_event("x", 0, GENESIS + digest + canonical)
+        txn.set_head("x", 0, digest)
+
+    log.store.write(plant)
+    report = log.verify()
+    assert not report.ok and report.problem is not None
+    assert (report.problem.session, report.problem.seq) == ("x", 0)
+    assert "does not decode" in report.problem.reason
+    assert log.verify("s").ok
+    with pytest.raises(turnlog.StoreCorruptError):
+        log.read("x")
