@@ -231,11 +231,29 @@ def _render_value(name: str, value: object, indent: str, lines: list[str]) -> No
                 skip |= {"name", "id"}
             lines.append(f"{indent}  {label}")
             for k, v in item.items():
-                if k not in skip:
+                if k in skip:
+                    continue
+                if k == "arguments" and item.get("type") == "tool_call":
+                    _render_arguments(v, indent + "      ", lines)
+                else:
                     _render_value(k, v, indent + "      ", lines)
     else:
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         lines.append(f"{indent}{name:<10} {shown}")
+
+
+def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
+    """A tool call's arguments: one line per argument when they are a JSON object."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        _render_value("arguments", text, indent, lines)
+        return
+    lines.append(f"{indent}arguments")
+    for key, value in parsed.items():
+        _render_value(str(key), value, indent + "  ", lines)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -277,6 +295,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refs(count: int) -> str:
+    return f"{count} blob ref{'s' * (count != 1)}"
+
+
 def _problem_json(problem: turnlog.Problem | None) -> dict[str, Any] | None:
     if problem is None:
         return None
@@ -312,7 +334,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             extra = (f"; extends checkpoint {checkpoint.session}#{checkpoint.seq} "
                      f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
         print(f"ok: {report.sessions} session{'s' * (report.sessions != 1)}, {report.events} "
-              f"events, {report.blobs} blob refs intact{extra}")
+              f"events, {_refs(report.blobs)} intact{extra}")
     else:
         print(f"FAILED: {report.problem}")
         print(f"(checked {report.events} events in {report.sessions} "
@@ -418,9 +440,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                   f"({where})")
         else:
             print(f"appended {result.appended} events in {result.turns} turns "
-                  f"({result.present} already present), {result.blobs} blob refs; {where}")
+                  f"({result.present} already present), {_refs(result.blobs)}; {where}")
         if report.ok:
-            print(f"verify: ok ({report.events} events, {report.blobs} blob refs)")
+            print(f"verify: ok ({report.events} events, {_refs(report.blobs)})")
         else:
             print(f"verify: FAILED: {report.problem}")
     return EXIT_OK if report.ok else EXIT_FAILED

@@ -1,0 +1,434 @@
+"""The turnlog command: every verb, its output formats and its exit codes.
+
+Most tests call ``main`` in-process against a store filled once by the demo;
+a few run the installed ``turnlog`` console script in a subprocess.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import blake3
+import pytest
+import turnlog
+from turnlog.tools import demo
+from turnlog.tools.cli import main
+
+SESSION = demo.DEFAULT_SESSION
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Run ``main`` and return ``(exit code, stdout, stderr)``."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def script() -> str:
+    """The installed console script."""
+    found = shutil.which("turnlog") or str(Path(sys.executable).with_name("turnlog"))
+    assert Path(found).exists(), "the turnlog console script is not installed"
+    return found
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A store holding the default demo session (read-only for the tests)."""
+    path = tmp_path_factory.mktemp("cli") / "store"
+    assert main(["--store", str(path), "demo"]) == 0
+    return path
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Path:
+    """A path for a new store."""
+    return tmp_path / "store"
+
+
+def first_blob(path: Path) -> tuple[turnlog.Event, turnlog.BlobRef]:
+    """The first tool result of the demo whose output went to a blob, and its ref."""
+    with turnlog.open(path, readonly=True) as log:
+        for event in log.read(SESSION, kinds=["tool_result"]):
+            if isinstance(event.body, turnlog.ToolResultAdded) and event.body.blob is not None:
+                return event, event.body.blob
+    raise AssertionError("the demo has no blob")
+
+
+def head_of(path: Path, session: str = SESSION) -> turnlog.Head:
+    with turnlog.open(path, readonly=True) as log:
+        head = log.head(session)
+    assert head is not None
+    return head
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+def test_demo_prints_a_line_per_turn_and_ends_with_verify(capsys: pytest.CaptureFixture[str],
+                                                          fresh: Path) -> None:
+    code, out, err = run(capsys, "--store", str(fresh), "demo", "--turns", "6")
+    lines = out.splitlines()
+    assert code == 0 and err == ""
+    assert [line.split()[1] for line in lines[:6]] == ["1", "2", "3", "4", "5", "6"]
+    assert "Importing our 2023 statement" in lines[0]
+    assert lines[-2].startswith("appended ")
+    assert lines[-1].startswith("verify: ok")
+
+
+def test_demo_default_session_is_long_and_has_blobs(store: Path) -> None:
+    with turnlog.open(store, readonly=True) as log:
+        events = log.read(SESSION)
+        report = log.verify()
+    assert len(events) >= 300
+    assert {e.time for e in events} and all(e.key and e.key.startswith("demo-") for e in events)
+    kinds = {e.kind for e in events}
+    assert kinds >= {"system", "tools", "user", "assistant", "tool_result", "notification",
+                     "memory", "pin"}
+    assert report.ok and report.blobs >= 5
+    assert sum(len(e.body.parts) > 2 for e in events if isinstance(
+        e.body, turnlog.AssistantMessageAdded)) >= 10  # parallel tool calls
+
+
+def test_demo_rerun_appends_nothing(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    before = head_of(store)
+    code, out, _ = run(capsys, "--store", str(store), "demo")
+    assert code == 0
+    assert "nothing new appended" in out
+    assert out.count("  already in the log") == demo.DEFAULT_TURNS
+    assert head_of(store) == before
+
+
+def test_demo_is_deterministic(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                               store: Path) -> None:
+    other = tmp_path / "other"
+    code, out, _ = run(capsys, "--store", str(other), "demo", "--json")
+    assert code == 0
+    result = json.loads(out.splitlines()[-1])
+    assert result["type"] == "result" and result["verify"]["ok"]
+    assert bytes.fromhex(result["head_hash"]) == head_of(store).hash
+    assert demo.demo_events(12) == demo.demo_events(12)
+    assert demo.demo_events(12) == demo.demo_events(20)[:12]
+    assert demo.demo_events(3, seed=8) != demo.demo_events(3)
+
+
+def test_demo_extends_a_shorter_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    grown, direct = tmp_path / "grown", tmp_path / "direct"
+    assert main(["--store", str(grown), "demo", "--turns", "3"]) == 0
+    capsys.readouterr()
+    code, out, _ = run(capsys, "--store", str(grown), "demo", "--turns", "5", "--json")
+    turns = [json.loads(line) for line in out.splitlines()[:-1]]
+    assert code == 0
+    assert [t["duplicate"] for t in turns] == [True, True, True, False, False]
+    assert main(["--store", str(direct), "demo", "--turns", "5"]) == 0
+    assert head_of(grown) == head_of(direct)
+
+
+def test_demo_refuses_a_session_written_with_another_seed(capsys: pytest.CaptureFixture[str],
+                                                          fresh: Path) -> None:
+    assert main(["--store", str(fresh), "demo", "--turns", "2"]) == 0
+    capsys.readouterr()
+    code, _, err = run(capsys, "--store", str(fresh), "demo", "--turns", "2", "--seed", "8")
+    assert code == 3
+    assert err.startswith("turnlog: error: session 'demo' already holds a different demo")
+    assert "Traceback" not in err
+
+
+def test_run_demo_calls_the_turn_hook() -> None:
+    seen: list[demo.TurnResult] = []
+    log = turnlog.open(":memory:")
+    result = demo.run_demo(log, turns=4, on_turn=seen.append)
+    assert [t.turn for t in seen] == [1, 2, 3, 4]
+    assert seen[0].user_text.startswith("Importing our 2023 statement")
+    assert seen[-1].appended.last_seq == result.head.seq
+    assert result.appended == sum(len(t.drafts) for t in seen) and result.present == 0
+
+
+# -- sessions, log, show -------------------------------------------------------------------
+
+def test_sessions_text_and_json(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    head = head_of(store)
+    code, out, _ = run(capsys, "--store", str(store), "sessions")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["SESSION", "HEAD", "EVENTS", "HEAD", "HASH"]
+    assert out.splitlines()[1].split() == [SESSION, str(head.seq), str(head.seq + 1),
+                                           head.hash.hex()[:16]]
+    code, out, _ = run(capsys, "--store", str(store), "sessions", "--json")
+    doc = json.loads(out)
+    assert doc["sessions"] == [{"session": SESSION, "head_seq": head.seq,
+                                "events": head.seq + 1, "head_hash": head.hash.hex()}]
+
+
+def test_store_comes_from_the_environment(capsys: pytest.CaptureFixture[str], store: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNLOG_STORE", str(store))
+    code, out, _ = run(capsys, "sessions", "--json")
+    assert code == 0 and json.loads(out)["store"] == str(store)
+    code, out, _ = run(capsys, "sessions", "--store", str(store), "--json")  # after the verb
+    assert code == 0
+
+
+def test_log_lists_every_event_with_a_summary(capsys: pytest.CaptureFixture[str],
+                                              store: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "log", SESSION)
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == head_of(store).seq + 1
+    assert lines[0].split()[:4] == ["0", "2024-03-12", "09:00:00", "system"]
+    first_read = next(line for line in lines if "tool_result" in line and "blob" in line)
+    assert "Read ok" in first_read and "KB blob " in first_read
+    assert any("-> Read(" in line and "Read(" in line.split("->")[1] for line in lines)
+
+
+def test_log_filters_and_json_lines(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "log", SESSION, "--from", "100",
+                       "--kind", "user", "--kind", "notification", "--limit", "5", "--json")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(records) == 5
+    assert all(r["seq"] >= 100 and r["kind"] in ("user", "notification") for r in records)
+    assert set(records[0]) >= {"session", "seq", "kind", "time", "key", "causation", "hash",
+                               "summary"}
+    code, out, _ = run(capsys, "--store", str(store), "log", SESSION, "--kind", "tool_result",
+                       "--json")
+    blobs = [json.loads(line)["blob"] for line in out.splitlines() if '"blob"' in line]
+    assert len(blobs) >= 4
+
+
+def test_show_prints_one_event_in_full(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    event, _ = first_blob(store)
+    code, out, _ = run(capsys, "--store", str(store), "show", SESSION, str(event.seq))
+    assert code == 0
+    assert out.startswith(f"{SESSION}#{event.seq}  tool_result\n")
+    assert f"prev       {event.prev.hex()}" in out and f"hash       {event.hash.hex()}" in out
+    assert "turnlog blob HASH" in out
+    code, out, _ = run(capsys, "--store", str(store), "show", SESSION, str(event.seq), "--json")
+    raw = json.loads(out)
+    assert raw["hash"] == event.hash.hex() and raw["body"]["type"] == "tool_result"
+
+
+def test_show_counts_negative_seqs_from_the_head(capsys: pytest.CaptureFixture[str],
+                                                 store: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "show", SESSION, "-1", "--json")
+    assert code == 0 and json.loads(out)["seq"] == head_of(store).seq
+
+
+# -- verify and checkpoints ----------------------------------------------------------------
+
+def test_verify_intact_store(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "verify")
+    assert code == 0 and out.startswith("ok: 1 session, ")
+    code, out, _ = run(capsys, "--store", str(store), "verify", SESSION, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] and doc["problem"] is None
+    assert doc["events"] == head_of(store).seq + 1
+
+
+def tamper(source: Path, target: Path, marker: bytes) -> None:
+    """Copy a store and flip one bit of every copy of ``marker`` in its data file."""
+    shutil.copytree(source, target)
+    data = bytearray((target / "data.mdb").read_bytes())
+    at = data.find(marker)
+    assert at >= 0
+    while at >= 0:
+        data[at] ^= 0x01
+        at = data.find(marker, at + 1)
+    (target / "data.mdb").write_bytes(bytes(data))
+
+
+def test_verify_names_the_first_bad_event(capsys: pytest.CaptureFixture[str], store: Path,
+                                          tmp_path: Path) -> None:
+    with turnlog.open(store, readonly=True) as log:
+        seq = next(e.seq for e in log.read(SESSION, kinds=["user"])
+                   if isinstance(e.body, turnlog.UserMessageAdded)
+                   and e.body.text.startswith("Plan looks good"))
+    bad = tmp_path / "bad"
+    tamper(store, bad, b"Plan looks good, go ahead")
+    code, out, _ = run(capsys, "--store", str(bad), "verify")
+    assert code == 1
+    assert out.startswith(f"FAILED: {SESSION}#{seq}: ")
+    code, out, _ = run(capsys, "--store", str(bad), "verify", "--json")
+    problem = json.loads(out)["problem"]
+    assert code == 1 and (problem["session"], problem["seq"]) == (SESSION, seq)
+
+
+def test_verify_finds_a_damaged_blob(capsys: pytest.CaptureFixture[str], store: Path,
+                                     tmp_path: Path) -> None:
+    event, ref = first_blob(store)
+    with turnlog.open(store, readonly=True) as log:
+        data = log.blob(ref)
+    middle = data[len(data) // 2:len(data) // 2 + 48]  # far from the preview's head and tail
+    bad = tmp_path / "bad"
+    tamper(store, bad, middle)
+    code, out, _ = run(capsys, "--store", str(bad), "verify", "--json")
+    problem = json.loads(out)["problem"]
+    assert code == 1
+    assert (problem["seq"], problem["blob"]) == (event.seq, ref.hash)
+    assert "blob" in problem["reason"]
+
+
+def test_signed_checkpoint_round_trip(capsys: pytest.CaptureFixture[str], store: Path,
+                                      tmp_path: Path) -> None:
+    key, cp = tmp_path / "key", tmp_path / "cp.json"
+    key.write_bytes(b"correct horse\n")
+    code, _, err = run(capsys, "--store", str(store), "checkpoint", SESSION, "--key-file",
+                       str(key), "-o", str(cp))
+    assert code == 0 and "signed" in err
+    doc = json.loads(cp.read_text())
+    head = head_of(store)
+    assert (doc["session"], doc["seq"], doc["hash"]) == (SESSION, head.seq, head.hash.hex())
+    assert len(doc["mac"]) == 64
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp),
+                       "--key-file", str(key))
+    assert code == 0 and "signature ok" in out
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp))
+    assert code == 1 and out.startswith("FAILED: checkpoint:")
+    key.write_bytes(b"wrong horse")
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp),
+                       "--key-file", str(key), "--json")
+    assert code == 1 and "does not match" in json.loads(out)["error"]
+
+
+def test_checkpoint_to_stdout_and_a_log_that_no_longer_extends_it(
+        capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "checkpoint", SESSION)
+    doc = json.loads(out)
+    assert code == 0 and doc["mac"] == ""
+    cp = tmp_path / "cp.json"
+    cp.write_text(json.dumps({**doc, "seq": doc["seq"] + 10}))
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp))
+    assert code == 1 and "truncated" in out
+    cp.write_text(json.dumps({**doc, "seq": 5}))
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp))
+    assert code == 1 and "rewritten" in out
+
+
+# -- export and blobs ----------------------------------------------------------------------
+
+def test_export_writes_every_event_with_its_chain(capsys: pytest.CaptureFixture[str],
+                                                  store: Path, tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "export", SESSION)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(lines) == head_of(store).seq + 1
+    assert lines[0]["prev"] == "00" * 32
+    assert all(b["prev"] == a["hash"] for a, b in itertools.pairwise(lines))
+    target = tmp_path / "out.jsonl"
+    code, _, err = run(capsys, "--store", str(store), "export", SESSION, "-o", str(target))
+    assert code == 0 and "exported" in err
+    assert target.read_text() == out
+    assert turnlog.codec.event_from_json(out.splitlines()[5]).seq == 5
+
+
+def test_blob_writes_raw_bytes(capsysbinary: pytest.CaptureFixture[bytes], store: Path,
+                               tmp_path: Path) -> None:
+    _, ref = first_blob(store)
+    assert main(["--store", str(store), "blob", ref.hash]) == 0
+    data = capsysbinary.readouterr().out
+    assert len(data) == ref.size and blake3.blake3(data).hexdigest() == ref.hash
+    target = tmp_path / "blob.txt"
+    assert main(["--store", str(store), "blob", ref.hash[:10].upper(), "-o", str(target)]) == 0
+    assert target.read_bytes() == data
+
+
+def test_blob_errors(capsys: pytest.CaptureFixture[str], store: Path) -> None:
+    code, _, err = run(capsys, "--store", str(store), "blob", "abc")
+    assert code == 2 and "at least 8" in err
+    code, _, err = run(capsys, "--store", str(store), "blob", "not-hex!")
+    assert code == 2
+    code, _, err = run(capsys, "--store", str(store), "blob", "0" * 64)
+    assert code == 3 and err.startswith("turnlog: error: no blob")
+
+
+# -- exit codes ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    [], ["frobnicate"], ["log"], ["log", SESSION, "--kind", "bogus"], ["show", SESSION, "x"],
+    ["log", SESSION, "--from", "-3"], ["demo", "--turns", "0"], ["verify", "--key-file", "k"],
+])
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], store: Path,
+                             argv: list[str]) -> None:
+    code, _, err = run(capsys, "--store", str(store), *argv)
+    assert code == 2
+    assert "error" in err and "Traceback" not in err
+
+
+def test_unreadable_or_malformed_input_files_exit_2(capsys: pytest.CaptureFixture[str],
+                                                    store: Path, tmp_path: Path) -> None:
+    code, _, err = run(capsys, "--store", str(store), "verify", "--checkpoint",
+                       str(tmp_path / "missing.json"))
+    assert code == 2 and "cannot read checkpoint file" in err
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"session": "demo", "seq": "3"}')
+    code, _, err = run(capsys, "--store", str(store), "verify", "--checkpoint", str(bad))
+    assert code == 2 and "not a turnlog checkpoint" in err
+
+
+@pytest.mark.parametrize("argv", [["log", "nosuch"], ["show", "nosuch", "0"],
+                                  ["show", SESSION, "100000"], ["verify", "nosuch"],
+                                  ["checkpoint", "nosuch"], ["export", "nosuch"]])
+def test_turnlog_errors_exit_3_with_one_clean_line(capsys: pytest.CaptureFixture[str],
+                                                   store: Path, argv: list[str]) -> None:
+    code, out, err = run(capsys, "--store", str(store), *argv)
+    assert code == 3 and out == ""
+    assert err.startswith("turnlog: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("verb", [["sessions"], ["log", SESSION], ["verify"],
+                                  ["blob", "0" * 64]])
+def test_missing_store_exits_4(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                               verb: list[str]) -> None:
+    code, _, err = run(capsys, "--store", str(tmp_path / "nowhere"), *verb)
+    assert code == 4 and "no turnlog store" in err
+    assert not (tmp_path / "nowhere").exists()
+
+
+# -- the console script --------------------------------------------------------------------
+
+def test_console_script_end_to_end(tmp_path: Path) -> None:
+    env = {**os.environ, "TURNLOG_STORE": str(tmp_path / "store")}
+
+    def sh(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script(), *argv], capture_output=True, text=True, env=env,
+                              timeout=120, check=False)
+
+    done = sh("demo", "--turns", "5")
+    assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith("verify: ok")
+    sessions = json.loads(sh("sessions", "--json").stdout)["sessions"]
+    assert sessions[0]["session"] == SESSION
+    assert len(sh("log", SESSION).stdout.splitlines()) == sessions[0]["events"]
+    assert sh("show", SESSION, "0").stdout.startswith(f"{SESSION}#0  system")
+    assert sh("verify").returncode == 0
+    exported = sh("export", SESSION).stdout.splitlines()
+    assert len(exported) == sessions[0]["events"]
+    blob = next(json.loads(line)["blob"] for line in sh("log", SESSION, "--json").stdout
+                .splitlines() if '"blob"' in line)
+    raw = subprocess.run([script(), "blob", blob], capture_output=True, env=env, timeout=60,
+                         check=True).stdout
+    assert blake3.blake3(raw).hexdigest() == blob
+    assert json.loads(sh("checkpoint", SESSION).stdout)["seq"] == sessions[0]["head_seq"]
+    missing = sh("log", "nosuch")
+    assert missing.returncode == 3 and missing.stdout == ""
+    assert missing.stderr.startswith("turnlog: error: ") and "Traceback" not in missing.stderr
+    assert sh("log").returncode == 2
+
+
+def test_python_dash_m_runs_the_command(store: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "turnlog.tools", "--store", str(store),
+                           "sessions", "--json"], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0
+    assert json.loads(done.stdout)["sessions"][0]["session"] == SESSION
+
+
+def test_a_closed_pipe_ends_the_command_quietly(store: Path) -> None:
+    with subprocess.Popen([script(), "--store", str(store), "export", SESSION],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline().startswith(b"{")
+        proc.stdout.close()
+        err = proc.stderr.read()
+        code = proc.wait(timeout=60)
+    assert code == 0 and err == b""
