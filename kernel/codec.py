@@ -43,13 +43,16 @@ __all__ = [
     "decode_body",
     "decode_event",
     "encode_canonical",
+    "encode_event",
     "event_from_json",
     "event_to_json",
     "extract_blobs",
     "make_preview",
+    "seq_offset",
     "validate_body",
     "validate_meta",
     "validate_session_id",
+    "with_seq",
 ]
 
 MAX_META_DEPTH = 32
@@ -58,6 +61,33 @@ _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 _EVENT_DECODER = msgspec.msgpack.Decoder(Event)
 _BODY_DECODER = msgspec.msgpack.Decoder(Body)
 _JSON_ENCODER = msgspec.json.Encoder(order="deterministic")
+_PAYLOAD_TYPES = tuple(KINDS.values())
+
+
+def _holds_float(info: msgspec.inspect.Type, seen: frozenset[type] = frozenset()) -> bool:
+    mi = msgspec.inspect
+    if isinstance(info, mi.FloatType):
+        return True
+    if isinstance(info, mi.StructType):
+        return info.cls not in seen and any(_holds_float(f.type, seen | {info.cls})
+                                            for f in info.fields)
+    if isinstance(info, mi.UnionType):
+        return any(_holds_float(t, seen) for t in info.types)
+    if isinstance(info, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
+        return _holds_float(info.item_type, seen)
+    if isinstance(info, mi.TupleType):
+        return any(_holds_float(t, seen) for t in info.item_types)
+    if isinstance(info, mi.DictType):
+        return _holds_float(info.key_type, seen) or _holds_float(info.value_type, seen)
+    if isinstance(info, mi.Metadata):
+        return _holds_float(info.type, seen)
+    return False
+
+
+# Decoding turns an int given for a float field into a float, which encodes to other
+# bytes; events of these kinds are therefore always re-encoded from the validated copy.
+_FLOAT_KINDS = frozenset(cls for cls in _PAYLOAD_TYPES
+                         if _holds_float(msgspec.inspect.type_info(cls)))
 
 
 def encode_canonical(event: Event) -> bytes:
@@ -65,26 +95,81 @@ def encode_canonical(event: Event) -> bytes:
     return _ENCODER.encode(event)
 
 
-def decode_event(data: bytes) -> Event:
+def encode_event(event: Event) -> tuple[Event, bytes]:
+    """Validate a whole event in one round trip; return the copy and its canonical bytes.
+
+    ``event`` must have empty ``prev``/``hash`` and a payload of one of the
+    kinds (check that first: a dict standing in for a payload could decode).
+    The event is encoded once and decoded strictly against the schema. Its
+    canonical bytes are those of the validated copy; they equal the first
+    encoding unless validation changed a value (an int given for a float
+    field, a dict standing in for a nested struct), in which case the copy is
+    encoded again. The bytes then never depend on how the caller built the
+    event.
+
+    Raises:
+        InvalidEventError: the event does not fit the schema; `validate_body`
+            names the offending payload field.
+    """
+    try:
+        data = _ENCODER.encode(event)
+        checked: Event = _EVENT_DECODER.decode(data)
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(f"text is not valid UTF-8 ({exc.reason} at position "
+                                f"{exc.start}); remove lone surrogates") from exc
+    except (OverflowError, TypeError, ValueError) as exc:  # msgspec errors are ValueErrors
+        raise InvalidEventError(f"cannot encode event: {exc}") from exc
+    try:
+        same = type(checked.body) not in _FLOAT_KINDS and checked == event
+    except Exception:  # a str or int subclass with an odd __eq__
+        same = False
+    if not same:
+        data = _ENCODER.encode(checked)
+    return checked, data
+
+
+def seq_offset(session: str) -> int:
+    """Where the seq value sits in the canonical bytes of every event of ``session``.
+
+    The envelope is a map whose first entries are always ``session`` and
+    ``seq`` (required fields, in definition order) behind a one-byte header
+    (an event has fewer than 16 fields). The seq of an event encoded at seq 0
+    is therefore the single byte ``0x00`` at this offset, and replacing it by
+    the encoding of another seq gives that event's canonical bytes.
+    """
+    return 1 + 8 + len(_ENCODER.encode(session)) + 4
+
+
+def with_seq(data: bytes, offset: int, seq: int) -> bytes:
+    """The canonical bytes ``data`` of an event at seq 0, moved to ``seq``.
+
+    ``offset`` is `seq_offset` of the event's session.
+    """
+    return data[:offset] + _ENCODER.encode(seq) + data[offset + 1:]
+
+
+def decode_event(data: bytes | memoryview) -> Event:
     """Decode canonical bytes into an `Event` (with empty ``prev``/``hash``).
 
     Raises:
         DecodeError: the bytes are not a valid event of this schema.
     """
     try:
-        return _EVENT_DECODER.decode(data)
+        event: Event = _EVENT_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
             RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog event: {exc}") from exc
+    return event
 
 
 def decode_body(data: bytes) -> Body:
     """Decode the msgpack of one payload (used by fuzzing and importers)."""
     try:
-        return _BODY_DECODER.decode(data)
+        body: Body = _BODY_DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
             RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog payload: {exc}") from exc
+    return body
 
 
 def validate_session_id(session: object) -> str:
@@ -109,7 +194,7 @@ def validate_body(body: object, *, where: str = "event") -> Body:
         InvalidEventError: unknown kind, wrong type, out-of-range number,
             non-finite float, or text that is not valid UTF-8 (lone surrogates).
     """
-    if not isinstance(body, tuple(KINDS.values())):
+    if not isinstance(body, _PAYLOAD_TYPES):
         raise InvalidEventError(
             f"{where}: expected one of the payload kinds ({', '.join(sorted(KINDS))}), "
             f"found {type(body).__name__}; wrap payloads in their event class, e.g. "
@@ -122,7 +207,7 @@ def validate_body(body: object, *, where: str = "event") -> Body:
     except (OverflowError, TypeError, ValueError) as exc:
         raise InvalidEventError(f"{where}: cannot encode payload: {exc}") from exc
     try:
-        checked = _BODY_DECODER.decode(data)
+        checked: Body = _BODY_DECODER.decode(data)
     except msgspec.ValidationError as exc:
         raise InvalidEventError(f"{where}: {exc}") from exc
     # The only payload floats are a PolicySet's, which Policy.__post_init__
@@ -182,6 +267,12 @@ def make_preview(text: str, *, head: int, tail: int, ref: BlobRef) -> str:
     return text[:head] + marker + text[len(text) - tail:]
 
 
+# Payload kinds whose large text moves to a blob -> the field holding that text.
+_BLOB_TEXT: dict[type[Any], str] = {
+    ToolResultAdded: "output", NotificationAdded: "text", UserMessageAdded: "text"}
+_BLOB_FIELD = {cls: _BLOB_TEXT.get(cls, "") for cls in _PAYLOAD_TYPES}
+
+
 def extract_blobs(body: Body, *, threshold: int, preview_head: int, preview_tail: int,
                   ) -> tuple[Body, list[tuple[str, bytes]]]:
     """Move oversized text of ``body`` to blobs.
@@ -190,15 +281,13 @@ def extract_blobs(body: Body, *, threshold: int, preview_head: int, preview_tail
     write as ``(hex hash, bytes)`` pairs. Tool outputs, notifications and user
     messages larger than ``threshold`` UTF-8 bytes are moved.
     """
-    if isinstance(body, ToolResultAdded):
-        text, field = body.output, "output"
-    elif isinstance(body, NotificationAdded):
-        text, field = body.text, "text"
-    elif isinstance(body, UserMessageAdded):
-        text, field = body.text, "text"
-    else:
+    field = _BLOB_FIELD.get(type(body))
+    if field is None:  # not exactly a payload kind: a subclass?
+        field = next((f for cls, f in _BLOB_TEXT.items() if isinstance(body, cls)), "")
+    if not field:
         return body, []
-    if body.blob is not None or len(text) <= threshold // 4:
+    text: str = getattr(body, field)
+    if body.blob is not None or len(text) <= threshold // 4:  # type: ignore[union-attr]
         return body, []
     data = text.encode("utf-8")
     if len(data) <= threshold:

@@ -36,16 +36,18 @@ from .chain import (
     Checkpoint,
     check_record,
     link,
-    pack_record,
     record_event,
     sign_checkpoint,
 )
 from .codec import (
     encode_canonical,
+    encode_event,
     extract_blobs,
+    seq_offset,
     validate_body,
     validate_meta,
     validate_session_id,
+    with_seq,
 )
 from .errors import (
     AppendConflictError,
@@ -56,7 +58,6 @@ from .errors import (
     InvalidEventError,
     StoreCorruptError,
     UnknownSessionError,
-    VerificationError,
 )
 from .events import (
     KINDS,
@@ -164,9 +165,23 @@ def _is_seq(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
-def _bare(session: str, seq: int, draft: Draft) -> Event:
-    return Event(session=session, seq=seq, body=draft.body, time=draft.time, key=draft.key,
-                 causation=draft.causation, meta=draft.meta)
+# An event ready to be written: its validated payload, idempotency key, and
+# canonical bytes as if at seq 0 (`with_seq` moves them to the real seq).
+_Prepared = tuple[Body, "str | None", bytes]
+
+_PAYLOAD_TYPES = tuple(KINDS.values())
+_PAYLOAD_SET = frozenset(_PAYLOAD_TYPES)
+# Kinds whose fields must be checked against the position they land at.
+_POSITIONAL = (SessionForked, SessionRewound, EventsPinned, CompactionCommitted)
+# Payload kind -> its fields that may hold blob refs.
+_REF_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(f for f in ("blob", "images", "parts") if f in cls.__struct_fields__)
+    for cls in _PAYLOAD_TYPES
+}
+
+
+def _where(session: str, index: int) -> str:
+    return f"event {index} of the batch for {session!r}"
 
 
 class Snapshot:
@@ -410,9 +425,7 @@ class Log:
                                          or not NEW_SESSION <= expected_seq < 2**63):
             raise InvalidEventError(f"expected_seq must be None or an int from -1 to 2**63 - 1, "
                                     f"found {expected_seq!r}")
-        drafts = self._prepare(session, events)
-        blobs = [blob for _, found in drafts for blob in found]
-        batch = [draft for draft, _ in drafts]
+        batch, blobs = self._prepare(session, events)
         return self.store.write(lambda txn: self._append_txn(txn, session, batch, blobs,
                                                              expected_seq))
 
@@ -431,8 +444,9 @@ class Log:
                            expected_seq=NEW_SESSION)
 
     def _prepare(self, session: str, events: Sequence[Body | Draft] | Body | Draft,
-                 ) -> list[tuple[Draft, list[tuple[str, bytes]]]]:
-        if isinstance(events, (Draft, *KINDS.values())):
+                 ) -> tuple[list[_Prepared], list[tuple[str, bytes]]]:
+        """Validate a batch and encode it: the prepared events and the blobs to write."""
+        if isinstance(events, (Draft, *_PAYLOAD_TYPES)):
             events = [events]  # type: ignore[list-item]
         if not isinstance(events, Sequence) or isinstance(events, (str, bytes)):
             raise InvalidEventError(f"events must be a payload, a Draft or a sequence of them, "
@@ -441,57 +455,82 @@ class Log:
             raise InvalidEventError("an append needs at least one event")
         if len(events) > 100_000:
             raise InvalidEventError(f"a batch holds at most 100000 events, found {len(events)}")
-        prepared: list[tuple[Draft, list[tuple[str, bytes]]]] = []
+        prepared: list[_Prepared] = []
+        blobs: list[tuple[str, bytes]] = []
         keys: set[str] = set()
+        no_meta: dict[str, Any] = {}
         for i, item in enumerate(events):
-            where = f"event {i} of the batch for {session!r}"
-            draft = item if isinstance(item, Draft) else Draft(body=item)  # type: ignore[arg-type]
-            self._check_envelope(draft, where)
-            if draft.key is not None:
-                if draft.key in keys:
-                    raise InvalidEventError(f"{where}: idempotency key {draft.key!r} appears "
-                                            "twice in the batch")
-                keys.add(draft.key)
-            body = validate_body(draft.body, where=where)
-            body, blobs = extract_blobs(body, threshold=self.blob_threshold,
+            # The schema checks types and ranges of the whole event in `encode_event`;
+            # only on failure do the field-by-field checks run, to name the field (and
+            # messages name the event only then: building them is not free).
+            if isinstance(item, Draft):
+                body: Any = item.body
+                time, key, causation, meta = item.time, item.key, item.causation, item.meta
+                if key == "" or causation == "" or type(meta) is not dict or meta:
+                    self._check_envelope(item, session, i)  # what the schema cannot say
+            else:
+                body, time, key, causation, meta = item, None, None, None, no_meta
+            if type(body) not in _PAYLOAD_SET and not isinstance(body, _PAYLOAD_TYPES):
+                validate_body(body, where=_where(session, i))  # raises, naming the kinds
+            try:
+                event, data = encode_event(Event(session=session, seq=0, body=body, time=time,
+                                                 key=key, causation=causation, meta=meta))
+            except InvalidEventError as exc:
+                where = _where(session, i)
+                if isinstance(item, Draft):
+                    self._check_envelope(item, session, i)
+                validate_body(body, where=where)  # names the offending payload field
+                raise InvalidEventError(f"{where}: {exc}") from exc.__cause__
+            if key is not None:
+                if key in keys:
+                    raise InvalidEventError(f"{_where(session, i)}: idempotency key {key!r} "
+                                            "appears twice in the batch")
+                keys.add(key)
+            body, found = extract_blobs(event.body, threshold=self.blob_threshold,
                                         preview_head=self.preview_head,
                                         preview_tail=self.preview_tail)
-            if isinstance(body, SessionForked) and i != 0:
-                raise InvalidEventError(f"{where}: SessionForked can only start a session; "
-                                        "use Log.fork")
-            draft = msgspec.structs.replace(draft, body=body)
-            size = len(encode_canonical(_bare(session, 0, draft)))
-            if size > self.max_event_bytes:
+            if found:
+                blobs.extend(found)
+                data = encode_canonical(msgspec.structs.replace(event, body=body))
+            if i != 0 and isinstance(body, SessionForked):
+                raise InvalidEventError(f"{_where(session, i)}: SessionForked can only start a "
+                                        "session; use Log.fork")
+            if len(data) > self.max_event_bytes:
                 raise EventTooLargeError(
-                    f"{where} is {size} bytes after moving large text to blobs; the limit is "
-                    f"{self.max_event_bytes}. Put bulky data in a blob (Log.put_blob) or split it")
-            prepared.append((draft, blobs))
-        return prepared
+                    f"{_where(session, i)} is {len(data)} bytes after moving large text to "
+                    f"blobs; the limit is {self.max_event_bytes}. Put bulky data in a blob "
+                    "(Log.put_blob) or split it")
+            prepared.append((body, key, data))
+        return prepared, blobs
 
-    def _check_envelope(self, draft: Draft, where: str) -> None:
-        if draft.time is not None and (not isinstance(draft.time, int)
-                                       or isinstance(draft.time, bool)
-                                       or not -(2**63) <= draft.time < 2**63):
-            raise InvalidEventError(f"{where}: time must be an int (microseconds since the "
-                                    f"epoch) or None, found {draft.time!r}")
-        for name in ("key", "causation"):
-            value = getattr(draft, name)
+    def _check_envelope(self, draft: Draft, session: str, index: int) -> None:
+        time = draft.time
+        if time is not None and not (type(time) is int and -(2**63) <= time < 2**63) and (
+                not isinstance(time, int) or isinstance(time, bool)
+                or not -(2**63) <= time < 2**63):
+            raise InvalidEventError(f"{_where(session, index)}: time must be an int "
+                                    f"(microseconds since the epoch) or None, found {time!r}")
+        for name, value in (("key", draft.key), ("causation", draft.causation)):
             if value is None:
                 continue
             if not isinstance(value, str) or not 0 < len(value) <= 256:
-                raise InvalidEventError(f"{where}: {name} must be a str of 1 to 256 characters, "
-                                        f"found {value!r}")
+                raise InvalidEventError(f"{_where(session, index)}: {name} must be a str of 1 "
+                                        f"to 256 characters, found {value!r}")
             try:
                 value.encode()
             except UnicodeEncodeError as exc:
-                raise InvalidEventError(f"{where}: {name} is not valid UTF-8") from exc
-        validate_meta(draft.meta, where=where, max_bytes=self.max_event_bytes)
+                raise InvalidEventError(f"{_where(session, index)}: {name} is not valid "
+                                        "UTF-8") from exc
+        if type(draft.meta) is not dict or draft.meta:
+            validate_meta(draft.meta, where=_where(session, index),
+                          max_bytes=self.max_event_bytes)
 
-    def _append_txn(self, txn: WriteTxn, session: str, batch: list[Draft],
+    def _append_txn(self, txn: WriteTxn, session: str, batch: list[_Prepared],
                     blobs: list[tuple[str, bytes]], expected_seq: int | None) -> Appended:
         head = txn.head(session)
         head_seq = head[0] if head is not None else NEW_SESSION
-        retry = self._idempotent_retry(txn, session, batch)
+        offset = seq_offset(session)
+        retry = self._idempotent_retry(txn, session, batch, offset)
         if retry is not None:
             return retry
         if expected_seq is not None and expected_seq != head_seq:
@@ -501,27 +540,27 @@ class Log:
                 f"with expected_seq={head_seq}",
                 session=session, expected=expected_seq, actual=head_seq)
         prev = head[1] if head is not None else GENESIS
-        seq = head_seq + 1
-        first = seq
-        for draft in batch:
-            body = draft.body
-            if isinstance(body, SessionForked):
-                if seq != 0:
-                    raise InvalidEventError(f"SessionForked must be the first event of a "
-                                            f"session; {session!r} already has events")
-                prev = self._fork_source(txn, body)
-            self._check_references(body, session, seq)
-            event = _bare(session, seq, draft)
-            canonical = encode_canonical(event)
+        seq = first = head_seq + 1
+        records: list[bytes] = []
+        for body, key, data in batch:
+            if isinstance(body, _POSITIONAL):
+                if isinstance(body, SessionForked):
+                    if seq != 0:
+                        raise InvalidEventError(f"SessionForked must be the first event of a "
+                                                f"session; {session!r} already has events")
+                    prev = self._fork_source(txn, body)
+                self._check_references(body, session, seq)
+            canonical = with_seq(data, offset, seq) if seq else data
             digest = link(prev, canonical)
-            txn.put_event(session, seq, pack_record(prev, digest, canonical))
-            if draft.key is not None:
-                txn.put_idempotency(session, draft.key, seq)
+            records.append(prev + digest + canonical)  # pack_record, inlined
+            if key is not None:
+                txn.put_idempotency(session, key, seq)
             prev = digest
             seq += 1
-        for digest_hex, data in blobs:
+        txn.put_events(session, first, records)
+        for digest_hex, blob in blobs:
             if txn.blob(digest_hex) is None:
-                txn.put_blob(digest_hex, data)
+                txn.put_blob(digest_hex, blob)
         txn.set_head(session, seq - 1, prev)
         return Appended(session, first, seq - 1, prev)
 
@@ -554,9 +593,12 @@ class Log:
                 raise InvalidEventError(f"compaction at {session}#{seq} covers seq "
                                         f"{body.last_seq}, which is not earlier than itself")
 
-    def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[Draft]
-                          ) -> Appended | None:
-        found = [txn.idempotency(session, d.key) if d.key is not None else None for d in batch]
+    def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[_Prepared],
+                          offset: int) -> Appended | None:
+        if all(key is None for _, key, _ in batch):
+            return None
+        found = [txn.idempotency(session, key) if key is not None else None
+                 for _, key, _ in batch]
         known = sum(f is not None for f in found)
         if known == 0:
             return None
@@ -572,19 +614,18 @@ class Log:
                 f"the keys of this batch are stored at seqs {found} of {session!r}, not as one "
                 "batch; do not mix keys of different batches. Nothing was written")
         digest = b""
-        for draft, seq in zip(batch, found, strict=True):
+        for (_, key, data), seq in zip(batch, found, strict=True):
             assert seq is not None
             record = txn.get(session, seq)
             if record is None:
-                raise StoreCorruptError(f"idempotency key {draft.key!r} points at missing "
+                raise StoreCorruptError(f"idempotency key {key!r} points at missing "
                                         f"event {session}#{seq}; run `turnlog verify`")
-            stored = record_event(record)
-            if encode_canonical(_bare(session, seq, draft)) != encode_canonical(
-                    msgspec.structs.replace(stored, prev=b"", hash=b"")):
+            # Same content iff same canonical bytes at that seq.
+            if with_seq(data, offset, seq) != record[64:]:
                 raise IdempotencyError(
-                    f"idempotency key {draft.key!r} was used at {session}#{seq} for different "
+                    f"idempotency key {key!r} was used at {session}#{seq} for different "
                     "content; use a new key for a new event. Nothing was written")
-            digest = stored.hash
+            digest = record[32:64]
         return Appended(session, first, first + len(batch) - 1, digest, duplicate=True)
 
     # -- integrity -----------------------------------------------------------------
@@ -672,7 +713,7 @@ class Log:
                 reason = self._check_first(txn, event)
                 if reason is not None:
                     return Problem(session, 0, reason), count, nblobs
-            for ref in _blob_refs(event):
+            for ref in _blob_refs(event.body) if _REF_FIELDS.get(type(event.body), True) else ():
                 nblobs += 1
                 reason = self._check_blob(txn, ref, checked_blobs)
                 if reason is not None:
@@ -747,15 +788,15 @@ class Log:
         return cp
 
 
-def _blob_refs(event: Event) -> Iterator[BlobRef]:
-    body = event.body
-    ref = getattr(body, "blob", None)
-    if isinstance(ref, BlobRef):
-        yield ref
-    for image in getattr(body, "images", ()):
-        if image.blob is not None:
-            yield image.blob
-    for part in getattr(body, "parts", ()):
-        if isinstance(part, ImagePart) and part.blob is not None:
-            yield part.blob
+def _blob_refs(body: Body) -> list[BlobRef]:
+    refs: list[BlobRef] = []
+    for name in _REF_FIELDS.get(type(body), ("blob", "images", "parts")):
+        value = getattr(body, name, None)
+        if isinstance(value, BlobRef):
+            refs.append(value)
+        elif isinstance(value, tuple):  # images, or parts of which images hold blobs
+            for part in value:
+                if type(part) is ImagePart and part.blob is not None:
+                    refs.append(part.blob)
+    return refs
 

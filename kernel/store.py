@@ -27,7 +27,7 @@ a backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
@@ -78,6 +78,14 @@ class WriteTxn(ReadTxn):
     @abstractmethod
     def put_event(self, session: str, seq: int, record: bytes) -> None:
         """Store a record at ``(session, seq)``; seqs are written in order."""
+
+    def put_events(self, session: str, first_seq: int, records: Sequence[bytes]) -> None:
+        """Store consecutive records from ``(session, first_seq)`` on.
+
+        One `put_event` per record unless the backend writes a batch faster.
+        """
+        for seq, record in enumerate(records, first_seq):
+            self.put_event(session, seq, record)
 
     @abstractmethod
     def set_head(self, session: str, seq: int, digest: bytes) -> None:
