@@ -451,23 +451,24 @@ class _Builder:
             out, code, _ = self._bash(command, False)
             self.background[job] = (command, out, code)
             return (f"Command running in background with ID: {job}", 0, rng.uniform(0.05, 0.2))
-        if "pytest" in command:
-            return self._pytest(command)
+        # Dispatch on the program, not on words that may appear in arguments.
+        if command.startswith("git"):
+            return self._git(command)
+        if command.startswith("uv lock"):
+            return self._uv_lock(command)
         if command.startswith("ruff format"):
             count = sum(1 for p in self.project.files if p.endswith(".py"))
             return f"{count} files already formatted", 0, rng.uniform(0.05, 0.2)
         if command.startswith("ruff"):
             return self._ruff()
-        if command.startswith("git"):
-            return self._git(command)
+        if command.startswith(("python -m pytest", "pytest")):
+            return self._pytest(command)
         if "cProfile" in command:
             return self._profile()
         if "ledgerly import" in command:
             return self._import(command)
         if "ledgerly report" in command or "ledgerly budget" in command:
             return self._report(command)
-        if command.startswith("uv lock"):
-            return self._uv_lock(command)
         if command.startswith("wc -l"):
             rel = command.rsplit(maxsplit=1)[-1]
             text = self.project.files.get(rel, "")
@@ -485,7 +486,8 @@ class _Builder:
         failed = [t for t in ids if t in self.project.failing]
         seconds = round(0.35 + len(ids) * 0.0021 + rng.uniform(0, 0.6), 2)
         lines = [f"{' test session starts ':=^80}",
-                 "platform linux -- Python 3.12.3, pytest-8.0.2, pluggy-1.4.0",
+                 f"platform linux -- Python 3.12.3, pytest-{self._locked('pytest')}, "
+                 f"pluggy-{self._locked('pluggy')}",
                  f"rootdir: {ROOT}", "configfile: pyproject.toml",
                  "plugins: cov-5.0.0",
                  f"collected {len(ids)} items", ""]
@@ -540,6 +542,11 @@ class _Builder:
             summary = f"{len(ids)} passed in {seconds}s"
         lines.append(f"{'=' * 28} {summary} {'=' * 28}")
         return "\n".join(lines), 1 if failed else 0, seconds + 0.4
+
+    def _locked(self, package: str) -> str:
+        lock = self.project.files["uv.lock"]
+        found = re.search(rf'name = "{package}"\nversion = "([^"]+)"', lock)
+        return found.group(1) if found else "?"
 
     def _failure(self, test: str) -> str:
         path = test.split("::", maxsplit=1)[0]
@@ -604,6 +611,9 @@ class _Builder:
         if command.startswith("git status"):
             changed = sorted(rel for rel in project.files
                              if project.committed.get(rel) != project.files[rel])
+            if "--short" in command:
+                return "\n".join(f"{' M' if r in project.committed else '??'} {r}"
+                                 for r in changed), 0, seconds
             lines = [f"On branch {project.branch}"]
             modified = [r for r in changed if r in project.committed]
             new = [r for r in changed if r not in project.committed]
@@ -619,6 +629,21 @@ class _Builder:
                 lines += [f"\t{r}" for r in new] + [""]
             lines.append('no changes added to commit (use "git add" and/or "git commit -a")')
             return "\n".join(lines), 0, seconds
+        if command.startswith("git diff --stat"):
+            text, files, plus, minus = self._diff()
+            counts: dict[str, int] = {}
+            name = ""
+            for line in text.split("\n"):
+                if line.startswith("diff --git"):
+                    name = line.split(" b/", 1)[1]
+                    counts[name] = 0
+                elif line[:1] in "+-" and not line.startswith(("+++", "---")):
+                    counts[name] += 1
+            width = max((len(n) for n in counts), default=0)
+            rows = [f" {n:<{width}} | {c:>4} {'+' * min(c, 40)}" for n, c in counts.items()]
+            rows.append(f" {files} file{'s' * (files != 1)} changed, {plus} insertions(+), "
+                        f"{minus} deletions(-)")
+            return "\n".join(rows), 0, seconds
         if command.startswith("git diff"):
             text, _, _, _ = self._diff()
             return text, 0, seconds
@@ -753,8 +778,8 @@ class _Builder:
             if not found:
                 continue
             old = found.group(1)
-            major, minor, patch = (int(x) for x in old.split("."))
-            new = f"{major}.{minor + 1}.{patch % 3}"
+            major, minor, _ = (int(x) for x in old.split("."))
+            new = f"{major}.{minor + 1}.0"
             lock = lock.replace(f'name = "{name}"\nversion = "{old}"',
                                 f'name = "{name}"\nversion = "{new}"')
             lock = lock.replace(f"{name}-{old}", f"{name}-{new}")
@@ -1143,8 +1168,9 @@ def _t_date_flag(b: _Builder) -> None:
           _edit("src/ledgerly/parser.py", "account: str) -> Iterator[Transaction]:",
                 "account: str,\n               date_format: str | None = None"
                 ") -> Iterator[Transaction]:", replace_all=True),
-          _edit("src/ledgerly/parser.py", "Transaction(parse_date(row[0]), ",
-                "Transaction(parse_date(row[0], date_format), ", replace_all=True))
+          _edit("src/ledgerly/parser.py", "yield Transaction(parse_date(row[0]), ",
+                "yield Transaction(\n            parse_date(row[0], date_format), ",
+                replace_all=True))
     b.say("", _bash("python -m pytest -q", "Run all tests"),
           _bash("python -m ledgerly import tests/fixtures/statement_2023.csv --date-format "
                 "%d/%m/%Y", "Try forcing the wrong format on an ISO file"))
@@ -1428,7 +1454,7 @@ def _c_docstring(b: _Builder) -> None:
     rel = b.rng.choice(_MODULES)
     text = b.project.files[rel]
     candidates = [m for m in re.findall(r'^    """([^"\n]+)\."""$', text, re.M)
-                  if "README" not in m]
+                  if "README" not in m and len(m) + 40 <= 99]
     b.user(f"Tidy up the docstrings in {rel.rsplit('/', 1)[-1]} a bit, mention the README "
            "where it helps.")
     b.say("", _read(rel))

@@ -531,10 +531,15 @@ _PACKAGES = ["anyio", "attrs", "certifi", "charset-normalizer", "click", "colora
              "urllib3", "virtualenv", "wheel", "zipp"]
 
 
+_PINNED = {"pytest": "8.0.2", "pytest-cov": "5.0.0", "ruff": "0.4.1", "coverage": "7.4.3",
+           "pluggy": "1.4.0", "python-dateutil": "2.9.0"}
+
+
 def _lockfile(rng: random.Random) -> str:
     out = ['version = 1', 'requires-python = ">=3.11"', ""]
     for name in _PACKAGES:
-        version = f"{rng.randrange(1, 30)}.{rng.randrange(0, 20)}.{rng.randrange(0, 12)}"
+        version = f"{rng.randrange(0, 9)}.{rng.randrange(0, 20)}.{rng.randrange(0, 12)}"
+        version = _PINNED.get(name, version)
         out += ["[[package]]", f'name = "{name}"', f'version = "{version}"',
                 'source = { registry = "https://pypi.org/simple" }']
         sdist = f"{rng.getrandbits(256):064x}"
