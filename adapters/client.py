@@ -1,0 +1,150 @@
+"""A minimal HTTP client for the three wire formats (stdlib ``urllib`` only).
+
+Theory of operation
+-------------------
+`send` posts a rendered request body (the exact bytes a request record
+hashes) to a provider endpoint and parses the answer with ``responses``: a
+JSON body or, when the server answers ``text/event-stream``, an SSE stream
+read to its end. An HTTP error status is not an exception here: it comes
+back as a `Reply` whose ``error`` is set, ready to append as
+``ProviderErrorReceived``. Only failures that produce no answer raise:
+`ProviderTimeoutError` when the server is too slow, `ProviderError` when it
+cannot be reached, and ``turnlog.DecodeError`` for a 2xx answer that does not
+parse.
+
+Base URLs follow the official SDKs: an OpenAI base URL includes the version
+(``https://api.openai.com/v1``), an Anthropic one does not
+(``https://api.anthropic.com``); the format's path (``render.FORMATS``) is
+appended.
+"""
+
+from __future__ import annotations
+
+import http.client
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+
+from turnlog import KernelError, ProviderErrorReceived
+
+from .render import FORMATS, RenderError
+from .responses import Reply, parse_http
+
+__all__ = [
+    "ANTHROPIC_VERSION",
+    "DEFAULT_BASE_URLS",
+    "ProviderError",
+    "ProviderTimeoutError",
+    "endpoint",
+    "send",
+]
+
+#: The ``anthropic-version`` header sent with every Anthropic request.
+ANTHROPIC_VERSION = "2023-06-01"
+
+#: The public endpoints, used when no base URL is given.
+DEFAULT_BASE_URLS: Mapping[str, str] = {
+    "openai-chat": "https://api.openai.com/v1",
+    "openai-responses": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+}
+
+
+class ProviderError(KernelError):
+    """A provider call failed.
+
+    Attributes:
+        error: the failure as the event to append (status None when no HTTP
+            answer came back).
+    """
+
+    def __init__(self, message: str, *, error: ProviderErrorReceived) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class ProviderTimeoutError(ProviderError, TimeoutError):
+    """The provider did not answer within the timeout."""
+
+
+def endpoint(format: str, base_url: str | None = None) -> str:  # noqa: A002
+    """The URL a ``format`` request is posted to.
+
+    Raises:
+        RenderError: unknown format.
+    """
+    spec = FORMATS.get(format)
+    if spec is None:
+        raise RenderError(f"unknown format {format!r}; expected one of {sorted(FORMATS)}")
+    base = base_url or DEFAULT_BASE_URLS[format]
+    return base.rstrip("/") + spec.path
+
+
+def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,  # noqa: A002
+         timeout: float = 120.0, headers: Mapping[str, str] | None = None,
+         request_seq: int | None = None) -> Reply:
+    """POST a rendered request body and parse the answer.
+
+    Parameters:
+        format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
+        body: the request body (e.g. ``Recorded.rendered``).
+        api_key: sent as ``Authorization: Bearer`` (OpenAI) or ``x-api-key`` (Anthropic).
+        base_url: the API root (see the module docstring); the public one when None.
+        timeout: seconds to connect and for each read.
+        headers: further headers.
+        request_seq: the seq of the ``RequestIssued`` record (put into the events).
+
+    Returns:
+        The parsed `Reply`; for an HTTP error status its ``error`` is set.
+
+    Raises:
+        ProviderTimeoutError: no answer within ``timeout``.
+        ProviderError: the server cannot be reached.
+        DecodeError: a successful answer that does not parse.
+    """
+    url = endpoint(format, base_url)
+    all_headers = {"content-type": "application/json", "accept": "application/json"}
+    if format == "anthropic":
+        all_headers["x-api-key"] = api_key
+        all_headers["anthropic-version"] = ANTHROPIC_VERSION
+    else:
+        all_headers["authorization"] = f"Bearer {api_key}"
+    all_headers.update(headers or {})
+    request = urllib.request.Request(url, data=body, headers=all_headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            status = answer.status
+            content_type = answer.headers.get("content-type", "")
+            data = answer.read()
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+        content_type = exc.headers.get("content-type", "") if exc.headers else ""
+        try:
+            data = exc.read()
+        except (OSError, TimeoutError):
+            data = b""
+        finally:
+            exc.close()
+    except TimeoutError as exc:
+        raise _timeout(url, timeout, request_seq) from exc
+    except urllib.error.URLError as exc:
+        if isinstance(exc.reason, TimeoutError):
+            raise _timeout(url, timeout, request_seq) from exc
+        raise _unreachable(url, exc.reason, request_seq) from exc
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # reset, bad URL, cut
+        raise _unreachable(url, exc, request_seq) from exc
+    stream = "text/event-stream" in content_type.lower()
+    return parse_http(format, status, data, stream=stream if status < 400 else False,
+                      request_seq=request_seq)
+
+
+def _timeout(url: str, timeout: float, request_seq: int | None) -> ProviderTimeoutError:
+    message = f"no answer from {url} within {timeout} s"
+    return ProviderTimeoutError(message, error=ProviderErrorReceived(
+        request_seq=request_seq, error_type="timeout", message=message))
+
+
+def _unreachable(url: str, reason: object, request_seq: int | None) -> ProviderError:
+    message = f"cannot reach {url}: {reason}"
+    return ProviderError(message, error=ProviderErrorReceived(
+        request_seq=request_seq, error_type="connection", message=message))

@@ -1,0 +1,633 @@
+"""A local fake model server speaking the three wire formats, for tests and demos.
+
+Theory of operation
+-------------------
+`FakeServer` runs a stdlib ``ThreadingHTTPServer`` bound to 127.0.0.1 on an
+ephemeral port, in a daemon thread, as a context manager. It answers
+
+* ``POST /v1/chat/completions`` (OpenAI Chat Completions),
+* ``POST /v1/responses`` (OpenAI Responses),
+* ``POST /v1/messages`` (Anthropic Messages),
+
+with a complete JSON body, or with an SSE stream (``event:``/``data:`` lines
+as the real APIs send them) when the request says ``"stream": true``. Every
+request is recorded (`FakeServer.requests`) before it is answered.
+
+Replies are scripted with `FakeReply`: text, reasoning, parallel tool calls,
+usage, an HTTP error (with the provider's error body; `overflow_error` gives
+the real context-overflow body and status of each provider), an error inside
+a stream, a delay (to test timeouts) or raw bytes (to test malformed
+answers). Scripted replies are used in order; when none is left the
+``responder`` (if any) is asked, else the answer is ``"reply N"``. Ids, times
+and usage are derived from a counter and the request's size, so a run is
+deterministic.
+
+Only 127.0.0.1 is ever bound; a request loop against it stays on this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+import blake3
+import msgspec
+from turnlog import ToolCall, Usage
+
+__all__ = [
+    "FakeReply",
+    "FakeServer",
+    "Received",
+    "http_error",
+    "malformed",
+    "overflow_error",
+]
+
+_HOST = "127.0.0.1"
+_PATHS = {"/v1/chat/completions": "openai-chat", "/v1/responses": "openai-responses",
+          "/v1/messages": "anthropic"}
+_PIECE = 16  # characters per streamed delta
+_EPOCH = 1_700_000_000
+
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_api_key", 403: "permission_error",
+                 404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_exceeded",
+                 500: "server_error", 503: "server_error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_OVERFLOW_MESSAGES = {
+    "openai-chat": ("This model's maximum context length is 128000 tokens. However, your "
+                    "messages resulted in 131072 tokens. Please reduce the length of the "
+                    "messages."),
+    "openai-responses": ("Your input exceeds the context window of this model. Please adjust "
+                         "your input and try again."),
+    "anthropic": "prompt is too long: 210000 tokens > 200000 maximum",
+}
+
+
+class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
+    """One scripted answer; rendered in the format of the endpoint it answers.
+
+    Attributes:
+        text: the assistant text.
+        tool_calls: tool calls (several make parallel calls).
+        reasoning: reasoning text (Anthropic thinking with a signature, a Responses
+            reasoning item with encrypted content, Chat ``reasoning_content``).
+        stop_reason: overrides the derived one (``finish_reason``, ``stop_reason``;
+            for Responses ``max_output_tokens`` makes the response incomplete).
+        usage: reported usage (``input_tokens`` is the whole prompt, cached parts
+            included); derived from the sizes when None.
+        status: the HTTP status; 400 and above answer with an error body.
+        error_type / error_code / error_message: the error body's fields (derived
+            from the status when empty).
+        overflow: answer with the provider's context-overflow error (HTTP 400).
+        in_stream: deliver the error inside a 200 stream when the request streams.
+        delay: seconds to wait before answering.
+        raw: send these bytes as the body, as they are (with ``status``).
+        content_type: the content type of ``raw``.
+        model: the model reported (the request's when empty).
+    """
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
+    stop_reason: str = ""
+    usage: Usage | None = None
+    status: int = 200
+    error_type: str = ""
+    error_code: str = ""
+    error_message: str = ""
+    overflow: bool = False
+    in_stream: bool = False
+    delay: float = 0.0
+    raw: bytes | None = None
+    content_type: str = "application/json"
+    model: str = ""
+
+
+def overflow_error(*, in_stream: bool = False, delay: float = 0.0) -> FakeReply:
+    """The provider's context-overflow error (HTTP 400, the real body of each API)."""
+    return FakeReply(status=400, overflow=True, in_stream=in_stream, delay=delay)
+
+
+def http_error(status: int, message: str = "", *, error_type: str = "", code: str = "",
+               in_stream: bool = False) -> FakeReply:
+    """An HTTP error with the provider's error body."""
+    return FakeReply(status=status, error_message=message, error_type=error_type,
+                     error_code=code, in_stream=in_stream)
+
+
+def malformed(body: bytes = b'{"id": "broken", ', *, status: int = 200,
+              content_type: str = "application/json") -> FakeReply:
+    """An answer whose body is ``body`` verbatim (not the provider's shape)."""
+    return FakeReply(raw=body, status=status, content_type=content_type)
+
+
+class Received(msgspec.Struct, frozen=True, kw_only=True):
+    """A request the server received.
+
+    Attributes:
+        path: the request path.
+        format: ``openai-chat``, ``openai-responses``, ``anthropic`` or "" (unknown path).
+        headers: the request headers, names in lower case.
+        body: the raw body.
+    """
+
+    path: str
+    format: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, object]:
+        """The body decoded as a JSON object ({} when it is not one)."""
+        try:
+            value = json.loads(self.body)
+        except (ValueError, RecursionError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+Responder = Callable[[Received], FakeReply]
+
+
+class FakeServer:
+    """A fake model server on 127.0.0.1 (see the module docstring).
+
+    Parameters:
+        replies: scripted replies, used in order.
+        responder: asked for a reply when the script is exhausted.
+
+    Example::
+
+        with FakeServer([FakeReply(text="hello")]) as server:
+            reply = send("anthropic", body, api_key="k", base_url=server.base_url("anthropic"))
+    """
+
+    def __init__(self, replies: Iterable[FakeReply] = (), *,
+                 responder: Responder | None = None) -> None:
+        self._script: list[FakeReply] = list(replies)
+        self._responder = responder
+        self._requests: list[Received] = []
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        self._count = 0
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self) -> FakeServer:
+        """Bind 127.0.0.1 on an ephemeral port and serve in a daemon thread."""
+        if self._server is not None:
+            return self
+        owner = self
+
+        class Handler(_Handler):
+            server_owner = owner
+
+        server = ThreadingHTTPServer((_HOST, 0), Handler)
+        server.daemon_threads = True
+        server.block_on_close = False
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="turnlog-fakeserver",
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving and release the port (pending delays end at once)."""
+        self._closing.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(5)
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # -- addresses ------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``.
+
+        Raises:
+            RuntimeError: the server is not running.
+        """
+        if self._server is None:
+            raise RuntimeError("the fake server is not running; use it as a context manager")
+        return f"http://{_HOST}:{self._server.server_address[1]}"
+
+    def base_url(self, format: str) -> str:  # noqa: A002
+        """The base URL an SDK or `client.send` takes for ``format`` (OpenAI's ends in /v1)."""
+        return self.url if format == "anthropic" else f"{self.url}/v1"
+
+    # -- script ---------------------------------------------------------------------------
+    def script(self, *replies: FakeReply) -> None:
+        """Queue further replies."""
+        with self._lock:
+            self._script.extend(replies)
+
+    @property
+    def requests(self) -> list[Received]:
+        """Every request received so far, in order."""
+        with self._lock:
+            return list(self._requests)
+
+    def _next(self, received: Received) -> tuple[int, FakeReply]:
+        with self._lock:
+            self._requests.append(received)
+            self._count += 1
+            n = self._count
+            if self._script:
+                return n, self._script.pop(0)
+        if self._responder is not None:
+            return n, self._responder(received)
+        return n, FakeReply(text=f"reply {n}")
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self._closing.wait(seconds)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_owner: FakeServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """Silent."""
+
+    def do_POST(self) -> None:
+        """Answer one model request."""
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        path = self.path.split("?", 1)[0]
+        fmt = _PATHS.get(path, "")
+        received = Received(path=path, format=fmt, body=body,
+                            headers={k.lower(): v for k, v in self.headers.items()})
+        n, reply = self.server_owner._next(received)
+        self.server_owner._wait(reply.delay)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._answer(fmt, n, reply, received)  # (the client may have given up)
+
+    def do_GET(self) -> None:
+        """Every GET is a 404 in the provider's shape."""
+        self._send(404, _error_body("openai-chat", 404, "not_found_error", "", "no such path",
+                                    0), "application/json")
+
+    def _send(self, status: int, data: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def _answer(self, fmt: str, n: int, reply: FakeReply, received: Received) -> None:
+        if reply.raw is not None:
+            self._send(reply.status, reply.raw, reply.content_type)
+            return
+        if not fmt:
+            self._send(404, _error_body("openai-chat", 404, "", "", f"no route {received.path}",
+                                        n), "application/json")
+            return
+        request = received.json()
+        if not request:
+            self._send(400, _error_body(fmt, 400, "", "", "the body is not a JSON object", n),
+                       "application/json")
+            return
+        stream = request.get("stream") is True
+        if reply.status >= 400 or reply.overflow:
+            status, error_type, code, message = _error_fields(fmt, reply)
+            if stream and reply.in_stream:
+                self._send(200, _sse(_error_stream(fmt, n, request, error_type, code, message)),
+                           "text/event-stream")
+            else:
+                self._send(status, _error_body(fmt, status, error_type, code, message, n),
+                           "application/json")
+            return
+        model = reply.model or str(request.get("model") or "fake-model")
+        usage = reply.usage or _usage(received.body, reply)
+        if fmt == "openai-chat":
+            include = request.get("stream_options")
+            with_usage = isinstance(include, dict) and include.get("include_usage") is True
+            data = (_sse(_chat_stream(n, model, reply, usage, with_usage)) if stream
+                    else _dump(_chat_body(n, model, reply, usage)))
+        elif fmt == "openai-responses":
+            data = (_sse(_responses_stream(n, model, reply, usage)) if stream
+                    else _dump(_responses_body(n, model, reply, usage)))
+        else:
+            data = (_sse(_anthropic_stream(n, model, reply, usage)) if stream
+                    else _dump(_anthropic_body(n, model, reply, usage)))
+        self._send(200, data, "text/event-stream" if stream else "application/json")
+
+
+# -- shared --------------------------------------------------------------------------------
+def _dump(value: object) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _sse(events: Iterable[tuple[str | None, object]]) -> bytes:
+    out: list[str] = []
+    for name, data in events:
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
+                                                             separators=(",", ":"))
+        out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
+    return "".join(out).encode("utf-8")
+
+
+def _pieces(text: str) -> Iterator[str]:
+    for i in range(0, len(text), _PIECE):
+        yield text[i:i + _PIECE]
+
+
+def _digest(text: str) -> str:
+    return blake3.blake3(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _usage(request: bytes, reply: FakeReply) -> Usage:
+    produced = len(reply.text) + len(reply.reasoning) + sum(
+        len(c.name) + len(c.arguments) for c in reply.tool_calls)
+    return Usage(input_tokens=max(1, len(request) // 4), output_tokens=max(1, produced // 4),
+                 reasoning_tokens=len(reply.reasoning) // 4)
+
+
+def _tool_input(arguments: str) -> dict[str, object]:
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+# -- errors --------------------------------------------------------------------------------
+def _error_fields(fmt: str, reply: FakeReply) -> tuple[int, str, str, str]:
+    if reply.overflow:
+        if fmt == "anthropic":
+            return 400, "invalid_request_error", "", _OVERFLOW_MESSAGES[fmt]
+        return 400, "invalid_request_error", "context_length_exceeded", _OVERFLOW_MESSAGES[fmt]
+    table = _ANTHROPIC_TYPES if fmt == "anthropic" else _OPENAI_TYPES
+    error_type = reply.error_type or table.get(reply.status, "api_error" if fmt == "anthropic"
+                                               else "server_error")
+    message = reply.error_message or f"fake error {reply.status}"
+    return reply.status, error_type, reply.error_code, message
+
+
+def _error_body(fmt: str, status: int, error_type: str, code: str, message: str,
+                n: int) -> bytes:
+    if fmt == "anthropic":
+        error_type = error_type or _ANTHROPIC_TYPES.get(status, "api_error")
+        return _dump({"type": "error", "error": {"type": error_type, "message": message},
+                      "request_id": f"req_fake{n}"})
+    error_type = error_type or _OPENAI_TYPES.get(status, "server_error")
+    return _dump({"error": {"message": message, "type": error_type, "param": None,
+                            "code": code or None}})
+
+
+def _error_stream(fmt: str, n: int, request: dict[str, object], error_type: str, code: str,
+                  message: str) -> list[tuple[str | None, object]]:
+    model = str(request.get("model") or "fake-model")
+    if fmt == "anthropic":
+        start = _anthropic_message(n, model, [], None, Usage(input_tokens=1))
+        return [("message_start", {"type": "message_start", "message": start}),
+                ("error", {"type": "error", "error": {"type": error_type, "message": message}})]
+    if fmt == "openai-responses":
+        base = _responses_object(n, model, [], Usage(), "in_progress")
+        failed = {**base, "status": "failed",
+                  "error": {"code": code or "server_error", "message": message}}
+        return [("response.created", {"type": "response.created", "sequence_number": 0,
+                                      "response": base}),
+                ("response.failed", {"type": "response.failed", "sequence_number": 1,
+                                     "response": failed})]
+    return [(None, {"error": {"message": message, "type": error_type, "param": None,
+                              "code": code or None}})]
+
+
+# -- openai-chat ---------------------------------------------------------------------------
+def _chat_usage(usage: Usage) -> dict[str, object]:
+    return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
+            "total_tokens": usage.input_tokens + usage.output_tokens,
+            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens,
+                                      "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens,
+                                          "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                          "rejected_prediction_tokens": 0}}
+
+
+def _chat_stop(reply: FakeReply) -> str:
+    return reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
+
+
+def _chat_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
+    message: dict[str, object] = {"role": "assistant", "content": reply.text or None,
+                                  "refusal": None}
+    if reply.reasoning:
+        message["reasoning_content"] = reply.reasoning
+    if reply.tool_calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in reply.tool_calls]
+    return {"id": f"chatcmpl-fake{n}", "object": "chat.completion", "created": _EPOCH + n,
+            "model": model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": _chat_stop(reply)}],
+            "usage": _chat_usage(usage)}
+
+
+def _chat_stream(n: int, model: str, reply: FakeReply, usage: Usage,
+                 with_usage: bool) -> list[tuple[str | None, object]]:
+    def chunk(delta: dict[str, object], finish: str | None = None) -> tuple[None, object]:
+        return (None, {"id": f"chatcmpl-fake{n}", "object": "chat.completion.chunk",
+                       "created": _EPOCH + n, "model": model,
+                       "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                    "finish_reason": finish}]})
+
+    events: list[tuple[str | None, object]] = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"reasoning_content": p}) for p in _pieces(reply.reasoning)]
+    events += [chunk({"content": p}) for p in _pieces(reply.text)]
+    for i, call in enumerate(reply.tool_calls):
+        events.append(chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function",
+                                             "function": {"name": call.name,
+                                                          "arguments": ""}}]}))
+        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+                   for p in _pieces(call.arguments)]
+    events.append(chunk({}, _chat_stop(reply)))
+    if with_usage:
+        events.append((None, {"id": f"chatcmpl-fake{n}", "object": "chat.completion.chunk",
+                              "created": _EPOCH + n, "model": model, "choices": [],
+                              "usage": _chat_usage(usage)}))
+    events.append((None, "[DONE]"))
+    return events
+
+
+# -- openai-responses ----------------------------------------------------------------------
+def _responses_usage(usage: Usage) -> dict[str, object]:
+    return {"input_tokens": usage.input_tokens,
+            "input_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+            "output_tokens": usage.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+            "total_tokens": usage.input_tokens + usage.output_tokens}
+
+
+def _responses_items(n: int, reply: FakeReply) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    if reply.reasoning:
+        items.append({"type": "reasoning", "id": f"rs_fake{n}",
+                      "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                      "encrypted_content": f"enc-{_digest(reply.reasoning)}"})
+    if reply.text or not reply.tool_calls:
+        items.append({"type": "message", "id": f"msg_fake{n}", "status": "completed",
+                      "role": "assistant",
+                      "content": [{"type": "output_text", "text": reply.text,
+                                   "annotations": [], "logprobs": []}]})
+    for i, call in enumerate(reply.tool_calls):
+        items.append({"type": "function_call", "id": f"fc_fake{n}_{i}", "call_id": call.id,
+                      "name": call.name, "arguments": call.arguments, "status": "completed"})
+    return items
+
+
+def _responses_object(n: int, model: str, output: list[dict[str, Any]], usage: Usage | None,
+                      status: str, incomplete: str = "") -> dict[str, object]:
+    return {"id": f"resp_fake{n}", "object": "response", "created_at": _EPOCH + n,
+            "status": status, "error": None,
+            "incomplete_details": {"reason": incomplete} if incomplete else None,
+            "instructions": None, "metadata": {}, "model": model, "output": output,
+            "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto",
+            "tools": [], "top_p": 1.0,
+            "usage": _responses_usage(usage) if usage is not None else None}
+
+
+def _responses_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
+    incomplete = reply.stop_reason if reply.stop_reason in ("max_output_tokens",
+                                                            "content_filter") else ""
+    return _responses_object(n, model, _responses_items(n, reply), usage,
+                             "incomplete" if incomplete else "completed", incomplete)
+
+
+def _responses_stream(n: int, model: str, reply: FakeReply,
+                      usage: Usage) -> list[tuple[str | None, object]]:
+    events: list[tuple[str | None, object]] = []
+
+    def emit(kind: str, **fields: object) -> None:
+        events.append((kind, {"type": kind, "sequence_number": len(events), **fields}))
+
+    start = _responses_object(n, model, [], None, "in_progress")
+    emit("response.created", response=start)
+    emit("response.in_progress", response=start)
+    items = _responses_items(n, reply)
+    for index, item in enumerate(items):
+        if item["type"] == "message":
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "status": "in_progress", "content": []})
+            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            emit("response.content_part.added", item_id=item["id"], output_index=index,
+                 content_index=0, part=empty)
+            for piece in _pieces(reply.text):
+                emit("response.output_text.delta", item_id=item["id"], output_index=index,
+                     content_index=0, delta=piece, logprobs=[])
+            emit("response.output_text.done", item_id=item["id"], output_index=index,
+                 content_index=0, text=reply.text, logprobs=[])
+            emit("response.content_part.done", item_id=item["id"], output_index=index,
+                 content_index=0, part=item["content"][0])
+        elif item["type"] == "function_call":
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "arguments": "", "status": "in_progress"})
+            for piece in _pieces(item["arguments"]):
+                emit("response.function_call_arguments.delta", item_id=item["id"],
+                     output_index=index, delta=piece)
+            emit("response.function_call_arguments.done", item_id=item["id"],
+                 output_index=index, arguments=item["arguments"], name=item["name"])
+        else:
+            emit("response.output_item.added", output_index=index,
+                 item={**item, "summary": []})
+        emit("response.output_item.done", output_index=index, item=item)
+    final = _responses_body(n, model, reply, usage)
+    emit("response.incomplete" if final["status"] == "incomplete" else "response.completed",
+         response=final)
+    return events
+
+
+# -- anthropic -----------------------------------------------------------------------------
+def _anthropic_usage(usage: Usage) -> dict[str, object]:
+    fresh = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
+    return {"input_tokens": fresh, "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens}
+
+
+def _anthropic_blocks(reply: FakeReply) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    if reply.reasoning:
+        blocks.append({"type": "thinking", "thinking": reply.reasoning,
+                       "signature": f"sig-{_digest(reply.reasoning)}"})
+    if reply.text or not reply.tool_calls:
+        blocks.append({"type": "text", "text": reply.text})
+    for call in reply.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name,
+                       "input": _tool_input(call.arguments)})
+    return blocks
+
+
+def _anthropic_stop(reply: FakeReply) -> str:
+    return reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+
+
+def _anthropic_message(n: int, model: str, content: list[dict[str, Any]], stop: str | None,
+                       usage: Usage) -> dict[str, object]:
+    return {"id": f"msg_fake{n}", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": None,
+            "usage": _anthropic_usage(usage)}
+
+
+def _anthropic_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
+    return _anthropic_message(n, model, _anthropic_blocks(reply), _anthropic_stop(reply), usage)
+
+
+def _anthropic_stream(n: int, model: str, reply: FakeReply,
+                      usage: Usage) -> list[tuple[str | None, object]]:
+    events: list[tuple[str | None, object]] = []
+
+    def emit(kind: str, **fields: object) -> None:
+        events.append((kind, {"type": kind, **fields}))
+
+    start_usage = msgspec.structs.replace(usage, output_tokens=1)
+    emit("message_start", message=_anthropic_message(n, model, [], None, start_usage))
+    emit("ping")
+    for index, block in enumerate(_anthropic_blocks(reply)):
+        if block["type"] == "thinking":
+            emit("content_block_start", index=index,
+                 content_block={"type": "thinking", "thinking": "", "signature": ""})
+            for piece in _pieces(block["thinking"]):
+                emit("content_block_delta", index=index,
+                     delta={"type": "thinking_delta", "thinking": piece})
+            emit("content_block_delta", index=index,
+                 delta={"type": "signature_delta", "signature": block["signature"]})
+        elif block["type"] == "text":
+            emit("content_block_start", index=index, content_block={"type": "text", "text": ""})
+            for piece in _pieces(block["text"]):
+                emit("content_block_delta", index=index,
+                     delta={"type": "text_delta", "text": piece})
+        else:
+            emit("content_block_start", index=index,
+                 content_block={**block, "input": {}})
+            arguments = json.dumps(block["input"], ensure_ascii=False, separators=(",", ":"))
+            for piece in _pieces(arguments):
+                emit("content_block_delta", index=index,
+                     delta={"type": "input_json_delta", "partial_json": piece})
+        emit("content_block_stop", index=index)
+    emit("message_delta", delta={"stop_reason": _anthropic_stop(reply), "stop_sequence": None},
+         usage={"output_tokens": usage.output_tokens})
+    emit("message_stop")
+    return events

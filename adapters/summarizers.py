@@ -1,0 +1,197 @@
+"""Model summarizers for compaction: OpenAI-compatible and Anthropic endpoints.
+
+Theory of operation
+-------------------
+Both implement the kernel's ``Summarizer`` protocol. Each sends the
+request's ``instructions()`` as the system prompt and its ``source_text()``
+(the transcript, or the child summaries of a roll-up) as the one user
+message, with the output cap set to the request's ``max_tokens``, to a
+*summary model* that is usually cheaper than the agent's main model (the
+policy's ``summary_model``). The answer's text is the summary; its
+provenance is ``summarizer`` (``openai:MODEL`` / ``anthropic:MODEL``),
+``model`` and the request's ``prompt_hash()``.
+
+They raise on every failure: `ProviderError` for an HTTP error (with the
+parsed ``ProviderErrorReceived``, ``overflow`` included),
+`ProviderTimeoutError` when the endpoint is too slow,
+``turnlog.DecodeError`` for an answer that is not the provider's shape,
+`EmptySummaryError` for an answer without text. The compactor records any
+of these as ``CompactionFailed`` and its circuit breaker counts them.
+Only the standard library is used (``urllib.request``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from turnlog import ProviderErrorReceived, TextPart
+from turnlog.summarize import Summary, SummaryRequest
+
+from .client import DEFAULT_BASE_URLS, ProviderError, ProviderTimeoutError, send
+from .render import canonical
+from .responses import Reply
+
+__all__ = [
+    "AnthropicSummarizer",
+    "EmptySummaryError",
+    "OpenAISummarizer",
+    "ProviderError",
+    "ProviderTimeoutError",
+]
+
+
+class EmptySummaryError(ProviderError):
+    """The model answered without any text."""
+
+
+def _text_of(reply: Reply, summarizer: str) -> str:
+    if reply.error is not None:
+        error = reply.error
+        kind = "context overflow" if error.overflow else (error.error_type or error.code
+                                                          or "error")
+        raise ProviderError(f"summarizer {summarizer}: HTTP {error.status} {kind}: "
+                            f"{error.message[:300]}", error=error)
+    parts = reply.message.parts if reply.message is not None else ()
+    text = "".join(p.text for p in parts if isinstance(p, TextPart)).strip()
+    if not text:
+        stop = reply.response.stop_reason if reply.response is not None else ""
+        raise EmptySummaryError(
+            f"summarizer {summarizer}: the model returned no text (stop reason {stop!r})",
+            error=ProviderErrorReceived(error_type="empty_summary",
+                                        message=f"no text (stop reason {stop!r})"))
+    return text
+
+
+def _check(model: str, timeout: float) -> None:
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a non-empty str, found {model!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, found {timeout!r}")
+
+
+class OpenAISummarizer:
+    """Summarizes with an OpenAI-compatible Chat Completions endpoint.
+
+    Works with OpenAI and with compatible servers (DeepSeek, Groq, Ollama, vLLM...).
+
+    Parameters:
+        model: the summary model (e.g. ``gpt-4o-mini``, ``deepseek-chat``).
+        api_key: sent as ``Authorization: Bearer``.
+        base_url: the API root including the version (``https://api.openai.com/v1``).
+        timeout: seconds to connect and for each read.
+        temperature: sent when not None (reasoning models want None).
+        max_tokens_field: ``max_tokens`` (compatible servers) or
+            ``max_completion_tokens`` (OpenAI reasoning models).
+        headers: further HTTP headers.
+
+    Raises:
+        ValueError: an empty model or a non-positive timeout.
+    """
+
+    def __init__(self, model: str, *, api_key: str,
+                 base_url: str = DEFAULT_BASE_URLS["openai-chat"], timeout: float = 60.0,
+                 temperature: float | None = 0.0, max_tokens_field: str = "max_tokens",
+                 headers: Mapping[str, str] | None = None) -> None:
+        _check(model, timeout)
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise ValueError("max_tokens_field must be 'max_tokens' or "
+                             f"'max_completion_tokens', found {max_tokens_field!r}")
+        self.model = model
+        self.base_url = base_url
+        self.timeout = timeout
+        self.temperature = temperature
+        self.max_tokens_field = max_tokens_field
+        self._api_key = api_key
+        self._headers = dict(headers or {})
+
+    @property
+    def id(self) -> str:
+        """``openai:MODEL``."""
+        return f"openai:{self.model}"
+
+    def body(self, request: SummaryRequest) -> bytes:
+        """The request body sent for ``request`` (canonical JSON bytes)."""
+        payload: dict[str, object] = {
+            "model": self.model,
+            "messages": [{"role": "system", "content": request.instructions()},
+                         {"role": "user", "content": request.source_text() or "(empty)"}],
+            self.max_tokens_field: max(1, request.max_tokens),
+        }
+        if self.temperature is not None:
+            payload["temperature"] = self.temperature
+        return canonical(payload)
+
+    def summarize(self, request: SummaryRequest) -> Summary:
+        """Summarize ``request`` with the summary model.
+
+        Raises:
+            ProviderError: an HTTP error (``error.overflow`` for a context overflow)
+                or no text in the answer.
+            ProviderTimeoutError: no answer within the timeout.
+            DecodeError: an answer that is not a Chat Completions body.
+        """
+        reply = send("openai-chat", self.body(request), api_key=self._api_key,
+                     base_url=self.base_url, timeout=self.timeout, headers=self._headers)
+        return Summary(text=_text_of(reply, self.id), summarizer=self.id, model=self.model,
+                       prompt_hash=request.prompt_hash())
+
+
+class AnthropicSummarizer:
+    """Summarizes with the Anthropic Messages API.
+
+    Parameters:
+        model: the summary model (e.g. ``claude-haiku-4-5``).
+        api_key: sent as ``x-api-key``.
+        base_url: the API root without the version (``https://api.anthropic.com``).
+        timeout: seconds to connect and for each read.
+        temperature: sent when not None.
+        headers: further HTTP headers.
+
+    Raises:
+        ValueError: an empty model or a non-positive timeout.
+    """
+
+    def __init__(self, model: str, *, api_key: str,
+                 base_url: str = DEFAULT_BASE_URLS["anthropic"], timeout: float = 60.0,
+                 temperature: float | None = 0.0,
+                 headers: Mapping[str, str] | None = None) -> None:
+        _check(model, timeout)
+        self.model = model
+        self.base_url = base_url
+        self.timeout = timeout
+        self.temperature = temperature
+        self._api_key = api_key
+        self._headers = dict(headers or {})
+
+    @property
+    def id(self) -> str:
+        """``anthropic:MODEL``."""
+        return f"anthropic:{self.model}"
+
+    def body(self, request: SummaryRequest) -> bytes:
+        """The request body sent for ``request`` (canonical JSON bytes)."""
+        source = request.source_text()
+        payload: dict[str, object] = {
+            "model": self.model,
+            "max_tokens": max(1, request.max_tokens),
+            "system": [{"type": "text", "text": request.instructions()}],
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": source if source.strip() else "(empty)"}]}],
+        }
+        if self.temperature is not None:
+            payload["temperature"] = self.temperature
+        return canonical(payload)
+
+    def summarize(self, request: SummaryRequest) -> Summary:
+        """Summarize ``request`` with the summary model.
+
+        Raises:
+            ProviderError: an HTTP error (``error.overflow`` for a context overflow)
+                or no text in the answer.
+            ProviderTimeoutError: no answer within the timeout.
+            DecodeError: an answer that is not a Messages body.
+        """
+        reply = send("anthropic", self.body(request), api_key=self._api_key,
+                     base_url=self.base_url, timeout=self.timeout, headers=self._headers)
+        return Summary(text=_text_of(reply, self.id), summarizer=self.id, model=self.model,
+                       prompt_hash=request.prompt_hash())
