@@ -29,7 +29,10 @@ import msgspec
 
 from .errors import PolicyError
 
-__all__ = ["DEFAULT_TOOL_KINDS", "DEFAULT_TOOL_WEIGHTS", "Policy", "ToolKind"]
+__all__ = [
+    "DEFAULT_TOOL_KINDS", "DEFAULT_TOOL_WEIGHTS", "REFRESH_POINTS", "Policy", "RefreshPoint",
+    "ToolKind",
+]
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -38,6 +41,11 @@ ToolKind = Literal[
     "file_read", "file_edit", "file_write", "grep", "glob", "bash", "shell_read",
     "web_fetch", "web_search", "other",
 ]
+
+#: Points at which the memory block of a session may be re-rendered (see
+#: ``memories.MemoryManager.refresh``).
+RefreshPoint = Literal["session_start", "compaction", "every_turn", "manual"]
+REFRESH_POINTS: tuple[str, ...] = ("session_start", "compaction", "every_turn", "manual")
 
 # Tool name -> kind. Names seen in real transcripts (Claude Code, Codex,
 # SWE-agent, OpenHands, mini-swe-agent) and the generic names of the docs.
@@ -123,6 +131,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     memory_max_count: NonNeg = 6
     memory_max_chars: NonNeg = 4_000
     memory_working_max: NonNeg = 5
+    memory_summary_keep: NonNeg = 10
+    memory_refresh: tuple[RefreshPoint, ...] = ("session_start", "compaction", "manual")
     recall_max_chars: NonNeg = 4_000
     recall_max_tokens: NonNeg = 2_000
     # -- prompt cache ----------------------------------------------------------
@@ -145,6 +155,10 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                 f"output_reserve ({self.output_reserve}) + safety_margin "
                 f"({self.safety_margin}) must be below context_window ({self.context_window}); "
                 "raise context_window or lower the reserve")
+        if not isinstance(self.memory_refresh, tuple) or any(
+                point not in REFRESH_POINTS for point in self.memory_refresh):
+            raise PolicyError(f"policy field 'memory_refresh' must be a tuple of points out of "
+                              f"{list(REFRESH_POINTS)}, found {self.memory_refresh!r}")
         if not self.tokenizer:
             raise PolicyError("policy field 'tokenizer' must name an encoding, e.g. 'cl100k_base'")
 
