@@ -589,6 +589,17 @@ class MemoryManager:
                time: int | None = None) -> Changed:
         """Change fields of a live memory (fields left at their default are kept).
 
+        Parameters:
+            memory_id: the live memory to change.
+            title, content, memory_type, retention, expires_seq, expires_time,
+                source_session, source_seqs: new values (see `save`); an empty
+                string, None or ``()`` keeps the current value.
+            reason: why (recorded in the event).
+            time: the event time (microseconds).
+
+        Returns:
+            The id and where the ``update`` event landed.
+
         Raises:
             InvalidEventError: no live memory with that id, nothing to change,
                 or a bad type or class.
@@ -612,6 +623,14 @@ class MemoryManager:
     def forget(self, memory_id: str, *, reason: str = "", time: int | None = None) -> Changed:
         """Forget a live memory (appends ``forget``; the log keeps its history).
 
+        Parameters:
+            memory_id: the live memory to forget.
+            reason: why (recorded in the event; `Forgotten.reason` in the book).
+            time: the event time (microseconds).
+
+        Returns:
+            The id and where the ``forget`` event landed.
+
         Raises:
             InvalidEventError: no live memory with that id.
         """
@@ -620,6 +639,13 @@ class MemoryManager:
     def pin(self, memory_id: str, *, time: int | None = None) -> Changed:
         """Pin a live memory: never expired, never consolidated.
 
+        Parameters:
+            memory_id: the live memory to pin.
+            time: the event time (microseconds).
+
+        Returns:
+            The id and where the ``pin`` event landed.
+
         Raises:
             InvalidEventError: no live memory with that id.
         """
@@ -627,6 +653,13 @@ class MemoryManager:
 
     def unpin(self, memory_id: str, *, time: int | None = None) -> Changed:
         """Unpin a live memory.
+
+        Parameters:
+            memory_id: the live memory to unpin.
+            time: the event time (microseconds).
+
+        Returns:
+            The id and where the ``unpin`` event landed.
 
         Raises:
             InvalidEventError: no live memory with that id.
@@ -696,6 +729,9 @@ class MemoryManager:
                 position-based expiry is evaluated).
             policy: supplies ``memory_summary_keep`` (defaults when None).
             time: the event time of the ``forget`` events (defaults to ``now``).
+
+        Returns:
+            The memories forgotten with their reasons, and where the events landed.
         """
         keep = (policy or Policy()).memory_summary_keep
 
@@ -733,7 +769,14 @@ class MemoryManager:
         return view, head.seq
 
     def block_in_force(self, agent_session: str) -> str:
-        """The memory block currently in force in an agent session (``""`` if none)."""
+        """The memory block currently in force in an agent session.
+
+        Parameters:
+            agent_session: the session (it need not exist yet).
+
+        Returns:
+            The text of its ``memories`` section, ``""`` when none is in force.
+        """
         with self._lock:
             view, _ = self._view(agent_session)
             if view is None:
@@ -801,6 +844,10 @@ class MemoryManager:
         Parameters:
             agent_session: the session that was rewound.
             time: the event time of the ``forget`` events.
+
+        Returns:
+            How many of the session's seqs are out of its view, the memories
+            forgotten, and where the events landed.
 
         Raises:
             UnknownSessionError: no such session.
