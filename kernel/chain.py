@@ -26,6 +26,7 @@ import hmac
 import blake3
 import msgspec
 
+from .canonical import normalize
 from .codec import decode_event, encode_canonical
 from .errors import DecodeError, VerificationError
 from .events import Event
@@ -106,6 +107,8 @@ def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -
     except DecodeError as exc:
         return None, f"record does not decode: {exc}"
     # Encode before the chain fields are set: they are not part of the canonical bytes.
+    # Normalized first, so a default-equal field that was written counts as non-canonical.
+    normalize(event)
     encoded = encode_canonical(event)
     rec_prev, digest = record[:HASH_SIZE], record[HASH_SIZE:2 * HASH_SIZE]
     _force_setattr(event, "prev", rec_prev)

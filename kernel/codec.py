@@ -27,6 +27,7 @@ from typing import Any
 import blake3
 import msgspec
 
+from .canonical import normalize
 from .errors import DecodeError, EventTooLargeError, InvalidEventError
 from .events import (
     KINDS,
@@ -123,7 +124,8 @@ def encode_event(event: Event) -> tuple[Event, bytes]:
         same = type(checked.body) not in _FLOAT_KINDS and checked == event
     except Exception:  # a str or int subclass with an odd __eq__
         same = False
-    if not same:
+    # Fields equal to their default must be omitted whatever object holds the value.
+    if normalize(checked) or not same:
         data = _ENCODER.encode(checked)
     return checked, data
 
@@ -212,6 +214,7 @@ def validate_body(body: object, *, where: str = "event") -> Body:
         raise InvalidEventError(f"{where}: {exc}") from exc
     # The only payload floats are a PolicySet's, which Policy.__post_init__
     # checks for finiteness during the decode above.
+    normalize(checked)
     return checked
 
 

@@ -6,11 +6,15 @@ A policy is data. It lives in the log as a ``PolicySet`` event, so the policy
 in force at any seq of a session is known from the log alone, and a request
 record names it by hash. Two rules keep old records replayable:
 
-* A policy is always encoded with *all* its fields (no omitted defaults), so
-  its hash and its meaning do not depend on the defaults of the library that
-  reads it later.
-* Fields added in later versions get defaults that reproduce the old
-  behaviour; fields are never renamed or removed.
+* Defaults never change, and fields added in later versions get defaults
+  that reproduce the old behaviour; fields are never renamed or removed.
+  So a policy's canonical bytes omit the fields equal to their defaults (like
+  every event), and adding a field changes neither the bytes of an old
+  ``PolicySet`` event nor the hash that old request records name.
+* ``tool_kinds`` and ``tool_weights`` are always written out (their defaults
+  are built by a factory), so a later change to the built-in tool tables
+  never changes what an old policy meant. No other factory defaults are
+  allowed.
 
 Thresholds follow the two conventions of the systems turnlog replaces: as a
 *buffer* (fire when fewer than N tokens of the usable budget remain) or as a
@@ -27,6 +31,7 @@ from typing import Annotated, Any, Literal
 import blake3
 import msgspec
 
+from .canonical import normalize
 from .errors import PolicyError
 
 __all__ = [
@@ -73,7 +78,8 @@ DEFAULT_TOOL_WEIGHTS: dict[str, int] = {
 }
 
 
-class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
+             omit_defaults=True):
     """Everything packing and compaction may depend on.
 
     Load one with `Policy.from_toml`, or construct it with keyword arguments;
@@ -190,7 +196,9 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         return kind or "other"
 
     def encode(self) -> bytes:
-        """Canonical bytes: msgpack, every field present, map keys sorted."""
+        """Canonical bytes: msgpack, fields equal to their defaults omitted, map keys
+        sorted."""
+        normalize(self)
         return _ENCODER.encode(self)
 
     @property

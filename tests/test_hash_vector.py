@@ -358,33 +358,55 @@ def test_only_policy_declares_sixteen_entries_or_more() -> None:
     assert big == ["Policy"]
 
 
-@pytest.mark.parametrize(("body", "field", "written"), [
+@pytest.mark.parametrize(("body", "field"), [
     (CompactionCommitted(first_seq=0, last_seq=0, covered_digest="0" * 64, summary="s",
                          reason="".join(["thres", "hold"])),  # type: ignore[arg-type]
-     "reason", False),
-    (ToolResultAdded(call_id="c", tool_name="t", output="o", is_error=bool(0)), "is_error",
-     False),
-    (SystemSectionSet(name="n", text="t", position=int("0")), "position", False),
-    (ResponseReceived(usage=Usage()), "usage", True),
-    (ResponseReceived(), "usage", False),
+     "reason"),
+    (ToolResultAdded(call_id="c", tool_name="t", output="o", is_error=bool(0)), "is_error"),
+    (SystemSectionSet(name="n", text="t", position=int("0")), "position"),
+    (ResponseReceived(usage=Usage()), "usage"),
+    (ResponseReceived(), "usage"),
+    (AssistantMessageAdded(parts=(ToolCall(id="a", name="b", arguments="".join(["{", "}"])),)),
+     "parts"),
 ])
-def test_documented_omission_rules_hold(body: Any, field: str, written: bool) -> None:
+def test_a_field_equal_to_its_default_is_omitted(body: Any, field: str) -> None:
     log = turnlog.open(":memory:")
     log.append("s", [UserMessageAdded(text="first"), body])
     event = log.read("s")[1]
     raw = msgspec.msgpack.decode(encode_canonical(msgspec.structs.replace(event, prev=b"",
                                                                           hash=b"")))
-    assert (field in raw["body"]) is written
-    if written:
-        assert f"{type(body).__name__}.{field}" in eventdoc.two_form_fields()
+    if field == "parts":
+        assert "arguments" not in raw["body"]["parts"][0]
+    else:
+        assert field not in raw["body"]
 
 
-def test_a_two_form_field_is_written_when_set_to_its_default() -> None:
+def test_equal_events_built_differently_hash_the_same() -> None:
     log = turnlog.open(":memory:")
-    log.append("s", AssistantMessageAdded(parts=(
-        ToolCall(id="a", name="b", arguments="".join(["{", "}"])), ToolCall(id="c", name="d"))))
-    (event,) = log.read("s")
-    raw = msgspec.msgpack.decode(encode_canonical(msgspec.structs.replace(event, prev=b"",
-                                                                          hash=b"")))
-    assert ["arguments" in part for part in raw["body"]["parts"]] == [True, False]
-    assert "ToolCall.arguments" in eventdoc.two_form_fields()
+    first = log.append("a", AssistantMessageAdded(parts=(
+        ToolCall(id="c", name="d", arguments="".join(["{", "}"])),)))
+    second = log.append("b", AssistantMessageAdded(parts=(ToolCall(id="c", name="d"),)))
+    one, two = log.read("a")[0], log.read("b")[0]
+    assert encode_canonical(msgspec.structs.replace(one, session="x", prev=b"", hash=b"")) == \
+        encode_canonical(msgspec.structs.replace(two, session="x", prev=b"", hash=b""))
+    assert first.head_hash != second.head_hash  # different sessions, same content bytes
+
+
+def test_verify_rejects_an_event_that_spells_out_a_default() -> None:
+    from turnlog.chain import check_record, link, pack_record
+    from turnlog.events import Event
+    event = Event(session="s", seq=0, body=AssistantMessageAdded(
+        parts=(ToolCall(id="c", name="d", arguments="".join(["{", "}"])),)))
+    spelled = msgspec.msgpack.Encoder(order="deterministic").encode(event)
+    assert b"arguments" in spelled
+    record = pack_record(bytes(32), link(bytes(32), spelled), spelled)
+    _, reason = check_record(record, session="s", seq=0, prev=bytes(32))
+    assert reason is not None and "canonical" in reason
+
+
+def test_policy_hash_ignores_how_default_values_were_built() -> None:
+    from turnlog import Policy
+    built = Policy(context_window=int("128000"), truncate_head_ratio=float("0.6"),
+                   tokenizer="".join(["cl100k", "_base"]))
+    assert built.hash == Policy().hash
+    assert b"context_window" not in Policy().encode()

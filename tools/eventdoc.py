@@ -28,7 +28,7 @@ from turnlog.events import KINDS
 from turnlog.policy import Policy
 
 __all__ = ["BEGIN", "END", "MEANINGS", "main", "render_tables", "replace_tables",
-           "two_form_fields"]
+           "factory_fields"]
 
 BEGIN = "<!-- fields:begin -->"
 END = "<!-- fields:end -->"
@@ -163,7 +163,7 @@ MEANINGS: dict[str, str] = {
     "ProviderErrorReceived.error_type": "Provider's error type.",
     "ProviderErrorReceived.message": "Provider's message.",
     "ProviderErrorReceived.overflow": "A context-length error: triggers the recovery path.",
-    "PolicySet.policy": "The policy in force from here on (every field encoded).",
+    "PolicySet.policy": "The policy in force from here on.",
     "SessionForked.from_session": "Session this one continues.",
     "SessionForked.from_seq": "Last event of the source that belongs to this session's "
                               "history.",
@@ -276,25 +276,13 @@ def _is_literal(tp: object) -> bool:
     return typing.get_origin(tp) is typing.Literal
 
 
-def two_form_fields() -> list[str]:
-    """``Class.field`` of fields whose default is written when set explicitly.
-
-    msgspec omits a field only when its value *is* the default object. After
-    a decode that holds for ``None``, booleans, small ints, ``""``, ``b""``,
-    empty arrays and maps, and literal (enum) strings, but not for other
-    strings or structs: a field with such a default is written whenever it
-    was set, even to a value equal to the default.
-    """
+def factory_fields() -> list[str]:
+    """``Class.field`` of the fields built by a default factory: always written."""
     out = []
-    for cls in _all_classes():
-        for name, tp, default in _fields(cls):
-            if default is _MISSING or _is_literal(tp) or hasattr(default, "factory"):
-                continue
-            if default is None or isinstance(default, bool) or default in ("", b"", ()):
-                continue
-            if isinstance(default, int) and -5 <= default <= 256:
-                continue
-            out.append(f"{cls.__name__}.{name}")
+    for cls in [*_all_classes(), Policy]:
+        for name, _, default in _fields(cls):
+            if hasattr(default, "factory"):
+                out.append(f"{cls.__name__}.{name}")
     return out
 
 
@@ -348,13 +336,11 @@ def render_tables() -> str:
                 f"Untagged; {_entries(cls)} declared fields.")
         out += [title, "", _summary(cls), "", note, "", *_table(cls), ""]
     out += ["### Policy", "",
-            f"The value of `PolicySet.policy`. Unlike every other struct it is encoded with "
-            f"**all** its fields, defaults included, in this order ({_entries(Policy)} "
-            "fields, so its map header is map16). What each field does is described in "
-            "[packing.md](packing.md).", "", *_table(Policy, meanings=False), ""]
-    forms = ", ".join(f"`{f}`" for f in two_form_fields())
-    out += ["### Fields with two canonical forms", "",
-            f"{forms}. See *Omitted fields* above.", ""]
+            f"The value of `PolicySet.policy`: {_entries(Policy)} declared fields, so its "
+            "map header is always map16. Fields equal to their defaults are omitted, except "
+            f"{', '.join(f'`{f}`' for f in factory_fields())}, which are always written. "
+            "What each field does is described in [packing.md](packing.md).", "",
+            *_table(Policy, meanings=False), ""]
     return "\n".join(out)
 
 
