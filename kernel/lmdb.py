@@ -288,10 +288,14 @@ class LMDBStore(Store):
         self._check_process()
         with self._guard():
             txn = self._begin(write=False)
-            try:
-                yield _LMDBRead(txn, self._dbs)
-            finally:
-                txn.abort()
+        try:
+            yield _LMDBRead(txn, self._dbs)
+        except lmdb.Error:
+            # Only LMDB's own errors are the store's; the caller's pass through.
+            with self._guard():
+                raise
+        finally:
+            txn.abort()
 
     def _begin(self, *, write: bool) -> lmdb.Transaction:
         try:
