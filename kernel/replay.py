@@ -268,7 +268,7 @@ class Packer:
                 in_force = self._policy_event(session)
                 use = policy or in_force or Policy()
                 if in_force is None or in_force.hash != use.hash:
-                    self.log.append(session, PolicySet(policy=use))
+                    self.log.append(session, Draft(body=PolicySet(policy=use), time=time))
                 packed = self.pack(session, policy=use)
                 rendered = render(packed.prompt) if render is not None else b""
                 head = self.log.head(session)

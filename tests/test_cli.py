@@ -76,7 +76,10 @@ def test_demo_prints_a_line_per_turn_and_ends_with_verify(capsys: pytest.Capture
     assert code == 0 and err == ""
     assert [line.split()[1] for line in lines[:6]] == ["1", "2", "3", "4", "5", "6"]
     assert "Importing our 2023 statement" in lines[0]
-    assert lines[-2].startswith("appended ")
+    assert all(" tok  pressure " in line for line in lines[:6])
+    assert lines[-4].startswith("appended ")
+    assert lines[-3].startswith("packed and recorded 6 requests")
+    assert lines[-2] == "replay: 6 of 6 requests reproduced byte for byte"
     assert lines[-1].startswith("verify: ok")
 
 
@@ -85,10 +88,14 @@ def test_demo_default_session_is_long_and_has_blobs(store: Path) -> None:
         events = log.read(SESSION)
         report = log.verify()
     assert len(events) >= 300
-    assert {e.time for e in events} and all(e.key and e.key.startswith("demo-") for e in events)
+    packing = {"policy", "request", "response", "provider_error", "compaction"}
+    assert all(e.time is not None for e in events)
+    assert all(e.key and e.key.startswith("demo-") for e in events if e.kind not in packing)
     kinds = {e.kind for e in events}
     assert kinds >= {"system", "tools", "user", "assistant", "tool_result", "notification",
-                     "memory", "pin"}
+                     "memory", "pin"} | packing
+    requests = [e for e in events if e.kind == "request"]
+    assert len(requests) == 41 and any(e.body.recovery for e in requests)  # type: ignore[union-attr]
     assert report.ok and report.blobs >= 5
     assert sum(len(e.body.parts) > 2 for e in events if isinstance(
         e.body, turnlog.AssistantMessageAdded)) >= 10  # parallel tool calls

@@ -1,4 +1,4 @@
-"""The ``turnlog`` command: list, show, verify, checkpoint and export a log.
+"""The ``turnlog`` command: inspect, verify, export, pack, explain and replay a log.
 
 Every verb works on the store named by ``--store`` (default ``$TURNLOG_STORE``,
 else ``./.turnlog``). Verbs that print take ``--json``: ``sessions``, ``show``,
@@ -27,9 +27,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
+import msgspec
 import turnlog
 from turnlog.codec import event_to_json
+from turnlog.compact import Compactor
 from turnlog.events import KINDS
+from turnlog.pack import Packed
+from turnlog.replay import Packer
 
 from . import demo
 from .summary import format_size, format_time, head, summarize
@@ -402,21 +406,50 @@ def _cmd_blob(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.turns < 1:
         raise _UsageError(f"--turns must be >= 1, found {args.turns}")
+    overflow_turn = args.overflow_turn if args.overflow_turn is not None else \
+        demo.OVERFLOW_TURN
     with _open(args, write=True) as log:
+        packer = Packer(log)
+        compactor = Compactor(log, packer)
+        packed_turns: list[demo.PackedTurn] = []
+
         def on_turn(turn: demo.TurnResult) -> None:
             a = turn.appended
+            packed = None
+            if not a.duplicate and not args.no_pack:
+                packed = demo.pack_turn(log, packer, compactor, args.session, turn,
+                                        policy=demo.policy_for_turn(turn.turn),
+                                        overflow=turn.turn == overflow_turn)
+                packed_turns.append(packed)
             if args.json:
-                _emit({"type": "turn", "turn": turn.turn, "first_seq": a.first_seq,
-                       "last_seq": a.last_seq, "events": len(turn.drafts), "blobs": turn.blobs,
-                       "duplicate": a.duplicate, "user": turn.user_text}, sys.stdout)
+                record: dict[str, Any] = {
+                    "type": "turn", "turn": turn.turn, "first_seq": a.first_seq,
+                    "last_seq": a.last_seq, "events": len(turn.drafts), "blobs": turn.blobs,
+                    "duplicate": a.duplicate, "user": turn.user_text}
+                if packed is not None:
+                    record["request"] = {
+                        "seq": packed.request_seq, "tokens": packed.tokens,
+                        "pressure_before": packed.pressure_before,
+                        "pressure": packed.pressure, "stages": packed.fired,
+                        "compaction": packed.compaction, "recovery": packed.recovery}
+                _emit(record, sys.stdout)
                 return
             where = f"seq {a.first_seq:>4}-{a.last_seq:<4}"
             if a.duplicate:
                 print(f"turn {turn.turn:>3}  {where}  already in the log")
                 return
             blobs = f"{turn.blobs} blob{'s' * (turn.blobs != 1)}" if turn.blobs else ""
-            print(f"turn {turn.turn:>3}  {where}  {len(turn.drafts):>3} events  {blobs:<7}  "
-                  f"{head(turn.user_text) if turn.user_text else '(no user message)'}")
+            line = (f"turn {turn.turn:>3}  {where}  {len(turn.drafts):>3} events  "
+                    f"{blobs:<7}  {head(turn.user_text, 40) if turn.user_text else '':<40}")
+            if packed is not None:
+                stages = " ".join(f"{k}={v}" for k, v in packed.fired.items() if v)
+                line += (f"  | {packed.tokens:>6,} tok  pressure {packed.pressure_before:.2f}"
+                         f"->{packed.pressure:.2f}  {stages or 'verbatim'}")
+                if packed.compaction:
+                    line += f"  [{packed.compaction}]"
+                if packed.recovery:
+                    line += "  [recovery pack]"
+            print(line)
 
         try:
             result = demo.run_demo(log, session=args.session, turns=args.turns, seed=args.seed,
@@ -425,12 +458,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             raise turnlog.IdempotencyError(
                 f"session {args.session!r} already holds a different demo (another --seed?) "
                 f"or other events with demo keys: {exc}; use another --session") from exc
+        replays = [packer.replay(args.session, seq) for seq in packer.requests(args.session)]
         report = log.verify(args.session)
     last = result.head
+    replay_ok = all(r.ok for r in replays)
     if args.json:
         _emit({"type": "result", "session": result.session, "turns": result.turns,
                "appended": result.appended, "present": result.present, "blobs": result.blobs,
                "head_seq": last.seq, "head_hash": last.hash.hex(),
+               "requests": len(replays), "replayed_identical": sum(r.ok for r in replays),
                "verify": {"ok": report.ok, "problem": _problem_json(report.problem),
                           "events": report.events, "blobs": report.blobs}}, sys.stdout)
     else:
@@ -441,11 +477,180 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         else:
             print(f"appended {result.appended} events in {result.turns} turns "
                   f"({result.present} already present), {_refs(result.blobs)}; {where}")
+        fired = {name: sum(1 for t in packed_turns if t.fired.get(name))
+                 for name in ("truncate", "dedup", "prune", "trim", "summaries")}
+        if packed_turns:
+            compactions = sum(1 for t in packed_turns if t.compaction.startswith("committed"))
+            print(f"packed and recorded {len(packed_turns)} requests; stages fired in: "
+                  + ", ".join(f"{name} {n}" for name, n in fired.items())
+                  + f" requests; {compactions} compaction(s), "
+                  f"{sum(t.recovery for t in packed_turns)} overflow recovery")
+        bad = [r for r in replays if not r.ok]
+        print(f"replay: {len(replays) - len(bad)} of {len(replays)} requests reproduced "
+              "byte for byte" + "".join(f"\n  #{r.request_seq}: {r.difference}" for r in bad))
         if report.ok:
             print(f"verify: ok ({report.events} events, {_refs(report.blobs)})")
         else:
             print(f"verify: FAILED: {report.problem}")
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return EXIT_OK if report.ok and replay_ok else EXIT_FAILED
+
+
+# -- packing, replay, explain -----------------------------------------------------------------
+
+def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
+    if getattr(args, "policy", None):
+        policy = turnlog.Policy.from_toml(_read_bytes(args.policy, "policy file"),
+                                          agent=args.agent)
+    else:
+        policy = None
+    budget = getattr(args, "budget", None)
+    if budget is not None:
+        base = policy or turnlog.Policy()
+        reserve = min(base.output_reserve, budget // 4)
+        fields = {f: getattr(base, f) for f in base.__struct_fields__}
+        policy = turnlog.Policy(**{**fields, "context_window": budget,
+                                   "output_reserve": reserve})
+    return policy
+
+
+def _packed_json(packed: Packed, *, request_seq: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt": msgspec.to_builtins(packed.prompt),
+        "prompt_hash": packed.prompt.hash,
+        "tokens": packed.tokens,
+        "message_tokens": list(packed.message_tokens),
+        "section_tokens": list(packed.section_tokens),
+        "budget": msgspec.to_builtins(packed.budget),
+        "pressure": packed.pressure,
+        "pressure_before": packed.pressure_before,
+        "thresholds": list(packed.thresholds),
+        "compaction_due": packed.compaction_due,
+        "recovery": packed.recovery,
+        "stages": [msgspec.to_builtins(s) for s in packed.stages],
+        "tokenizer": packed.tokenizer,
+        "policy_hash": packed.policy_hash,
+    }
+    if request_seq is not None:
+        out["request_seq"] = request_seq
+    return out
+
+
+def _cmd_pack(args: argparse.Namespace) -> int:
+    policy = _policy_arg(args)
+    with _open(args, write=args.record) as log:
+        packer = Packer(log)
+        request_seq = None
+        if args.record:
+            recorded = packer.record(args.session, policy=policy)
+            packed, request_seq = recorded.packed, recorded.request_seq
+        else:
+            packed = packer.pack(args.session, policy=policy)
+    if args.json:
+        _emit(_packed_json(packed, request_seq=request_seq), sys.stdout)
+        return EXIT_OK
+    _print_packed(packed)
+    if request_seq is not None:
+        print(f"recorded as {args.session}#{request_seq}")
+    return EXIT_OK
+
+
+def _print_packed(packed: Packed) -> None:
+    b = packed.budget
+    print(f"{packed.tokens:,} tokens of {b.usable:,} usable (window {b.window:,}, reserve "
+          f"{b.output_reserve:,}); pressure {packed.pressure_before:.3f} -> "
+          f"{packed.pressure:.3f}; compaction due: {'yes' if packed.compaction_due else 'no'}"
+          + ("; recovery pack" if packed.recovery else ""))
+    for stage in packed.stages:
+        print(f"  {stage.name:<11} {'fired' if stage.fired else '-':<6} {stage.detail}")
+    for section, tokens in zip(packed.prompt.system, packed.section_tokens, strict=True):
+        print(f"  system {section.name!r}: {tokens:,} tokens")
+    for i, (message, tokens) in enumerate(zip(packed.prompt.messages, packed.message_tokens,
+                                               strict=True)):
+        calls = ", ".join(c.name for c in message.tool_calls)
+        text = head(message.text, 60) if message.text else f"[{calls}]" if calls else ""
+        print(f"  {i:>4} {message.role:<9} {tokens:>6,}  {text}")
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        packed = Packer(log).explain(args.session, args.request_seq)
+    if args.json:
+        out = _packed_json(packed)
+        out["decisions"] = [msgspec.to_builtins(d) for d in packed.decisions]
+        _emit(out, sys.stdout)
+        return EXIT_OK
+    _print_packed_header(packed)
+    for d in packed.decisions:
+        tokens = (f"{d.original_tokens:>6,} -> {d.tokens:<6,}" if d.original_tokens
+                  else " " * 16)
+        print(f"  {d.seq:>5} {d.kind:<17} {d.decision:<18} {tokens} {d.rule}"
+              + (f": {d.detail}" if d.detail else ""))
+    return EXIT_OK
+
+
+def _print_packed_header(packed: Packed) -> None:
+    b = packed.budget
+    print(f"{packed.tokens:,} tokens of {b.usable:,} usable; pressure "
+          f"{packed.pressure_before:.3f} -> {packed.pressure:.3f}; tokenizer "
+          f"{packed.tokenizer}; policy {packed.policy_hash[:16]}")
+    for stage in packed.stages:
+        print(f"  {stage.name:<11} {'fired' if stage.fired else '-':<6} {stage.detail}")
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        packer = Packer(log)
+        seqs = packer.requests(args.session) if args.all or args.request_seq is None \
+            else [args.request_seq]
+        results = [packer.replay(args.session, seq) for seq in seqs]
+    ok = all(r.ok for r in results)
+    if args.json:
+        _emit({"ok": ok, "requests": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
+    else:
+        for r in results:
+            print(f"{r.session}#{r.request_seq}: "
+                  + ("identical" if r.ok else f"DIFFERS: {r.difference}"))
+        print(f"{sum(r.ok for r in results)} of {len(results)} requests reproduced byte for "
+              "byte")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        diff = Packer(log).diff(args.session, args.request_a, args.request_b)
+    if args.json:
+        _emit(msgspec.to_builtins(diff), sys.stdout)
+        return EXIT_OK
+    print(f"#{diff.request_a}: {diff.tokens_a:,} tokens; #{diff.request_b}: "
+          f"{diff.tokens_b:,} tokens")
+    print(f"shared prefix: {diff.shared_messages} messages, {diff.shared_tokens:,} tokens "
+          f"(system {'changed' if diff.system_changed else 'same'}, tools "
+          f"{'changed' if diff.tools_changed else 'same'})")
+    for c in diff.changes:
+        print(f"  {c.seq:>5} {c.kind:<17} {c.before} -> {c.after}: {c.rule}"
+              + (f" ({c.detail})" if c.detail else ""))
+    return EXIT_OK
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    policy = _policy_arg(args)
+    with _open(args, write=True) as log:
+        packer = Packer(log)
+        summarizer = None
+        if args.summarizer not in (None, "extractive"):
+            raise _UsageError(f"unknown summarizer {args.summarizer!r}; built in: extractive "
+                              "(model summarizers are used from Python, see docs/packing.md)")
+        outcome = Compactor(log, packer, summarizer=summarizer).compact(
+            args.session, policy=policy, reason="manual")
+    if args.json:
+        _emit(msgspec.to_builtins(outcome), sys.stdout)
+    else:
+        print(f"{outcome.status}: {outcome.reason}" + (f"; {outcome.detail}" if outcome.detail
+                                                        else ""))
+        if outcome.seqs:
+            print(f"events appended: {', '.join(f'#{s}' for s in outcome.seqs)}; next prompt "
+                  f"{outcome.next_tokens:,} tokens ({'fits' if outcome.fits else 'OVER BUDGET'})")
+    return EXIT_OK if outcome.status != "failed" else EXIT_FAILED
 
 
 # -- parser ----------------------------------------------------------------------------------
@@ -537,6 +742,46 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--session", default=demo.DEFAULT_SESSION,
                    help=f"session id (default {demo.DEFAULT_SESSION!r})")
     p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
+    p.add_argument("--no-pack", action="store_true", help="only append the events (no "
+                   "packing, requests, compaction or replay)")
+    p.add_argument("--overflow-turn", type=int, default=None, metavar="N",
+                   help="the turn whose request meets a context-overflow error (default "
+                        f"{demo.OVERFLOW_TURN})")
+
+    def policy_options(p: argparse.ArgumentParser) -> None:
+        group = p.add_mutually_exclusive_group()
+        group.add_argument("--budget", type=_nonneg, metavar="N", help="context window in "
+                           "tokens (the rest of the policy in force, or the defaults)")
+        group.add_argument("--policy", metavar="FILE", help="a policy TOML file")
+        p.add_argument("--agent", metavar="NAME", help="apply the [agents.NAME] table of "
+                       "the policy file")
+
+    p = verb("pack", _cmd_pack, "pack a session's prompt (optionally record it as a request)")
+    p.add_argument("session", metavar="SESSION")
+    policy_options(p)
+    p.add_argument("--record", action="store_true", help="append the request record")
+
+    p = verb("explain", _cmd_explain, "show the decision for every event of a recorded request")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("request_seq", metavar="REQ_SEQ", type=int)
+
+    p = verb("replay", _cmd_replay, "re-pack recorded requests; exit 1 if any differs")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("request_seq", metavar="REQ_SEQ", type=int, nargs="?", default=None)
+    p.add_argument("--all", action="store_true", help="every request of the session "
+                   "(the default without REQ_SEQ)")
+
+    p = verb("diff", _cmd_diff, "compare two recorded requests: shared prefix, changed "
+             "decisions")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("request_a", metavar="REQ_A", type=int)
+    p.add_argument("request_b", metavar="REQ_B", type=int)
+
+    p = verb("compact", _cmd_compact, "compact a session now (appends the compaction events)")
+    p.add_argument("session", metavar="SESSION")
+    policy_options(p)
+    p.add_argument("--summarizer", default=None, metavar="NAME",
+                   help="the summarizer (default: extractive, offline)")
     return parser
 
 

@@ -38,16 +38,21 @@ from turnlog import (
     EventsPinned,
     MemoryChanged,
     NotificationAdded,
+    ProviderErrorReceived,
     ReasoningPart,
+    ResponseReceived,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     ToolSpec,
     ToolsSet,
+    Usage,
     UserMessageAdded,
 )
+from turnlog.compact import Compactor
 from turnlog.events import Body, Part
+from turnlog.replay import Packer
 
 from .demoproject import ROOT, initial_files
 
@@ -1561,6 +1566,110 @@ def run_demo(log: turnlog.Log, *, session: str = DEFAULT_SESSION, turns: int = D
             user = next((d.body.text for d in drafts if isinstance(d.body, UserMessageAdded)),
                         "")
             on_turn(TurnResult(number, drafts, result, count, user))
+            # The callback may append (request records, compactions): continue from there.
+            after = log.head(session)
+            expected = after.seq if after is not None else expected
     head = log.head(session)
     assert head is not None
     return DemoResult(session, turns, appended, present, blobs, head)
+
+
+# -- packing every turn -------------------------------------------------------------------
+
+#: A small window so that every packing stage fires on the demo session.
+DEMO_POLICY = turnlog.Policy(
+    context_window=32_000, output_reserve=4_000, warning_buffer=12_000, compact_buffer=8_000,
+    blocking_buffer=3_000, truncate_lines=300, truncate_bytes=12_000, prune_min_savings=1_500,
+    prune_protect_tokens=4_000, prune_protect_turns=2, keep_recent_turns=2,
+    keep_recent_messages=6, summary_max_tokens=700, segment_target_tokens=5_000,
+    segment_min_tokens=1_000, segment_min_messages=4, rollup_fanout=3,
+    compact_cooldown_turns=2, cache_breakpoints=4)
+
+#: For a few turns the demo's user switches to a smaller, cheaper model: a policy
+#: change recorded in the log, under which the oldest turns must be trimmed.
+DEMO_SMALL_POLICY = turnlog.Policy(**{
+    **{f: getattr(DEMO_POLICY, f) for f in DEMO_POLICY.__struct_fields__},
+    "context_window": 14_000, "output_reserve": 2_000, "warning_buffer": 5_000,
+    "compact_buffer": 3_000, "blocking_buffer": 2_000, "auto_compact": False})
+
+#: Turns (from 1) packed under `DEMO_SMALL_POLICY`.
+SMALL_MODEL_TURNS = range(11, 14)
+
+
+def policy_for_turn(turn: int) -> turnlog.Policy:
+    """The policy the demo packs turn ``turn`` with."""
+    return DEMO_SMALL_POLICY if turn in SMALL_MODEL_TURNS else DEMO_POLICY
+
+
+#: The turn whose request meets a context-overflow error (a constant, so a demo
+#: grown over several runs equals one written in a single run).
+OVERFLOW_TURN = 26
+
+#: The demo's model (recorded with each request; no model is called).
+DEMO_MODEL = "demo-model"
+
+
+@dataclass(frozen=True)
+class PackedTurn:
+    """What packing did after one demo turn.
+
+    Attributes:
+        turn: the turn number.
+        request_seq: seq of the recorded request.
+        tokens: the prompt's tokens.
+        pressure_before: pressure before any reduction.
+        pressure: pressure of the packed prompt.
+        fired: events changed per stage (``truncate``, ``dedup``, ``prune``, ``trim``,
+            ``summaries``).
+        compaction: what the compactor did ("" when nothing).
+        recovery: the request was a recovery pack after an overflow error.
+    """
+
+    turn: int
+    request_seq: int
+    tokens: int
+    pressure_before: float
+    pressure: float
+    fired: dict[str, int]
+    compaction: str
+    recovery: bool
+
+
+def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: str,
+              turn: TurnResult, *, policy: turnlog.Policy = DEMO_POLICY,
+              overflow: bool = False) -> PackedTurn:
+    """After a demo turn: let the compactor's triggers act, then record a request.
+
+    With ``overflow``, the recorded request is answered by a context-overflow
+    error (as a provider would), the compactor's recovery runs, and a recovery
+    request is recorded: that second request is the one returned.
+    """
+    time = _turn_time(log, session)
+    outcome = compactor.maybe_compact(session, policy=policy, time=time)
+    compaction = ""
+    if outcome.status != "skipped":
+        compaction = f"{outcome.status} ({outcome.reason}, {len(outcome.seqs)} events)"
+    recorded = packer.record(session, policy=policy, model=DEMO_MODEL, time=time)
+    log.append(session, Draft(body=ResponseReceived(
+        request_seq=recorded.request_seq, model=DEMO_MODEL, stop_reason="tool_use",
+        usage=Usage(input_tokens=recorded.packed.tokens, output_tokens=200)), time=time))
+    if overflow:
+        log.append(session, Draft(body=ProviderErrorReceived(
+            request_seq=recorded.request_seq, status=400, code="context_length_exceeded",
+            error_type="invalid_request_error", overflow=True,
+            message="This model's maximum context length is 32000 tokens. However, your "
+                    "messages resulted in 33018 tokens. Please reduce the length of the "
+                    "messages."), time=time))
+        recovered = compactor.recover(session, policy=policy, time=time)
+        compaction = f"overflow recovery: {recovered.status}"
+        recorded = packer.record(session, policy=policy, model=DEMO_MODEL, time=time)
+    packed = recorded.packed
+    fired = {s.name: s.events for s in packed.stages
+             if s.name in ("truncate", "summaries", "dedup", "prune", "trim")}
+    return PackedTurn(turn.turn, recorded.request_seq, packed.tokens, packed.pressure_before,
+                      packed.pressure, fired, compaction, packed.recovery)
+
+
+def _turn_time(log: turnlog.Log, session: str) -> int | None:
+    head = log.head(session)
+    return log.get(session, head.seq).time if head is not None else None
