@@ -78,8 +78,10 @@ class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
         tool_calls: tool calls (several make parallel calls).
         reasoning: reasoning text (Anthropic thinking with a signature, a Responses
             reasoning item with encrypted content, Chat ``reasoning_content``).
-        stop_reason: overrides the derived one (``finish_reason``, ``stop_reason``;
-            for Responses ``max_output_tokens`` makes the response incomplete).
+        stop_reason: overrides the derived one (``finish_reason``, ``stop_reason``);
+            ``length``, ``max_tokens`` or ``max_output_tokens`` give each API's own
+            "cut at the output cap" (``length``, ``max_tokens``, an incomplete
+            response).
         usage: reported usage (``input_tokens`` is the whole prompt, cached parts
             included); derived from the sizes when None.
         status: the HTTP status; 400 and above answer with an error body.
@@ -404,13 +406,13 @@ def _error_stream(fmt: str, n: int, request: dict[str, object], error_type: str,
         return [("message_start", {"type": "message_start", "message": start}),
                 ("error", {"type": "error", "error": {"type": error_type, "message": message}})]
     if fmt == "openai-responses":
-        base = _responses_object(n, model, [], Usage(), "in_progress")
-        failed = {**base, "status": "failed",
-                  "error": {"code": code or "server_error", "message": message}}
+        # An ``error`` event, not ``response.failed``: the latter's codes are a fixed set
+        # that has no context-length code.
+        base = _responses_object(n, model, [], None, "in_progress")
         return [("response.created", {"type": "response.created", "sequence_number": 0,
                                       "response": base}),
-                ("response.failed", {"type": "response.failed", "sequence_number": 1,
-                                     "response": failed})]
+                ("error", {"type": "error", "sequence_number": 1, "code": code or error_type,
+                           "message": message, "param": None})]
     return [(None, {"error": {"message": message, "type": error_type, "param": None,
                               "code": code or None}})]
 
@@ -420,13 +422,19 @@ def _chat_usage(usage: Usage) -> dict[str, object]:
     return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
             "total_tokens": usage.input_tokens + usage.output_tokens,
             "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens,
+                                      "cache_write_tokens": usage.cache_write_tokens,
                                       "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens,
                                           "audio_tokens": 0, "accepted_prediction_tokens": 0,
                                           "rejected_prediction_tokens": 0}}
 
 
+_TRUNCATED = frozenset({"length", "max_tokens", "max_output_tokens"})
+
+
 def _chat_stop(reply: FakeReply) -> str:
+    if reply.stop_reason in _TRUNCATED:
+        return "length"
     return reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
 
 
@@ -475,7 +483,8 @@ def _chat_stream(n: int, model: str, reply: FakeReply, usage: Usage,
 # -- openai-responses ----------------------------------------------------------------------
 def _responses_usage(usage: Usage) -> dict[str, object]:
     return {"input_tokens": usage.input_tokens,
-            "input_tokens_details": {"cached_tokens": usage.cache_read_tokens},
+            "input_tokens_details": {"cached_tokens": usage.cache_read_tokens,
+                                     "cache_write_tokens": usage.cache_write_tokens},
             "output_tokens": usage.output_tokens,
             "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
             "total_tokens": usage.input_tokens + usage.output_tokens}
@@ -510,8 +519,8 @@ def _responses_object(n: int, model: str, output: list[dict[str, Any]], usage: U
 
 
 def _responses_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
-    incomplete = reply.stop_reason if reply.stop_reason in ("max_output_tokens",
-                                                            "content_filter") else ""
+    incomplete = ("max_output_tokens" if reply.stop_reason in _TRUNCATED else
+                  reply.stop_reason if reply.stop_reason == "content_filter" else "")
     return _responses_object(n, model, _responses_items(n, reply), usage,
                              "incomplete" if incomplete else "completed", incomplete)
 
@@ -581,6 +590,8 @@ def _anthropic_blocks(reply: FakeReply) -> list[dict[str, Any]]:
 
 
 def _anthropic_stop(reply: FakeReply) -> str:
+    if reply.stop_reason in _TRUNCATED:
+        return "max_tokens"
     return reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
 
 

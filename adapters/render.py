@@ -32,6 +32,11 @@ Three formats (`FORMATS`):
 
 Rules shared by all formats, so every body is valid on the wire:
 
+* when the prompt ends in the results of the last assistant message's calls
+  and some are missing (calls still running), each missing one is answered
+  with `MISSING_RESULT_TEXT` as an error, as the packer does for older calls
+  (every API refuses a call without its result once a result follows it); a
+  prompt that ends in the assistant message itself is rendered as it is;
 * text that is empty (or, for Anthropic, only whitespace) becomes
   `EMPTY_TEXT`; a message with nothing to send carries that text;
 * tool schemas are JSON objects with ``"type": "object"`` (added when absent);
@@ -66,6 +71,7 @@ __all__ = [
     "EMPTY_TEXT",
     "FIRST_TURN_TEXT",
     "FORMATS",
+    "MISSING_RESULT_TEXT",
     "BlobReader",
     "Format",
     "RenderError",
@@ -79,6 +85,8 @@ __all__ = [
 EMPTY_TEXT = "(empty)"
 #: The user turn put in front when a prompt for Anthropic starts with the assistant.
 FIRST_TURN_TEXT = "(continued)"
+#: The result given to a call still open when the prompt ends in its run of results.
+MISSING_RESULT_TEXT = "[no result was recorded for this call]"
 #: Anthropic accepts at most this many ``cache_control`` markers per request.
 ANTHROPIC_CACHE_LIMIT = 4
 
@@ -164,7 +172,7 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
     if problems:
         raise RenderError(f"the prompt is malformed ({len(problems)} problem(s)): "
                           f"{'; '.join(problems[:3])}. Render only prompts that the packer made")
-    body = spec.build(prompt, _Options(model, max_tokens, blobs))
+    body = spec.build(_answer_pending(prompt), _Options(model, max_tokens, blobs))
     for key, value in (extra or {}).items():
         if key in body:
             raise RenderError(f"extra field {key!r} would replace a rendered field; "
@@ -210,6 +218,26 @@ def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
                       extra=frozen)
 
     return render_prompt
+
+
+def _answer_pending(prompt: Prompt) -> Prompt:
+    """Answer, with `MISSING_RESULT_TEXT`, the calls of the last assistant message that
+    the tool messages ending the prompt leave open (every API refuses a partial run)."""
+    messages = prompt.messages
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    if last < 0 or last == len(messages) - 1:
+        return prompt
+    if any(m.role != "tool" for m in messages[last + 1:]):
+        return prompt
+    answered = {m.tool_call_id for m in messages[last + 1:]}
+    missing = tuple(
+        Message(role="tool", parts=(TextPart(text=MISSING_RESULT_TEXT),), tool_call_id=c.id,
+                name=c.name, is_error=True, source=messages[last].source)
+        for c in messages[last].tool_calls if c.id not in answered)
+    if not missing:
+        return prompt
+    return Prompt(system=prompt.system, tools=prompt.tools, messages=messages + missing,
+                  breakpoints=prompt.breakpoints)
 
 
 # -- shared helpers -------------------------------------------------------------------------

@@ -14,7 +14,9 @@ already are; Anthropic's ``input_tokens`` excludes the cache, so its
 ``cache_creation_input_tokens`` and ``cache_read_input_tokens`` are added):
 the tokenizer calibration compares it with the locally counted prompt.
 ``cache_read_tokens``/``cache_write_tokens`` and ``reasoning_tokens`` are
-reported as the provider gives them.
+reported as the provider gives them (OpenAI: ``cached_tokens`` and
+``cache_write_tokens`` of the input/prompt token details; Anthropic:
+``cache_read_input_tokens`` and ``cache_creation_input_tokens``).
 
 Reasoning keeps what must go back verbatim in ``ReasoningPart.opaque``:
 
@@ -466,6 +468,8 @@ def _chat_usage(usage: _Json, path: str) -> Usage:
     return Usage(input_tokens=_count(usage, "prompt_tokens", path),
                  output_tokens=_count(usage, "completion_tokens", path),
                  cache_read_tokens=cached,
+                 cache_write_tokens=_count(prompt, "cache_write_tokens",
+                                           f"{path}.prompt_tokens_details"),
                  reasoning_tokens=_count(completion, "reasoning_tokens",
                                          f"{path}.completion_tokens_details"))
 
@@ -599,6 +603,8 @@ def _responses_usage(usage: _Json, path: str) -> Usage:
                  output_tokens=_count(usage, "output_tokens", path),
                  cache_read_tokens=_count(details, "cached_tokens",
                                           f"{path}.input_tokens_details"),
+                 cache_write_tokens=_count(details, "cache_write_tokens",
+                                           f"{path}.input_tokens_details"),
                  reasoning_tokens=_count(output, "reasoning_tokens",
                                          f"{path}.output_tokens_details"))
 

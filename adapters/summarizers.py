@@ -79,7 +79,8 @@ class OpenAISummarizer:
         api_key: sent as ``Authorization: Bearer``.
         base_url: the API root including the version (``https://api.openai.com/v1``).
         timeout: seconds to connect and for each read.
-        temperature: sent when not None (reasoning models want None).
+        temperature: sent when not None (the default: reasoning models refuse any
+            other than their own).
         max_tokens_field: ``max_tokens`` (compatible servers) or
             ``max_completion_tokens`` (OpenAI reasoning models).
         headers: further HTTP headers.
@@ -90,7 +91,7 @@ class OpenAISummarizer:
 
     def __init__(self, model: str, *, api_key: str,
                  base_url: str = DEFAULT_BASE_URLS["openai-chat"], timeout: float = 60.0,
-                 temperature: float | None = 0.0, max_tokens_field: str = "max_tokens",
+                 temperature: float | None = None, max_tokens_field: str = "max_tokens",
                  headers: Mapping[str, str] | None = None) -> None:
         _check(model, timeout)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
@@ -144,7 +145,7 @@ class AnthropicSummarizer:
         api_key: sent as ``x-api-key``.
         base_url: the API root without the version (``https://api.anthropic.com``).
         timeout: seconds to connect and for each read.
-        temperature: sent when not None.
+        temperature: sent when not None (the default: recent models refuse it).
         headers: further HTTP headers.
 
     Raises:
@@ -153,7 +154,7 @@ class AnthropicSummarizer:
 
     def __init__(self, model: str, *, api_key: str,
                  base_url: str = DEFAULT_BASE_URLS["anthropic"], timeout: float = 60.0,
-                 temperature: float | None = 0.0,
+                 temperature: float | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
         _check(model, timeout)
         self.model = model

@@ -11,6 +11,7 @@ naming the ``$``-path; unions pass when one member matches.
 from __future__ import annotations
 
 import collections.abc
+import functools
 import types
 import typing
 from typing import Any
@@ -113,6 +114,16 @@ def problems(value: object, tp: Any, path: str = "$") -> list[str]:
     return []  # type variables and other constructs a JSON body never holds
 
 
+@functools.cache
+def _wire(tp: Any) -> dict[str, tuple[bool, Any]]:
+    """Wire key -> (required, annotation) of a TypedDict."""
+    wire: dict[str, tuple[bool, Any]] = {}
+    for name, hint in typing_extensions.get_type_hints(tp, include_extras=True).items():
+        _, alias = _strip(hint)
+        wire[alias or name] = (_required(tp, name, hint), hint)
+    return wire
+
+
 def _required(tp: Any, name: str, hint: Any) -> bool:
     """Whether a key is required. The SDKs' modules use string annotations, so on
     older Pythons ``__required_keys__`` misses ``Required[...]``: read the hint."""
@@ -128,18 +139,14 @@ def _required(tp: Any, name: str, hint: Any) -> bool:
         if origin is typing_extensions.ReadOnly:
             hint = typing_extensions.get_args(hint)[0]
             continue
-        return name in tp.__required_keys__ or bool(getattr(tp, "__total__", True)) and (
-            name not in tp.__optional_keys__)
+        return name in tp.__required_keys__ or (bool(getattr(tp, "__total__", True)) and (
+            name not in tp.__optional_keys__))
 
 
 def _typed_dict(value: object, tp: Any, path: str) -> list[str]:
     if not isinstance(value, dict):
         return [f"{path}: expected an object ({tp.__name__}), found {value!r:.60}"]
-    hints = typing_extensions.get_type_hints(tp, include_extras=True)
-    wire: dict[str, tuple[bool, Any]] = {}
-    for name, hint in hints.items():
-        _, alias = _strip(hint)
-        wire[alias or name] = (_required(tp, name, hint), hint)
+    wire = _wire(tp)
     out: list[str] = []
     for key in value:
         if key not in wire:

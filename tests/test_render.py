@@ -1,0 +1,628 @@
+"""Renderers: neutral prompt -> provider request bodies that the providers accept.
+
+Three layers of checks:
+
+* structural properties of each wire format (Anthropic's strict alternation
+  and tool pairing, OpenAI's call/answer pairing, no empty content, at most
+  four cache markers) over generated sessions packed at many budgets, and
+  over generated prompts with the awkward shapes packing rarely makes;
+* the official SDKs' request types: every rendered body is walked against
+  the SDK's ``TypedDict`` (unknown keys, missing required keys, wrong tags
+  fail; see ``sdkcheck``), and sent through the SDK clients to the local fake
+  server, which must receive exactly the rendered body;
+* determinism and the record/replay contract.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+import turnlog
+from anthropic.types.message_create_params import (
+    MessageCreateParamsNonStreaming as AnthropicParams,
+)
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from openai.types.chat.completion_create_params import (
+    CompletionCreateParamsNonStreaming as ChatParams,
+)
+from openai.types.responses.response_create_params import (
+    ResponseCreateParamsNonStreaming as ResponsesParams,
+)
+from sdkcheck import check
+from turnlog import (
+    AssistantMessageAdded,
+    BlobRef,
+    BudgetExceededError,
+    ImagePart,
+    NotificationAdded,
+    Policy,
+    ReasoningPart,
+    SystemSectionSet,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    ToolSpec,
+    ToolsSet,
+    UserMessageAdded,
+)
+from turnlog.adapters.fakeserver import FakeServer
+from turnlog.adapters.render import (
+    EMPTY_TEXT,
+    FIRST_TURN_TEXT,
+    FORMATS,
+    RenderError,
+    canonical,
+    render,
+    render_body,
+    renderer,
+)
+from turnlog.pack import pack
+from turnlog.prompt import Breakpoint, Message, Prompt, Section, check_prompt
+from turnlog.replay import Packer
+
+try:  # the shared session generator; a small local one until it is there
+    from turnlog.testing import build, memory_log, policies, project, sessions
+except ImportError:  # pragma: no cover - only before turnlog.testing exists
+    sessions = None  # type: ignore[assignment]
+
+SDK_TYPES: dict[str, Any] = {"openai-chat": ChatParams, "openai-responses": ResponsesParams,
+                             "anthropic": AnthropicParams}
+MODEL = "test-model"
+SETTINGS = settings(deadline=None, max_examples=max(150, settings().max_examples),
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# -- invariants of each wire format ------------------------------------------------------------
+def anthropic_problems(body: dict[str, Any]) -> list[str]:
+    """Everything the Messages API would refuse in ``body`` (empty when valid)."""
+    out: list[str] = []
+    messages = body["messages"]
+    if not messages:
+        out.append("no messages")
+    if messages and messages[0]["role"] != "user":
+        out.append("the first message is not from the user")
+    markers = 0
+    for block in body.get("system", []) + body.get("tools", []):
+        markers += "cache_control" in block
+        if "text" in block and not block["text"].strip():
+            out.append("an empty system block")
+    for i, message in enumerate(messages):
+        role = message["role"]
+        if i and messages[i - 1]["role"] == role:
+            out.append(f"messages {i - 1} and {i} are both {role}")
+        content = message["content"]
+        if not isinstance(content, list) or not content:
+            out.append(f"message {i} has no content blocks")
+            continue
+        previous_uses = set()
+        if i and messages[i - 1]["role"] == "assistant":
+            previous_uses = {b["id"] for b in messages[i - 1]["content"]
+                             if b["type"] == "tool_use"}
+        answered = set()
+        seen_other = False
+        for j, block in enumerate(content):
+            markers += "cache_control" in block
+            kind = block["type"]
+            if kind == "text" and not block["text"].strip():
+                out.append(f"message {i} block {j}: empty text")
+            if kind == "tool_result":
+                if role != "user":
+                    out.append(f"message {i}: tool_result in an assistant turn")
+                if seen_other:
+                    out.append(f"message {i} block {j}: tool_result after other content")
+                if block["tool_use_id"] not in previous_uses:
+                    out.append(f"message {i}: tool_result {block['tool_use_id']} answers no "
+                               "tool_use of the preceding assistant turn")
+                answered.add(block["tool_use_id"])
+                result = block["content"]
+                if isinstance(result, str) and not result.strip():
+                    out.append(f"message {i} block {j}: empty tool_result")
+            else:
+                seen_other = True
+            if kind in ("tool_use", "thinking", "redacted_thinking") and role != "assistant":
+                out.append(f"message {i}: {kind} in a user turn")
+            if kind in ("thinking", "redacted_thinking") and "cache_control" in block:
+                out.append(f"message {i}: cache_control on a thinking block")
+        if i and messages[i - 1]["role"] == "assistant" and role == "user":
+            missing = previous_uses - answered
+            if missing:
+                out.append(f"message {i}: tool_use {sorted(missing)} not answered")
+        if role == "assistant" and i + 1 < len(messages):
+            uses = {b["id"] for b in content if b["type"] == "tool_use"}
+            if uses and messages[i + 1]["role"] != "user":
+                out.append(f"message {i}: tool_use not followed by a user turn")
+    if messages and messages[-1]["role"] == "assistant":
+        last = messages[-1]["content"][-1]
+        if last["type"] == "text" and last["text"] != last["text"].rstrip():
+            out.append("the final assistant turn ends in whitespace")
+    if markers > 4:
+        out.append(f"{markers} cache_control markers (at most 4)")
+    return out
+
+
+def chat_problems(body: dict[str, Any]) -> list[str]:
+    """Call/answer problems of a Chat Completions body."""
+    out: list[str] = []
+    ids: set[str] = set()
+    open_calls: set[str] = set()
+    for i, message in enumerate(body["messages"]):
+        role = message["role"]
+        if role == "tool":
+            if message["tool_call_id"] not in open_calls:
+                out.append(f"message {i}: tool answers no call of the preceding assistant")
+            open_calls.discard(message["tool_call_id"])
+            if not isinstance(message["content"], str) or not message["content"]:
+                out.append(f"message {i}: empty tool content")
+            continue
+        if open_calls:
+            out.append(f"message {i}: calls {sorted(open_calls)} unanswered")
+        open_calls = set()
+        if role == "assistant":
+            for call in message.get("tool_calls", []):
+                if call["id"] in ids:
+                    out.append(f"message {i}: call id {call['id']} repeats")
+                ids.add(call["id"])
+                open_calls.add(call["id"])
+                if len(call["id"]) > 40:
+                    out.append(f"message {i}: call id longer than 40")
+            if message.get("content") is None and not message.get("tool_calls"):
+                out.append(f"message {i}: assistant with neither content nor calls")
+        if message.get("content") == "":
+            out.append(f"message {i}: empty content")
+    return out
+
+
+def responses_problems(body: dict[str, Any]) -> list[str]:
+    """Call/answer problems of a Responses body."""
+    out: list[str] = []
+    calls: set[str] = set()
+    items = body["input"]
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call":
+            if item["call_id"] in calls:
+                out.append(f"item {i}: call id repeats")
+            calls.add(item["call_id"])
+        elif kind == "function_call_output":
+            if item["call_id"] not in calls:
+                out.append(f"item {i}: output for {item['call_id']} answers no prior call")
+        elif kind == "reasoning":
+            following = items[i + 1]["type"] if i + 1 < len(items) else ""
+            if following not in ("message", "function_call", "reasoning"):
+                out.append(f"item {i}: reasoning not followed by an output item")
+            if not item.get("id"):
+                out.append(f"item {i}: reasoning without an id")
+    return out
+
+
+PROBLEMS = {"anthropic": anthropic_problems, "openai-chat": chat_problems,
+            "openai-responses": responses_problems}
+
+
+def blobs(ref: BlobRef) -> bytes:
+    """A blob reader for generated prompts: the bytes are derived from the hash."""
+    return bytes.fromhex(ref.hash)[:8]
+
+
+def check_all_formats(prompt: Prompt) -> dict[str, bytes]:
+    """Render ``prompt`` in every format and check validity and determinism."""
+    out = {}
+    for name in FORMATS:
+        body = render_body(prompt, name, model=MODEL, max_tokens=1024, blobs=blobs)
+        problems = PROBLEMS[name](body)
+        assert not problems, f"{name}: {problems}\n{json.dumps(body)[:2000]}"
+        check(body, SDK_TYPES[name])
+        data = render(prompt, name, model=MODEL, max_tokens=1024, blobs=blobs)
+        assert data == canonical(body)
+        assert json.loads(data) == body
+        assert render(prompt, name, model=MODEL, max_tokens=1024, blobs=blobs) == data
+        out[name] = data
+    return out
+
+
+# -- generated sessions, packed at many budgets ------------------------------------------------
+if sessions is not None:
+    @SETTINGS
+    @given(items=sessions(max_events=50), policy=policies(max_window=64_000),
+           windows=st.lists(st.sampled_from((2_500, 6_000, 20_000, 200_000)), max_size=2))
+    def test_packed_sessions_render_to_valid_bodies_in_every_format(
+            items: list[Any], policy: Policy, windows: list[int]) -> None:
+        log = memory_log()
+        session = build(log, "s", items)
+        view = project(log, session)
+        budgets = [policy] + [Policy(context_window=w, output_reserve=w // 8,
+                                     cache_breakpoints=4) for w in windows]
+        for budget in budgets:
+            try:
+                packed = pack(view, budget)
+            except BudgetExceededError:
+                continue
+            assert not check_prompt(packed.prompt)
+            check_all_formats(packed.prompt)
+
+
+# -- generated prompts with awkward shapes -----------------------------------------------------
+_texts = st.sampled_from(("", " ", "\n", "hello", "trailing  ", "ünïcødé ✓", "x" * 50,
+                          "line\nbreaks\n"))
+_ids = st.sampled_from(("call_1", "toolu_01A", "functions.Read:0", "x" * 64, "id with spaces",
+                        "call-2", "ñ"))
+
+
+@st.composite
+def _images(draw: st.DrawFn) -> ImagePart:
+    media = draw(st.sampled_from(("image/png", "image/jpeg", "image/svg+xml")))
+    kind = draw(st.sampled_from(("url", "blob", "none")))
+    if kind == "url":
+        return ImagePart(media_type=media, url="https://example.invalid/i.png")
+    if kind == "blob":
+        return ImagePart(media_type=media, blob=BlobRef(hash="ab" * 32, size=8,
+                                                        media_type=media))
+    return ImagePart(media_type=media)
+
+
+_reasoning = st.builds(
+    ReasoningPart, text=_texts,
+    opaque=st.sampled_from(("", "c2lnbmF0dXJl", "enc-123")),
+    provider=st.sampled_from(("anthropic", "anthropic-redacted", "openai", "openai-chat", "")),
+    id=st.sampled_from(("", "rs_1")))
+
+
+@st.composite
+def prompts(draw: st.DrawFn) -> Prompt:
+    """Well-formed prompts (they pass `check_prompt`) with awkward shapes: starting
+    with the assistant, consecutive same-role messages, empty and whitespace
+    text, reasoning of every provider, odd call ids, images, many breakpoints."""
+    counter = iter(range(10_000))
+    messages: list[Message] = []
+    for _ in range(draw(st.integers(0, 8))):
+        kind = draw(st.sampled_from(("user", "user", "assistant", "exchange")))
+        if kind == "user":
+            parts: list[Any] = [TextPart(text=draw(_texts))]
+            parts += draw(st.lists(_images(), max_size=2))
+            messages.append(Message(role="user", parts=tuple(parts)))
+            continue
+        parts = draw(st.lists(_reasoning, max_size=2))
+        parts += [TextPart(text=t) for t in draw(st.lists(_texts, max_size=2))]
+        if draw(st.integers(0, 9)) == 0:
+            parts.append(draw(_images()))
+        calls = [ToolCall(id=f"{draw(_ids)}{next(counter)}", name="Read",
+                          arguments=draw(st.sampled_from(('{"path":"a"}', "{}", "{not json",
+                                                          "[1]", ""))))
+                 for _ in range(draw(st.integers(0, 3)) if kind == "exchange" else 0)]
+        parts += calls
+        if not parts:
+            parts = [TextPart(text="")]
+        messages.append(Message(role="assistant", parts=tuple(parts)))
+        order = draw(st.permutations(calls)) if calls else []
+        for call in order:
+            messages.append(Message(role="tool", parts=(TextPart(text=draw(_texts)),),
+                                    tool_call_id=call.id, name=call.name,
+                                    is_error=draw(st.booleans())))
+    if messages and draw(st.booleans()):
+        # a final assistant message whose calls wait for their results
+        messages.append(Message(role="assistant", parts=(
+            TextPart(text=draw(_texts)), ToolCall(id=f"last{next(counter)}", name="Bash"))))
+    system = tuple(Section(name=n, text=draw(st.sampled_from(("You help.", " ", "Rules")))
+                           ) for n in draw(st.lists(st.sampled_from(("base", "env", "mode")),
+                                                    unique=True, max_size=3)))
+    if draw(st.booleans()):
+        system += (Section(name="conversation_summary", text="## Goal\n- things"),)
+    tools = tuple(ToolSpec(name=n, description="d", parameters=p) for n, p in draw(st.lists(
+        st.tuples(st.sampled_from(("Read", "Bash", "Edit")),
+                  st.sampled_from(("{}", '{"type":"object","properties":{"a":{}}}',
+                                   '{"properties":{"a":{"type":"string"}}}'))),
+        unique_by=lambda t: t[0], max_size=3)))
+    points = draw(st.lists(st.one_of(
+        st.sampled_from((Breakpoint(at="system"), Breakpoint(at="tools"),
+                         Breakpoint(at="summary"))),
+        st.builds(Breakpoint, at=st.just("message"),
+                  index=st.integers(-1, max(0, len(messages) - 1)))), max_size=7))
+    return Prompt(system=system, tools=tools, messages=tuple(messages),
+                  breakpoints=tuple(points))
+
+
+@SETTINGS
+@given(prompt=prompts())
+def test_awkward_prompts_render_to_valid_bodies_in_every_format(prompt: Prompt) -> None:
+    assume(not check_prompt(prompt))
+    check_all_formats(prompt)
+
+
+# -- the SDK clients accept the bodies and send them unchanged ---------------------------------
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeServer]:
+    with FakeServer() as fake:
+        yield fake
+
+
+def send_with_sdk(server: FakeServer, name: str, body: dict[str, Any]) -> dict[str, object]:
+    """Send ``body`` through the official client of ``name``; return what arrived."""
+    before = len(server.requests)
+    if name == "anthropic":
+        client = anthropic.Anthropic(base_url=server.base_url(name), api_key="test",
+                                     max_retries=0)
+        client.messages.create(**body)
+    else:
+        oai = openai.OpenAI(base_url=server.base_url(name), api_key="test", max_retries=0)
+        if name == "openai-chat":
+            oai.chat.completions.create(**body)
+        else:
+            oai.responses.create(**body)
+    received = server.requests[before:]
+    assert len(received) == 1
+    assert received[0].format == name
+    return received[0].json()
+
+
+@settings(max_examples=10, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(prompt=prompts())
+def test_sdk_clients_send_rendered_bodies_unchanged(server: FakeServer, prompt: Prompt) -> None:
+    assume(not check_prompt(prompt))
+    for name in FORMATS:
+        body = render_body(prompt, name, model=MODEL, max_tokens=512, blobs=blobs)
+        assert send_with_sdk(server, name, body) == body
+
+
+def sample_prompt() -> Prompt:
+    """A packed prompt with every kind of content (via a real log and packer)."""
+    log = turnlog.open(":memory:")
+    log.append("s", [
+        SystemSectionSet(name="base", text="You are a careful engineer."),
+        ToolsSet(tools=(ToolSpec(name="Read", description="Read a file.",
+                                 parameters='{"type":"object","properties":'
+                                            '{"path":{"type":"string"}}}'),
+                        ToolSpec(name="Bash", description="Run a command."))),
+        UserMessageAdded(text="Fix the bug.", images=(
+            ImagePart(media_type="image/png", url="https://example.invalid/s.png"),)),
+        AssistantMessageAdded(parts=(
+            ReasoningPart(text="Look first.", opaque="sig-1", provider="anthropic"),
+            TextPart(text="Reading both files."),
+            ToolCall(id="toolu_1", name="Read", arguments='{"path":"a.py"}'),
+            ToolCall(id="toolu_2", name="Read", arguments='{"path":"b.py"}'))),
+        ToolResultAdded(call_id="toolu_2", tool_name="Read", output="b = 2"),
+        ToolResultAdded(call_id="toolu_1", tool_name="Read", output="", is_error=True),
+        NotificationAdded(source="watcher", text="a.py changed"),
+        UserMessageAdded(text="Also run the tests."),
+    ])
+    return Packer(log).pack("s").prompt
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_sdk_client_sends_a_full_prompt_unchanged(server: FakeServer, name: str) -> None:
+    body = render_body(sample_prompt(), name, model=MODEL, max_tokens=256)
+    check(body, SDK_TYPES[name])
+    assert send_with_sdk(server, name, body) == body
+
+
+def test_sdk_check_catches_wire_shape_mistakes() -> None:
+    body = render_body(sample_prompt(), "anthropic", model=MODEL, max_tokens=256)
+    body["messages"][1]["content"][0]["signatur"] = "x"
+    with pytest.raises(AssertionError, match="signatur"):
+        check(body, AnthropicParams)
+    responses = render_body(Prompt(system=(), tools=(), messages=(
+        Message(role="user", parts=(TextPart(text="q"),)),
+        Message(role="assistant", parts=(ReasoningPart(opaque="e", provider="openai",
+                                                       id="rs_1"), TextPart(text="a"))))),
+        "openai-responses", model=MODEL, max_tokens=5)
+    del responses["input"][1]["id"]  # the API requires the reasoning item's id
+    with pytest.raises(AssertionError, match="'id'"):
+        check(responses, ResponsesParams)
+    chat = render_body(sample_prompt(), "openai-chat", model=MODEL, max_tokens=5)
+    chat["tools"][0]["function"]["input_schema"] = {}
+    with pytest.raises(AssertionError, match="input_schema"):
+        check(chat, ChatParams)
+
+
+# -- what each format does with each kind of content -------------------------------------------
+def test_anthropic_puts_tool_results_first_and_merges_the_following_user_text() -> None:
+    body = render_body(sample_prompt(), "anthropic", model=MODEL, max_tokens=100)
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["user", "assistant", "user"]
+    last = body["messages"][2]["content"]
+    assert [b["type"] for b in last] == ["tool_result", "tool_result", "text", "text"]
+    assert [b["tool_use_id"] for b in last[:2]] == ["toolu_2", "toolu_1"]
+    assert last[1] == {"type": "tool_result", "tool_use_id": "toolu_1", "content": EMPTY_TEXT,
+                       "is_error": True}
+    assert "a.py changed" in last[2]["text"]
+    assistant = body["messages"][1]["content"]
+    assert assistant[0] == {"type": "thinking", "thinking": "Look first.",
+                            "signature": "sig-1"}
+    assert assistant[2] == {"type": "tool_use", "id": "toolu_1", "name": "Read",
+                            "input": {"path": "a.py"}}
+    assert body["messages"][0]["content"][1] == {
+        "type": "image", "source": {"type": "url", "url": "https://example.invalid/s.png"}}
+    assert body["tools"][1]["input_schema"] == {"type": "object", "properties": {}}
+    assert body["system"][0]["text"] == "You are a careful engineer."
+
+
+def test_anthropic_cache_control_follows_the_breakpoints() -> None:
+    prompt = Prompt(
+        system=(Section(name="base", text="static"), Section(name="mode", text="more"),
+                Section(name="conversation_summary", text="## Goal\n- x")),
+        tools=(ToolSpec(name="Read"),),
+        messages=(Message(role="user", parts=(TextPart(text="one"),)),
+                  Message(role="assistant", parts=(
+                      ReasoningPart(text="t", opaque="s", provider="anthropic"),)),
+                  Message(role="user", parts=(TextPart(text="two"),)),
+                  Message(role="user", parts=(TextPart(text="three"),))),
+        breakpoints=(Breakpoint(at="tools"), Breakpoint(at="system"),
+                     Breakpoint(at="summary"), Breakpoint(at="message", index=1),
+                     Breakpoint(at="message", index=2), Breakpoint(at="message", index=3)))
+    body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10)
+    assert "cache_control" in body["tools"][0]
+    assert ["cache_control" in b for b in body["system"]] == [False, True, True]
+    # Message 1 holds only thinking, which cannot carry a marker: the marker goes to
+    # its placeholder text. Tools, system, summary and message 1 use all four markers.
+    marked = [b for m in body["messages"] for b in m["content"] if "cache_control" in b]
+    assert len(marked) == 1
+    assert marked[0] == {"type": "text", "text": EMPTY_TEXT, "cache_control": {
+        "type": "ephemeral"}}
+    assert anthropic_problems(body) == []
+
+
+def test_anthropic_starts_with_a_user_turn_and_never_sends_empty_content() -> None:
+    prompt = Prompt(system=(Section(name="base", text="  "),), tools=(), messages=(
+        Message(role="assistant", parts=(TextPart(text="I was saying  "),)),))
+    body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10)
+    assert body["messages"][0] == {"role": "user", "content": [
+        {"type": "text", "text": FIRST_TURN_TEXT}]}
+    assert body["messages"][1]["content"] == [{"type": "text", "text": "I was saying"}]
+    assert body["system"] == [{"type": "text", "text": EMPTY_TEXT}]
+    empty = render_body(Prompt(system=(), tools=(), messages=()), "anthropic", model=MODEL,
+                        max_tokens=10)
+    assert empty["messages"] == [{"role": "user", "content": [
+        {"type": "text", "text": EMPTY_TEXT}]}]
+
+
+def test_reasoning_goes_back_only_to_the_api_that_produced_it() -> None:
+    parts = (ReasoningPart(text="a", opaque="sig", provider="anthropic"),
+             ReasoningPart(opaque="redacted", provider="anthropic-redacted"),
+             ReasoningPart(text="b", opaque="enc", provider="openai", id="rs_9"),
+             ReasoningPart(text="c", provider="openai-chat"),
+             TextPart(text="answer"))
+    prompt = Prompt(system=(), tools=(), messages=(
+        Message(role="user", parts=(TextPart(text="q"),)),
+        Message(role="assistant", parts=parts)))
+    anthropic_body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10)
+    assert anthropic_body["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "a", "signature": "sig"},
+        {"type": "redacted_thinking", "data": "redacted"},
+        {"type": "text", "text": "answer"}]
+    responses = render_body(prompt, "openai-responses", model=MODEL, max_tokens=10)
+    assert responses["input"][1:] == [
+        {"type": "reasoning", "id": "rs_9", "summary": [{"type": "summary_text", "text": "b"}],
+         "encrypted_content": "enc"},
+        {"type": "message", "role": "assistant", "content": "answer"}]
+    chat = render_body(prompt, "openai-chat", model=MODEL, max_tokens=10)
+    assert chat["messages"][1] == {"role": "assistant", "content": "answer"}
+
+
+def test_openai_formats_pair_calls_with_their_outputs() -> None:
+    chat = render_body(sample_prompt(), "openai-chat", model=MODEL, max_tokens=100)
+    assert chat["messages"][0] == {"role": "system", "content": "You are a careful engineer."}
+    assistant = chat["messages"][2]
+    assert assistant["tool_calls"][0] == {"id": "toolu_1", "type": "function", "function": {
+        "name": "Read", "arguments": '{"path":"a.py"}'}}
+    assert [m["role"] for m in chat["messages"]] == ["system", "user", "assistant", "tool",
+                                                     "tool", "user", "user"]
+    assert chat["messages"][1]["content"][1] == {
+        "type": "image_url", "image_url": {"url": "https://example.invalid/s.png"}}
+    assert chat["max_completion_tokens"] == 100
+    assert chat["tools"][0]["function"]["name"] == "Read"
+    responses = render_body(sample_prompt(), "openai-responses", model=MODEL, max_tokens=100)
+    assert responses["instructions"] == "You are a careful engineer."
+    kinds = [i["type"] for i in responses["input"]]
+    assert kinds == ["message", "message", "function_call", "function_call",
+                     "function_call_output", "function_call_output", "message", "message"]
+    assert responses["input"][4] == {"type": "function_call_output", "call_id": "toolu_2",
+                                     "output": "b = 2"}
+    assert responses["tools"][0] == {
+        "type": "function", "name": "Read", "description": "Read a file.", "strict": False,
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
+    assert responses["max_output_tokens"] == 100
+
+
+def test_call_ids_a_provider_would_refuse_are_replaced_consistently() -> None:
+    long_id = "x" * 64
+    prompt = Prompt(system=(), tools=(), messages=(
+        Message(role="user", parts=(TextPart(text="q"),)),
+        Message(role="assistant", parts=(ToolCall(id="functions.Read:0", name="Read"),
+                                         ToolCall(id=long_id, name="Read"))),
+        Message(role="tool", parts=(TextPart(text="1"),), tool_call_id="functions.Read:0"),
+        Message(role="tool", parts=(TextPart(text="2"),), tool_call_id=long_id)))
+    body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10)
+    uses = [b["id"] for b in body["messages"][1]["content"]]
+    results = [b["tool_use_id"] for b in body["messages"][2]["content"]]
+    assert uses == results
+    assert uses[0].startswith("toolu_") and uses[1] == long_id
+    chat = render_body(prompt, "openai-chat", model=MODEL, max_tokens=10)
+    ids = [c["id"] for c in chat["messages"][1]["tool_calls"]]
+    assert ids[0] == "functions.Read:0" and len(ids[1]) <= 40
+    assert [m["tool_call_id"] for m in chat["messages"][2:]] == ids
+
+
+def test_invalid_tool_arguments_reach_anthropic_as_an_object() -> None:
+    prompt = Prompt(system=(), tools=(), messages=(
+        Message(role="user", parts=(TextPart(text="q"),)),
+        Message(role="assistant", parts=(ToolCall(id="c1", name="Bash", arguments="{bad"),))))
+    body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10)
+    assert body["messages"][1]["content"][0]["input"] == {"_raw_arguments": "{bad"}
+
+
+def test_blob_images_are_sent_as_base64_and_need_a_blob_reader() -> None:
+    log = turnlog.open(":memory:")
+    ref = log.put_blob(b"\x89PNG-bytes", "image/png")
+    image = ImagePart(media_type="image/png", blob=ref)
+    prompt = Prompt(system=(), tools=(), messages=(
+        Message(role="user", parts=(TextPart(text="see"), image)),))
+    with pytest.raises(RenderError, match=r"blobs=log\.blob"):
+        render(prompt, "anthropic", model=MODEL, max_tokens=10)
+    data = base64.b64encode(b"\x89PNG-bytes").decode()
+    body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10, blobs=log.blob)
+    assert body["messages"][0]["content"][1]["source"] == {
+        "type": "base64", "media_type": "image/png", "data": data}
+    chat = render_body(prompt, "openai-chat", model=MODEL, max_tokens=10, blobs=log.blob)
+    assert chat["messages"][0]["content"][1]["image_url"]["url"] == (
+        f"data:image/png;base64,{data}")
+
+
+def test_arguments_are_checked() -> None:
+    prompt = sample_prompt()
+    with pytest.raises(RenderError, match="unknown format"):
+        render(prompt, "gemini", model=MODEL, max_tokens=10)
+    with pytest.raises(RenderError, match="max_tokens"):
+        render(prompt, "anthropic", model=MODEL, max_tokens=None)
+    with pytest.raises(RenderError, match="model"):
+        render(prompt, "openai-chat", model="", max_tokens=10)
+    with pytest.raises(RenderError, match="replace a rendered field"):
+        render(prompt, "openai-chat", model=MODEL, max_tokens=10, extra={"messages": []})
+    body = render_body(prompt, "openai-chat", model=MODEL, max_tokens=None,
+                       extra={"stream": True, "temperature": 0})
+    assert body["stream"] is True and "max_completion_tokens" not in body
+    broken = Prompt(system=(), tools=(), messages=(
+        Message(role="tool", parts=(TextPart(text="x"),), tool_call_id="nobody"),))
+    with pytest.raises(RenderError, match="malformed"):
+        render(broken, "openai-chat", model=MODEL, max_tokens=10)
+    bad_schema = Prompt(system=(), tools=(ToolSpec(name="T", parameters="[1]"),), messages=())
+    with pytest.raises(RenderError, match="JSON object"):
+        render(bad_schema, "anthropic", model=MODEL, max_tokens=10)
+    assert isinstance(RenderError("x"), turnlog.KernelError)
+
+
+def test_rendering_is_deterministic_and_canonical() -> None:
+    first = {name: render(sample_prompt(), name, model=MODEL, max_tokens=64)
+             for name in FORMATS}
+    again = {name: render(sample_prompt(), name, model=MODEL, max_tokens=64)
+             for name in FORMATS}
+    assert first == again
+    for data in first.values():
+        value = json.loads(data)
+        assert data == json.dumps(value, sort_keys=True, separators=(",", ":"),
+                                  ensure_ascii=False).encode()
+
+
+# -- record and replay -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_a_recorded_rendering_replays_and_a_different_renderer_is_caught(name: str) -> None:
+    log = turnlog.open(":memory:")
+    log.append("s", [SystemSectionSet(name="base", text="Be brief."),
+                     UserMessageAdded(text="hello")])
+    packer = Packer(log)
+    render_a = renderer(name, model="model-a", max_tokens=100)
+    recorded = packer.record("s", format=name, render=render_a, model="model-a")
+    assert recorded.rendered == render_a(recorded.packed.prompt)
+    request = log.get("s", recorded.request_seq).body
+    assert request.format == name and request.rendered_hash
+    assert packer.replay("s", recorded.request_seq, render=render_a).ok
+    render_b = renderer(name, model="model-b", max_tokens=100)
+    result = packer.replay("s", recorded.request_seq, render=render_b)
+    assert not result.ok
+    assert f"the {name} rendering differs" in result.difference
