@@ -71,7 +71,9 @@ from .events import (
 from .policy import Policy
 from .prompt import Breakpoint, Message, Prompt, Section
 from .tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
-from .view import Item, Projection
+from .view import EMPTY_USER_TEXT, Item, Projection
+from .view import notification_text as _notification_text
+from .view import recall_text as _recall_text
 
 __all__ = [
     "DECISIONS",
@@ -314,7 +316,9 @@ def truncate_stage(state: PackState) -> StageReport:
     count = 0
     if not policy.truncate:
         return StageReport(name="truncate", fired=False, detail="disabled by policy")
-    key = (policy.truncate_lines, policy.truncate_bytes, policy.truncate_head_ratio)
+    # Everything `_truncated_text` reads from the policy: the cache is per item.
+    key = (policy.truncate_lines, policy.truncate_bytes, policy.truncate_head_ratio,
+           policy.recall_max_chars, policy.recall_max_tokens)
     for item in state.view.items:
         if item.kind not in ("tool", "notification", "recall") or item.unit < 0:
             continue
@@ -402,10 +406,6 @@ def _render_tool_text(item: Item, text: str) -> str:
     return text
 
 
-def _notification_text(source: str, text: str) -> str:
-    return f'<notification source="{source}">\n{text}\n</notification>'
-
-
 def _capped_recall(body: RecallAdded, policy: Policy, counter: TokenCounter) -> tuple[str, str]:
     full = _recall_text(body, len(body.hits))
     if len(full) <= policy.recall_max_chars and counter.count(full) <= policy.recall_max_tokens:
@@ -421,14 +421,6 @@ def _capped_recall(body: RecallAdded, policy: Policy, counter: TokenCounter) -> 
     if len(text) > policy.recall_max_chars:
         text = text[:policy.recall_max_chars]
     return text, "truncate.recall_cap"
-
-
-def _recall_text(body: RecallAdded, keep: int) -> str:
-    hits = "\n".join(f'<hit session="{h.session}" seq="{h.seq}">\n{h.text}\n</hit>'
-                     for h in body.hits[:keep])
-    omitted = len(body.hits) - keep
-    more = f"\n[{omitted} more results omitted by the recall cap]" if omitted else ""
-    return f'<recall query="{body.query}">\n{hits}{more}\n</recall>'
 
 
 def summary_stage(state: PackState) -> StageReport:
@@ -459,7 +451,12 @@ def summary_stage(state: PackState) -> StageReport:
             state.summary_shown[pos] = "superseded by a later summary covering its span"
     tokens = {pos: state.counter.count(_summary_block(bodies[pos])) + 1 for pos in bodies}
     shown = sorted(kept_roots, key=lambda p: bodies[p].first_seq)
-    budget = state.summary_budget
+    # The summaries never take the room the protected part (mandatory tail,
+    # pins, calls awaiting results) needs: that part cannot be trimmed.
+    protected = state.synthetic_tokens + sum(
+        state.tokens_of(i) for u in state.protected_units for i in view.units[u].items)
+    room = state.budget.history - protected
+    budget = max(0, min(state.summary_budget, room))
     used = sum(tokens[p] for p in shown)
     while used > budget and shown:  # too many roots: the oldest go first
         oldest = shown.pop(0)
@@ -483,6 +480,17 @@ def summary_stage(state: PackState) -> StageReport:
                 expanded = True
                 break
     shown.sort(key=lambda p: bodies[p].first_seq)
+    framing = 0 if view.sections else MESSAGE_OVERHEAD  # the summary opens the system message
+    text = ""
+    while shown:  # the rendered section (wrapper and framing included) must fit the room
+        text = ("<conversation_summary>\n" + "\n".join(_summary_block(bodies[p]) for p in shown)
+                + "\n</conversation_summary>")
+        if state.counter.count(text) + 1 + framing <= room:
+            break
+        oldest = shown.pop(0)
+        text = ""
+        state.summary_shown[oldest] = (f"the protected part leaves {room} tokens for summaries; "
+                                       "its events stay summarized")
     for pos in bodies:
         state.summary_shown.setdefault(pos, "" if pos in shown else
                                        "rolled up: shown through its parent")
@@ -501,13 +509,14 @@ def summary_stage(state: PackState) -> StageReport:
     # remaining items too, or restore the ones summarized (when protected).
     _close_units(state)
     if shown:
-        state.summary_text = ("<conversation_summary>\n"
-                              + "\n".join(_summary_block(bodies[p]) for p in shown)
-                              + "\n</conversation_summary>")
-        state.summary_tokens = state.counter.count(state.summary_text) + 1
+        state.summary_text = text
+        state.summary_tokens = state.counter.count(text) + 1
+        state.system_tokens += framing
+    else:
+        framing = 0
     state.budget = msgspec.structs.replace(
-        state.budget, summary=state.summary_tokens,
-        history=state.budget.history - state.summary_tokens)
+        state.budget, summary=state.summary_tokens, system=state.system_tokens,
+        history=state.budget.history - state.summary_tokens - framing)
     return StageReport(name="summaries", fired=True,
                        detail=f"{len(shown)} summaries shown, {covered} events summarized",
                        tokens_before=before, tokens_after=state.total, events=covered)
@@ -856,7 +865,7 @@ def _message(item: Item, parts: tuple[Part, ...] | None) -> Message:
         user_parts: tuple[Part, ...] = (TextPart(text=body.text),) if body.text else ()
         user_parts += tuple(body.images)
         if not user_parts:
-            user_parts = (TextPart(text="(empty message)"),)
+            user_parts = (TextPart(text=EMPTY_USER_TEXT),)
         return Message(role="user", parts=user_parts, source=(item.pos,))
     if isinstance(body, NotificationAdded):
         return Message(role="user", parts=parts or (

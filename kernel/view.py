@@ -67,7 +67,16 @@ from .tokens import (
     TokenCounter,
 )
 
-__all__ = ["DedupIndex", "Item", "Projection", "Unit", "call_target"]
+__all__ = [
+    "EMPTY_USER_TEXT",
+    "DedupIndex",
+    "Item",
+    "Projection",
+    "Unit",
+    "call_target",
+    "notification_text",
+    "recall_text",
+]
 
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
 _PATHISH = re.compile(r"[\w./\\-]*\w\.\w{1,8}\b")
@@ -101,7 +110,7 @@ class Item:
         self.refs = 0
         self.decision_language = False
         self.quote_keys: tuple[int, ...] = ()
-        self.trunc: tuple[tuple[int, int, float], str, str, int] | None = None
+        self.trunc: tuple[tuple[float, ...], str, str, int] | None = None
 
 
 class Unit:
@@ -136,6 +145,24 @@ def call_target(name: str, args: dict[str, Any]) -> str:
             return " ".join(value)[:200]
     del name
     return ""
+
+
+#: What the prompt says for a user message with neither text nor images.
+EMPTY_USER_TEXT = "(empty message)"
+
+
+def notification_text(source: str, text: str) -> str:
+    """A notification as the prompt carries it (a user message)."""
+    return f'<notification source="{source}">\n{text}\n</notification>'
+
+
+def recall_text(body: RecallAdded, keep: int) -> str:
+    """A recall result as the prompt carries it, with its first ``keep`` hits."""
+    hits = "\n".join(f'<hit session="{h.session}" seq="{h.seq}">\n{h.text}\n</hit>'
+                     for h in body.hits[:keep])
+    omitted = len(body.hits) - keep
+    more = f"\n[{omitted} more results omitted by the recall cap]" if omitted else ""
+    return f'<recall query="{body.query}">\n{hits}{more}\n</recall>'
 
 
 def _parse_args(arguments: str) -> dict[str, Any]:
@@ -416,7 +443,8 @@ class Projection:
         count = self.counter.count
         body = event.body
         if isinstance(body, UserMessageAdded):
-            return MESSAGE_OVERHEAD + count(body.text) + IMAGE_TOKENS * len(body.images)
+            text = body.text if body.text or body.images else EMPTY_USER_TEXT
+            return MESSAGE_OVERHEAD + count(text) + IMAGE_TOKENS * len(body.images)
         if isinstance(body, AssistantMessageAdded):
             total = MESSAGE_OVERHEAD
             for part in body.parts:
@@ -431,8 +459,11 @@ class Projection:
             return total
         if isinstance(body, ToolResultAdded):
             return MESSAGE_OVERHEAD + 1 + count(body.output)
+        # Notifications and recalls are measured as the text the prompt carries.
         if isinstance(body, NotificationAdded):
-            return MESSAGE_OVERHEAD + count(body.text) + count(body.source) + 4
+            return MESSAGE_OVERHEAD + count(notification_text(body.source, body.text))
+        if isinstance(body, RecallAdded):
+            return MESSAGE_OVERHEAD + count(recall_text(body, len(body.hits)))
         return MESSAGE_OVERHEAD
 
     # -- derived ------------------------------------------------------------------

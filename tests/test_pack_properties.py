@@ -1,0 +1,362 @@
+"""Properties of `turnlog.pack.pack` over generated sessions, checked with `turnlog.testing`.
+
+Sessions come from `turnlog.testing.sessions` (parallel tool calls, errors, huge and
+blob-sized outputs, late and out-of-order results, notifications, system-section
+changes, pins, compactions, a rewind, a fork), policies from
+`turnlog.testing.policies` (windows from 2k to 200k, every stage firing). The same
+module is what users check their own stages with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import blake3
+import msgspec
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from turnlog import Event, Log, Policy
+from turnlog.errors import BudgetExceededError, PolicyError
+from turnlog.events import (
+    AssistantMessageAdded,
+    NotificationAdded,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+from turnlog.pack import Packed, pack
+from turnlog.replay import Packer
+from turnlog.testing import (
+    SessionItem,
+    build,
+    check_all,
+    check_budget,
+    check_decisions,
+    check_deterministic,
+    check_mandatory_tail,
+    check_order,
+    check_overflow,
+    check_protected,
+    check_tool_pairs,
+    memory_log,
+    policies,
+    project,
+    sessions,
+)
+from turnlog.tokens import get_counter
+from turnlog.view import Projection
+
+# At least 60 examples; more under a bigger profile (HYPOTHESIS_PROFILE=thorough).
+FAST = settings(deadline=None, max_examples=max(60, settings.default.max_examples),
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SLOW = settings(deadline=None, max_examples=1_500,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+_CONVERSATION = (UserMessageAdded, AssistantMessageAdded, ToolResultAdded, NotificationAdded)
+
+
+def _built(items: list[SessionItem]) -> tuple[Log, str]:
+    log = memory_log()
+    return log, build(log, "s", items)
+
+
+def _pack_or_none(view: Projection, policy: Policy) -> Packed | None:
+    try:
+        return pack(view, policy)
+    except BudgetExceededError as exc:
+        check_overflow(view, policy, exc)
+        return None
+
+
+# -- every invariant, at every budget -----------------------------------------------------------
+@FAST
+@given(items=sessions(), policy=policies())
+def test_every_invariant_holds_at_any_budget(items: list[SessionItem], policy: Policy) -> None:
+    log, session = _built(items)
+    check_all(lambda: project(log, session), policy)
+
+
+@FAST
+@given(items=sessions(), policy=policies(min_window=2_000, max_window=8_000))
+def test_every_invariant_holds_in_small_windows(items: list[SessionItem],
+                                                policy: Policy) -> None:
+    log, session = _built(items)
+    check_all(lambda: project(log, session), policy)
+
+
+@pytest.mark.slow
+@SLOW
+@given(items=sessions(max_events=120), policy=policies())
+def test_every_invariant_holds_thoroughly(items: list[SessionItem], policy: Policy) -> None:
+    log, session = _built(items)
+    check_all(lambda: project(log, session), policy)
+
+
+@FAST
+@given(items=sessions(), policy=policies(max_window=16_000))
+def test_each_checker_passes_on_its_own(items: list[SessionItem], policy: Policy) -> None:
+    # The same checks as check_all, one by one, so a failure names the property.
+    log, session = _built(items)
+    view = project(log, session)
+    packed = _pack_or_none(view, policy)
+    if packed is None:
+        return
+    check_budget(packed, policy)
+    check_tool_pairs(packed.prompt)
+    check_order(view, packed)
+    check_mandatory_tail(view, packed)
+    check_decisions(view, packed)
+    check_protected(view, packed)
+
+
+# -- projections: incremental == fresh, reuse across policies == fresh -----------------------------
+@FAST
+@given(items=sessions(), policy=policies(max_window=32_000), data=st.data())
+def test_incremental_projection_packs_like_a_fresh_one(items: list[SessionItem],
+                                                      policy: Policy,
+                                                      data: st.DataObject) -> None:
+    log, session = _built(items)
+    lineage = log.lineage(session)
+    stops = set(data.draw(st.lists(st.integers(0, max(0, len(lineage) - 1)), max_size=4)))
+    view = Projection(get_counter("cl100k_base"))
+    for i, event in enumerate(lineage):
+        view.apply(event)
+        if i in stops:
+            with contextlib.suppress(BudgetExceededError):
+                pack(view, policy)  # fills the projection's caches midway
+    check_deterministic(lambda: view, policy)
+    fresh = project(log, session)
+    a = _pack_or_none(view, policy)
+    b = _pack_or_none(fresh, policy)
+    assert (a is None) == (b is None)
+    if a is not None and b is not None:
+        assert a.prompt.encode() == b.prompt.encode(), a.prompt.first_difference(b.prompt)
+        assert a.decisions == b.decisions
+
+
+# The fields packing reads (pack.py, view.py), each a candidate for a stale cache.
+_FIELDS = ("cache_breakpoints", "context_window", "dedup", "output_reserve", "prune",
+           "prune_decision_bonus", "prune_min_savings", "prune_protect_tokens",
+           "prune_protect_turns", "prune_reference_bonus", "recall_max_chars",
+           "recall_max_tokens", "safety_margin", "summary_budget", "trim", "truncate",
+           "truncate_bytes", "truncate_head_ratio", "truncate_lines", "warning_buffer",
+           "compact_buffer", "blocking_buffer", "warning_ratio", "blocking_ratio")
+
+
+@FAST
+@given(items=sessions(), first=policies(max_window=32_000), other=policies(max_window=32_000),
+       fields=st.sets(st.sampled_from(_FIELDS), min_size=1, max_size=3))
+def test_a_projection_reused_under_another_policy_packs_like_a_fresh_one(
+        items: list[SessionItem], first: Policy, other: Policy, fields: set[str]) -> None:
+    # The second policy differs from the first in a few fields only, so that a cache
+    # keyed on too few of them is caught.
+    try:
+        second = msgspec.structs.replace(first, **{f: getattr(other, f) for f in fields})
+    except PolicyError:
+        assume(False)
+        return
+    log, session = _built(items)
+    view = project(log, session)
+    _pack_or_none(view, first)
+    reused = _pack_or_none(view, second)
+    fresh = _pack_or_none(project(log, session), second)
+    assert (reused is None) == (fresh is None)
+    if reused is not None and fresh is not None:
+        assert reused.prompt.encode() == fresh.prompt.encode(), (
+            reused.prompt.first_difference(fresh.prompt))
+        assert reused.decisions == fresh.decisions
+
+
+# -- determinism across processes ---------------------------------------------------------------
+_CHILD = textwrap.dedent("""
+    import sys, msgspec, blake3
+    from turnlog import Event, Policy
+    from turnlog.errors import BudgetExceededError, PolicyError
+    from turnlog.pack import pack
+    from turnlog.tokens import get_counter
+    from turnlog.view import Projection
+    cases = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(),
+                                   type=list[tuple[list[Event], list[Policy]]])
+    for events, policies in cases:
+        for policy in policies:
+            view = Projection(get_counter("cl100k_base"))
+            view.extend(events)
+            try:
+                packed = pack(view, policy)
+            except BudgetExceededError as exc:
+                print("over", exc.needed)
+                continue
+            print(packed.prompt.hash, blake3.blake3(msgspec.msgpack.encode(
+                packed.decisions)).hexdigest())
+""")
+
+
+def _pack_lines(cases: list[tuple[list[Event], list[Policy]]]) -> list[str]:
+    lines = []
+    for events, chosen in cases:
+        for policy in chosen:
+            view = Projection(get_counter("cl100k_base"))
+            view.extend(events)
+            try:
+                packed = pack(view, policy)
+            except BudgetExceededError as exc:
+                lines.append(f"over {exc.needed}")
+                continue
+            lines.append(f"{packed.prompt.hash} "
+                         f"{blake3.blake3(msgspec.msgpack.encode(packed.decisions)).hexdigest()}")
+    return lines
+
+
+@settings(deadline=None, max_examples=2,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_packing_is_identical_across_hash_seeds(
+        data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
+    cases: list[tuple[list[Event], list[Policy]]] = []
+    for _ in range(4):
+        items = data.draw(sessions())
+        chosen = [data.draw(policies(max_window=w)) for w in (4_000, 16_000, 128_000)]
+        log, session = _built(items)
+        cases.append((log.lineage(session), chosen))
+    path = tmp_path_factory.mktemp("seeds") / "cases.msgpack"
+    path.write_bytes(msgspec.msgpack.encode(cases))
+    script = tmp_path_factory.mktemp("child") / "child.py"
+    script.write_text(_CHILD)
+    outputs = []
+    for seed in ("1", "999"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, str(script), str(path)], env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.append(done.stdout.splitlines())
+    assert outputs[0] == outputs[1], "PYTHONHASHSEED=1 and =999 pack different prompts"
+    assert outputs[0] == _pack_lines(cases), "a child process packs differently from this one"
+
+
+# -- requests: replay stays stable as the log grows -----------------------------------------------
+@FAST
+@given(items=sessions(), policy=policies(max_window=64_000), data=st.data())
+def test_replay_of_an_earlier_request_survives_later_appends(
+        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    split = data.draw(st.integers(1, max(1, len(items))))
+    log = memory_log()
+    session = build(log, "s", items[:split])
+    packer = Packer(log)
+    try:
+        recorded = packer.record(session, policy=policy)
+    except BudgetExceededError:
+        assume(False)
+        return
+    build(log, session, items[split:])
+    later = data.draw(policies(max_window=64_000))
+    with contextlib.suppress(BudgetExceededError):
+        packer.record(session, policy=later)  # a second request on the grown log
+    for replayer in (packer, Packer(log)):
+        result = replayer.replay(session, recorded.request_seq)
+        assert result.ok, result.difference
+    assert Packer(log).repack(session, recorded.request_seq).prompt.encode() == (
+        recorded.packed.prompt.encode())
+
+
+# -- cache-stable prefixes ------------------------------------------------------------------------
+def _has_placeholder(view: Projection, packed: Packed) -> bool:
+    """A tool message standing in for a result that never came (not at the end)."""
+    for message in packed.prompt.messages:
+        index = view.item_at.get(message.source[0])
+        if message.role == "tool" and index is not None and view.items[index].kind != "tool":
+            return True
+    return False
+
+
+@FAST
+@given(items=sessions(), policy=policies(min_window=16_000), data=st.data())
+def test_prompt_of_request_n_is_a_prefix_of_request_n_plus_1(
+        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    split = data.draw(st.integers(1, max(1, len(items))))
+    later = [it for it in items[split:] if isinstance(it, _CONVERSATION)]
+    log = memory_log()
+    session = build(log, "s", items[:split])
+    view = project(log, session)
+    first = _pack_or_none(view, policy)
+    assume(first is not None and not first.thresholds)
+    assert first is not None
+    # A result that answers a call the first prompt had to close with a placeholder
+    # necessarily rewrites that message: outside this property (see docs/packing.md).
+    assume(not _has_placeholder(view, first))
+    if later:
+        build(log, session, later)
+    view2 = project(log, session)
+    second = _pack_or_none(view2, policy)
+    assume(second is not None and not second.thresholds)
+    assert second is not None
+    assert second.prompt.system == first.prompt.system
+    assert second.prompt.tools == first.prompt.tools
+    n = len(first.prompt.messages)
+    for i, (a, b) in enumerate(zip(first.prompt.messages, second.prompt.messages,
+                                   strict=False)):
+        assert a == b, (f"message {i} of request N (from positions {list(a.source)}) changed "
+                        f"in request N+1 (from positions {list(b.source)})")
+    assert len(second.prompt.messages) >= n, "request N+1 has fewer messages than request N"
+
+
+# -- monotonicity in the window -------------------------------------------------------------------
+@FAST
+@given(items=sessions(), policy=policies(max_window=64_000),
+       extra=st.sampled_from((1, 100, 1_000, 8_000, 64_000)))
+def test_a_larger_window_never_reduces_what_a_smaller_one_kept(
+        items: list[SessionItem], policy: Policy, extra: int) -> None:
+    larger = msgspec.structs.replace(policy, context_window=policy.context_window + extra)
+    log, session = _built(items)
+    small = _pack_or_none(project(log, session), policy)
+    large = _pack_or_none(project(log, session), larger)
+    if small is None:
+        return
+    assert large is not None, (f"window {larger.context_window} overflows where "
+                               f"{policy.context_window} fits")
+    reduced = {"trimmed", "pruned", "deduplicated", "summarized"}
+    for a, b in zip(small.decisions, large.decisions, strict=True):
+        if a.decision == "verbatim":
+            assert b.decision not in reduced, (
+                f"position {a.pos} ({a.kind}) is verbatim at window {policy.context_window} but "
+                f"{b.decision} ({b.rule}: {b.detail}) at window {larger.context_window}")
+
+
+# -- the generators themselves --------------------------------------------------------------------
+def test_generated_sessions_reach_every_decision_and_stage() -> None:
+    seen: set[str] = set()
+    fired: set[str] = set()
+    overflowed = []
+
+    @settings(deadline=None, max_examples=150, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(items=sessions(), policy=policies(max_window=32_000))
+    def explore(items: list[SessionItem], policy: Policy) -> None:
+        log, session = _built(items)
+        try:
+            packed = pack(project(log, session), policy)
+        except BudgetExceededError:
+            overflowed.append(1)
+            return
+        seen.update(d.decision for d in packed.decisions)
+        seen.update(d.rule for d in packed.decisions)
+        fired.update(r.name for r in packed.stages if r.fired)
+
+    explore()
+    for decision in ("verbatim", "truncated", "deduplicated", "pruned", "summarized", "trimmed",
+                     "dropped", "not_a_prompt_event", "orphan", "rewind", "truncate.blob_preview",
+                     "dedup.tier1", "dedup.tier2"):
+        assert decision in seen, f"no generated session gave {decision!r}"
+    assert {"truncate", "summaries", "dedup", "prune", "trim"} <= fired
+    assert overflowed, "no generated session overflowed its budget"
+
+
+def test_turnlog_does_not_import_hypothesis() -> None:
+    code = ("import sys, turnlog, turnlog.pack, turnlog.replay; "
+            "assert 'hypothesis' not in sys.modules and 'turnlog.testing' not in sys.modules")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
