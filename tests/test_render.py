@@ -67,10 +67,10 @@ from turnlog.pack import pack
 from turnlog.prompt import Breakpoint, Message, Prompt, Section, check_prompt
 from turnlog.replay import Packer
 
-try:  # the shared session generator; a small local one until it is there
-    from turnlog.testing import build, memory_log, policies, project, sessions
-except ImportError:  # pragma: no cover - only before turnlog.testing exists
-    sessions = None  # type: ignore[assignment]
+try:  # the shared session generator (the local one below runs in any case)
+    from turnlog import testing
+except ImportError:  # pragma: no cover - depends on the installed kernel
+    testing = None  # type: ignore[assignment]
 
 SDK_TYPES: dict[str, Any] = {"openai-chat": ChatParams, "openai-responses": ResponsesParams,
                              "anthropic": AnthropicParams}
@@ -228,18 +228,87 @@ def check_all_formats(prompt: Prompt) -> dict[str, bytes]:
 
 
 # -- generated sessions, packed at many budgets ------------------------------------------------
-if sessions is not None:
+_words = st.sampled_from(("fix", "the", "parser", "ok", "see", "src/app.py", "error", "done"))
+
+
+@st.composite
+def local_sessions(draw: st.DrawFn) -> list[Any]:
+    """A small session generator: sections, tools, user turns, notifications, exchanges
+    with parallel calls answered in any order, some never (the packer then inserts
+    placeholder results, or the calls stay pending at the end)."""
+    items: list[Any] = []
+    if draw(st.booleans()):
+        items.append(SystemSectionSet(name="base", text="You are a careful engineer."))
+    if draw(st.booleans()):
+        items.append(ToolsSet(tools=(ToolSpec(name="Read", parameters='{"type":"object"}'),
+                                     ToolSpec(name="Bash"))))
+    calls = 0
+    for _ in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(("user", "exchange", "exchange", "notification")))
+        text = " ".join(draw(st.lists(_words, max_size=40)))
+        if kind == "user":
+            items.append(UserMessageAdded(text=text))
+        elif kind == "notification":
+            items.append(NotificationAdded(source="watcher", text=text or "changed"))
+        else:
+            made = []
+            for _ in range(draw(st.integers(0, 3))):
+                calls += 1
+                made.append(ToolCall(id=f"call_{calls}", name="Read",
+                                     arguments=draw(st.sampled_from(('{"path":"a"}', "{x")))))
+            parts: list[Any] = []
+            if draw(st.booleans()):
+                parts.append(ReasoningPart(text="hmm", opaque="sig", provider="anthropic"))
+            parts.append(TextPart(text=text or "ok"))
+            items.append(AssistantMessageAdded(parts=(*parts, *made)))
+            for call in draw(st.permutations(made)):
+                if draw(st.integers(0, 5)):
+                    items.append(ToolResultAdded(call_id=call.id, tool_name=call.name,
+                                                 output=text * draw(st.integers(0, 30)),
+                                                 is_error=draw(st.booleans())))
+    return items
+
+
+def _budgets(windows: list[int]) -> list[Policy]:
+    return [Policy(context_window=w, output_reserve=w // 8, warning_buffer=None,
+                   warning_ratio=0.6, compact_buffer=None, compact_ratio=0.7,
+                   blocking_buffer=None, blocking_ratio=0.8, prune_protect_tokens=w // 10,
+                   prune_min_savings=0, truncate_bytes=max(64, w), cache_breakpoints=4)
+            for w in windows]
+
+
+def check_packings(log: turnlog.Log, session: str, budgets: list[Policy]) -> None:
+    """Pack ``session`` at each budget and check every rendering of every pack."""
+    for budget in budgets:
+        try:
+            packed = Packer(log).pack(session, policy=budget)
+        except BudgetExceededError:
+            continue
+        assert not check_prompt(packed.prompt), check_prompt(packed.prompt)
+        check_all_formats(packed.prompt)
+
+
+@SETTINGS
+@given(items=local_sessions(),
+       windows=st.lists(st.sampled_from((1_500, 2_500, 6_000, 20_000, 200_000)), min_size=1,
+                        max_size=3))
+def test_small_sessions_render_to_valid_bodies_in_every_format(items: list[Any],
+                                                               windows: list[int]) -> None:
+    log = turnlog.open(":memory:")
+    log.append("s", items)
+    check_packings(log, "s", _budgets(windows))
+
+
+if testing is not None:
     @SETTINGS
-    @given(items=sessions(max_events=50), policy=policies(max_window=64_000),
+    @given(items=testing.sessions(max_events=50), policy=testing.policies(max_window=64_000),
            windows=st.lists(st.sampled_from((2_500, 6_000, 20_000, 200_000)), max_size=2))
     def test_packed_sessions_render_to_valid_bodies_in_every_format(
             items: list[Any], policy: Policy, windows: list[int]) -> None:
-        log = memory_log()
-        session = build(log, "s", items)
-        view = project(log, session)
-        budgets = [policy] + [Policy(context_window=w, output_reserve=w // 8,
-                                     cache_breakpoints=4) for w in windows]
-        for budget in budgets:
+        log = testing.memory_log()
+        session = testing.build(log, "s", items)
+        view = testing.project(log, session)
+        for budget in [policy, *_budgets(windows)]:
             try:
                 packed = pack(view, budget)
             except BudgetExceededError:
