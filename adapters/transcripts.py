@@ -1,0 +1,687 @@
+"""Import agent transcripts into a turnlog log, and export sessions back.
+
+Formats: Claude Code session JSONL (``claude_code``), Codex CLI rollouts
+(``codex``), OpenAI Chat Completions message lists (``openai_chat``) and
+Responses item lists (``openai_responses``), mini-swe-agent ``.traj.json``
+(``mini_swe_agent``), SWE-agent ``.traj`` (``swe_agent``), OpenHands event
+streams (``openhands``) and resolver/evaluation ``output.jsonl``
+(``openhands_output``), and Aider chat-history markdown (``aider``).
+docs/importers.md has each format's mapping.
+
+Theory of operation
+-------------------
+An import runs in three steps per file, and nothing is written before the
+third:
+
+1. **parse**: the format module turns the bytes into a `Parsed` plan (see
+   ``transcript_plan``): sessions, each a list of entries with idempotency
+   keys derived from source ids, times from the transcript, and the rest of
+   every source record in ``meta``. A malformed record raises
+   `turnlog.ImportFormatError` naming the file, the record and the field, or
+   with ``skip_bad=True`` is listed in the summary and left out.
+2. **validate**: every entry is encoded exactly as `Log.append` will encode it
+   (schema, UTF-8, meta shape, size after blob extraction), so a kernel
+   rejection is reported against the source record too, before the store is
+   touched.
+3. **append**: per session, in batches: one batch up to each compaction, then
+   the compaction (its covered span and ``covered_digest`` computed from the
+   hashes just written) with the events after it. Re-importing the same file
+   sends the same batches with the same keys, which the log recognises as
+   retries: nothing is appended.
+
+Forks (Claude Code dead branches) are appended after the session they branch
+from, starting with a ``SessionForked`` event; subagents are sessions whose
+first event names the parent in ``meta["parent"]``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+from turnlog import (
+    AssistantMessageAdded,
+    CompactionCommitted,
+    Draft,
+    Event,
+    ImportFormatError,
+    InvalidEventError,
+    Log,
+    NotificationAdded,
+    ResponseReceived,
+    SessionForked,
+    ToolCall,
+    ToolResultAdded,
+    Usage,
+    UserMessageAdded,
+)
+from turnlog.chain import covered_digest
+from turnlog.codec import encode_canonical, encode_event, extract_blobs, validate_meta
+from turnlog.events import Body
+
+from . import (
+    aider,
+    claude_code,
+    codex_rollout,
+    mini_swe_agent,
+    openai_chat,
+    openai_responses,
+    openhands,
+    swe_agent,
+)
+from .transcript_plan import (
+    BadRecord,
+    CompactionEntry,
+    Entry,
+    ExportSession,
+    Obj,
+    Parsed,
+    SkippedRecord,
+)
+
+__all__ = [
+    "FORMATS",
+    "ImportSummary",
+    "Progress",
+    "SkippedRecord",
+    "detect",
+    "export_session",
+    "import_file",
+    "import_path",
+]
+
+
+@dataclass(frozen=True)
+class _Format:
+    parse: Callable[[bytes, str, bool], Parsed]
+    export: Callable[[ExportSession], bytes]
+    children: bool = False  # the file also holds the session's forks and inline subagents
+
+
+_REGISTRY: dict[str, _Format] = {
+    "claude_code": _Format(claude_code.parse, claude_code.export, children=True),
+    "codex": _Format(codex_rollout.parse, codex_rollout.export),
+    "openai_chat": _Format(openai_chat.parse, openai_chat.export),
+    "openai_responses": _Format(openai_responses.parse, openai_responses.export),
+    "mini_swe_agent": _Format(mini_swe_agent.parse, mini_swe_agent.export),
+    "swe_agent": _Format(swe_agent.parse, swe_agent.export),
+    "openhands": _Format(openhands.parse_events, openhands.export_events),
+    "openhands_output": _Format(openhands.parse_output, openhands.export_output),
+    "aider": _Format(aider.parse, aider.export),
+}
+
+#: Every format name `detect` can return and `import_file` / `export_session` accept.
+FORMATS: tuple[str, ...] = tuple(sorted(_REGISTRY))
+
+# A batch stays well under Log.append's limit of 100000 events.
+_BATCH = 50_000
+
+
+class Progress(msgspec.Struct, frozen=True):
+    """Where an import run is; passed to the ``progress`` callback.
+
+    Attributes:
+        path: the file being imported.
+        files_done: files finished before this one.
+        files_total: files in the run (1 for `import_file`).
+        events_done: events of this file appended or confirmed so far.
+        events_total: events this file maps to.
+    """
+
+    path: str
+    files_done: int
+    files_total: int
+    events_done: int
+    events_total: int
+
+
+#: The ``progress`` callback type.
+ProgressCallback = Callable[[Progress], None]
+
+
+class ImportSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """What an import run did.
+
+    Attributes:
+        format: the format name (``"mixed"`` for a directory of several formats).
+        sources: the files imported.
+        sessions: every session written to (or confirmed), main sessions first per file.
+        roots: the sessions `export_session` rebuilds the files from (one file's
+            roots, exported in order and concatenated, give that file back;
+            forks and inline subagents come with their root).
+        events: events the transcripts map to.
+        appended: events newly appended (0 when everything was imported before).
+        tool_calls: tool calls in the imported assistant messages.
+        blobs: outputs and images stored as blobs.
+        usage: token usage reported in the transcripts, summed.
+        skipped: records (or files) left out, with the reason.
+    """
+
+    format: str
+    sources: tuple[str, ...] = ()
+    sessions: tuple[str, ...] = ()
+    roots: tuple[str, ...] = ()
+    events: int = 0
+    appended: int = 0
+    tool_calls: int = 0
+    blobs: int = 0
+    usage: Usage = Usage()
+    skipped: tuple[SkippedRecord, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        """All reported tokens: input, output, cache reads and cache writes."""
+        u = self.usage
+        return u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens
+
+
+# -- detection ---------------------------------------------------------------------------
+_CLAUDE_TYPES = frozenset({
+    "user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation",
+    "progress", "attachment", "last-prompt", "ai-title", "permission-mode", "custom-title",
+    "tag", "agent-name"})
+_CLAUDE_KEYS = frozenset({"uuid", "parentUuid", "sessionId", "leafUuid", "messageId",
+                          "operation"})
+_CODEX_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
+                          "compacted"})
+
+
+def _line_format(obj: object) -> str | None:
+    if not isinstance(obj, dict):
+        return None
+    kind = obj.get("type")
+    if kind in _CODEX_TYPES and "payload" in obj:
+        return "codex"
+    if kind in _CLAUDE_TYPES and not _CLAUDE_KEYS.isdisjoint(obj):
+        return "claude_code"
+    if isinstance(obj.get("history"), list) and not {"instruction", "instance_id",
+                                                     "test_result", "git_patch"}.isdisjoint(obj):
+        return "openhands_output"
+    return None
+
+
+def _doc_format(doc: object) -> str | None:
+    if isinstance(doc, dict):
+        info = doc.get("info")
+        if str(doc.get("trajectory_format", "")).startswith("mini-swe-agent") or (
+                isinstance(doc.get("messages"), list) and isinstance(info, dict)
+                and "mini_version" in info):
+            return "mini_swe_agent"
+        history = doc.get("history")
+        if isinstance(history, list) and (
+                not {"trajectory", "environment", "replay_config"}.isdisjoint(doc)
+                or all(isinstance(m, dict) and "role" in m for m in history)):
+            return "swe_agent"
+        if isinstance(doc.get("messages"), list):
+            return "openai_chat"
+        if isinstance(doc.get("input"), list) or isinstance(doc.get("output"), list):
+            return "openai_responses"
+        return _line_format(doc)
+    if isinstance(doc, list) and all(isinstance(e, dict) for e in doc):
+        if any("action" in e or "observation" in e for e in doc):
+            return "openhands"
+        if doc and all("type" in e for e in doc) and any(
+                e.get("type") in openai_responses.ITEM_TYPES for e in doc):
+            return "openai_responses"
+        if all("role" in e for e in doc):
+            return "openai_chat"
+    return None
+
+
+def _sniff(data: bytes, name: str) -> str | None:
+    head = data.lstrip(b"\xef\xbb\xbf \t\r\n")
+    base = os.path.basename(name)
+    if not head:
+        if base.endswith(".jsonl"):
+            return "codex" if base.startswith("rollout-") else "claude_code"
+        return None
+    if head[:1] in b"{[":
+        lines = head.split(b"\n", 50)
+        for line in lines[:50]:
+            if not line.strip():
+                continue
+            try:
+                found = _line_format(msgspec.json.decode(line))
+            except msgspec.DecodeError:
+                continue
+            if found:
+                return found
+            break
+        try:
+            return _doc_format(msgspec.json.decode(head))
+        except msgspec.DecodeError:
+            return None
+    if aider.sniff(head):
+        return "aider"
+    return None
+
+
+def detect(source: str | os.PathLike[str] | bytes, *, name: str = "") -> str:
+    """The transcript format of a file (or of its bytes), judged from the content.
+
+    Parameters:
+        source: a path, or the file's bytes.
+        name: the file name when ``source`` is bytes (used only for empty files,
+            whose content says nothing).
+
+    Returns:
+        One of `FORMATS`.
+
+    Raises:
+        ImportFormatError: the content is no known transcript format.
+    """
+    if isinstance(source, bytes):
+        data = source
+    else:
+        name = os.fspath(source)
+        data = _read(name)
+    found = _sniff(data, name)
+    if found is None:
+        raise ImportFormatError(
+            f"{name or '<bytes>'}: not a transcript of a known format (expected one of "
+            f"{', '.join(FORMATS)}); pass format= if you know it")
+    return found
+
+
+def _read(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+
+
+# -- import -----------------------------------------------------------------------------
+def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
+                session: str | None = None, skip_bad: bool = False,
+                progress: ProgressCallback | None = None) -> ImportSummary:
+    """Import one transcript file.
+
+    Parameters:
+        log: the log to append to.
+        path: the file.
+        format: one of `FORMATS`; detected from the content when None.
+        session: the session id of the file's main session (further sessions of
+            the file are named ``<session>/<suffix>``); derived from the
+            transcript when None (Claude Code and Codex session ids; a name
+            and a digest of the file for the others).
+        skip_bad: leave malformed records out (listed in ``skipped``) instead of
+            failing.
+        progress: called after each appended batch.
+
+    Returns:
+        An `ImportSummary`.
+
+    Raises:
+        ImportFormatError: unknown format, or a malformed record (the message
+            names the file, the record and the field); nothing of the file was
+            appended.
+        KernelError: the store failed.
+    """
+    name = os.fspath(path)
+    data = _read(name)
+    fmt = _choose_format(data, name, format)
+    parsed = _parse(fmt, data, name, skip_bad)
+    return _import_parsed(log, parsed, name, session=session, skip_bad=skip_bad,
+                          progress=progress, files=(0, 1))
+
+
+def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: A002
+    if format is None:
+        return detect(data, name=name)
+    if format not in _REGISTRY:
+        raise ImportFormatError(f"{name}: unknown format {format!r}; known formats: "
+                                f"{', '.join(FORMATS)}")
+    return format
+
+
+def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
+    try:
+        return _REGISTRY[fmt].parse(data, name, skip_bad)
+    except BadRecord as exc:
+        raise ImportFormatError(
+            f"{name}: {exc.where}: {('field ' + exc.field + ': ') if exc.field else ''}"
+            f"{exc.reason}; nothing of this file was imported (fix the record, or pass "
+            "skip_bad=True to leave malformed records out)") from None
+
+
+_TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj", ".md")
+
+
+def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
+                session: str | None = None, skip_bad: bool = False,
+                progress: ProgressCallback | None = None) -> ImportSummary:
+    """Import a transcript file, or every transcript under a directory (recursively).
+
+    In a directory, files ending in ``.jsonl``, ``.json``, ``.traj`` or ``.md``
+    are considered, in path order; files whose content is no known transcript
+    are listed in ``skipped`` (``.md`` files only when they are Aider chat
+    histories). Claude Code subagent files (``agent-*.jsonl``, ``subagents/``)
+    are imported after the sessions that spawned them and linked to the
+    spawning call when the parent's transcript names it. Each file is atomic:
+    a malformed record fails its file (nothing of it appended), after the files
+    before it were imported.
+
+    Parameters:
+        log: the log to append to.
+        path: a file or a directory.
+        format: force one format for every file (None: detect each).
+        session: for a single file, as in `import_file`; for a directory, a
+            prefix: each file's sessions are named ``<session>/<file stem>...``.
+        skip_bad: leave malformed records out instead of failing.
+        progress: called per file and per appended batch.
+
+    Returns:
+        One `ImportSummary` over all files.
+
+    Raises:
+        ImportFormatError: see `import_file`.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        return import_file(log, root, format=format, session=session, skip_bad=skip_bad,
+                           progress=progress)
+    candidates = sorted(p for p in root.rglob("*")
+                        if p.is_file() and p.name.endswith(_TRANSCRIPT_SUFFIXES))
+    found: list[tuple[Path, bytes, str]] = []
+    skipped: list[SkippedRecord] = []
+    for file in candidates:
+        data = _read(str(file))
+        if file.suffix == ".md" and format is None and not aider.sniff(data):
+            continue
+        fmt = format or _sniff(data, file.name)
+        if fmt is None:
+            skipped.append(SkippedRecord(str(file), "", "", "not a transcript of a known "
+                                         "format"))
+            continue
+        found.append((file, data, fmt))
+    # Parents before their subagents, so that links can name the spawning call.
+    found.sort(key=lambda item: (claude_code.is_subagent_file(item[0]), str(item[0])))
+    links: dict[str, dict[str, str]] = {}
+    summaries: list[ImportSummary] = []
+    for number, (file, data, fmt) in enumerate(found):
+        parsed = _parse(fmt, data, str(file), skip_bad)
+        if fmt == "claude_code":
+            claude_code.link_subagents(parsed, links)
+        name = None if session is None else f"{session}/{file.stem}"
+        summaries.append(_import_parsed(log, parsed, str(file), session=name,
+                                        skip_bad=skip_bad, progress=progress,
+                                        files=(number, len(found))))
+    return _merge(summaries, skipped)
+
+
+def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> ImportSummary:
+    formats = {s.format for s in summaries}
+    usage = Usage(**{f: sum(getattr(s.usage, f) for s in summaries)
+                     for f in Usage.__struct_fields__})
+    return ImportSummary(
+        format=formats.pop() if len(formats) == 1 else ("mixed" if formats else ""),
+        sources=tuple(src for s in summaries for src in s.sources),
+        sessions=tuple(x for s in summaries for x in s.sessions),
+        roots=tuple(x for s in summaries for x in s.roots),
+        events=sum(s.events for s in summaries), appended=sum(s.appended for s in summaries),
+        tool_calls=sum(s.tool_calls for s in summaries), blobs=sum(s.blobs for s in summaries),
+        usage=usage, skipped=tuple(skipped) + tuple(x for s in summaries for x in s.skipped))
+
+
+def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
+    plans = parsed.plans
+    if session is None:
+        return [p.natural for p in plans]
+    if len(plans) == 1:
+        return [session]
+    return [session if not p.suffix else f"{session}/{p.suffix}" for p in plans]
+
+
+class _Run:
+    """Counters and the key -> seq index of one file's import."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.appended = 0
+        self.blobs = 0
+        self.seqs: dict[tuple[int, str], int] = {}
+
+
+def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None,
+                   skip_bad: bool, progress: ProgressCallback | None,
+                   files: tuple[int, int]) -> ImportSummary:
+    skipped = list(parsed.skipped)
+    ids = _session_ids(parsed, session)
+    label = os.path.basename(source)
+    for plan in parsed.plans:
+        if not plan.entries:
+            continue
+        head: Obj = {"import": {"format": parsed.format, "source": label}}
+        if plan.parent is not None:
+            link = dict(plan.parent)
+            if "plan" in link:
+                link["session"] = ids[link.pop("plan")]
+            head["parent"] = link
+        first = plan.entries[0]
+        first.meta = {**head, **first.meta}
+    blobs = _validate(log, parsed, ids, source, skip_bad, skipped)
+    for data, media_type in parsed.blobs.values():
+        log.put_blob(data, media_type)
+    total = sum(len(p.entries) + (p.fork is not None) for p in parsed.plans)
+    run = _Run(total)
+    run.blobs = blobs + len(parsed.blobs)
+    for index, plan in enumerate(parsed.plans):
+        if plan.entries:
+            _append_plan(log, parsed, index, ids, run, source, progress, files)
+    tool_calls = 0
+    usage = [0, 0, 0, 0, 0]
+    for plan in parsed.plans:
+        for entry in plan.entries:
+            body = entry.body if isinstance(entry, Entry) else None
+            if isinstance(body, AssistantMessageAdded):
+                tool_calls += sum(isinstance(p, ToolCall) for p in body.parts)
+            elif isinstance(body, ResponseReceived):
+                u = body.usage
+                for i, value in enumerate((u.input_tokens, u.output_tokens,
+                                           u.cache_read_tokens, u.cache_write_tokens,
+                                           u.reasoning_tokens)):
+                    usage[i] += value
+    used = [ids[i] for i, p in enumerate(parsed.plans) if p.entries]
+    roots = [ids[i] for i, p in enumerate(parsed.plans)
+             if p.entries and p.fork is None and not (p.parent or {}).get("inline")]
+    return ImportSummary(
+        format=parsed.format, sources=(source,), sessions=tuple(used), roots=tuple(roots),
+        events=total, appended=run.appended, tool_calls=tool_calls, blobs=run.blobs,
+        usage=Usage(input_tokens=usage[0], output_tokens=usage[1], cache_read_tokens=usage[2],
+                    cache_write_tokens=usage[3], reasoning_tokens=usage[4]),
+        skipped=tuple(skipped))
+
+
+def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: bool,
+              skipped: list[SkippedRecord]) -> int:
+    """Encode every entry as `Log.append` will; returns the number of blobs it will store."""
+    blobs = 0
+    for plan, sid in zip(parsed.plans, ids, strict=True):
+        kept: list[Entry | CompactionEntry] = []
+        for entry in plan.entries:
+            try:
+                blobs += _check(log, sid, entry)
+            except (InvalidEventError, ValueError) as exc:
+                if not skip_bad:
+                    raise ImportFormatError(
+                        f"{source}: {entry.where}: {exc}; nothing of this file was imported "
+                        "(pass skip_bad=True to leave the record out)") from exc
+                skipped.append(SkippedRecord(source, entry.where, "", str(exc)))
+                continue
+            kept.append(entry)
+        plan.entries = kept
+    return blobs
+
+
+def _check(log: Log, session: str, entry: Entry | CompactionEntry) -> int:
+    where = entry.where
+    validate_meta(entry.meta, where=where, max_bytes=log.max_event_bytes)
+    body: Body = (_compaction(entry, 0, 0, "0" * 64) if isinstance(entry, CompactionEntry)
+                  else entry.body)
+    event, data = encode_event(Event(session=session, seq=0, body=body, time=entry.time,
+                                     key=entry.key, meta=entry.meta))
+    stored, found = extract_blobs(event.body, threshold=log.blob_threshold,
+                                  preview_head=log.preview_head,
+                                  preview_tail=log.preview_tail)
+    if found:
+        data = encode_canonical(msgspec.structs.replace(event, body=stored))
+    if len(data) > log.max_event_bytes:
+        raise InvalidEventError(f"the event is {len(data)} bytes after moving large text to "
+                                f"blobs; the log's limit is {log.max_event_bytes}")
+    return len(found)
+
+
+def _compaction(entry: CompactionEntry, first: int, last: int, digest: str,
+                ) -> CompactionCommitted:
+    return CompactionCommitted(
+        first_seq=first, last_seq=last, covered_digest=digest, summary=entry.summary,
+        summarizer=entry.summarizer, model=entry.model, reason="imported",
+        tokens_before=entry.tokens_before, tokens_after=entry.tokens_after)
+
+
+def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run,
+                 source: str, progress: ProgressCallback | None,
+                 files: tuple[int, int]) -> None:
+    plan = parsed.plans[index]
+    sid = ids[index]
+    drafts: list[Draft] = []
+    head = [-1]  # seq of the last event this run appended or confirmed
+
+    def flush() -> None:
+        for start in range(0, len(drafts), _BATCH):
+            chunk = drafts[start:start + _BATCH]
+            done = log.append(sid, chunk)
+            head[0] = done.last_seq
+            for offset, draft in enumerate(chunk):
+                if draft.key is not None:
+                    run.seqs[(index, draft.key)] = done.first_seq + offset
+            if not done.duplicate:
+                run.appended += len(chunk)
+            run.done += len(chunk)
+            if progress is not None:
+                progress(Progress(path=source, files_done=files[0], files_total=files[1],
+                                  events_done=run.done, events_total=run.total))
+        drafts.clear()
+
+    if plan.fork is not None:
+        parent, parent_key = plan.fork
+        at = _fork_seq(parsed, parent, parent_key, run)
+        if at is None:  # nothing to fork after: keep the branch as a plain session
+            plan.parent = {"session": ids[parent], "branch_of": parent_key}
+        else:
+            source_event = log.get(ids[parent], at)
+            fork = SessionForked(from_session=ids[parent], from_seq=at,
+                                 from_hash=source_event.hash.hex())
+            first = plan.entries[0]
+            drafts.append(Draft(body=fork, key=f"fork:{parent_key}"[:256], time=first.time))
+    for entry in plan.entries:
+        if isinstance(entry, CompactionEntry):
+            flush()
+            drafts.append(_compaction_draft(log, sid, entry, head[0]))
+        else:
+            drafts.append(Draft(body=entry.body, time=entry.time, key=entry.key,
+                                meta=entry.meta))
+    flush()
+
+
+def _fork_seq(parsed: Parsed, parent: int, key: str, run: _Run) -> int | None:
+    """The seq of the parent entry named ``key``, or of the nearest kept entry before it."""
+    found = run.seqs.get((parent, key))
+    if found is not None:
+        return found
+    entries = parsed.plans[parent].entries
+    order = [e.key for e in entries]
+    if key not in order:
+        return None
+    for earlier in reversed(order[:order.index(key)]):
+        found = run.seqs.get((parent, earlier))
+        if found is not None:
+            return found
+    return None
+
+
+def _compaction_draft(log: Log, sid: str, entry: CompactionEntry, head: int) -> Draft:
+    """The compaction as it lands after own seq ``head``: covering every position of
+    the lineage before it."""
+    lineage = log.lineage(sid, head + 1) if head >= 0 else []
+    last = len(lineage) - 1
+    if last < 0 or last > head:
+        # Nothing before it, or a fork (whose lineage positions the log does not let a
+        # compaction of the fork cover): keep the summary as the text it was.
+        body: Body = NotificationAdded(source=f"{entry.summarizer}/compact-summary",
+                                       text=entry.summary)
+        return Draft(body=body, time=entry.time, key=entry.key,
+                     meta={**entry.meta, "compaction_not_covering": True})
+    digest = covered_digest([event.hash for event in lineage])
+    return Draft(body=_compaction(entry, 0, last, digest), time=entry.time, key=entry.key,
+                 meta=entry.meta)
+
+
+# -- export -----------------------------------------------------------------------------
+def export_session(log: Log, session: str, format: str) -> bytes:  # noqa: A002
+    """A session written back in a transcript format.
+
+    An imported session comes back as the records it was imported from (with
+    the original record order, ids and fields); a session built in turnlog is
+    written with ids and timestamps derived from its events. docs/importers.md
+    lists what each format cannot carry.
+
+    Parameters:
+        log: the log.
+        session: the session (for Claude Code, its forks and inline subagents
+            are written into the same file).
+        format: one of `FORMATS`.
+
+    Returns:
+        The file's bytes.
+
+    Raises:
+        ImportFormatError: unknown format.
+        UnknownSessionError: no such session.
+    """
+    spec = _REGISTRY.get(format)
+    if spec is None:
+        raise ImportFormatError(f"unknown format {format!r}; known formats: "
+                                f"{', '.join(FORMATS)}")
+    children: dict[str, list[str]] = {}
+    if spec.children:
+        children = _children_index(log)
+    return spec.export(_export_view(log, session, children))
+
+
+def _children_index(log: Log) -> dict[str, list[str]]:
+    index: dict[str, list[str]] = {}
+    with log.snapshot() as snap:
+        for head in snap.sessions():
+            first = snap.get(head.session, 0)
+            body = first.body
+            if isinstance(body, SessionForked):
+                index.setdefault(body.from_session, []).append(head.session)
+                continue
+            link = first.meta.get("parent")
+            if isinstance(link, dict) and (link.get("inline") or link.get("branch_of")) \
+                    and isinstance(link.get("session"), str):
+                index.setdefault(link["session"], []).append(head.session)
+    return index
+
+
+def _export_view(log: Log, session: str, children: dict[str, list[str]]) -> ExportSession:
+    events = [_with_full_text(log, e) for e in log.read(session)]
+    kids = [_export_view(log, child, children) for child in children.get(session, ())]
+    return ExportSession(session=session, events=events, children=kids, blob=log.blob)
+
+
+def _with_full_text(log: Log, event: Event) -> Event:
+    body = event.body
+    if isinstance(body, (ToolResultAdded, NotificationAdded, UserMessageAdded)) \
+            and body.blob is not None:
+        text = log.blob(body.blob).decode("utf-8")
+        field = "output" if isinstance(body, ToolResultAdded) else "text"
+        body = msgspec.structs.replace(body, **{field: text, "blob": None})
+        return msgspec.structs.replace(event, body=body)
+    return event
+
