@@ -117,6 +117,8 @@ class Format(NamedTuple):
         path: the request path relative to the API base URL (OpenAI base URLs
             end in ``/v1``; Anthropic's do not).
         description: in words.
+        build: the renderer itself (use `render` / `render_body`, which check the
+            arguments and the prompt first).
     """
 
     name: str
