@@ -375,9 +375,8 @@ def _truncated_text(item: Item, state: PackState) -> tuple[str, str]:
     if len(lines) > head_lines + tail_lines:
         head = "\n".join(lines[:head_lines])
         tail = "\n".join(lines[-tail_lines:])
-    else:
-        half = len(lines) // 2
-        head, tail = "\n".join(lines[:half]), "\n".join(lines[half:])
+    else:  # over the byte limit in few (maybe one) lines: cut the text itself
+        head = tail = text
     head = _cut_bytes(head, head_bytes, from_end=False)
     tail = _cut_bytes(tail, tail_bytes, from_end=True)
     omitted_chars = max(0, len(text) - len(head) - len(tail))
@@ -458,11 +457,12 @@ def summary_stage(state: PackState) -> StageReport:
     room = state.budget.history - protected
     budget = max(0, min(state.summary_budget, room))
     used = sum(tokens[p] for p in shown)
+    why = (f"over the summary budget ({budget} tokens)" if budget == state.summary_budget
+           else f"the protected part leaves {budget} tokens for summaries")
     while used > budget and shown:  # too many roots: the oldest go first
         oldest = shown.pop(0)
         used -= tokens[oldest]
-        state.summary_shown[oldest] = (f"over the summary budget ({budget} tokens); its "
-                                       "events stay summarized")
+        state.summary_shown[oldest] = f"{why}; its events stay summarized"
     # Breadth-first expansion: highest level first, oldest first.
     expanded = True
     while expanded:
