@@ -177,7 +177,9 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     except UnicodeDecodeError as exc:
         raise BadRecord(f"byte {exc.start}", "", "not UTF-8 text") from None
     lines = text.split("\n")
-    ending = lines.pop()  # text after the last newline ("" for a file ending in one)
+    final_newline = lines[-1] == ""
+    if final_newline:
+        lines.pop()
     parsed = Parsed(format=NAME, plans=[])
     starts = [i for i, line in enumerate(lines) if line.startswith(_HEADER)]
     bounds = ([0] if not starts or starts[0] > 0 else []) + starts + [len(lines)]
@@ -192,8 +194,8 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
         plan = _session(lines[first:stop], first, names)
         if plan.entries:
             parsed.plans.append(plan)
-    if parsed.plans and ending:
-        parsed.plans[-1].entries[-1].meta["ending"] = ending
+    if parsed.plans and not final_newline:
+        parsed.plans[-1].entries[-1].meta["no_final_newline"] = True
     return parsed
 
 
@@ -289,8 +291,10 @@ def export(view: ExportSession) -> bytes:
     last = events[-1].meta if events else {}
     tail = last.get("tail_text")
     out.append(tail if isinstance(tail, str) else "\n" * _TRAILING.get(previous or "", 0))
-    ending = last.get("ending")
-    return ("".join(out) + (ending if isinstance(ending, str) else "")).encode()
+    text = "".join(out)
+    if last.get("no_final_newline") and text.endswith("\n"):
+        text = text[:-1]
+    return text.encode()
 
 
 def _kind_of(event: Event) -> str | None:
