@@ -348,9 +348,11 @@ class SessionForked(_Payload, tag="fork", frozen=True):
 
 
 class SessionRewound(_Payload, tag="rewind", frozen=True):
-    """Events after ``to_seq`` (up to this event) leave the session's history
-    view. They stay in the log; summaries and memories derived from them are
-    handled by the projection."""
+    """Events after ``to_seq`` (a lineage position; up to this event) leave the
+    session's history view: the view becomes what it was right after ``to_seq``.
+    They stay in the log. Summaries committed after ``to_seq`` leave the view
+    with them; memories (kept in their own session) whose sources were rewound
+    are forgotten by ``forget`` events (``MemoryManager.repair``)."""
 
     to_seq: Int64
     reason: Name = ""

@@ -32,7 +32,9 @@ import turnlog
 from turnlog.codec import event_to_json
 from turnlog.compact import Compactor
 from turnlog.events import KINDS
+from turnlog.memories import MemoryManager
 from turnlog.pack import Packed
+from turnlog.recall import Recaller
 from turnlog.replay import Packer
 
 from . import demo
@@ -653,6 +655,53 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     return EXIT_OK if outcome.status != "failed" else EXIT_FAILED
 
 
+def _cmd_memories(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        manager = MemoryManager(log, memory_session=args.memory_session
+                                or f"{args.session}-memories")
+        book = manager.memories(include_expired=True)
+        block = manager.block_in_force(args.session) if log.head(args.session) else ""
+    if args.json:
+        _emit({"memory_session": manager.memory_session,
+               "memories": [msgspec.to_builtins(m) for m in book],
+               "block_in_force": block}, sys.stdout)
+        return EXIT_OK
+    print(f"memory session {manager.memory_session!r}: {len(book)} memories")
+    for m in book:
+        pinned = " pinned" if m.pinned else ""
+        print(f"  {m.memory_id:<8} {m.retention:<9} {m.memory_type:<9}{pinned:<8} "
+              f"{head(m.title, 40):<40} {head(m.content, 60)}")
+    print(f"block in force in {args.session!r}: "
+          + (f"{len(block):,} characters" if block else "none"))
+    if block and args.block:
+        print(block)
+    return EXIT_OK
+
+
+def _cmd_recall(args: argparse.Namespace) -> int:
+    with _open(args, write=args.commit is not None) as log:
+        recaller = Recaller(log)
+        sessions = args.session or [h.session for h in log.sessions()]
+        if args.commit is not None:
+            policy = _policy_arg(args) or turnlog.Policy()
+            done = recaller.commit(args.commit, args.query, policy=policy, sessions=sessions,
+                                   k=args.k)
+            hits = log.get(args.commit, done.last_seq).body.hits if done else ()  # type: ignore[union-attr]
+        else:
+            hits = tuple(recaller.search(args.query, sessions=sessions, k=args.k))
+    if args.json:
+        _emit({"query": args.query, "hits": [msgspec.to_builtins(h) for h in hits],
+               "committed": args.commit is not None and bool(hits)}, sys.stdout)
+        return EXIT_OK
+    for hit in hits:
+        print(f"{hit.session}#{hit.seq}  {hit.score}  {head(hit.text, 80)}")
+    if not hits:
+        print("no results")
+    elif args.commit is not None:
+        print(f"committed as a recall event in {args.commit!r}")
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
@@ -782,6 +831,23 @@ def _build_parser() -> argparse.ArgumentParser:
     policy_options(p)
     p.add_argument("--summarizer", default=None, metavar="NAME",
                    help="the summarizer (default: extractive, offline)")
+
+    p = verb("memories", _cmd_memories, "list the memories of a session's memory session and "
+             "the block in force")
+    p.add_argument("session", metavar="SESSION")
+    p.add_argument("--memory-session", metavar="ID", default=None,
+                   help="the memory session (default: SESSION-memories)")
+    p.add_argument("--block", action="store_true", help="also print the block in force")
+
+    p = verb("recall", _cmd_recall, "search past events (BM25); --commit appends the results "
+             "as a recall event so they may reach a prompt")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument("--session", action="append", metavar="ID",
+                   help="search only these sessions (repeatable; default: all)")
+    p.add_argument("-k", type=_nonneg, default=5, metavar="N", help="results (default 5)")
+    p.add_argument("--commit", metavar="SESSION", default=None,
+                   help="append the results to SESSION as a recall event")
+    policy_options(p)
     return parser
 
 

@@ -52,6 +52,7 @@ from turnlog import (
 )
 from turnlog.compact import Compactor
 from turnlog.events import Body, Part
+from turnlog.memories import MemoryManager
 from turnlog.replay import Packer
 
 from .demoproject import ROOT, initial_files
@@ -1645,10 +1646,19 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
     request is recorded: that second request is the one returned.
     """
     time = _turn_time(log, session)
+    memories = MemoryManager(log, memory_session=f"{session}-memories")
+    if turn.turn == 1:
+        _seed_memories(memories, time)
+        memories.refresh(session, policy=policy, point="session_start")
     outcome = compactor.maybe_compact(session, policy=policy, time=time)
     compaction = ""
     if outcome.status != "skipped":
         compaction = f"{outcome.status} ({outcome.reason}, {len(outcome.seqs)} events)"
+    if outcome.status == "committed":
+        # Seed 003: the summary also lives on as a working memory; the memory
+        # block changes at the compaction point the policy names.
+        memories.save_summary(session, outcome.seqs[0], time=time)
+        memories.refresh(session, policy=policy, point="compaction")
     recorded = packer.record(session, policy=policy, model=DEMO_MODEL, time=time)
     log.append(session, Draft(body=ResponseReceived(
         request_seq=recorded.request_seq, model=DEMO_MODEL, stop_reason="tool_use",
@@ -1668,6 +1678,20 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
              if s.name in ("truncate", "summaries", "dedup", "prune", "trim")}
     return PackedTurn(turn.turn, recorded.request_seq, packed.tokens, packed.pressure_before,
                       packed.pressure, fired, compaction, packed.recovery)
+
+
+def _seed_memories(memories: MemoryManager, time: int | None) -> None:
+    """Memories a user of this project would have saved in earlier sessions."""
+    if memories.memories():
+        return
+    memories.save("Amounts are Decimal", "Money is always decimal.Decimal, never float; "
+                  "parse_amount handles thousands separators and parentheses.",
+                  memory_type="decision", time=time)
+    memories.save("Test command", "Run the suite with `pytest -q`; the fixtures live in "
+                  "tests/fixtures.", memory_type="project", time=time)
+    memories.save("Review style", "Prefers small commits with imperative messages and a "
+                  "short summary of what changed.", memory_type="user", retention="priority",
+                  pinned=True, time=time)
 
 
 def _turn_time(log: turnlog.Log, session: str) -> int | None:
