@@ -35,17 +35,18 @@ class _MemoryRead(ReadTxn):
 
     def get(self, session: str, seq: int) -> bytes | None:
         head = self._heads.get(session)
-        if head is None or not 0 <= seq <= head[0]:
+        records = self._store._events.get(session, [])
+        if head is None or not 0 <= seq <= head[0] or seq >= len(records):
             return None
-        return self._store._events[session][seq]
+        return records[seq]
 
     def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
         head = self._heads.get(session)
         if head is None:
             return
         end = head[0] + 1 if stop is None else min(stop, head[0] + 1)
-        records = self._store._events[session]
-        for seq in range(max(start, 0), end):
+        records = self._store._events.get(session, [])
+        for seq in range(max(start, 0), min(end, len(records))):  # a bad head must not raise
             yield seq, records[seq]
 
     def sessions(self) -> Iterator[tuple[str, int, bytes]]:

@@ -90,14 +90,21 @@ def test_batch_failing_validation_writes_nothing(log: Log) -> None:
 
 
 def test_batch_failing_inside_the_transaction_writes_nothing(log: Log) -> None:
-    # The rewind's range is checked inside the write, after two events were put.
+    # The rewind's range is checked inside the write, after the first events were
+    # linked and their idempotency keys recorded.
     fill(log, "s", 2)
     before = dump(log)
+    doomed = [*keyed_batch("k", 2),
+              Draft(body=ToolResultAdded(call_id="c", tool_name="bash", output=big_output()),
+                    key="k-out"),
+              Draft(body=SessionRewound(to_seq=50), key="k-rewind")]
     with pytest.raises(InvalidEventError):
-        log.append("s", [UserMessageAdded(text="one"), ToolResultAdded(
-            call_id="c", tool_name="bash", output=big_output()), SessionRewound(to_seq=50)])
+        log.append("s", doomed)
     assert dump(log) == before
     assert log.verify().ok
+    # no key of the failed batch was remembered: the same keys append afresh
+    done = log.append("s", keyed_batch("k", 2))
+    assert not done.duplicate and done.first_seq == 2
 
 
 def test_batch_failing_on_a_new_session_leaves_no_session(log: Log) -> None:

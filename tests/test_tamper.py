@@ -183,3 +183,34 @@ def test_verify_reports_a_record_that_does_not_decode(log: turnlog.Log, kind: st
     assert log.verify("s").ok
     with pytest.raises(turnlog.StoreCorruptError):
         log.read("x")
+
+
+def test_verify_names_a_self_consistent_event_that_does_not_link_to_its_predecessor(
+        log: turnlog.Log) -> None:
+    # A record whose own hash checks out, spliced in after an event it does not follow.
+    log.append("s", UserMessageAdded(text="intact"))
+    first = log.append("x", UserMessageAdded(text="zero"))
+    encode = msgspec.msgpack.Encoder(order="deterministic").encode
+    canonical = encode(Event(session="x", seq=1, body=UserMessageAdded(text="spliced")))
+    elsewhere = bytes(range(32))
+    digest = blake3.blake3(elsewhere + canonical).digest()
+    assert elsewhere != first.head_hash
+
+    def splice(txn: WriteTxn) -> None:
+        txn.put_event("x", 1, elsewhere + digest + canonical)
+        txn.set_head("x", 1, digest)
+
+    log.store.write(splice)
+    report = log.verify()
+    assert not report.ok and report.problem is not None
+    assert (report.problem.session, report.problem.seq) == ("x", 1)
+    assert "prev" in report.problem.reason
+    assert log.verify("s").ok
+
+
+def test_verify_names_a_head_that_points_past_the_events(log: turnlog.Log) -> None:
+    done = log.append("x", [UserMessageAdded(text="a"), UserMessageAdded(text="b")])
+    log.store.write(lambda txn: txn.set_head("x", 5, done.head_hash))
+    report = log.verify()
+    assert not report.ok and report.problem is not None
+    assert report.problem.session == "x" and "head" in report.problem.reason
