@@ -52,6 +52,7 @@ from .transcript_plan import (
     RecordSink,
     format_time,
     parse_time,
+    session_slug,
 )
 
 __all__ = ["NAME", "export", "parse", "sniff"]
@@ -214,7 +215,8 @@ def _session(lines: list[str], offset: int, names: set[str]) -> Plan:
         time = parse_time(stamp.replace(" ", "T"), where, "header") if stamp else None
     except BadRecord:
         time = None
-    name = "aider-" + (stamp.replace(" ", "T").replace(":", "-") if stamp else "session")
+    name = "aider-" + session_slug(stamp.replace(" ", "T").replace(":", "-") if stamp
+                                   else "session")
     while name in names:
         name += "+"
     names.add(name)

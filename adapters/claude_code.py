@@ -70,6 +70,7 @@ from turnlog import (
 from turnlog.events import Body, Part
 
 from .transcript_plan import (
+    JSON_ERRORS,
     BadRecord,
     CompactionEntry,
     Entry,
@@ -79,6 +80,7 @@ from .transcript_plan import (
     Plan,
     RecordSink,
     SkippedRecord,
+    decode_or_text,
     dumps,
     dumps_sorted,
     format_time,
@@ -89,6 +91,7 @@ from .transcript_plan import (
     kind_of,
     parse_time,
     positioned,
+    session_slug,
     write_lines,
 )
 
@@ -161,7 +164,7 @@ def _read(data: bytes, source: str, skip_bad: bool,
         start = number
         try:
             obj = msgspec.json.decode(raw)
-        except msgspec.DecodeError as exc:
+        except JSON_ERRORS as exc:
             joined = _rejoin(lines, number - 1)
             if joined is None:
                 drop(start, BadRecord(f"line {start}", "", f"not valid JSON ({exc})"))
@@ -193,12 +196,12 @@ def _rejoin(lines: list[bytes], index: int) -> tuple[Any, int] | None:
         try:
             msgspec.json.decode(follow)
             return None  # the next line is a record of its own
-        except msgspec.DecodeError:
+        except JSON_ERRORS:
             pass
         text = text + b"\\n" + follow
         try:
             return msgspec.json.decode(text), extra
-        except msgspec.DecodeError:
+        except JSON_ERRORS:
             continue
     return None
 
@@ -376,17 +379,18 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     ctx.tools.setdefault(str(block["id"]), str(block.get("name", "")))
     tree = _Tree(records)
-    session = next((str(r.obj["sessionId"]) for r in records
-                    if isinstance(r.obj.get("sessionId"), str)), Path(source).stem)
+    session = session_slug(next((str(r.obj["sessionId"]) for r in records
+                                 if isinstance(r.obj.get("sessionId"), str)), Path(source).stem))
     main_nodes = [r for r in tree.nodes if not r.sidechain]
     side_nodes = [r for r in tree.nodes if r.sidechain]
     plans: list[Plan] = []
-    agent = next((str(r.obj["agentId"]) for r in records
-                  if isinstance(r.obj.get("agentId"), str)), "")
+    agent = session_slug(next((str(r.obj["agentId"]) for r in records
+                               if isinstance(r.obj.get("agentId"), str)), ""))
     if not main_nodes and side_nodes:
         # A subagent file: its sidechain is the file's conversation.
         main_nodes, side_nodes = side_nodes, []
-        name = f"{session}/agent-{agent}" if agent else f"{session}/{Path(source).stem}"
+        name = f"{session}/agent-{agent}" if agent else \
+            f"{session}/{session_slug(Path(source).stem)}"
         main = Plan(natural=name)
         main.parent = {"session": session, "kind": "subagent", "agent_id": agent}
     else:
@@ -397,8 +401,9 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     main.entries = _line_plans(tree, main_nodes, loose, ctx, plans, 0, session)
     for group in tree.subtrees(side_nodes):
         root = group[0]
-        suffix = (f"agent-{root.obj['agentId']}" if isinstance(root.obj.get("agentId"), str)
-                  else f"sidechain-{(root.uuid or '')[:8]}")
+        suffix = session_slug(f"agent-{root.obj['agentId']}"
+                              if isinstance(root.obj.get("agentId"), str)
+                              else f"sidechain-{(root.uuid or '')[:8]}")
         child = Plan(natural=f"{session}/{suffix}", suffix=suffix)
         child.parent = {"plan": 0, "inline": True, "kind": "sidechain",
                         **_spawning_call(root, records)}
@@ -438,7 +443,7 @@ def _line_plans(tree: _Tree, members: list[_Rec], loose: list[_Rec], ctx: _Conte
         root = branch[0]
         parent_uuid = tree.parent[root.uuid or ""]
         at = conv.holder.get(parent_uuid or "")
-        suffix = f"branch-{(root.uuid or '')[:8]}"
+        suffix = session_slug(f"branch-{(root.uuid or '')[:8]}")
         plan = Plan(natural=f"{session}/{suffix}", suffix=suffix)
         if at is not None:
             plan.fork = (index, at)
@@ -966,17 +971,10 @@ def _part_block(rest: Obj, part: Part, view: ExportSession) -> Obj:
             block["signature"] = part.opaque
         return block
     if isinstance(part, ToolCall):
-        return {"id": part.id, "name": part.name, "input": _arguments(part.arguments), **rest}
+        return {"id": part.id, "name": part.name, "input": decode_or_text(part.arguments), **rest}
     if isinstance(part, ImagePart):
         return _image_block(rest, part, view)
     return rest
-
-
-def _arguments(text: str) -> Any:
-    try:
-        return msgspec.json.decode(text)
-    except msgspec.DecodeError:
-        return text
 
 
 def _compaction_records(event: Event, state: _Native) -> list[tuple[object, Obj]]:

@@ -44,6 +44,7 @@ from turnlog.events import Body
 
 from .openai_responses import ItemMapper
 from .transcript_plan import (
+    JSON_ERRORS,
     BadRecord,
     CompactionEntry,
     Entry,
@@ -59,6 +60,7 @@ from .transcript_plan import (
     kind_of,
     parse_time,
     positioned,
+    session_slug,
     write_lines,
 )
 
@@ -116,7 +118,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
         try:
             try:
                 record = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
+            except JSON_ERRORS as exc:
                 raise BadRecord(where, "", f"not valid JSON ({exc})") from None
             if not isinstance(record, dict):
                 raise BadRecord(where, "", f"expected a JSON object, found {kind_of(record)}")
@@ -134,7 +136,8 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     if not session:
         stem = Path(source).stem
         session = stem[-36:] if stem.startswith("rollout-") and len(stem) > 36 else stem
-    return Parsed(format=NAME, plans=[Plan(natural=session, entries=state.entries)],
+    return Parsed(format=NAME, plans=[Plan(natural=session_slug(session),
+                                           entries=state.entries)],
                   skipped=skipped)
 
 

@@ -37,6 +37,7 @@ from .transcript_plan import (
     Plan,
     get_list,
     kind_of,
+    load_document,
     session_slug,
 )
 
@@ -80,10 +81,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     Raises:
         BadRecord: a malformed message (unless ``skip_bad``).
     """
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise BadRecord("document", "", f"not valid JSON ({exc})") from None
+    doc = load_document(data)
     if not isinstance(doc, dict):
         raise BadRecord("document", "", f"expected an object, found {kind_of(doc)}")
     messages = get_list(doc, "messages", "document", "messages")

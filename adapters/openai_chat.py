@@ -51,10 +51,12 @@ from .transcript_plan import (
     Plan,
     RecordSink,
     SkippedRecord,
+    decode_or_text,
     dumps_sorted,
     get_list,
     get_str,
     kind_of,
+    load_document,
     positioned,
 )
 
@@ -355,10 +357,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     Raises:
         BadRecord: a malformed message (unless ``skip_bad``).
     """
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise BadRecord("document", "", f"not valid JSON ({exc})") from None
+    doc = load_document(data)
     plan = Plan(natural=natural_id(source, data))
     parsed = Parsed(format=NAME, plans=[plan])
     entries: list[Entry] = []
@@ -393,7 +392,7 @@ def export(view: ExportSession) -> bytes:
         if tools:
             doc = {"messages": messages, "tools": [
                 {"type": "function", "function": {"name": t.name, "description": t.description,
-                                                  "parameters": msgspec.json.decode(
+                                                  "parameters": decode_or_text(
                                                       t.parameters)}}
                 for t in tools[-1].tools]}
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"

@@ -50,6 +50,7 @@ from turnlog import (
 from turnlog.events import Body, Part
 
 from .transcript_plan import (
+    JSON_ERRORS,
     BadRecord,
     Entry,
     ExportSession,
@@ -58,10 +59,12 @@ from .transcript_plan import (
     Plan,
     RecordSink,
     SkippedRecord,
+    decode_or_text,
     dumps_sorted,
     get_list,
     get_str,
     kind_of,
+    load_document,
     positioned,
     session_slug,
 )
@@ -350,7 +353,7 @@ def _exit_code(output: str) -> int | None:
     if output.startswith("{") and '"exit_code"' in output:
         try:
             doc = msgspec.json.decode(output)
-        except msgspec.DecodeError:
+        except JSON_ERRORS:
             return None
         meta = doc.get("metadata") if isinstance(doc, dict) else None
         code = meta.get("exit_code") if isinstance(meta, dict) else None
@@ -427,10 +430,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     Raises:
         BadRecord: a malformed item (unless ``skip_bad``).
     """
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise BadRecord("document", "", f"not valid JSON ({exc})") from None
+    doc = load_document(data)
     residual: Obj = {}
     key = ""
     if isinstance(doc, dict):
@@ -546,7 +546,7 @@ def export(view: ExportSession) -> bytes:
             if tools:
                 doc["tools"] = [{"type": "function", "name": t.name,
                                  "description": t.description,
-                                 "parameters": msgspec.json.decode(t.parameters)}
+                                 "parameters": decode_or_text(t.parameters)}
                                 for t in tools[-1].tools]
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 

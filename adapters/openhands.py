@@ -50,6 +50,7 @@ from turnlog.events import Body, Part
 
 from .openai_responses import natural_id, tools_set, usage_of
 from .transcript_plan import (
+    JSON_ERRORS,
     BadRecord,
     Entry,
     ExportSession,
@@ -58,12 +59,14 @@ from .transcript_plan import (
     Plan,
     RecordSink,
     SkippedRecord,
+    decode_or_text,
     dumps_sorted,
     format_time,
     get_dict,
     get_list,
     get_str,
     kind_of,
+    load_document,
     parse_time,
     positioned,
     session_slug,
@@ -260,12 +263,6 @@ def _exit_code(event: Obj) -> int | None:
     return None
 
 
-def _decode(data: bytes) -> Any:
-    try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise BadRecord("document", "", f"not valid JSON ({exc})") from None
-
 
 def _flatten(history: list[Any]) -> tuple[list[Any], bool]:
     """A history of ``[action, observation]`` pairs as a flat list (and whether it was)."""
@@ -280,7 +277,7 @@ def parse_events(data: bytes, source: str, skip_bad: bool) -> Parsed:
     Raises:
         BadRecord: a malformed event (unless ``skip_bad``).
     """
-    doc = _decode(data)
+    doc = load_document(data)
     if not isinstance(doc, list):
         raise BadRecord("document", "", f"expected an array of events, found {kind_of(doc)}")
     plan = Plan(natural=natural_id(source, data))
@@ -305,7 +302,7 @@ def parse_output(data: bytes, source: str, skip_bad: bool) -> Parsed:
         try:
             try:
                 task = msgspec.json.decode(raw)
-            except msgspec.DecodeError as exc:
+            except JSON_ERRORS as exc:
                 raise BadRecord(where, "", f"not valid JSON ({exc})") from None
             if not isinstance(task, dict):
                 raise BadRecord(where, "", f"expected a JSON object, found {kind_of(task)}")
@@ -385,10 +382,7 @@ def _native(event: Event) -> list[Obj]:
         if not calls:
             return [{"source": "agent", **stamp, "action": "message", "args": {"content": text}}]
         for n, call in enumerate(calls):
-            try:
-                args = msgspec.json.decode(call.arguments)
-            except msgspec.DecodeError:
-                args = {"arguments": call.arguments}
+            args = decode_or_text(call.arguments)
             args = args if isinstance(args, dict) else {"arguments": args}
             out.append({"source": "agent", **stamp, "action": call.name,
                         "args": {**args, "thought": text if n == 0 else ""},

@@ -31,6 +31,7 @@ from .transcript_plan import (
     Plan,
     get_list,
     kind_of,
+    load_document,
 )
 
 __all__ = ["NAME", "export", "parse"]
@@ -44,10 +45,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     Raises:
         BadRecord: a malformed message (unless ``skip_bad``).
     """
-    try:
-        doc = msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise BadRecord("document", "", f"not valid JSON ({exc})") from None
+    doc = load_document(data)
     if not isinstance(doc, dict):
         raise BadRecord("document", "", f"expected an object, found {kind_of(doc)}")
     history = get_list(doc, "history", "document", "history")

@@ -45,6 +45,7 @@ from turnlog.events import Body
 __all__ = [
     "BadRecord",
     "CompactionEntry",
+    "JSON_ERRORS",
     "Entry",
     "ExportSession",
     "Obj",
@@ -53,6 +54,7 @@ __all__ = [
     "Plan",
     "RecordSink",
     "SkippedRecord",
+    "decode_or_text",
     "dumps",
     "dumps_sorted",
     "format_time",
@@ -62,6 +64,7 @@ __all__ = [
     "get_list",
     "get_str",
     "json_lines",
+    "load_document",
     "kind_of",
     "parse_time",
     "positioned",
@@ -296,6 +299,30 @@ def write_lines(records: list[tuple[int, int, Any]]) -> bytes:
 
 
 # -- JSON helpers ---------------------------------------------------------------------
+#: What decoding JSON bytes raises: malformed JSON, or text that is not UTF-8.
+JSON_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+
+
+def load_document(data: bytes) -> Any:
+    """The JSON document in ``data``.
+
+    Raises:
+        BadRecord: ``data`` is not one JSON document.
+    """
+    try:
+        return msgspec.json.decode(data)
+    except JSON_ERRORS as exc:
+        raise BadRecord("document", "", f"not valid JSON ({exc})") from None
+
+
+def decode_or_text(text: str) -> Any:
+    """``text`` decoded as JSON, or ``text`` itself when it is not JSON."""
+    try:
+        return msgspec.json.decode(text)
+    except JSON_ERRORS:
+        return text
+
+
 def dumps(value: Any) -> str:
     """Compact JSON text (key order kept): for values moved out of a record."""
     return _JSON.encode(value).decode()

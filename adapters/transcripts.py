@@ -73,6 +73,7 @@ from . import (
     swe_agent,
 )
 from .transcript_plan import (
+    JSON_ERRORS,
     BadRecord,
     CompactionEntry,
     Entry,
@@ -245,14 +246,14 @@ def _sniff(data: bytes, name: str) -> str | None:
                 continue
             try:
                 found = _line_format(msgspec.json.decode(line))
-            except msgspec.DecodeError:
+            except JSON_ERRORS:
                 continue
             if found:
                 return found
             break
         try:
             return _doc_format(msgspec.json.decode(head))
-        except msgspec.DecodeError:
+        except JSON_ERRORS:
             return None
     if aider.sniff(head):
         return "aider"

@@ -20,6 +20,8 @@ import blake3
 import msgspec
 import pytest
 import turnlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import dump
 from turnlog import (
     AssistantMessageAdded,
@@ -735,3 +737,64 @@ def test_a_caller_named_session_prefixes_the_others(store: Log, tmp_path: Path) 
     single = tmp_path / "chat.json"
     single.write_text(json.dumps(CHAT))
     assert import_file(store, single, session="chat").sessions == ("chat",)
+
+
+# -- robustness ------------------------------------------------------------------------------
+_SEEDS: dict[str, bytes] = {
+    "claude_code": b"".join(json.dumps(r).encode() + b"\n" for r in [
+        _claude("u1", None, "user", "hi", ts=1),
+        _claude("a1", "u1", "assistant", [{"type": "tool_use", "id": "t1", "name": "Bash",
+                                           "input": {"command": "ls"}}], ts=2),
+        _claude("r1", "a1", "user", [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": "a"}], ts=3)]),
+    "codex": b"".join(json.dumps(r).encode() + b"\n" for r in [
+        {"timestamp": "2025-01-01T00:00:00Z", "type": "session_meta", "payload": {"id": "x"}},
+        {"timestamp": "2025-01-01T00:00:01Z", "type": "response_item",
+         "payload": {"type": "function_call", "name": "shell", "arguments": "{}",
+                     "call_id": "c"}},
+        {"timestamp": "2025-01-01T00:00:02Z", "type": "response_item",
+         "payload": {"type": "function_call_output", "call_id": "c", "output": "ok"}}]),
+    "openai_chat": json.dumps(CHAT).encode(),
+    "openai_responses": json.dumps(RESPONSES).encode(),
+    "mini_swe_agent": json.dumps({"trajectory_format": "mini-swe-agent-1", "info": {},
+                                  "messages": CHAT["messages"]}).encode(),
+    "swe_agent": json.dumps({"history": CHAT["messages"], "trajectory": []}).encode(),
+    "openhands": json.dumps([{"id": 0, "source": "user", "action": "message",
+                              "args": {"content": "x"}},
+                             {"id": 1, "source": "agent", "action": "run",
+                              "args": {"command": "ls"}},
+                             {"id": 2, "source": "agent", "observation": "run", "cause": 1,
+                              "content": "a", "extras": {"exit_code": 0}}]).encode(),
+    "openhands_output": json.dumps({"instruction": "x", "history": [
+        {"action": "message", "content": "x"}, {"action": "run", "command": "ls"},
+        {"observation": "run", "content": "a", "exit_code": 0}]}).encode() + b"\n",
+    "aider": AIDER.encode(),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_mangled_input_is_imported_or_refused_and_nothing_else(fmt: str, data: st.DataObject,
+                                                               tmp_path_factory: Any) -> None:
+    seed = _SEEDS[fmt]
+    cut = data.draw(st.integers(0, len(seed)))
+    junk = data.draw(st.binary(max_size=24))
+    at = data.draw(st.integers(0, len(seed)))
+    mangled = data.draw(st.sampled_from([seed[:cut], seed[:at] + junk + seed[at:], junk,
+                                         seed.replace(b'"', b"'", 1)]))
+    skip_bad = data.draw(st.booleans())
+    path = tmp_path_factory.mktemp("mangled") / ("rollout-m.jsonl" if fmt == "codex"
+                                                 else "m.jsonl")
+    path.write_bytes(mangled)
+    log = _fresh()
+    before = dump(log)
+    try:
+        summary = import_file(log, path, format=fmt, skip_bad=skip_bad)
+    except ImportFormatError:
+        assert dump(log) == before
+        return
+    assert log.verify().ok
+    assert import_file(log, path, format=fmt, skip_bad=skip_bad).appended == 0
+    for root in summary.roots:
+        export_session(log, root, fmt)
