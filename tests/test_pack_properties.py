@@ -28,7 +28,7 @@ from turnlog.events import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.pack import Packed, pack
+from turnlog.pack import Packed, PackState, StageReport, pack
 from turnlog.replay import Packer
 from turnlog.testing import (
     SessionItem,
@@ -41,6 +41,7 @@ from turnlog.testing import (
     check_order,
     check_overflow,
     check_protected,
+    check_stage,
     check_tool_pairs,
     memory_log,
     policies,
@@ -111,6 +112,25 @@ def test_each_checker_passes_on_its_own(items: list[SessionItem], policy: Policy
     check_mandatory_tail(view, packed)
     check_decisions(view, packed)
     check_protected(view, packed)
+
+
+# -- a custom stage, checked the way users check theirs ----------------------------------------
+def drop_old_notifications(state: PackState) -> StageReport:
+    """The custom stage of docs/packing.md: notifications older than 5 turns go."""
+    n = 0
+    for unit in state.view.units:
+        first = state.view.items[unit.items[0]]
+        if first.kind == "notification" and first.turn < len(state.view.turn_starts) - 5:
+            n += state.drop_unit(unit.index, decision="trimmed", rule="custom.notifications")
+    return StageReport(name="old-notifications", fired=n > 0, events=n)
+
+
+@FAST
+@given(items=sessions(), policy=policies(max_window=32_000),
+       position=st.sampled_from(("first", "before:dedup", "before:trim", "last")))
+def test_a_custom_stage_keeps_every_invariant(items: list[SessionItem], policy: Policy,
+                                             position: str) -> None:
+    check_stage("old-notifications", drop_old_notifications, items, policy, position=position)
 
 
 # -- projections: incremental == fresh, reuse across policies == fresh -----------------------------
