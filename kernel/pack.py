@@ -84,6 +84,7 @@ __all__ = [
     "Packed",
     "Stage",
     "StageReport",
+    "SUMMARY_SECTION",
     "pack",
     "recovery_policy",
 ]
@@ -100,6 +101,7 @@ _DEDUP_TEXT = {
     3: "[Superseded -- content included in later file_read of {name}]",
 }
 _MISSING_RESULT = "[no result was recorded for this call]"
+_PENDING_RESULT = "[no result yet: the call has not returned]"
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -205,9 +207,10 @@ class PackState:
         self.system_tokens = sum(view.section_tokens.values())
         self.system_tokens += MESSAGE_OVERHEAD if view.sections else 0
         self.tools_tokens = view.tools_tokens
+        # Every call without a result gets a placeholder result (see _assemble).
         self.synthetic_tokens = sum(
-            (MESSAGE_OVERHEAD + 1 + counter.count(_MISSING_RESULT)) * len(u.open_calls)
-            for u in units[:-1] if u.open_calls)
+            (MESSAGE_OVERHEAD + 1 + counter.count(_placeholder_result(u.index, len(units))))
+            * len(u.open_calls) for u in units if u.open_calls)
         base_history = (policy.usable - self.system_tokens - self.tools_tokens
                         - REPLY_OVERHEAD)
         self.summary_budget = max(0, int(base_history * policy.summary_budget))
@@ -819,8 +822,6 @@ def _assemble(state: PackState) -> tuple[Prompt, tuple[int, ...], tuple[int, ...
         section_tokens.append(state.summary_tokens)
     messages: list[Message] = []
     tokens: list[int] = []
-    missing_tokens = MESSAGE_OVERHEAD + 1 + state.counter.count(_MISSING_RESULT)
-    last_unit = len(view.units) - 1
     tail_message = -1
     for unit in view.units:
         if unit.index in state.dropped:
@@ -835,18 +836,27 @@ def _assemble(state: PackState) -> tuple[Prompt, tuple[int, ...], tuple[int, ...
             slot = state.slots.get(index)
             messages.append(_message(item, slot.parts if slot is not None else None))
             tokens.append(slot.tokens if slot is not None else item.tokens)
-        if unit.open_calls and unit.index != last_unit:
+        if unit.open_calls:
+            # Providers reject a call without a result: answer it with a
+            # placeholder that says why (never returned, or still running).
+            text = _placeholder_result(unit.index, len(view.units))
             first = items[unit.items[0]]
             for call in unit.calls:
                 if call in unit.open_calls:
-                    messages.append(Message(role="tool", parts=(TextPart(text=_MISSING_RESULT),),
+                    messages.append(Message(role="tool", parts=(TextPart(text=text),),
                                             tool_call_id=call, is_error=True,
                                             source=(first.pos,)))
-                    tokens.append(missing_tokens)
+                    tokens.append(MESSAGE_OVERHEAD + 1 + state.counter.count(text))
     breakpoints = _breakpoints(state, static_count, len(sections), len(messages), tail_message)
     prompt = Prompt(system=tuple(sections), tools=tuple(_tools(view)), messages=tuple(messages),
                     breakpoints=breakpoints)
     return prompt, tuple(tokens), tuple(section_tokens)
+
+
+def _placeholder_result(unit: int, units: int) -> str:
+    """The text answering a call with no result: still running when its unit is the
+    last one, else never returned."""
+    return _PENDING_RESULT if unit == units - 1 else _MISSING_RESULT
 
 
 def _tools(view: Projection) -> tuple[ToolSpec, ...]:

@@ -11,8 +11,8 @@ Structural rules every packed prompt satisfies (checked by `check_prompt`):
 
 * every tool message answers a tool call of the nearest preceding assistant
   message, and sits in the run of tool messages right after it;
-* every tool call of an assistant message that is not the last message is
-  answered by exactly one tool message in that run;
+* every tool call is answered by exactly one tool message in that run (a call
+  without a recorded result is answered by a placeholder that says so);
 * no call id repeats; no message is empty.
 """
 
@@ -175,4 +175,7 @@ def check_prompt(prompt: Prompt) -> list[str]:
             problems.append(f"message {i}: a {message.role} message holds assistant-only parts")
         elif not all(isinstance(p, (TextPart, ImagePart)) for p in message.parts):
             problems.append(f"message {i}: unexpected part type")
+    if open_calls:
+        problems.append(f"calls {sorted(open_calls)} of message {last_assistant} are not "
+                        "answered at the end of the prompt")
     return problems

@@ -1649,7 +1649,7 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
     memories = MemoryManager(log, memory_session=f"{session}-memories")
     if turn.turn == 1:
         _seed_memories(memories, time)
-        memories.refresh(session, policy=policy, point="session_start")
+        memories.refresh(session, policy=policy, now=time, point="session_start")
     outcome = compactor.maybe_compact(session, policy=policy, time=time)
     compaction = ""
     if outcome.status != "skipped":
@@ -1658,7 +1658,7 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
         # Seed 003: the summary also lives on as a working memory; the memory
         # block changes at the compaction point the policy names.
         memories.save_summary(session, outcome.seqs[0], time=time)
-        memories.refresh(session, policy=policy, point="compaction")
+        memories.refresh(session, policy=policy, now=time, point="compaction")
     recorded = packer.record(session, policy=policy, model=DEMO_MODEL, time=time)
     log.append(session, Draft(body=ResponseReceived(
         request_seq=recorded.request_seq, model=DEMO_MODEL, stop_reason="tool_use",
