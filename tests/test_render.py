@@ -621,7 +621,9 @@ def test_call_ids_a_provider_would_refuse_are_replaced_consistently() -> None:
 def test_invalid_tool_arguments_reach_anthropic_as_an_object() -> None:
     prompt = Prompt(system=(), tools=(), messages=(
         Message(role="user", parts=(TextPart(text="q"),)),
-        Message(role="assistant", parts=(ToolCall(id="c1", name="Bash", arguments="{bad"),))))
+        Message(role="assistant", parts=(ToolCall(id="c1", name="Bash", arguments="{bad"),)),
+        Message(role="tool", parts=(TextPart(text="bad arguments"),), tool_call_id="c1",
+                name="Bash", is_error=True)))
     body = render_body(prompt, "anthropic", model=MODEL, max_tokens=10)
     assert body["messages"][1]["content"][0]["input"] == {"_raw_arguments": "{bad"}
 
