@@ -47,6 +47,7 @@ from turnlog import (
     CompactionCommitted,
     Draft,
     Event,
+    IdempotencyError,
     ImportFormatError,
     InvalidEventError,
     Log,
@@ -555,7 +556,13 @@ def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run
     def flush() -> None:
         for start in range(0, len(drafts), _BATCH):
             chunk = drafts[start:start + _BATCH]
-            done = log.append(sid, chunk)
+            try:
+                done = log.append(sid, chunk)
+            except IdempotencyError as exc:
+                raise ImportFormatError(
+                    f"{source}: session {sid!r} holds an earlier import of this transcript "
+                    f"that differs from it now ({exc}); import it into a new session "
+                    "(session=...)") from exc
             head[0] = done.last_seq
             for offset, draft in enumerate(chunk):
                 if draft.key is not None:

@@ -798,3 +798,16 @@ def test_mangled_input_is_imported_or_refused_and_nothing_else(fmt: str, data: s
     assert import_file(log, path, format=fmt, skip_bad=skip_bad).appended == 0
     for root in summary.roots:
         export_session(log, root, fmt)
+
+
+def test_a_file_changed_since_its_import_is_refused_with_advice(store: Log,
+                                                                tmp_path: Path) -> None:
+    path = _write_jsonl(tmp_path / "s-1.jsonl", [_claude("u1", None, "user", "hi", ts=1)])
+    import_file(store, path)
+    _write_jsonl(path, [_claude("u1", None, "user", "hi, edited", ts=1),
+                        _claude("a1", "u1", "assistant", [{"type": "text", "text": "yo"}], ts=2)])
+    before = dump(store)
+    with pytest.raises(ImportFormatError, match=r"holds an earlier import .* \(session=\.\.\.\)"):
+        import_file(store, path)
+    assert dump(store) == before
+    assert import_file(store, path, session="s-1-again").appended == 3
