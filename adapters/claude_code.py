@@ -80,6 +80,7 @@ from .transcript_plan import (
     Plan,
     RecordSink,
     SkippedRecord,
+    count_of,
     decode_or_text,
     dumps,
     dumps_sorted,
@@ -92,6 +93,8 @@ from .transcript_plan import (
     parse_time,
     positioned,
     session_slug,
+    text_of,
+    without,
     write_lines,
 )
 
@@ -545,7 +548,7 @@ class _Converter:
     def _user_block(self, block: Obj, notify: bool) -> tuple[Body | None, Obj]:
         btype = block.get("type")
         if btype == "text":
-            return _user_text(block["text"], notify), _without(block, "text")
+            return _user_text(block["text"], notify), without(block, "text")
         if btype == "image":
             image, rest = self._image(block)
             if image is not None:
@@ -557,7 +560,7 @@ class _Converter:
 
     def _tool_result(self, block: Obj) -> tuple[Body, Obj]:
         call = str(block["tool_use_id"])
-        rest = _without(block, "tool_use_id")
+        rest = without(block, "tool_use_id")
         content = block.get("content")
         if isinstance(content, str) or content is None:
             output = content or ""
@@ -567,7 +570,7 @@ class _Converter:
                      and b.get("type") == "text" and isinstance(b.get("text"), str)]
             output = "\n".join(str(t) for t in texts)
             if len(content) == 1 and len(texts) == 1:
-                rest["content"] = [_without(content[0], "text")]
+                rest["content"] = [without(content[0], "text")]
         error = block.get("is_error") is True
         if isinstance(block.get("is_error"), bool):
             del rest["is_error"]
@@ -597,11 +600,11 @@ class _Converter:
             self.ctx.blobs[digest] = (data, media_type)
             ref = BlobRef(hash=digest, size=len(data), media_type=media_type)
             rest = dict(block)
-            rest["source"] = _without(source, "data")
+            rest["source"] = without(source, "data")
             return ImagePart(media_type=media_type, blob=ref), rest
         if source.get("type") == "url" and isinstance(source.get("url"), str):
             rest = dict(block)
-            rest["source"] = _without(source, "url")
+            rest["source"] = without(source, "url")
             return ImagePart(media_type=media_type, url=source["url"]), rest
         return None, block
 
@@ -652,22 +655,22 @@ class _Converter:
             return None, block
         btype = block.get("type")
         if btype == "text":
-            return TextPart(text=block["text"]), _without(block, "text")
+            return TextPart(text=block["text"]), without(block, "text")
         if btype == "thinking":
             signature = block.get("signature")
             if isinstance(signature, str) and signature:
                 return (ReasoningPart(text=block["thinking"], opaque=signature,
                                       provider="anthropic"),
-                        _without(block, "thinking", "signature"))
+                        without(block, "thinking", "signature"))
             return (ReasoningPart(text=block["thinking"], provider="anthropic"),
-                    _without(block, "thinking"))
+                    without(block, "thinking"))
         if btype == "redacted_thinking" and isinstance(block.get("data"), str):
             return (ReasoningPart(opaque=block["data"], provider="anthropic-redacted"),
-                    _without(block, "data"))
+                    without(block, "data"))
         if btype == "tool_use":
             arguments = dumps(block.get("input")) if "input" in block else "{}"
             return (ToolCall(id=str(block["id"]), name=str(block["name"]), arguments=arguments),
-                    _without(block, "id", "name", "input"))
+                    without(block, "id", "name", "input"))
         if btype == "image":
             image, rest = self._image(block)
             return image, rest
@@ -744,27 +747,20 @@ def _user_text(text: str, notify: bool) -> Body:
     return UserMessageAdded(text=text)
 
 
-def _without(obj: Obj, *keys: str) -> Obj:
-    return {k: v for k, v in obj.items() if k not in keys}
-
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and \
-        0 <= value < 2**62 else 0
 
 
 def _usage(usage: Obj) -> Usage:
-    return Usage(input_tokens=_count(usage.get("input_tokens")),
-                 output_tokens=_count(usage.get("output_tokens")),
-                 cache_read_tokens=_count(usage.get("cache_read_input_tokens")),
-                 cache_write_tokens=_count(usage.get("cache_creation_input_tokens")))
+    return Usage(input_tokens=count_of(usage.get("input_tokens")),
+                 output_tokens=count_of(usage.get("output_tokens")),
+                 cache_read_tokens=count_of(usage.get("cache_read_input_tokens")),
+                 cache_write_tokens=count_of(usage.get("cache_creation_input_tokens")))
 
 
 def _compact_tokens(boundary: Obj) -> tuple[int, int]:
     meta = boundary.get("compactMetadata")
     if not isinstance(meta, dict):
         return 0, 0
-    return _count(meta.get("preTokens")), _count(meta.get("postTokens"))
+    return count_of(meta.get("preTokens")), count_of(meta.get("postTokens"))
 
 
 def _api_error(obj: Obj, text: str) -> ProviderErrorReceived:
@@ -870,20 +866,13 @@ def _records(group: list[Event], view: ExportSession, state: _Native,
     return state.records(group, view)
 
 
-def _fill_text(body: Body) -> str:
-    if isinstance(body, (UserMessageAdded, NotificationAdded)):
-        return body.text
-    if isinstance(body, CompactionCommitted):
-        return body.summary
-    return ""
-
 
 def _user_record(raw: Obj, bodies: list[Body], view: ExportSession) -> Obj:
     record = copy.deepcopy(raw)
     message = record.setdefault("message", {})
     pending = list(bodies)
     if "content" not in message:
-        message["content"] = _fill_text(pending[0]) if pending else ""
+        message["content"] = text_of(pending[0]) if pending else ""
         return record
     blocks = message["content"]
     for i, block in enumerate(blocks):
@@ -891,7 +880,7 @@ def _user_record(raw: Obj, bodies: list[Body], view: ExportSession) -> Obj:
             continue
         btype = block.get("type")
         if btype == "text" and "text" not in block:
-            blocks[i] = {**block, "text": _fill_text(pending.pop(0))}
+            blocks[i] = {**block, "text": text_of(pending.pop(0))}
         elif btype == "tool_result" and "tool_use_id" not in block:
             body = pending.pop(0)
             if isinstance(body, ToolResultAdded):
@@ -980,7 +969,7 @@ def _part_block(rest: Obj, part: Part, view: ExportSession) -> Obj:
 def _compaction_records(event: Event, state: _Native) -> list[tuple[object, Obj]]:
     meta = event.meta
     body = event.body
-    summary = body.summary if isinstance(body, CompactionCommitted) else _fill_text(body)
+    summary = body.summary if isinstance(body, CompactionCommitted) else text_of(body)
     out: list[tuple[object, Obj]] = []
     boundary = meta.get("boundary")
     if isinstance(boundary, dict):

@@ -37,12 +37,11 @@ from turnlog import (
     NotificationAdded,
     ResponseReceived,
     SystemSectionSet,
-    Usage,
     UserMessageAdded,
 )
 from turnlog.events import Body
 
-from .openai_responses import ItemMapper
+from .openai_responses import ItemMapper, usage_of
 from .transcript_plan import (
     JSON_ERRORS,
     BadRecord,
@@ -237,23 +236,12 @@ def _event(state: _State, record: Obj, payload: Obj, number: int, where: str,
     state.total = total
     if state.usage is not None:
         state.close_run()
-    body = ResponseReceived(usage=_usage(last), model=state.model[:1024])
+    body = ResponseReceived(usage=usage_of(last), model=state.model[:1024])
     state.usage = Entry(body, f"cx:{number}", time, state.sink.attach(
         {"line": number, "raw": record}), where)
     if state.run is not None:  # the count follows its response here: place it now
         state.close_run()
 
-
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and \
-        0 <= value < 2**62 else 0
-
-
-def _usage(last: Obj) -> Usage:
-    return Usage(input_tokens=_count(last.get("input_tokens")),
-                 output_tokens=_count(last.get("output_tokens")),
-                 cache_read_tokens=_count(last.get("cached_input_tokens")),
-                 reasoning_tokens=_count(last.get("reasoning_output_tokens")))
 
 
 # -- export ---------------------------------------------------------------------------------

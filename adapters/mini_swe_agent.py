@@ -27,7 +27,7 @@ from turnlog import AssistantMessageAdded, ResponseReceived, UserMessageAdded
 from turnlog.events import Body
 
 from .openai_chat import Messages, export_messages, parse_messages
-from .openai_responses import natural_id, usage_of
+from .openai_responses import usage_of
 from .transcript_plan import (
     BadRecord,
     Entry,
@@ -38,6 +38,7 @@ from .transcript_plan import (
     get_list,
     kind_of,
     load_document,
+    natural_id,
     session_slug,
 )
 

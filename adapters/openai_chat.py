@@ -41,7 +41,7 @@ from turnlog import (
 )
 from turnlog.events import Body, Part
 
-from .openai_responses import Sections, natural_id, tools_set
+from .openai_responses import Sections, tools_set
 from .transcript_plan import (
     BadRecord,
     Entry,
@@ -57,7 +57,10 @@ from .transcript_plan import (
     get_str,
     kind_of,
     load_document,
+    natural_id,
     positioned,
+    text_of,
+    without,
 )
 
 __all__ = ["NAME", "MessageMapper", "Messages", "export", "export_messages", "parse",
@@ -66,14 +69,6 @@ __all__ = ["NAME", "MessageMapper", "Messages", "export", "export_messages", "pa
 NAME = "openai_chat"
 
 
-def _without(obj: Obj, *keys: str) -> Obj:
-    return {k: v for k, v in obj.items() if k not in keys}
-
-
-def _text_of(body: Body) -> str:
-    if isinstance(body, (UserMessageAdded, NotificationAdded, SystemSectionSet)):
-        return body.text
-    return ""
 
 
 class MessageMapper:
@@ -100,7 +95,7 @@ class MessageMapper:
     def _parts(self, msg: Obj, where: str, role: str) -> tuple[list[Body], Obj]:
         content = msg.get("content")
         if isinstance(content, str):
-            return [self.classify(role, content)], _without(msg, "content")
+            return [self.classify(role, content)], without(msg, "content")
         blocks = get_list(msg, "content", where, "content", optional=True)
         bodies: list[Body] = []
         rest: list[Any] = []
@@ -109,7 +104,7 @@ class MessageMapper:
             if kind == "text":
                 bodies.append(self.classify(role, get_str(block, "text", where,
                                                           f"content[{i}].text")))
-                rest.append(_without(block, "text"))
+                rest.append(without(block, "text"))
             elif kind == "image_url" and role == "user":
                 image = block.get("image_url")
                 url = image.get("url") if isinstance(image, dict) else image
@@ -120,8 +115,8 @@ class MessageMapper:
                     else "image/*"
                 bodies.append(UserMessageAdded(text="", images=(
                     ImagePart(media_type=media[:1024], url=url),)))
-                rest.append({**block, "image_url": _without(image, "url")}
-                            if isinstance(image, dict) else _without(block, "image_url"))
+                rest.append({**block, "image_url": without(image, "url")}
+                            if isinstance(image, dict) else without(block, "image_url"))
             else:
                 rest.append(block)
         residual = dict(msg)
@@ -146,7 +141,7 @@ class MessageMapper:
                 if isinstance(block, dict) and block.get("type") == "text":
                     parts.append(TextPart(text=get_str(block, "text", where,
                                                        f"content[{i}].text")))
-                    rest.append(_without(block, "text"))
+                    rest.append(without(block, "text"))
                 else:
                     rest.append(block)
             residual["content"] = rest
@@ -170,9 +165,9 @@ class MessageMapper:
                 text = arguments if isinstance(arguments, str) else dumps_sorted(arguments)
                 parts.append(ToolCall(id=ident[:256], name=name[:1024], arguments=text))
                 self.tools[ident] = name
-                rest_function = _without(function, "name", "arguments") if moved \
-                    else _without(function, "name")
-                rest_calls.append({**_without(call, "id"), "function": rest_function})
+                rest_function = without(function, "name", "arguments") if moved \
+                    else without(function, "name")
+                rest_calls.append({**without(call, "id"), "function": rest_function})
             residual["tool_calls"] = rest_calls
         return [AssistantMessageAdded(parts=tuple(parts))], residual
 
@@ -243,13 +238,13 @@ class MessageMapper:
         pending = list(bodies)
         if "content" not in msg:
             if pending:
-                msg["content"] = _text_of(pending[0])
+                msg["content"] = text_of(pending[0])
             return msg
         for i, block in enumerate(msg["content"] if isinstance(msg["content"], list) else ()):
             if not isinstance(block, dict) or not pending:
                 continue
             if block.get("type") == "text" and "text" not in block:
-                msg["content"][i] = {**block, "text": _text_of(pending.pop(0))}
+                msg["content"][i] = {**block, "text": text_of(pending.pop(0))}
             elif block.get("type") == "image_url" and (
                     "image_url" not in block or (isinstance(block["image_url"], dict)
                                                  and "url" not in block["image_url"])):
@@ -364,7 +359,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     residual: Obj = {}
     if isinstance(doc, dict):
         messages = get_list(doc, "messages", "document", "messages")
-        residual = _without(doc, "messages")
+        residual = without(doc, "messages")
         tools = tools_set(residual.get("tools") or [])
         if tools is not None:
             entries.append(Entry(tools, "oc:tools", None, {"derived": True}, "tools"))

@@ -25,9 +25,7 @@ A file is a JSON list of items, or a request body (``{"input": [...],
 from __future__ import annotations
 
 import copy
-import hashlib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -59,18 +57,21 @@ from .transcript_plan import (
     Plan,
     RecordSink,
     SkippedRecord,
+    count_of,
     decode_or_text,
     dumps_sorted,
     get_list,
     get_str,
     kind_of,
     load_document,
+    natural_id,
     positioned,
-    session_slug,
+    text_of,
+    without,
 )
 
 __all__ = ["ITEM_TYPES", "NAME", "ItemMapper", "Sections", "export",
-           "natural_id", "parse", "restore_items", "tools_set", "usage_of"]
+           "parse", "restore_items", "tools_set", "usage_of"]
 
 NAME = "openai_responses"
 
@@ -85,19 +86,7 @@ ITEM_TYPES = frozenset({
 Classify = Callable[[str, str], Body]
 
 
-def _count(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and \
-        0 <= value < 2**62 else 0
 
-
-def _without(obj: Obj, *keys: str) -> Obj:
-    return {k: v for k, v in obj.items() if k not in keys}
-
-
-def _text_of(body: Body) -> str:
-    if isinstance(body, (UserMessageAdded, NotificationAdded, SystemSectionSet)):
-        return body.text
-    return ""
 
 
 class ItemMapper:
@@ -132,7 +121,7 @@ class ItemMapper:
             arguments = get_str(item, field, where, f"{path}.{field}")
             self.tools[call_id] = name
             return ([ToolCall(id=call_id[:256], name=name, arguments=arguments)],
-                    _without(item, "call_id", "name", field))
+                    without(item, "call_id", "name", field))
         # Other calls (local shell, web search...): the whole item stays in meta.
         found = call if isinstance(call, str) and call else item.get("id")
         ident = found if isinstance(found, str) and found else str(kind)
@@ -145,7 +134,7 @@ class ItemMapper:
     def _assistant(self, item: Obj, where: str, path: str) -> tuple[list[Part], Obj]:
         content = item.get("content")
         if isinstance(content, str):
-            return [TextPart(text=content)], _without(item, "content")
+            return [TextPart(text=content)], without(item, "content")
         blocks = get_list(item, "content", where, f"{path}.content", optional=True)
         parts: list[Part] = []
         rest: list[Any] = []
@@ -153,7 +142,7 @@ class ItemMapper:
             if isinstance(block, dict) and block.get("type") == "output_text":
                 parts.append(TextPart(text=get_str(block, "text", where,
                                                    f"{path}.content[{i}].text")))
-                rest.append(_without(block, "text"))
+                rest.append(without(block, "text"))
             else:
                 rest.append(block)
         residual = dict(item)
@@ -173,7 +162,7 @@ class ItemMapper:
                 raise BadRecord(where, f"{path}.summary[{i}]",
                                 f"expected a summary object with text, found {kind_of(entry)}")
         if len(summary) == 1:
-            residual["summary"] = [_without(summary[0], "text")]
+            residual["summary"] = [without(summary[0], "text")]
         opaque = item.get("encrypted_content")
         if isinstance(opaque, str) and opaque:
             del residual["encrypted_content"]
@@ -195,7 +184,7 @@ class ItemMapper:
             if not call:
                 raise BadRecord(where, f"{path}.call_id", "expected a non-empty call id")
             output = item.get("output")
-            residual = _without(item, "call_id")
+            residual = without(item, "call_id")
             if isinstance(output, str):
                 text = output
                 del residual["output"]
@@ -210,7 +199,7 @@ class ItemMapper:
                  ) -> tuple[list[Body], Obj]:
         content = item.get("content")
         if isinstance(content, str):
-            return [classify(role, content)], _without(item, "content")
+            return [classify(role, content)], without(item, "content")
         blocks = get_list(item, "content", where, f"{path}.content", optional=True)
         bodies: list[Body] = []
         rest: list[Any] = []
@@ -219,14 +208,14 @@ class ItemMapper:
             if btype in ("input_text", "output_text", "text"):
                 text = get_str(block, "text", where, f"{path}.content[{i}].text")
                 bodies.append(classify(role, text))
-                rest.append(_without(block, "text"))
+                rest.append(without(block, "text"))
             elif btype == "input_image" and isinstance(block.get("image_url"), str):
                 url = block["image_url"]
                 media = url[5:url.index(";")] if url.startswith("data:") and ";" in url \
                     else "image/*"
                 bodies.append(UserMessageAdded(text="", images=(
                     ImagePart(media_type=media[:1024], url=url),)))
-                rest.append(_without(block, "image_url"))
+                rest.append(without(block, "image_url"))
             else:
                 rest.append(block)
         residual = dict(item)
@@ -264,7 +253,7 @@ class ItemMapper:
             field = "arguments" if kind == "function_call" else "input"
             if "call_id" not in item:
                 item = {"type": kind, "name": part.name, field: part.arguments,
-                        "call_id": part.id, **_without(item, "type")}
+                        "call_id": part.id, **without(item, "type")}
         return item
 
     @staticmethod
@@ -274,7 +263,7 @@ class ItemMapper:
         pending = list(bodies)
         if item.get("type", "message") == "message" or "role" in item:
             if "content" not in item:
-                item["content"] = _text_of(pending[0]) if pending else ""
+                item["content"] = text_of(pending[0]) if pending else ""
                 return item
             blocks: Any = item.get("content")
             for i, block in enumerate(blocks if isinstance(blocks, list) else ()):
@@ -282,7 +271,7 @@ class ItemMapper:
                     continue
                 btype = block.get("type")
                 if btype in ("input_text", "output_text", "text") and "text" not in block:
-                    blocks[i] = {**block, "text": _text_of(pending.pop(0))}
+                    blocks[i] = {**block, "text": text_of(pending.pop(0))}
                 elif btype == "input_image" and "image_url" not in block:
                     image = pending.pop(0)
                     url = image.images[0].url if isinstance(image, UserMessageAdded) \
@@ -379,7 +368,8 @@ def tools_set(tools: list[Any]) -> ToolsSet | None:
 
 
 def usage_of(usage: object) -> Usage:
-    """Usage from an OpenAI ``usage`` object (Responses or Chat Completions names)."""
+    """Usage from an OpenAI ``usage`` object (Responses, Chat Completions or Codex
+    ``token_count`` names)."""
     if not isinstance(usage, dict):
         return Usage()
     details = usage.get("input_tokens_details") or usage.get("prompt_tokens_details") or {}
@@ -387,11 +377,13 @@ def usage_of(usage: object) -> Usage:
     details = details if isinstance(details, dict) else {}
     out = out if isinstance(out, dict) else {}
     return Usage(
-        input_tokens=_count(usage.get("input_tokens", usage.get("prompt_tokens"))),
-        output_tokens=_count(usage.get("output_tokens", usage.get("completion_tokens"))),
-        cache_read_tokens=_count(details.get("cached_tokens")),
-        cache_write_tokens=_count(usage.get("cache_creation_input_tokens")),
-        reasoning_tokens=_count(out.get("reasoning_tokens")))
+        input_tokens=count_of(usage.get("input_tokens", usage.get("prompt_tokens"))),
+        output_tokens=count_of(usage.get("output_tokens", usage.get("completion_tokens"))),
+        cache_read_tokens=count_of(details.get("cached_tokens",
+                                               usage.get("cached_input_tokens"))),
+        cache_write_tokens=count_of(usage.get("cache_creation_input_tokens")),
+        reasoning_tokens=count_of(out.get("reasoning_tokens",
+                                          usage.get("reasoning_output_tokens"))))
 
 
 # -- the openai_responses format ------------------------------------------------------------
@@ -419,10 +411,6 @@ class Sections:
         return UserMessageAdded(text=text)
 
 
-def natural_id(source: str, data: bytes) -> str:
-    """A session id for a file without one: its stem and a digest of its bytes."""
-    return f"{session_slug(Path(source).stem)}-{hashlib.blake2b(data, digest_size=4).hexdigest()}"
-
 
 def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     """Map a Responses item list (or request or response body) to one plan.
@@ -436,7 +424,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     if isinstance(doc, dict):
         key = "input" if isinstance(doc.get("input"), list) else "output"
         items = get_list(doc, key, "document", key)
-        residual = _without(doc, key)
+        residual = without(doc, key)
         residual["$items"] = key
     elif isinstance(doc, list):
         items = doc

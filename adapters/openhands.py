@@ -48,7 +48,7 @@ from turnlog import (
 )
 from turnlog.events import Body, Part
 
-from .openai_responses import natural_id, tools_set, usage_of
+from .openai_responses import tools_set, usage_of
 from .transcript_plan import (
     JSON_ERRORS,
     BadRecord,
@@ -67,9 +67,11 @@ from .transcript_plan import (
     get_str,
     kind_of,
     load_document,
+    natural_id,
     parse_time,
     positioned,
     session_slug,
+    without,
 )
 
 __all__ = ["NAME", "OUTPUT", "export_events", "export_output", "parse_events", "parse_output"]
@@ -222,7 +224,7 @@ class _Stream:
         if isinstance(metadata, dict) and isinstance(metadata.get("tool_call_id"), str):
             answered = (metadata["tool_call_id"][:256],
                         str(metadata.get("function_name") or kind)[:1024])
-        raw = _without(event, "content")
+        raw = without(event, "content")
         key = f"oh:{name}"
         if answered is not None:
             self.last_action = ""
@@ -236,9 +238,6 @@ class _Stream:
             self._emit(NotificationAdded(source=f"openhands/{kind}"[:1024], text=content),
                        key, time, {"index": index, "raw": raw}, where)
 
-
-def _without(obj: Obj, *keys: str) -> Obj:
-    return {k: v for k, v in obj.items() if k not in keys}
 
 
 def _arguments(response: Obj, call_id: str) -> str:
@@ -319,7 +318,7 @@ def parse_output(data: bytes, source: str, skip_bad: bool) -> Parsed:
         plan = Plan(natural=f"{base}/{name}", suffix=name)
         stream = _Stream(OUTPUT, source, skip_bad, parsed)
         entries = stream.run(history, f"line {number}: history")
-        doc = _without(task, "history")
+        doc = without(task, "history")
         if pairs:
             doc["$pairs"] = True
         if entries:

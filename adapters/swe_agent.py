@@ -21,7 +21,6 @@ from __future__ import annotations
 import msgspec
 
 from .openai_chat import Messages, export_messages, parse_messages
-from .openai_responses import natural_id
 from .transcript_plan import (
     BadRecord,
     Entry,
@@ -32,6 +31,7 @@ from .transcript_plan import (
     get_list,
     kind_of,
     load_document,
+    natural_id,
 )
 
 __all__ = ["NAME", "export", "parse"]

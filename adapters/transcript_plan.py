@@ -30,6 +30,7 @@ and sidechains).
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,8 +38,12 @@ from typing import Any
 
 import msgspec
 from turnlog import (
+    CompactionCommitted,
     Event,
+    NotificationAdded,
     SystemSectionSet,
+    ToolResultAdded,
+    UserMessageAdded,
 )
 from turnlog.events import Body
 
@@ -69,6 +74,8 @@ __all__ = [
     "parse_time",
     "positioned",
     "session_slug",
+    "text_of",
+    "without",
 ]
 
 #: A decoded JSON object.
@@ -348,6 +355,29 @@ def _kind(value: object) -> str:
             dict: "object"}.get(type(value), type(value).__name__)
 
 
+def without(obj: Obj, *keys: str) -> Obj:
+    """A copy of ``obj`` without ``keys``."""
+    return {k: v for k, v in obj.items() if k not in keys}
+
+
+def count_of(value: object) -> int:
+    """A token count from a transcript: a non-negative int, else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and \
+        0 <= value < 2**62 else 0
+
+
+def text_of(body: Body) -> str:
+    """The one text of a payload that holds one (message, notification, section, tool
+    output, compaction summary); ``""`` for the others."""
+    if isinstance(body, (UserMessageAdded, NotificationAdded, SystemSectionSet)):
+        return body.text
+    if isinstance(body, ToolResultAdded):
+        return body.output
+    if isinstance(body, CompactionCommitted):
+        return body.summary
+    return ""
+
+
 def get_str(obj: Obj, key: str, where: str, path: str, *, optional: bool = False,
             default: str = "") -> str:
     """``obj[key]`` as a string; BadRecord naming ``path`` when it is something else."""
@@ -434,3 +464,10 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._:-]+")
 def session_slug(text: str) -> str:
     """``text`` made safe and short for use inside a session id."""
     return _UNSAFE.sub("-", text).strip("-")[:120] or "session"
+
+
+def natural_id(source: str, data: bytes) -> str:
+    """A session id for a transcript that names none: its file stem and a digest
+    of its bytes (two runs on one task stay apart)."""
+    stem = session_slug(source.replace("\\", "/").rsplit("/", 1)[-1].split(".", 1)[0])
+    return f"{stem}-{hashlib.blake2b(data, digest_size=4).hexdigest()}"
