@@ -49,6 +49,7 @@ __all__ = [
     "event_to_json",
     "extract_blobs",
     "make_preview",
+    "may_hold_blob_refs",
     "seq_offset",
     "validate_body",
     "validate_meta",
@@ -89,6 +90,47 @@ def _holds_float(info: msgspec.inspect.Type, seen: frozenset[type] = frozenset()
 # bytes; events of these kinds are therefore always re-encoded from the validated copy.
 _FLOAT_KINDS = frozenset(cls for cls in _PAYLOAD_TYPES
                          if _holds_float(msgspec.inspect.type_info(cls)))
+
+
+def _blob_ref_keys(info: msgspec.inspect.Type, key: str | None, seen: set[type],
+                   found: set[str | None]) -> None:
+    """Collect the map keys under which a `BlobRef` can sit (None: not under a key)."""
+    mi = msgspec.inspect
+    if isinstance(info, mi.StructType):
+        if info.cls is BlobRef:
+            found.add(key)
+        elif info.cls not in seen:
+            seen.add(info.cls)
+            for field in info.fields:
+                _blob_ref_keys(field.type, field.encode_name, seen, found)
+    elif isinstance(info, mi.UnionType):
+        for t in info.types:
+            _blob_ref_keys(t, key, seen, found)
+    elif isinstance(info, mi.Metadata):
+        _blob_ref_keys(info.type, key, seen, found)
+    elif isinstance(info, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
+        _blob_ref_keys(info.item_type, None, seen, found)
+    elif isinstance(info, mi.TupleType):
+        for t in info.item_types:
+            _blob_ref_keys(t, None, seen, found)
+    elif isinstance(info, mi.DictType):
+        _blob_ref_keys(info.value_type, None, seen, found)
+
+
+_REF_KEYS: set[str | None] = set()
+_blob_ref_keys(msgspec.inspect.type_info(Event), None, set(), _REF_KEYS)
+# Every ref of the schema is the value of a field named "blob", so canonical bytes
+# without that msgpack key hold no ref (if the schema ever changes that, every
+# event is searched).
+_REF_KEY = b"" if _REF_KEYS - {"blob"} else _ENCODER.encode("blob")
+
+
+def may_hold_blob_refs(data: bytes) -> bool:
+    """False when the canonical bytes ``data`` (or a record ending in them) hold no `BlobRef`.
+
+    A cheap filter before decoding refs: True may still mean none.
+    """
+    return _REF_KEY in data
 
 
 def encode_canonical(event: Event) -> bytes:

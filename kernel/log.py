@@ -43,6 +43,7 @@ from .codec import (
     encode_canonical,
     encode_event,
     extract_blobs,
+    may_hold_blob_refs,
     seq_offset,
     validate_body,
     validate_meta,
@@ -713,7 +714,7 @@ class Log:
                 reason = self._check_first(txn, event)
                 if reason is not None:
                     return Problem(session, 0, reason), count, nblobs
-            for ref in _blob_refs(event.body) if _REF_FIELDS.get(type(event.body), True) else ():
+            for ref in _blob_refs(event.body) if may_hold_blob_refs(record) else ():
                 nblobs += 1
                 reason = self._check_blob(txn, ref, checked_blobs)
                 if reason is not None:
