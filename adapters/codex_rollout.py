@@ -35,6 +35,7 @@ from turnlog import (
     CompactionCommitted,
     Event,
     NotificationAdded,
+    ProviderErrorReceived,
     ResponseReceived,
     SystemSectionSet,
     UserMessageAdded,
@@ -224,6 +225,15 @@ def _item(state: _State, record: Obj, item: Obj, number: int, where: str,
 
 def _event(state: _State, record: Obj, payload: Obj, number: int, where: str,
            time: int | None) -> None:
+    if payload.get("type") in ("error", "stream_error") and isinstance(payload.get("message"),
+                                                                       str):
+        text = payload["message"]
+        low = text.lower()
+        state.entries.append(Entry(
+            ProviderErrorReceived(error_type=str(payload["type"]), message=text,
+                                  overflow="context window" in low or "context length" in low),
+            f"cx:{number}", time, state.sink.attach({"line": number, "raw": record}), where))
+        return
     info = payload.get("info")
     if payload.get("type") != "token_count" or not isinstance(info, dict):
         state.sink.hold({"line": number, "record": record})

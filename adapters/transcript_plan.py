@@ -32,7 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +68,6 @@ __all__ = [
     "get_dict",
     "get_list",
     "get_str",
-    "json_lines",
     "load_document",
     "kind_of",
     "parse_time",
@@ -340,12 +339,6 @@ def dumps_sorted(value: Any) -> str:
     in meta, whose key order the log's canonical encoding does not keep."""
     return _SORTED.encode(value).decode()
 
-
-def json_lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """The non-blank physical lines of ``data`` with their 1-based numbers."""
-    for number, line in enumerate(data.split(b"\n"), 1):
-        if line.strip():
-            yield number, line.rstrip(b"\r")
 
 
 def _kind(value: object) -> str:

@@ -350,6 +350,9 @@ def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
 
 
 _TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj", ".md")
+# The file endings of each format, for a directory imported with one format forced.
+_FORMAT_SUFFIXES = {"claude_code": (".jsonl",), "codex": (".jsonl",),
+                    "openhands_output": (".jsonl",), "aider": (".md",)}
 
 
 def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
@@ -385,8 +388,11 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     if not root.is_dir():
         return import_file(log, root, format=format, session=session, skip_bad=skip_bad,
                            progress=progress)
-    candidates = sorted(p for p in root.rglob("*")
-                        if p.is_file() and p.name.endswith(_TRANSCRIPT_SUFFIXES))
+    if format is not None:
+        _choose_format(b"", str(root), format)  # refuses an unknown name
+    suffixes = _FORMAT_SUFFIXES.get(format or "", (".json", ".traj")) if format \
+        else _TRANSCRIPT_SUFFIXES
+    candidates = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes))
     found: list[tuple[Path, bytes, str]] = []
     skipped: list[SkippedRecord] = []
     for file in candidates:
@@ -487,6 +493,9 @@ def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None
                                            u.cache_read_tokens, u.cache_write_tokens,
                                            u.reasoning_tokens)):
                     usage[i] += value
+    if progress is not None:
+        progress(Progress(path=source, files_done=files[0] + 1, files_total=files[1],
+                          events_done=run.done, events_total=run.total))
     used = [ids[i] for i, p in enumerate(parsed.plans) if p.entries]
     roots = [ids[i] for i, p in enumerate(parsed.plans)
              if p.entries and p.fork is None and not (p.parent or {}).get("inline")]

@@ -178,7 +178,7 @@ def test_a_corpus_directory_imports_in_one_call_and_again_appends_nothing(store:
     assert summary.format == "mixed"
     assert len(summary.sources) == len(FILES)
     assert store.verify().ok
-    assert seen and seen[-1].files_total == len(FILES)
+    assert seen and seen[-1].files_total == seen[-1].files_done == len(FILES)
     assert all(p.events_done <= p.events_total for p in seen)
     again = import_path(store, CORPUS, skip_bad=True)
     assert again.appended == 0 and again.events == summary.events
@@ -535,6 +535,38 @@ def test_codex_injected_context_reasoning_exit_codes_and_usage(store: Log) -> No
     # event_msg repeats of the messages are kept in meta, not as events.
     texts = [e.body.text for e in events if isinstance(e.body, UserMessageAdded)]
     assert len(texts) == 1
+
+
+def test_codex_compaction_and_error_lines(store: Log, tmp_path: Path) -> None:
+    def line(ts: int, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"timestamp": f"2025-11-14T02:21:{ts:02d}.000Z", "type": kind,
+                "payload": payload}
+
+    records = [
+        line(1, "session_meta", {"id": "0199-x", "cwd": "/w", "cli_version": "0.80.0",
+                                 "base_instructions": {"text": "You are Codex."}}),
+        line(2, "response_item", {"type": "message", "role": "user",
+                                  "content": [{"type": "input_text", "text": "build it"}]}),
+        line(3, "response_item", {"type": "message", "role": "assistant",
+                                  "content": [{"type": "output_text", "text": "Built."}]}),
+        line(4, "event_msg", {"type": "error", "message": "stream disconnected"}),
+        line(5, "compacted", {"message": "The user asked for a build; it was built."}),
+        line(6, "response_item", {"type": "message", "role": "user",
+                                  "content": [{"type": "input_text", "text": "thanks"}]}),
+    ]
+    path = _write_jsonl(tmp_path / "rollout-2025-11-14T02-21-01-0199-x.jsonl", records)
+    summary = import_file(store, path)
+    events = store.read("0199-x")
+    assert [e.kind for e in events] == ["system", "user", "assistant", "provider_error",
+                                        "compaction", "user"]
+    section = events[0].body
+    assert isinstance(section, SystemSectionSet) and section.text == "You are Codex."
+    compaction = events[4].body
+    assert isinstance(compaction, CompactionCommitted)
+    assert (compaction.first_seq, compaction.last_seq, compaction.summarizer) == (0, 3, "codex")
+    exported = export_session(store, "0199-x", "codex")
+    assert [json.loads(x) for x in exported.splitlines()] == records
+    assert import_file(store, path).appended == 0 and summary.appended == 6
 
 
 # -- OpenAI message and item lists ---------------------------------------------------------
