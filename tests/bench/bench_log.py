@@ -521,7 +521,8 @@ def machine() -> str:
             f"SQLite {sqlite3.sqlite_version}")
 
 
-def report(args: argparse.Namespace, results: dict[tuple[str, str], float]) -> str:
+def report(args: argparse.Namespace, results: dict[tuple[str, str], float],
+           load: tuple[float, float], seconds: float) -> str:
     command = "python -m tests.bench.bench_log" + "".join(
         f" --{k} {v}" for k, v in (("events", args.events), ("durable", args.durable),
                                    ("repeat", args.repeat), ("seed", args.seed))
@@ -533,7 +534,8 @@ def report(args: argparse.Namespace, results: dict[tuple[str, str], float]) -> s
         f"{args.events:,} events of about 1 KiB appended in batches of {BATCH}, then read "
         f"and verified; {args.durable:,} one-event appends, each committed and fsynced.",
         "",
-        f"Machine: {machine()}.",
+        f"Machine: {machine()}. Load average (1 min) {load[0]:.2f} before the run, "
+        f"{load[1]:.2f} after it; the run took {seconds:.0f} s.",
         "",
         table(results),
         "",
@@ -581,10 +583,23 @@ def profile(args: argparse.Namespace) -> None:
                 else:
                     log.verify()
                 profiler.disable()
-        stats = pstats.Stats(profiler, stream=sys.stdout)
-        stats.sort_stats("tottime").print_stats(20)
+        print(profile_table(pstats.Stats(profiler), args.profile, len(drafts)))
     finally:
         bench.cleanup()
+
+
+def profile_table(stats: pstats.Stats, what: str, n: int, top: int = 12) -> str:
+    """The functions with the most own time, as a Markdown table with % of the total."""
+    rows = sorted(stats.stats.items(), key=lambda item: item[1][2],  # type: ignore[attr-defined]
+                  reverse=True)
+    total = stats.total_tt  # type: ignore[attr-defined]
+    lines = [f"cProfile of {what}, {n:,} events: {total:.2f} s in total (profiling slows "
+             "Python code down more than C code; read the shares, not the times)", "",
+             "| function | calls | own time | share |", "| --- | ---: | ---: | ---: |"]
+    for (file, line, func), (_, calls, own, _, _) in rows[:top]:
+        where = func if file == "~" else f"{Path(file).name}:{line}({func})"
+        lines.append(f"| `{where}` | {calls:,} | {own:.3f} s | {own / total:.0%} |")
+    return "\n".join(lines)
 
 
 DEFAULTS = {"events": 100_000, "durable": 2_000, "repeat": 3, "seed": 20240601}
@@ -615,11 +630,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         profile(args)
         return 0
-    start = time.perf_counter()
+    start, load = time.perf_counter(), os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average is {load:.2f}; other work will skew the figures",
+              file=sys.stderr)
     results = run_all(args)
-    text = report(args, results)
+    text = report(args, results, (load, os.getloadavg()[0]), time.perf_counter() - start)
     print(text)
-    print(f"(run took {time.perf_counter() - start:.0f} s)", file=sys.stderr)
     if not args.no_docs:
         write_doc(text)
         print(f"updated {DOC}", file=sys.stderr)

@@ -1,0 +1,57 @@
+"""LMDB-specific behaviour of the batch put: appending past the last key, inserting
+before it, and refusing to overwrite an event beyond the head."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import turnlog
+from support import dump
+from turnlog import StoreCorruptError, UserMessageAdded
+from turnlog.lmdb import LMDBStore
+
+
+def _leaf_pages(log: turnlog.Log) -> int:
+    store = log.store
+    assert isinstance(store, LMDBStore)
+    with store._env.begin() as txn:
+        return int(txn.stat(store._dbs[b"events"])["leaf_pages"])
+
+
+def test_batches_at_the_end_of_the_database_fill_whole_pages(tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        for i in range(20):
+            log.append("s", [UserMessageAdded(text=f"{i}-{j}-" + "x" * 1000) for j in range(50)])
+        # About three 1 KiB records fit a 4 KiB page; split pages would hold two.
+        assert _leaf_pages(log) < 1000 / 2.5
+
+
+def test_sessions_written_in_turns_read_back_in_order(tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        expected: dict[str, list[str]] = {}
+        for round_ in range(5):
+            # "a" and "b" sort before sessions written after them: their batches are
+            # inserted, the others appended.
+            for name in ["b", "a", "b 1", "b1", "c", "a"]:
+                texts = [f"{name} {round_} {len(expected.get(name, [])) + j}" for j in range(3)]
+                log.append(name, [UserMessageAdded(text=t) for t in texts])
+                expected.setdefault(name, []).extend(texts)
+        for name, texts in expected.items():
+            events = log.read(name)
+            assert [e.body.text for e in events] == texts  # type: ignore[union-attr]
+            assert [e.seq for e in events] == list(range(len(texts)))
+            assert [e.seq for e in log.read(name, 2, 7)] == [2, 3, 4, 5, 6]
+        assert log.verify().ok
+
+
+def test_an_event_beyond_the_head_makes_the_append_fail_and_change_nothing(
+        tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        log.append("s", UserMessageAdded(text="one"))
+        # A record at seq 1 that the head does not know about (a damaged store).
+        log.store.write(lambda txn: txn.put_event("s", 1, b"\x00" * 64 + b"stray"))
+        before = dump(log)
+        with pytest.raises(StoreCorruptError, match="beyond its head"):
+            log.append("s", UserMessageAdded(text="two"))
+        assert dump(log) == before
