@@ -1004,7 +1004,7 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
     """A `BudgetExceededError` is justified: the protected part alone (static
     system sections, tool schemas, framing, and the mandatory tail, pinned units
     and units awaiting a result, truncated as far as the policy allows, plus the
-    placeholders for missing results) exceeds the usable budget, and the error's
+    placeholder results for calls that have none) exceeds the usable budget, and the error's
     numbers say by how much. With ``policy.trim`` off, only the numbers are checked.
 
     Raises:
@@ -1025,15 +1025,12 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
         index = view.item_at.get(pos)
         if index is not None and view.items[index].unit >= 0:
             keep.add(view.items[index].unit)
-    last = len(view.units) - 1
-    missing = MESSAGE_OVERHEAD + 1 + view.counter.count("[no result was recorded for this call]")
-    floor = state.system_tokens + state.tools_tokens + REPLY_OVERHEAD
+    # The placeholder results the prompt needs for calls that have none are the
+    # packer's own (``synthetic_tokens``): their wording is its business.
+    floor = state.system_tokens + state.tools_tokens + REPLY_OVERHEAD + state.synthetic_tokens
     for unit in range(len(view.units)):
-        pending = _pending(view, unit)
-        if pending:
+        if _pending(view, unit):
             keep.add(unit)
-            if unit != last:
-                floor += missing * len(pending)
     for unit in keep:
         floor += sum(state.tokens_of(i) for i in view.units[unit].items)
     assert floor > policy.usable, (

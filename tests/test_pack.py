@@ -74,7 +74,7 @@ def run(items: list[SessionItem], policy: Policy, *, log: Log | None = None,
 
 def message_of(packed: Packed, pos: int) -> Message:
     found = [m for m in packed.prompt.messages if m.source == (pos,) and
-             not (m.role == "tool" and m.text == "[no result was recorded for this call]")]
+             not (m.role == "tool" and m.text.startswith("[no result"))]
     assert len(found) == 1, f"position {pos} is in {len(found)} messages"
     return found[0]
 
