@@ -62,7 +62,16 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import blake3
-from turnlog import BlobRef, ImagePart, KernelError, ReasoningPart, TextPart, ToolCall, ToolSpec
+from turnlog import (
+    BlobRef,
+    ImagePart,
+    KernelError,
+    ReasoningPart,
+    RequestIssued,
+    TextPart,
+    ToolCall,
+    ToolSpec,
+)
 from turnlog.pack import SUMMARY_SECTION
 from turnlog.prompt import Message, Prompt, check_prompt
 
@@ -79,6 +88,7 @@ __all__ = [
     "render",
     "render_body",
     "renderer",
+    "renderer_for",
 ]
 
 #: Stands in for empty text (the packer never produces it on its own).
@@ -196,6 +206,21 @@ def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  
     """
     return canonical(render_body(prompt, format, model=model, max_tokens=max_tokens,
                                  blobs=blobs, extra=extra))
+
+
+def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
+                 ) -> Callable[[Prompt], bytes] | None:
+    """The renderer a recorded request was rendered with (None for ``neutral``).
+
+    Pass it to ``Packer.replay(..., render=...)`` to check the rendered body too.
+
+    Raises:
+        RenderError: the record names a format this version does not know.
+    """
+    if request.format == "neutral" or not request.rendered_hash:
+        return None
+    return renderer(request.format, model=request.model, max_tokens=request.max_tokens,
+                    blobs=blobs)
 
 
 def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002

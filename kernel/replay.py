@@ -208,6 +208,10 @@ class Packer:
         view.extend(self.log.lineage(session, head_seq + 1))
         return view
 
+    def policy_in_force(self, session: str) -> Policy | None:
+        """The policy of the session's last ``PolicySet`` (None when it has none)."""
+        return self._policy_event(session)
+
     def _policy_event(self, session: str) -> Policy | None:
         """The policy of the last ``PolicySet`` in the session's lineage, if any."""
         view = self._any_projection(session)
@@ -245,7 +249,8 @@ class Packer:
 
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
                time: int | None = None, format: str = "neutral",  # noqa: A002
-               render: Renderer | None = None, attempts: int = 5) -> Recorded:
+               render: Renderer | None = None, attempts: int = 5,
+               key: str | None = None, max_tokens: int | None = None) -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).
 
@@ -256,6 +261,9 @@ class Packer:
             format: the name of ``render`` (recorded; replay needs the same one).
             render: a pure function from the neutral prompt to the request body;
                 its bytes are hashed into the record and returned.
+            max_tokens: the output cap ``render`` puts in the body (recorded, so
+                replay can render again).
+            key: idempotency key of the ``RequestIssued`` event.
 
         Raises:
             AppendConflictError: the head kept moving for ``attempts`` tries.
@@ -269,19 +277,24 @@ class Packer:
                 use = policy or in_force or Policy()
                 if in_force is None or in_force.hash != use.hash:
                     self.log.append(session, Draft(body=PolicySet(policy=use), time=time))
-                packed = self.pack(session, policy=use)
-                rendered = render(packed.prompt) if render is not None else b""
+                # Read the head before packing: if another writer appends while we
+                # pack, the prompt may hold events past this head, and the append
+                # below then conflicts (and we re-pack) instead of recording a head
+                # that does not match the prompt.
                 head = self.log.head(session)
                 assert head is not None
+                packed = self.pack(session, policy=use)
+                rendered = render(packed.prompt) if render is not None else b""
                 body = RequestIssued(
                     head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
                     tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
                     tokens=packed.tokens, format=format, model=model, recovery=packed.recovery,
                     stages=self._names, calibration=packed.tokenizer.partition("*")[2],
                     digests=packed.prompt.part_digests(),
-                    rendered_hash=blake3.blake3(rendered).hexdigest() if render else "")
+                    rendered_hash=blake3.blake3(rendered).hexdigest() if render else "",
+                    max_tokens=max_tokens)
                 try:
-                    done = self.log.append(session, Draft(body=body, time=time),
+                    done = self.log.append(session, Draft(body=body, time=time, key=key),
                                            expected_seq=head.seq)
                 except AppendConflictError:
                     if attempt == attempts - 1:

@@ -29,13 +29,16 @@ from typing import IO, Any, NoReturn
 
 import msgspec
 import turnlog
+from turnlog.adapters.render import FORMATS, RenderError, renderer, renderer_for
+from turnlog.adapters.transcripts import FORMATS as IMPORT_FORMATS
+from turnlog.adapters.transcripts import Progress, import_path
 from turnlog.codec import event_to_json
 from turnlog.compact import Compactor
 from turnlog.events import KINDS
 from turnlog.memories import MemoryManager
 from turnlog.pack import Packed
 from turnlog.recall import Recaller
-from turnlog.replay import Packer
+from turnlog.replay import Packer, ReplayResult
 
 from . import demo
 from .summary import format_size, format_time, head, summarize
@@ -542,11 +545,28 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     with _open(args, write=args.record) as log:
         packer = Packer(log)
         request_seq = None
+        render = None
+        max_tokens: int | None = None
+        if args.format != "neutral":
+            in_force = policy or packer.policy_in_force(args.session) or turnlog.Policy()
+            max_tokens = args.max_tokens if args.max_tokens is not None \
+                else in_force.output_reserve
+            render = renderer(args.format, model=args.model, max_tokens=max_tokens,
+                              blobs=log.blob)
         if args.record:
-            recorded = packer.record(args.session, policy=policy)
+            recorded = packer.record(args.session, policy=policy, model=args.model,
+                                     format=args.format, render=render,
+                                     max_tokens=max_tokens if render is not None else None)
             packed, request_seq = recorded.packed, recorded.request_seq
         else:
             packed = packer.pack(args.session, policy=policy)
+        body = render(packed.prompt) if render is not None else b""
+    if render is not None:
+        # The request body exactly as it would be sent (the bytes the record hashes).
+        _write_stdout_bytes(body + b"\n")
+        if request_seq is not None:
+            print(f"recorded as {args.session}#{request_seq}", file=sys.stderr)
+        return EXIT_OK
     if args.json:
         _emit(_packed_json(packed, request_seq=request_seq), sys.stdout)
         return EXIT_OK
@@ -604,7 +624,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         packer = Packer(log)
         seqs = packer.requests(args.session) if args.all or args.request_seq is None \
             else [args.request_seq]
-        results = [packer.replay(args.session, seq) for seq in seqs]
+        results = []
+        for seq in seqs:
+            request = log.get(args.session, seq).body
+            try:
+                render = renderer_for(request, blobs=log.blob) \
+                    if isinstance(request, turnlog.RequestIssued) else None
+                results.append(packer.replay(args.session, seq, render=render))
+            except RenderError as exc:
+                results.append(ReplayResult(args.session, seq, False, "", "",
+                                            f"cannot render the recorded format: {exc}"))
     ok = all(r.ok for r in results)
     if args.json:
         _emit({"ok": ok, "requests": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
@@ -653,6 +682,49 @@ def _cmd_compact(args: argparse.Namespace) -> int:
             print(f"events appended: {', '.join(f'#{s}' for s in outcome.seqs)}; next prompt "
                   f"{outcome.next_tokens:,} tokens ({'fits' if outcome.fits else 'OVER BUDGET'})")
     return EXIT_OK if outcome.status != "failed" else EXIT_FAILED
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    totals = {"events": 0, "appended": 0, "tool_calls": 0, "blobs": 0, "tokens": 0}
+    skipped: list[dict[str, Any]] = []
+    sessions: list[str] = []
+    show = sys.stderr.isatty() and not args.json
+
+    def progress(p: Progress) -> None:
+        if show and p.events_total:
+            done = 100 * p.events_done // max(1, p.events_total)
+            print(f"\r{p.path[-50:]:<50} {done:>3}% ({p.files_done + 1}/{p.files_total} files)",
+                  end="", file=sys.stderr, flush=True)
+
+    with _open(args, write=True) as log:
+        for path in args.paths:
+            summary = import_path(log, path, format=args.format, session=args.session,
+                                  skip_bad=args.skip_bad, progress=progress)
+            for key in ("events", "appended", "tool_calls", "blobs"):
+                totals[key] += getattr(summary, key)
+            totals["tokens"] += summary.tokens
+            sessions += summary.sessions
+            skipped += [msgspec.to_builtins(s) for s in summary.skipped]
+            if args.json:
+                _emit({"type": "file", "path": path, "format": summary.format,
+                       "sessions": list(summary.sessions), "events": summary.events,
+                       "appended": summary.appended, "tool_calls": summary.tool_calls,
+                       "blobs": summary.blobs, "tokens": summary.tokens,
+                       "skipped": [msgspec.to_builtins(s) for s in summary.skipped]},
+                      sys.stdout)
+    if show:
+        print(file=sys.stderr)
+    if args.json:
+        _emit({"type": "result", **totals, "sessions": sessions, "skipped": len(skipped)},
+              sys.stdout)
+        return EXIT_OK
+    print(f"imported {len(args.paths)} path(s) into {len(sessions)} session(s): "
+          f"{totals['events']} events ({totals['appended']} new), {totals['tool_calls']} tool "
+          f"calls, {totals['blobs']} blobs, {totals['tokens']:,} tokens of reported usage")
+    for s in skipped:
+        field = f" field {s['field']}" if s["field"] else ""
+        print(f"  skipped {s['source']} {s['where']}{field}: {s['reason']}")
+    return EXIT_OK
 
 
 def _cmd_memories(args: argparse.Namespace) -> int:
@@ -809,6 +881,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION")
     policy_options(p)
     p.add_argument("--record", action="store_true", help="append the request record")
+    p.add_argument("--format", default="neutral", choices=["neutral", *sorted(FORMATS)],
+                   help="print the provider request body exactly as it would be sent, as "
+                        "JSON (default: the neutral prompt and its accounting)")
+    p.add_argument("--model", default="", help="model name put in the request body and record")
+    p.add_argument("--max-tokens", type=_nonneg, default=None, metavar="N",
+                   help="max output tokens in the request body (default: the policy's "
+                        "output reserve)")
 
     p = verb("explain", _cmd_explain, "show the decision for every event of a recorded request")
     p.add_argument("session", metavar="SESSION")
@@ -831,6 +910,16 @@ def _build_parser() -> argparse.ArgumentParser:
     policy_options(p)
     p.add_argument("--summarizer", default=None, metavar="NAME",
                    help="the summarizer (default: extractive, offline)")
+
+    p = verb("import", _cmd_import, "import transcripts (Claude Code, Codex, OpenAI, "
+             "mini-swe-agent, SWE-agent, OpenHands, Aider); idempotent")
+    p.add_argument("paths", nargs="+", metavar="FILE", help="files or directories")
+    p.add_argument("--format", default=None, choices=sorted(IMPORT_FORMATS),
+                   help="the format (default: detected from the content)")
+    p.add_argument("--session", default=None, metavar="ID",
+                   help="the session id (default: from the transcript)")
+    p.add_argument("--skip-bad", action="store_true", help="skip malformed records (listed) "
+                   "instead of refusing the file")
 
     p = verb("memories", _cmd_memories, "list the memories of a session's memory session and "
              "the block in force")
