@@ -513,9 +513,15 @@ def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: b
     blobs = 0
     for plan, sid in zip(parsed.plans, ids, strict=True):
         kept: list[Entry | CompactionEntry] = []
+        keys: dict[str, str] = {}  # idempotency key -> the record that has it
         for entry in plan.entries:
             try:
+                if entry.key in keys:  # two source records with one id
+                    raise InvalidEventError(
+                        f"its id gives idempotency key {entry.key!r}, the key of "
+                        f"{keys[entry.key]} too: records of a session need distinct ids")
                 blobs += _check(log, sid, entry)
+                keys[entry.key] = entry.where
             except (InvalidEventError, ValueError) as exc:
                 if not skip_bad:
                     raise ImportFormatError(

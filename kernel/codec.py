@@ -31,10 +31,12 @@ from .canonical import normalize
 from .errors import DecodeError, EventTooLargeError, InvalidEventError
 from .events import (
     KINDS,
+    AssistantMessageAdded,
     BlobRef,
     Body,
     Event,
     NotificationAdded,
+    ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
@@ -169,7 +171,20 @@ def encode_event(event: Event) -> tuple[Event, bytes]:
     # Fields equal to their default must be omitted whatever object holds the value.
     if normalize(checked) or not same:
         data = _ENCODER.encode(checked)
+    body = checked.body
+    if type(body) is AssistantMessageAdded and len(body.parts) > 1:
+        _check_call_ids(body)
     return checked, data
+
+
+def _check_call_ids(body: AssistantMessageAdded) -> None:
+    """Refuse two tool calls with one id in a message: a result names the call it
+    answers by id, so it could not say which of the two it answers."""
+    ids = [part.id for part in body.parts if type(part) is ToolCall]
+    if len(ids) != len(set(ids)):
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        raise InvalidEventError(f"assistant message has several tool calls with id "
+                                f"{twice[0]!r}; give every call of a message its own id")
 
 
 def seq_offset(session: str) -> int:
@@ -203,7 +218,19 @@ def decode_event(data: bytes | memoryview) -> Event:
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
             RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog event: {exc}") from exc
+    if event.meta:
+        _check_decoded_meta(event.meta)
     return event
+
+
+def _check_decoded_meta(meta: dict[str, Any]) -> None:
+    """Decoded ``meta`` must be what `validate_meta` accepts at append: msgpack can
+    also carry non-str keys, bytes, extension types, NaN or deep nesting, which
+    would not re-encode canonically."""
+    try:
+        _walk_meta(meta, "meta", 0)
+    except InvalidEventError as exc:
+        raise DecodeError(f"not a valid turnlog event: {exc}") from exc
 
 
 def decode_body(data: bytes) -> Body:
@@ -368,6 +395,8 @@ def event_from_json(line: bytes | str) -> Event:
         if isinstance(exc, DecodeError):
             raise
         raise DecodeError(f"not a valid exported event: {exc}") from exc
+    if event.meta:
+        _check_decoded_meta(event.meta)
     msgspec.structs.force_setattr(event, "prev", prev)
     msgspec.structs.force_setattr(event, "hash", digest)
     return event

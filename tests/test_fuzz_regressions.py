@@ -1,0 +1,167 @@
+"""Regression tests for what the fuzz campaigns found (docs/reliability.md, "Fuzzing").
+
+Each test states the finding as the contract it broke and checks the fix; the
+input that found it is also kept in ``fuzz/corpus/<target>/`` (files named
+``crash-*``), which tests/test_fuzz_harnesses.py replays.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import blake3
+import msgspec
+import pytest
+import turnlog
+from support import dump
+from turnlog import (
+    GENESIS,
+    AssistantMessageAdded,
+    DecodeError,
+    Event,
+    ImportFormatError,
+    InvalidEventError,
+    Policy,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+    WriteTxn,
+)
+from turnlog.adapters.transcripts import import_file
+from turnlog.chain import check_record
+from turnlog.codec import decode_event, event_from_json
+from turnlog.testing import check_packed, memory_log, project
+
+CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
+_RAW = msgspec.msgpack.Encoder()  # no key sorting: it can write what a canonical one cannot
+
+
+def _record_with_meta(meta: object) -> bytes:
+    """Canonical-looking event bytes whose meta holds ``meta`` (written raw)."""
+    good = msgspec.msgpack.Encoder(order="deterministic").encode(
+        Event(session="x", seq=0, body=UserMessageAdded(text="hi"), meta={"m": 1}))
+    return good.replace(b"\xa1m\x01", b"\xa1m" + _RAW.encode(meta))
+
+
+# -- codec: decoded meta that would not re-encode (fuzz_codec, crash-meta-int-key) ----------------
+BAD_META = {
+    "a map with an int key": {1: "x"},
+    "a map with a bytes key": {b"k": 1},
+    "bytes": b"\x00\x01",
+    "an extension type": msgspec.msgpack.Ext(5, b"x"),
+    "NaN": float("nan"),
+    "maps nested 40 deep": json.loads('{"a":' * 40 + "1" + "}" * 40),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_META))
+def test_decoding_refuses_meta_that_append_would_refuse(kind: str) -> None:
+    # Found: check_record (so verify) raised TypeError on a record whose meta held a
+    # map with an int key: decode accepted it, canonical re-encoding could not.
+    data = _record_with_meta(BAD_META[kind])
+    with pytest.raises(DecodeError, match="meta"):
+        decode_event(data)
+    digest = blake3.blake3(GENESIS + data).digest()
+    event, reason = check_record(GENESIS + digest + data, session="x", seq=0, prev=GENESIS)
+    assert event is None and reason is not None and "does not decode" in reason
+
+
+def test_verify_reports_a_stored_record_with_an_int_key_in_meta(log: turnlog.Log) -> None:
+    data = _record_with_meta({1: "x"})
+    digest = blake3.blake3(GENESIS + data).digest()
+
+    def plant(txn: WriteTxn) -> None:
+        txn.put_event("x", 0, GENESIS + digest + data)
+        txn.set_head("x", 0, digest)
+
+    log.store.write(plant)
+    report = log.verify()
+    assert not report.ok and report.problem is not None and report.problem.seq == 0
+    with pytest.raises(turnlog.StoreCorruptError):
+        log.read("x")
+
+
+def test_an_export_line_with_meta_nested_too_deep_is_refused() -> None:
+    line = {"session": "x", "seq": 0, "body": {"type": "user", "text": "hi"},
+            "meta": json.loads('{"a":' * 40 + "1" + "}" * 40), "prev": "", "hash": ""}
+    with pytest.raises(DecodeError, match="nested deeper"):
+        event_from_json(json.dumps(line))
+
+
+def test_the_codec_crash_input_decodes_to_an_error() -> None:
+    with pytest.raises(DecodeError):
+        decode_event((CORPUS / "codec" / "crash-meta-int-key").read_bytes())
+
+
+# -- pack: two calls with one id in one message (fuzz_pack, seed 0) -------------------------------
+def test_a_message_with_two_calls_of_one_id_is_refused(log: turnlog.Log) -> None:
+    # Found: the packer answered both calls with a placeholder but counted one, so the
+    # prompt's token count was short by a message, and the prompt repeated the id.
+    before = dump(log)
+    message = AssistantMessageAdded(parts=(TextPart(text="two at once"),
+                                           ToolCall(id="c3", name="Write", arguments="{}"),
+                                           ToolCall(id="c3", name="Glob", arguments="{}")))
+    with pytest.raises(InvalidEventError, match="several tool calls with id 'c3'"):
+        log.append("s", message)
+    assert dump(log) == before
+
+
+def test_distinct_ids_in_one_message_pack_with_exact_accounting() -> None:
+    log = memory_log()
+    log.append("s", AssistantMessageAdded(parts=(
+        TextPart(text="hi"), ToolCall(id="c3", name="Write", arguments="{}"),
+        ToolCall(id="c4", name="Glob", arguments="{}"))))
+    view = project(log, "s")
+    packed = turnlog.pack.pack(view, Policy())
+    check_packed(view, packed, Policy())
+    assert [m.role for m in packed.prompt.messages] == ["assistant", "tool", "tool"]
+
+
+def test_deeply_nested_tool_arguments_are_stored_and_packed_as_text() -> None:
+    log = memory_log()
+    arguments = '{"a":' * 3_000 + "1" + "}" * 3_000
+    log.append("s", [UserMessageAdded(text="go"), AssistantMessageAdded(parts=(
+        ToolCall(id="c1", name="Glob", arguments=arguments),)),
+        ToolResultAdded(call_id="c1", tool_name="Glob", output="ok")])
+    view = project(log, "s")
+    packed = turnlog.pack.pack(view, Policy())
+    check_packed(view, packed, Policy())
+    call = packed.prompt.messages[1].parts[0]
+    assert isinstance(call, ToolCall) and call.arguments == arguments
+
+
+# -- importers: two records with one source id (fuzz_importers, crash-openhands-duplicate-ids) ----
+def test_a_transcript_with_two_records_of_one_id_is_refused_whole(tmp_path: Path) -> None:
+    # Found: the second record's idempotency key repeated the first's, and Log.append
+    # raised InvalidEventError from the middle of the import instead of the importer
+    # refusing the file with ImportFormatError before writing.
+    data = (CORPUS / "importers" / "crash-openhands-duplicate-ids").read_bytes()[1:]
+    path = tmp_path / "events.json"
+    path.write_bytes(data)
+    log = memory_log()
+    before = dump(log)
+    with pytest.raises(ImportFormatError, match=r"events\[1\]: .*key 'oh:0'.*events\[0\]"):
+        import_file(log, path)
+    assert dump(log) == before
+    summary = import_file(log, path, skip_bad=True)
+    assert [s.where for s in summary.skipped] == ["events[1]"]
+    assert log.verify().ok
+
+
+def test_duplicate_ids_in_a_later_batch_do_not_leave_the_earlier_batches(tmp_path: Path) -> None:
+    # Claude Code records with one uuid, far apart: refused before the first batch.
+    def rec(uuid: str, parent: str | None, text: str, ts: int) -> dict[str, object]:
+        return {"type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": "dup",
+                "timestamp": f"2025-01-01T00:00:{ts:02d}Z",
+                "message": {"role": "user", "content": text}}
+
+    lines = [rec("u1", None, "one", 1), rec("u2", "u1", "two", 2), rec("u1", "u2", "again", 3)]
+    path = tmp_path / "dup.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    log = memory_log()
+    before = dump(log)
+    with pytest.raises(ImportFormatError):
+        import_file(log, path, format="claude_code")
+    assert dump(log) == before
