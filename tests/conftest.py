@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from support import BACKENDS, LogFactory
 from turnlog import Log
 
@@ -25,6 +25,16 @@ settings.register_profile(
     "thorough",
     deadline=None,
     max_examples=500,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# Find counterexamples without shrinking them: for triage, when a rule is broken on
+# purpose and the question is only which properties notice.
+settings.register_profile(
+    "triage",
+    deadline=None,
+    max_examples=25,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -52,9 +52,11 @@ from turnlog.tokens import get_counter
 from turnlog.view import Projection
 
 # At least 60 examples; more under a bigger profile (HYPOTHESIS_PROFILE=thorough).
-FAST = settings(deadline=None, max_examples=max(60, settings.default.max_examples),
+# (The loaded profile is the parent: HYPOTHESIS_PROFILE=triage skips shrinking.)
+FAST = settings(settings.default, deadline=None,
+                max_examples=max(60, settings.default.max_examples),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-SLOW = settings(deadline=None, max_examples=1_500,
+SLOW = settings(settings.default, deadline=None, max_examples=1_500,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 _CONVERSATION = (UserMessageAdded, AssistantMessageAdded, ToolResultAdded, NotificationAdded)
@@ -231,7 +233,7 @@ def _pack_lines(cases: list[tuple[list[Event], list[Policy]]]) -> list[str]:
     return lines
 
 
-@settings(deadline=None, max_examples=2,
+@settings(settings.default, deadline=None, max_examples=2,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_packing_is_identical_across_hash_seeds(
