@@ -43,12 +43,23 @@ still waiting for its result are never deduplicated, pruned, summarized or
 trimmed. Custom stages (`Stage`) run through the same `PackState` methods,
 which enforce these protections, so a custom rule cannot split a tool pair.
 
-Every event of the lineage gets exactly one `Decision`.
+Every event of the lineage gets exactly one `Decision` (built when
+``Packed.decisions`` is first read, from what the pack decided).
+
+Cost: with the built-in stages and no committed summary, `pack` does not run
+the stages item by item; it reads running totals the projection keeps per
+policy (tokens after truncation, what dedup and pruning save, per-unit sums)
+and finds the trim cut by binary search, so a pack after one append costs
+about O(log n) plus the prompt it returns. The result is the same as running
+the stages (``tests/test_pack_paths.py``); custom pipelines, summaries, and
+pruning that stops part-way take the stage-by-stage path.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
+from itertools import chain
 from typing import Literal, TypedDict
 
 import msgspec
@@ -71,7 +82,7 @@ from .events import (
 from .policy import Policy
 from .prompt import Breakpoint, Message, Prompt, Section
 from .tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
-from .view import EMPTY_USER_TEXT, Item, Projection
+from .view import EMPTY_USER_TEXT, DedupIndex, Item, Projection
 from .view import notification_text as _notification_text
 from .view import recall_text as _recall_text
 
@@ -188,38 +199,18 @@ class PackState:
         self.summary_text = ""
         self.summary_shown: dict[int, str] = {}  # compaction pos -> "" or why not shown
         self.summary_tokens = 0
-        items = view.items
         units = view.units
         self.tail_unit = (view.turn_starts[-1] if view.turn_starts
                           else max(len(units) - 1, 0))
         self.protected_units: set[int] = set(range(self.tail_unit, len(units)))
-        for unit in units:
-            if unit.open_calls:
-                self.protected_units.add(unit.index)
-        for pos in view.pins:
-            index = view.item_at.get(pos)
-            if index is not None and items[index].unit >= 0:
-                self.protected_units.add(items[index].unit)
-        self.message_tokens = 0
-        for unit in units:
-            for index in unit.items:
-                self.message_tokens += items[index].tokens
-        self.system_tokens = sum(view.section_tokens.values())
-        self.system_tokens += MESSAGE_OVERHEAD if view.sections else 0
+        self.protected_units.update(view.open_units)
+        self.protected_units.update(_pinned_units(view))
+        self.message_tokens = view.unit_tokens  # the sum over every unit's items
+        self.system_tokens = _system_tokens(view)
         self.tools_tokens = view.tools_tokens
-        # Every call without a result gets a placeholder result (see _assemble).
-        self.synthetic_tokens = sum(
-            (MESSAGE_OVERHEAD + 1 + counter.count(_placeholder_result(u.index, len(units))))
-            * len(u.open_calls) for u in units if u.open_calls)
-        base_history = (policy.usable - self.system_tokens - self.tools_tokens
-                        - REPLY_OVERHEAD)
-        self.summary_budget = max(0, int(base_history * policy.summary_budget))
-        self.budget = Budget(
-            window=policy.context_window, output_reserve=policy.output_reserve,
-            safety_margin=policy.safety_margin, usable=policy.usable,
-            system=self.system_tokens, tools=self.tools_tokens, summary=0,
-            history=base_history, warning=policy.level("warning"),
-            compact=policy.level("compact"), blocking=policy.level("blocking"))
+        self.synthetic_tokens = _synthetic_tokens(view, counter)
+        self.budget = _budget(policy, self.system_tokens, self.tools_tokens)
+        self.summary_budget = max(0, int(self.budget.history * policy.summary_budget))
 
     # -- accounting --------------------------------------------------------------
     @property
@@ -307,6 +298,38 @@ class PackState:
         return True
 
 
+def _pinned_units(view: Projection) -> set[int]:
+    out: set[int] = set()
+    items = view.items
+    for pos in view.pins:
+        index = view.item_at.get(pos)
+        if index is not None and items[index].unit >= 0:
+            out.add(items[index].unit)
+    return out
+
+
+def _system_tokens(view: Projection) -> int:
+    return sum(view.section_tokens.values()) + (MESSAGE_OVERHEAD if view.sections else 0)
+
+
+def _synthetic_tokens(view: Projection, counter: TokenCounter) -> int:
+    """Tokens of the placeholder results that answer every call without one (see
+    `_assemble`)."""
+    units = view.units
+    return sum((MESSAGE_OVERHEAD + 1 + counter.count(_placeholder_result(u, len(units))))
+               * len(units[u].open_calls) for u in sorted(view.open_units))
+
+
+def _budget(policy: Policy, system_tokens: int, tools_tokens: int) -> Budget:
+    return Budget(
+        window=policy.context_window, output_reserve=policy.output_reserve,
+        safety_margin=policy.safety_margin, usable=policy.usable,
+        system=system_tokens, tools=tools_tokens, summary=0,
+        history=policy.usable - system_tokens - tools_tokens - REPLY_OVERHEAD,
+        warning=policy.level("warning"), compact=policy.level("compact"),
+        blocking=policy.level("blocking"))
+
+
 #: A custom stage: reads and changes the `PackState`, returns a report (or None).
 Stage = Callable[[PackState], "StageReport | None"]
 
@@ -319,23 +342,33 @@ def truncate_stage(state: PackState) -> StageReport:
     count = 0
     if not policy.truncate:
         return StageReport(name="truncate", fired=False, detail="disabled by policy")
-    # Everything `_truncated_text` reads from the policy: the cache is per item.
-    key = (policy.truncate_lines, policy.truncate_bytes, policy.truncate_head_ratio,
-           policy.recall_max_chars, policy.recall_max_tokens)
+    key = _trunc_key(policy)
     for item in state.view.items:
         if item.kind not in ("tool", "notification", "recall") or item.unit < 0:
             continue
-        cached = item.trunc
-        if cached is None or cached[0] != key:
-            text, rule = _truncated_text(item, state)
-            tokens = MESSAGE_OVERHEAD + 1 + state.counter.count(text) if rule else 0
-            item.trunc = cached = (key, rule, text, tokens)
-        _, rule, text, tokens = cached
+        _, rule, text, tokens = _truncation(item, key, policy, state.counter)
         if rule and state.replace(item.index, text, decision="truncated", rule=rule,
                                   detail=_trunc_detail(item, rule), tokens=tokens):
             count += 1
     return StageReport(name="truncate", fired=count > 0, detail=f"{count} outputs truncated",
                        tokens_before=before, tokens_after=state.total, events=count)
+
+
+def _trunc_key(policy: Policy) -> tuple[float, ...]:
+    """Everything `_truncated_text` reads from the policy (the truncation cache key)."""
+    return (policy.truncate_lines, policy.truncate_bytes, policy.truncate_head_ratio,
+            policy.recall_max_chars, policy.recall_max_tokens)
+
+
+def _truncation(item: Item, key: tuple[float, ...], policy: Policy, counter: TokenCounter,
+                ) -> tuple[tuple[float, ...], str, str, int]:
+    """``(key, rule, text, tokens)`` of an item's truncation, cached on the item."""
+    cached = item.trunc
+    if cached is None or cached[0] != key:
+        text, rule = _truncated_text(item, policy, counter)
+        tokens = MESSAGE_OVERHEAD + 1 + counter.count(text) if rule else 0
+        item.trunc = cached = (key, rule, text, tokens)
+    return cached
 
 
 def _trunc_detail(item: Item, rule: str) -> str:
@@ -346,12 +379,11 @@ def _trunc_detail(item: Item, rule: str) -> str:
     return rule.removeprefix("truncate.")
 
 
-def _truncated_text(item: Item, state: PackState) -> tuple[str, str]:
+def _truncated_text(item: Item, policy: Policy, counter: TokenCounter) -> tuple[str, str]:
     """(text, rule) for an item after truncation; rule is "" when untouched."""
     body = item.event.body
-    policy = state.policy
     if isinstance(body, RecallAdded):
-        return _capped_recall(body, policy, state.counter)
+        return _capped_recall(body, policy, counter)
     if isinstance(body, NotificationAdded):
         text = body.text
         blob = body.blob
@@ -360,17 +392,18 @@ def _truncated_text(item: Item, state: PackState) -> tuple[str, str]:
         blob = body.blob
     else:
         return "", ""
+    n_lines = text.count("\n") + 1
+    # n characters are n to 4n UTF-8 bytes: encode only when it can matter.
+    data_len = (len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > policy.truncate_bytes
+                else len(text))
+    if n_lines <= policy.truncate_lines and data_len <= policy.truncate_bytes:
+        if blob is not None:
+            return _render_tool_text(item, text), "truncate.blob_preview"
+        return "", ""
     where = (f"blob {blob.hash} (read it back with `turnlog blob {blob.hash}`)" if blob
              else f"event {item.event.session}#{item.event.seq} (`turnlog show "
                   f"{item.event.session} {item.event.seq}`)")
     lines = text.split("\n")
-    # n characters are n to 4n UTF-8 bytes: encode only when it can matter.
-    data_len = (len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > policy.truncate_bytes
-                else len(text))
-    if len(lines) <= policy.truncate_lines and data_len <= policy.truncate_bytes:
-        if blob is not None:
-            return _render_tool_text(item, text), "truncate.blob_preview"
-        return "", ""
     head_lines = max(1, int(policy.truncate_lines * policy.truncate_head_ratio))
     tail_lines = max(1, policy.truncate_lines - head_lines)
     head_bytes = max(16, int(policy.truncate_bytes * policy.truncate_head_ratio))
@@ -685,6 +718,39 @@ DEFAULT_STAGES: tuple[tuple[str, Stage], ...] = (
 )
 
 
+class _Explanation:
+    """The per-event decisions of a pack, built on first use: a hot loop that packs
+    after every append does not pay for one `Decision` per event of a long session.
+    It holds what the decisions need as of the pack (never the live projection), so
+    they are the same whenever they are built."""
+
+    __slots__ = ("_build", "_value")
+
+    def __init__(self, build: Callable[[], tuple[Decision, ...]] | None = None,
+                 value: tuple[Decision, ...] | None = None) -> None:
+        self._build = build
+        self._value = value
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        if self._value is None:
+            assert self._build is not None
+            self._value = self._build()
+            self._build = None
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Explanation):
+            return NotImplemented
+        return self.decisions == other.decisions
+
+    def __hash__(self) -> int:
+        return hash(self.decisions)
+
+    def __repr__(self) -> str:
+        return "<decisions>" if self._value is None else f"<{len(self._value)} decisions>"
+
+
 class Packed(msgspec.Struct, frozen=True, kw_only=True):
     """The result of `pack`.
 
@@ -700,7 +766,8 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
             ``blocking``, ``overflow``).
         compaction_due: the history (before trimming) is at or over the compact level.
         stages: what each stage did.
-        decisions: one per lineage event.
+        decisions: one per lineage event (a property, built on first access; empty
+            when packed with ``explain=False``).
         tokenizer: the counter's id.
         policy_hash: the policy's hash.
         head: lineage position of the last event packed.
@@ -716,11 +783,16 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
     thresholds: tuple[str, ...]
     compaction_due: bool
     stages: tuple[StageReport, ...]
-    decisions: tuple[Decision, ...]
     tokenizer: str
     policy_hash: str
     head: int
     recovery: bool = False
+    _explanation: _Explanation | None = None
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        """One `Decision` per lineage event, in position order."""
+        return () if self._explanation is None else self._explanation.decisions
 
 
 def recovery_policy(policy: Policy) -> Policy:
@@ -745,8 +817,8 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         policy: the packing policy.
         stages: the pipeline; `DEFAULT_STAGES` when None. Insert custom
             stages into a copy of it.
-        explain: build the per-event decisions (skip for speed when only the
-            prompt is needed).
+        explain: keep the per-event decisions (built on first access of
+            ``Packed.decisions``); skip them when only the prompt is needed.
 
     Raises:
         BudgetExceededError: the mandatory tail (and pinned events) cannot fit.
@@ -756,27 +828,15 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
     recovering = view.overflow_pending
     if recovering:
         policy = recovery_policy(policy)
+    if (stages is None or tuple(stages) == DEFAULT_STAGES) and not view.compactions:
+        # The built-in pipeline over a history without summaries: the same result
+        # from running totals and per-unit sums (see `_pack_default`).
+        packed = _pack_default(view, policy, policy_hash, recovering, explain)
+        if packed is not None:
+            return packed
     state = PackState(view, policy, view.counter)
     before = state.total
-    thresholds = tuple(name for name, level in (("warning", state.budget.warning),
-                                               ("compact", state.budget.compact),
-                                               ("blocking", state.budget.blocking),
-                                               ("overflow", policy.usable)) if before > level)
-    state.reports.append(StageReport(
-        name="budget", fired=True,
-        detail=(f"usable {policy.usable} = window {policy.context_window} - reserve "
-                f"{policy.output_reserve} - margin {policy.safety_margin}; system "
-                f"{state.system_tokens}, tools {state.tools_tokens}; history budget "
-                f"{state.budget.history}; pressure {before / max(policy.usable, 1):.3f}"),
-        tokens_before=before, tokens_after=before))
-    if recovering:
-        state.reports.append(StageReport(
-            name="recovery", fired=True,
-            detail=(f"the latest request ended in a context-overflow error (position "
-                    f"{view.last_overflow}): truncation to {policy.truncate_lines} lines / "
-                    f"{policy.truncate_bytes} bytes, dedup and pruning at any pressure, trim to "
-                    f"{policy.level('blocking')} tokens"), tokens_before=before,
-            tokens_after=before))
+    state.reports.extend(_opening_reports(view, policy, state.budget, before, recovering))
     pre_trim: int | None = None
     for name, stage in (DEFAULT_STAGES if stages is None else stages):
         if name == "trim":
@@ -787,35 +847,77 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
     # Compaction is due when the history, before trimming, reaches the compact level.
     due = (state.total if pre_trim is None else pre_trim) >= state.budget.compact
     if state.total > policy.usable:
-        needed = state.total
-        raise BudgetExceededError(
-            f"the prompt needs {needed} tokens but only {policy.usable} are usable "
-            f"(window {policy.context_window} - reserve {policy.output_reserve} - margin "
-            f"{policy.safety_margin}); the mandatory tail from the latest user message, pinned "
-            f"events and calls awaiting results cannot be dropped. Over by {needed - policy.usable}"
-            " tokens: raise context_window, lower output_reserve, or compact/unpin",
-            needed=needed, usable=policy.usable)
+        raise _over_budget(state.total, policy)
     prompt, message_tokens, section_tokens = _assemble(state)
-    state.reports.append(StageReport(name="breakpoints", fired=bool(prompt.breakpoints),
-                                     detail=", ".join(f"{b.at}{'' if b.index < 0 else b.index}"
-                                                      f" ({b.reason})"
-                                                      for b in prompt.breakpoints)))
-    decisions = _decisions(state) if explain else ()
+    state.reports.append(_breakpoints_report(prompt))
+    explanation = None
+    if explain:
+        facts = _Facts(view)
+        explanation = _Explanation(value=_decisions(
+            facts, lambda index, common: _item_decision(state, index, common),
+            state.summary_shown))
     return Packed(
         prompt=prompt, tokens=state.total, message_tokens=message_tokens,
         section_tokens=section_tokens, budget=state.budget,
         pressure=round(state.total / max(policy.usable, 1), 6),
-        pressure_before=round(before / max(policy.usable, 1), 6), thresholds=thresholds,
-        compaction_due=due, stages=tuple(state.reports), decisions=decisions,
-        tokenizer=view.counter.id, policy_hash=policy_hash, head=view.head,
-        recovery=recovering)
+        pressure_before=round(before / max(policy.usable, 1), 6),
+        thresholds=_thresholds(state.budget, policy, before), compaction_due=due,
+        stages=tuple(state.reports), tokenizer=view.counter.id, policy_hash=policy_hash,
+        head=view.head, recovery=recovering, _explanation=explanation)
+
+
+def _thresholds(budget: Budget, policy: Policy, before: int) -> tuple[str, ...]:
+    return tuple(name for name, level in (("warning", budget.warning),
+                                         ("compact", budget.compact),
+                                         ("blocking", budget.blocking),
+                                         ("overflow", policy.usable)) if before > level)
+
+
+def _opening_reports(view: Projection, policy: Policy, budget: Budget, before: int,
+                     recovering: bool) -> list[StageReport]:
+    reports = [StageReport(
+        name="budget", fired=True,
+        detail=(f"usable {policy.usable} = window {policy.context_window} - reserve "
+                f"{policy.output_reserve} - margin {policy.safety_margin}; system "
+                f"{budget.system}, tools {budget.tools}; history budget "
+                f"{budget.history}; pressure {before / max(policy.usable, 1):.3f}"),
+        tokens_before=before, tokens_after=before)]
+    if recovering:
+        reports.append(StageReport(
+            name="recovery", fired=True,
+            detail=(f"the latest request ended in a context-overflow error (position "
+                    f"{view.last_overflow}): truncation to {policy.truncate_lines} lines / "
+                    f"{policy.truncate_bytes} bytes, dedup and pruning at any pressure, trim to "
+                    f"{policy.level('blocking')} tokens"), tokens_before=before,
+            tokens_after=before))
+    return reports
+
+
+def _over_budget(needed: int, policy: Policy) -> BudgetExceededError:
+    return BudgetExceededError(
+        f"the prompt needs {needed} tokens but only {policy.usable} are usable "
+        f"(window {policy.context_window} - reserve {policy.output_reserve} - margin "
+        f"{policy.safety_margin}); the mandatory tail from the latest user message, pinned "
+        f"events and calls awaiting results cannot be dropped. Over by {needed - policy.usable}"
+        " tokens: raise context_window, lower output_reserve, or compact/unpin",
+        needed=needed, usable=policy.usable)
+
+
+def _breakpoints_report(prompt: Prompt) -> StageReport:
+    return StageReport(name="breakpoints", fired=bool(prompt.breakpoints),
+                       detail=", ".join(f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})"
+                                        for b in prompt.breakpoints))
+
+
+def _sections(view: Projection) -> tuple[list[Section], list[int]]:
+    sections = [Section(name=name, text=text) for name, text, _ in view.sorted_sections()]
+    return sections, [view.section_tokens[s.name] for s in sections]
 
 
 def _assemble(state: PackState) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
     view = state.view
     items = view.items
-    sections = [Section(name=name, text=text) for name, text, _ in view.sorted_sections()]
-    section_tokens = [view.section_tokens[s.name] for s in sections]
+    sections, section_tokens = _sections(view)
     static_count = len(sections)
     if state.summary_text:
         sections.append(Section(name=SUMMARY_SECTION, text=state.summary_text))
@@ -837,20 +939,27 @@ def _assemble(state: PackState) -> tuple[Prompt, tuple[int, ...], tuple[int, ...
             messages.append(_message(item, slot.parts if slot is not None else None))
             tokens.append(slot.tokens if slot is not None else item.tokens)
         if unit.open_calls:
-            # Providers reject a call without a result: answer it with a
-            # placeholder that says why (never returned, or still running).
-            text = _placeholder_result(unit.index, len(view.units))
-            first = items[unit.items[0]]
-            for call in unit.calls:
-                if call in unit.open_calls:
-                    messages.append(Message(role="tool", parts=(TextPart(text=text),),
-                                            tool_call_id=call, is_error=True,
-                                            source=(first.pos,)))
-                    tokens.append(MESSAGE_OVERHEAD + 1 + state.counter.count(text))
-    breakpoints = _breakpoints(state, static_count, len(sections), len(messages), tail_message)
+            _answer_open_calls(view, unit.index, state.counter, messages, tokens)
+    breakpoints = _breakpoints(state.policy, view, static_count, len(sections), len(messages),
+                               tail_message)
     prompt = Prompt(system=tuple(sections), tools=tuple(_tools(view)), messages=tuple(messages),
                     breakpoints=breakpoints)
     return prompt, tuple(tokens), tuple(section_tokens)
+
+
+def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
+                       messages: list[Message], tokens: list[int]) -> None:
+    # Providers reject a call without a result: answer it with a
+    # placeholder that says why (never returned, or still running).
+    unit = view.units[unit_index]
+    text = _placeholder_result(unit.index, len(view.units))
+    first = view.items[unit.items[0]]
+    for call in unit.calls:
+        if call in unit.open_calls:
+            messages.append(Message(role="tool", parts=(TextPart(text=text),),
+                                    tool_call_id=call, is_error=True,
+                                    source=(first.pos,)))
+            tokens.append(MESSAGE_OVERHEAD + 1 + counter.count(text))
 
 
 def _placeholder_result(unit: int, units: int) -> str:
@@ -886,11 +995,11 @@ def _message(item: Item, parts: tuple[Part, ...] | None) -> Message:
     raise PackError(f"internal: no message form for {type(body).__name__}")
 
 
-def _breakpoints(state: PackState, static_sections: int, all_sections: int, n_messages: int,
-                 tail_message: int) -> tuple[Breakpoint, ...]:
-    limit = state.policy.cache_breakpoints
+def _breakpoints(policy: Policy, view: Projection, static_sections: int, all_sections: int,
+                 n_messages: int, tail_message: int) -> tuple[Breakpoint, ...]:
+    limit = policy.cache_breakpoints
     wanted: list[Breakpoint] = []
-    if static_sections or state.view.tools:
+    if static_sections or view.tools:
         wanted.append(Breakpoint(at="system" if static_sections else "tools",
                                  reason="static system prompt and tools"))
     if n_messages:
@@ -904,45 +1013,75 @@ def _breakpoints(state: PackState, static_sections: int, all_sections: int, n_me
     return tuple(sorted(chosen, key=lambda b: (order[b.at], b.index)))
 
 
-def _decisions(state: PackState) -> tuple[Decision, ...]:
-    view = state.view
+# -- decisions --------------------------------------------------------------------------
+class _Common(TypedDict):
+    pos: int
+    session: str
+    seq: int
+    kind: str
+
+
+class _Facts:
+    """What the decisions read from the projection, as of one pack. The projection
+    only appends to these lists and maps (a rewind replaces them), so references to
+    them and the count of events are a snapshot; the small maps are copied."""
+
+    __slots__ = ("events", "item_at", "items", "latest_section", "n_events", "policy_pos",
+                 "rewinds", "rewound", "section_tokens", "tools_pos", "tools_tokens", "units")
+
+    def __init__(self, view: Projection) -> None:
+        self.events = view.events
+        self.n_events = len(view.events)
+        self.rewound = view.rewound
+        self.rewinds = dict(view._rewinds)
+        self.item_at = view.item_at
+        self.items = view.items
+        self.units = view.units
+        self.latest_section = {name: pos for name, (_, _, pos) in view.sections.items()}
+        self.section_tokens = dict(view.section_tokens)
+        self.tools_pos = view.tools_pos
+        self.tools_tokens = view.tools_tokens
+        self.policy_pos = view.policy_pos
+
+
+def _decisions(facts: _Facts, item_decision: Callable[[int, _Common], Decision],
+               summary_shown: dict[int, str]) -> tuple[Decision, ...]:
     out: list[Decision] = []
-    latest_section: dict[str, int] = {}
-    for name, (_, _, pos) in view.sections.items():
-        latest_section[name] = pos
-    rewind_by = _rewind_positions(view)
-    for pos, event in enumerate(view.events):
+    rewind_by = _rewind_positions(facts.rewinds)
+    events = facts.events
+    for pos in range(facts.n_events):
+        event = events[pos]
         kind = event.kind
         common = _Common(pos=pos, session=event.session, seq=event.seq, kind=kind)
-        if pos in view.rewound:
+        if pos in facts.rewound:
             out.append(Decision(**common, decision="dropped", rule="rewind",
                                 detail=f"rewound by position {rewind_by.get(pos, -1)}"))
             continue
-        index = view.item_at.get(pos)
+        index = facts.item_at.get(pos)
         if index is not None:
-            out.append(_item_decision(state, index, common))
+            out.append(item_decision(index, common))
             continue
         body = event.body
         if isinstance(body, SystemSectionSet):
-            if body.text and latest_section.get(body.name) == pos:
+            if body.text and facts.latest_section.get(body.name) == pos:
                 out.append(Decision(**common, decision="verbatim", rule="system.section",
                                     detail=f"section {body.name!r}",
-                                    tokens=view.section_tokens.get(body.name, 0),
-                                    original_tokens=view.section_tokens.get(body.name, 0)))
+                                    tokens=facts.section_tokens.get(body.name, 0),
+                                    original_tokens=facts.section_tokens.get(body.name, 0)))
             else:
                 out.append(Decision(**common, decision="dropped", rule="system.replaced",
                                     detail=f"section {body.name!r} "
                                            + ("removed" if not body.text else "set again later")))
         elif isinstance(body, ToolsSet):
-            if pos == view.tools_pos:
+            if pos == facts.tools_pos:
                 out.append(Decision(**common, decision="verbatim", rule="tools.schemas",
-                                    detail=f"{len(body.tools)} tools", tokens=view.tools_tokens,
-                                    original_tokens=view.tools_tokens))
+                                    detail=f"{len(body.tools)} tools", tokens=facts.tools_tokens,
+                                    original_tokens=facts.tools_tokens))
             else:
                 out.append(Decision(**common, decision="dropped", rule="tools.replaced",
                                     detail="tool set declared again later"))
         elif isinstance(body, CompactionCommitted):
-            why = state.summary_shown.get(pos, "")
+            why = summary_shown.get(pos, "")
             if why:
                 out.append(Decision(**common, decision="dropped", rule="summaries.not_shown",
                                     detail=why))
@@ -952,35 +1091,32 @@ def _decisions(state: PackState) -> tuple[Decision, ...]:
                                            f"{body.last_seq} in {SUMMARY_SECTION}"))
         elif isinstance(body, PolicySet):
             out.append(Decision(**common, decision="not_a_prompt_event", rule="policy",
-                                detail="in force" if pos == view.policy_pos else "replaced"))
+                                detail="in force" if pos == facts.policy_pos else "replaced"))
         else:
             out.append(Decision(**common, decision="not_a_prompt_event", rule=kind,
                                 detail="record of the session, not model input"))
     return tuple(out)
 
 
-def _rewind_positions(view: Projection) -> dict[int, int]:
+def _rewind_positions(rewinds: dict[int, frozenset[int]]) -> dict[int, int]:
     out: dict[int, int] = {}
-    for at, rewound in sorted(view._rewinds.items()):
+    for at, rewound in sorted(rewinds.items()):
         for pos in rewound:
             out.setdefault(pos, at)
     return out
 
 
-class _Common(TypedDict):
-    pos: int
-    session: str
-    seq: int
-    kind: str
+def _orphan_decision(item: Item, common: _Common) -> Decision:
+    return Decision(**common, decision="dropped", rule="orphan",
+                    detail=f"tool result for call {item.call_id!r}, which no open call "
+                           "in the history matches", original_tokens=item.tokens)
 
 
 def _item_decision(state: PackState, index: int, common: _Common) -> Decision:
     item = state.view.items[index]
     original = item.tokens
     if item.unit < 0:
-        return Decision(**common, decision="dropped", rule="orphan",
-                        detail=f"tool result for call {item.call_id!r}, which no open call "
-                               "in the history matches", original_tokens=original)
+        return _orphan_decision(item, common)
     if item.unit in state.dropped:
         decision, rule, detail = state.dropped[item.unit]
         return Decision(**common, decision=decision, rule=rule,
@@ -997,3 +1133,555 @@ def _item_decision(state: PackState, index: int, common: _Common) -> Decision:
     return Decision(**common, decision="verbatim", rule=rule,
                     tokens=original, original_tokens=original)
 
+
+# -- the built-in pipeline from running totals ---------------------------------------------
+# `pack` with the built-in stages on a history without summaries takes this path.
+# It gives the same prompt, numbers, reports and decisions as running the stages,
+# without a loop over the history: the projection keeps, per policy (the fields
+# the stages' per-item results depend on), the tokens of every item after
+# truncation, what deduplicating or pruning it saves, and per-unit sums of those
+# in Fenwick trees. A pack then costs O(log n) for the totals, the prune and trim
+# decisions (a binary search over turns), plus the prompt it builds and the units
+# near the pruning boundary. When pruning would stop part-way (the order of the
+# candidates matters), the stages run instead. tests/test_pack_paths.py checks
+# that both paths agree.
+
+_REPLACEABLE = ("tool", "notification", "recall")
+_VERBATIM, _TRUNCATED, _DEDUPLICATED, _PRUNED = range(4)
+
+
+class _Sums:
+    """Prefix sums over a growing list of ints with point changes (a Fenwick tree).
+
+    Changes go to ``values`` at once and into the tree at `sync`, which rebuilds
+    it in linear time after a bulk load and updates it in O(log n) per change
+    otherwise.
+    """
+
+    __slots__ = ("_built", "_pending", "_tree", "values")
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self._tree = [0]
+        self._built = 0
+        self._pending: dict[int, int] = {}
+
+    def append(self, value: int) -> None:
+        self.values.append(value)
+
+    def add(self, index: int, delta: int) -> None:
+        self.values[index] += delta
+        if index < self._built:
+            self._pending[index] = self._pending.get(index, 0) + delta
+
+    def sync(self) -> None:
+        values = self.values
+        n = len(values)
+        built = self._built
+        if n == built and not self._pending:
+            return
+        if (n - built + len(self._pending)) * 8 > n:
+            tree = [0, *values]
+            for i in range(1, n + 1):
+                j = i + (i & -i)
+                if j <= n:
+                    tree[j] += tree[i]
+            self._tree = tree
+        else:
+            tree = self._tree
+            for index, delta in self._pending.items():
+                i = index + 1
+                while i <= built:
+                    tree[i] += delta
+                    i += i & -i
+            for i in range(built + 1, n + 1):
+                total = values[i - 1]
+                j = i - 1
+                low = i - (i & -i)
+                while j > low:
+                    total += tree[j]
+                    j -= j & -j
+                tree.append(total)
+        self._built = n
+        self._pending.clear()
+
+    def prefix(self, end: int) -> int:
+        """``sum(values[:end])`` (after `sync`)."""
+        tree = self._tree
+        total = 0
+        while end > 0:
+            total += tree[end]
+            end &= end - 1
+        return total
+
+
+class _PackIndex:
+    """What the built-in stages would do to each item under one policy, kept up to
+    date as the projection grows.
+
+    Keyed by everything those per-item results depend on: the truncation limits
+    (None when truncation is off), whether dedup is on, and the tool-kind mapping.
+    Per item: tokens after truncation, and for a tool result what pruning it saves;
+    superseded results and their placeholder tokens (the index runs its own
+    `DedupIndex`). Per unit, in `_Sums`: tokens after truncation, the dedup savings,
+    and the savings, tokens and number of the results pruning could replace (those
+    that save tokens and are not superseded).
+    """
+
+    __slots__ = ("dcount", "dedup", "dedup_tokens", "done", "dsave", "dsave_total", "kinds",
+                 "marks", "messages", "pcount", "psave", "ptokens", "saving", "tokens",
+                 "tool_units", "trunc_delta", "trunc_key", "truncated", "verbatim")
+
+    def __init__(self, trunc_key: tuple[float, ...] | None, dedup: bool,
+                 kinds: dict[str, str]) -> None:
+        self.trunc_key = trunc_key
+        self.kinds = dict(kinds)
+        self.dedup = DedupIndex(self.kinds) if dedup else None
+        self.done = 0  # items folded in
+        self.marks = 0  # superseded marks folded in
+        self.tokens: list[int] = []  # per item, after truncation
+        self.saving: list[int] = []  # per item: tokens pruning saves (0 unless a tool result)
+        self.truncated: dict[int, str] = {}  # item -> truncation rule
+        self.trunc_delta = 0
+        self.dedup_tokens: dict[int, int] = {}  # superseded item -> its placeholder's tokens
+        self.dsave_total = 0
+        self.verbatim = _Sums()
+        self.dsave = _Sums()
+        self.psave = _Sums()
+        self.ptokens = _Sums()
+        self.pcount = _Sums()
+        self.dcount: list[int] = []  # superseded items per unit
+        self.tool_units: list[int] = []  # units holding a tool result, ascending
+        self.messages: dict[int, Message] = {}  # item * 4 + form -> message (recent ones)
+
+    def matches(self, policy: Policy) -> bool:
+        return (self.trunc_key == (_trunc_key(policy) if policy.truncate else None)
+                and (self.dedup is not None) == policy.dedup and self.kinds == policy.tool_kinds)
+
+    def catch_up(self, view: Projection, policy: Policy) -> None:
+        items = view.items
+        if self.done == len(items):
+            return
+        counter = view.counter
+        key = self.trunc_key
+        dedup = self.dedup
+        for index in range(self.done, len(items)):
+            item = items[index]
+            unit = item.unit
+            tokens = item.tokens
+            saving = 0
+            kind = item.kind
+            if unit >= 0:
+                if key is not None and kind in _REPLACEABLE:
+                    _, rule, _, cut = _truncation(item, key, policy, counter)
+                    if rule:
+                        self.truncated[index] = rule
+                        self.trunc_delta += cut - tokens
+                        tokens = cut
+                if unit == len(self.dcount):
+                    for sums in (self.verbatim, self.dsave, self.psave, self.ptokens,
+                                 self.pcount):
+                        sums.append(0)
+                    self.dcount.append(0)
+                self.verbatim.add(unit, tokens)
+                if kind == "tool":
+                    if not self.tool_units or self.tool_units[-1] < unit:
+                        self.tool_units.append(unit)
+                    elif unit not in self.tool_units:
+                        insort(self.tool_units, unit)
+                    saving = tokens - (MESSAGE_OVERHEAD + 1
+                                       + counter.count(_placeholder(item, policy)))
+                    if saving > 0:
+                        self.psave.add(unit, saving)
+                        self.ptokens.add(unit, tokens)
+                        self.pcount.add(unit, 1)
+            self.tokens.append(tokens)
+            self.saving.append(saving)
+            if dedup is not None and unit >= 0 and kind == "tool":
+                dedup.add(item)
+                self._fold_marks(items, counter)
+        self.done = len(items)
+        for sums in (self.verbatim, self.dsave, self.psave, self.ptokens, self.pcount):
+            sums.sync()
+
+    def _fold_marks(self, items: list[Item], counter: TokenCounter) -> None:
+        assert self.dedup is not None
+        marked = self.dedup.marked
+        while self.marks < len(marked):
+            index = marked[self.marks]
+            self.marks += 1
+            tier, _, name = self.dedup.superseded[index]
+            placeholder = MESSAGE_OVERHEAD + 1 + counter.count(_DEDUP_TEXT[tier].format(name=name))
+            self.dedup_tokens[index] = placeholder
+            unit = items[index].unit
+            tokens = self.tokens[index]
+            self.dsave.add(unit, tokens - placeholder)
+            self.dsave_total += tokens - placeholder
+            self.dcount[unit] += 1
+            saving = self.saving[index]
+            if saving > 0:  # a superseded result is deduplicated, not pruned
+                self.psave.add(unit, -saving)
+                self.ptokens.add(unit, -tokens)
+                self.pcount.add(unit, -1)
+
+    def message(self, item: Item, form: int, policy: Policy, counter: TokenCounter) -> Message:
+        key = item.index * 4 + form
+        message = self.messages.get(key)
+        if message is None:
+            if form == _VERBATIM:
+                message = _message(item, None)
+            elif form == _TRUNCATED:
+                assert self.trunc_key is not None
+                text = _truncation(item, self.trunc_key, policy, counter)[2]
+                message = _message(item, (TextPart(text=text),))
+            elif form == _DEDUPLICATED:
+                assert self.dedup is not None
+                tier, _, name = self.dedup.superseded[item.index]
+                message = _message(item, (TextPart(text=_DEDUP_TEXT[tier].format(name=name)),))
+            else:
+                message = _message(item, (TextPart(text=_placeholder(item, policy)),))
+            self.messages[key] = message
+        return message
+
+
+_INDEXES = "pack.indexes"
+_MAX_INDEXES = 4
+
+
+def _index_for(view: Projection, policy: Policy) -> _PackIndex:
+    """The projection's index for this policy (created, or brought up to date)."""
+    indexes = view.pack_cache.setdefault(_INDEXES, [])
+    assert isinstance(indexes, list)
+    found: _PackIndex | None = None
+    for candidate in indexes:
+        if candidate.matches(policy):
+            found = candidate
+            break
+    if found is None:
+        found = _PackIndex(_trunc_key(policy) if policy.truncate else None, policy.dedup,
+                           policy.tool_kinds)
+        indexes.append(found)
+        del indexes[:-_MAX_INDEXES]
+    found.catch_up(view, policy)
+    return found
+
+
+def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering: bool,
+                  explain: bool) -> Packed | None:
+    """`pack` with the built-in stages, from the running totals (None when pruning
+    would stop part-way: then the stages run)."""
+    index = _index_for(view, policy)
+    counter = view.counter
+    items, units = view.items, view.units
+    n_units = len(units)
+    tail_unit = view.turn_starts[-1] if view.turn_starts else max(n_units - 1, 0)
+    # Protected: the mandatory tail (units >= tail_unit), calls awaiting results, pins.
+    older_protected = sorted(u for u in view.open_units | _pinned_units(view) if u < tail_unit)
+    older_set = set(older_protected)
+    system_tokens = _system_tokens(view)
+    budget = _budget(policy, system_tokens, view.tools_tokens)
+    warning = budget.warning
+    total = (system_tokens + view.tools_tokens + _synthetic_tokens(view, counter)
+             + REPLY_OVERHEAD + view.unit_tokens)
+    before = total
+    reports = _opening_reports(view, policy, budget, before, recovering)
+
+    # truncate: every item the policy cuts (all are live, none protected from it)
+    if policy.truncate:
+        count = len(index.truncated)
+        after = total + index.trunc_delta
+        reports.append(StageReport(name="truncate", fired=count > 0,
+                                   detail=f"{count} outputs truncated", tokens_before=total,
+                                   tokens_after=after, events=count))
+        total = after
+    else:
+        reports.append(StageReport(name="truncate", fired=False, detail="disabled by policy"))
+    reports.append(StageReport(name="summaries", fired=False, detail="no compaction committed"))
+
+    # dedup: every superseded result outside the protected units
+    deduped = False
+    superseded = index.dedup.superseded if index.dedup is not None else {}
+    if not policy.dedup:
+        reports.append(StageReport(name="dedup", fired=False, detail="disabled by policy"))
+    elif total < warning:
+        reports.append(StageReport(name="dedup", fired=False,
+                                   detail=f"pressure below warning ({total} < {warning} tokens)",
+                                   tokens_before=total, tokens_after=total))
+    else:
+        deduped = True
+        saved, count = index.dsave_total, len(index.dedup_tokens)
+        for u in chain(older_protected, range(tail_unit, n_units)):
+            if index.dcount[u]:
+                saved -= index.dsave.values[u]
+                count -= index.dcount[u]
+        after = total - saved
+        reports.append(StageReport(name="dedup", fired=count > 0,
+                                   detail=f"{count} results superseded", tokens_before=total,
+                                   tokens_after=after, events=count))
+        total = after
+
+    # prune: candidates are the results of units before `boundary` (older than the
+    # protected turns), outside protected units, not deduplicated, that save tokens,
+    # minus the most recent ones `prune_protect_tokens` shields.
+    pruned = False
+    boundary = 0
+    shielded: list[int] = []  # items shielded by prune_protect_tokens, newest first
+    if not policy.prune:
+        reports.append(StageReport(name="prune", fired=False, detail="disabled by policy"))
+    elif total < warning:
+        reports.append(StageReport(name="prune", fired=False,
+                                   detail=f"pressure below warning ({total} < {warning} tokens)",
+                                   tokens_before=total, tokens_after=total))
+    else:
+        turns = view.turn_starts
+        first_protected_turn = len(turns) - policy.prune_protect_turns + 1
+        if first_protected_turn <= 0:
+            boundary = 0
+        elif first_protected_turn <= len(turns):
+            boundary = turns[first_protected_turn - 1]
+        else:
+            boundary = n_units
+        shield_left = policy.prune_protect_tokens
+        tool_units = index.tool_units
+        stop = False
+        for k in range(bisect_left(tool_units, boundary) - 1, -1, -1):
+            u = tool_units[k]
+            if u >= tail_unit or u in older_set:
+                continue
+            for i in reversed(units[u].items):
+                if items[i].kind != "tool" or (deduped and i in superseded):
+                    continue
+                tokens = index.tokens[i]
+                if tokens > shield_left:
+                    stop = True
+                    break
+                shield_left -= tokens
+                shielded.append(i)
+            if stop:
+                break
+        potential = index.ptokens.prefix(boundary)
+        count = index.pcount.prefix(boundary)
+        saved = index.psave.prefix(boundary)
+        for u in chain(older_protected, range(tail_unit, boundary)):
+            if u < boundary:
+                potential -= index.ptokens.values[u]
+                count -= index.pcount.values[u]
+                saved -= index.psave.values[u]
+        for i in shielded:
+            if index.saving[i] > 0:
+                potential -= index.tokens[i]
+                count -= 1
+                saved -= index.saving[i]
+        if potential < policy.prune_min_savings or count == 0:
+            reports.append(StageReport(name="prune", fired=False,
+                                       detail=f"potential savings {potential} < minimum "
+                                              f"{policy.prune_min_savings}",
+                                       tokens_before=total, tokens_after=total))
+        elif total - saved > warning:  # every candidate goes, in any order
+            pruned = True
+            after = total - saved
+            reports.append(StageReport(name="prune", fired=True,
+                                       detail=f"{count} of {count} candidates pruned",
+                                       tokens_before=total, tokens_after=after, events=count))
+            total = after
+        else:
+            return None  # pruning stops part-way: which ones go depends on their order
+
+    # trim: whole turns, oldest first, until at the blocking level (protected units stay)
+    pre_trim = total
+    cut = 0  # units before `cut`, except protected ones, are dropped
+    target = min(budget.blocking, policy.usable)
+    if not policy.trim:
+        reports.append(StageReport(name="trim", fired=False, detail="disabled by policy"))
+    elif total <= target:
+        reports.append(StageReport(name="trim", fired=False,
+                                   detail=f"{total} tokens <= blocking level {target}",
+                                   tokens_before=total, tokens_after=total))
+    else:
+        kept_older = [0]  # prefix sums of the tokens of the older protected units
+        for u in older_protected:
+            kept_older.append(kept_older[-1] + _unit_tokens(index, u, deduped, pruned, boundary))
+        shield_units: list[int] = []  # units of shielded items that save tokens, ascending
+        shield_saved = [0]
+        for i in reversed(shielded):
+            if index.saving[i] > 0:
+                shield_units.append(items[i].unit)
+                shield_saved.append(shield_saved[-1] + index.saving[i])
+
+        def dropped(end: int) -> int:
+            """Tokens of the unprotected units before ``end``."""
+            out = index.verbatim.prefix(end)
+            if deduped:
+                out -= index.dsave.prefix(end)
+            if pruned:
+                out -= index.psave.prefix(min(end, boundary))
+                out += shield_saved[bisect_left(shield_units, end)]
+            return out - kept_older[bisect_left(older_protected, end)]
+
+        turns = view.turn_starts
+        if turns:
+            shift = 0 if turns[0] > 0 else 1  # turn 0 (units before the first user message)
+            groups = len(turns) - shift
+
+            def end_of(k: int) -> int:
+                return turns[k - 1 + shift]
+        else:
+            groups = 1 if tail_unit > 0 else 0
+
+            def end_of(k: int) -> int:
+                return tail_unit
+        turns_dropped = 0
+        if groups:
+            lo, hi = 1, groups
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if total - dropped(end_of(mid)) <= target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            turns_dropped = lo
+            cut = end_of(lo)
+        units_dropped = cut - bisect_left(older_protected, cut)
+        after = total - dropped(cut) if cut else total
+        reports.append(StageReport(name="trim", fired=units_dropped > 0,
+                                   detail=f"{turns_dropped} oldest turns dropped "
+                                          f"({units_dropped} units)",
+                                   tokens_before=total, tokens_after=after,
+                                   events=units_dropped))
+        total = after
+    due = pre_trim >= budget.compact
+    if total > policy.usable:
+        raise _over_budget(total, policy)
+
+    # the prompt: kept units are the protected ones before the cut and all from it
+    sections, section_tokens = _sections(view)
+    messages: list[Message] = []
+    tokens_of: list[int] = []
+    forms: dict[int, int] = {}  # kept items not verbatim -> form
+    refs: dict[int, tuple[int, bool]] = {}  # pruned kept items -> references, decision language
+    used: list[int] = []
+    tail_message = -1
+    shielded_set = set(shielded)
+    for u in chain([u for u in older_protected if u < cut], range(cut, n_units)):
+        unit = units[u]
+        if u == tail_unit:
+            tail_message = len(messages)
+        protected = u >= tail_unit or u in older_set
+        for i in unit.items:
+            item = items[i]
+            if deduped and not protected and i in superseded:
+                form, tokens = _DEDUPLICATED, index.dedup_tokens[i]
+            elif (pruned and not protected and u < boundary and index.saving[i] > 0
+                  and i not in shielded_set):
+                form, tokens = _PRUNED, index.tokens[i] - index.saving[i]
+                refs[i] = (item.refs, item.decision_language)
+            elif i in index.truncated:
+                form, tokens = _TRUNCATED, index.tokens[i]
+            else:
+                form, tokens = _VERBATIM, item.tokens
+            if form != _VERBATIM:
+                forms[i] = form
+            messages.append(index.message(item, form, policy, counter))
+            used.append(i * 4 + form)
+            tokens_of.append(tokens)
+        if unit.open_calls:
+            _answer_open_calls(view, u, counter, messages, tokens_of)
+    if len(index.messages) > 2 * len(used) + 256:  # keep the cache to recent messages
+        index.messages = {key: index.messages[key] for key in used}
+    breakpoints = _breakpoints(policy, view, len(sections), len(sections), len(messages),
+                               tail_message)
+    prompt = Prompt(system=tuple(sections), tools=tuple(_tools(view)), messages=tuple(messages),
+                    breakpoints=breakpoints)
+    reports.append(_breakpoints_report(prompt))
+    explanation = None
+    if explain:
+        explanation = _Explanation(_DefaultDecisions(
+            view, index, policy, forms, refs, cut, tail_unit, older_set, target).build)
+    return Packed(
+        prompt=prompt, tokens=total, message_tokens=tuple(tokens_of),
+        section_tokens=tuple(section_tokens), budget=budget,
+        pressure=round(total / max(policy.usable, 1), 6),
+        pressure_before=round(before / max(policy.usable, 1), 6),
+        thresholds=_thresholds(budget, policy, before), compaction_due=due,
+        stages=tuple(reports), tokenizer=counter.id, policy_hash=policy_hash, head=view.head,
+        recovery=recovering, _explanation=explanation)
+
+
+def _unit_tokens(index: _PackIndex, unit: int, deduped: bool, pruned: bool,
+                 boundary: int) -> int:
+    """A unit's tokens as the per-unit sums count them (protected or not)."""
+    out = index.verbatim.values[unit]
+    if deduped:
+        out -= index.dsave.values[unit]
+    if pruned and unit < boundary:
+        out -= index.psave.values[unit]
+    return out
+
+
+class _DefaultDecisions:
+    """The decisions of a pack by `_pack_default`, from what it decided (kept items
+    that are not verbatim, the trim cut, the protected units) and the facts of the
+    projection at the pack."""
+
+    __slots__ = ("cut", "facts", "forms", "index", "older", "policy", "refs", "tail_unit",
+                 "target")
+
+    def __init__(self, view: Projection, index: _PackIndex, policy: Policy,
+                 forms: dict[int, int], refs: dict[int, tuple[int, bool]], cut: int,
+                 tail_unit: int, older: set[int], target: int) -> None:
+        self.facts = _Facts(view)
+        self.index = index
+        self.policy = policy
+        self.forms = forms
+        self.refs = refs  # of pruned items as of the pack (later messages add references)
+        self.cut = cut
+        self.tail_unit = tail_unit
+        self.older = older
+        self.target = target
+
+    def _prune_detail(self, item: Item) -> str:
+        policy = self.policy
+        refs, decided = self.refs[item.index]
+        kind = policy.kind_of(item.tool_name)
+        weights = policy.tool_weights
+        priority = (weights.get(kind, weights.get("other", 50))
+                    - policy.prune_reference_bonus * refs
+                    - (policy.prune_decision_bonus if decided else 0))
+        return (f"priority {priority} (kind {kind}, {refs} references, decision language "
+                f"{'yes' if decided else 'no'})")
+
+    def build(self) -> tuple[Decision, ...]:
+        return _decisions(self.facts, self.item, {})
+
+    def item(self, i: int, common: _Common) -> Decision:
+        item = self.facts.items[i]
+        original = item.tokens
+        unit = item.unit
+        if unit < 0:
+            return _orphan_decision(item, common)
+        if unit < self.cut and unit not in self.older:
+            return Decision(**common, decision="trimmed", rule="trim.turn",
+                            detail=f"turn {self.facts.units[unit].turn} dropped: prompt was over "
+                                   f"the blocking level {self.target}", original_tokens=original)
+        form = self.forms.get(i, _VERBATIM)
+        index = self.index
+        if form == _TRUNCATED:
+            rule = index.truncated[i]
+            return Decision(**common, decision="truncated", rule=rule,
+                            detail=_trunc_detail(item, rule), tokens=index.tokens[i],
+                            original_tokens=original)
+        if form == _DEDUPLICATED:
+            assert index.dedup is not None
+            tier, by, _ = index.dedup.superseded[i]
+            return Decision(**common, decision="deduplicated", rule=f"dedup.tier{tier}",
+                            detail=f"superseded by position {self.facts.items[by].pos}",
+                            tokens=index.dedup_tokens[i], original_tokens=original)
+        if form == _PRUNED:
+            return Decision(**common, decision="pruned", rule="prune.score",
+                            detail=self._prune_detail(item),
+                            tokens=index.tokens[i] - index.saving[i],
+                            original_tokens=original)
+        protected = unit >= self.tail_unit or unit in self.older
+        return Decision(**common, decision="verbatim",
+                        rule="verbatim.protected" if protected else "verbatim",
+                        tokens=original, original_tokens=original)

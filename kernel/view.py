@@ -19,7 +19,11 @@ the session is a fork) and maintains:
   request/response pairs (for tokenizer calibration and overflow recovery);
 * incremental indexes for dedup (exact repeats, stale reads, greps subsumed
   by a full read) and for pruning scores (references by later assistant
-  text, decision language), so that a pack after one append costs O(new).
+  text, decision language), so that a pack after one append costs O(new);
+* running totals packing would otherwise sum over the whole history: the
+  verbatim tokens of every unit's items and the units with a call still open.
+  ``pack_cache`` holds the packer's own derived indexes (see ``pack``); like
+  every derived state it is dropped when a rewind rebuilds the projection.
 
 A rewind is the one event that is not folded incrementally: the projection is
 rebuilt from the start with the rewound positions excluded, so every derived
@@ -202,6 +206,7 @@ class DedupIndex:
     def __init__(self, kinds: dict[str, str]) -> None:
         self.kinds = kinds
         self.superseded: dict[int, tuple[int, int, str]] = {}
+        self.marked: list[int] = []  # the keys of ``superseded``, in the order marked
         self._exact: dict[bytes, int] = {}
         self._reads: dict[str, list[int]] = {}
         self._stale: dict[str, list[int]] = {}
@@ -224,23 +229,28 @@ class DedupIndex:
                 f"{item.tool_name}\x00{json.dumps(item.args, sort_keys=True)}\x00".encode(
                     "utf-8", "surrogatepass") + body.output.encode("utf-8", "surrogatepass"))
             earlier = self._exact.get(key)
-            if earlier is not None and earlier not in self.superseded:
-                self.superseded[earlier] = (1, item.index, "")
+            if earlier is not None:
+                self._mark(earlier, (1, item.index, ""))
             self._exact[key] = item.index
         target = item.target
         if not target:
             return
         if kind == "file_read":
             for stale in self._stale.pop(target, []):
-                self.superseded.setdefault(stale, (2, item.index, ""))
+                self._mark(stale, (2, item.index, ""))
             if item.full_read:
                 for grep in self._greps.pop(target, []):
-                    self.superseded.setdefault(grep, (3, item.index, _basename(target)))
+                    self._mark(grep, (3, item.index, _basename(target)))
             self._reads.setdefault(target, []).append(item.index)
         elif kind in ("file_edit", "file_write"):
             self._stale.setdefault(target, []).extend(self._reads.pop(target, []))
         elif kind == "grep" and "." in _basename(target):
             self._greps.setdefault(target, []).append(item.index)
+
+    def _mark(self, index: int, mark: tuple[int, int, str]) -> None:
+        if index not in self.superseded:
+            self.superseded[index] = mark
+            self.marked.append(index)
 
 
 class Projection:
@@ -286,6 +296,9 @@ class Projection:
         self._since_assistant: list[int] = []
         self._dedup: DedupIndex | None = None
         self._tool_items: list[int] = []
+        self.unit_tokens = 0  # verbatim tokens of every item that belongs to a unit
+        self.open_units: set[int] = set()  # units with a call still waiting for its result
+        self.pack_cache: dict[object, object] = {}  # the packer's derived indexes
 
     # -- folding -----------------------------------------------------------------
     def extend(self, events: Iterable[Event]) -> None:
@@ -315,6 +328,8 @@ class Projection:
             self.tool_calls += len(calls)
             unit.calls = calls
             unit.open_calls = set(calls)
+            if calls:
+                self.open_units.add(unit.index)
             for call in calls:
                 self._call_unit[call] = unit.index
             self._note_assistant(item, body)
@@ -389,6 +404,7 @@ class Projection:
         unit = Unit(len(self.units), item.turn, item.index)
         item.unit = unit.index
         self.units.append(unit)
+        self.unit_tokens += item.tokens
         return unit
 
     def _tool_result(self, pos: int, event: Event, body: ToolResultAdded) -> None:
@@ -400,8 +416,11 @@ class Projection:
             return  # an orphan: no open call to answer; packing drops it
         unit = self.units[unit_index]
         unit.open_calls.discard(body.call_id)
+        if not unit.open_calls:
+            self.open_units.discard(unit_index)
         unit.items.append(item.index)
         item.unit = unit_index
+        self.unit_tokens += item.tokens
         call_body = self.items[unit.items[0]].event.body
         assert isinstance(call_body, AssistantMessageAdded)
         for part in call_body.parts:

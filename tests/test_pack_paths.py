@@ -1,0 +1,172 @@
+"""The built-in pipeline packs the same from running totals as stage by stage.
+
+`pack` with the built-in stages on a history without summaries computes the
+result from the projection's per-policy sums (`turnlog.pack._pack_default`);
+with any other pipeline it runs the stages one by one. A no-op stage appended
+to the built-in pipeline forces the stage-by-stage path, so the two can be
+compared on every output: prompt bytes, token counts, budget, stage reports,
+decisions, and the error when the budget is exceeded. Projections are packed
+fresh, midway through their history (so the sums are built in steps), and
+under several policies in turn (so per-policy sums are kept apart).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgspec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from turnlog import Policy
+from turnlog.errors import BudgetExceededError, PolicyError
+from turnlog.pack import DEFAULT_STAGES, Packed, PackState, _pack_default, pack
+from turnlog.testing import SessionItem, build, check_packed, memory_log, policies, sessions
+from turnlog.tokens import get_counter
+from turnlog.view import Projection
+
+FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _noop(state: PackState) -> None:
+    del state
+
+
+STAGE_BY_STAGE = (*DEFAULT_STAGES, ("noop", _noop))
+
+
+def _outcome(view: Projection, policy: Policy, *, stepwise: bool) -> Packed | str:
+    try:
+        return pack(view, policy, stages=STAGE_BY_STAGE if stepwise else None)
+    except BudgetExceededError as exc:
+        return f"over: {exc}"
+
+
+def _same(fast: Packed | str, slow: Packed | str) -> None:
+    if isinstance(fast, str) or isinstance(slow, str):
+        assert fast == slow
+        return
+    assert fast.prompt.encode() == slow.prompt.encode(), (
+        fast.prompt.first_difference(slow.prompt))
+    for field in ("tokens", "message_tokens", "section_tokens", "budget", "pressure",
+                  "pressure_before", "thresholds", "compaction_due", "tokenizer",
+                  "policy_hash", "head", "recovery"):
+        assert getattr(fast, field) == getattr(slow, field), field
+    for a, b in zip(fast.stages, slow.stages, strict=True):
+        assert a == b, f"stage report {a} != {b}"
+    for a, b in zip(fast.decisions, slow.decisions, strict=True):
+        assert a == b, f"decision {a} != {b}"
+    assert fast == slow
+
+
+def _view(lineage: list[msgspec.Struct]) -> Projection:
+    view = Projection(get_counter("cl100k_base"))
+    view.extend(lineage)  # type: ignore[arg-type]
+    return view
+
+
+def _lineage(items: list[SessionItem]) -> list[msgspec.Struct]:
+    log = memory_log()
+    session = build(log, "s", items)
+    return list(log.lineage(session))
+
+
+@FAST
+@given(items=sessions(compactions=False), policy=policies())
+def test_both_paths_pack_alike(items: list[SessionItem], policy: Policy) -> None:
+    lineage = _lineage(items)
+    fast = _outcome(_view(lineage), policy, stepwise=False)
+    _same(fast, _outcome(_view(lineage), policy, stepwise=True))
+    if not isinstance(fast, str):
+        check_packed(_view(lineage), fast, policy)
+
+
+@FAST
+@given(items=sessions(compactions=False), policy=policies(min_window=2_000, max_window=12_000))
+def test_both_paths_pack_alike_in_small_windows(items: list[SessionItem],
+                                                policy: Policy) -> None:
+    lineage = _lineage(items)
+    _same(_outcome(_view(lineage), policy, stepwise=False),
+          _outcome(_view(lineage), policy, stepwise=True))
+
+
+@FAST
+@given(items=sessions(compactions=False), policy=policies(max_window=24_000), data=st.data())
+def test_a_projection_packed_after_every_few_events_packs_alike(
+        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    lineage = _lineage(items)
+    stops = sorted(set(data.draw(st.lists(st.integers(0, max(0, len(lineage) - 1)),
+                                          max_size=6))))
+    view = Projection(get_counter("cl100k_base"))
+    for i, event in enumerate(lineage):
+        view.apply(event)  # type: ignore[arg-type]
+        if i in stops:
+            fast = _outcome(view, policy, stepwise=False)
+            _same(fast, _outcome(_view(lineage[:i + 1]), policy, stepwise=True))
+    _same(_outcome(view, policy, stepwise=False), _outcome(view, policy, stepwise=True))
+
+
+@FAST
+@given(items=sessions(compactions=False), first=policies(max_window=24_000),
+       other=policies(max_window=24_000),
+       fields=st.sets(st.sampled_from(("truncate", "truncate_lines", "truncate_bytes", "dedup",
+                                       "prune", "prune_protect_tokens", "prune_protect_turns",
+                                       "prune_min_savings", "trim", "context_window",
+                                       "recall_max_chars", "warning_buffer")),
+                      min_size=1, max_size=3))
+def test_one_projection_under_several_policies_packs_alike(
+        items: list[SessionItem], first: Policy, other: Policy, fields: set[str]) -> None:
+    with contextlib.suppress(PolicyError):
+        second = msgspec.structs.replace(first, **{f: getattr(other, f) for f in fields})
+        lineage = _lineage(items)
+        view = _view(lineage)
+        for policy in (first, second, first, other):
+            _same(_outcome(view, policy, stepwise=False),
+                  _outcome(_view(lineage), policy, stepwise=True))
+
+
+def test_the_running_totals_path_is_taken_on_generated_sessions() -> None:
+    # Most packs without summaries go the fast way; pruning that stops part-way
+    # (when the order of the candidates decides) is left to the stages.
+    taken: list[bool] = []
+
+    @settings(deadline=None, max_examples=120, database=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(items=sessions(compactions=False), policy=policies(max_window=32_000))
+    def explore(items: list[SessionItem], policy: Policy) -> None:
+        view = _view(_lineage(items))
+        with contextlib.suppress(BudgetExceededError):
+            taken.append(_pack_default(view, policy, policy.hash, False, True) is not None)
+
+    explore()
+    assert sum(taken) >= 0.8 * len(taken), f"{sum(taken)} of {len(taken)} packs"
+
+
+def test_decisions_are_those_of_the_pack_even_when_read_after_more_events() -> None:
+    lineage = _lineage([*_turns(40)])
+    # Later assistant messages name src/app.py: the references of earlier results grow.
+    policy = Policy(context_window=3_000, output_reserve=500, prune_min_savings=0,
+                    prune_protect_tokens=0, prune_protect_turns=1, warning_buffer=None,
+                    warning_ratio=0.5, blocking_buffer=None, blocking_ratio=0.6)
+    view = _view(lineage[:len(lineage) // 2])
+    early = pack(view, policy)
+    expected = pack(_view(lineage[:len(lineage) // 2]), policy, stages=STAGE_BY_STAGE)
+    view.extend(lineage[len(lineage) // 2:])  # type: ignore[arg-type]
+    pack(view, policy)
+    assert early.decisions == expected.decisions
+    assert {d.decision for d in early.decisions} >= {"trimmed", "pruned", "verbatim"}
+
+
+def _turns(n: int) -> list[SessionItem]:
+    from turnlog import AssistantMessageAdded, TextPart, ToolCall, ToolResultAdded, UserMessageAdded
+    out: list[SessionItem] = []
+    for t in range(n):
+        out.append(UserMessageAdded(text=f"turn {t}: look at the files and fix the failing test"))
+        call = f"c{t}"
+        out.append(AssistantMessageAdded(parts=(
+            TextPart(text="Reading the file."),
+            ToolCall(id=call, name="bash", arguments='{"command": "cat src/app.py"}'))))
+        out.append(ToolResultAdded(call_id=call, tool_name="bash",
+                                   output="\n".join(f"line {i} of output {t}" for i in range(60))))
+        out.append(AssistantMessageAdded(parts=(TextPart(text=f"Done with src/app.py ({t})."),)))
+    return out
