@@ -57,8 +57,8 @@ pruning that stops part-way take the stage-by-stage path.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Callable, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import Literal, TypedDict
 
@@ -462,74 +462,16 @@ def summary_stage(state: PackState) -> StageReport:
     """Stage 3: substitute committed compactions; build the summary section."""
     view = state.view
     before = state.total
-    active = [pos for pos in view.compactions if pos not in view.rewound]
-    if not active:
+    if not view.compactions:
         return StageReport(name="summaries", fired=False, detail="no compaction committed")
-    bodies: dict[int, CompactionCommitted] = {}
-    for pos in active:
-        body = view.events[pos].body
-        assert isinstance(body, CompactionCommitted)
-        bodies[pos] = body
-    children_of = {pos: [c for c in b.children if c in bodies] for pos, b in bodies.items()}
-    is_child = {c for kids in children_of.values() for c in kids}
-    roots = sorted(pos for pos in bodies if pos not in is_child)
-    # A later root whose span contains an earlier root's span supersedes it.
-    kept_roots: list[int] = []
-    for pos in roots:
-        b = bodies[pos]
-        kept_roots = [r for r in kept_roots
-                      if not (b.first_seq <= bodies[r].first_seq
-                              and bodies[r].last_seq <= b.last_seq)]
-        kept_roots.append(pos)
-    for pos in bodies:
-        if pos not in kept_roots and pos not in is_child:
-            state.summary_shown[pos] = "superseded by a later summary covering its span"
-    tokens = {pos: state.counter.count(_summary_block(bodies[pos])) + 1 for pos in bodies}
-    shown = sorted(kept_roots, key=lambda p: bodies[p].first_seq)
     # The summaries never take the room the protected part (mandatory tail,
     # pins, calls awaiting results) needs: that part cannot be trimmed.
     protected = state.synthetic_tokens + sum(
         state.tokens_of(i) for u in state.protected_units for i in view.units[u].items)
-    room = state.budget.history - protected
-    budget = max(0, min(state.summary_budget, room))
-    used = sum(tokens[p] for p in shown)
-    why = (f"over the summary budget ({budget} tokens)" if budget == state.summary_budget
-           else f"the protected part leaves {budget} tokens for summaries")
-    while used > budget and shown:  # too many roots: the oldest go first
-        oldest = shown.pop(0)
-        used -= tokens[oldest]
-        state.summary_shown[oldest] = f"{why}; its events stay summarized"
-    # Breadth-first expansion: highest level first, oldest first.
-    expanded = True
-    while expanded:
-        expanded = False
-        for pos in sorted(shown, key=lambda p: (-bodies[p].level, bodies[p].first_seq)):
-            kids = children_of[pos]
-            if not kids:
-                continue
-            extra = sum(tokens[k] for k in kids) - tokens[pos]
-            if used + extra <= budget:
-                shown.remove(pos)
-                shown.extend(kids)
-                used += extra
-                state.summary_shown[pos] = "expanded into its children"
-                expanded = True
-                break
-    shown.sort(key=lambda p: bodies[p].first_seq)
-    framing = 0 if view.sections else MESSAGE_OVERHEAD  # the summary opens the system message
-    text = ""
-    while shown:  # the rendered section (wrapper and framing included) must fit the room
-        text = ("<conversation_summary>\n" + "\n".join(_summary_block(bodies[p]) for p in shown)
-                + "\n</conversation_summary>")
-        if state.counter.count(text) + 1 + framing <= room:
-            break
-        oldest = shown.pop(0)
-        text = ""
-        state.summary_shown[oldest] = (f"the protected part leaves {room} tokens for summaries; "
-                                       "its events stay summarized")
-    for pos in bodies:
-        state.summary_shown.setdefault(pos, "" if pos in shown else
-                                       "rolled up: shown through its parent")
+    plan = _SummaryPlan(view, state.counter, state.budget.history, state.summary_budget,
+                        protected)
+    state.summary_shown.update(plan.why)
+    bodies = plan.bodies
     covered = 0
     for pos in sorted(bodies, key=lambda p: (bodies[p].level, p)):
         body = bodies[pos]
@@ -537,25 +479,126 @@ def summary_stage(state: PackState) -> StageReport:
             index = view.item_at.get(cpos)
             if index is None or index in state.summarized:
                 continue
-            if state.summarize(index, "summaries.compaction",
-                               f"covered by compaction #{pos} (level {body.level}, positions "
-                               f"{body.first_seq}-{body.last_seq})"):
+            if state.summarize(index, "summaries.compaction", _summarized_detail(pos, body)):
                 covered += 1
     # A unit cut by a summary boundary would split a tool pair: summarize its
     # remaining items too, or restore the ones summarized (when protected).
     _close_units(state)
-    if shown:
-        state.summary_text = text
-        state.summary_tokens = state.counter.count(text) + 1
+    framing = 0
+    if plan.shown:
+        framing = plan.framing
+        state.summary_text = plan.text
+        state.summary_tokens = plan.tokens
         state.system_tokens += framing
-    else:
-        framing = 0
     state.budget = msgspec.structs.replace(
         state.budget, summary=state.summary_tokens, system=state.system_tokens,
         history=state.budget.history - state.summary_tokens - framing)
     return StageReport(name="summaries", fired=True,
-                       detail=f"{len(shown)} summaries shown, {covered} events summarized",
+                       detail=f"{len(plan.shown)} summaries shown, {covered} events summarized",
                        tokens_before=before, tokens_after=state.total, events=covered)
+
+
+def _summarized_detail(pos: int, body: CompactionCommitted) -> str:
+    return (f"covered by compaction #{pos} (level {body.level}, positions "
+            f"{body.first_seq}-{body.last_seq})")
+
+
+class _SummaryPlan:
+    """Which committed summaries the prompt shows, and its summary section.
+
+    Parameters:
+        history: the history budget before summaries.
+        budget: the summary budget (``summary_budget`` x history).
+        protected: tokens of the protected part (tail, pins, calls awaiting
+            results, their placeholder results), which summaries never take.
+
+    Attributes:
+        bodies: every committed compaction of the view, by position.
+        shown: positions of the summaries shown, oldest span first.
+        text: the summary section ("" when none is shown); tokens: its tokens.
+        framing: system-message framing the section adds when it opens it.
+        why: why a compaction is not shown ("" when it is).
+    """
+
+    def __init__(self, view: Projection, counter: TokenCounter, history: int, budget: int,
+                 protected: int) -> None:
+        bodies: dict[int, CompactionCommitted] = {}
+        for pos in view.compactions:
+            body = view.events[pos].body
+            assert isinstance(body, CompactionCommitted)
+            bodies[pos] = body
+        self.bodies = bodies
+        self.why: dict[int, str] = {}
+        children_of = {pos: [c for c in b.children if c in bodies] for pos, b in bodies.items()}
+        is_child = {c for kids in children_of.values() for c in kids}
+        roots = sorted(pos for pos in bodies if pos not in is_child)
+        # A later root whose span contains an earlier root's span supersedes it.
+        kept_roots: list[int] = []
+        for pos in roots:
+            b = bodies[pos]
+            kept_roots = [r for r in kept_roots
+                          if not (b.first_seq <= bodies[r].first_seq
+                                  and bodies[r].last_seq <= b.last_seq)]
+            kept_roots.append(pos)
+        for pos in bodies:
+            if pos not in kept_roots and pos not in is_child:
+                self.why[pos] = "superseded by a later summary covering its span"
+        cache = view.pack_cache.setdefault(_SUMMARY_TOKENS, {})
+        assert isinstance(cache, dict)
+        tokens: dict[int, int] = {}
+        for pos, body in bodies.items():
+            n = cache.get(pos)
+            if n is None:
+                n = cache[pos] = counter.count(_summary_block(body)) + 1
+            tokens[pos] = n
+        shown = sorted(kept_roots, key=lambda p: bodies[p].first_seq)
+        room = history - protected
+        limit = max(0, min(budget, room))
+        used = sum(tokens[p] for p in shown)
+        why = (f"over the summary budget ({limit} tokens)" if limit == budget
+               else f"the protected part leaves {limit} tokens for summaries")
+        while used > limit and shown:  # too many roots: the oldest go first
+            oldest = shown.pop(0)
+            used -= tokens[oldest]
+            self.why[oldest] = f"{why}; its events stay summarized"
+        # Breadth-first expansion: highest level first, oldest first.
+        expanded = True
+        while expanded:
+            expanded = False
+            for pos in sorted(shown, key=lambda p: (-bodies[p].level, bodies[p].first_seq)):
+                kids = children_of[pos]
+                if not kids:
+                    continue
+                extra = sum(tokens[k] for k in kids) - tokens[pos]
+                if used + extra <= limit:
+                    shown.remove(pos)
+                    shown.extend(kids)
+                    used += extra
+                    self.why[pos] = "expanded into its children"
+                    expanded = True
+                    break
+        shown.sort(key=lambda p: bodies[p].first_seq)
+        # The summary opens the system message when there is no other section.
+        self.framing = 0 if view.sections else MESSAGE_OVERHEAD
+        text = ""
+        while shown:  # the rendered section (wrapper and framing included) must fit the room
+            text = ("<conversation_summary>\n"
+                    + "\n".join(_summary_block(bodies[p]) for p in shown)
+                    + "\n</conversation_summary>")
+            if counter.count(text) + 1 + self.framing <= room:
+                break
+            oldest = shown.pop(0)
+            text = ""
+            self.why[oldest] = (f"the protected part leaves {room} tokens for summaries; "
+                                "its events stay summarized")
+        for pos in bodies:
+            self.why.setdefault(pos, "" if pos in shown else "rolled up: shown through its parent")
+        self.shown = shown
+        self.text = text
+        self.tokens = counter.count(text) + 1 if shown else 0
+
+
+_SUMMARY_TOKENS = "pack.summary_tokens"
 
 
 def _close_units(state: PackState) -> None:
@@ -828,9 +871,9 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
     recovering = view.overflow_pending
     if recovering:
         policy = recovery_policy(policy)
-    if (stages is None or tuple(stages) == DEFAULT_STAGES) and not view.compactions:
-        # The built-in pipeline over a history without summaries: the same result
-        # from running totals and per-unit sums (see `_pack_default`).
+    if stages is None or tuple(stages) == DEFAULT_STAGES:
+        # The built-in pipeline: the same result from running totals and per-unit
+        # sums (see `_pack_default`).
         packed = _pack_default(view, policy, policy_hash, recovering, explain)
         if packed is not None:
             return packed
@@ -844,6 +887,9 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         report = stage(state)
         if report is not None:
             state.reports.append(report)
+    # `PackState.summarize` marks single items: a custom stage that covered part
+    # of a tool exchange gets the rest of it covered too, never a split pair.
+    _close_units(state)
     # Compaction is due when the history, before trimming, reaches the compact level.
     due = (state.total if pre_trim is None else pre_trim) >= state.budget.compact
     if state.total > policy.usable:
@@ -1026,8 +1072,9 @@ class _Facts:
     only appends to these lists and maps (a rewind replaces them), so references to
     them and the count of events are a snapshot; the small maps are copied."""
 
-    __slots__ = ("events", "item_at", "items", "latest_section", "n_events", "policy_pos",
-                 "rewinds", "rewound", "section_tokens", "tools_pos", "tools_tokens", "units")
+    __slots__ = ("compactions", "events", "item_at", "items", "latest_section", "n_compactions",
+                 "n_events", "policy_pos", "rewinds", "rewound", "section_tokens", "tools_pos",
+                 "tools_tokens", "units")
 
     def __init__(self, view: Projection) -> None:
         self.events = view.events
@@ -1042,6 +1089,8 @@ class _Facts:
         self.tools_pos = view.tools_pos
         self.tools_tokens = view.tools_tokens
         self.policy_pos = view.policy_pos
+        self.compactions = view.compactions
+        self.n_compactions = len(view.compactions)
 
 
 def _decisions(facts: _Facts, item_decision: Callable[[int, _Common], Decision],
@@ -1223,14 +1272,22 @@ class _PackIndex:
     (None when truncation is off), whether dedup is on, and the tool-kind mapping.
     Per item: tokens after truncation, and for a tool result what pruning it saves;
     superseded results and their placeholder tokens (the index runs its own
-    `DedupIndex`). Per unit, in `_Sums`: tokens after truncation, the dedup savings,
-    and the savings, tokens and number of the results pruning could replace (those
-    that save tokens and are not superseded).
+    `DedupIndex`). Per unit, in `_Sums`: tokens after truncation, the dedup savings
+    and count, and the savings, tokens and number of the results pruning could
+    replace (those that save tokens and are not superseded).
+
+    Committed summaries: a unit with an item inside the span of a compaction is
+    *covered*; unless protected, its items are summarized. The `_Sums` leave
+    covered units out (they hold 0 for them); ``raw`` keeps every unit's tokens
+    after truncation. Covered units are also kept as runs of unit indexes, so
+    that the prompt and the pruning walk skip a summarized stretch in one step.
     """
 
-    __slots__ = ("dcount", "dedup", "dedup_tokens", "done", "dsave", "dsave_total", "kinds",
-                 "marks", "messages", "pcount", "psave", "ptokens", "saving", "tokens",
-                 "tool_units", "trunc_delta", "trunc_key", "truncated", "verbatim")
+    __slots__ = ("compactions", "covered", "dcount", "dedup", "dedup_tokens", "done", "dsave",
+                 "in_range", "in_range_total", "kinds", "marks", "messages", "pcount",
+                 "positions", "psave", "ptokens", "raw", "run_ends", "run_starts", "saving",
+                 "spans", "tokens", "tool_units", "trunc_delta", "trunc_key", "truncated",
+                 "verbatim")
 
     def __init__(self, trunc_key: tuple[float, ...] | None, dedup: bool,
                  kinds: dict[str, str]) -> None:
@@ -1239,32 +1296,42 @@ class _PackIndex:
         self.dedup = DedupIndex(self.kinds) if dedup else None
         self.done = 0  # items folded in
         self.marks = 0  # superseded marks folded in
+        self.compactions = 0  # compactions folded in
         self.tokens: list[int] = []  # per item, after truncation
         self.saving: list[int] = []  # per item: tokens pruning saves (0 unless a tool result)
+        self.positions: list[int] = []  # per item, its lineage position (ascending)
         self.truncated: dict[int, str] = {}  # item -> truncation rule
         self.trunc_delta = 0
         self.dedup_tokens: dict[int, int] = {}  # superseded item -> its placeholder's tokens
-        self.dsave_total = 0
+        self.raw: list[int] = []  # per unit, tokens after truncation (covered or not)
         self.verbatim = _Sums()
         self.dsave = _Sums()
+        self.dcount = _Sums()
         self.psave = _Sums()
         self.ptokens = _Sums()
         self.pcount = _Sums()
-        self.dcount: list[int] = []  # superseded items per unit
         self.tool_units: list[int] = []  # units holding a tool result, ascending
+        self.spans: list[tuple[int, int]] = []  # covered positions: disjoint, ascending
+        self.covered: set[int] = set()
+        self.run_starts: list[int] = []  # covered units as runs [start, end), ascending
+        self.run_ends: list[int] = []
+        self.in_range: dict[int, int] = {}  # covered unit -> its items inside a span
+        self.in_range_total = 0
         self.messages: dict[int, Message] = {}  # item * 4 + form -> message (recent ones)
 
     def matches(self, policy: Policy) -> bool:
         return (self.trunc_key == (_trunc_key(policy) if policy.truncate else None)
                 and (self.dedup is not None) == policy.dedup and self.kinds == policy.tool_kinds)
 
+    def _sums(self) -> tuple[_Sums, ...]:
+        return (self.verbatim, self.dsave, self.dcount, self.psave, self.ptokens, self.pcount)
+
     def catch_up(self, view: Projection, policy: Policy) -> None:
         items = view.items
-        if self.done == len(items):
-            return
         counter = view.counter
         key = self.trunc_key
         dedup = self.dedup
+        covered = self.covered
         for index in range(self.done, len(items)):
             item = items[index]
             unit = item.unit
@@ -1278,30 +1345,31 @@ class _PackIndex:
                         self.truncated[index] = rule
                         self.trunc_delta += cut - tokens
                         tokens = cut
-                if unit == len(self.dcount):
-                    for sums in (self.verbatim, self.dsave, self.psave, self.ptokens,
-                                 self.pcount):
+                if unit == len(self.raw):
+                    for sums in self._sums():
                         sums.append(0)
-                    self.dcount.append(0)
-                self.verbatim.add(unit, tokens)
+                    self.raw.append(0)
+                self.raw[unit] += tokens
+                live = unit not in covered
+                if live:
+                    self.verbatim.add(unit, tokens)
                 if kind == "tool":
-                    if not self.tool_units or self.tool_units[-1] < unit:
-                        self.tool_units.append(unit)
-                    elif unit not in self.tool_units:
-                        insort(self.tool_units, unit)
+                    _add_sorted(self.tool_units, unit)
                     saving = tokens - (MESSAGE_OVERHEAD + 1
                                        + counter.count(_placeholder(item, policy)))
-                    if saving > 0:
+                    if saving > 0 and live:
                         self.psave.add(unit, saving)
                         self.ptokens.add(unit, tokens)
                         self.pcount.add(unit, 1)
             self.tokens.append(tokens)
             self.saving.append(saving)
+            self.positions.append(item.pos)
             if dedup is not None and unit >= 0 and kind == "tool":
                 dedup.add(item)
                 self._fold_marks(items, counter)
         self.done = len(items)
-        for sums in (self.verbatim, self.dsave, self.psave, self.ptokens, self.pcount):
+        self._cover(view)
+        for sums in self._sums():
             sums.sync()
 
     def _fold_marks(self, items: list[Item], counter: TokenCounter) -> None:
@@ -1314,15 +1382,41 @@ class _PackIndex:
             placeholder = MESSAGE_OVERHEAD + 1 + counter.count(_DEDUP_TEXT[tier].format(name=name))
             self.dedup_tokens[index] = placeholder
             unit = items[index].unit
+            if unit in self.covered:
+                continue
             tokens = self.tokens[index]
             self.dsave.add(unit, tokens - placeholder)
-            self.dsave_total += tokens - placeholder
-            self.dcount[unit] += 1
+            self.dcount.add(unit, 1)
             saving = self.saving[index]
             if saving > 0:  # a superseded result is deduplicated, not pruned
                 self.psave.add(unit, -saving)
                 self.ptokens.add(unit, -tokens)
                 self.pcount.add(unit, -1)
+
+    def _cover(self, view: Projection) -> None:
+        """Fold in the spans of compactions committed since the last call."""
+        items = view.items
+        positions = self.positions
+        for pos in view.compactions[self.compactions:]:
+            body = view.events[pos].body
+            assert isinstance(body, CompactionCommitted)
+            first, last = body.first_seq, body.last_seq
+            for start, end in _uncovered(self.spans, first, last):
+                for index in range(bisect_left(positions, start),
+                                   bisect_left(positions, end + 1)):
+                    unit = items[index].unit
+                    if unit < 0:
+                        continue
+                    self.in_range[unit] = self.in_range.get(unit, 0) + 1
+                    self.in_range_total += 1
+                    if unit not in self.covered:
+                        self.covered.add(unit)
+                        for sums in self._sums():
+                            if sums.values[unit]:
+                                sums.add(unit, -sums.values[unit])
+                        _add_run(self.run_starts, self.run_ends, unit)
+            self.spans = _merge_span(self.spans, first, last)
+        self.compactions = len(view.compactions)
 
     def message(self, item: Item, form: int, policy: Policy, counter: TokenCounter) -> Message:
         key = item.index * 4 + form
@@ -1342,6 +1436,73 @@ class _PackIndex:
                 message = _message(item, (TextPart(text=_placeholder(item, policy)),))
             self.messages[key] = message
         return message
+
+
+def _add_sorted(values: list[int], value: int) -> None:
+    """Add ``value`` to an ascending list of distinct ints (usually at its end)."""
+    if not values or values[-1] < value:
+        values.append(value)
+        return
+    at = bisect_left(values, value)
+    if values[at] != value:
+        values.insert(at, value)
+
+
+def _uncovered(spans: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:
+    """The parts of ``[first, last]`` outside the disjoint ascending ``spans``."""
+    out: list[tuple[int, int]] = []
+    at = first
+    for start, end in spans:
+        if end < at:
+            continue
+        if start > last:
+            break
+        if start > at:
+            out.append((at, start - 1))
+        at = max(at, end + 1)
+        if at > last:
+            break
+    if at <= last:
+        out.append((at, last))
+    return out
+
+
+def _merge_span(spans: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:
+    """``spans`` with ``[first, last]`` added (adjacent spans joined)."""
+    out: list[tuple[int, int]] = []
+    for start, end in spans:
+        if end + 1 < first or start > last + 1:
+            out.append((start, end))
+        else:
+            first, last = min(first, start), max(last, end)
+    out.append((first, last))
+    out.sort()
+    return out
+
+
+def _add_run(starts: list[int], ends: list[int], unit: int) -> None:
+    """Add ``unit`` to runs ``[starts[k], ends[k])`` (disjoint, ascending, not adjacent)."""
+    k = bisect_left(starts, unit + 1) - 1  # the run starting at or before the unit
+    joins_left = k >= 0 and ends[k] == unit
+    joins_right = k + 1 < len(starts) and starts[k + 1] == unit + 1
+    if joins_left and joins_right:
+        ends[k] = ends[k + 1]
+        del starts[k + 1], ends[k + 1]
+    elif joins_left:
+        ends[k] = unit + 1
+    elif joins_right:
+        starts[k + 1] = unit
+    else:
+        starts.insert(k + 1, unit)
+        ends.insert(k + 1, unit + 1)
+
+
+def _run_of(starts: list[int], ends: list[int], unit: int) -> tuple[int, int] | None:
+    """The run holding ``unit``, if any."""
+    k = bisect_left(starts, unit + 1) - 1
+    if k >= 0 and unit < ends[k]:
+        return starts[k], ends[k]
+    return None
 
 
 _INDEXES = "pack.indexes"
@@ -1378,11 +1539,12 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
     # Protected: the mandatory tail (units >= tail_unit), calls awaiting results, pins.
     older_protected = sorted(u for u in view.open_units | _pinned_units(view) if u < tail_unit)
     older_set = set(older_protected)
+    covered = index.covered  # units with an item under a summary (summarized unless protected)
     system_tokens = _system_tokens(view)
+    synthetic = _synthetic_tokens(view, counter)
     budget = _budget(policy, system_tokens, view.tools_tokens)
     warning = budget.warning
-    total = (system_tokens + view.tools_tokens + _synthetic_tokens(view, counter)
-             + REPLY_OVERHEAD + view.unit_tokens)
+    total = system_tokens + view.tools_tokens + synthetic + REPLY_OVERHEAD + view.unit_tokens
     before = total
     reports = _opening_reports(view, policy, budget, before, recovering)
 
@@ -1396,9 +1558,39 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
         total = after
     else:
         reports.append(StageReport(name="truncate", fired=False, detail="disabled by policy"))
-    reports.append(StageReport(name="summaries", fired=False, detail="no compaction committed"))
 
-    # dedup: every superseded result outside the protected units
+    # summaries: covered units that are not protected leave the messages
+    plan: _SummaryPlan | None = None
+    if not view.compactions:
+        reports.append(StageReport(name="summaries", fired=False,
+                                   detail="no compaction committed"))
+    else:
+        protected_covered = [u for u in chain(older_protected, range(tail_unit, n_units))
+                             if u in covered]
+        protected_tokens = synthetic + sum(index.raw[u] for u in older_protected)
+        protected_tokens += sum(index.raw[tail_unit:n_units])
+        plan = _SummaryPlan(view, counter, budget.history,
+                            max(0, int(budget.history * policy.summary_budget)),
+                            protected_tokens)
+        summarized = (view.unit_tokens + index.trunc_delta - index.verbatim.prefix(n_units)
+                      - sum(index.raw[u] for u in protected_covered))
+        count = index.in_range_total - sum(index.in_range[u] for u in protected_covered)
+        after = total - summarized
+        framing = 0
+        summary_tokens = 0
+        if plan.shown:
+            framing, summary_tokens = plan.framing, plan.tokens
+            system_tokens += framing
+            after += summary_tokens + framing
+        budget = msgspec.structs.replace(budget, summary=summary_tokens, system=system_tokens,
+                                         history=budget.history - summary_tokens - framing)
+        reports.append(StageReport(name="summaries", fired=True,
+                                   detail=f"{len(plan.shown)} summaries shown, {count} events "
+                                          "summarized", tokens_before=total, tokens_after=after,
+                                   events=count))
+        total = after
+
+    # dedup: every superseded result outside protected and summarized units
     deduped = False
     superseded = index.dedup.superseded if index.dedup is not None else {}
     if not policy.dedup:
@@ -1409,11 +1601,10 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
                                    tokens_before=total, tokens_after=total))
     else:
         deduped = True
-        saved, count = index.dsave_total, len(index.dedup_tokens)
+        saved, count = index.dsave.prefix(n_units), index.dcount.prefix(n_units)
         for u in chain(older_protected, range(tail_unit, n_units)):
-            if index.dcount[u]:
-                saved -= index.dsave.values[u]
-                count -= index.dcount[u]
+            saved -= index.dsave.values[u]
+            count -= index.dcount.values[u]
         after = total - saved
         reports.append(StageReport(name="dedup", fired=count > 0,
                                    detail=f"{count} results superseded", tokens_before=total,
@@ -1421,8 +1612,8 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
         total = after
 
     # prune: candidates are the results of units before `boundary` (older than the
-    # protected turns), outside protected units, not deduplicated, that save tokens,
-    # minus the most recent ones `prune_protect_tokens` shields.
+    # protected turns), outside protected and summarized units, not deduplicated, that
+    # save tokens, minus the most recent ones `prune_protect_tokens` shields.
     pruned = False
     boundary = 0
     shielded: list[int] = []  # items shielded by prune_protect_tokens, newest first
@@ -1443,9 +1634,15 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
             boundary = n_units
         shield_left = policy.prune_protect_tokens
         tool_units = index.tool_units
-        stop = False
-        for k in range(bisect_left(tool_units, boundary) - 1, -1, -1):
+        k = bisect_left(tool_units, boundary) - 1
+        while k >= 0:
             u = tool_units[k]
+            if u in covered:  # skip the whole summarized run
+                run = _run_of(index.run_starts, index.run_ends, u)
+                assert run is not None
+                k = bisect_left(tool_units, run[0]) - 1
+                continue
+            k -= 1
             if u >= tail_unit or u in older_set:
                 continue
             for i in reversed(units[u].items):
@@ -1453,12 +1650,10 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
                     continue
                 tokens = index.tokens[i]
                 if tokens > shield_left:
-                    stop = True
+                    k = -1
                     break
                 shield_left -= tokens
                 shielded.append(i)
-            if stop:
-                break
         potential = index.ptokens.prefix(boundary)
         count = index.pcount.prefix(boundary)
         saved = index.psave.prefix(boundary)
@@ -1509,7 +1704,7 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
                 shield_saved.append(shield_saved[-1] + index.saving[i])
 
         def dropped(end: int) -> int:
-            """Tokens of the unprotected units before ``end``."""
+            """Tokens of the unprotected, unsummarized units before ``end``."""
             out = index.verbatim.prefix(end)
             if deduped:
                 out -= index.dsave.prefix(end)
@@ -1553,8 +1748,13 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
     if total > policy.usable:
         raise _over_budget(total, policy)
 
-    # the prompt: kept units are the protected ones before the cut and all from it
+    # the prompt: the protected units before the cut, then every unit from the cut on
+    # except summarized ones
     sections, section_tokens = _sections(view)
+    static_count = len(sections)
+    if plan is not None and plan.shown:
+        sections.append(Section(name=SUMMARY_SECTION, text=plan.text))
+        section_tokens.append(plan.tokens)
     messages: list[Message] = []
     tokens_of: list[int] = []
     forms: dict[int, int] = {}  # kept items not verbatim -> form
@@ -1562,7 +1762,7 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
     used: list[int] = []
     tail_message = -1
     shielded_set = set(shielded)
-    for u in chain([u for u in older_protected if u < cut], range(cut, n_units)):
+    for u in _kept_units(index, older_protected, cut, tail_unit, n_units):
         unit = units[u]
         if u == tail_unit:
             tail_message = len(messages)
@@ -1588,7 +1788,7 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
             _answer_open_calls(view, u, counter, messages, tokens_of)
     if len(index.messages) > 2 * len(used) + 256:  # keep the cache to recent messages
         index.messages = {key: index.messages[key] for key in used}
-    breakpoints = _breakpoints(policy, view, len(sections), len(sections), len(messages),
+    breakpoints = _breakpoints(policy, view, static_count, len(sections), len(messages),
                                tail_message)
     prompt = Prompt(system=tuple(sections), tools=tuple(_tools(view)), messages=tuple(messages),
                     breakpoints=breakpoints)
@@ -1596,7 +1796,8 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
     explanation = None
     if explain:
         explanation = _Explanation(_DefaultDecisions(
-            view, index, policy, forms, refs, cut, tail_unit, older_set, target).build)
+            view, index, policy, forms, refs, cut, tail_unit, older_set, target,
+            {} if plan is None else plan.why).build)
     return Packed(
         prompt=prompt, tokens=total, message_tokens=tuple(tokens_of),
         section_tokens=tuple(section_tokens), budget=budget,
@@ -1607,9 +1808,34 @@ def _pack_default(view: Projection, policy: Policy, policy_hash: str, recovering
         recovery=recovering, _explanation=explanation)
 
 
+def _kept_units(index: _PackIndex, older_protected: list[int], cut: int, tail_unit: int,
+                n_units: int) -> Iterator[int]:
+    """Units in the prompt, ascending: protected units before the cut, then every unit
+    from the cut on that is not summarized (covered and unprotected)."""
+    for u in older_protected:
+        if u >= cut:
+            break
+        yield u
+    starts, ends = index.run_starts, index.run_ends
+    k = bisect_left(ends, cut + 1)  # the first run ending after the cut
+    u = cut
+    while u < n_units:
+        if k < len(starts) and starts[k] <= u:
+            end = min(ends[k], n_units)
+            yield from older_protected[bisect_left(older_protected, u):
+                                       bisect_left(older_protected, end)]
+            yield from range(max(u, tail_unit), end)
+            u = end
+            k += 1
+        else:
+            end = starts[k] if k < len(starts) else n_units
+            yield from range(u, end)
+            u = end
+
+
 def _unit_tokens(index: _PackIndex, unit: int, deduped: bool, pruned: bool,
                  boundary: int) -> int:
-    """A unit's tokens as the per-unit sums count them (protected or not)."""
+    """A unit's tokens as the per-unit sums count them (0 when covered)."""
     out = index.verbatim.values[unit]
     if deduped:
         out -= index.dsave.values[unit]
@@ -1620,16 +1846,17 @@ def _unit_tokens(index: _PackIndex, unit: int, deduped: bool, pruned: bool,
 
 class _DefaultDecisions:
     """The decisions of a pack by `_pack_default`, from what it decided (kept items
-    that are not verbatim, the trim cut, the protected units) and the facts of the
-    projection at the pack."""
+    that are not verbatim, the trim cut, the protected and summarized units) and the
+    facts of the projection at the pack."""
 
-    __slots__ = ("cut", "facts", "forms", "index", "older", "policy", "refs", "tail_unit",
-                 "target")
+    __slots__ = ("cut", "facts", "forms", "index", "n_items", "older", "policy", "refs",
+                 "run_ends", "run_starts", "shown", "summaries", "tail_unit", "target")
 
     def __init__(self, view: Projection, index: _PackIndex, policy: Policy,
                  forms: dict[int, int], refs: dict[int, tuple[int, bool]], cut: int,
-                 tail_unit: int, older: set[int], target: int) -> None:
+                 tail_unit: int, older: set[int], target: int, shown: dict[int, str]) -> None:
         self.facts = _Facts(view)
+        self.n_items = len(view.items)
         self.index = index
         self.policy = policy
         self.forms = forms
@@ -1638,6 +1865,13 @@ class _DefaultDecisions:
         self.tail_unit = tail_unit
         self.older = older
         self.target = target
+        self.shown = shown
+        self.run_starts = list(index.run_starts)
+        self.run_ends = list(index.run_ends)
+        self.summaries: dict[int, str] | None = None
+
+    def build(self) -> tuple[Decision, ...]:
+        return _decisions(self.facts, self.item, self.shown)
 
     def _prune_detail(self, item: Item) -> str:
         policy = self.policy
@@ -1650,8 +1884,32 @@ class _DefaultDecisions:
         return (f"priority {priority} (kind {kind}, {refs} references, decision language "
                 f"{'yes' if decided else 'no'})")
 
-    def build(self) -> tuple[Decision, ...]:
-        return _decisions(self.facts, self.item, {})
+    def _summary_detail(self, item: Item) -> str:
+        """Which compaction an item is summarized by (the first by level, then
+        position, whose span holds it, or holds the first such item of its unit)."""
+        if self.summaries is None:
+            facts = self.facts
+            bodies: list[tuple[int, CompactionCommitted]] = []
+            for pos in facts.compactions[:facts.n_compactions]:
+                body = facts.events[pos].body
+                assert isinstance(body, CompactionCommitted)
+                bodies.append((pos, body))
+            bodies.sort(key=lambda pb: (pb[1].level, pb[0]))
+            self.summaries = {}
+            for pos, body in bodies:
+                text = _summarized_detail(pos, body)
+                for cpos in range(body.first_seq, body.last_seq + 1):
+                    self.summaries.setdefault(cpos, text)
+        detail = self.summaries.get(item.pos)
+        if detail is not None:
+            return detail
+        facts = self.facts
+        for i in facts.units[item.unit].items:
+            if i < self.n_items:
+                first = self.summaries.get(facts.items[i].pos)
+                if first is not None:
+                    return first + "; completes a tool exchange"
+        raise PackError(f"internal: position {item.pos} is in no summarized span")
 
     def item(self, i: int, common: _Common) -> Decision:
         item = self.facts.items[i]
@@ -1659,10 +1917,14 @@ class _DefaultDecisions:
         unit = item.unit
         if unit < 0:
             return _orphan_decision(item, common)
-        if unit < self.cut and unit not in self.older:
+        protected = unit >= self.tail_unit or unit in self.older
+        if unit < self.cut and not protected:
             return Decision(**common, decision="trimmed", rule="trim.turn",
                             detail=f"turn {self.facts.units[unit].turn} dropped: prompt was over "
                                    f"the blocking level {self.target}", original_tokens=original)
+        if not protected and _run_of(self.run_starts, self.run_ends, unit) is not None:
+            return Decision(**common, decision="summarized", rule="summaries.compaction",
+                            detail=self._summary_detail(item), original_tokens=original)
         form = self.forms.get(i, _VERBATIM)
         index = self.index
         if form == _TRUNCATED:
@@ -1681,7 +1943,6 @@ class _DefaultDecisions:
                             detail=self._prune_detail(item),
                             tokens=index.tokens[i] - index.saving[i],
                             original_tokens=original)
-        protected = unit >= self.tail_unit or unit in self.older
         return Decision(**common, decision="verbatim",
                         rule="verbatim.protected" if protected else "verbatim",
                         tokens=original, original_tokens=original)

@@ -1,6 +1,6 @@
 """The built-in pipeline packs the same from running totals as stage by stage.
 
-`pack` with the built-in stages on a history without summaries computes the
+`pack` with the built-in stages computes the
 result from the projection's per-policy sums (`turnlog.pack._pack_default`);
 with any other pipeline it runs the stages one by one. A no-op stage appended
 to the built-in pipeline forces the stage-by-stage path, so the two can be
@@ -72,7 +72,7 @@ def _lineage(items: list[SessionItem]) -> list[msgspec.Struct]:
 
 
 @FAST
-@given(items=sessions(compactions=False), policy=policies())
+@given(items=sessions(), policy=policies())
 def test_both_paths_pack_alike(items: list[SessionItem], policy: Policy) -> None:
     lineage = _lineage(items)
     fast = _outcome(_view(lineage), policy, stepwise=False)
@@ -82,7 +82,7 @@ def test_both_paths_pack_alike(items: list[SessionItem], policy: Policy) -> None
 
 
 @FAST
-@given(items=sessions(compactions=False), policy=policies(min_window=2_000, max_window=12_000))
+@given(items=sessions(), policy=policies(min_window=2_000, max_window=12_000))
 def test_both_paths_pack_alike_in_small_windows(items: list[SessionItem],
                                                 policy: Policy) -> None:
     lineage = _lineage(items)
@@ -91,7 +91,7 @@ def test_both_paths_pack_alike_in_small_windows(items: list[SessionItem],
 
 
 @FAST
-@given(items=sessions(compactions=False), policy=policies(max_window=24_000), data=st.data())
+@given(items=sessions(), policy=policies(max_window=24_000), data=st.data())
 def test_a_projection_packed_after_every_few_events_packs_alike(
         items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
     lineage = _lineage(items)
@@ -107,7 +107,7 @@ def test_a_projection_packed_after_every_few_events_packs_alike(
 
 
 @FAST
-@given(items=sessions(compactions=False), first=policies(max_window=24_000),
+@given(items=sessions(), first=policies(max_window=24_000),
        other=policies(max_window=24_000),
        fields=st.sets(st.sampled_from(("truncate", "truncate_lines", "truncate_bytes", "dedup",
                                        "prune", "prune_protect_tokens", "prune_protect_turns",
@@ -132,7 +132,7 @@ def test_the_running_totals_path_is_taken_on_generated_sessions() -> None:
 
     @settings(deadline=None, max_examples=120, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(items=sessions(compactions=False), policy=policies(max_window=32_000))
+    @given(items=sessions(), policy=policies(max_window=32_000))
     def explore(items: list[SessionItem], policy: Policy) -> None:
         view = _view(_lineage(items))
         with contextlib.suppress(BudgetExceededError):
