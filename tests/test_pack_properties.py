@@ -135,6 +135,30 @@ def test_a_custom_stage_keeps_every_invariant(items: list[SessionItem], policy: 
     check_stage("old-notifications", drop_old_notifications, items, policy, position=position)
 
 
+def reduce_everything(state: PackState) -> StageReport:
+    """A careless stage: it tries every change on every item and relies on the
+    `PackState` methods to refuse what is protected and to keep exchanges whole."""
+    n = 0
+    for item in state.view.items:
+        if item.unit < 0:
+            continue
+        if item.index % 3 == 0:
+            n += state.summarize(item.index, "custom.greedy", "one item of its unit")
+        elif item.index % 3 == 1:
+            n += state.replace(item.index, "[reduced]", decision="pruned", rule="custom.greedy")
+        else:
+            n += state.drop_unit(item.unit, decision="trimmed", rule="custom.greedy")
+    return StageReport(name="greedy", fired=n > 0, events=n)
+
+
+@FAST
+@given(items=sessions(), policy=policies(max_window=32_000),
+       position=st.sampled_from(("first", "after:summaries", "before:trim", "last")))
+def test_a_careless_stage_cannot_break_the_protections(items: list[SessionItem],
+                                                       policy: Policy, position: str) -> None:
+    check_stage("greedy", reduce_everything, items, policy, position=position)
+
+
 # -- projections: incremental == fresh, reuse across policies == fresh -----------------------------
 @FAST
 @given(items=sessions(), policy=policies(max_window=32_000), data=st.data())
