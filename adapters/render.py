@@ -493,12 +493,30 @@ def _anthropic_image(part: ImagePart, opts: _Options) -> dict[str, Any]:
     return {"type": "text", "text": _image_note(part, "no URL or blob")}
 
 
+_MAX_INPUT_DEPTH = 256
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """True when ``value`` nests containers deeper than ``limit``."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return False
+
+
 def _tool_input(arguments: str) -> dict[str, Any]:
     try:
         value = json.loads(arguments)
     except (ValueError, RecursionError):
         value = None
-    if isinstance(value, dict):
+    # Arguments nested so deep that encoding the body would exceed the interpreter's
+    # recursion limit are sent as text, like arguments that are not JSON.
+    if isinstance(value, dict) and not _nested_deeper(value, _MAX_INPUT_DEPTH):
         return value
     return {"_raw_arguments": arguments}
 

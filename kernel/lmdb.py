@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 import lmdb
+import msgspec
 
 from .errors import (
     ForkedProcessError,
@@ -59,6 +60,231 @@ _U64 = struct.Struct(">Q")
 _INITIAL_MAP = 64 * 2**20
 _MAX_MAP = 2**40
 _DBS = (b"events", b"heads", b"idem", b"blobs", b"cache", b"meta")
+
+
+# -- the file under LMDB ------------------------------------------------------------------
+# LMDB trusts data.mdb: it maps the file and follows page numbers without bounds
+# checks, so a truncated file is a SIGBUS and a damaged page can fail one of its
+# assertions (SIGABRT), either of which kills the process before any error can be
+# raised. The checks below read the file with plain reads (never through the map)
+# and refuse what would crash: at open, the meta page, the file size and the main
+# database (a page or two); in `LMDBStore.check_structure` (run by `Log.verify`),
+# every page of every database. Layouts are LMDB's on a 64-bit little-endian build.
+#
+# MDB_meta after the 16-byte page header: magic, version, (address, map size), the
+# free database's md_pad holding the page size, ..., the main database's MDB_db
+# (48 bytes from offset 72 of the meta), the last page in use, the transaction id.
+_META = struct.Struct("<II16xI44x48sQQ")
+_MAGIC = 0xBEEFC0DE
+_NO_PAGE = 2**64 - 1
+_PAGE_SIZES = (4096, 512, 1024, 2048, 8192, 16384, 32768, 65536)
+_HEADER = struct.Struct("<QHHHH")  # pgno, pad, flags, lower, upper (overflow: pages)
+_PAGES = struct.Struct("<I")  # mp_pages of an overflow page, at offset 12
+_NODE = struct.Struct("<HHHH")  # size (lo, hi) or child page (lo, hi, flags), flags, key size
+_DB = struct.Struct("<IHHQQQQQ")  # pad, flags, depth, branch, leaf, overflow, entries, root
+_BRANCH, _LEAF, _OVERFLOW = 0x01, 0x02, 0x04
+_KIND = _BRANCH | _LEAF | _OVERFLOW | 0x08 | 0x20 | 0x40
+_BIGDATA, _SUBDATA, _DUPDATA = 0x01, 0x02, 0x04
+
+
+class _Damage(Exception):
+    """A structural problem of data.mdb (internal; becomes a message)."""
+
+
+class _Meta(msgspec.Struct, frozen=True):
+    page_size: int
+    txnid: int
+    last: int
+    main: tuple[int, int, int, int, int, int, int, int]  # an MDB_db record
+
+
+def _read_metas(fd: int) -> list[_Meta]:
+    """The valid meta pages of the file (none for an empty file)."""
+    head = os.pread(fd, 2 * 65536, 0)
+    for page_size in _PAGE_SIZES:
+        metas = []
+        for offset in (0, page_size):
+            if offset + 16 + _META.size > len(head):
+                continue
+            magic, version, psize, main, last, txnid = _META.unpack_from(head, offset + 16)
+            if magic == _MAGIC and version == 1 and psize == page_size:
+                metas.append(_Meta(page_size, txnid, last, _DB.unpack(main)))
+        if metas:
+            return metas
+    return []
+
+
+class _Walker:
+    """Reads pages with pread and checks the B-trees hanging off one meta page."""
+
+    def __init__(self, fd: int, meta: _Meta, size: int) -> None:
+        self.fd = fd
+        self.psize = meta.page_size
+        self.last = meta.last
+        self.size = size
+        self.seen: set[int] = set()
+        self.overflow_pages = 0
+
+    def page(self, pgno: int, what: str) -> bytes:
+        if not 2 <= pgno <= self.last:
+            raise _Damage(f"{what} points at page {pgno}, outside pages 2..{self.last}")
+        if pgno in self.seen:
+            raise _Damage(f"{what} points at page {pgno}, which is reached twice (a loop or "
+                          "a shared page)")
+        self.seen.add(pgno)
+        data = os.pread(self.fd, self.psize, pgno * self.psize)
+        if len(data) < self.psize:
+            raise _Damage(f"page {pgno} lies past the end of the file (truncated)")
+        if _HEADER.unpack_from(data)[0] != pgno:
+            raise _Damage(f"page {pgno} holds the header of page {_HEADER.unpack_from(data)[0]}")
+        return data
+
+    def tree(self, db: tuple[int, ...], name: str, *, main: bool = False,
+             ) -> list[tuple[bytes, tuple[int, ...]]]:
+        """Check one database; return the sub-database records it holds (main only)."""
+        _, _, depth, branches, leaf_pages, overflows, entries, root = db
+        if root == _NO_PAGE:
+            if entries or depth:
+                raise _Damage(f"database {name} has no root page but claims {entries} entries")
+            return []
+        if not 1 <= depth <= 64:
+            raise _Damage(f"database {name} claims a depth of {depth}")
+        subs: list[tuple[bytes, tuple[int, ...]]] = []
+        leaves = 0
+        counts = {_BRANCH: 0, _LEAF: 0, _OVERFLOW: 0}
+        self.overflow_pages = 0
+        stack = [(root, 1, f"database {name}")]
+        while stack:
+            pgno, level, what = stack.pop()
+            data = self.page(pgno, what)
+            _, _, flags, lower, upper = _HEADER.unpack_from(data)
+            kind = _BRANCH if level < depth else _LEAF
+            if flags & _KIND != kind:
+                raise _Damage(f"page {pgno} of database {name} has flags {flags:#x}, expected a "
+                              f"{'branch' if kind == _BRANCH else 'leaf'} page at depth {level}")
+            if not (16 <= lower <= upper <= self.psize and lower % 2 == 0):
+                raise _Damage(f"page {pgno} of database {name} has bounds {lower}..{upper}")
+            counts[kind] += 1
+            count = (lower - 16) // 2
+            for i in range(count):
+                off = struct.unpack_from("<H", data, 16 + 2 * i)[0]
+                if not upper <= off <= self.psize - _NODE.size:
+                    raise _Damage(f"page {pgno} of database {name}: node {i} at offset {off} "
+                                  f"lies outside {upper}..{self.psize}")
+                lo, hi, nflags, ksize = _NODE.unpack_from(data, off)
+                body = off + _NODE.size + ksize
+                if body > self.psize:
+                    raise _Damage(f"page {pgno} of database {name}: key {i} runs past the page")
+                if kind == _BRANCH:
+                    stack.append((lo | hi << 16 | nflags << 32, level + 1,
+                                  f"page {pgno} of database {name}"))
+                    continue
+                leaves += 1
+                size = lo | hi << 16
+                if nflags & ~(_BIGDATA | _SUBDATA) or nflags & _DUPDATA:
+                    raise _Damage(f"page {pgno} of database {name}: node {i} has flags "
+                                  f"{nflags:#x}")
+                if nflags & _BIGDATA:
+                    if body + 8 > self.psize:
+                        raise _Damage(f"page {pgno} of database {name}: node {i} runs past "
+                                      "the page")
+                    self.overflow(struct.unpack_from("<Q", data, body)[0], size,
+                                  f"page {pgno} of database {name}")
+                elif body + size > self.psize:
+                    raise _Damage(f"page {pgno} of database {name}: value {i} runs past the page")
+                elif nflags & _SUBDATA:
+                    if not main or size != _DB.size:
+                        raise _Damage(f"page {pgno} of database {name}: a sub-database record "
+                                      f"of {size} bytes")
+                    subs.append((data[off + _NODE.size:body], _DB.unpack_from(data, body)))
+        if leaves != entries:
+            raise _Damage(f"database {name} holds {leaves} entries but claims {entries}")
+        found = (counts[_BRANCH], counts[_LEAF], self.overflow_pages)
+        if found != (branches, leaf_pages, overflows):
+            raise _Damage(f"database {name} has {found[0]} branch, {found[1]} leaf and "
+                          f"{found[2]} overflow pages but claims {branches}, {leaf_pages} and "
+                          f"{overflows}")
+        return subs
+
+    def overflow(self, pgno: int, size: int, what: str) -> None:
+        pages = -(-(size + 16) // self.psize)
+        if not 2 <= pgno <= self.last - pages + 1:
+            raise _Damage(f"{what} points at {pages} overflow pages from page {pgno}, outside "
+                          f"pages 2..{self.last}")
+        data = self.page(pgno, what)
+        flags = _HEADER.unpack_from(data)[2]
+        if flags & _KIND != _OVERFLOW or _PAGES.unpack_from(data, 12)[0] != pages:
+            raise _Damage(f"overflow page {pgno} has flags {flags:#x} and "
+                          f"{_PAGES.unpack_from(data, 12)[0]} pages, expected {pages}")
+        self.overflow_pages += pages
+        if (pgno + pages) * self.psize > self.size:
+            raise _Damage(f"overflow pages {pgno}..{pgno + pages - 1} lie past the end of the "
+                          "file (truncated)")
+
+
+def _check_file(path: Path, *, txnid: int | None = None, deep: bool = False) -> str | None:
+    """The first structural problem of ``data.mdb``, or None.
+
+    Checks the newest valid meta page (or the one of transaction ``txnid``), that
+    the file holds every page it names, and the main database's pages; with
+    ``deep``, every page of every named database too.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None  # LMDB reports what it cannot open
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return None  # a new store: LMDB initializes the file
+        metas = _read_metas(fd)
+        if not metas:
+            return ("no valid LMDB meta page: the file is not a store, or its first pages are "
+                    "damaged")
+        chosen = [m for m in metas if m.txnid == txnid] if txnid is not None else metas
+        if not chosen:
+            return None  # a writer moved on since the snapshot: nothing to compare with
+        meta = max(chosen, key=lambda m: m.txnid)
+        needed = (meta.last + 1) * meta.page_size
+        if size < needed:
+            return (f"the file is {size} bytes but its last page ends at byte {needed}: it was "
+                    "truncated")
+        walker = _Walker(fd, meta, size)
+        try:
+            subs = walker.tree(meta.main, "(main)", main=True)
+            if deep:
+                for name, db in subs:
+                    walker.tree(db, name.decode(errors="replace"))
+        except _Damage as exc:
+            return str(exc)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _check_data_file(path: Path) -> None:
+    """Refuse, before LMDB maps it, a data.mdb whose meta page, size or main database
+    would crash the process (see above).
+
+    Raises:
+        StoreCorruptError: naming the problem.
+    """
+    problem = None
+    for _ in range(3):  # a writer in another process may be replacing pages meanwhile
+        problem = _check_file(path)
+        if problem is None:
+            return
+    raise StoreCorruptError(f"{str(path)!r}: {problem}; restore the store from a copy (LMDB "
+                            "cannot open it safely)")
+
+
+def _disk_full(location: str) -> bool:
+    """True when the file system holding ``location`` has (almost) no space left."""
+    try:
+        st = os.statvfs(location)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20
 
 
 def _event_key(session: str, seq: int) -> bytes:
@@ -186,6 +412,7 @@ class LMDBStore(Store):
         if readonly and not (directory / "data.mdb").exists():
             raise StoreError(f"no turnlog store at {self.location!r} (no data.mdb); "
                              "check the path or create the store by opening it for writing")
+        _check_data_file(directory / "data.mdb")
         try:
             if not readonly:
                 directory.mkdir(parents=True, exist_ok=True)
@@ -199,9 +426,14 @@ class LMDBStore(Store):
             raise StoreFullError(f"cannot create the store at {self.location!r}: {exc}") from exc
         except lmdb.InvalidError as exc:
             raise StoreCorruptError(f"{self.location!r} is not a valid LMDB store: {exc}") from exc
-        except lmdb.Error as exc:
-            raise StoreError(f"cannot open the store at {self.location!r}: {exc}") from exc
-        except OSError as exc:
+        except (lmdb.Error, OSError) as exc:
+            text = str(exc)
+            if not readonly and ("Read-only file system" in text or "Permission denied" in text
+                                 or isinstance(exc, lmdb.ReadonlyError)):
+                raise StoreReadOnlyError(
+                    f"cannot open the store at {self.location!r} for writing ({text}); open it "
+                    "read-only (turnlog.open(path, readonly=True)) to read, replay and "
+                    "verify it") from exc
             raise StoreError(f"cannot open the store at {self.location!r}: {exc}") from exc
         try:
             self._dbs = self._open_dbs()
@@ -272,6 +504,11 @@ class LMDBStore(Store):
         except lmdb.Error as exc:
             if "closed" in str(exc).lower() or "deleted" in str(exc).lower():
                 raise StoreError(f"the store {self.location!r} is closed") from exc
+            if _disk_full(self.location):
+                # A write that ran out of space is a short write, which LMDB reports
+                # as EIO, not ENOSPC: the free space tells the two apart.
+                raise StoreFullError(f"the disk under {self.location!r} is full ({exc}); free "
+                                     "space and retry: nothing was written") from exc
             if isinstance(exc, lmdb.InvalidError) or "MDB_PAGE_NOTFOUND" in str(exc) \
                     or "MDB_BAD" in str(exc):
                 raise StoreCorruptError(f"store {self.location!r} is corrupted: {exc}") from exc
@@ -329,6 +566,20 @@ class LMDBStore(Store):
         if current >= self._max_map:
             raise lmdb.MapFullError("map size limit reached")
         self._env.set_mapsize(min(current * 2, self._max_map))
+
+    def check_structure(self) -> str | None:
+        """The first structural problem of data.mdb, or None (see `Store.check_structure`).
+
+        Walks every page of every database with plain reads, inside a read
+        transaction so that no writer reuses the pages walked.
+        """
+        self._check_process()
+        with self._guard():
+            txn = self._begin(write=False)
+        try:
+            return _check_file(Path(self.location) / "data.mdb", txnid=txn.id(), deep=True)
+        finally:
+            txn.abort()
 
     def close(self) -> None:
         if os.getpid() == self._pid:

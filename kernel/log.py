@@ -660,6 +660,11 @@ class Log:
                                         f"not {session!r}")
         if session is not None:
             validate_session_id(session)
+        # Below the events: files the store's library would crash on rather than report.
+        damage = self.store.check_structure()
+        if damage is not None:
+            return VerifyReport(False, Problem("", None, f"the {self.store.name} store's files "
+                                               f"are damaged: {damage}"), 0, 0, 0)
         events = blobs = 0
         with self.store.read() as txn:
             heads = list(txn.sessions())

@@ -129,3 +129,12 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the store; further use raises `StoreError`."""
+
+    def check_structure(self) -> str | None:
+        """The first problem of the store's own structure (below the events), or None.
+
+        `Log.verify` calls it before reading anything, so that a backend whose
+        library would crash on damaged files (LMDB maps them and trusts every page)
+        can report the damage instead. The default has nothing to check.
+        """
+        return None
