@@ -188,11 +188,15 @@ class Packer:
             key = (session, counter.id)
             cached = self._projections.get(key)
             if cached is None:
+                # One snapshot for the lineage and the head: read apart, another
+                # writer's events could land between them and never be applied.
+                with self.log.snapshot() as snap:
+                    own_head = snap.head(session)
+                    if own_head is None:
+                        raise UnknownSessionError(f"no session {session!r}")
+                    lineage = snap.lineage(session)
                 view = Projection(counter)
-                view.extend(self.log.lineage(session))
-                own_head = self.log.head(session)
-                if own_head is None:
-                    raise UnknownSessionError(f"no session {session!r}")
+                view.extend(lineage)
                 self._projections[key] = (view, own_head.seq)
                 return view
             view, seen = cached

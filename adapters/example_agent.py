@@ -1,0 +1,157 @@
+"""An agent loop on turnlog: three tools, a scripted local model, every request replayed.
+
+Run it with ``python -m turnlog.adapters.example_agent [STORE_DIR]``. Nothing
+leaves this machine: the model is a `FakeServer` on 127.0.0.1 speaking the
+OpenAI Chat Completions wire format, scripted to list a directory, then read a
+file and compute a total in parallel calls, then answer. The loop itself is
+what a real orchestrator runs against a real endpoint (change ``base_url``,
+``api_key`` and ``model``).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import turnlog
+from turnlog import Log, Policy, ToolCall
+from turnlog.adapters import Session
+from turnlog.adapters.client import send
+from turnlog.adapters.fakeserver import FakeReply, FakeServer
+
+__all__ = ["SCRIPT", "TOOLS", "calculate", "list_dir", "main", "read_file", "run", "run_tool"]
+
+TOOLS = [
+    {"name": "list_dir", "description": "List the entries of a workspace directory.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                    "required": ["path"]}},
+    {"name": "read_file", "description": "Read a text file of the workspace.",
+     "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                    "required": ["path"]}},
+    {"name": "calculate", "description": "Evaluate arithmetic: numbers, + - * / ** and ( ).",
+     "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
+                    "required": ["expression"]}},
+]
+
+#: What the scripted model answers, in order (a real model decides by itself).
+SCRIPT = [
+    FakeReply(text="Let me look at the workspace first.", tool_calls=(
+        ToolCall(id="call_1", name="list_dir", arguments='{"path": "."}'),)),
+    FakeReply(text="Reading the notes and computing the total.", tool_calls=(
+        ToolCall(id="call_2", name="read_file", arguments='{"path": "notes.txt"}'),
+        ToolCall(id="call_3", name="calculate", arguments='{"expression": "3 * 19.5 + 12"}'))),
+    FakeReply(text="Invoice 2024-117 comes to 70.5: 3 hours at 19.50 plus a 12.00 fee."),
+]
+
+_OPERATORS: dict[type, Callable[..., float]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.Div: operator.truediv, ast.Pow: operator.pow, ast.USub: operator.neg,
+}
+
+
+def _inside(root: Path, path: str) -> Path:
+    target = (root / path).resolve()
+    if not target.is_relative_to(root.resolve()):
+        raise ValueError(f"{path!r} is outside the workspace")
+    return target
+
+
+def list_dir(root: Path, path: str) -> str:
+    """The entries of a workspace directory, one a line (directories end in /)."""
+    entries = sorted(_inside(root, path).iterdir())
+    return "\n".join(e.name + ("/" if e.is_dir() else "") for e in entries)
+
+
+def read_file(root: Path, path: str) -> str:
+    """The text of a workspace file."""
+    return _inside(root, path).read_text(encoding="utf-8")
+
+
+def calculate(expression: str) -> str:
+    """Evaluate arithmetic without ``eval``: numbers, + - * / ** and parentheses."""
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](value(node.operand))
+        raise ValueError(f"not arithmetic: {ast.unparse(node)!r}")
+    return str(value(ast.parse(expression, mode="eval").body))
+
+
+def run_tool(root: Path, call: ToolCall) -> tuple[str, bool]:
+    """Run one tool call: ``(output, failed)``; a failure is reported to the model."""
+    try:
+        args = json.loads(call.arguments)
+        if call.name == "list_dir":
+            return list_dir(root, args["path"]), False
+        if call.name == "read_file":
+            return read_file(root, args["path"]), False
+        if call.name == "calculate":
+            return calculate(args["expression"]), False
+        return f"unknown tool {call.name!r}", True
+    except (ValueError, KeyError, TypeError, OSError, ArithmeticError) as exc:
+        return f"{type(exc).__name__}: {exc}", True
+
+
+def run(log: Log, workspace: Path, base_url: str, question: str, *,
+        echo: Callable[[str], object] = print, max_steps: int = 10) -> tuple[Session, str]:
+    """Drive one session until the model answers: ``(session, final answer)``."""
+    session = Session(log, "example", model="fake-model", format="openai-chat",
+                      max_tokens=1024, policy=Policy(context_window=16_000, output_reserve=1024),
+                      clock=lambda: time.time_ns() // 1000)
+    session.system("base", "You are a careful assistant. Look at the workspace with the "
+                   "tools before you answer, and show how you computed any number.")
+    session.tools(TOOLS)
+    session.user(question)
+    for _ in range(max_steps):
+        request = session.prepare()  # overflow recovery, packing, the request record
+        reply = send(session.format, request.body, api_key="offline", base_url=base_url,
+                     request_seq=request.request_seq)
+        answer = session.record(reply)
+        echo(f"request #{request.request_seq}: {request.packed.tokens} tokens -> "
+             f"{answer.text or answer.error!r}")
+        if answer.error is not None and not answer.overflow:
+            raise RuntimeError(f"the model failed: {answer.error.message}")
+        if answer.done:
+            return session, answer.text
+        for call in answer.tool_calls:
+            output, failed = run_tool(workspace, call)
+            session.tool_result(call.id, output, is_error=failed)
+            echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
+    raise RuntimeError(f"no answer after {max_steps} steps")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the example (in ``argv[0]``, a store directory, or a temporary one)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        workspace = Path(tmp) / "workspace"
+        workspace.mkdir()
+        (workspace / "notes.txt").write_text("Invoice 2024-117: 3 hours of review at 19.50 "
+                                             "per hour, plus a 12.00 travel fee.\n")
+        (workspace / "src").mkdir()
+        with turnlog.open(args[0] if args else Path(tmp) / "store") as log, \
+                FakeServer(SCRIPT) as server:
+            session, final = run(log, workspace, server.base_url("openai-chat"),
+                                 "What does invoice 2024-117 come to?")
+            print(f"answer: {final}")
+            results = [session.replay(seq) for seq in session.requests()]
+            for result in results:
+                print(f"replay #{result.request_seq}: {'ok' if result.ok else result.difference}")
+            explained = session.explain()  # the last request, event by event
+            for d in explained.decisions:
+                print(f"  {d.seq:>3} {d.kind:<12} {d.decision:<19} {d.rule} {d.detail}".rstrip())
+            print(f"verify: {'ok' if log.verify(session.id).ok else 'FAILED'}")
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,391 @@
+"""OpenAI Agents SDK session memory on a turnlog session (``pip install 'turnlog[openai-agents]'``).
+
+Theory of operation
+-------------------
+`TurnlogSession` implements the SDK's ``agents.memory.Session`` protocol
+(``get_items``, ``add_items``, ``pop_item``, ``clear_session``) over one
+session of a log; pass it as ``Runner.run(agent, input, session=...)``. The
+SDK stores Responses input items; ``add_items`` appends them as events, in
+one atomic batch:
+
+=================================================  ==================================
+item                                               event
+=================================================  ==================================
+``message`` from ``user``                          ``UserMessageAdded``
+``message`` from ``system`` / ``developer``        ``NotificationAdded`` (source: role)
+a run of model items: assistant ``message``,       one ``AssistantMessageAdded``: text,
+``reasoning``, ``function_call``,                  ``ReasoningPart`` (``encrypted_content``
+``custom_tool_call``, ``computer_call``,           as ``opaque``, the item id), a
+``local_shell_call``, ``shell_call``,              ``ToolCall`` per call; built-in tool
+``apply_patch_call``, built-in tool calls          calls without an output item (web or
+                                                   file search...) as a short text note
+``*_call_output``                                  ``ToolResultAdded`` (tool name from the
+                                                   call)
+anything else (``item_reference``...)              ``NotificationAdded`` naming the type
+=================================================  ==================================
+
+Each event keeps its items in ``meta["openai_agents"]`` (a user message's
+text and a tool output's text only once, in the event), so `get_items` gives
+back exactly the items added, in order, large outputs included (read back
+from their blobs). Events appended by other means read back as the items the
+Responses importer/exporter gives them.
+
+A log never deletes. ``pop_item`` appends ``SessionRewound`` to just before
+the event holding the last item and, when that event held several items,
+appends the others again in the same atomic batch. ``clear_session``
+appends ``SessionRewound(to_seq=-1)``. Rewound events (and the records after
+them: requests, responses, the policy) leave the session's view but stay in
+the log, replayable and explainable.
+
+The SDK's methods are coroutines; the work runs in a worker thread
+(``asyncio.to_thread``) under a lock. Writes use the facade's rule (see
+``turnlog.adapters.session``): read the head, build the events, append with
+``expected_seq``, and rebuild on a conflict with another writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
+
+import blake3
+import msgspec
+from agents.items import TResponseInputItem
+from agents.memory import SessionSettings
+from turnlog import (
+    NEW_SESSION,
+    AppendConflictError,
+    AssistantMessageAdded,
+    BlobRef,
+    Draft,
+    Event,
+    ImagePart,
+    Log,
+    NotificationAdded,
+    Policy,
+    ReasoningPart,
+    SessionRewound,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+from turnlog.events import Body, Part
+from turnlog.replay import Packer
+from turnlog.view import Projection
+
+from .openai_responses import ItemMapper
+from .session import backoff
+
+__all__ = ["META_KEY", "TurnlogSession"]
+
+#: The ``meta`` key holding an event's items.
+META_KEY = "openai_agents"
+
+#: Calls answered by an output item (``KIND_output``).
+_ANSWERED_CALLS = frozenset({"function_call", "custom_tool_call", "computer_call",
+                             "local_shell_call", "shell_call", "apply_patch_call"})
+_DEFAULT_POLICY = Policy()
+
+_Item = dict[str, Any]
+
+
+class TurnlogSession:
+    """The Agents SDK ``Session`` protocol over a turnlog session (see the module docstring).
+
+    Parameters:
+        log: the log.
+        session_id: the session (created by the first item).
+        session_settings: the SDK's settings (``limit`` for `get_items`).
+        policy: the policy whose tokenizer the shared projection uses (packing and
+            recording are the caller's, e.g. with `turnlog.replay.Packer`).
+        packer: a packer to share (one per log is best).
+        clock: called for event times (microseconds since the epoch); none when None.
+        attempts: tries per write when other writers keep moving the head.
+    """
+
+    def __init__(self, log: Log, session_id: str, *,
+                 session_settings: SessionSettings | None = None, policy: Policy | None = None,
+                 packer: Packer | None = None, clock: Callable[[], int] | None = None,
+                 attempts: int = 8) -> None:
+        self.log = log
+        self.session_id = session_id
+        self.session_settings = session_settings
+        self.policy = policy
+        self.packer = packer if packer is not None else Packer(log)
+        self._clock = clock
+        self._attempts = attempts
+        self._lock = threading.RLock()
+
+    # -- the protocol --------------------------------------------------------------------
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The session's items, oldest first; the latest ``limit`` ones when given (else
+        ``session_settings.limit``)."""
+        items = await asyncio.to_thread(self.items)
+        count = limit if limit is not None else (
+            self.session_settings.limit if self.session_settings is not None else None)
+        if count is not None:
+            items = items[-count:] if count > 0 else []
+        return cast(list[TResponseInputItem], items)
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items as events, in one atomic batch."""
+        await asyncio.to_thread(self.add, [dict(cast(Mapping[str, Any], i)) for i in items])
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Take the latest item out of the view and return it (None when empty)."""
+        return cast("TResponseInputItem | None", await asyncio.to_thread(self.pop))
+
+    async def clear_session(self) -> None:
+        """Empty the view: ``SessionRewound(to_seq=-1)`` (nothing is deleted)."""
+        await asyncio.to_thread(self.clear)
+
+    # -- synchronous API ---------------------------------------------------------------------
+    def items(self) -> list[dict[str, Any]]:
+        """The session's items, oldest first (synchronous)."""
+        with self._lock:
+            if self.log.head(self.session_id) is None:
+                return []
+            return [item for event in _visible(self._view()) for item in self._items_of(event)]
+
+    def add(self, items: Sequence[Mapping[str, Any]]) -> None:
+        """Append items (synchronous `add_items`)."""
+        copies = [dict(i) for i in items]
+        if copies:
+            self._write(lambda view: _bodies(copies, _calls(view)))
+
+    def pop(self) -> dict[str, Any] | None:
+        """Take the latest item out of the view (synchronous `pop_item`)."""
+        popped: list[dict[str, Any]] = []
+
+        def build(view: Projection | None) -> list[tuple[Body, dict[str, Any]]]:
+            popped.clear()
+            if view is None:
+                return []
+            for pos in range(len(view.events) - 1, -1, -1):
+                event = view.events[pos]
+                if pos in view.rewound or isinstance(event.body, SessionRewound):
+                    continue
+                items = self._items_of(event)
+                if not items:
+                    continue
+                popped.append(items[-1])
+                out: list[tuple[Body, dict[str, Any]]] = [
+                    (SessionRewound(to_seq=pos - 1, reason="pop_item"), {})]
+                if len(items) > 1:
+                    out += _bodies(items[:-1], _calls(view))
+                return out
+            return []
+
+        self._write(build)
+        return popped[0] if popped else None
+
+    def clear(self) -> None:
+        """Empty the view (synchronous `clear_session`)."""
+        def build(view: Projection | None) -> list[tuple[Body, dict[str, Any]]]:
+            if view is None or not _visible(view):
+                return []
+            return [(SessionRewound(to_seq=-1, reason="clear_session"), {})]
+
+        self._write(build)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _view(self) -> Projection:
+        policy = self.policy or self.packer.policy_in_force(self.session_id) or _DEFAULT_POLICY
+        return self.packer.projection(self.session_id, self.packer.counter_for(policy))
+
+    def _write(self, build: Callable[[Projection | None],
+                                     list[tuple[Body, dict[str, Any]]]]) -> None:
+        with self._lock:
+            time = self._clock() if self._clock is not None else None
+            expected = NEW_SESSION
+            for attempt in range(self._attempts):
+                if attempt:
+                    backoff(attempt)
+                head = self.log.head(self.session_id)
+                expected = head.seq if head is not None else NEW_SESSION
+                view = self._view() if head is not None else None
+                bodies = build(view)
+                if not bodies:
+                    return
+                try:
+                    self.log.append(self.session_id, [Draft(body=b, time=time, meta=m)
+                                                      for b, m in bodies],
+                                    expected_seq=expected)
+                    return
+                except AppendConflictError:
+                    continue
+            raise AppendConflictError(
+                f"session {self.session_id!r} kept moving: {self._attempts} attempts "
+                "conflicted with other writers; nothing was written",
+                session=self.session_id, expected=expected, actual=expected)
+
+    def _items_of(self, event: Event) -> list[dict[str, Any]]:
+        body = event.body
+        held = event.meta.get(META_KEY)
+        if isinstance(held, list):
+            return [self._restore(dict(item), body) for item in held if isinstance(item, dict)]
+        # An event appended by other means: the exporter's items, with full texts.
+        if isinstance(body, ToolResultAdded) and body.blob is not None:
+            body = msgspec.structs.replace(body, output=self._text(body.output, body.blob),
+                                           blob=None)
+        elif isinstance(body, (UserMessageAdded, NotificationAdded)) and body.blob is not None:
+            body = msgspec.structs.replace(body, text=self._text(body.text, body.blob),
+                                           blob=None)
+        return ItemMapper.items_of(body)
+
+    def _restore(self, item: _Item, body: Body) -> _Item:
+        """The item back, with the text `_bodies` left to the event."""
+        kind = _kind(item)
+        if isinstance(body, ToolResultAdded) and kind.endswith("_call_output") \
+                and "output" not in item:
+            item["output"] = self._text(body.output, body.blob)
+        elif isinstance(body, (UserMessageAdded, NotificationAdded)) and kind == "message" \
+                and "content" not in item:
+            item["content"] = self._text(body.text, body.blob)
+        return item
+
+    def _text(self, text: str, blob: BlobRef | None) -> str:
+        return text if blob is None else self.log.blob(blob).decode("utf-8", "replace")
+
+
+# -- items -> events ---------------------------------------------------------------------------
+def _kind(item: _Item) -> str:
+    kind = item.get("type")
+    if kind is None and "role" in item:
+        return "message"
+    return kind if isinstance(kind, str) else ""
+
+
+def _is_model(item: _Item) -> bool:
+    kind = _kind(item)
+    if kind == "message":
+        return item.get("role") == "assistant"
+    return kind.endswith("_call") or kind in {"reasoning", "mcp_approval_request",
+                                              "mcp_list_tools"}
+
+
+def _text_of(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return "" if content is None else json.dumps(content, ensure_ascii=False)
+    texts = []
+    for block in content:
+        if isinstance(block, str):
+            texts.append(block)
+        elif isinstance(block, dict) and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif isinstance(block, dict) and isinstance(block.get("refusal"), str):
+            texts.append(block["refusal"])
+    return "\n".join(texts)
+
+
+def _images(content: object) -> tuple[ImagePart, ...]:
+    if not isinstance(content, list):
+        return ()
+    out = []
+    for block in content:
+        url = block.get("image_url") if isinstance(block, dict) \
+            and block.get("type") == "input_image" else None
+        if isinstance(url, str) and url:
+            media = url[5:url.index(";")] if url.startswith("data:") and ";" in url \
+                else "image/*"
+            out.append(ImagePart(media_type=media[:1024], url=url))
+    return tuple(out)
+
+
+def _call_id(item: _Item) -> str:
+    found = item.get("call_id") or item.get("id")
+    if isinstance(found, str) and 0 < len(found) <= 256:
+        return found
+    seed = json.dumps(item, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+    return "item_" + blake3.blake3(seed).hexdigest()[:24]
+
+
+def _call_name(item: _Item, kind: str) -> str:
+    name = item.get("name")
+    return name[:1024] if isinstance(name, str) and name else kind.removesuffix("_call")
+
+
+def _model_parts(item: _Item) -> list[Part]:
+    kind = _kind(item)
+    if kind == "message":
+        return [TextPart(text=_text_of(item.get("content")))]
+    if kind == "reasoning":
+        summary = item.get("summary")
+        text = "\n\n".join(s["text"] for s in summary if isinstance(s, dict)
+                           and isinstance(s.get("text"), str)) if isinstance(summary, list) else ""
+        opaque = item.get("encrypted_content")
+        ident = item.get("id")
+        return [ReasoningPart(text=text, opaque=opaque if isinstance(opaque, str) else "",
+                              provider="openai",
+                              id=ident[:256] if isinstance(ident, str) else "")]
+    if kind in _ANSWERED_CALLS:
+        if kind == "function_call":
+            arguments = item.get("arguments")
+        elif kind == "custom_tool_call":
+            arguments = item.get("input")
+        else:
+            arguments = item.get("action", item.get("operation", {}))
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        return [ToolCall(id=_call_id(item), name=_call_name(item, kind), arguments=arguments)]
+    return [TextPart(text=f"[{kind or 'item'}]")]
+
+
+def _bodies(items: list[_Item], calls: dict[str, str]) -> list[tuple[Body, dict[str, Any]]]:
+    out: list[tuple[Body, dict[str, Any]]] = []
+    group: list[_Item] = []
+
+    def flush() -> None:
+        if group:
+            parts = [p for item in group for p in _model_parts(item)]
+            out.append((AssistantMessageAdded(parts=tuple(parts)), {META_KEY: list(group)}))
+            calls.update((p.id, p.name) for p in parts if isinstance(p, ToolCall))
+            group.clear()
+
+    for item in items:
+        if _is_model(item):
+            group.append(item)
+            continue
+        flush()
+        kind = _kind(item)
+        residual = dict(item)
+        if kind == "message":
+            role = str(item.get("role") or "user")
+            content = item.get("content")
+            if isinstance(content, str):
+                del residual["content"]
+            if role == "user":
+                body: Body = UserMessageAdded(text=_text_of(content), images=_images(content))
+            else:
+                body = NotificationAdded(source=role[:1024], text=_text_of(content))
+        elif kind.endswith("_call_output"):
+            call = _call_id(item)
+            output = item.get("output")
+            if isinstance(output, str):
+                del residual["output"]
+            body = ToolResultAdded(call_id=call, tool_name=calls.get(call, ""),
+                                   output=_text_of(output))
+        else:
+            body = NotificationAdded(source="item", text=f"[{kind or 'unknown'} item]")
+        out.append((body, {META_KEY: [residual]}))
+    flush()
+    return out
+
+
+def _calls(view: Projection | None) -> dict[str, str]:
+    if view is None:
+        return {}
+    return {p.id: p.name for e in _visible(view) if isinstance(e.body, AssistantMessageAdded)
+            for p in e.body.parts if isinstance(p, ToolCall)}
+
+
+def _visible(view: Projection) -> list[Event]:
+    return [e for pos, e in enumerate(view.events)
+            if pos not in view.rewound and not isinstance(e.body, SessionRewound)]
+

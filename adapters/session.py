@@ -1,0 +1,717 @@
+"""A small synchronous facade for orchestrators: one object per agent session.
+
+Theory of operation
+-------------------
+`Session` wraps a `Log`, a `Packer` and a `Compactor` for one session id and
+one provider format. An agent loop needs five verbs::
+
+    session.user("...")                     # inputs are appended first
+    request = session.prepare()             # pack, record, render
+    reply = send(session.format, request.body, ...)   # (any HTTP client or SDK)
+    answer = session.record(reply)          # assistant message + usage, or the error
+    session.tool_result(call.id, output)    # for each call in answer.tool_calls
+
+`prepare` runs, in order: overflow recovery (when the latest request ended in
+a recorded context-overflow error and no recovery has been recorded since:
+`Compactor.recover`, whose extractive summary and the recovery pack that
+follows are deterministic and recorded), automatic compaction when enabled
+(`Compactor.maybe_compact`: the policy's triggers decide), then
+`Packer.record` with the format's renderer, so the ``RequestIssued`` event
+carries the hash of the exact body returned in `Request.body`.
+
+Writes and concurrency
+----------------------
+Every write works the same way (``system``, ``tools``, ``user``, ``notify``,
+``tool_result``, ``record``):
+
+1. read the session head *h*, then the session's state at *h* or later;
+2. compute the events from that state and check the write's precondition
+   (``tool_result``: the call is open; ``record``: the request exists and has
+   no response yet; ``system``/``tools``: what is in force differs, else
+   nothing is appended and None is returned);
+3. append with ``expected_seq = h``.
+
+When another writer appended in between (another `Session` object on the
+same session, another thread using the log directly, another process on the
+same LMDB store), step 3 raises `AppendConflictError` inside the store's
+write transaction and nothing is written; the facade goes back to step 1 and
+re-reads, re-computes and re-checks. A re-check can fail: if the other
+writer answered the same call, ``tool_result`` raises `InvalidEventError`
+naming the event that answered it. After ``attempts`` conflicts in a row the
+`AppendConflictError` is raised; nothing of the failed call was written.
+``prepare`` gets the same guarantee from `Packer.record`: the prompt is
+packed at the head the record names, and a conflict re-packs. A write whose
+precondition holds is never lost and never duplicated; concurrent writers'
+events are kept in commit order.
+
+Between attempts the facade sleeps a random time (up to 1 ms, doubled per
+attempt, at most 50 ms) so writers that keep colliding spread out.
+
+One `Session` object serializes its own calls with a lock, so threads
+sharing it never conflict with each other. LMDB lets any number of
+processes open one store: each opens the log itself (after ``fork()``, never
+before) and makes its own `Session`.
+
+Idempotency: every write takes ``key=``. The first call with a key appends
+its events under that key (a batch of *n* > 1 events uses ``KEY/0`` ...
+``KEY/n-1``). A repeated call with the same key, after a crash or a lost
+answer, skips the precondition (the call it answered is closed by the first
+call) and returns the stored positions with ``duplicate=True``;
+``prepare(key=...)`` returns the stored request, re-rendered and checked
+against its recorded hash. The same key with different content raises
+`IdempotencyError`. Nothing here reads a clock: ``time=`` (microseconds since
+the epoch) is data, taken from the caller or from the ``clock`` callable the
+caller supplies.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time as _time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
+
+import blake3
+import msgspec
+from turnlog import (
+    NEW_SESSION,
+    AppendConflictError,
+    Appended,
+    AssistantMessageAdded,
+    Draft,
+    Head,
+    ImagePart,
+    InvalidEventError,
+    Log,
+    NotificationAdded,
+    Policy,
+    ProviderErrorReceived,
+    ReplayMismatchError,
+    ResponseReceived,
+    SystemSectionSet,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    ToolSpec,
+    ToolsSet,
+    UnknownSessionError,
+    UserMessageAdded,
+)
+from turnlog.codec import validate_session_id
+from turnlog.compact import Compactor, Outcome
+from turnlog.events import Body, RequestIssued
+from turnlog.pack import Packed
+from turnlog.replay import Packer, Renderer, ReplayResult
+from turnlog.summarize import Summarizer
+from turnlog.view import Projection
+
+from .client import ProviderError
+from .render import FORMATS, RenderError, renderer
+from .responses import Reply, parse_http, parse_response, parse_stream
+
+__all__ = ["Answer", "Request", "ResponseLike", "SDKObject", "Session", "ToolLike", "backoff"]
+
+#: A tool definition: a `ToolSpec`, or a mapping with ``name``, ``description`` and
+#: ``parameters`` (a JSON Schema object or its text); OpenAI's ``{"type": "function",
+#: "function": {...}}`` and Anthropic's ``input_schema`` are accepted too.
+ToolLike = ToolSpec | Mapping[str, object]
+
+
+class SDKObject(Protocol):
+    """A reply object of an official SDK (a pydantic model: ``ChatCompletion``,
+    ``Response``, ``Message``)."""
+
+    def model_dump(self, *, mode: str = ...) -> Mapping[str, object]:
+        """The object as JSON values (``mode="json"``)."""
+        ...
+
+
+#: What `Session.record` parses: a `Reply` (from ``client.send``), a `ProviderError`
+#: (the exception ``client.send`` raises when no answer came), a JSON body (bytes, text
+#: or the decoded object), an SDK reply object, or an SSE stream (bytes, text, or an
+#: iterable of lines, blocks or decoded events).
+ResponseLike = (Reply | ProviderError | bytes | str | Mapping[str, object] | SDKObject
+                | Iterable[bytes | str | Mapping[str, object]])
+
+_DEFAULT_POLICY = Policy()
+
+
+class Request(msgspec.Struct, frozen=True, kw_only=True):
+    """A recorded request, ready to send.
+
+    Attributes:
+        body: the request body: the exact bytes whose blake3 the ``RequestIssued``
+            record holds as ``rendered_hash``. Send these (``client.send``).
+        request_seq: seq of the ``RequestIssued`` record; give it to ``client.send``.
+        packed: the packed prompt, its decisions and stage reports.
+        format: the wire format of ``body``.
+        model: the model named in ``body``.
+        compaction: what ran before packing (overflow recovery, or automatic
+            compaction that did something); None when nothing ran.
+        duplicate: True when a key already used returned the stored request.
+    """
+
+    body: bytes
+    request_seq: int
+    packed: Packed
+    format: str
+    model: str
+    compaction: Outcome | None = None
+    duplicate: bool = False
+
+    def json(self) -> dict[str, object]:
+        """The body decoded (a fresh dict each call), e.g. for an SDK's ``create(**...)``."""
+        value = json.loads(self.body)
+        assert isinstance(value, dict)
+        return value
+
+    @property
+    def recovery(self) -> bool:
+        """True when this is a recovery pack after a context-overflow error."""
+        return self.packed.recovery
+
+
+class Answer(msgspec.Struct, frozen=True, kw_only=True):
+    """What `Session.record` appended.
+
+    Attributes:
+        request_seq: the request answered (None when the session had none).
+        message: the assistant message (None for an error or an empty reply).
+        response: usage, stop reason, model (None for an error).
+        error: the provider's error (None on success).
+        first_seq / last_seq: the positions of the appended events.
+        duplicate: True when a key already used returned the stored events.
+    """
+
+    request_seq: int | None
+    message: AssistantMessageAdded | None = None
+    response: ResponseReceived | None = None
+    error: ProviderErrorReceived | None = None
+    first_seq: int
+    last_seq: int
+    duplicate: bool = False
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The message's tool calls, now waiting for `Session.tool_result`."""
+        if self.message is None:
+            return ()
+        return tuple(p for p in self.message.parts if isinstance(p, ToolCall))
+
+    @property
+    def text(self) -> str:
+        """The message's text parts joined ("" for an error)."""
+        if self.message is None:
+            return ""
+        return "".join(p.text for p in self.message.parts if isinstance(p, TextPart))
+
+    @property
+    def overflow(self) -> bool:
+        """True for a context-overflow error: the next `Session.prepare` recovers."""
+        return self.error is not None and self.error.overflow
+
+    @property
+    def done(self) -> bool:
+        """True for a final answer: no error and no tool call."""
+        return self.error is None and not self.tool_calls
+
+
+_Build = Callable[[Projection | None, bool], Sequence[Body]]
+
+
+class Session:
+    """One agent session of a log, driven by an orchestrator (see the module docstring).
+
+    Parameters:
+        log: the log (``turnlog.open(...)``).
+        session_id: the session; created by its first write.
+        model: the model named in every request body.
+        format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
+        max_tokens: the output cap of every request (required for ``anthropic``).
+        policy: the packing policy (appended as ``PolicySet`` by the first `prepare`
+            when it is not the one in force); the one in force when None.
+        stream: ask for a streamed reply (``"stream": true``; for ``openai-chat``
+            also ``stream_options.include_usage``).
+        extra: further top-level body fields (``temperature``, ``tool_choice``...).
+        packer: a packer to share (one per log is best); a new one when None.
+        summarizer: the summarizer of automatic compaction (the offline extractive
+            one when None; overflow recovery always uses the extractive one).
+        auto_compact: run `Compactor.maybe_compact` before each pack.
+        clock: called for ``time`` when a call gives none (microseconds since the
+            epoch); no time is recorded when None.
+        attempts: tries per write when the head keeps moving (see the module docstring).
+
+    Raises:
+        RenderError: an unknown format, an empty model, or ``anthropic`` without
+            ``max_tokens``.
+        InvalidEventError: a bad session id.
+    """
+
+    def __init__(self, log: Log, session_id: str, *, model: str,
+                 format: str = "openai-chat",  # noqa: A002
+                 max_tokens: int | None = None, policy: Policy | None = None,
+                 stream: bool = False, extra: Mapping[str, object] | None = None,
+                 packer: Packer | None = None, summarizer: Summarizer | None = None,
+                 auto_compact: bool = False, clock: Callable[[], int] | None = None,
+                 attempts: int = 8) -> None:
+        validate_session_id(session_id)
+        if format not in FORMATS:
+            raise RenderError(f"unknown format {format!r}; expected one of {sorted(FORMATS)}")
+        if not isinstance(model, str) or not model:
+            raise RenderError(f"model must be a non-empty str, found {model!r}")
+        if format == "anthropic" and max_tokens is None:
+            raise RenderError("the anthropic format needs max_tokens (the API requires it)")
+        if not isinstance(attempts, int) or attempts < 1:
+            raise InvalidEventError(f"attempts must be an int >= 1, found {attempts!r}")
+        self.log = log
+        self.id = session_id
+        self.model = model
+        self.format = format
+        self.max_tokens = max_tokens
+        self.policy = policy
+        fields: dict[str, object] = {}
+        if stream:
+            fields["stream"] = True
+            if format == "openai-chat":
+                fields["stream_options"] = {"include_usage": True}
+        fields.update(extra or {})
+        self.extra: Mapping[str, object] = fields
+        self.packer = packer if packer is not None else Packer(log)
+        self.compactor = Compactor(log, self.packer, summarizer=summarizer)
+        self.auto_compact = auto_compact
+        self._clock = clock
+        self._attempts = attempts
+        self._render = renderer(format, model=model, max_tokens=max_tokens, blobs=log.blob,
+                                extra=self.extra)
+        self._lock = threading.RLock()
+        self._last_request: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<turnlog.adapters.Session {self.id!r} {self.format} {self.model}>"
+
+    # -- inputs -----------------------------------------------------------------------------
+    def system(self, name: str, text: str, *, position: int = 0, time: int | None = None,
+               key: str | None = None) -> Appended | None:
+        """Set one named section of the system prompt (empty ``text`` removes it).
+
+        Returns:
+            Where the ``SystemSectionSet`` landed, or None when that text at that
+            position is already in force (nothing appended).
+        """
+        def build(view: Projection | None, check: bool) -> list[Body]:
+            if check:
+                current = view.sections.get(name) if view is not None else None
+                if (current is None and not text) or (
+                        current is not None and current[:2] == (text, position)):
+                    return []
+            return [SystemSectionSet(name=name, text=text, position=position)]
+
+        return self._write(build, time=time, key=key)
+
+    def tools(self, tools: Iterable[ToolLike], *, time: int | None = None,
+              key: str | None = None) -> Appended | None:
+        """Declare the full set of tools offered from now on.
+
+        Returns:
+            Where the ``ToolsSet`` landed, or None when these tools are already in
+            force (nothing appended).
+
+        Raises:
+            InvalidEventError: a tool definition without a name, or a schema that is
+                neither a JSON object nor its text.
+        """
+        specs = tuple(_tool_spec(tool, i) for i, tool in enumerate(tools))
+
+        def build(view: Projection | None, check: bool) -> list[Body]:
+            if check and view is not None and view.tools_pos >= 0 and view.tools == specs:
+                return []
+            return [ToolsSet(tools=specs)]
+
+        return self._write(build, time=time, key=key)
+
+    def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
+             time: int | None = None, key: str | None = None) -> Appended:
+        """Append a user message (it starts a new turn)."""
+        body = UserMessageAdded(text=text, images=tuple(images), name=name)
+        done = self._write(lambda view, check: [body], time=time, key=key)
+        assert done is not None
+        return done
+
+    def notify(self, source: str, text: str, *, time: int | None = None,
+               key: str | None = None) -> Appended:
+        """Append a notification: something the runtime tells the model between turns."""
+        body = NotificationAdded(source=source, text=text)
+        done = self._write(lambda view, check: [body], time=time, key=key)
+        assert done is not None
+        return done
+
+    def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
+                    exit_code: int | None = None, time: int | None = None,
+                    key: str | None = None) -> Appended:
+        """Append the result of an open tool call; the tool's name is taken from the call.
+
+        Raises:
+            InvalidEventError: no call ``call_id`` is waiting for a result (unknown,
+                rewound, or already answered: the message names the answer).
+        """
+        def build(view: Projection | None, check: bool) -> list[Body]:
+            call = _find_call(view, call_id, open_only=check)
+            if call is None:
+                raise InvalidEventError(_no_open_call(view, self.id, call_id))
+            return [ToolResultAdded(call_id=call_id, tool_name=call.name, output=output,
+                                    is_error=is_error, exit_code=exit_code)]
+
+        done = self._write(build, time=time, key=key)
+        assert done is not None
+        return done
+
+    def open_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls in the session's view still waiting for a result, oldest first."""
+        with self._lock:
+            if self.log.head(self.id) is None:
+                return ()
+            return tuple(_open_calls(self._view()).values())
+
+    # -- requests ---------------------------------------------------------------------------
+    def prepare(self, *, time: int | None = None, key: str | None = None) -> Request:
+        """Recover or compact when due, pack, record the request, render its body.
+
+        Returns:
+            The `Request`: ``body`` to send, ``request_seq`` to answer with `record`.
+
+        Raises:
+            UnknownSessionError: nothing was appended to the session yet.
+            BudgetExceededError: the mandatory tail does not fit the policy's window.
+            AppendConflictError: the head kept moving (see the module docstring).
+        """
+        with self._lock:
+            time = self._time(time)
+            if key is not None:
+                stored = self._stored(key)
+                if stored is not None:
+                    return self._stored_request(stored)
+            compaction: Outcome | None = None
+            view = self._view()
+            if view.overflow_pending and not _recovered(view):
+                compaction = self.compactor.recover(self.id, policy=self.policy, time=time)
+            elif self.auto_compact:
+                outcome = self.compactor.maybe_compact(self.id, policy=self.policy, time=time)
+                compaction = outcome if outcome.status != "skipped" else None
+            recorded = self.packer.record(self.id, policy=self.policy, model=self.model,
+                                          time=time, format=self.format, render=self._render,
+                                          attempts=self._attempts, key=key,
+                                          max_tokens=self.max_tokens)
+            self._last_request = recorded.request_seq
+            return Request(body=recorded.rendered, request_seq=recorded.request_seq,
+                           packed=recorded.packed, format=self.format, model=self.model,
+                           compaction=compaction)
+
+    def record(self, response: ResponseLike, *, status: int | None = None,
+               stream: bool | None = None, request_seq: int | None = None,
+               time: int | None = None, key: str | None = None) -> Answer:
+        """Parse a provider answer and append it: ``AssistantMessageAdded`` and
+        ``ResponseReceived``, or ``ProviderErrorReceived``.
+
+        Parameters:
+            response: see `ResponseLike`. Bytes and text are a JSON body, or an SSE
+                stream when ``stream`` is True (None guesses from the first bytes); an
+                SDK object (``completion``, ``response``, ``message``) is read with
+                its ``model_dump``.
+            status: the HTTP status of ``response`` (bytes or text); 400 and above
+                is an error body (kept as text when it is not JSON).
+            request_seq: the request answered; by default the one the reply names,
+                else the last one this object prepared, else the session's latest.
+
+        Returns:
+            The `Answer`; ``answer.tool_calls`` are the calls now waiting for results,
+            ``answer.overflow`` says the next `prepare` recovers.
+
+        Raises:
+            DecodeError: a successful answer that is not the provider's shape
+                (nothing is appended).
+            InvalidEventError: ``request_seq`` is not a request of this session, or it
+                was answered already (errors do not answer a request: a request can
+                meet errors and then one response).
+        """
+        reply = self._parse(response, status=status, stream=stream)
+        with self._lock:
+            time = self._time(time)
+            seq = request_seq
+            if seq is None:
+                seq = reply.error.request_seq if reply.error is not None else (
+                    reply.response.request_seq if reply.response is not None else None)
+            if seq is None:
+                seq = self._last_request
+            if seq is None and self.log.head(self.id) is not None:
+                seq = _latest_request(self._view(), self.id)
+            bodies = _with_request(reply, seq)
+
+            def build(view: Projection | None, check: bool) -> Sequence[Body]:
+                if check and seq is not None:
+                    self._check_request(view, seq, answering=reply.error is None)
+                return bodies
+
+            done = self._write(build, time=time, key=key)
+            assert done is not None
+            message = next((b for b in bodies if isinstance(b, AssistantMessageAdded)), None)
+            answer = next((b for b in bodies if isinstance(b, ResponseReceived)), None)
+            error = next((b for b in bodies if isinstance(b, ProviderErrorReceived)), None)
+            return Answer(request_seq=seq, message=message, response=answer, error=error,
+                          first_seq=done.first_seq, last_seq=done.last_seq,
+                          duplicate=done.duplicate)
+
+    def compact(self, *, time: int | None = None) -> Outcome:
+        """Compact now (a manual compaction, with the session's summarizer)."""
+        with self._lock:
+            return self.compactor.compact(self.id, policy=self.policy, reason="manual",
+                                          time=self._time(time))
+
+    # -- reading back -------------------------------------------------------------------------
+    @property
+    def head(self) -> Head | None:
+        """The session's last event (None before the first write)."""
+        return self.log.head(self.id)
+
+    def requests(self) -> list[int]:
+        """Seqs of the session's request records, oldest first."""
+        if self.log.head(self.id) is None:
+            return []
+        return self.packer.requests(self.id)
+
+    def replay(self, request_seq: int) -> ReplayResult:
+        """Re-pack and re-render a recorded request and compare both hashes with the
+        record (the renderer is rebuilt from the record's format, model and
+        ``max_tokens`` and this session's ``stream`` and ``extra``)."""
+        return self.packer.replay(self.id, request_seq, render=self._renderer_for(request_seq))
+
+    def explain(self, request_seq: int | None = None) -> Packed:
+        """A recorded request (the latest when None) re-packed with its per-event
+        decisions and stage reports.
+
+        Raises:
+            InvalidEventError: the session has no request.
+        """
+        if request_seq is None:
+            seqs = self.requests()
+            if not seqs:
+                raise InvalidEventError(f"session {self.id!r} has no request to explain; "
+                                        "call prepare() first")
+            request_seq = seqs[-1]
+        return self.packer.explain(self.id, request_seq)
+
+    # -- internals ----------------------------------------------------------------------------
+    def _time(self, time: int | None) -> int | None:
+        if time is not None or self._clock is None:
+            return time
+        return self._clock()
+
+    def _view(self) -> Projection:
+        """The session's projection, at its head or later (the packer's, shared)."""
+        policy = self.policy or self.packer.policy_in_force(self.id) or _DEFAULT_POLICY
+        return self.packer.projection(self.id, self.packer.counter_for(policy))
+
+    def _stored(self, key: str) -> int | None:
+        with self.log.store.read() as txn:
+            return txn.idempotency(self.id, key)
+
+    def _write(self, build: _Build, *, time: int | None, key: str | None) -> Appended | None:
+        with self._lock:
+            time = self._time(time)
+            retry = key is not None and (self._stored(key) is not None
+                                         or self._stored(f"{key}/0") is not None)
+            expected = NEW_SESSION
+            for attempt in range(self._attempts):
+                if attempt:
+                    backoff(attempt)
+                head = self.log.head(self.id)
+                expected = head.seq if head is not None else NEW_SESSION
+                view = self._view() if head is not None else None
+                bodies = build(view, not retry)
+                if not bodies:
+                    return None
+                drafts = [Draft(body=body, time=time, key=_batch_key(key, i, len(bodies)))
+                          for i, body in enumerate(bodies)]
+                try:
+                    return self.log.append(self.id, drafts,
+                                           expected_seq=None if retry else expected)
+                except AppendConflictError:
+                    continue
+            actual = self.log.head(self.id)
+            raise AppendConflictError(
+                f"session {self.id!r} kept moving: {self._attempts} attempts conflicted with "
+                "other writers; nothing was written. Retry later or with more attempts",
+                session=self.id, expected=expected,
+                actual=actual.seq if actual is not None else NEW_SESSION)
+
+    def _check_request(self, view: Projection | None, seq: int, *, answering: bool) -> None:
+        try:
+            event = self.log.get(self.id, seq) if view is not None else None
+        except UnknownSessionError:
+            event = None
+        if event is None or not isinstance(event.body, RequestIssued):
+            kind = event.kind if event is not None else "missing"
+            raise InvalidEventError(f"{self.id}#{seq} is not a request record (found "
+                                    f"{kind!r}); pass the request_seq of a prepared request")
+        if not answering or view is None:
+            return
+        for pos in view.responses:
+            found = view.events[pos]
+            body = found.body
+            if found.session == self.id and isinstance(body, ResponseReceived) \
+                    and body.request_seq == seq:
+                raise InvalidEventError(
+                    f"request {self.id}#{seq} was already answered by the response at "
+                    f"{self.id}#{found.seq}; record a retried answer with the same key to "
+                    "get the stored events back")
+
+    def _stored_request(self, seq: int) -> Request:
+        event = self.log.get(self.id, seq)
+        if not isinstance(event.body, RequestIssued):
+            raise InvalidEventError(f"the key of this prepare() is stored at {self.id}#{seq}, "
+                                    f"a {event.kind!r} event; use a new key for a request")
+        packed = self.packer.repack(self.id, seq)
+        render = self._renderer_for(seq) or self._render
+        body = render(packed.prompt)
+        if blake3.blake3(body).hexdigest() != event.body.rendered_hash:
+            raise ReplayMismatchError(f"the request stored under this key ({self.id}#{seq}) "
+                                      "does not re-render to its recorded hash; was it "
+                                      "recorded with another format, max_tokens or extra?")
+        return Request(body=body, request_seq=seq, packed=packed, format=event.body.format,
+                       model=event.body.model, duplicate=True)
+
+    def _renderer_for(self, request_seq: int) -> Renderer | None:
+        event = self.log.get(self.id, request_seq)
+        body = event.body
+        if not isinstance(body, RequestIssued) or body.format not in FORMATS or not body.model:
+            return None
+        max_tokens = body.max_tokens if body.max_tokens is not None else self.max_tokens
+        if (body.format, body.model, max_tokens) == (self.format, self.model, self.max_tokens):
+            return self._render
+        return renderer(body.format, model=body.model, max_tokens=max_tokens,
+                        blobs=self.log.blob, extra=self.extra)
+
+    def _parse(self, response: ResponseLike, *, status: int | None,
+               stream: bool | None) -> Reply:
+        fmt = self.format
+        if isinstance(response, Reply):
+            return response
+        if isinstance(response, ProviderError):
+            return Reply(error=response.error)
+        if isinstance(response, (bytes, bytearray, memoryview, str)):
+            data = bytes(response) if not isinstance(response, str) else response
+            return parse_http(fmt, 200 if status is None else status, data, stream=stream)
+        if status is not None:
+            raise InvalidEventError("status= goes with a body given as bytes or text")
+        if isinstance(response, Mapping):
+            return parse_response(fmt, response)
+        dump = getattr(response, "model_dump", None)
+        if callable(dump):
+            return parse_response(fmt, dump(mode="json"))
+        return parse_stream(fmt, response)  # type: ignore[arg-type]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def backoff(attempt: int) -> None:
+    """Sleep before retry ``attempt`` (1, 2...) of a conflicting append: a random
+    time up to 1 ms doubled per attempt (at most 50 ms), so writers that keep
+    colliding spread out."""
+    _time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 1))))
+
+
+def _batch_key(key: str | None, index: int, size: int) -> str | None:
+    if key is None:
+        return None
+    return key if size == 1 else f"{key}/{index}"
+
+
+def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
+    if isinstance(tool, ToolSpec):
+        return tool
+    if not isinstance(tool, Mapping):
+        raise InvalidEventError(f"tool {index}: expected a ToolSpec or a mapping, found "
+                                f"{type(tool).__name__}")
+    spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+    assert isinstance(spec, Mapping)
+    name = spec.get("name")
+    description = spec.get("description") or ""
+    schema = spec.get("parameters", spec.get("input_schema", {}))
+    if not isinstance(name, str) or not name:
+        raise InvalidEventError(f"tool {index}: expected a non-empty name, found {name!r}")
+    if not isinstance(description, str):
+        raise InvalidEventError(f"tool {name!r}: description must be text")
+    if isinstance(schema, str):
+        parameters = schema
+    elif isinstance(schema, Mapping):
+        parameters = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    else:
+        raise InvalidEventError(f"tool {name!r}: parameters must be a JSON Schema object or "
+                                f"its text, found {type(schema).__name__}")
+    return ToolSpec(name=name, description=description, parameters=parameters)
+
+
+def _open_calls(view: Projection) -> dict[str, ToolCall]:
+    found: dict[str, ToolCall] = {}
+    for unit in view.units:
+        if not unit.open_calls:
+            continue
+        body = view.items[unit.items[0]].event.body
+        assert isinstance(body, AssistantMessageAdded)
+        for part in body.parts:
+            if isinstance(part, ToolCall) and part.id in unit.open_calls:
+                found[part.id] = part
+    return found
+
+
+def _find_call(view: Projection | None, call_id: str, *, open_only: bool) -> ToolCall | None:
+    if view is None:
+        return None
+    for unit in reversed(view.units):
+        if call_id not in unit.calls or (open_only and call_id not in unit.open_calls):
+            continue
+        body = view.items[unit.items[0]].event.body
+        assert isinstance(body, AssistantMessageAdded)
+        for part in body.parts:
+            if isinstance(part, ToolCall) and part.id == call_id:
+                return part
+    return None
+
+
+def _no_open_call(view: Projection | None, session: str, call_id: str) -> str:
+    if view is not None:
+        for item in view.items:
+            body = item.event.body
+            if isinstance(body, ToolResultAdded) and body.call_id == call_id and item.unit >= 0:
+                return (f"call {call_id!r} of session {session!r} was already answered at "
+                        f"{item.event.session}#{item.event.seq}; to retry a result idempotently "
+                        "pass the same key as the first time")
+        waiting = sorted(_open_calls(view))
+    else:
+        waiting = []
+    return (f"no call {call_id!r} is waiting for a result in session {session!r} (open calls: "
+            f"{waiting}); record the assistant message that makes the call first")
+
+
+def _recovered(view: Projection) -> bool:
+    """True when a recovery (committed or failed) was recorded after the last overflow."""
+    for pos in (*view.compactions, *view.failures):
+        body = view.events[pos].body
+        if pos > view.last_overflow and getattr(body, "reason", "") == "overflow":
+            return True
+    return False
+
+
+def _latest_request(view: Projection, session: str) -> int | None:
+    if view.last_request < 0:
+        return None
+    event = view.events[view.last_request]
+    return event.seq if event.session == session else None
+
+
+def _with_request(reply: Reply, seq: int | None) -> tuple[Body, ...]:
+    if seq is None:
+        return reply.bodies()
+    return tuple(msgspec.structs.replace(body, request_seq=seq)
+                 if isinstance(body, (ResponseReceived, ProviderErrorReceived)) else body
+                 for body in reply.bodies())

@@ -1,0 +1,64 @@
+"""The embedding example runs offline, replays every request, and is the code the docs show."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import turnlog
+from turnlog import RequestIssued, ToolCall
+from turnlog.adapters import example_agent
+from turnlog.adapters.render import renderer_for
+from turnlog.replay import Packer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_example_answers_and_replays_every_request(capsys: pytest.CaptureFixture[str],
+                                                       tmp_path: Path) -> None:
+    assert example_agent.main([str(tmp_path / "store")]) == 0
+    out = capsys.readouterr().out
+    assert "answer: Invoice 2024-117 comes to 70.5" in out
+    assert "calculate" in out and "-> '70.5'" in out
+    replays = [line for line in out.splitlines() if line.startswith("replay #")]
+    assert len(replays) == 3 and all(line.endswith(": ok") for line in replays)
+    assert "verify: ok" in out
+    assert "tool_result  verbatim" in out  # the explanation of the last request
+    with turnlog.open(tmp_path / "store", readonly=True) as log:
+        packer = Packer(log)
+        seqs = packer.requests("example")
+        assert len(seqs) == 3
+        for seq in seqs:  # as `turnlog replay` does: the renderer from the record alone
+            record = log.get("example", seq).body
+            assert isinstance(record, RequestIssued) and record.format == "openai-chat"
+            render = renderer_for(record, blobs=log.blob)
+            assert render is not None and packer.replay("example", seq, render=render).ok
+
+
+def test_the_example_runs_as_a_module() -> None:
+    done = subprocess.run([sys.executable, "-m", "turnlog.adapters.example_agent"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "verify: ok" in done.stdout
+
+
+def test_the_docs_show_the_example_as_it_is() -> None:
+    source = (ROOT / "adapters" / "example_agent.py").read_text()
+    docs = (ROOT / "docs" / "embedding.md").read_text()
+    assert f"```python\n{source}```" in docs
+
+
+def test_the_example_tools_stay_in_the_workspace_and_only_compute(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("alpha")
+    assert example_agent.read_file(tmp_path, "a.txt") == "alpha"
+    assert example_agent.list_dir(tmp_path, ".") == "a.txt"
+    assert example_agent.calculate("2 ** 10 - (3 * 4) / 8") == "1022.5"
+    for call in (ToolCall(id="1", name="read_file", arguments='{"path": "../etc/passwd"}'),
+                 ToolCall(id="2", name="calculate", arguments='{"expression": "__import__(1)"}'),
+                 ToolCall(id="3", name="calculate", arguments='{"expression": "1/0"}'),
+                 ToolCall(id="4", name="list_dir", arguments="not json"),
+                 ToolCall(id="5", name="delete", arguments="{}")):
+        output, failed = example_agent.run_tool(tmp_path, call)
+        assert failed, (call, output)

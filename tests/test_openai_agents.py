@@ -1,0 +1,183 @@
+"""OpenAI Agents SDK session memory on a turnlog session, against the real ``agents`` package
+(runs go to the local fake server; tracing is off, so nothing leaves 127.0.0.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+import turnlog
+from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+from agents.memory import Session as SessionProtocol
+from agents.memory import SessionSettings, SQLiteSession
+from agents.models.openai_responses import OpenAIResponsesModel
+from openai import AsyncOpenAI
+from turnlog import (
+    AssistantMessageAdded,
+    Log,
+    NotificationAdded,
+    ReasoningPart,
+    SessionRewound,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+from turnlog.adapters import Session
+from turnlog.adapters.fakeserver import FakeReply, FakeServer
+from turnlog.adapters.openai_agents import META_KEY, TurnlogSession
+from turnlog.adapters.render import renderer
+from turnlog.replay import Packer
+
+set_tracing_disabled(True)
+
+
+@pytest.fixture
+def log() -> Iterator[Log]:
+    with turnlog.open(":memory:") as opened:
+        yield opened
+
+
+@function_tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def script() -> list[FakeReply]:
+    return [FakeReply(text="Adding.", tool_calls=(
+                ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'),)),
+            FakeReply(text="2 + 3 = 5."),
+            FakeReply(text="Still 5.")]
+
+
+async def two_runs(session: Any) -> tuple[list[Any], list[dict[str, object]]]:
+    """Two runs of a one-tool agent against a fresh fake server: (items, request inputs)."""
+    with FakeServer(script()) as server:
+        client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="test",
+                             max_retries=0)
+        agent = Agent(name="adder", instructions="Add numbers with the tool.", tools=[add],
+                      model=OpenAIResponsesModel(model="fake-model", openai_client=client))
+        config = RunConfig(tracing_disabled=True)
+        first = await Runner.run(agent, "What is 2 + 3?", session=session, run_config=config)
+        second = await Runner.run(agent, "And again?", session=session, run_config=config)
+        assert (first.final_output, second.final_output) == ("2 + 3 = 5.", "Still 5.")
+        inputs = [r.json()["input"] for r in server.requests]
+        await client.close()
+    return await session.get_items(), inputs  # type: ignore[return-value]
+
+
+def test_the_session_implements_the_sdk_protocol(log: Log) -> None:
+    assert isinstance(TurnlogSession(log, "agent"), SessionProtocol)
+
+
+def test_runs_see_the_same_history_as_with_the_sdk_sqlite_session(log: Log) -> None:
+    ours, our_inputs = asyncio.run(two_runs(TurnlogSession(log, "agent")))
+    theirs, their_inputs = asyncio.run(two_runs(SQLiteSession("agent")))
+    assert ours == theirs
+    assert our_inputs == their_inputs  # the model received the same input items
+    events = log.read("agent")
+    assert [e.kind for e in events] == ["user", "assistant", "tool_result", "assistant",
+                                        "user", "assistant"]
+    call = events[1].body
+    assert isinstance(call, AssistantMessageAdded)
+    assert call.parts == (TextPart(text="Adding."),
+                          ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'))
+    result = events[2].body
+    assert result == ToolResultAdded(call_id="call_1", tool_name="add", output="5")
+    assert "output" not in events[2].meta[META_KEY][0]  # kept once, in the event
+    assert log.verify("agent").ok
+
+
+def test_pop_item_rewinds_and_keeps_the_rest_of_a_model_turn(log: Log) -> None:
+    session = TurnlogSession(log, "agent")
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "hi"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
+        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}",
+         "id": "fc_1", "status": "completed"}]
+    session.add(items)
+    assert asyncio.run(session.pop_item()) == items[2]
+    assert session.items() == items[:2]
+    tail = log.read("agent", 2)
+    assert [e.kind for e in tail] == ["rewind", "assistant"]
+    assert tail[0].body == SessionRewound(to_seq=0, reason="pop_item")
+    assert asyncio.run(session.pop_item()) == items[1]
+    assert asyncio.run(session.pop_item()) == items[0]
+    assert asyncio.run(session.pop_item()) is None
+    asyncio.run(session.add_items([{"role": "user", "content": "again"}]))  # type: ignore[list-item]
+    assert session.items() == [{"role": "user", "content": "again"}]
+    assert log.verify("agent").ok
+
+
+def test_clear_session_and_limits(log: Log) -> None:
+    session = TurnlogSession(log, "agent", session_settings=SessionSettings(limit=2))
+    session.add([{"role": "user", "content": f"m{i}"} for i in range(5)])
+    assert [i["content"] for i in asyncio.run(session.get_items())] == ["m3", "m4"]
+    assert [i["content"] for i in asyncio.run(session.get_items(limit=3))] == ["m2", "m3", "m4"]
+    assert asyncio.run(session.get_items(limit=0)) == []
+    asyncio.run(session.clear_session())
+    assert session.items() == []
+    assert log.read("agent")[-1].body == SessionRewound(to_seq=-1, reason="clear_session")
+    asyncio.run(session.clear_session())  # empty already: nothing appended
+    assert len(log.read("agent")) == 6
+
+
+def test_items_of_every_kind_are_kept_and_pack_for_the_responses_api(log: Log) -> None:
+    output = "\n".join(f"row {i}: " + "y" * 70 for i in range(2000))  # stored as a blob
+    items: list[dict[str, Any]] = [
+        {"type": "message", "role": "developer", "content": "Be terse."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Show the table"},
+                                     {"type": "input_image", "image_url": "https://x/t.png",
+                                      "detail": "auto"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text",
+                                                         "text": "Query it."}],
+         "encrypted_content": "gAAAA"},
+        {"type": "web_search_call", "id": "ws_1", "status": "completed",
+         "action": {"type": "search", "query": "table"}},
+        {"type": "function_call", "call_id": "c1", "name": "query", "arguments": '{"q":1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": output},
+        {"type": "item_reference", "id": "msg_old"},
+    ]
+    session = TurnlogSession(log, "agent")
+    session.add(items)
+    assert session.items() == items
+    bodies = [e.body for e in log.read("agent")]
+    assert isinstance(bodies[0], NotificationAdded) and bodies[0].source == "developer"
+    assert isinstance(bodies[1], UserMessageAdded) and bodies[1].images[0].url == \
+        "https://x/t.png"
+    model = bodies[2]
+    assert isinstance(model, AssistantMessageAdded)
+    assert model.parts == (
+        ReasoningPart(text="Query it.", opaque="gAAAA", provider="openai", id="rs_1"),
+        TextPart(text="[web_search_call]"),
+        ToolCall(id="c1", name="query", arguments='{"q":1}'))
+    result = bodies[3]
+    assert isinstance(result, ToolResultAdded) and result.blob is not None
+    assert result.tool_name == "query"
+    assert isinstance(bodies[4], NotificationAdded)
+    packer = Packer(log)
+    render = renderer("openai-responses", model="fake-model", max_tokens=256, blobs=log.blob)
+    recorded = packer.record("agent", format="openai-responses", model="fake-model",
+                             render=render)
+    sent = json.loads(recorded.rendered)
+    assert [i["type"] for i in sent["input"]][2:6] == ["reasoning", "message",
+                                                       "function_call", "function_call_output"]
+    assert packer.replay("agent", recorded.request_seq, render=render).ok
+
+
+def test_events_from_the_facade_read_back_as_items(log: Log) -> None:
+    facade = Session(log, "agent", model="m")
+    facade.user("hi")
+    facade.notify("ci", "green")
+    assert TurnlogSession(log, "agent").items() == [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "green"}]}]

@@ -1,0 +1,551 @@
+"""The orchestrator facade: end to end against the fake server, idempotency, recovery,
+threads and processes sharing one session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import turnlog
+import turnlog.adapters
+from turnlog import (
+    AppendConflictError,
+    AssistantMessageAdded,
+    CompactionCommitted,
+    IdempotencyError,
+    InvalidEventError,
+    Log,
+    NotificationAdded,
+    Policy,
+    ProviderErrorReceived,
+    RequestIssued,
+    ResponseReceived,
+    SystemSectionSet,
+    ToolCall,
+    ToolResultAdded,
+    ToolSpec,
+    ToolsSet,
+    UserMessageAdded,
+)
+from turnlog.adapters.client import ProviderError, send
+from turnlog.adapters.fakeserver import FakeReply, FakeServer, http_error, overflow_error
+from turnlog.adapters.render import RenderError
+from turnlog.adapters.responses import parse_response
+from turnlog.adapters.session import Answer, Request, Session
+from turnlog.replay import Packer
+
+FORMATS = ("openai-chat", "openai-responses", "anthropic")
+POLICY = Policy(context_window=16_000, output_reserve=1_000)
+READ = {"type": "function", "function": {
+    "name": "read_file", "description": "Read a file.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+CALC = {"name": "calculate", "input_schema": {"type": "object"}}
+
+
+def chat_body(text: str = "hi", *, tool_calls: list[dict[str, object]] | None = None,
+              ident: str = "cmpl-1") -> dict[str, object]:
+    """A Chat Completions reply body."""
+    message: dict[str, object] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {"id": ident, "object": "chat.completion", "created": 1, "model": "fake-model",
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23}}
+
+
+def chat_stream(text: str) -> bytes:
+    """The same reply as an SSE stream."""
+    chunk = {"id": "cmpl-s", "object": "chat.completion.chunk", "created": 1,
+             "model": "fake-model",
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
+                          "finish_reason": "stop"}]}
+    return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
+
+
+@pytest.fixture
+def log() -> Iterator[Log]:
+    with turnlog.open(":memory:") as opened:
+        yield opened
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeServer]:
+    with FakeServer() as running:
+        yield running
+
+
+def make(log: Log, fmt: str = "openai-chat", **options: object) -> Session:
+    return Session(log, "s1", model="fake-model", format=fmt, max_tokens=512, policy=POLICY,
+                   **options)  # type: ignore[arg-type]
+
+
+def exchange(session: Session, server: FakeServer, *replies: FakeReply) -> tuple[Request, Answer]:
+    """Prepare, send to the fake server (answering with ``replies``), record."""
+    server.script(*replies)
+    request = session.prepare()
+    reply = send(session.format, request.body, api_key="test",
+                 base_url=server.base_url(session.format), request_seq=request.request_seq)
+    return request, session.record(reply)
+
+
+# -- end to end ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_tool_call_loop_runs_end_to_end_in_every_format(fmt: str, stream: bool) -> None:
+    log = turnlog.open(":memory:")
+    session = make(log, fmt, stream=stream)
+    session.system("base", "You are a careful agent.")
+    session.tools([READ, CALC])
+    session.user("What is in a.txt, and what is 6*7?")
+    calls = (ToolCall(id="call_a", name="read_file", arguments='{"path": "a.txt"}'),
+             ToolCall(id="call_b", name="calculate", arguments='{"expression": "6*7"}'))
+    with FakeServer([FakeReply(text="Looking.", tool_calls=calls),
+                     FakeReply(text="a.txt says hello; 6*7 is 42.")]) as fake:
+        first, answer = exchange(session, fake)
+        assert [(c.id, c.name, json.loads(c.arguments)) for c in answer.tool_calls] == [
+            (c.id, c.name, json.loads(c.arguments)) for c in calls]  # (Anthropic re-spaces)
+        assert answer.text == "Looking."
+        assert not answer.done and answer.request_seq == first.request_seq
+        assert [c.id for c in session.open_calls()] == ["call_a", "call_b"]
+        session.tool_result("call_a", "hello")
+        session.tool_result("call_b", "42")
+        second, final = exchange(session, fake)
+        received = fake.requests
+    assert final.done and final.text == "a.txt says hello; 6*7 is 42."
+    assert [r.body for r in received] == [first.body, second.body]  # sent as recorded
+    assert (b'"stream":true' in first.body) is stream
+    assert b"hello" in second.body and b"42" in second.body
+    assert session.open_calls() == ()
+    assert [e.body.tool_name for e in log.read("s1", kinds=["tool_result"])
+            if isinstance(e.body, ToolResultAdded)] == ["read_file", "calculate"]
+    responses = [e.body for e in log.read("s1", kinds=["response"])]
+    assert [r.request_seq for r in responses if isinstance(r, ResponseReceived)] == [
+        first.request_seq, second.request_seq]
+    assert all(isinstance(r, ResponseReceived) and r.usage.input_tokens > 0 for r in responses)
+    for seq in session.requests():
+        result = session.replay(seq)
+        assert result.ok, result.difference
+    assert log.verify("s1").ok
+
+
+def test_record_takes_every_shape_of_answer(log: Log, server: FakeServer) -> None:
+    session = make(log)
+    session.user("hi")
+    shapes: list[tuple[str, Callable[[], Answer]]] = [
+        ("reply", lambda: session.record(parse_response("openai-chat", chat_body("a")))),
+        ("bytes", lambda: session.record(json.dumps(chat_body("b")).encode())),
+        ("text", lambda: session.record(json.dumps(chat_body("c")))),
+        ("mapping", lambda: session.record(chat_body("d"))),
+        ("sse bytes", lambda: session.record(chat_stream("e"))),
+        ("sse blocks", lambda: session.record(chat_stream("f").decode().split("\n\n"))),
+        ("sse flagged", lambda: session.record(chat_stream("g"), stream=True)),
+    ]
+    for expected, (name, record) in zip("abcdefg", shapes, strict=True):
+        request = session.prepare()
+        answer = record()
+        assert answer.text == expected, name
+        assert answer.request_seq == request.request_seq, name
+    session.prepare()
+    failed = session.record(b"<html>bad gateway</html>", status=502)
+    assert failed.error is not None and failed.error.status == 502
+    assert "bad gateway" in failed.error.message and not failed.overflow and not failed.done
+    server.script(FakeReply(text="late", delay=2.0))
+    request = session.prepare()
+    with pytest.raises(ProviderError) as caught:
+        send("openai-chat", request.body, api_key="k", base_url=server.base_url("openai-chat"),
+             timeout=0.2, request_seq=request.request_seq)
+    timed_out = session.record(caught.value)
+    assert timed_out.error is not None and timed_out.error.error_type == "timeout"
+    assert timed_out.request_seq == request.request_seq
+    with pytest.raises(InvalidEventError, match="status"):
+        session.record(chat_body("x"), status=200)
+
+
+def test_tool_result_takes_the_name_from_the_open_call_and_refuses_others(log: Log) -> None:
+    session = make(log)
+    session.user("go")
+    session.prepare()
+    session.record(chat_body("", tool_calls=[{"id": "c1", "type": "function", "function": {
+        "name": "read_file", "arguments": "{}"}}]))
+    with pytest.raises(InvalidEventError, match="no call 'nope' is waiting") as caught:
+        session.tool_result("nope", "x")
+    assert "['c1']" in str(caught.value)
+    done = session.tool_result("c1", "contents", is_error=True, exit_code=2, key="r1")
+    stored = log.get("s1", done.last_seq).body
+    assert stored == ToolResultAdded(call_id="c1", tool_name="read_file", output="contents",
+                                     is_error=True, exit_code=2)
+    with pytest.raises(InvalidEventError, match=f"already answered at s1#{done.last_seq}"):
+        session.tool_result("c1", "again")
+    retried = session.tool_result("c1", "contents", is_error=True, exit_code=2, key="r1")
+    assert retried.duplicate and retried.last_seq == done.last_seq
+    with pytest.raises(IdempotencyError):
+        session.tool_result("c1", "other content", key="r1")
+
+
+def test_system_and_tools_append_only_what_changes(log: Log) -> None:
+    session = make(log)
+    assert session.system("base", "Be brief.") is not None
+    assert session.system("base", "Be brief.") is None
+    assert session.system("base", "Be brief.", position=5) is not None
+    assert session.system("gone", "") is None  # removing what is not there
+    specs = [ToolSpec(name="a"), {"name": "b", "parameters": '{"type":"object"}'}]
+    assert session.tools(specs) is not None
+    assert session.tools(specs) is None
+    tools = log.read("s1", kinds=["tools"])[-1].body
+    assert isinstance(tools, ToolsSet)
+    assert tools.tools == (ToolSpec(name="a"), ToolSpec(name="b", parameters='{"type":"object"}'))
+    session.tools([READ])
+    tools = log.read("s1", kinds=["tools"])[-1].body
+    assert isinstance(tools, ToolsSet) and tools.tools[0].name == "read_file"
+    assert json.loads(tools.tools[0].parameters)["properties"]["path"] == {"type": "string"}
+    with pytest.raises(InvalidEventError, match="non-empty name"):
+        session.tools([{"description": "nameless"}])
+    kinds = [e.kind for e in log.read("s1")]
+    assert kinds == ["system", "system", "tools", "tools"]
+
+
+def test_a_request_takes_errors_then_one_response(log: Log) -> None:
+    session = make(log)
+    session.user("hi")
+    request = session.prepare()
+    error = session.record(b'{"error": {"message": "slow down", "type": "server_error"}}',
+                           status=500)
+    assert error.error is not None and error.request_seq == request.request_seq
+    answer = session.record(chat_body("ok"), key="answer-1")
+    assert answer.text == "ok" and answer.last_seq == answer.first_seq + 1
+    with pytest.raises(InvalidEventError, match="already answered"):
+        session.record(chat_body("ok again"))
+    again = session.record(chat_body("ok"), key="answer-1")
+    assert again.duplicate and (again.first_seq, again.last_seq) == (answer.first_seq,
+                                                                     answer.last_seq)
+    with pytest.raises(InvalidEventError, match="not a request record"):
+        session.record(chat_body("x"), request_seq=0)
+
+
+def test_prepare_with_a_used_key_returns_the_stored_request(log: Log) -> None:
+    session = make(log, "anthropic")
+    session.user("hi")
+    first = session.prepare(key="req-1")
+    session.record({"id": "m1", "type": "message", "role": "assistant", "model": "fake-model",
+                    "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
+                    "usage": {"input_tokens": 5, "output_tokens": 1}})
+    again = session.prepare(key="req-1")
+    assert again.duplicate and not first.duplicate
+    assert (again.request_seq, again.body) == (first.request_seq, first.body)
+    assert again.packed.prompt == first.packed.prompt
+    assert len(session.requests()) == 1
+
+
+def test_request_json_is_a_fresh_copy_of_the_body(log: Log) -> None:
+    session = make(log, "openai-responses", extra={"temperature": 0.5})
+    session.user("hi")
+    request = session.prepare()
+    body = request.json()
+    assert body["temperature"] == 0.5 and body["model"] == "fake-model"
+    body["model"] = "changed"
+    assert request.json()["model"] == "fake-model"
+
+
+def test_the_clock_supplies_times_unless_a_call_gives_one(log: Log) -> None:
+    session = make(log, clock=lambda: 1_700_000_000_000_000)
+    session.user("one")
+    session.user("two", time=5)
+    session.prepare()
+    assert [e.time for e in log.read("s1")] == [1_700_000_000_000_000, 5,
+                                                1_700_000_000_000_000, 1_700_000_000_000_000]
+
+
+def test_the_session_checks_its_arguments(log: Log) -> None:
+    with pytest.raises(RenderError, match="unknown format"):
+        Session(log, "s", model="m", format="gemini")
+    with pytest.raises(RenderError, match="max_tokens"):
+        Session(log, "s", model="m", format="anthropic")
+    with pytest.raises(RenderError, match="model"):
+        Session(log, "s", model="")
+    with pytest.raises(InvalidEventError):
+        Session(log, "", model="m")
+    with pytest.raises(turnlog.UnknownSessionError):
+        Session(log, "empty", model="m").prepare()
+
+
+def test_the_facade_names_are_reexported() -> None:
+    assert turnlog.adapters.__all__ == sorted(turnlog.adapters.__all__)
+    for name in turnlog.adapters.__all__:
+        assert getattr(turnlog.adapters, name) is getattr(turnlog.adapters.session, name)
+
+
+# -- overflow recovery and compaction -----------------------------------------------------------
+def grow(session: Session, server: FakeServer, turns: int) -> None:
+    """Turns of a user message and two tool exchanges with 50-line outputs."""
+    for turn in range(turns):
+        session.user(f"task {turn}: look at the files")
+        for step in range(2):
+            call = ToolCall(id=f"c{turn}_{step}", name="read_file", arguments="{}")
+            _, answer = exchange(session, server, FakeReply(text=f"step {step}",
+                                                            tool_calls=(call,)))
+            session.tool_result(answer.tool_calls[0].id,
+                                "\n".join(f"line {i} of {call.id}" for i in range(50)))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_an_overflow_error_is_recovered_by_the_next_prepare(fmt: str, server: FakeServer) -> None:
+    log = turnlog.open(":memory:")
+    session = make(log, fmt)
+    grow(session, server, 4)
+    overflowed, answer = exchange(session, server, overflow_error())
+    assert answer.overflow and answer.error is not None and not answer.done
+    recovery = session.prepare()
+    assert recovery.recovery and recovery.compaction is not None
+    assert (recovery.compaction.status, recovery.compaction.reason) == ("committed", "overflow")
+    compactions = [e.body for e in log.read("s1", kinds=["compaction"])]
+    assert len(compactions) == 1 and isinstance(compactions[0], CompactionCommitted)
+    assert compactions[0].reason == "overflow"
+    assert recovery.packed.tokens < overflowed.packed.tokens
+    session.record(send(fmt, recovery.body, api_key="k", base_url=server.base_url(fmt),
+                        request_seq=recovery.request_seq))
+    normal = session.prepare()
+    assert not normal.recovery and normal.compaction is None
+    assert all(session.replay(seq).ok for seq in session.requests())
+
+
+def test_a_recorded_recovery_is_not_run_twice(log: Log, server: FakeServer) -> None:
+    session = make(log)
+    grow(session, server, 4)
+    exchange(session, server, overflow_error())
+    # A crash after the recovery was committed and before the request was recorded:
+    assert session.compactor.recover("s1", policy=POLICY).status == "committed"
+    request = session.prepare()
+    assert request.recovery and request.compaction is None
+    assert len(log.read("s1", kinds=["compaction"])) == 1
+
+
+def test_automatic_compaction_runs_before_packing_when_due(log: Log, server: FakeServer) -> None:
+    policy = Policy(context_window=6000, output_reserve=500, warning_buffer=2500,
+                    compact_buffer=1500, blocking_buffer=500, keep_recent_turns=2,
+                    keep_recent_messages=4, segment_target_tokens=800, segment_min_tokens=100,
+                    segment_min_messages=2)
+    session = Session(log, "s1", model="fake-model", policy=policy, auto_compact=True)
+    session.user("start")
+    compactions = []
+    for step in range(10):
+        if step % 3 == 0 and step:
+            session.user(f"next task {step}")
+        call = ToolCall(id=f"c{step}", name="read_file", arguments=json.dumps({"p": step}))
+        request, _ = exchange(session, server, FakeReply(text=f"step {step}",
+                                                              tool_calls=(call,)))
+        if request.compaction is not None:
+            compactions.append(request.compaction)
+        session.tool_result(call.id, "\n".join(f"line {i} of step {step} " * 3
+                                               for i in range(40)))
+    assert compactions and all(c.status == "committed" for c in compactions)
+    assert {c.reason for c in compactions} == {"threshold"}
+    assert all(session.replay(seq).ok for seq in session.requests())
+    manual = session.compact()
+    assert manual.status in ("committed", "skipped")
+
+
+# -- concurrency ----------------------------------------------------------------------------------
+def run_threads(count: int, target: Callable[[int], None]) -> list[BaseException]:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def test_threads_sharing_one_session_append_everything(tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        session = make(log)
+        session.user("go")
+        session.prepare()
+        calls = [{"id": f"c{i}", "type": "function",
+                  "function": {"name": "read_file", "arguments": "{}"}} for i in range(8)]
+        session.record(chat_body("", tool_calls=calls))
+
+        def work(i: int) -> None:
+            for n in range(10):
+                session.notify(f"worker {i}", f"note {n}")
+            session.tool_result(f"c{i}", f"result {i}")
+
+        assert run_threads(8, work) == []
+        events = log.read("s1")
+        assert sum(isinstance(e.body, NotificationAdded) for e in events) == 80
+        assert sorted(e.body.call_id for e in events if isinstance(e.body, ToolResultAdded)) \
+            == [f"c{i}" for i in range(8)]
+        assert session.open_calls() == ()
+        assert log.verify("s1").ok
+
+
+def test_threads_with_their_own_session_objects_retry_on_conflicts(tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        make(log).user("go")
+
+        def work(i: int) -> None:
+            session = make(log)  # its own lock and packer: its appends can conflict
+            for n in range(10):
+                session.user(f"{i}:{n}")
+                session.notify(str(i), f"{n}")
+
+        assert run_threads(6, work) == []
+        texts = [e.body.text for e in log.read("s1") if isinstance(e.body, UserMessageAdded)]
+        assert len(texts) == 61 and len(set(texts)) == 61
+        for i in range(6):  # each writer's events stay in its order
+            mine = [t for t in texts if t.startswith(f"{i}:")]
+            assert mine == [f"{i}:{n}" for n in range(10)]
+        assert log.verify("s1").ok
+
+
+def test_racing_results_for_one_call_append_exactly_one(tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        first = make(log)
+        first.user("go")
+        first.prepare()
+        first.record(chat_body("", tool_calls=[{"id": "c1", "type": "function", "function": {
+            "name": "read_file", "arguments": "{}"}}]))
+        errors = run_threads(6, lambda i: make(log).tool_result("c1", f"result {i}"))
+        results = log.read("s1", kinds=["tool_result"])
+        assert len(results) == 1 and len(errors) == 5
+        assert all(isinstance(e, InvalidEventError) and "already answered" in str(e)
+                   for e in errors)
+
+
+def test_a_session_gives_up_after_its_attempts(log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = make(log, attempts=2)
+    session.user("go")
+    real = log.append
+
+    def append_after_someone_else(session_id: str, events: object, **kw: object) -> object:
+        real(session_id, NotificationAdded(source="other", text="meanwhile"))
+        return real(session_id, events, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(log, "append", append_after_someone_else)
+    with pytest.raises(AppendConflictError, match="2 attempts"):
+        session.user("lost")
+    monkeypatch.undo()
+    assert not any(isinstance(e.body, UserMessageAdded) and e.body.text == "lost"
+                   for e in log.read("s1"))
+
+
+def test_prepare_repacks_when_another_writer_appends_during_the_pack(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = make(log)
+    session.user("first")
+    real = Packer.pack
+    appended: list[int] = []
+
+    def pack_then_someone_appends(self: Packer, *args: object, **kw: object) -> object:
+        packed = real(self, *args, **kw)  # type: ignore[arg-type]
+        if not appended:  # another writer, after the projection was read
+            appended.append(log.append("s1", UserMessageAdded(text="second")).last_seq)
+        return packed
+
+    monkeypatch.setattr(Packer, "pack", pack_then_someone_appends)
+    request = session.prepare()
+    monkeypatch.undo()
+    record = log.get("s1", request.request_seq).body
+    assert isinstance(record, RequestIssued) and record.head_seq == appended[0]
+    assert b"second" in request.body
+    assert session.replay(request.request_seq).ok
+
+
+CHILD = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    import turnlog
+    from turnlog.adapters import Session
+
+    store, worker, rounds, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    while not go.exists():
+        time.sleep(0.005)
+    with turnlog.open(store, sync=False) as log:
+        session = Session(log, "shared", model="fake-model", max_tokens=512)
+        for i in range(rounds):
+            session.user(f"{worker} says {i}")
+            request = session.prepare()
+            reply = {"id": f"{worker}-{i}", "object": "chat.completion", "created": 1,
+                     "model": "fake-model", "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": f"{worker} answer {i}"}}],
+                     "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}
+            session.record(json.dumps(reply).encode(), request_seq=request.request_seq)
+            session.notify(worker, f"round {i} done")
+""")
+
+
+def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
+    store, go, rounds = tmp_path / "store", tmp_path / "go", 15
+    with turnlog.open(store) as log:
+        Session(log, "shared", model="fake-model").system("base", "One agent, two workers.")
+        log.append("shared", turnlog.PolicySet(policy=POLICY))
+    workers = [subprocess.Popen([sys.executable, "-c", CHILD, str(store), name, str(rounds),
+                                 str(go)], stderr=subprocess.PIPE, text=True)
+               for name in ("A", "B")]
+    go.touch()
+    for worker in workers:
+        _, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+    with turnlog.open(store) as log:
+        assert log.verify().ok
+        events = log.read("shared")
+        users = [e.body.text for e in events if isinstance(e.body, UserMessageAdded)]
+        assert sorted(users) == sorted(f"{w} says {i}" for w in "AB" for i in range(rounds))
+        requests = {e.seq for e in events if isinstance(e.body, RequestIssued)}
+        answered = [e.body.request_seq for e in events if isinstance(e.body, ResponseReceived)]
+        assert len(requests) == 2 * rounds and sorted(answered) == sorted(requests)
+        messages = [e for e in events if isinstance(e.body, AssistantMessageAdded)]
+        assert len(messages) == 2 * rounds
+        assert not any(isinstance(e.body, ProviderErrorReceived) for e in events)
+        session = Session(log, "shared", model="fake-model", max_tokens=512)
+        assert all(session.replay(seq).ok for seq in sorted(requests))
+        assert sum(isinstance(e.body, SystemSectionSet) for e in events) == 1
+
+
+def test_http_errors_other_than_overflow_are_recorded_as_errors(log: Log,
+                                                                 server: FakeServer) -> None:
+    session = make(log)
+    session.user("hi")
+    _, answer = exchange(session, server, http_error(429, "rate limited"))
+    assert answer.error is not None and answer.error.status == 429 and not answer.overflow
+    request = session.prepare()
+    assert not request.recovery
+
+
+def test_official_sdk_clients_send_the_body_and_their_replies_are_recorded(
+        server: FakeServer) -> None:
+    openai = pytest.importorskip("openai")
+    anthropic = pytest.importorskip("anthropic")
+    log = turnlog.open(":memory:")
+    chat = make(log, "openai-chat")
+    chat.user("hi")
+    client = openai.OpenAI(base_url=server.base_url("openai-chat"), api_key="test",
+                           max_retries=0)
+    server.script(FakeReply(text="Reading.", tool_calls=(ToolCall(id="c1", name="read_file"),)))
+    request = chat.prepare()
+    answer = chat.record(client.chat.completions.create(**request.json()))
+    assert [c.id for c in answer.tool_calls] == ["c1"] and answer.response is not None
+    assert answer.response.usage.input_tokens > 0
+    messages = Session(log, "s2", model="fake-model", format="anthropic", max_tokens=256)
+    messages.user("hi")
+    server.script(FakeReply(text="Hello."))
+    request = messages.prepare()
+    reply = anthropic.Anthropic(base_url=server.base_url("anthropic"), api_key="test",
+                                max_retries=0).messages.create(**request.json())
+    assert messages.record(reply).text == "Hello."
+    assert json.loads(server.requests[-1].body) == request.json()
