@@ -83,7 +83,11 @@ __all__ = [
 ]
 
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
-_PATHISH = re.compile(r"[\w./\\-]*\w\.\w{1,8}\b")
+# Path-like tokens: the regex r"[\w./\\-]*\w\.\w{1,8}\b", matched by `_pathish` in
+# linear time (the regex itself backtracks quadratically on a long run of its
+# characters, e.g. a line of dashes or a base64 argument: seconds for 16 KB).
+_PATH_RUN = re.compile(r"[\w./\\-]+")
+_PATH_END = re.compile(r"\w\.\w{1,8}\b")
 _DECISION = re.compile(
     r"\b(based on|i'll use|i will use|the issue is|the problem is|this shows|that means|"
     r"so the fix|root cause|because|therefore|the bug is)\b", re.IGNORECASE)
@@ -175,6 +179,28 @@ def _parse_args(arguments: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _pathish(text: str) -> list[str]:
+    r"""``re.findall(r"[\w./\\-]*\w\.\w{1,8}\b", text)``, in linear time.
+
+    Every character of a match is in the class, so a match lies in one maximal run
+    of class characters; it starts where the run starts (the regex tries the
+    earliest start first) and, the star being greedy, ends after the last place
+    in the run where ``\w\.\w{1,8}\b`` matches; it then leaves no room for a
+    second match in that run.
+    """
+    found: list[str] = []
+    for run in _PATH_RUN.finditer(text):
+        start, end = run.span()
+        dot = text.rfind(".", start + 1, end - 1)
+        while dot >= 0:
+            tail = _PATH_END.match(text, dot - 1)
+            if tail is not None:
+                found.append(text[start:tail.end()])
+                break
+            dot = text.rfind(".", start + 1, dot)
+    return found
 
 
 def _basename(path: str) -> str:
@@ -449,7 +475,7 @@ class Projection:
                 self.items[index].decision_language = True
         self._since_assistant = []
         referenced: set[int] = set()
-        for match in set(_PATHISH.findall(text)):
+        for match in set(_pathish(text)):
             referenced.update(self._targets.get(_basename(match), ()))
         for raw in text.splitlines():
             line = raw.strip()
