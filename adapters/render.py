@@ -87,6 +87,7 @@ __all__ = [
     "canonical",
     "render",
     "render_body",
+    "render_args",
     "renderer",
     "renderer_for",
 ]
@@ -219,8 +220,29 @@ def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
     """
     if request.format == "neutral" or not request.rendered_hash:
         return None
-    return renderer(request.format, model=request.model, max_tokens=request.max_tokens,
-                    blobs=blobs)
+    try:
+        args = json.loads(request.render_args) if request.render_args else {}
+    except ValueError as exc:
+        raise RenderError(f"the record's render_args are not JSON: {exc}") from exc
+    if not isinstance(args, dict):
+        raise RenderError("the record's render_args must be a JSON object")
+    max_tokens = args.get("max_tokens")
+    extra = args.get("extra")
+    if max_tokens is not None and not isinstance(max_tokens, int):
+        raise RenderError(f"render_args.max_tokens must be an int, found {max_tokens!r}")
+    if extra is not None and not isinstance(extra, dict):
+        raise RenderError("render_args.extra must be a JSON object")
+    return renderer(request.format, model=request.model, max_tokens=max_tokens,
+                    blobs=blobs, extra=extra)
+
+
+def render_args(*, max_tokens: int | None, extra: Mapping[str, object] | None = None) -> str:
+    """The ``render_args`` to record with a request rendered with these arguments
+    (`renderer_for` reads them back)."""
+    args: dict[str, object] = {"max_tokens": max_tokens}
+    if extra:
+        args["extra"] = dict(extra)
+    return canonical(args).decode()
 
 
 def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002

@@ -108,7 +108,7 @@ from turnlog.summarize import Summarizer
 from turnlog.view import Projection
 
 from .client import ProviderError
-from .render import FORMATS, RenderError, renderer
+from .render import FORMATS, RenderError, render_args, renderer, renderer_for
 from .responses import Reply, parse_http, parse_response, parse_stream
 
 __all__ = ["Answer", "Request", "ResponseLike", "SDKObject", "Session", "ToolLike", "backoff"]
@@ -402,7 +402,8 @@ class Session:
             recorded = self.packer.record(self.id, policy=self.policy, model=self.model,
                                           time=time, format=self.format, render=self._render,
                                           attempts=self._attempts, key=key,
-                                          max_tokens=self.max_tokens)
+                                          render_args=render_args(max_tokens=self.max_tokens,
+                                                                  extra=self.extra))
             self._last_request = recorded.request_seq
             return Request(body=recorded.rendered, request_seq=recorded.request_seq,
                            packed=recorded.packed, format=self.format, model=self.model,
@@ -586,11 +587,8 @@ class Session:
         body = event.body
         if not isinstance(body, RequestIssued) or body.format not in FORMATS or not body.model:
             return None
-        max_tokens = body.max_tokens if body.max_tokens is not None else self.max_tokens
-        if (body.format, body.model, max_tokens) == (self.format, self.model, self.max_tokens):
-            return self._render
-        return renderer(body.format, model=body.model, max_tokens=max_tokens,
-                        blobs=self.log.blob, extra=self.extra)
+        # The record names the renderer's parameters: build the same renderer.
+        return renderer_for(body, blobs=self.log.blob)
 
     def _parse(self, response: ResponseLike, *, status: int | None,
                stream: bool | None) -> Reply:

@@ -280,8 +280,8 @@ class RequestIssued(_Payload, tag="request", frozen=True):
     xxh3 digests of each system section, the tool schemas and each message,
     in prompt order, so a failed replay can name the first part that differs.
     ``rendered_hash`` is the blake3 of the provider request body when the prompt
-    was rendered (``format`` names the renderer, ``model`` and ``max_tokens`` its
-    parameters); replay re-renders to check it.
+    was rendered (``format`` names the renderer; ``model`` and ``render_args``, an
+    opaque string the renderer wrote, its parameters); replay re-renders to check it.
     """
 
     head_seq: Seq
@@ -297,7 +297,7 @@ class RequestIssued(_Payload, tag="request", frozen=True):
     stages: Name = ""
     digests: bytes = b""
     rendered_hash: OptHex = ""
-    max_tokens: Count | None = None
+    render_args: str = ""
 
 
 class Usage(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,

@@ -543,6 +543,7 @@ class Log:
         prev = head[1] if head is not None else GENESIS
         seq = first = head_seq + 1
         records: list[bytes] = []
+        base: int | None = None  # lineage position of this session's seq 0
         for body, key, data in batch:
             if isinstance(body, _POSITIONAL):
                 if isinstance(body, SessionForked):
@@ -550,7 +551,9 @@ class Log:
                         raise InvalidEventError(f"SessionForked must be the first event of a "
                                                 f"session; {session!r} already has events")
                     prev = self._fork_source(txn, body)
-                self._check_references(body, session, seq)
+                if base is None:
+                    base = self._lineage_base(txn, session, batch[0][0] if first == 0 else None)
+                self._check_references(body, session, seq, base + seq)
             canonical = with_seq(data, offset, seq) if seq else data
             digest = link(prev, canonical)
             records.append(prev + digest + canonical)  # pack_record, inlined
@@ -579,20 +582,41 @@ class Log:
         return source.hash
 
     @staticmethod
-    def _check_references(body: Body, session: str, seq: int) -> None:
-        if isinstance(body, SessionRewound) and not -1 <= body.to_seq < seq:
-            raise InvalidEventError(f"SessionRewound.to_seq must be between -1 and {seq - 1} "
-                                    f"(before the rewind itself), found {body.to_seq}")
-        if isinstance(body, EventsPinned) and any(s >= seq for s in body.seqs):
-            raise InvalidEventError(f"EventsPinned may only pin earlier events (seq < {seq}), "
-                                    f"found {sorted(s for s in body.seqs if s >= seq)}")
+    def _lineage_base(txn: ReadTxn, session: str, first: Body | None) -> int:
+        """Lineage position of the session's seq 0: 0, or for a fork the length of
+        the history it continues (``first`` is seq 0's payload when it is in the
+        batch being appended)."""
+        base = 0
+        body: Body | None = first
+        if body is None:
+            record = txn.get(session, 0)
+            body = record_event(record).body if record is not None else None
+        for _ in range(10_000):  # forks of forks; a cycle cannot be stored
+            if not isinstance(body, SessionForked):
+                return base
+            base += body.from_seq + 1
+            record = txn.get(body.from_session, 0)
+            body = record_event(record).body if record is not None else None
+        raise StoreCorruptError(f"the fork chain of {session!r} does not end; run `turnlog verify`")
+
+    @staticmethod
+    def _check_references(body: Body, session: str, seq: int, pos: int) -> None:
+        # Rewinds, pins and compactions name lineage positions, which equal
+        # seqs except in a fork (where the forked-from history comes first).
+        if isinstance(body, SessionRewound) and not -1 <= body.to_seq < pos:
+            raise InvalidEventError(f"SessionRewound.to_seq must be between -1 and {pos - 1} "
+                                    f"(positions before the rewind itself), found {body.to_seq}")
+        if isinstance(body, EventsPinned) and any(s >= pos for s in body.seqs):
+            raise InvalidEventError(f"EventsPinned may only pin earlier events (position < "
+                                    f"{pos}), found {sorted(s for s in body.seqs if s >= pos)}")
         if isinstance(body, CompactionCommitted):
             if body.first_seq > body.last_seq:
                 raise InvalidEventError(f"compaction covers first_seq {body.first_seq} > "
                                         f"last_seq {body.last_seq}")
-            if body.last_seq >= seq:
-                raise InvalidEventError(f"compaction at {session}#{seq} covers seq "
-                                        f"{body.last_seq}, which is not earlier than itself")
+            if body.last_seq >= pos:
+                raise InvalidEventError(f"compaction at {session}#{seq} (position {pos}) covers "
+                                        f"position {body.last_seq}, which is not earlier than "
+                                        "itself")
 
     def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[_Prepared],
                           offset: int) -> Appended | None:

@@ -46,13 +46,14 @@ which enforce these protections, so a custom rule cannot split a tool pair.
 Every event of the lineage gets exactly one `Decision` (built when
 ``Packed.decisions`` is first read, from what the pack decided).
 
-Cost: with the built-in stages and no committed summary, `pack` does not run
-the stages item by item; it reads running totals the projection keeps per
-policy (tokens after truncation, what dedup and pruning save, per-unit sums)
-and finds the trim cut by binary search, so a pack after one append costs
-about O(log n) plus the prompt it returns. The result is the same as running
-the stages (``tests/test_pack_paths.py``); custom pipelines, summaries, and
-pruning that stops part-way take the stage-by-stage path.
+Cost: with the built-in stages, `pack` does not run the stages item by item;
+it reads running totals the projection keeps per policy (tokens after
+truncation, what dedup and pruning save, per-unit sums, the units committed
+summaries cover) and finds the trim cut by binary search, so a pack after one
+append costs about O(log n) plus the prompt it returns. The result is the same
+as running the stages (``tests/test_pack_paths.py``); custom pipelines, and
+pruning that stops part-way (where the order of candidates decides), take the
+stage-by-stage path.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ from .events import (
 from .policy import Policy
 from .prompt import Breakpoint, Message, Prompt, Section
 from .tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
-from .view import EMPTY_USER_TEXT, DedupIndex, Item, Projection
+from .view import EMPTY_ASSISTANT_TEXT, EMPTY_USER_TEXT, DedupIndex, Item, Projection
 from .view import notification_text as _notification_text
 from .view import recall_text as _recall_text
 
@@ -1025,7 +1026,9 @@ def _message(item: Item, parts: tuple[Part, ...] | None) -> Message:
                        tool_call_id=body.call_id, name=body.tool_name, is_error=body.is_error,
                        source=(item.pos,))
     if isinstance(body, AssistantMessageAdded):
-        return Message(role="assistant", parts=body.parts, source=(item.pos,))
+        # A reply with no parts (an empty completion) still answers the turn.
+        parts = body.parts or (TextPart(text=EMPTY_ASSISTANT_TEXT),)
+        return Message(role="assistant", parts=parts, source=(item.pos,))
     if isinstance(body, UserMessageAdded):
         user_parts: tuple[Part, ...] = (TextPart(text=body.text),) if body.text else ()
         user_parts += tuple(body.images)
@@ -1184,16 +1187,16 @@ def _item_decision(state: PackState, index: int, common: _Common) -> Decision:
 
 
 # -- the built-in pipeline from running totals ---------------------------------------------
-# `pack` with the built-in stages on a history without summaries takes this path.
-# It gives the same prompt, numbers, reports and decisions as running the stages,
-# without a loop over the history: the projection keeps, per policy (the fields
-# the stages' per-item results depend on), the tokens of every item after
-# truncation, what deduplicating or pruning it saves, and per-unit sums of those
-# in Fenwick trees. A pack then costs O(log n) for the totals, the prune and trim
-# decisions (a binary search over turns), plus the prompt it builds and the units
-# near the pruning boundary. When pruning would stop part-way (the order of the
-# candidates matters), the stages run instead. tests/test_pack_paths.py checks
-# that both paths agree.
+# `pack` with the built-in stages takes this path. It gives the same prompt,
+# numbers, reports and decisions as running the stages, without a loop over the
+# history: the projection keeps, per policy (the fields the stages' per-item
+# results depend on), the tokens of every item after truncation, what
+# deduplicating or pruning it saves, per-unit sums of those in Fenwick trees, and
+# the units committed summaries cover. A pack then costs O(log n) for the totals,
+# the prune and trim decisions (a binary search over turns), plus the prompt it
+# builds, the protected units and the units near the pruning boundary. When
+# pruning would stop part-way (the order of the candidates matters), the stages
+# run instead. tests/test_pack_paths.py checks that both paths agree.
 
 _REPLACEABLE = ("tool", "notification", "recall")
 _VERBATIM, _TRUNCATED, _DEDUPLICATED, _PRUNED = range(4)

@@ -254,7 +254,7 @@ class Packer:
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
                time: int | None = None, format: str = "neutral",  # noqa: A002
                render: Renderer | None = None, attempts: int = 5,
-               key: str | None = None, max_tokens: int | None = None) -> Recorded:
+               key: str | None = None, render_args: str = "") -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).
 
@@ -265,8 +265,9 @@ class Packer:
             format: the name of ``render`` (recorded; replay needs the same one).
             render: a pure function from the neutral prompt to the request body;
                 its bytes are hashed into the record and returned.
-            max_tokens: the output cap ``render`` puts in the body (recorded, so
-                replay can render again).
+            render_args: the parameters ``render`` was built with besides format and
+                model, as a string its adapter can read back (recorded, so replay can
+                build the same renderer again).
             key: idempotency key of the ``RequestIssued`` event.
 
         Raises:
@@ -296,7 +297,7 @@ class Packer:
                     stages=self._names, calibration=packed.tokenizer.partition("*")[2],
                     digests=packed.prompt.part_digests(),
                     rendered_hash=blake3.blake3(rendered).hexdigest() if render else "",
-                    max_tokens=max_tokens)
+                    render_args=render_args if render is not None else "")
                 try:
                     done = self.log.append(session, Draft(body=body, time=time, key=key),
                                            expected_seq=head.seq)

@@ -72,6 +72,7 @@ from .tokens import (
 )
 
 __all__ = [
+    "EMPTY_ASSISTANT_TEXT",
     "EMPTY_USER_TEXT",
     "DedupIndex",
     "Item",
@@ -157,6 +158,8 @@ def call_target(name: str, args: dict[str, Any]) -> str:
 
 #: What the prompt says for a user message with neither text nor images.
 EMPTY_USER_TEXT = "(empty message)"
+#: What the prompt carries for an assistant message without parts.
+EMPTY_ASSISTANT_TEXT = "(empty response)"
 
 
 def notification_text(source: str, text: str) -> str:
@@ -491,6 +494,8 @@ class Projection:
             text = body.text if body.text or body.images else EMPTY_USER_TEXT
             return MESSAGE_OVERHEAD + count(text) + IMAGE_TOKENS * len(body.images)
         if isinstance(body, AssistantMessageAdded):
+            if not body.parts:
+                return MESSAGE_OVERHEAD + count(EMPTY_ASSISTANT_TEXT)
             total = MESSAGE_OVERHEAD
             for part in body.parts:
                 if isinstance(part, TextPart):

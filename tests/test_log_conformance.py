@@ -667,3 +667,19 @@ def test_log_is_usable_as_a_context_manager(logs: LogFactory) -> None:
         assert "turnlog.Log" in repr(log)
     with pytest.raises(turnlog.StoreError):
         log.append("s", UserMessageAdded(text="after close"))
+
+
+def test_forks_take_rewinds_pins_and_compactions_by_lineage_position(log: Log) -> None:
+    """In a fork, positions count the forked-from history first."""
+    from turnlog import CompactionCommitted, EventsPinned, SessionRewound
+    log.append("src", [UserMessageAdded(text=f"m{i}") for i in range(5)])
+    log.fork("src", 3, "f")  # the fork's seq 0 is lineage position 4
+    log.append("f", [UserMessageAdded(text="a"), UserMessageAdded(text="b")])  # positions 5, 6
+    assert [e.seq for e in log.lineage("f")] == [0, 1, 2, 3, 0, 1, 2]
+    log.append("f", EventsPinned(seqs=(6,)))  # position 7 pins position 6
+    log.append("f", CompactionCommitted(first_seq=0, last_seq=6, covered_digest="0" * 64,
+                                        summary="s"))
+    log.append("f", SessionRewound(to_seq=5))
+    with pytest.raises(InvalidEventError, match="position"):
+        log.append("f", EventsPinned(seqs=(99,)))
+    assert log.verify().ok

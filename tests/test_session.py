@@ -549,3 +549,21 @@ def test_official_sdk_clients_send_the_body_and_their_replies_are_recorded(
                                 max_retries=0).messages.create(**request.json())
     assert messages.record(reply).text == "Hello."
     assert json.loads(server.requests[-1].body) == request.json()
+
+
+def test_turnlog_replay_re_renders_a_streamed_request_from_its_record(tmp_path: Path) -> None:
+    """The record carries the renderer's extra arguments, so `turnlog replay` (which knows
+    nothing of the session object) re-renders the body and checks its hash."""
+    from turnlog.adapters.render import renderer_for
+    from turnlog.replay import Packer
+
+    log = turnlog.open(tmp_path / "store")
+    session = Session(log, "s", model="m", format="openai-chat", max_tokens=64, stream=True)
+    session.user("hello")
+    request = session.prepare()
+    record = log.get("s", request.request_seq).body
+    assert isinstance(record, turnlog.RequestIssued) and record.render_args
+    render = renderer_for(record, blobs=log.blob)
+    assert render is not None
+    assert Packer(log).replay("s", request.request_seq, render=render).ok
+    log.close()

@@ -29,7 +29,13 @@ from typing import IO, Any, NoReturn
 
 import msgspec
 import turnlog
-from turnlog.adapters.render import FORMATS, RenderError, renderer, renderer_for
+from turnlog.adapters.render import (
+    FORMATS,
+    RenderError,
+    render_args,
+    renderer,
+    renderer_for,
+)
 from turnlog.adapters.transcripts import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.transcripts import Progress, import_path
 from turnlog.codec import event_to_json
@@ -556,7 +562,7 @@ def _cmd_pack(args: argparse.Namespace) -> int:
         if args.record:
             recorded = packer.record(args.session, policy=policy, model=args.model,
                                      format=args.format, render=render,
-                                     max_tokens=max_tokens if render is not None else None)
+                                     render_args=render_args(max_tokens=max_tokens))
             packed, request_seq = recorded.packed, recorded.request_seq
         else:
             packed = packer.pack(args.session, policy=policy)

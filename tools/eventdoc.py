@@ -152,8 +152,9 @@ MEANINGS: dict[str, str] = {
     "RequestIssued.digests": "8-byte xxh3 digests of each prompt part, in prompt order, so a "
                              "failed replay names the first part that differs.",
     "RequestIssued.rendered_hash": "blake3 of the rendered provider request body.",
-    "RequestIssued.max_tokens": "Output cap put in the rendered body (so replay can render "
-                                "it again).",
+    "RequestIssued.render_args": "The renderer's parameters besides format and model, as "
+                                 "the adapter wrote them (canonical JSON for the built-in "
+                                 "renderers), so replay can render again.",
     "ResponseReceived.request_seq": "Seq of the request this answers.",
     "ResponseReceived.usage": "Token usage as the provider reported it.",
     "ResponseReceived.stop_reason": "Provider's stop reason.",
