@@ -54,8 +54,8 @@ def _same(fast: Packed | str, slow: Packed | str) -> None:
         assert getattr(fast, field) == getattr(slow, field), field
     for a, b in zip(fast.stages, slow.stages, strict=True):
         assert a == b, f"stage report {a} != {b}"
-    for a, b in zip(fast.decisions, slow.decisions, strict=True):
-        assert a == b, f"decision {a} != {b}"
+    for da, db in zip(fast.decisions, slow.decisions, strict=True):
+        assert da == db, f"decision {da} != {db}"
     assert fast == slow
 
 
@@ -170,3 +170,61 @@ def _turns(n: int) -> list[SessionItem]:
                                    output="\n".join(f"line {i} of output {t}" for i in range(60))))
         out.append(AssistantMessageAdded(parts=(TextPart(text=f"Done with src/app.py ({t})."),)))
     return out
+
+
+def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> None:
+    # The compactor commits segment summaries and roll-ups while the session grows;
+    # after every turn the packer's (incremental) projection and a fresh one pack the
+    # same both ways, under the compactor's policy and a tighter one that trims.
+    import json
+
+    import turnlog
+    from turnlog import (
+        AssistantMessageAdded,
+        SystemSectionSet,
+        TextPart,
+        ToolCall,
+        ToolResultAdded,
+        UserMessageAdded,
+    )
+    from turnlog.compact import Compactor
+    from turnlog.replay import Packer
+
+    policy = Policy(context_window=9_000, output_reserve=1_000, warning_buffer=3_000,
+                    compact_buffer=2_000, blocking_buffer=1_000, prune_protect_tokens=800,
+                    prune_min_savings=200, summary_max_tokens=200, segment_target_tokens=1_500,
+                    segment_min_tokens=300, segment_min_messages=2, rollup_fanout=3,
+                    keep_recent_turns=2, keep_recent_messages=4, compact_cooldown_turns=1)
+    tight = msgspec.structs.replace(policy, context_window=5_000, prune_min_savings=0)
+    log = turnlog.open(":memory:")
+    log.append("s", SystemSectionSet(name="base", text="You are a coding agent."))
+    packer = Packer(log)
+    compactor = Compactor(log, packer)
+    fired: set[str] = set()
+    taken = 0
+    for t in range(70):
+        log.append("s", UserMessageAdded(text=f"turn {t}: fix the failing test in mod{t % 5}.py"))
+        calls = (ToolCall(id=f"r{t}", name="Read",
+                          arguments=json.dumps({"file_path": f"mod{t % 5}.py"})),
+                 ToolCall(id=f"b{t}", name="Bash", arguments=json.dumps({"command": "pytest"})))
+        log.append("s", [
+            AssistantMessageAdded(parts=(TextPart(text="Looking."), *calls)),
+            ToolResultAdded(call_id=f"r{t}", tool_name="Read",
+                            output="\n".join(f"{i}: code {t % 7} {i}" for i in range(40))),
+            ToolResultAdded(call_id=f"b{t}", tool_name="Bash",
+                            output="\n".join(f"test {i} failed ({t})" for i in range(30)),
+                            exit_code=1),
+            AssistantMessageAdded(parts=(TextPart(text=f"Based on mod{t % 5}.py the issue is "
+                                                       f"case {t}."),))])
+        compactor.maybe_compact("s", policy=policy)
+        view = packer.projection("s", get_counter("cl100k_base"))
+        for chosen in (policy, tight):
+            fast = _outcome(view, chosen, stepwise=False)
+            _same(fast, _outcome(view, chosen, stepwise=True))
+            _same(fast, _outcome(_view(list(log.lineage("s"))), chosen, stepwise=True))
+            if not isinstance(fast, str):
+                fired.update(r.name for r in fast.stages if r.fired)
+                taken += _pack_default(view, chosen, chosen.hash, False, False) is not None
+    assert taken >= 100, f"the running totals packed {taken} of 140"
+    assert view.compactions, "the compactor committed nothing"
+    assert {"summaries", "dedup", "prune", "trim"} <= fired, fired
