@@ -165,21 +165,30 @@ class _Walker:
             if not (16 <= lower <= upper <= self.psize and lower % 2 == 0):
                 raise _Damage(f"page {pgno} of database {name} has bounds {lower}..{upper}")
             counts[kind] += 1
-            count = (lower - 16) // 2
-            for i in range(count):
-                off = struct.unpack_from("<H", data, 16 + 2 * i)[0]
-                if not upper <= off <= self.psize - _NODE.size:
+            # The page as native 16-bit words (LMDB's own byte order): the node offsets
+            # from byte 16, each node's header (size or child page, flags, key size).
+            words = memoryview(data).cast("H")
+            limit = self.psize - _NODE.size
+            for i, off in enumerate(words[8:lower >> 1]):
+                if off & 1 or not upper <= off <= limit:
                     raise _Damage(f"page {pgno} of database {name}: node {i} at offset {off} "
                                   f"lies outside {upper}..{self.psize}")
-                lo, hi, nflags, ksize = _NODE.unpack_from(data, off)
-                body = off + _NODE.size + ksize
-                if body > self.psize:
-                    raise _Damage(f"page {pgno} of database {name}: key {i} runs past the page")
+                w = off >> 1
+                lo, hi, nflags, ksize = words[w], words[w + 1], words[w + 2], words[w + 3]
+                body = off + 8 + ksize
                 if kind == _BRANCH:
+                    if body > self.psize:
+                        raise _Damage(f"page {pgno} of database {name}: key {i} runs past "
+                                      "the page")
                     stack.append((lo | hi << 16 | nflags << 32, level + 1,
                                   f"page {pgno} of database {name}"))
                     continue
                 leaves += 1
+                if not nflags:  # the common case: a value stored in the node
+                    if body + (lo | hi << 16) > self.psize:
+                        raise _Damage(f"page {pgno} of database {name}: node {i} runs past "
+                                      "the page")
+                    continue
                 size = lo | hi << 16
                 if nflags & ~(_BIGDATA | _SUBDATA) or nflags & _DUPDATA:
                     raise _Damage(f"page {pgno} of database {name}: node {i} has flags "
