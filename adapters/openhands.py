@@ -201,7 +201,7 @@ class _Stream:
                 key: str) -> None:
         content = get_str(args, "content", where, "args.content", optional=True)
         raw = copy.deepcopy(event)
-        raw["args"].pop("content", None)
+        raw.get("args", raw).pop("content", None)  # flat records carry no "args"
         self._emit(SystemSectionSet(name="system", text=content), key, time,
                    {"index": index, "raw": raw}, where)
         tools = tools_set(args.get("tools") or [])

@@ -32,7 +32,7 @@ from turnlog import (
     UserMessageAdded,
     WriteTxn,
 )
-from turnlog.adapters.transcripts import import_file
+from turnlog.adapters.transcripts import export_session, import_file
 from turnlog.chain import check_record
 from turnlog.codec import decode_event, event_from_json
 from turnlog.testing import check_packed, memory_log, project
@@ -193,3 +193,22 @@ def test_long_runs_of_path_characters_pack_in_linear_time() -> None:
     view = project(log, "s")
     assert _pathish("see src/app.py") == ["src/app.py"]
     check_packed(view, turnlog.pack.pack(view, Policy()), Policy())
+
+
+def test_an_openhands_output_with_a_flat_system_action_imports_and_exports(
+        tmp_path: Path) -> None:
+    # Found: a "system" action without "args" (the flat form of output.jsonl) raised
+    # KeyError from the importer instead of being imported like its other flat actions.
+    line = {"instruction": "x", "history": [
+        {"action": "system", "content": "You are a helpful agent."},
+        {"action": "message", "content": "fix the bug"},
+        {"action": "run", "command": "ls"}, {"observation": "run", "content": "a.py"}]}
+    path = tmp_path / "output.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    log = memory_log()
+    summary = import_file(log, path, format="openhands_output")
+    bodies = [e.body for e in log.read(summary.roots[0])]
+    assert any(getattr(b, "text", "") == "You are a helpful agent." for b in bodies)
+    exported = export_session(log, summary.roots[0], "openhands_output")
+    assert json.loads(exported)["history"][0]["content"] == "You are a helpful agent."
+    assert "args" not in json.loads(exported)["history"][0]
