@@ -479,9 +479,9 @@ class _Sim:
             return "\n".join(found), False, None
         if tool == "Glob":
             return "\n".join(sorted(_FILES)), False, None
-        if size == 0:  # huge, above the blob threshold of `memory_log`
+        if size <= 1:  # huge, above the blob threshold of `memory_log`
             return self.big_text(self.draw(st.integers(400, 1_200)), 40), False, 0
-        if size <= 3:  # large: many lines
+        if size <= 4:  # large: many lines
             return self.big_text(self.draw(st.integers(50, 400)), 10), False, 0
         return self.words(self.draw(st.integers(1, 80))), False, 0
 
@@ -604,7 +604,7 @@ class _Sim:
             self.tools()
         if self.draw(st.integers(0, 9)):
             self.user()
-        actions = ["turn"] * 6 + ["exchange"] * 4 + ["notification", "recall", "late",
+        actions = ["turn"] * 6 + ["exchange"] * 4 + ["notification", "recall", "recall", "late",
                                                      "orphan", "section", "pin"]
         if opts["compactions"]:
             actions.append("compact")
