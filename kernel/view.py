@@ -99,8 +99,9 @@ class Item:
     """One model-visible event and what packing needs to know about it."""
 
     __slots__ = (
-        "args", "call_id", "decision_language", "event", "full_read", "index", "kind", "pos",
-        "quote_keys", "refs", "target", "tokens", "tool_name", "trunc", "turn", "unit",
+        "_mentions", "args", "call_id", "decision_language", "event", "full_read", "index",
+        "kind", "mention_base", "pos", "quote_keys", "quoted", "target", "target_key", "tokens",
+        "tool_name", "trunc", "turn", "unit",
     )
 
     def __init__(self, index: int, pos: int, event: Event, kind: str, turn: int) -> None:
@@ -116,10 +117,22 @@ class Item:
         self.target = ""
         self.args: dict[str, Any] = {}
         self.full_read = False
-        self.refs = 0
+        self.target_key = ""  # base name of the target, for references by later messages
+        self.mention_base = 0  # messages naming that base name before this result
+        self.quoted = 0  # later messages quoting the result without naming its target
+        self._mentions: dict[str, int] | None = None  # the projection's mention counters
         self.decision_language = False
         self.quote_keys: tuple[int, ...] = ()
         self.trunc: tuple[tuple[float, ...], str, str, int] | None = None
+
+    @property
+    def refs(self) -> int:
+        """Later assistant messages that name this result's target file (by base name)
+        or quote one of its first distinctive lines (a message doing both counts once)."""
+        named = 0
+        if self._mentions is not None:
+            named = self._mentions[self.target_key] - self.mention_base
+        return named + self.quoted
 
 
 class Unit:
@@ -320,7 +333,7 @@ class Projection:
         self.tool_calls = 0  # tool calls so far (for schedule triggers)
         self.responses: list[int] = []
         self._call_unit: dict[str, int] = {}
-        self._targets: dict[str, list[int]] = {}
+        self._mentions: dict[str, int] = {}  # target base name -> messages naming it
         self._quotes: dict[int, list[int]] = {}
         self._since_assistant: list[int] = []
         self._dedup: DedupIndex | None = None
@@ -460,7 +473,11 @@ class Projection:
                                                                   "view_range", "line"))
                 break
         if item.target:
-            self._targets.setdefault(_basename(item.target), []).append(item.index)
+            name = _basename(item.target)
+            if name:
+                item.target_key = name
+                item.mention_base = self._mentions.setdefault(name, 0)
+                item._mentions = self._mentions
         item.quote_keys = _quote_keys(body.output)
         for key in item.quote_keys:
             self._quotes.setdefault(key, []).append(item.index)
@@ -477,15 +494,24 @@ class Projection:
             for index in self._since_assistant:
                 self.items[index].decision_language = True
         self._since_assistant = []
-        referenced: set[int] = set()
-        for match in set(_pathish(text)):
-            referenced.update(self._targets.get(_basename(match), ()))
+        # A result is referenced once per message that names its target or quotes it.
+        # Naming is counted per base name (a result's count is the counter now minus
+        # the counter when it arrived), so a message naming a file read a thousand
+        # times costs one step, not a thousand.
+        named = {_basename(match) for match in _pathish(text)}
+        mentions = self._mentions
+        for key in named:
+            if key in mentions:
+                mentions[key] += 1
+        quoted: set[int] = set()
         for raw in text.splitlines():
             line = raw.strip()
             if len(line) >= _QUOTE_MIN:
-                referenced.update(self._quotes.get(_line_key(line), ()))
-        for index in referenced:
-            self.items[index].refs += 1
+                quoted.update(self._quotes.get(_line_key(line), ()))
+        for index in quoted:
+            quoting = self.items[index]
+            if quoting.target_key not in named:
+                quoting.quoted += 1
 
     def _measure(self, event: Event) -> int:
         count = self.counter.count
