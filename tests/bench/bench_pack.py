@@ -504,14 +504,17 @@ def table(sizes: list[Size]) -> str:
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for x in sizes:
         r = x.results
-        mem = (f"{r['mem_pack']:,.0f} MiB", f"{r['mem_trim']:,.0f} MiB") if "mem_pack" in r \
-            else ("", "")
+        mem = (_mib(r["mem_pack"]), _mib(r["mem_trim"])) if "mem_pack" in r else ("", "")
         lines.append(
             f"| {x.n:,} | {x.bytes / 2**20:,.1f} MiB | {ms(r['cold'])} | {ms(r['warm'])} "
             f"| {ms(r['incremental'])} / {ms(r['incremental_p90'])} | {ms(r['trim'])} "
             f"| {ms(r['trim_memo'])} | {r['trim'] / r['incremental']:,.0f}x | {mem[0]} "
             f"| {mem[1]} |")
     return "\n".join(lines)
+
+
+def _mib(value: float) -> str:
+    return f"{value:,.1f} MiB" if value < 10 else f"{value:,.0f} MiB"
 
 
 def goals(sizes: list[Size]) -> str:
