@@ -796,3 +796,16 @@ def test_sdk_stream_accumulation_agrees_with_the_parser(server: FakeServer) -> N
         ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments)
         for c in message.tool_calls or []]
     assert message.content == "Two calls."
+
+
+def test_a_reply_repeating_a_tool_call_id_is_a_decode_error() -> None:
+    """Found by fuzzing: the log refuses such a message, so the parser must too."""
+    import turnlog
+    from turnlog.adapters.responses import parse_response
+
+    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "tool_use", "id": "toolu_02", "name": "a", "input": {}},
+                        {"type": "tool_use", "id": "toolu_02", "name": "b", "input": {}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
+    with pytest.raises(turnlog.DecodeError, match="several tool calls with id 'toolu_02'"):
+        parse_response("anthropic", body)
