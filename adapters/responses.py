@@ -55,6 +55,8 @@ import msgspec
 from turnlog import (
     AssistantMessageAdded,
     DecodeError,
+    Event,
+    InvalidEventError,
     ProviderErrorReceived,
     ReasoningPart,
     ResponseReceived,
@@ -62,6 +64,7 @@ from turnlog import (
     ToolCall,
     Usage,
 )
+from turnlog.codec import encode_event
 from turnlog.events import Body, Part
 
 __all__ = [
@@ -239,10 +242,16 @@ def _guard(format: str, fn: Callable[[], Reply]) -> Reply:  # noqa: A002
 def _validated(format: str, reply: Reply) -> Reply:  # noqa: A002
     """Round-trip the events through their schema, so that what is returned can be appended."""
     try:
-        return msgspec.msgpack.decode(msgspec.msgpack.encode(reply), type=Reply)
+        checked = msgspec.msgpack.decode(msgspec.msgpack.encode(reply), type=Reply)
     except (msgspec.MsgspecError, UnicodeError, ValueError, TypeError) as exc:
         raise DecodeError(f"{format} reply: a field does not fit the event schema: "
                           f"{exc}") from exc
+    if checked.message is not None:
+        try:  # what the schema cannot say, as `Log.append` checks it (one id per call)
+            encode_event(Event(session="reply", seq=0, body=checked.message))
+        except InvalidEventError as exc:
+            raise DecodeError(f"{format} reply: {exc}") from exc
+    return checked
 
 
 def _load(data: bytes | str | Mapping[str, object]) -> object:

@@ -32,6 +32,7 @@ from turnlog import (
     UserMessageAdded,
     WriteTxn,
 )
+from turnlog.adapters.responses import parse_response
 from turnlog.adapters.transcripts import export_session, import_file
 from turnlog.chain import check_record
 from turnlog.codec import decode_event, event_from_json
@@ -212,3 +213,15 @@ def test_an_openhands_output_with_a_flat_system_action_imports_and_exports(
     exported = export_session(log, summary.roots[0], "openhands_output")
     assert json.loads(exported)["history"][0]["content"] == "You are a helpful agent."
     assert "args" not in json.loads(exported)["history"][0]
+
+
+# -- responses: a reply with two calls of one id (fuzz_responses, crash-duplicate-call-ids) -------
+def test_a_reply_with_two_tool_calls_of_one_id_is_a_decode_error() -> None:
+    # Found: parse_response returned such a reply, which Log.append then refused;
+    # a parsed reply must be appendable as it is, so the parser refuses it instead.
+    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "tool_use", "id": "toolu_02", "name": "a", "input": {}},
+                        {"type": "tool_use", "id": "toolu_02", "name": "b", "input": {}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
+    with pytest.raises(DecodeError, match="several tool calls with id 'toolu_02'"):
+        parse_response("anthropic", json.dumps(body))
