@@ -443,6 +443,9 @@ class _NoCount:
         return 0
 
 
+_CACHED_SESSIONS = 64  # agent-session projections kept (least recently used dropped)
+
+
 class MemoryManager:
     """Reads and changes memories through the log, and puts the block into sessions.
 
@@ -765,7 +768,10 @@ class MemoryManager:
             view, seen = cached
             if head.seq > seen:
                 view.extend(self.log.read(session, seen + 1, head.seq + 1))
-        self._views[session] = (view, head.seq)
+        self._views.pop(session, None)
+        self._views[session] = (view, head.seq)  # most recently used last
+        while len(self._views) > _CACHED_SESSIONS:
+            del self._views[next(iter(self._views))]
         return view, head.seq
 
     def block_in_force(self, agent_session: str) -> str:

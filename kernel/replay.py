@@ -23,6 +23,7 @@ packs with the recorded policy and tokenizer, and compares prompt hashes.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import blake3
@@ -122,13 +123,22 @@ class Packer:
         log: the log.
         stages: a custom pipeline (None for the built-in one). Its stage names
             are recorded with each request.
+        cached_sessions: how many session projections to keep up to date in
+            memory (least recently packed dropped first). A session packed
+            again after it was dropped is projected afresh from the log, which
+            gives the same prompt; memory is bounded by this many sessions.
     """
 
-    def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None) -> None:
+    def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None,
+                 cached_sessions: int = 256) -> None:
+        if not isinstance(cached_sessions, int) or cached_sessions < 1:
+            raise InvalidEventError(
+                f"cached_sessions must be a positive int, got {cached_sessions!r}")
         self.log = log
         self.stages = tuple(stages) if stages is not None else None
         self._names = "" if stages is None else ",".join(name for name, _ in stages)
-        self._projections: dict[tuple[str, str], tuple[Projection, int]] = {}
+        self._cached_sessions = cached_sessions
+        self._projections: OrderedDict[tuple[str, str], tuple[Projection, int]] = OrderedDict()
         self._lock = threading.RLock()
         self._loaded: set[str] = set()
 
@@ -198,7 +208,10 @@ class Packer:
                 view = Projection(counter)
                 view.extend(lineage)
                 self._projections[key] = (view, own_head.seq)
+                while len(self._projections) > self._cached_sessions:
+                    self._projections.popitem(last=False)
                 return view
+            self._projections.move_to_end(key)
             view, seen = cached
             new = self.log.read(session, seen + 1)
             if new:
@@ -224,7 +237,7 @@ class Packer:
         return _policy_at(self.log.lineage(session))
 
     def _any_projection(self, session: str) -> Projection | None:
-        for (name, _), (view, _) in self._projections.items():
+        for (name, _), (view, _) in list(self._projections.items()):
             if name == session:
                 self.projection(session, view.counter)
                 return view

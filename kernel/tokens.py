@@ -77,13 +77,23 @@ class TiktokenCounter:
     """A tiktoken encoding with a count cache keyed by content hash.
 
     Thread-safe. Use `get_counter` to share one instance per encoding.
+
+    The cache holds at most ``max_cached`` counts in two generations: when the
+    young one is half full it becomes the old one and the previous old one is
+    dropped; a count found in the old generation moves back to the young one.
+    So memory stays bounded in a long-running process, and the texts in use
+    stay cached. Counts are the same with or without the cache.
     """
 
     def __init__(self, name: str = "cl100k_base", *, path: str | os.PathLike[str] | None = None,
-                 ) -> None:
+                 max_cached: int = 1_000_000) -> None:
+        if max_cached < 2:
+            raise TokenizerError(f"max_cached must be at least 2, got {max_cached!r}")
         self._name = name
         self._encoding: Any = _load_encoding(name, path)
+        self._half = max_cached // 2
         self._cache: dict[bytes, int] = {}
+        self._old: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._new: dict[bytes, int] = {}
 
@@ -98,11 +108,22 @@ class TiktokenCounter:
         found = self._cache.get(key)
         if found is not None:
             return found
+        found = self._old.get(key)
+        if found is not None:
+            with self._lock:
+                self._remember(key, found)
+            return found
         n = len(self._encoding.encode_ordinary(text))
         with self._lock:
-            self._cache[key] = n
-            self._new[key] = n
+            self._remember(key, n)
+            if len(self._new) < self._half:  # beyond that, left to be counted again
+                self._new[key] = n
         return n
+
+    def _remember(self, key: bytes, n: int) -> None:
+        if len(self._cache) >= self._half:
+            self._old, self._cache = self._cache, {}
+        self._cache[key] = n
 
     def export_new(self) -> bytes:
         """Counts computed since the last export, as bytes (to persist them)."""
@@ -116,13 +137,14 @@ class TiktokenCounter:
             return 0
         with self._lock:
             for key, value in _ENTRY.iter_unpack(data):
-                self._cache.setdefault(key, value)
+                if key not in self._cache:
+                    self._remember(key, value)
         return len(data) // _ENTRY.size
 
     @property
     def cached(self) -> int:
         """Number of cached counts."""
-        return len(self._cache)
+        return len(self._cache) + len(self._old)
 
 
 class CalibratedCounter:

@@ -1,0 +1,92 @@
+"""Caches that a long-running process keeps are bounded and never change a result.
+
+* `Packer` keeps at most ``cached_sessions`` projections; a session packed
+  again after its projection was dropped packs to the same bytes.
+* `TiktokenCounter` keeps at most ``max_cached`` counts in two generations;
+  every count equals the encoding's own.
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+import turnlog
+from hypothesis import given, settings
+from turnlog import AssistantMessageAdded, InvalidEventError, Policy, TextPart, UserMessageAdded
+from turnlog.errors import TokenizerError
+from turnlog.replay import Packer
+from turnlog.tokens import TiktokenCounter, _load_encoding
+
+POLICY = Policy(context_window=2_000, output_reserve=200)
+SESSIONS = ("a", "b", "c", "d")
+
+
+@settings(deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(SESSIONS), st.booleans(), st.integers(1, 40)),
+                min_size=1, max_size=40),
+       st.integers(1, 3))
+def test_a_bounded_packer_packs_what_an_unbounded_one_packs(
+        steps: list[tuple[str, bool, int]], cached: int) -> None:
+    log = turnlog.open(":memory:")
+    small = Packer(log, cached_sessions=cached)
+    large = Packer(log, cached_sessions=len(SESSIONS))
+    for n, (session, append, words) in enumerate(steps):
+        if append or log.head(session) is None:
+            log.append(session, [UserMessageAdded(text=f"question {n} " * words),
+                                 AssistantMessageAdded(parts=(TextPart(text=f"answer {n}"),))])
+        got = small.pack(session, policy=POLICY, explain=False)
+        want = large.pack(session, policy=POLICY, explain=False)
+        assert got.prompt == want.prompt
+        assert len(small._projections) <= cached
+
+
+def test_the_least_recently_packed_session_is_dropped() -> None:
+    log = turnlog.open(":memory:")
+    packer = Packer(log, cached_sessions=2)
+    for session in ("a", "b", "c"):
+        log.append(session, UserMessageAdded(text=f"hello {session}"))
+    packer.pack("a", policy=POLICY)
+    packer.pack("b", policy=POLICY)
+    packer.pack("a", policy=POLICY)  # a is now the most recent
+    packer.pack("c", policy=POLICY)
+    assert [name for name, _ in packer._projections] == ["a", "c"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", None])
+def test_cached_sessions_is_validated(bad: object) -> None:
+    with pytest.raises(InvalidEventError, match="cached_sessions"):
+        Packer(turnlog.open(":memory:"), cached_sessions=bad)  # type: ignore[arg-type]
+
+
+@settings(deadline=None)
+@given(st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=80), st.integers(2, 9))
+def test_a_bounded_count_cache_counts_like_the_encoding(texts: list[str], limit: int) -> None:
+    counter = TiktokenCounter("cl100k_base", max_cached=limit)
+    encoding = _load_encoding("cl100k_base", None)  # the offline encoding, uncached
+    for text in texts + texts[::-1]:
+        assert counter.count(text) == len(encoding.encode_ordinary(text))
+        assert counter.cached <= limit
+
+
+def test_a_count_in_use_stays_cached() -> None:
+    counter = TiktokenCounter("cl100k_base", max_cached=4)
+    encoded: list[str] = []
+    encoding = counter._encoding
+
+    class Spy:
+        def encode_ordinary(self, text: str) -> list[int]:
+            encoded.append(text)
+            return list(encoding.encode_ordinary(text))
+
+    counter._encoding = Spy()
+    for i in range(20):
+        counter.count(f"other {i}")
+        counter.count("kept")  # found in the young or old generation, moved to the young
+        assert counter.cached <= 4
+    assert encoded.count("kept") == 1
+    assert len(encoded) == 21
+
+
+def test_max_cached_is_validated() -> None:
+    with pytest.raises(TokenizerError, match="max_cached"):
+        TiktokenCounter("cl100k_base", max_cached=1)
