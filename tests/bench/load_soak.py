@@ -15,11 +15,14 @@ resident memory (current and peak), the store's size, and the pack latency
 (median, p95 and max) and append rate over that window, so that growth shows:
 the Packer keeps one projection per session, so memory grows with the events
 held; pack latency should stay flat once sessions are past the window.
+``--freeze`` calls ``gc.freeze()`` after every window (see docs/reliability.md,
+"Load", for why the worst packs otherwise grow with the heap).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -79,8 +82,14 @@ def rss_mb() -> tuple[float, float]:
 
 def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
         every: int = 50_000, sync: bool = False, seed: int = 1,
-        progress: bool = True) -> list[dict[str, Any]]:
-    """Run the soak; return one row per window."""
+        progress: bool = True, freeze: bool = False) -> list[dict[str, Any]]:
+    """Run the soak; return one row per window.
+
+    With ``freeze``, ``gc.freeze()`` is called after every window: the objects
+    alive then (the projections built so far) are left out of later garbage
+    collections, which is what an application that holds many projections can
+    do against full-collection pauses.
+    """
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
     log = turnlog.open(path, sync=sync)
@@ -122,6 +131,8 @@ def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
                 if progress:
                     print(json.dumps(row), file=sys.stderr, flush=True)
                 window, window_events, appended_s, last = [], 0, 0.0, now
+                if freeze:
+                    gc.freeze()
         report = log.verify()
         assert report.ok, str(report.problem)
     finally:
@@ -150,11 +161,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", default=None, help="where to put the store (default: temp)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--freeze", action="store_true",
+                        help="gc.freeze() after every window (see run)")
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="turnlog-soak-", dir=args.dir)
     try:
         rows = run(os.path.join(root, "store"), events=args.events, sessions=args.sessions,
-                   every=args.every, sync=args.sync, seed=args.seed)
+                   every=args.every, sync=args.sync, seed=args.seed, freeze=args.freeze)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(rows) if args.json else table(rows))
