@@ -70,17 +70,20 @@ Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 OptHex = Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{64})?$")]
 
 
-class _Payload(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
-               tag_field="type", kw_only=True):
+# gc=False: events are immutable trees of strings, numbers and tuples that can hold
+# no reference cycle, so the garbage collector need not track them; a process that
+# holds millions of them pays for each in every full collection otherwise.
+class _Payload(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
+               forbid_unknown_fields=True, tag_field="type", kw_only=True):
     """Base of every payload kind (not public)."""
 
 
-class _Part(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+class _Part(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
             tag_field="type", kw_only=True):
     """Base of the content parts of a message (not public)."""
 
 
-class BlobRef(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+class BlobRef(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
               kw_only=True):
     """A reference to content stored beside the log, addressed by its hash.
 
@@ -183,8 +186,8 @@ class SystemSectionSet(_Payload, tag="system", frozen=True):
     position: Int64 = 0
 
 
-class ToolSpec(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
-               kw_only=True):
+class ToolSpec(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
+               forbid_unknown_fields=True, kw_only=True):
     """A tool the model may call. ``parameters`` is the JSON Schema as text."""
 
     name: Id
@@ -215,8 +218,8 @@ class MemoryChanged(_Payload, tag="memory", frozen=True):
     reason: Name = ""
 
 
-class RecallHit(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
-                kw_only=True):
+class RecallHit(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
+                forbid_unknown_fields=True, kw_only=True):
     """One recall result: the text that goes into the prompt and where it came from."""
 
     session: Id
@@ -300,7 +303,7 @@ class RequestIssued(_Payload, tag="request", frozen=True):
     render_args: str = ""
 
 
-class Usage(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+class Usage(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
             kw_only=True):
     """Token usage as the provider reported it."""
 
@@ -394,7 +397,7 @@ KINDS: dict[str, type[Any]] = {
 }
 
 
-class Event(msgspec.Struct, frozen=True, omit_defaults=True, forbid_unknown_fields=True,
+class Event(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
             kw_only=True):
     """One entry of a session's log.
 

@@ -37,14 +37,14 @@ __all__ = [
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 
 
-class Section(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+class Section(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_only=True):
     """One named part of the system prompt."""
 
     name: str
     text: str
 
 
-class Message(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
+class Message(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, kw_only=True):
     """One message of the neutral prompt.
 
     Attributes:
@@ -74,7 +74,7 @@ class Message(msgspec.Struct, frozen=True, omit_defaults=True, kw_only=True):
         return tuple(p for p in self.parts if isinstance(p, ToolCall))
 
 
-class Breakpoint(msgspec.Struct, frozen=True, kw_only=True):
+class Breakpoint(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A prompt-cache breakpoint: the prefix up to and including ``at`` is stable.
 
     Attributes:
@@ -90,7 +90,7 @@ class Breakpoint(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
 
 
-class Prompt(msgspec.Struct, frozen=True, kw_only=True):
+class Prompt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A packed prompt, independent of any provider."""
 
     system: tuple[Section, ...]

@@ -130,7 +130,7 @@ class Packer:
     """
 
     def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None,
-                 cached_sessions: int = 256) -> None:
+                 cached_sessions: int = 64) -> None:
         if not isinstance(cached_sessions, int) or cached_sessions < 1:
             raise InvalidEventError(
                 f"cached_sessions must be a positive int, got {cached_sessions!r}")

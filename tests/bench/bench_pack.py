@@ -436,6 +436,21 @@ def measure_incremental(x: Size) -> Any:
     return packed
 
 
+def measure_replay(x: Size, repeat: int) -> None:
+    """Record a request at the current head, then replay it: with a new `Packer`
+    (the lineage read from the store, projected and packed again, the prompt
+    hash compared), median of ``repeat``."""
+    recorded = Packer(x.log).record(SESSION, policy=POLICY, model="bench")
+    times = []
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        result = Packer(x.log).replay(SESSION, recorded.request_seq)
+        times.append(time.perf_counter() - start)
+        assert result.ok
+    x.results["replay"] = median_ms(times)
+
+
 def measure_trim(x: Size, repeat: int, encoding: Any) -> list[BaseMessage]:
     messages = to_langchain(x.events)
     counter = lc_counter(encoding)
@@ -482,6 +497,7 @@ def run_size(n: int, args: argparse.Namespace, encoding: Any) -> Size:
         packed = measure_incremental(x)
         x.results["kept"] = len(packed.prompt.messages)
         x.results["prompt_tokens"] = packed.tokens
+        measure_replay(x, repeat)
         messages = measure_trim(x, repeat, encoding)
         if not args.no_memory:
             measure_memory(x, messages, encoding)

@@ -8,9 +8,11 @@ Run from the repository root:
 Each worker process opens the store itself and, until the deadline, appends
 one-event batches (keyed ``w<worker>-<n>``) to the same session with
 ``expected_seq`` set to the head it just read; on `AppendConflictError` it
-counts the conflict, re-reads the head and retries the same batch. Afterwards
-the parent checks that every acknowledged batch is in the session exactly once,
-that nothing else is, that seqs are dense and the chain verifies, and that
+counts the conflict, re-reads the head and retries the same batch. After every
+fourth of those it appends a two-event batch to a session of its own (also with
+``expected_seq``: no other writer, so it must never conflict). Afterwards the
+parent checks that every acknowledged batch is in its session exactly once,
+that nothing else is, that seqs are dense and every chain verifies, and that
 every attempt either landed or was reported as a conflict. It prints
 throughput and retry figures (``--json`` for a machine-readable line).
 
@@ -42,6 +44,7 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
     """Append until the deadline; put a summary on ``out``."""
     log = turnlog.open(path, sync=sync)
     acked: list[tuple[int, int]] = []  # (n, seq)
+    own: list[tuple[int, int]] = []  # (n, first seq) in the worker's own session
     retries: list[int] = []
     conflicts = attempts = 0
     errors: list[str] = []
@@ -70,12 +73,21 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
                 break
             acked.append((n, done.first_seq))
             retries.append(tries)
+            if n % 4 == 3:
+                mine = f"own-{wid}"
+                head = log.head(mine)
+                own_seq = log.append(mine, [
+                    Draft(body=UserMessageAdded(text=f"worker {wid} note {n}"), meta={"n": n}),
+                    Draft(body=UserMessageAdded(text=f"worker {wid} note {n}, part 2"),
+                          meta={"n": n})],
+                    expected_seq=head.seq if head is not None else turnlog.NEW_SESSION)
+                own.append((n, own_seq.first_seq))
             n += 1
     except Exception as exc:  # reported, not raised: the parent checks
         errors.append(f"{type(exc).__name__}: {exc}")
     finally:
         log.close()
-    out.put({"worker": wid, "acked": acked, "retries": retries, "conflicts": conflicts,
+    out.put({"worker": wid, "acked": acked, "own": own, "retries": retries, "conflicts": conflicts,
              "attempts": attempts, "errors": errors})
 
 
@@ -101,6 +113,11 @@ def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool =
         report = log.verify()
         assert report.ok, str(report.problem)
         events = log.read(SESSION) if log.head(SESSION) is not None else []
+        own = {r["worker"]: log.read(f"own-{r['worker']}") if r["own"] else [] for r in results}
+    for r in results:  # each worker's own session: its batches, whole, in order, nothing else
+        got = [(e.meta["n"], e.seq) for e in own[r["worker"]]]
+        want = [(n, seq + i) for n, seq in r["own"] for i in range(2)]
+        assert got == want, f"worker {r['worker']}'s own session differs from what it appended"
     found = [(e.meta["w"], e.meta["n"]) for e in events]
     assert [e.seq for e in events] == list(range(len(events))), "seqs are not dense"
     assert len(found) == len(set(found)), "an event was appended twice"
@@ -115,8 +132,11 @@ def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool =
     assert attempts == len(events) + conflicts, "an attempt neither landed nor conflicted"
     retries = [t for r in results for t in r["retries"]]
     per_worker = [len(r["acked"]) for r in results]
+    own_events = sum(len(v) for v in own.values())
+    assert report.events == len(events) + own_events, "the store holds other events"
     return {
         "procs": procs, "seconds": elapsed, "sync": sync, "events": len(events),
+        "own_events": own_events, "store_events_per_s": report.events / elapsed,
         "events_per_s": len(events) / elapsed, "attempts": attempts, "conflicts": conflicts,
         "conflict_rate": conflicts / attempts if attempts else 0.0,
         "retries_mean": statistics.mean(retries) if retries else 0.0,
@@ -128,7 +148,9 @@ def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool =
 
 def describe(r: dict[str, Any]) -> str:
     return (f"{r['procs']} processes, {r['seconds']:.0f} s, sync={r['sync']}: "
-            f"{r['events']:,} events ({r['events_per_s']:,.0f}/s), {r['attempts']:,} attempts, "
+            f"{r['events']:,} events in the shared session ({r['events_per_s']:,.0f}/s) and "
+            f"{r['own_events']:,} in the workers' own ({r['store_events_per_s']:,.0f}/s in all), "
+            f"{r['attempts']:,} attempts, "
             f"{r['conflicts']:,} conflicts ({r['conflict_rate']:.0%}), retries per event mean "
             f"{r['retries_mean']:.2f} / p99 {r['retries_p99']} / max {r['retries_max']}; "
             f"per worker {r['per_worker']}; no event lost or duplicated, chain verified")

@@ -5,18 +5,23 @@ Run from the repository root:
     python -m tests.bench.load_soak                                   # 1,000,000 events
     python -m tests.bench.load_soak --events 50000 --sessions 100     # a short run
 
-Turns go round-robin over ``--sessions`` sessions of one LMDB store; a turn is
-a user message, an assistant message with one or two tool calls, their results
-and an assistant reply (4 or 5 events, about 1 KiB of text in all, a large
-output now and then), appended as one batch, and then the session is packed
-with one long-lived `Packer` (so every pack is incremental, as in an agent
-loop). Every ``--every`` events it reports the events so far, the process's
-resident memory (current and peak), the store's size, and the pack latency
-(median, p95 and max) and append rate over that window, so that growth shows:
-the Packer keeps one projection per session, so memory grows with the events
-held; pack latency should stay flat once sessions are past the window.
-``--freeze`` calls ``gc.freeze()`` after every window (see docs/reliability.md,
-"Load", for why the worst packs otherwise grow with the heap).
+The run is ``--events`` events over ``--sessions`` sessions of one LMDB store,
+each session getting the same share (1,000 events by default). ``--active``
+sessions run at a time, as agent runs do in an orchestrator: each turn goes to
+one of them, picked at random, and a session that has had its share ends and
+a new one starts. A turn is a user message, an assistant message with one or
+two tool calls, their results and an assistant reply (4 or 5 events, about
+1 KiB of text in all, a large output now and then), appended as one batch;
+then the session is packed with one long-lived `Packer` (so most packs are
+incremental, as in an agent loop), whose projection cache is bounded
+(``--cached``, 64 by default).
+
+Every ``--every`` events it reports the events so far, the process's memory
+(anonymous resident memory, i.e. the heap, which must stay bounded; the pages
+of the store mapped in, which the kernel can drop; and the peak), the store's
+size, and the pack latency (median, p95, p99, max) and append rate over that
+window. ``--freeze`` calls ``gc.freeze()`` after every window (objects alive
+then are left out of later collections).
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ import gc
 import json
 import os
 import random
-import resource
 import shutil
 import statistics
 import sys
@@ -72,56 +76,73 @@ def turn(rng: random.Random, t: int) -> list[Body]:
     return out
 
 
-def rss_mb() -> tuple[float, float]:
-    """(current, peak) resident set size of this process, in MiB."""
-    with open("/proc/self/statm") as f:
-        current = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return current, peak
+def memory_mb() -> dict[str, float]:
+    """This process's resident memory in MiB: anonymous (heap), file-backed
+    (mapped store pages) and the peak of the total."""
+    fields: dict[str, float] = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name in ("RssAnon", "RssFile", "VmHWM"):
+                fields[name] = int(value.split()[0]) / 1024
+    return fields
 
 
 def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
-        every: int = 50_000, sync: bool = False, seed: int = 1,
-        progress: bool = True, freeze: bool = False) -> list[dict[str, Any]]:
-    """Run the soak; return one row per window.
-
-    With ``freeze``, ``gc.freeze()`` is called after every window: the objects
-    alive then (the projections built so far) are left out of later garbage
-    collections, which is what an application that holds many projections can
-    do against full-collection pauses.
-    """
+        active: int = 50, cached: int = 64, every: int = 50_000, sync: bool = False,
+        seed: int = 1, progress: bool = True, freeze: bool = False) -> list[dict[str, Any]]:
+    """Run the soak; return one row per window (see the module's doc)."""
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
+    share = -(-events // sessions)
     log = turnlog.open(path, sync=sync)
-    packer = Packer(log)
-    total = t = 0
+    packer = Packer(log, cached_sessions=cached)
+    running: list[int] = list(range(min(active, sessions)))  # session numbers
+    started = len(running)
+    held: dict[int, int] = dict.fromkeys(running, 0)  # events per running session
+    total = t = packs = 0
     window: list[float] = []
     window_events = 0
     appended_s = 0.0
     start = last = time.perf_counter()
     try:
-        while total < events:
-            session = f"s{t % sessions:05d}"
+        while total < events and running:
+            slot = rng.randrange(len(running))
+            number = running[slot]
+            session = f"s{number:05d}"
             batch = turn(rng, t)
             a0 = time.perf_counter()
             log.append(session, batch)
             a1 = time.perf_counter()
             packer.pack(session, policy=POLICY, explain=False)
             window.append((time.perf_counter() - a1) * 1e3)
+            packs += 1
             appended_s += a1 - a0
             total += len(batch)
             window_events += len(batch)
+            held[number] += len(batch)
             t += 1
+            if held[number] >= share:  # this run is over; the next one starts
+                del held[number]
+                if started < sessions:
+                    running[slot] = started
+                    held[started] = 0
+                    started += 1
+                else:
+                    running.pop(slot)
             if total // every != (total - len(batch)) // every or total >= events:
                 now = time.perf_counter()
-                current, peak = rss_mb()
+                memory = memory_mb()
                 window.sort()
                 row = {
-                    "events": total, "turns": t, "elapsed_s": round(now - start, 1),
-                    "rss_mb": round(current), "peak_rss_mb": round(peak),
+                    "events": total, "turns": t, "sessions": started,
+                    "elapsed_s": round(now - start, 1),
+                    "heap_mb": round(memory["RssAnon"]), "mapped_mb": round(memory["RssFile"]),
+                    "peak_rss_mb": round(memory["VmHWM"]),
                     "store_mb": round(os.path.getsize(os.path.join(path, "data.mdb")) / 2**20),
                     "pack_ms_p50": round(statistics.median(window), 3),
                     "pack_ms_p95": round(window[int(0.95 * (len(window) - 1))], 3),
+                    "pack_ms_p99": round(window[int(0.99 * (len(window) - 1))], 3),
                     "pack_ms_max": round(window[-1], 3),
                     "append_events_per_s": round(window_events / appended_s)
                     if appended_s else 0,
@@ -135,18 +156,21 @@ def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
                     gc.freeze()
         report = log.verify()
         assert report.ok, str(report.problem)
+        assert report.events == total and len(log.sessions()) == started
     finally:
         log.close()
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| events | elapsed | RSS (peak) | store | pack p50 / p95 / max | appends |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| events | sessions | elapsed | heap | mapped store | peak RSS | store "
+             "| pack p50 / p95 / p99 / max | appends |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append(f"| {r['events']:,} | {r['elapsed_s']:,.0f} s | {r['rss_mb']:,} MiB "
-                     f"({r['peak_rss_mb']:,}) | {r['store_mb']:,} MiB | {r['pack_ms_p50']:.2f} / "
-                     f"{r['pack_ms_p95']:.2f} / {r['pack_ms_max']:.1f} ms "
+        lines.append(f"| {r['events']:,} | {r['sessions']:,} | {r['elapsed_s']:,.0f} s "
+                     f"| {r['heap_mb']:,} MiB | {r['mapped_mb']:,} MiB | {r['peak_rss_mb']:,} MiB "
+                     f"| {r['store_mb']:,} MiB | {r['pack_ms_p50']:.2f} / {r['pack_ms_p95']:.2f} / "
+                     f"{r['pack_ms_p99']:.2f} / {r['pack_ms_max']:.1f} ms "
                      f"| {r['append_events_per_s']:,}/s |")
     return "\n".join(lines)
 
@@ -156,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=1_000)
+    parser.add_argument("--active", type=int, default=50, help="sessions running at a time")
+    parser.add_argument("--cached", type=int, default=64,
+                        help="the Packer's cached_sessions")
     parser.add_argument("--every", type=int, default=50_000, help="report every N events")
     parser.add_argument("--sync", action="store_true", help="fsync every append")
     parser.add_argument("--seed", type=int, default=1)
@@ -167,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="turnlog-soak-", dir=args.dir)
     try:
         rows = run(os.path.join(root, "store"), events=args.events, sessions=args.sessions,
-                   every=args.every, sync=args.sync, seed=args.seed, freeze=args.freeze)
+                   active=args.active, cached=args.cached, every=args.every, sync=args.sync,
+                   seed=args.seed, freeze=args.freeze)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(rows) if args.json else table(rows))
