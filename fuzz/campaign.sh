@@ -26,8 +26,19 @@ while :; do
         -max_total_time="$left" -artifact_prefix="$dir/artifacts/" -print_final_stats=1 \
         -timeout=60 -rss_limit_mb=4096 "${dict[@]}" >"$dir/run-$n.log" 2>&1
     rc=$?
-    # A harness that dies at once (e.g. a module caught mid-edit) must not spin.
-    [ $(( $(date +%s) - start - (total - left) )) -lt 10 ] && sleep 30
     echo "run $n exit $rc after $(( $(date +%s) - start ))s" >>"$dir/runs.txt"
+    # A harness that dies at once (an import error, a module caught mid-edit) must
+    # not spin: wait, and give up after three such runs in a row.
+    if [ $(( $(date +%s) - start - (total - left) )) -lt 10 ]; then
+        quick=$(( ${quick:-0} + 1 ))
+        if [ "$quick" -ge 3 ]; then
+            echo "giving up: the harness died at once $quick times (see $dir/run-$n.log)" \
+                | tee -a "$dir/runs.txt" >&2
+            exit 1
+        fi
+        sleep 30
+    else
+        quick=0
+    fi
 done
 echo "done: $n runs in $(( $(date +%s) - start ))s" >>"$dir/runs.txt"

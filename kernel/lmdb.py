@@ -501,7 +501,9 @@ class LMDBStore(Store):
             yield
         except lmdb.MapFullError as exc:
             raise StoreFullError(f"the store's map is full at {self._env.info()['map_size']} "
-                                 f"bytes (limit {self._max_map})") from exc
+                                 f"bytes (limit {self._max_map}); nothing was written: open "
+                                 "it with a larger limit, Log(LMDBStore(path, "
+                                 "max_map_size=...))") from exc
         except lmdb.DiskError as exc:
             raise StoreFullError(f"the disk under {self.location!r} is full: {exc}; free space "
                                  "and retry: nothing was written") from exc
