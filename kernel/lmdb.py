@@ -319,6 +319,28 @@ class _LMDBRead(ReadTxn):
         return None if value is None else bytes(value)
 
     def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+        # Up to the head, events are fetched key by key: a lookup that meets a
+        # damaged page gets MDB_CORRUPTED (StoreCorruptError), where stepping a
+        # cursor from page to page fails an LMDB assertion and aborts the process.
+        # The cursor then yields whatever lies beyond: nothing, unless seqs have a
+        # gap or run past the head, which `verify` reports.
+        head = self.head(session)
+        last = -1 if head is None else head[0]
+        if stop is not None:
+            last = min(last, stop - 1)
+        get, db, pack = self._txn.get, self._dbs[b"events"], _U64.pack
+        prefix = session.encode() + b"\x00"
+        seq = max(start, 0)
+        while seq <= last:
+            value = get(prefix + pack(seq), db=db)
+            if value is None:
+                break
+            yield seq, cast(bytes, value)  # begun with buffers=False: bytes
+            seq += 1
+        yield from self._cursor_scan(session, seq, stop)
+
+    def _cursor_scan(self, session: str, start: int, stop: int | None,
+                     ) -> Iterator[tuple[int, bytes]]:
         name = session.encode()
         prefix = name + b"\x00"
         size = len(prefix) + 8
