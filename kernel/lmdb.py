@@ -319,11 +319,11 @@ class _LMDBRead(ReadTxn):
         return None if value is None else bytes(value)
 
     def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
-        # Up to the head, events are fetched key by key: a lookup that meets a
-        # damaged page gets MDB_CORRUPTED (StoreCorruptError), where stepping a
-        # cursor from page to page fails an LMDB assertion and aborts the process.
-        # The cursor then yields whatever lies beyond: nothing, unless seqs have a
-        # gap or run past the head, which `verify` reports.
+        # Events are fetched key by key up to the head: an exact lookup that meets
+        # a damaged page gets MDB_CORRUPTED (StoreCorruptError), where a cursor
+        # moving to the next page fails an LMDB assertion on it and aborts the
+        # process. Only a damaged session (a gap below the head, or an event just
+        # past it) is walked with a cursor, so that `verify` sees what is there.
         head = self.head(session)
         last = -1 if head is None else head[0]
         if stop is not None:
@@ -337,7 +337,9 @@ class _LMDBRead(ReadTxn):
                 break
             yield seq, cast(bytes, value)  # begun with buffers=False: bytes
             seq += 1
-        yield from self._cursor_scan(session, seq, stop)
+        if seq <= last or ((stop is None or seq < stop)
+                           and get(prefix + pack(seq), db=db) is not None):
+            yield from self._cursor_scan(session, seq, stop)
 
     def _cursor_scan(self, session: str, start: int, stop: int | None,
                      ) -> Iterator[tuple[int, bytes]]:

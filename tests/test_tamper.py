@@ -17,6 +17,7 @@ import msgspec
 import pytest
 import turnlog
 from turnlog import GENESIS, Event, ToolResultAdded, UserMessageAdded, VerifyReport, WriteTxn
+from turnlog.lmdb import LMDBStore
 
 EVENT_MARKER = b"EVENT-MARKER-5c1e9a"
 BLOB_MARKER = b"BLOB-MARKER-77d0b3"
@@ -214,3 +215,32 @@ def test_verify_names_a_head_that_points_past_the_events(log: turnlog.Log) -> No
     report = log.verify()
     assert not report.ok and report.problem is not None
     assert report.problem.session == "x" and "head" in report.problem.reason
+
+
+def _lmdb_log(tmp_path: Path) -> tuple[turnlog.Log, LMDBStore]:
+    log = turnlog.open(tmp_path / "store")
+    assert isinstance(log.store, LMDBStore)
+    return log, log.store
+
+
+def test_verify_names_a_missing_event_below_the_head(tmp_path: Path) -> None:
+    log, store = _lmdb_log(tmp_path)
+    with log:
+        log.append("x", [UserMessageAdded(text=t) for t in ("a", "b", "c", "d")])
+        with store._env.begin(write=True) as txn:  # damage no append can do
+            assert txn.delete(b"x\x00" + (2).to_bytes(8, "big"), db=store._dbs[b"events"])
+        report = log.verify()
+        assert not report.ok and report.problem is not None
+        assert (report.problem.session, report.problem.seq) == ("x", 2)
+        assert "missing" in report.problem.reason
+
+
+def test_verify_names_an_event_past_the_head(tmp_path: Path) -> None:
+    log, store = _lmdb_log(tmp_path)
+    with log:
+        log.append("x", [UserMessageAdded(text=t) for t in ("a", "b", "c")])
+        store.write(lambda txn: txn.set_head("x", 1, log.get("x", 1).hash))
+        report = log.verify()
+        assert not report.ok and report.problem is not None
+        assert report.problem.session == "x"
+        assert "head says seq 1 but the events end at seq 2" in report.problem.reason
