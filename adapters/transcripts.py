@@ -435,12 +435,26 @@ def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> 
 
 
 def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
+    """One session id per plan, all different (a later plan whose id is taken, e.g.
+    two branches whose root ids share their first 8 characters, gets ``-2``,
+    ``-3``...: the same ids on every import of the same file)."""
     plans = parsed.plans
     if session is None:
-        return [p.natural for p in plans]
-    if len(plans) == 1:
-        return [session]
-    return [session if not p.suffix else f"{session}/{p.suffix}" for p in plans]
+        ids = [p.natural for p in plans]
+    elif len(plans) == 1:
+        ids = [session]
+    else:
+        ids = [session if not p.suffix else f"{session}/{p.suffix}" for p in plans]
+    taken: set[str] = set()
+    unique = []
+    for wanted in ids:
+        name, n = wanted, 1
+        while name in taken:
+            n += 1
+            name = f"{wanted}-{n}"
+        taken.add(name)
+        unique.append(name)
+    return unique
 
 
 class _Run:

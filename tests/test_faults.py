@@ -440,7 +440,7 @@ def test_reading_through_a_zeroed_page_is_an_error_not_an_abort(pristine: Path,
     copy = tmp_path / "copy"
     shutil.copytree(pristine, copy)
     data = bytearray((copy / "data.mdb").read_bytes())
-    at = data.find("question 2.15 ".encode())
+    at = data.find(b"question 2.15 ")
     assert at > 0
     page = at // 4096
     data[page * 4096:(page + 1) * 4096] = bytes(4096)

@@ -225,3 +225,42 @@ def test_a_reply_with_two_tool_calls_of_one_id_is_a_decode_error() -> None:
             "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
     with pytest.raises(DecodeError, match="several tool calls with id 'toolu_02'"):
         parse_response("anthropic", json.dumps(body))
+
+
+# -- importers: two dead branches named alike (fuzz_importers, crash-claude-branch-names) --------
+def test_dead_branches_whose_ids_share_a_prefix_get_sessions_of_their_own(
+        tmp_path: Path) -> None:
+    # Dead branches are named after the first 8 characters of their root's uuid; two
+    # roots alike there made the import fork twice into one session (InvalidEventError).
+    def record(uuid: str, parent: str | None, kind: str, text: str, ts: int) -> dict[str, object]:
+        message: dict[str, object] = (
+            {"role": "user", "content": text} if kind == "user" else
+            {"id": f"msg_{uuid}", "type": "message", "role": "assistant", "model": "claude-x",
+             "content": [{"type": "text", "text": text}], "stop_reason": None,
+             "usage": {"input_tokens": 3, "output_tokens": 5}})
+        return {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/w",
+                "sessionId": "s-1", "version": "2.1.5", "type": kind, "uuid": uuid,
+                "timestamp": f"2026-01-01T00:00:{ts:02d}.000Z", "message": message}
+
+    records = [
+        record("u1", None, "user", "first question", 1),
+        record("a1", "u1", "assistant", "first answer", 2),
+        record("bbbbbbbb-1", "a1", "user", "an abandoned question", 3),
+        record("bbbbbbbb-2", "a1", "user", "another abandoned question", 4),
+        record("u3", "a1", "user", "the question kept", 5),
+        record("a3", "u3", "assistant", "the answer kept", 6),
+    ]
+    path = tmp_path / "s-1.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log = turnlog.open(":memory:")
+    summary = import_file(log, path)
+    assert len(summary.sessions) == len(set(summary.sessions)) == 3
+    branches = sorted(summary.sessions[1:])
+    assert branches[1] == branches[0] + "-2"
+    said = {name: [e.body.text for e in log.lineage(name) if isinstance(e.body, UserMessageAdded)]
+            for name in summary.sessions}
+    assert sorted(said.values()) == [["first question", "an abandoned question"],
+                                     ["first question", "another abandoned question"],
+                                     ["first question", "the question kept"]]
+    assert log.verify().ok
+    assert import_file(log, path).appended == 0  # the same names again: nothing new
