@@ -33,7 +33,7 @@ from turnlog import (
     WriteTxn,
 )
 from turnlog.adapters.responses import parse_response
-from turnlog.adapters.transcripts import export_session, import_file
+from turnlog.adapters.transcripts import detect, export_session, import_file
 from turnlog.chain import check_record
 from turnlog.codec import decode_event, event_from_json
 from turnlog.testing import check_packed, memory_log, project
@@ -264,3 +264,19 @@ def test_dead_branches_whose_ids_share_a_prefix_get_sessions_of_their_own(
                                      ["first question", "the question kept"]]
     assert log.verify().ok
     assert import_file(log, path).appended == 0  # the same names again: nothing new
+
+
+# -- importers: a record whose "type" is not a string (fuzz_importers, crash-type-is-a-map) ------
+@pytest.mark.parametrize("kind", ['{"type": "message"}', "[1]", "3", "null", "true"])
+def test_format_detection_takes_any_json_as_a_record_type(kind: str, tmp_path: Path) -> None:
+    # Detection looked the record's "type" up in a set: a JSON object there raised
+    # TypeError (unhashable) instead of "format not recognised".
+    line = f'{{"timestamp": "2025-09-29T07:37:08.461Z", "type": {kind}, "payload": {{}}}}\n'
+    with pytest.raises(ImportFormatError, match="format"):
+        detect(line.encode(), name="session.jsonl")
+    path = tmp_path / "session.jsonl"
+    path.write_text(line)
+    log = turnlog.open(":memory:")
+    with pytest.raises(ImportFormatError):
+        import_file(log, path)
+    assert log.sessions() == []
