@@ -195,12 +195,11 @@ def _line_format(obj: object) -> str | None:
     if not isinstance(obj, dict):
         return None
     kind = obj.get("type")
-    if not isinstance(kind, str):  # any JSON value: a dict is not even hashable
-        return None
-    if kind in _CODEX_TYPES and "payload" in obj:
-        return "codex"
-    if kind in _CLAUDE_TYPES and not _CLAUDE_KEYS.isdisjoint(obj):
-        return "claude_code"
+    if isinstance(kind, str):  # any JSON value may be there: a dict is not even hashable
+        if kind in _CODEX_TYPES and "payload" in obj:
+            return "codex"
+        if kind in _CLAUDE_TYPES and not _CLAUDE_KEYS.isdisjoint(obj):
+            return "claude_code"
     if isinstance(obj.get("history"), list) and not {"instruction", "instance_id",
                                                      "test_result", "git_patch"}.isdisjoint(obj):
         return "openhands_output"
