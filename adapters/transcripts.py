@@ -227,7 +227,8 @@ def _doc_format(doc: object) -> str | None:
         if any("action" in e or "observation" in e for e in doc):
             return "openhands"
         if doc and all("type" in e for e in doc) and any(
-                e.get("type") in openai_responses.ITEM_TYPES for e in doc):
+                isinstance(e["type"], str) and e["type"] in openai_responses.ITEM_TYPES
+                for e in doc):
             return "openai_responses"
         if all("role" in e for e in doc):
             return "openai_chat"
@@ -436,9 +437,9 @@ def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> 
 
 
 def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
-    """One session id per plan, all different (a later plan whose id is taken, e.g.
-    two branches whose root ids share their first 8 characters, gets ``-2``,
-    ``-3``...: the same ids on every import of the same file)."""
+    """One session id per plan. A fork plan whose id an earlier plan has taken (two
+    dead branches whose root ids share their first 8 characters) gets ``-2``,
+    ``-3``...: the same ids on every import of the same file."""
     plans = parsed.plans
     if session is None:
         ids = [p.natural for p in plans]
@@ -448,12 +449,13 @@ def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
         ids = [session if not p.suffix else f"{session}/{p.suffix}" for p in plans]
     taken: set[str] = set()
     unique = []
-    for wanted in ids:
+    for plan, wanted in zip(plans, ids, strict=True):
         name, n = wanted, 1
-        while name in taken:
+        while plan.fork is not None and name in taken:  # a fork must start its session
             n += 1
             name = f"{wanted}-{n}"
-        taken.add(name)
+        if plan.entries:
+            taken.add(name)
         unique.append(name)
     return unique
 

@@ -70,9 +70,10 @@ Hex = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 OptHex = Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{64})?$")]
 
 
-# gc=False: events are immutable trees of strings, numbers and tuples that can hold
-# no reference cycle, so the garbage collector need not track them; a process that
-# holds millions of them pays for each in every full collection otherwise.
+# gc=False: events are frozen trees of strings, numbers, tuples and JSON-like meta;
+# decoded or validated, they hold no reference cycle, so the garbage collector need
+# not track them (a process holding millions pays for each in every full collection
+# otherwise). A caller who makes a cycle through an event's meta dict leaks it.
 class _Payload(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
                forbid_unknown_fields=True, tag_field="type", kw_only=True):
     """Base of every payload kind (not public)."""

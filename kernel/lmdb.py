@@ -318,12 +318,16 @@ class _LMDBRead(ReadTxn):
         value = self._txn.get(_event_key(session, seq), db=self._dbs[b"events"])
         return None if value is None else bytes(value)
 
-    def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
+             ) -> Iterator[tuple[int, bytes]]:
+        if every:  # what verify needs: every key, past the head too (it checked pages first)
+            yield from self._cursor_scan(session, start, stop)
+            return
         # Events are fetched key by key up to the head: an exact lookup that meets
         # a damaged page gets MDB_CORRUPTED (StoreCorruptError), where a cursor
         # moving to the next page fails an LMDB assertion on it and aborts the
-        # process. Only a damaged session (a gap below the head, or an event just
-        # past it) is walked with a cursor, so that `verify` sees what is there.
+        # process. Only a session with a gap below its head is walked with a
+        # cursor from the gap on, as before.
         head = self.head(session)
         last = -1 if head is None else head[0]
         if stop is not None:
@@ -334,12 +338,10 @@ class _LMDBRead(ReadTxn):
         while seq <= last:
             value = get(prefix + pack(seq), db=db)
             if value is None:
-                break
+                yield from self._cursor_scan(session, seq, last + 1)
+                return
             yield seq, cast(bytes, value)  # begun with buffers=False: bytes
             seq += 1
-        if seq <= last or ((stop is None or seq < stop)
-                           and get(prefix + pack(seq), db=db) is not None):
-            yield from self._cursor_scan(session, seq, stop)
 
     def _cursor_scan(self, session: str, start: int, stop: int | None,
                      ) -> Iterator[tuple[int, bytes]]:

@@ -729,7 +729,7 @@ class Log:
         prev: bytes | None = None
         expected_seq = 0
         count = nblobs = 0
-        for seq, record in txn.scan(session, 0, None):
+        for seq, record in txn.scan(session, 0, None, every=True):
             if seq != expected_seq:
                 return Problem(session, expected_seq, "event is missing (seqs jump to "
                                f"{seq})"), count, nblobs

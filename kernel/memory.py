@@ -40,12 +40,15 @@ class _MemoryRead(ReadTxn):
             return None
         return records[seq]
 
-    def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
+             ) -> Iterator[tuple[int, bytes]]:
         head = self._heads.get(session)
         if head is None:
             return
-        end = head[0] + 1 if stop is None else min(stop, head[0] + 1)
         records = self._store._events.get(session, [])
+        end = len(records) if every else head[0] + 1
+        if stop is not None:
+            end = min(stop, end)
         for seq in range(max(start, 0), min(end, len(records))):  # a bad head must not raise
             yield seq, records[seq]
 
@@ -81,7 +84,9 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
         pending = self._pending.get((session, seq))
         return pending if pending is not None else super().get(session, seq)
 
-    def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
+    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
+             ) -> Iterator[tuple[int, bytes]]:
+        # Within a write, records are only ever added up to the new head.
         head = self._heads.get(session)
         if head is None:
             return

@@ -227,7 +227,8 @@ class Packer:
 
     def policy_in_force(self, session: str) -> Policy | None:
         """The policy of the session's last ``PolicySet`` (None when it has none)."""
-        return self._policy_event(session)
+        with self._lock:
+            return self._policy_event(session)
 
     def _policy_event(self, session: str) -> Policy | None:
         """The policy of the last ``PolicySet`` in the session's lineage, if any."""
@@ -239,8 +240,7 @@ class Packer:
     def _any_projection(self, session: str) -> Projection | None:
         for (name, _), (view, _) in list(self._projections.items()):
             if name == session:
-                self.projection(session, view.counter)
-                return view
+                return self.projection(session, view.counter)  # brought up to date
         return None
 
     # -- packing ------------------------------------------------------------------

@@ -48,8 +48,13 @@ class ReadTxn(ABC):
         """The stored record at ``(session, seq)``."""
 
     @abstractmethod
-    def scan(self, session: str, start: int, stop: int | None) -> Iterator[tuple[int, bytes]]:
-        """``(seq, record)`` for ``start <= seq < stop`` (to the head when stop is None)."""
+    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
+             ) -> Iterator[tuple[int, bytes]]:
+        """``(seq, record)`` for ``start <= seq < stop`` (to the head when stop is None).
+
+        With ``every``, every record stored for the session in that range, also
+        past the head (what `Log.verify` must see in a damaged store).
+        """
 
     @abstractmethod
     def sessions(self) -> Iterator[tuple[str, int, bytes]]:

@@ -113,7 +113,8 @@ def dump(log: Log) -> dict[str, Any]:
     with store.read() as txn:
         heads = list(txn.sessions())
         out["sessions"] = heads
-        out["events"] = {name: [(seq, bytes(rec)) for seq, rec in txn.scan(name, 0, None)]
+        out["events"] = {name: [(seq, bytes(rec))
+                                for seq, rec in txn.scan(name, 0, None, every=True)]
                          for name, _, _ in heads}
         out["blobs"] = list(txn.blobs())
     if isinstance(store, LMDBStore):

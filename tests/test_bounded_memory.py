@@ -12,10 +12,18 @@ import hypothesis.strategies as st
 import pytest
 import turnlog
 from hypothesis import given, settings
-from turnlog import AssistantMessageAdded, InvalidEventError, Policy, TextPart, UserMessageAdded
+from turnlog import (
+    AssistantMessageAdded,
+    InvalidEventError,
+    Policy,
+    PolicySet,
+    TextPart,
+    UserMessageAdded,
+)
 from turnlog.errors import TokenizerError
 from turnlog.replay import Packer
-from turnlog.tokens import TiktokenCounter, _load_encoding
+from turnlog.tokens import TiktokenCounter, TokenCounter, _load_encoding
+from turnlog.view import Projection
 
 POLICY = Policy(context_window=2_000, output_reserve=200)
 SESSIONS = ("a", "b", "c", "d")
@@ -90,3 +98,23 @@ def test_a_count_in_use_stays_cached() -> None:
 def test_max_cached_is_validated() -> None:
     with pytest.raises(TokenizerError, match="max_cached"):
         TiktokenCounter("cl100k_base", max_cached=1)
+
+
+def test_the_policy_in_force_is_read_from_an_up_to_date_projection() -> None:
+    # Another pack may drop the session's projection while the policy is looked up;
+    # the answer must come from the projection brought up to date, not the old one.
+    log = turnlog.open(":memory:")
+    for session in ("a", "b"):
+        log.append(session, UserMessageAdded(text="hi"))
+    packer = Packer(log, cached_sessions=1)
+    packer.pack("a", policy=POLICY)
+    log.append("a", PolicySet(policy=Policy(keep_recent_turns=7)))
+    real = packer.projection
+
+    def racing(session: str, counter: TokenCounter) -> Projection:
+        real("b", counter)  # what a pack in another thread can do meanwhile
+        return real(session, counter)
+
+    packer.projection = racing  # type: ignore[method-assign]
+    found = packer.policy_in_force("a")
+    assert found is not None and found.keep_recent_turns == 7

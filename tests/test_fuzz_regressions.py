@@ -280,3 +280,5 @@ def test_format_detection_takes_any_json_as_a_record_type(kind: str, tmp_path: P
     with pytest.raises(ImportFormatError):
         import_file(log, path)
     assert log.sessions() == []
+    with pytest.raises(ImportFormatError, match="format"):  # a JSON list of items
+        detect(f'[{{"type": {kind}}}, {{"type": "other"}}]'.encode(), name="items.json")

@@ -244,3 +244,29 @@ def test_verify_names_an_event_past_the_head(tmp_path: Path) -> None:
         assert not report.ok and report.problem is not None
         assert report.problem.session == "x"
         assert "head says seq 1 but the events end at seq 2" in report.problem.reason
+
+
+def test_verify_sees_events_left_past_the_head_after_a_gap(tmp_path: Path) -> None:
+    # Reads stop at the head; verify must still see every key the session holds.
+    log, store = _lmdb_log(tmp_path)
+    with log:
+        log.append("x", [UserMessageAdded(text=t) for t in ("a", "b", "c", "d")])
+        with store._env.begin(write=True) as txn:
+            assert txn.delete(b"x\x00" + (2).to_bytes(8, "big"), db=store._dbs[b"events"])
+        store.write(lambda txn: txn.set_head("x", 1, log.get("x", 1).hash))
+        assert [e.seq for e in log.read("x")] == [0, 1]
+        report = log.verify()
+        assert not report.ok and report.problem is not None
+        assert (report.problem.session, report.problem.seq) == ("x", 2)
+
+
+def test_verify_reports_a_malformed_head_entry_instead_of_raising(tmp_path: Path) -> None:
+    log, store = _lmdb_log(tmp_path)
+    with log:
+        log.append("y", [UserMessageAdded(text=t) for t in ("a", "b")])
+        with store._env.begin(write=True) as txn:
+            head = txn.get(b"y", db=store._dbs[b"heads"])
+            txn.put(b"y", head[:39], db=store._dbs[b"heads"])
+        report = log.verify()
+        assert not report.ok and report.problem is not None
+        assert report.problem.session == "y"
