@@ -131,7 +131,8 @@ class Packer:
 
     def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None,
                  cached_sessions: int = 64) -> None:
-        if not isinstance(cached_sessions, int) or cached_sessions < 1:
+        if not isinstance(cached_sessions, int) or isinstance(cached_sessions, bool) \
+                or cached_sessions < 1:
             raise InvalidEventError(
                 f"cached_sessions must be a positive int, got {cached_sessions!r}")
         self.log = log

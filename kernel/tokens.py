@@ -87,8 +87,8 @@ class TiktokenCounter:
 
     def __init__(self, name: str = "cl100k_base", *, path: str | os.PathLike[str] | None = None,
                  max_cached: int = 1_000_000) -> None:
-        if max_cached < 2:
-            raise TokenizerError(f"max_cached must be at least 2, got {max_cached!r}")
+        if not isinstance(max_cached, int) or isinstance(max_cached, bool) or max_cached < 2:
+            raise TokenizerError(f"max_cached must be an int of at least 2, got {max_cached!r}")
         self._name = name
         self._encoding: Any = _load_encoding(name, path)
         self._half = max_cached // 2
@@ -111,6 +111,7 @@ class TiktokenCounter:
         found = self._old.get(key)
         if found is not None:
             with self._lock:
+                self._old.pop(key, None)
                 self._remember(key, found)
             return found
         n = len(self._encoding.encode_ordinary(text))

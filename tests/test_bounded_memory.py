@@ -60,7 +60,7 @@ def test_the_least_recently_packed_session_is_dropped() -> None:
     assert [name for name, _ in packer._projections] == ["a", "c"]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", None])
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", None, True])
 def test_cached_sessions_is_validated(bad: object) -> None:
     with pytest.raises(InvalidEventError, match="cached_sessions"):
         Packer(turnlog.open(":memory:"), cached_sessions=bad)  # type: ignore[arg-type]
@@ -93,11 +93,13 @@ def test_a_count_in_use_stays_cached() -> None:
         assert counter.cached <= 4
     assert encoded.count("kept") == 1
     assert len(encoded) == 21
+    assert counter.cached == len(set(counter._cache) | set(counter._old))  # none counted twice
 
 
-def test_max_cached_is_validated() -> None:
+@pytest.mark.parametrize("bad", [1, 0, 2.5, "10", True])
+def test_max_cached_is_validated(bad: object) -> None:
     with pytest.raises(TokenizerError, match="max_cached"):
-        TiktokenCounter("cl100k_base", max_cached=1)
+        TiktokenCounter("cl100k_base", max_cached=bad)  # type: ignore[arg-type]
 
 
 def test_the_policy_in_force_is_read_from_an_up_to_date_projection() -> None:
