@@ -437,9 +437,11 @@ def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> 
 
 
 def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
-    """One session id per plan. A fork plan whose id an earlier plan has taken (two
-    dead branches whose root ids share their first 8 characters) gets ``-2``,
-    ``-3``...: the same ids on every import of the same file."""
+    """One session id per plan, each used once. A plan whose id an earlier plan with
+    entries has taken (two dead branches whose root ids share their first 8
+    characters) gets ``-2``, ``-3``...: the same ids on every import of the same
+    file. Sharing a session, the second plan would fork into a session that has
+    events, or repeat the first one's keys."""
     plans = parsed.plans
     if session is None:
         ids = [p.natural for p in plans]
@@ -451,7 +453,7 @@ def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
     unique = []
     for plan, wanted in zip(plans, ids, strict=True):
         name, n = wanted, 1
-        while plan.fork is not None and name in taken:  # a fork must start its session
+        while name in taken:
             n += 1
             name = f"{wanted}-{n}"
         if plan.entries:
