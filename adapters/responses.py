@@ -343,14 +343,6 @@ def _json_text(value: object) -> str:
 def _message(parts: list[Part], model: str, response_id: str) -> AssistantMessageAdded | None:
     if not parts:
         return None
-    # A reply whose tool calls repeat an id cannot be answered call by call: refuse it
-    # here, as malformed input, rather than hand the log an event it must reject.
-    seen: set[str] = set()
-    for part in parts:
-        if isinstance(part, ToolCall):
-            if part.id in seen:
-                raise DecodeError(f"the reply has several tool calls with id {part.id!r}")
-            seen.add(part.id)
     return AssistantMessageAdded(parts=tuple(parts), model=model, response_id=response_id)
 
 
