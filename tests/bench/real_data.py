@@ -25,14 +25,7 @@ from turnlog import BudgetExceededError, Policy
 from turnlog.adapters.render import FORMATS, render_args, renderer, renderer_for
 from turnlog.adapters.transcripts import import_file
 from turnlog.replay import Packer
-from turnlog.testing import (
-    check_budget,
-    check_decisions,
-    check_mandatory_tail,
-    check_order,
-    check_protected,
-    check_tool_pairs,
-)
+from turnlog.testing import check_packed
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
 WINDOWS = {8_000: 1_000, 32_000: 4_000, 128_000: 16_000}  # window -> output reserve
@@ -83,12 +76,7 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
                 view = packer.projection_at(session, record.head_seq, packer.counter_for(policy))
                 packed = recorded.packed
                 assert view.head == packed.head
-                check_budget(packed, policy)
-                check_tool_pairs(packed.prompt)
-                check_order(view, packed)
-                check_decisions(view, packed)
-                check_mandatory_tail(view, packed)
-                check_protected(view, packed)
+                check_packed(view, packed, policy)
         view = packer.projection(session, packer.counter_for(policy_for(128_000)))
         row["tokens"] = (sum(it.tokens for it in view.items) + sum(view.section_tokens.values())
                          + view.tools_tokens)
