@@ -96,12 +96,12 @@ from turnlog import (
     UserMessageAdded,
 )
 from turnlog.events import Body, Part
+from turnlog.log import backoff
 from turnlog.prompt import Message, Prompt
 from turnlog.replay import Packer
 from turnlog.view import Projection, notification_text, recall_text
 
 from .render import MISSING_RESULT_TEXT
-from .session import backoff
 
 __all__ = ["META_KEY", "TurnlogChatMessageHistory", "prompt_messages"]
 
@@ -224,8 +224,7 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
             time = self._time()
             expected = NEW_SESSION
             for attempt in range(self._attempts):
-                if attempt:
-                    backoff(attempt)
+                backoff(attempt)
                 head = self.log.head(self.session_id)
                 expected = head.seq if head is not None else NEW_SESSION
                 view = self._view() if head is not None else None

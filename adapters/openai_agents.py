@@ -74,11 +74,11 @@ from turnlog import (
     UserMessageAdded,
 )
 from turnlog.events import Body, Part
+from turnlog.log import backoff
 from turnlog.replay import Packer
 from turnlog.view import Projection
 
 from .openai_responses import ItemMapper
-from .session import backoff
 
 __all__ = ["META_KEY", "TurnlogSession"]
 
@@ -203,8 +203,7 @@ class TurnlogSession:
             time = self._clock() if self._clock is not None else None
             expected = NEW_SESSION
             for attempt in range(self._attempts):
-                if attempt:
-                    backoff(attempt)
+                backoff(attempt)
                 head = self.log.head(self.session_id)
                 expected = head.seq if head is not None else NEW_SESSION
                 view = self._view() if head is not None else None

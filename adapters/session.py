@@ -44,8 +44,9 @@ packed at the head the record names, and a conflict re-packs. A write whose
 precondition holds is never lost and never duplicated; concurrent writers'
 events are kept in commit order.
 
-Between attempts the facade sleeps a random time (up to 1 ms, doubled per
-attempt, at most 50 ms) so writers that keep colliding spread out.
+Between attempts the facade (and `Packer.record`) sleeps a random time (up
+to 1 ms, doubled per attempt, at most 50 ms; ``turnlog.log.backoff``) so
+writers that keep colliding spread out.
 
 One `Session` object serializes its own calls with a lock, so threads
 sharing it never conflict with each other. LMDB lets any number of
@@ -67,9 +68,7 @@ caller supplies.
 from __future__ import annotations
 
 import json
-import random
 import threading
-import time as _time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
@@ -102,6 +101,7 @@ from turnlog import (
 from turnlog.codec import validate_session_id
 from turnlog.compact import Compactor, Outcome
 from turnlog.events import Body, RequestIssued
+from turnlog.log import backoff
 from turnlog.pack import Packed
 from turnlog.replay import Packer, Renderer, ReplayResult
 from turnlog.summarize import Summarizer
@@ -111,7 +111,7 @@ from .client import ProviderError
 from .render import FORMATS, RenderError, render_args, renderer, renderer_for
 from .responses import Reply, parse_http, parse_response, parse_stream
 
-__all__ = ["Answer", "Request", "ResponseLike", "SDKObject", "Session", "ToolLike", "backoff"]
+__all__ = ["Answer", "Request", "ResponseLike", "SDKObject", "Session", "ToolLike"]
 
 #: A tool definition: a `ToolSpec`, or a mapping with ``name``, ``description`` and
 #: ``parameters`` (a JSON Schema object or its text); OpenAI's ``{"type": "function",
@@ -524,8 +524,7 @@ class Session:
                                          or self._stored(f"{key}/0") is not None)
             expected = NEW_SESSION
             for attempt in range(self._attempts):
-                if attempt:
-                    backoff(attempt)
+                backoff(attempt)
                 head = self.log.head(self.id)
                 expected = head.seq if head is not None else NEW_SESSION
                 view = self._view() if head is not None else None
@@ -611,13 +610,6 @@ class Session:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def backoff(attempt: int) -> None:
-    """Sleep before retry ``attempt`` (1, 2...) of a conflicting append: a random
-    time up to 1 ms doubled per attempt (at most 50 ms), so writers that keep
-    colliding spread out."""
-    _time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 1))))
-
-
 def _batch_key(key: str | None, index: int, size: int) -> str | None:
     if key is None:
         return None

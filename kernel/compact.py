@@ -60,7 +60,7 @@ from .events import (
     TextPart,
     ToolResultAdded,
 )
-from .log import Draft, Log
+from .log import Draft, Log, backoff
 from .pack import _message, pack
 from .policy import Policy
 from .prompt import Message
@@ -427,7 +427,8 @@ class Compactor:
             tokens_after=view.counter.count(summary.text),
             costs=cost.describe() if cost is not None else "")
         expected = head.seq
-        for _ in range(5):
+        for attempt in range(5):
+            backoff(attempt)
             try:
                 done = self.log.append(session, Draft(body=body, time=time),
                                        expected_seq=expected)

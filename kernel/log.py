@@ -24,8 +24,10 @@ event's hash).
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from time import sleep
 from typing import Any
 
 import blake3
@@ -83,10 +85,19 @@ __all__ = [
     "Problem",
     "Snapshot",
     "VerifyReport",
+    "backoff",
 ]
 
 #: ``expected_seq`` meaning "the session must not exist yet".
 NEW_SESSION = -1
+
+
+def backoff(attempt: int) -> None:
+    """Sleep before retry ``attempt`` (1, 2...) of an append that conflicted: a
+    random time up to 1 ms, doubled per attempt (at most 50 ms), so writers that
+    keep colliding spread out. Attempt 0 (the first try) does not sleep."""
+    if attempt > 0:
+        sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 1))))
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):

@@ -73,7 +73,7 @@ from .events import (
     SessionRewound,
     SystemSectionSet,
 )
-from .log import NEW_SESSION, Appended, Draft, Log
+from .log import NEW_SESSION, Appended, Draft, Log, backoff
 from .policy import REFRESH_POINTS, Policy
 from .view import Projection
 
@@ -682,6 +682,7 @@ class MemoryManager:
     def _change(self, build: _Builder, time: int | None) -> Changed:
         """Validate against the current book and append; redo if the head moved."""
         for attempt in range(_ATTEMPTS):
+            backoff(attempt)
             with self._lock:
                 book = self.book()
                 mid, bodies = build(book)
@@ -699,6 +700,7 @@ class MemoryManager:
     def _forget_all(self, pick: _Picker, time: int | None,
                     ) -> tuple[tuple[tuple[str, str], ...], Appended | None]:
         for attempt in range(_ATTEMPTS):
+            backoff(attempt)
             with self._lock:
                 book = self.book()
                 due = pick(book)
@@ -818,6 +820,7 @@ class MemoryManager:
         if point not in policy.memory_refresh:
             return None
         for attempt in range(_ATTEMPTS):
+            backoff(attempt)
             with self._lock:
                 block = self.render(policy, now=now)
                 view, head_seq = self._view(agent_session)

@@ -36,7 +36,7 @@ from .errors import (
     UnknownSessionError,
 )
 from .events import Event, PolicySet, RequestIssued
-from .log import Log
+from .log import Log, backoff
 from .pack import DEFAULT_STAGES, Decision, Packed, Stage, pack
 from .policy import Policy
 from .prompt import Prompt
@@ -291,6 +291,7 @@ class Packer:
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
         for attempt in range(attempts):
+            backoff(attempt)
             with self._lock:
                 in_force = self._policy_event(session)
                 use = policy or in_force or Policy()

@@ -466,6 +466,28 @@ def test_prepare_repacks_when_another_writer_appends_during_the_pack(
     assert session.replay(request.request_seq).ok
 
 
+def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = make(log)
+    session.user("first")
+    real = Packer.pack
+    slept: list[int] = []
+    landed: list[int] = []
+
+    def pack_then_someone_appends(self: Packer, *args: object, **kw: object) -> object:
+        packed = real(self, *args, **kw)  # type: ignore[arg-type]
+        if len(landed) < 3:  # another writer lands during each of the first three packs
+            text = f"meanwhile {len(landed)}"
+            landed.append(log.append("s1", NotificationAdded(source="other", text=text)).last_seq)
+        return packed
+
+    monkeypatch.setattr(Packer, "pack", pack_then_someone_appends)
+    monkeypatch.setattr(turnlog.replay, "backoff", slept.append)
+    request = session.prepare()
+    monkeypatch.undo()
+    assert slept == [0, 1, 2, 3]  # each re-pack waits first (attempt 0 does not sleep)
+    assert b"meanwhile 2" in request.body and session.replay(request.request_seq).ok
+
+
 CHILD = textwrap.dedent("""
     import json, sys, time
     from pathlib import Path
@@ -498,9 +520,8 @@ def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
                                  str(go)], stderr=subprocess.PIPE, text=True)
                for name in ("A", "B")]
     go.touch()
-    for worker in workers:
-        _, err = worker.communicate(timeout=120)
-        assert worker.returncode == 0, err
+    errors = [worker.communicate(timeout=120)[1] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0], errors
     with turnlog.open(store) as log:
         assert log.verify().ok
         events = log.read("shared")
