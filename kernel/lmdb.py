@@ -31,7 +31,7 @@ import errno
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar, cast
@@ -231,12 +231,14 @@ class _Walker:
                           "file (truncated)")
 
 
-def _check_file(path: Path, *, txnid: int | None = None, deep: bool = False) -> str | None:
+def _check_file(path: Path, *, txnid: int | None = None,
+                deep: bool | Collection[bytes] = False) -> str | None:
     """The first structural problem of ``data.mdb``, or None.
 
     Checks the newest valid meta page (or the one of transaction ``txnid``), that
     the file holds every page it names, and the main database's pages; with
-    ``deep``, every page of every named database too.
+    ``deep``, every page of every named database too (or of the databases
+    ``deep`` names).
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -261,8 +263,8 @@ def _check_file(path: Path, *, txnid: int | None = None, deep: bool = False) -> 
         walker = _Walker(fd, meta, size)
         try:
             subs = walker.tree(meta.main, "(main)", main=True)
-            if deep:
-                for name, db in subs:
+            for name, db in subs:
+                if deep is True or (deep and name in deep):
                     walker.tree(db, name.decode(errors="replace"))
         except _Damage as exc:
             return str(exc)
@@ -301,9 +303,11 @@ def _event_key(session: str, seq: int) -> bytes:
 
 
 class _LMDBRead(ReadTxn):
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database]) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database],
+                 data_file: Path) -> None:
         self._txn = txn
         self._dbs = dbs
+        self._data_file = data_file
 
     def head(self, session: str) -> tuple[int, bytes] | None:
         value = self._txn.get(session.encode(), db=self._dbs[b"heads"])
@@ -362,7 +366,17 @@ class _LMDBRead(ReadTxn):
             yield unpack(key, size - 8)[0], value
 
     def sessions(self) -> Iterator[tuple[str, int, bytes]]:
+        # Listing walks the heads table with a cursor, which aborts the process on
+        # a damaged page (see `scan`); the table is small (an entry per session),
+        # so its pages are checked with plain reads first.
+        problem = _check_file(self._data_file, txnid=self._txn.id(), deep=(b"heads",))
+        if problem is not None:
+            raise StoreCorruptError(f"{str(self._data_file)!r}: {problem}; run `turnlog "
+                                    "verify` and restore the store from a copy")
         for key, value in self._txn.cursor(db=self._dbs[b"heads"]):
+            if len(value) != 40:
+                raise StoreCorruptError(f"head entry of session {bytes(key)!r} is "
+                                        f"{len(value)} bytes, expected 40; run `turnlog verify`")
             yield bytes(key).decode(), _U64.unpack_from(value)[0], bytes(value[8:])
 
     def blob(self, digest: str) -> bytes | None:
@@ -444,10 +458,11 @@ class LMDBStore(Store):
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
         directory = Path(path)
-        if readonly and not (directory / "data.mdb").exists():
+        self._data_file = directory / "data.mdb"
+        if readonly and not self._data_file.exists():
             raise StoreError(f"no turnlog store at {self.location!r} (no data.mdb); "
                              "check the path or create the store by opening it for writing")
-        _check_data_file(directory / "data.mdb")
+        _check_data_file(self._data_file)
         try:
             if not readonly:
                 directory.mkdir(parents=True, exist_ok=True)
@@ -563,7 +578,7 @@ class LMDBStore(Store):
         with self._guard():
             txn = self._begin(write=False)
         try:
-            yield _LMDBRead(txn, self._dbs)
+            yield _LMDBRead(txn, self._dbs, self._data_file)
         except lmdb.Error:
             # Only LMDB's own errors are the store's; the caller's pass through.
             with self._guard():
@@ -588,7 +603,7 @@ class LMDBStore(Store):
             while True:
                 txn = self._begin(write=True)
                 try:
-                    result = fn(_LMDBWrite(txn, self._dbs))
+                    result = fn(_LMDBWrite(txn, self._dbs, self._data_file))
                     txn.commit()
                     return result
                 except lmdb.MapFullError:
@@ -614,7 +629,7 @@ class LMDBStore(Store):
         with self._guard():
             txn = self._begin(write=False)
         try:
-            return _check_file(Path(self.location) / "data.mdb", txnid=txn.id(), deep=True)
+            return _check_file(self._data_file, txnid=txn.id(), deep=True)
         finally:
             txn.abort()
 
