@@ -374,9 +374,6 @@ class _LMDBRead(ReadTxn):
             raise StoreCorruptError(f"{str(self._data_file)!r}: {problem}; run `turnlog "
                                     "verify` and restore the store from a copy")
         for key, value in self._txn.cursor(db=self._dbs[b"heads"]):
-            if len(value) != 40:
-                raise StoreCorruptError(f"head entry of session {bytes(key)!r} is "
-                                        f"{len(value)} bytes, expected 40; run `turnlog verify`")
             yield bytes(key).decode(), _U64.unpack_from(value)[0], bytes(value[8:])
 
     def blob(self, digest: str) -> bytes | None:
