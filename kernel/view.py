@@ -38,6 +38,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
 import xxhash
 
 from .events import (
@@ -95,57 +96,53 @@ _DECISION = re.compile(
 _QUOTE_MIN = 24
 
 
-class Item:
+# Items and units are never part of a reference cycle (they hold events, strings,
+# numbers, tuples and dicts of those), so they are left out of the cyclic garbage
+# collector: a process caching many projections holds hundreds of thousands of
+# them, and a full collection walking them all stalls every thread for a tenth
+# of a second or more. Their collections are tuples for the same reason (CPython
+# stops tracking a tuple of untracked values; a list or set is always tracked).
+class Item(msgspec.Struct, gc=False, eq=False):
     """One model-visible event and what packing needs to know about it."""
 
-    __slots__ = (
-        "_mentions", "args", "call_id", "decision_language", "event", "full_read", "index",
-        "kind", "mention_base", "pos", "quote_keys", "quoted", "target", "target_key", "tokens",
-        "tool_name", "trunc", "turn", "unit",
-    )
-
-    def __init__(self, index: int, pos: int, event: Event, kind: str, turn: int) -> None:
-        self.index = index
-        self.pos = pos
-        self.event = event
-        self.kind = kind  # user | assistant | tool | notification | recall
-        self.turn = turn
-        self.unit = -1
-        self.tokens = 0
-        self.call_id = ""
-        self.tool_name = ""
-        self.target = ""
-        self.args: dict[str, Any] = {}
-        self.full_read = False
-        self.target_key = ""  # base name of the target, for references by later messages
-        self.mention_base = 0  # messages naming that base name before this result
-        self.quoted = 0  # later messages quoting the result without naming its target
-        self._mentions: dict[str, int] | None = None  # the projection's mention counters
-        self.decision_language = False
-        self.quote_keys: tuple[int, ...] = ()
-        self.trunc: tuple[tuple[float, ...], str, str, int] | None = None
+    index: int
+    pos: int
+    event: Event
+    kind: str  # user | assistant | tool | notification | recall
+    turn: int
+    unit: int = -1
+    tokens: int = 0
+    call_id: str = ""
+    tool_name: str = ""
+    target: str = ""
+    args: dict[str, Any] = {}
+    full_read: bool = False
+    target_key: str = ""  # base name of the target, for references by later messages
+    mention_base: int = 0  # messages naming that base name before this result
+    quoted: int = 0  # later messages quoting the result without naming its target
+    mentions: dict[str, int] | None = None  # the projection's mention counters
+    decision_language: bool = False
+    quote_keys: tuple[int, ...] = ()
+    trunc: tuple[tuple[float, ...], str, str, int] | None = None
 
     @property
     def refs(self) -> int:
         """Later assistant messages that name this result's target file (by base name)
         or quote one of its first distinctive lines (a message doing both counts once)."""
         named = 0
-        if self._mentions is not None:
-            named = self._mentions[self.target_key] - self.mention_base
+        if self.mentions is not None:
+            named = self.mentions[self.target_key] - self.mention_base
         return named + self.quoted
 
 
-class Unit:
+class Unit(msgspec.Struct, gc=False, eq=False):
     """Items kept or dropped together: a message, or a call with its results."""
 
-    __slots__ = ("calls", "index", "items", "open_calls", "turn")
-
-    def __init__(self, index: int, turn: int, first: int) -> None:
-        self.index = index
-        self.turn = turn
-        self.items = [first]
-        self.calls: tuple[str, ...] = ()
-        self.open_calls: set[str] = set()
+    index: int
+    turn: int
+    items: tuple[int, ...]  # item indexes: the message, then results as they arrive
+    calls: tuple[str, ...] = ()
+    open_calls: tuple[str, ...] = ()  # calls still waiting for a result, in call order
 
     @property
     def pending(self) -> bool:
@@ -334,7 +331,7 @@ class Projection:
         self.responses: list[int] = []
         self._call_unit: dict[str, int] = {}
         self._mentions: dict[str, int] = {}  # target base name -> messages naming it
-        self._quotes: dict[int, list[int]] = {}
+        self._quotes: dict[int, tuple[int, ...]] = {}  # quote key -> items, see `Item`
         self._since_assistant: list[int] = []
         self._dedup: DedupIndex | None = None
         self._tool_items: list[int] = []
@@ -368,8 +365,7 @@ class Projection:
             unit = self._new_unit(item)
             calls = tuple(p.id for p in body.parts if isinstance(p, ToolCall))
             self.tool_calls += len(calls)
-            unit.calls = calls
-            unit.open_calls = set(calls)
+            unit.calls = unit.open_calls = calls
             if calls:
                 self.open_units.add(unit.index)
             for call in calls:
@@ -443,7 +439,7 @@ class Projection:
         return item
 
     def _new_unit(self, item: Item) -> Unit:
-        unit = Unit(len(self.units), item.turn, item.index)
+        unit = Unit(len(self.units), item.turn, (item.index,))
         item.unit = unit.index
         self.units.append(unit)
         self.unit_tokens += item.tokens
@@ -457,10 +453,10 @@ class Projection:
         if unit_index is None or body.call_id not in self.units[unit_index].open_calls:
             return  # an orphan: no open call to answer; packing drops it
         unit = self.units[unit_index]
-        unit.open_calls.discard(body.call_id)
+        unit.open_calls = tuple(c for c in unit.open_calls if c != body.call_id)
         if not unit.open_calls:
             self.open_units.discard(unit_index)
-        unit.items.append(item.index)
+        unit.items += (item.index,)
         item.unit = unit_index
         self.unit_tokens += item.tokens
         call_body = self.items[unit.items[0]].event.body
@@ -477,10 +473,10 @@ class Projection:
             if name:
                 item.target_key = name
                 item.mention_base = self._mentions.setdefault(name, 0)
-                item._mentions = self._mentions
+                item.mentions = self._mentions
         item.quote_keys = _quote_keys(body.output)
         for key in item.quote_keys:
-            self._quotes.setdefault(key, []).append(item.index)
+            self._quotes[key] = (*self._quotes.get(key, ()), item.index)
         self._since_assistant.append(item.index)
         self._tool_items.append(item.index)
         if self._dedup is not None:
