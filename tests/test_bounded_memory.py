@@ -4,9 +4,13 @@
   again after its projection was dropped packs to the same bytes.
 * `TiktokenCounter` keeps at most ``max_cached`` counts in two generations;
   every count equals the encoding's own.
+* A projection's items and units are out of the cyclic garbage collector, so
+  full collections do not grow with the events cached.
 """
 
 from __future__ import annotations
+
+import gc
 
 import hypothesis.strategies as st
 import pytest
@@ -18,6 +22,8 @@ from turnlog import (
     Policy,
     PolicySet,
     TextPart,
+    ToolCall,
+    ToolResultAdded,
     UserMessageAdded,
 )
 from turnlog.errors import TokenizerError
@@ -120,3 +126,31 @@ def test_the_policy_in_force_is_read_from_an_up_to_date_projection() -> None:
     packer.projection = racing  # type: ignore[method-assign]
     found = packer.policy_in_force("a")
     assert found is not None and found.keep_recent_turns == 7
+
+
+def test_projections_add_no_objects_for_the_garbage_collector_to_walk() -> None:
+    log = turnlog.open(":memory:")
+    for i in range(200):
+        log.append("s", [
+            UserMessageAdded(text=f"question {i}"),
+            AssistantMessageAdded(parts=(TextPart(text="looking"), *(
+                ToolCall(id=f"c{i}.{k}", name="Read", arguments=f'{{"file_path": "f{k}.py"}}')
+                for k in range(2)))),
+            *(ToolResultAdded(call_id=f"c{i}.{k}", tool_name="Read",
+                              output=f"line one of file {k}, long enough to be quoted\n" * 3)
+              for k in range(2))])
+    log.append("warm-up", UserMessageAdded(text="hello"))
+    packer = Packer(log)
+    packer.pack("warm-up", policy=POLICY)  # first-use imports and caches
+    gc.collect()
+    before = len(gc.get_objects())
+    packer.pack("s", policy=POLICY)
+    view = packer.projection("s", packer.counter_for(POLICY))
+    gc.collect()  # a collection untracks tuples that hold only untracked values
+    assert len(view.items) == 800 and len(view.units) == 400
+    tracked = [o for o in (*view.items, *view.units) if gc.is_tracked(o)]
+    tracked += [u.items for u in view.units if gc.is_tracked(u.items)]
+    assert tracked == []
+    # What the projection keeps that the collector walks: a few dozen objects (its
+    # indexes and caches, 54 today), not several per event.
+    assert len(gc.get_objects()) - before < 100

@@ -20,14 +20,12 @@ Every ``--every`` events it reports the events so far, the process's memory
 (anonymous resident memory, i.e. the heap, which must stay bounded; the pages
 of the store mapped in, which the kernel can drop; and the peak), the store's
 size, and the pack latency (median, p95, p99, max) and append rate over that
-window. ``--freeze`` calls ``gc.freeze()`` after every window (objects alive
-then are left out of later collections).
+window.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import random
@@ -90,7 +88,7 @@ def memory_mb() -> dict[str, float]:
 
 def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
         active: int = 50, cached: int = 64, every: int = 50_000, sync: bool = False,
-        seed: int = 1, progress: bool = True, freeze: bool = False) -> list[dict[str, Any]]:
+        seed: int = 1, progress: bool = True) -> list[dict[str, Any]]:
     """Run the soak; return one row per window (see the module's doc)."""
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
@@ -152,8 +150,6 @@ def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
                 if progress:
                     print(json.dumps(row), file=sys.stderr, flush=True)
                 window, window_events, appended_s, last = [], 0, 0.0, now
-                if freeze:
-                    gc.freeze()
         report = log.verify()
         assert report.ok, str(report.problem)
         assert report.events == total and len(log.sessions()) == started
@@ -188,14 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", default=None, help="where to put the store (default: temp)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--freeze", action="store_true",
-                        help="gc.freeze() after every window (see run)")
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="turnlog-soak-", dir=args.dir)
     try:
         rows = run(os.path.join(root, "store"), events=args.events, sessions=args.sessions,
                    active=args.active, cached=args.cached, every=args.every, sync=args.sync,
-                   seed=args.seed, freeze=args.freeze)
+                   seed=args.seed)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(rows) if args.json else table(rows))
