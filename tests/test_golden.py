@@ -1,0 +1,67 @@
+"""Old records replay for ever: every golden store verifies and replays byte for byte.
+
+Each folder ``tests/golden/vX.Y.Z/`` holds a store written by that release (see
+``tests/golden/make_golden.py``): the demo, corpus imports, requests recorded in every
+format at several budgets, compactions and an overflow recovery. The current code must
+verify each store and reproduce every recorded request, neutral prompt and rendered
+body alike. A golden store is never regenerated; a rule change that breaks this test
+must become a new policy field or rules version instead.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import turnlog
+from turnlog.adapters.render import renderer_for
+from turnlog.replay import Packer
+
+GOLDEN = Path(__file__).parent / "golden"
+STORES = sorted(p for p in GOLDEN.iterdir() if (p / "store" / "data.mdb").is_file())
+
+
+@pytest.fixture(params=STORES, ids=[p.name for p in STORES])
+def golden(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Path, turnlog.Log]]:
+    folder: Path = request.param
+    copy = tmp_path / "store"
+    shutil.copytree(folder / "store", copy)  # LMDB writes a lock file beside the data
+    log = turnlog.open(copy, readonly=True)
+    try:
+        yield folder, log
+    finally:
+        log.close()
+
+
+def test_there_is_a_golden_store_of_the_current_release() -> None:
+    assert (GOLDEN / f"v{turnlog.__version__}" / "store" / "data.mdb").is_file()
+
+
+def test_golden_store_verifies(golden: tuple[Path, turnlog.Log]) -> None:
+    _, log = golden
+    report = log.verify()
+    assert report.ok, report
+
+
+def test_every_golden_request_replays_byte_for_byte(golden: tuple[Path, turnlog.Log]) -> None:
+    folder, log = golden
+    manifest = json.loads((folder / "manifest.json").read_text())
+    packer = Packer(log)
+    formats: set[str] = set()
+    replayed = 0
+    for head in log.sessions():
+        for event in log.read(head.session, kinds=["request"]):
+            request = event.body
+            assert isinstance(request, turnlog.RequestIssued)
+            render = renderer_for(request, blobs=log.blob)
+            result = packer.replay(head.session, event.seq, render=render)
+            assert result.ok, (head.session, event.seq, result.difference)
+            formats.add(request.format)
+            replayed += 1
+    expected = sum(1 for packs in manifest["packs"].values() for p in packs
+                   if p["outcome"] == "recorded")
+    assert replayed >= expected + 40  # the demo's requests and the recorded packs
+    assert formats == set(manifest["formats"])
