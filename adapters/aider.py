@@ -32,6 +32,7 @@ import re
 
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     Event,
     NotificationAdded,
     ResponseReceived,
@@ -40,7 +41,6 @@ from turnlog import (
     Usage,
     UserMessageAdded,
 )
-from turnlog.events import Body
 
 from .transcript_plan import (
     BadRecord,

@@ -53,10 +53,12 @@ import msgspec
 from turnlog import (
     AssistantMessageAdded,
     BlobRef,
+    Body,
     CompactionCommitted,
     Event,
     ImagePart,
     NotificationAdded,
+    Part,
     ProviderErrorReceived,
     ReasoningPart,
     ResponseReceived,
@@ -67,7 +69,6 @@ from turnlog import (
     Usage,
     UserMessageAdded,
 )
-from turnlog.events import Body, Part
 
 from .transcript_plan import (
     JSON_ERRORS,

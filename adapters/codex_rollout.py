@@ -32,6 +32,7 @@ from pathlib import Path
 import msgspec
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     CompactionCommitted,
     Event,
     NotificationAdded,
@@ -40,7 +41,6 @@ from turnlog import (
     SystemSectionSet,
     UserMessageAdded,
 )
-from turnlog.events import Body
 
 from .openai_responses import ItemMapper, usage_of
 from .transcript_plan import (

@@ -77,13 +77,19 @@ from turnlog import (
     NEW_SESSION,
     AppendConflictError,
     AssistantMessageAdded,
+    Body,
     Draft,
     Event,
     ImagePart,
     InvalidEventError,
     Log,
+    Message,
     NotificationAdded,
+    Packer,
+    Part,
     Policy,
+    Projection,
+    Prompt,
     ReasoningPart,
     RecallAdded,
     ResponseReceived,
@@ -94,12 +100,10 @@ from turnlog import (
     ToolResultAdded,
     Usage,
     UserMessageAdded,
+    backoff,
+    notification_text,
+    recall_text,
 )
-from turnlog.events import Body, Part
-from turnlog.log import backoff
-from turnlog.prompt import Message, Prompt
-from turnlog.replay import Packer
-from turnlog.view import Projection, notification_text, recall_text
 
 from .render import MISSING_RESULT_TEXT
 

@@ -23,8 +23,7 @@ from __future__ import annotations
 import re
 
 import msgspec
-from turnlog import AssistantMessageAdded, ResponseReceived, UserMessageAdded
-from turnlog.events import Body
+from turnlog import AssistantMessageAdded, Body, ResponseReceived, UserMessageAdded
 
 from .openai_chat import Messages, export_messages, parse_messages
 from .openai_responses import usage_of

@@ -60,23 +60,24 @@ from turnlog import (
     AppendConflictError,
     AssistantMessageAdded,
     BlobRef,
+    Body,
     Draft,
     Event,
     ImagePart,
     Log,
     NotificationAdded,
+    Packer,
+    Part,
     Policy,
+    Projection,
     ReasoningPart,
     SessionRewound,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
+    backoff,
 )
-from turnlog.events import Body, Part
-from turnlog.log import backoff
-from turnlog.replay import Packer
-from turnlog.view import Projection
 
 from .openai_responses import ItemMapper
 
@@ -101,7 +102,7 @@ class TurnlogSession:
         session_id: the session (created by the first item).
         session_settings: the SDK's settings (``limit`` for `get_items`).
         policy: the policy whose tokenizer the shared projection uses (packing and
-            recording are the caller's, e.g. with `turnlog.replay.Packer`).
+            recording are the caller's, e.g. with `turnlog._packer.Packer`).
         packer: a packer to share (one per log is best).
         clock: called for event times (microseconds since the epoch); none when None.
         attempts: tries per write when other writers keep moving the head.

@@ -28,9 +28,11 @@ from typing import Any
 import msgspec
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     Event,
     ImagePart,
     NotificationAdded,
+    Part,
     ReasoningPart,
     SystemSectionSet,
     TextPart,
@@ -39,7 +41,6 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.events import Body, Part
 
 from .openai_responses import Sections, tools_set
 from .transcript_plan import (

@@ -31,9 +31,11 @@ from typing import Any
 import msgspec
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     Event,
     ImagePart,
     NotificationAdded,
+    Part,
     ReasoningPart,
     ResponseReceived,
     SystemSectionSet,
@@ -45,7 +47,6 @@ from turnlog import (
     Usage,
     UserMessageAdded,
 )
-from turnlog.events import Body, Part
 
 from .transcript_plan import (
     JSON_ERRORS,

@@ -37,8 +37,10 @@ from typing import Any
 import msgspec
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     Event,
     NotificationAdded,
+    Part,
     ResponseReceived,
     SystemSectionSet,
     TextPart,
@@ -46,7 +48,6 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.events import Body, Part
 
 from .openai_responses import tools_set, usage_of
 from .transcript_plan import (

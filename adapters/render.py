@@ -49,7 +49,7 @@ Rules shared by all formats, so every body is valid on the wire:
   format cannot carry (in an assistant or tool message, an unsupported media
   type) becomes a text note.
 
-The prompt must satisfy `turnlog.prompt.check_prompt` (every packed prompt
+The prompt must satisfy `Prompt.problems` (every packed prompt
 does); a prompt that does not is refused with `RenderError` rather than sent.
 """
 
@@ -63,17 +63,18 @@ from typing import Any, NamedTuple
 
 import blake3
 from turnlog import (
+    SUMMARY_SECTION,
     BlobRef,
     ImagePart,
     KernelError,
+    Message,
+    Prompt,
     ReasoningPart,
     RequestIssued,
     TextPart,
     ToolCall,
     ToolSpec,
 )
-from turnlog.pack import SUMMARY_SECTION
-from turnlog.prompt import Message, Prompt, check_prompt
 
 __all__ = [
     "ANTHROPIC_CACHE_LIMIT",
@@ -181,7 +182,7 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
         raise RenderError(f"max_tokens must be a positive int or None, found {max_tokens!r}")
     if max_tokens is None and format == "anthropic":
         raise RenderError("the anthropic format needs max_tokens (the API requires it)")
-    problems = check_prompt(prompt)
+    problems = prompt.problems()
     if problems:
         raise RenderError(f"the prompt is malformed ({len(problems)} problem(s)): "
                           f"{'; '.join(problems[:3])}. Render only prompts that the packer made")

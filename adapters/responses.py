@@ -54,9 +54,12 @@ from typing import Any
 import msgspec
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     DecodeError,
-    Event,
     InvalidEventError,
+    Log,
+    MemoryStore,
+    Part,
     ProviderErrorReceived,
     ReasoningPart,
     ResponseReceived,
@@ -64,8 +67,6 @@ from turnlog import (
     ToolCall,
     Usage,
 )
-from turnlog.codec import encode_event
-from turnlog.events import Body, Part
 
 __all__ = [
     "OVERFLOW_CODES",
@@ -78,6 +79,9 @@ __all__ = [
     "parse_response",
     "parse_stream",
 ]
+
+#: Checks a parsed message as `Log.append` would (one id per call, sizes), writing nothing.
+_VALIDATOR = Log(MemoryStore())
 
 #: Formats this module parses (the same names as ``render.FORMATS``).
 PARSE_FORMATS = ("openai-chat", "openai-responses", "anthropic")
@@ -248,7 +252,7 @@ def _validated(format: str, reply: Reply) -> Reply:  # noqa: A002
                           f"{exc}") from exc
     if checked.message is not None:
         try:  # what the schema cannot say, as `Log.append` checks it (one id per call)
-            encode_event(Event(session="reply", seq=0, body=checked.message))
+            _VALIDATOR.validate("reply", checked.message)
         except InvalidEventError as exc:
             raise DecodeError(f"{format} reply: {exc}") from exc
     return checked

@@ -45,7 +45,7 @@ precondition holds is never lost and never duplicated; concurrent writers'
 events are kept in commit order.
 
 Between attempts the facade (and `Packer.record`) sleeps a random time (up
-to 1 ms, doubled per attempt, at most 50 ms; ``turnlog.log.backoff``) so
+to 1 ms, doubled per attempt, at most 50 ms; ``turnlog._log.backoff``) so
 writers that keep colliding spread out.
 
 One `Session` object serializes its own calls with a lock, so threads
@@ -79,16 +79,26 @@ from turnlog import (
     AppendConflictError,
     Appended,
     AssistantMessageAdded,
+    Body,
+    Compactor,
     Draft,
     Head,
     ImagePart,
     InvalidEventError,
     Log,
     NotificationAdded,
+    Outcome,
+    Packed,
+    Packer,
     Policy,
+    Projection,
     ProviderErrorReceived,
+    Renderer,
     ReplayMismatchError,
+    ReplayResult,
+    RequestIssued,
     ResponseReceived,
+    Summarizer,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -97,15 +107,8 @@ from turnlog import (
     ToolsSet,
     UnknownSessionError,
     UserMessageAdded,
+    backoff,
 )
-from turnlog.codec import validate_session_id
-from turnlog.compact import Compactor, Outcome
-from turnlog.events import Body, RequestIssued
-from turnlog.log import backoff
-from turnlog.pack import Packed
-from turnlog.replay import Packer, Renderer, ReplayResult
-from turnlog.summarize import Summarizer
-from turnlog.view import Projection
 
 from .client import ProviderError
 from .render import FORMATS, RenderError, render_args, renderer, renderer_for
@@ -256,7 +259,7 @@ class Session:
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
                  attempts: int = 8) -> None:
-        validate_session_id(session_id)
+        log.head(session_id)  # validates the id (InvalidEventError)
         if format not in FORMATS:
             raise RenderError(f"unknown format {format!r}; expected one of {sorted(FORMATS)}")
         if not isinstance(model, str) or not model:

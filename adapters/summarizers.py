@@ -24,8 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from turnlog import ProviderErrorReceived, TextPart
-from turnlog.summarize import Summary, SummaryRequest
+from turnlog import ProviderErrorReceived, Summary, SummaryRequest, TextPart
 
 from .client import DEFAULT_BASE_URLS, ProviderError, ProviderTimeoutError, send
 from .render import canonical

@@ -38,6 +38,7 @@ from typing import Any
 
 import msgspec
 from turnlog import (
+    Body,
     CompactionCommitted,
     Event,
     NotificationAdded,
@@ -45,7 +46,6 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.events import Body
 
 __all__ = [
     "BadRecord",

@@ -44,6 +44,7 @@ from pathlib import Path
 import msgspec
 from turnlog import (
     AssistantMessageAdded,
+    Body,
     CompactionCommitted,
     Draft,
     Event,
@@ -58,10 +59,8 @@ from turnlog import (
     ToolResultAdded,
     Usage,
     UserMessageAdded,
+    covered_digest,
 )
-from turnlog.chain import covered_digest
-from turnlog.codec import encode_canonical, encode_event, extract_blobs, validate_meta
-from turnlog.events import Body
 
 from . import (
     aider,
@@ -554,21 +553,13 @@ def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: b
 
 
 def _check(log: Log, session: str, entry: Entry | CompactionEntry) -> int:
-    where = entry.where
-    validate_meta(entry.meta, where=where, max_bytes=log.max_event_bytes)
     body: Body = (_compaction(entry, 0, 0, "0" * 64) if isinstance(entry, CompactionEntry)
                   else entry.body)
-    event, data = encode_event(Event(session=session, seq=0, body=body, time=entry.time,
-                                     key=entry.key, meta=entry.meta))
-    stored, found = extract_blobs(event.body, threshold=log.blob_threshold,
-                                  preview_head=log.preview_head,
-                                  preview_tail=log.preview_tail)
-    if found:
-        data = encode_canonical(msgspec.structs.replace(event, body=stored))
-    if len(data) > log.max_event_bytes:
-        raise InvalidEventError(f"the event is {len(data)} bytes after moving large text to "
-                                f"blobs; the log's limit is {log.max_event_bytes}")
-    return len(found)
+    draft = Draft(body=body, time=entry.time, key=entry.key, meta=entry.meta)
+    try:
+        return log.validate(session, draft)
+    except InvalidEventError as exc:  # named by the record, not by the batch index
+        raise InvalidEventError(f"{entry.where}: {str(exc).partition(': ')[2] or exc}") from exc
 
 
 def _compaction(entry: CompactionEntry, first: int, last: int, digest: str,

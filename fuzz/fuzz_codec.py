@@ -22,17 +22,17 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import msgspec
     import turnlog
-    from turnlog.canonical import normalize
-    from turnlog.chain import GENESIS, check_record, link, pack_record, record_event
-    from turnlog.codec import (
+    from turnlog._canonical import normalize
+    from turnlog._chain import GENESIS, check_record, link, pack_record, record_event
+    from turnlog._codec import (
         decode_body,
         decode_event,
         encode_canonical,
         event_from_json,
         event_to_json,
     )
-    from turnlog.errors import DecodeError, KernelError
-    from turnlog.events import Event
+    from turnlog._errors import DecodeError, KernelError
+    from turnlog._events import Event
 
 
 _DETERMINISTIC = msgspec.msgpack.Encoder(order="deterministic")

@@ -49,9 +49,9 @@ with instrumented(__name__ == "__main__"):
         ToolsSet,
         UserMessageAdded,
     )
+    from turnlog._errors import BudgetExceededError, InvalidEventError, PolicyError
+    from turnlog._packer import Packer
     from turnlog.adapters.render import FORMATS, render
-    from turnlog.errors import BudgetExceededError, InvalidEventError, PolicyError
-    from turnlog.replay import Packer
     from turnlog.testing import (
         Compact,
         Fork,

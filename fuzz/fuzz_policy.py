@@ -20,7 +20,7 @@ with instrumented(__name__ == "__main__"):
     import msgspec
     import turnlog
     from turnlog import Policy, PolicySet
-    from turnlog.errors import PolicyError
+    from turnlog._errors import PolicyError
 
 
 def _check(policy: Policy) -> None:

@@ -19,6 +19,7 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import turnlog
     from turnlog import ProviderErrorReceived
+    from turnlog._errors import DecodeError
     from turnlog.adapters.responses import (
         PARSE_FORMATS,
         Reply,
@@ -27,7 +28,6 @@ with instrumented(__name__ == "__main__"):
         parse_response,
         parse_stream,
     )
-    from turnlog.errors import DecodeError
 
 _STATUSES = (200, 200, 400, 413, 429, 500, 529, 201)
 

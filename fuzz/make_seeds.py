@@ -18,9 +18,9 @@ from pathlib import Path
 
 import msgspec
 import turnlog
-from turnlog.chain import GENESIS, link, pack_record
-from turnlog.codec import encode_canonical, event_to_json
-from turnlog.events import Event
+from turnlog._chain import GENESIS, link, pack_record
+from turnlog._codec import encode_canonical, event_to_json
+from turnlog._events import Event
 
 ROOT = Path(__file__).resolve().parent / "corpus"
 SHARED_CORPUS = Path("/work/shared/corpus")

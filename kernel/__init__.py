@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import os
 
-from .chain import GENESIS, Checkpoint
-from .errors import (
+from ._chain import GENESIS, Checkpoint, covered_digest
+from ._codec import event_from_json, event_to_json
+from ._compact import Compactor, CostEstimate, Outcome
+from ._errors import (
     AppendConflictError,
     BlobNotFoundError,
     BudgetExceededError,
@@ -39,9 +41,11 @@ from .errors import (
     UnknownSessionError,
     VerificationError,
 )
-from .events import (
+from ._events import (
+    EVENT_KINDS,
     AssistantMessageAdded,
     BlobRef,
+    Body,
     CompactionCommitted,
     CompactionFailed,
     Event,
@@ -49,6 +53,7 @@ from .events import (
     ImagePart,
     MemoryChanged,
     NotificationAdded,
+    Part,
     PolicySet,
     ProviderErrorReceived,
     ReasoningPart,
@@ -67,11 +72,30 @@ from .events import (
     Usage,
     UserMessageAdded,
 )
-from .lmdb import LMDBStore
-from .log import NEW_SESSION, Appended, Draft, Head, Log, Problem, Snapshot, VerifyReport
-from .memory import MemoryStore
-from .policy import Policy
-from .store import ReadTxn, Store, WriteTxn
+from ._lmdb import LMDBStore
+from ._log import NEW_SESSION, Appended, Draft, Head, Log, Problem, Snapshot, VerifyReport, backoff
+from ._memories import MEMORY_SECTION, Memory, MemoryBook, MemoryManager
+from ._memstore import MemoryStore
+from ._pack import (
+    DECISIONS,
+    DEFAULT_STAGES,
+    SUMMARY_SECTION,
+    Budget,
+    Decision,
+    Packed,
+    PackState,
+    Stage,
+    StageReport,
+    pack,
+)
+from ._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
+from ._policy import Policy
+from ._projection import Item, Projection, Unit, notification_text, recall_text
+from ._prompt import Breakpoint, Message, Prompt, Section
+from ._recall import Embedder, Recaller
+from ._store import ReadTxn, Store, WriteTxn
+from ._summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
+from ._tokens import TokenCounter, get_counter
 
 __all__ = [
     "AppendConflictError",
@@ -79,16 +103,28 @@ __all__ = [
     "AssistantMessageAdded",
     "BlobNotFoundError",
     "BlobRef",
+    "Body",
+    "Breakpoint",
+    "Budget",
     "BudgetExceededError",
     "Checkpoint",
     "CompactionCommitted",
     "CompactionError",
     "CompactionFailed",
+    "Compactor",
+    "CostEstimate",
+    "DECISIONS",
+    "DEFAULT_STAGES",
+    "Decision",
+    "DecisionChange",
     "DecodeError",
     "Draft",
+    "EVENT_KINDS",
+    "Embedder",
     "Event",
     "EventTooLargeError",
     "EventsPinned",
+    "ExtractiveSummarizer",
     "ForkedProcessError",
     "GENESIS",
     "Head",
@@ -96,49 +132,84 @@ __all__ = [
     "ImagePart",
     "ImportFormatError",
     "InvalidEventError",
+    "Item",
     "KernelError",
     "LMDBStore",
     "Log",
+    "MEMORY_SECTION",
+    "Memory",
+    "MemoryBook",
     "MemoryChanged",
+    "MemoryManager",
     "MemoryStore",
+    "Message",
     "NEW_SESSION",
     "NotificationAdded",
+    "Outcome",
     "PackError",
+    "PackState",
+    "Packed",
+    "Packer",
+    "Part",
     "Policy",
     "PolicyError",
     "PolicySet",
     "Problem",
+    "Projection",
+    "Prompt",
     "ProviderErrorReceived",
     "ReadTxn",
     "ReasoningPart",
     "RecallAdded",
     "RecallHit",
+    "Recaller",
+    "Recorded",
+    "Renderer",
     "ReplayMismatchError",
+    "ReplayResult",
+    "RequestDiff",
     "RequestIssued",
     "ResponseReceived",
+    "SUMMARY_SECTION",
+    "Section",
     "SessionForked",
     "SessionRewound",
     "Snapshot",
+    "Stage",
+    "StageReport",
     "Store",
     "StoreCorruptError",
     "StoreError",
     "StoreFormatError",
     "StoreFullError",
     "StoreReadOnlyError",
+    "Summarizer",
+    "Summary",
+    "SummaryRequest",
     "SystemSectionSet",
     "TextPart",
+    "TokenCounter",
     "TokenizerError",
     "ToolCall",
     "ToolResultAdded",
     "ToolSpec",
     "ToolsSet",
+    "Unit",
     "UnknownSessionError",
     "Usage",
     "UserMessageAdded",
     "VerificationError",
     "VerifyReport",
     "WriteTxn",
+    "backoff",
+    "covered_digest",
+    "event_from_json",
+    "event_to_json",
+    "get_counter",
+    "notification_text",
     "open",
+    "pack",
+    "recall_text",
 ]
 
 __version__ = "0.1.0"

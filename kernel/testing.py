@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-`pack` promises a handful of invariants (see ``turnlog.pack`` and
+`pack` promises a handful of invariants (see ``turnlog._pack`` and
 docs/packing.md). This module states each one as a *checker*: a function that
 reads a projection and a `Packed` result, and raises `AssertionError` with a
 message naming the lineage position or the prompt message index that breaks
@@ -45,8 +45,8 @@ import blake3
 import msgspec
 from hypothesis import strategies as st
 
-from .errors import BudgetExceededError
-from .events import (
+from ._errors import BudgetExceededError
+from ._events import (
     AssistantMessageAdded,
     Body,
     CompactionCommitted,
@@ -66,12 +66,13 @@ from .events import (
     ToolsSet,
     UserMessageAdded,
 )
-from .log import Draft, Log
-from .memory import MemoryStore
-from .pack import DECISIONS, DEFAULT_STAGES, Packed, PackState, Stage, pack, truncate_stage
-from .policy import Policy
-from .prompt import Message, Prompt, check_prompt
-from .tokens import (
+from ._log import Draft, Log
+from ._memstore import MemoryStore
+from ._pack import DECISIONS, DEFAULT_STAGES, Packed, PackState, Stage, pack, truncate_stage
+from ._policy import Policy
+from ._projection import Projection
+from ._prompt import Message, Prompt
+from ._tokens import (
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
     REPLY_OVERHEAD,
@@ -80,7 +81,6 @@ from .tokens import (
     TokenCounter,
     get_counter,
 )
-from .view import Projection
 
 __all__ = [
     "Compact",
@@ -680,7 +680,7 @@ def _where(view: Projection, pos: int) -> str:
 
 
 def _recount(message: Message, counter: TokenCounter) -> int:
-    """Tokens of a message under the framing convention of ``turnlog.tokens``."""
+    """Tokens of a message under the framing convention of ``turnlog._tokens``."""
     total = MESSAGE_OVERHEAD + (1 if message.role == "tool" else 0)
     for part in message.parts:
         if isinstance(part, TextPart):
@@ -745,7 +745,7 @@ def check_budget(packed: Packed, policy: Policy, *, counter: TokenCounter | None
 
 
 def check_tool_pairs(prompt: Prompt) -> None:
-    """Tool calls and results are paired: `check_prompt` finds nothing, every tool
+    """Tool calls and results are paired: `Prompt.problems` finds nothing, every tool
     message answers a call of the assistant message that opens its run, no call is
     answered twice, no result is an orphan, and every call of an assistant message
     that is not the last message is answered.
@@ -753,8 +753,8 @@ def check_tool_pairs(prompt: Prompt) -> None:
     Raises:
         AssertionError: naming the message index.
     """
-    problems = check_prompt(prompt)
-    assert not problems, "check_prompt: " + "; ".join(problems)
+    problems = prompt.problems()
+    assert not problems, "Prompt.problems: " + "; ".join(problems)
     opener = -1
     calls: dict[str, str] = {}
     answered: set[str] = set()

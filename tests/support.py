@@ -148,7 +148,7 @@ def _memory_raw(store: MemoryStore) -> dict[str, Any]:
 
 
 def recompute_hash(event: Event) -> bytes:
-    """``blake3(prev || canonical)`` computed here, independently of turnlog.chain."""
+    """``blake3(prev || canonical)`` computed here, independently of turnlog._chain."""
     import blake3
 
     bare = msgspec.structs.replace(event, prev=b"", hash=b"")

@@ -26,10 +26,10 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.errors import TokenizerError
-from turnlog.replay import Packer
-from turnlog.tokens import TiktokenCounter, TokenCounter, _load_encoding
-from turnlog.view import Projection
+from turnlog._errors import TokenizerError
+from turnlog._packer import Packer
+from turnlog._projection import Projection
+from turnlog._tokens import TiktokenCounter, TokenCounter, _load_encoding
 
 POLICY = Policy(context_window=2_000, output_reserve=200)
 SESSIONS = ("a", "b", "c", "d")

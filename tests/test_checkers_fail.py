@@ -13,8 +13,8 @@ from collections.abc import Callable
 import msgspec
 import pytest
 from turnlog import Policy
-from turnlog.errors import BudgetExceededError
-from turnlog.events import (
+from turnlog._errors import BudgetExceededError
+from turnlog._events import (
     AssistantMessageAdded,
     EventsPinned,
     NotificationAdded,
@@ -26,7 +26,8 @@ from turnlog.events import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.pack import DEFAULT_STAGES, Packed, PackState, Stage, StageReport, pack
+from turnlog._pack import DEFAULT_STAGES, Packed, PackState, Stage, StageReport, pack
+from turnlog._projection import Projection
 from turnlog.testing import (
     SessionItem,
     build,
@@ -44,7 +45,6 @@ from turnlog.testing import (
     project,
     with_stage,
 )
-from turnlog.view import Projection
 
 ROOMY = Policy(context_window=200_000, output_reserve=16_000)
 

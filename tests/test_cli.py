@@ -328,7 +328,7 @@ def test_export_writes_every_event_with_its_chain(capsys: pytest.CaptureFixture[
     code, _, err = run(capsys, "--store", str(store), "export", SESSION, "-o", str(target))
     assert code == 0 and "exported" in err
     assert target.read_text() == out
-    assert turnlog.codec.event_from_json(out.splitlines()[5]).seq == 5
+    assert turnlog._codec.event_from_json(out.splitlines()[5]).seq == 5
 
 
 def test_blob_writes_raw_bytes(capsysbinary: pytest.CaptureFixture[bytes], store: Path,

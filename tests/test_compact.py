@@ -23,13 +23,13 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.chain import covered_digest
-from turnlog.compact import Compactor
-from turnlog.pack import pack
-from turnlog.prompt import check_prompt
-from turnlog.replay import Packer
-from turnlog.summarize import ExtractiveSummarizer, Summary, SummaryRequest
-from turnlog.tokens import get_counter
+from turnlog._chain import covered_digest
+from turnlog._compact import Compactor
+from turnlog._pack import pack
+from turnlog._packer import Packer
+from turnlog._prompt import check_prompt
+from turnlog._summarize import ExtractiveSummarizer, Summary, SummaryRequest
+from turnlog._tokens import get_counter
 
 SMALL = Policy(context_window=12_000, output_reserve=1_000, warning_buffer=5_000,
                compact_buffer=4_000, blocking_buffer=1_000, prune=False,
@@ -319,7 +319,7 @@ def test_extractive_summary_has_the_structured_sections() -> None:
     for t in range(4):
         turn(log, t)
     view = packer.projection("s", get_counter("cl100k_base"))
-    from turnlog.compact import _span_messages
+    from turnlog._compact import _span_messages
     request = SummaryRequest(session="s", first_pos=0, last_pos=view.head, level=0,
                              max_tokens=400, messages=tuple(_span_messages(view, 0, view.head)))
     summary = ExtractiveSummarizer(get_counter("cl100k_base")).summarize(request)

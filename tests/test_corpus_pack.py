@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from turnlog import Event, Policy
-from turnlog.events import (
+from turnlog._events import (
     AssistantMessageAdded,
     Part,
     ReasoningPart,
@@ -27,9 +27,9 @@ from turnlog.events import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog._projection import Projection
+from turnlog._tokens import get_counter
 from turnlog.testing import Compact, SessionItem, build, check_all, memory_log
-from turnlog.tokens import get_counter
-from turnlog.view import Projection
 
 CORPUS = (Path(__file__).parents[1] / ".." / "shared" / "corpus").resolve()
 

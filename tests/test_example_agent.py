@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import turnlog
 from turnlog import RequestIssued, ToolCall
+from turnlog._packer import Packer
 from turnlog.adapters import example_agent
 from turnlog.adapters.render import renderer_for
-from turnlog.replay import Packer
 
 ROOT = Path(__file__).resolve().parents[1]
 

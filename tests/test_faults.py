@@ -54,11 +54,11 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog._compact import Compactor
+from turnlog._events import CompactionCommitted, RequestIssued
+from turnlog._lmdb import LMDBStore
+from turnlog._packer import Packer
 from turnlog.adapters.render import FORMATS, render
-from turnlog.compact import Compactor
-from turnlog.events import CompactionCommitted, RequestIssued
-from turnlog.lmdb import LMDBStore
-from turnlog.replay import Packer
 
 FAST_KILLS = 2  # rounds per workload in the default run
 SLOW_KILLS = 120  # rounds per workload with -m slow (three workloads)
@@ -86,8 +86,8 @@ WORKER = textwrap.dedent('''
     import turnlog
     from turnlog import (AssistantMessageAdded, Draft, Policy, TextPart, ToolCall,
                          ToolResultAdded, UserMessageAdded)
-    from turnlog.compact import Compactor
-    from turnlog.replay import Packer
+    from turnlog._compact import Compactor
+    from turnlog._packer import Packer
 
     path, workload, i = sys.argv[1], sys.argv[2], int(sys.argv[3])
     POLICY = Policy(context_window=16_000, output_reserve=2_000, keep_recent_turns=1)

@@ -32,12 +32,12 @@ from turnlog import (
     UserMessageAdded,
     WriteTxn,
 )
+from turnlog._chain import check_record
+from turnlog._codec import decode_event, event_from_json
+from turnlog._projection import _pathish
 from turnlog.adapters.responses import parse_response
 from turnlog.adapters.transcripts import detect, export_session, import_file
-from turnlog.chain import check_record
-from turnlog.codec import decode_event, event_from_json
 from turnlog.testing import check_packed, memory_log, project
-from turnlog.view import _pathish
 
 CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
 _RAW = msgspec.msgpack.Encoder()  # no key sorting: it can write what a canonical one cannot
@@ -119,7 +119,7 @@ def test_distinct_ids_in_one_message_pack_with_exact_accounting() -> None:
         TextPart(text="hi"), ToolCall(id="c3", name="Write", arguments="{}"),
         ToolCall(id="c4", name="Glob", arguments="{}"))))
     view = project(log, "s")
-    packed = turnlog.pack.pack(view, Policy())
+    packed = turnlog._pack.pack(view, Policy())
     check_packed(view, packed, Policy())
     assert [m.role for m in packed.prompt.messages] == ["assistant", "tool", "tool"]
 
@@ -131,7 +131,7 @@ def test_deeply_nested_tool_arguments_are_stored_and_packed_as_text() -> None:
         ToolCall(id="c1", name="Glob", arguments=arguments),)),
         ToolResultAdded(call_id="c1", tool_name="Glob", output="ok")])
     view = project(log, "s")
-    packed = turnlog.pack.pack(view, Policy())
+    packed = turnlog._pack.pack(view, Policy())
     check_packed(view, packed, Policy())
     call = packed.prompt.messages[1].parts[0]
     assert isinstance(call, ToolCall) and call.arguments == arguments
@@ -193,7 +193,7 @@ def test_long_runs_of_path_characters_pack_in_linear_time() -> None:
         ToolResultAdded(call_id="c1", tool_name="Write", output="written")])
     view = project(log, "s")
     assert _pathish("see src/app.py") == ["src/app.py"]
-    check_packed(view, turnlog.pack.pack(view, Policy()), Policy())
+    check_packed(view, turnlog._pack.pack(view, Policy()), Policy())
 
 
 def test_an_openhands_output_with_a_flat_system_action_imports_and_exports(

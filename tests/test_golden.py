@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import turnlog
+from turnlog._packer import Packer
 from turnlog.adapters.render import renderer_for
-from turnlog.replay import Packer
 
 GOLDEN = Path(__file__).parent / "golden"
 STORES = sorted(p for p in GOLDEN.iterdir() if (p / "store" / "data.mdb").is_file())

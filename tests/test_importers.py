@@ -42,6 +42,7 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
+from turnlog._packer import Packer
 from turnlog.adapters.transcripts import (
     FORMATS,
     ImportSummary,
@@ -51,7 +52,6 @@ from turnlog.adapters.transcripts import (
     import_file,
     import_path,
 )
-from turnlog.replay import Packer
 
 CORPUS = Path(__file__).parents[1] / ".." / "shared" / "corpus"
 FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name != "SOURCES.md") \

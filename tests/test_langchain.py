@@ -35,9 +35,9 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog._packer import Packer
 from turnlog.adapters import Session
 from turnlog.adapters.langchain import META_KEY, TurnlogChatMessageHistory, prompt_messages
-from turnlog.replay import Packer
 
 POLICY = Policy(context_window=16_000, output_reserve=1_000)
 

@@ -5,7 +5,9 @@ Rules (checked on the source with `ast`, so an import inside a function or an
 
 * ``kernel/`` (``turnlog``) never imports ``turnlog.adapters`` or ``turnlog.tools``;
 * ``adapters/`` never imports ``turnlog.tools``;
-* only ``kernel/lmdb.py`` imports the ``lmdb`` package;
+* ``adapters/`` and ``tools/`` use the kernel through its public API only: never a
+  private module (``turnlog._log``...);
+* only ``kernel/_lmdb.py`` imports the ``lmdb`` package;
 * ``kernel/`` never imports networking: ``http``, ``socket``, ``urllib``, ``requests``
   (nor ``httpx``, ``aiohttp``, ``urllib3``, ``ssl``, ``websockets``).
 """
@@ -73,8 +75,10 @@ def violations(source: str, folder: str, filename: str) -> list[str]:
             found.append(f"{where}: the kernel must not depend on adapters or tools")
         if folder == "adapters" and within(module, "turnlog.tools"):
             found.append(f"{where}: adapters must not depend on tools")
-        if within(module, "lmdb") and (folder, filename) != ("kernel", "lmdb.py"):
-            found.append(f"{where}: only kernel/lmdb.py may import lmdb")
+        if folder != "kernel" and module.startswith("turnlog._"):
+            found.append(f"{where}: outside the kernel, use the public API (import turnlog)")
+        if within(module, "lmdb") and (folder, filename) != ("kernel", "_lmdb.py"):
+            found.append(f"{where}: only kernel/_lmdb.py may import lmdb")
         if folder == "kernel" and any(within(module, net) for net in NETWORK):
             found.append(f"{where}: the kernel does no network I/O")
     return found
@@ -99,11 +103,11 @@ def test_module_respects_the_layering(folder: str, filename: str, source: str) -
 def test_every_layer_has_modules_to_check() -> None:
     folders = {folder for folder, _, _ in MODULES}
     assert folders == set(PACKAGES)
-    assert ("kernel", "lmdb.py") in {(f, n) for f, n, _ in MODULES}
+    assert ("kernel", "_lmdb.py") in {(f, n) for f, n, _ in MODULES}
 
 
 def test_lmdb_backend_is_found_importing_lmdb() -> None:
-    source = (ROOT / "kernel" / "lmdb.py").read_text("utf-8")
+    source = (ROOT / "kernel" / "_lmdb.py").read_text("utf-8")
     assert any(module == "lmdb" for _, module in imported_modules(source, "turnlog"))
 
 
@@ -126,13 +130,15 @@ def test_lmdb_backend_is_found_importing_lmdb() -> None:
     ("adapters", "openai.py", "from .. import tools"),
     ("adapters", "openai.py", "import lmdb"),
     ("tools", "cli.py", "import lmdb"),
+    ("adapters", "session.py", "from turnlog._log import backoff"),
+    ("tools", "cli.py", "import turnlog._packer"),
 ], ids=lambda value: value if isinstance(value, str) and "\n" not in value else None)
 def test_checker_catches_a_forbidden_import(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename)
 
 
 @pytest.mark.parametrize(("folder", "filename", "source"), [
-    ("kernel", "lmdb.py", "import lmdb"),
+    ("kernel", "_lmdb.py", "import lmdb"),
     ("kernel", "log.py", "from .store import Store"),
     ("kernel", "log.py", "from . import events"),
     ("adapters", "openai.py", "from .. import Log"),

@@ -9,7 +9,7 @@ import pytest
 import turnlog
 from support import dump
 from turnlog import StoreCorruptError, UserMessageAdded
-from turnlog.lmdb import LMDBStore
+from turnlog._lmdb import LMDBStore
 
 
 def _leaf_pages(log: turnlog.Log) -> int:

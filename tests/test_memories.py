@@ -23,16 +23,16 @@ from turnlog import (
     TextPart,
     UserMessageAdded,
 )
-from turnlog.chain import covered_digest
-from turnlog.memories import (
+from turnlog._chain import covered_digest
+from turnlog._memories import (
     MEMORY_SECTION,
     MEMORY_SECTION_POSITION,
     SUMMARY_TTL,
     MemoryBook,
     MemoryManager,
 )
-from turnlog.pack import Packed
-from turnlog.replay import Packer
+from turnlog._pack import Packed
+from turnlog._packer import Packer
 
 DAY = 24 * 3600 * 1_000_000
 T0 = 1_773_532_800_000_000  # 2026-03-15T00:00:00Z
@@ -206,7 +206,7 @@ def test_consolidation_forgets_expired_and_old_summary_memories_by_events(
     # Nothing is deleted: every earlier event is still in the log, and verifies.
     assert len(log.read("memories")) == before.seq + 1 + 3
     assert log.verify("memories").ok
-    assert mm.consolidate(now=T0 + DAY) == turnlog.memories.Consolidated((), None)
+    assert mm.consolidate(now=T0 + DAY) == turnlog._memories.Consolidated((), None)
 
 
 def test_consolidation_keep_count_is_a_policy_field(log: turnlog.Log) -> None:

@@ -29,11 +29,11 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog._packer import Packer
 from turnlog.adapters import Session
 from turnlog.adapters.fakeserver import FakeReply, FakeServer
 from turnlog.adapters.openai_agents import META_KEY, TurnlogSession
 from turnlog.adapters.render import renderer
-from turnlog.replay import Packer
 
 set_tracing_disabled(True)
 

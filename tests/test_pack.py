@@ -12,8 +12,8 @@ from typing import Any
 import msgspec
 import pytest
 from turnlog import Log, MemoryStore, Policy
-from turnlog.errors import BudgetExceededError, PolicyError
-from turnlog.events import (
+from turnlog._errors import BudgetExceededError, PolicyError
+from turnlog._events import (
     AssistantMessageAdded,
     EventsPinned,
     NotificationAdded,
@@ -26,8 +26,10 @@ from turnlog.events import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.pack import Packed, pack
-from turnlog.prompt import Message
+from turnlog._pack import Packed, pack
+from turnlog._projection import Projection
+from turnlog._prompt import Message
+from turnlog._tokens import MESSAGE_OVERHEAD, get_counter
 from turnlog.testing import (
     Compact,
     SessionItem,
@@ -37,8 +39,6 @@ from turnlog.testing import (
     memory_log,
     project,
 )
-from turnlog.tokens import MESSAGE_OVERHEAD, get_counter
-from turnlog.view import Projection
 
 COUNTER = get_counter("cl100k_base")
 ROOMY = Policy(context_window=200_000, output_reserve=16_000)

@@ -1,7 +1,7 @@
 """The built-in pipeline packs the same from running totals as stage by stage.
 
 `pack` with the built-in stages computes the
-result from the projection's per-policy sums (`turnlog.pack._pack_default`);
+result from the projection's per-policy sums (`turnlog._pack._pack_default`);
 with any other pipeline it runs the stages one by one. A no-op stage appended
 to the built-in pipeline forces the stage-by-stage path, so the two can be
 compared on every output: prompt bytes, token counts, budget, stage reports,
@@ -18,11 +18,11 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from turnlog import Policy
-from turnlog.errors import BudgetExceededError, PolicyError
-from turnlog.pack import DEFAULT_STAGES, Packed, PackState, _pack_default, pack
+from turnlog._errors import BudgetExceededError, PolicyError
+from turnlog._pack import DEFAULT_STAGES, Packed, PackState, _pack_default, pack
+from turnlog._projection import Projection
+from turnlog._tokens import get_counter
 from turnlog.testing import SessionItem, build, check_packed, memory_log, policies, sessions
-from turnlog.tokens import get_counter
-from turnlog.view import Projection
 
 FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -187,8 +187,8 @@ def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> N
         ToolResultAdded,
         UserMessageAdded,
     )
-    from turnlog.compact import Compactor
-    from turnlog.replay import Packer
+    from turnlog._compact import Compactor
+    from turnlog._packer import Packer
 
     policy = Policy(context_window=9_000, output_reserve=1_000, warning_buffer=3_000,
                     compact_buffer=2_000, blocking_buffer=1_000, prune_protect_tokens=800,

@@ -13,8 +13,8 @@ import re
 
 from hypothesis import HealthCheck, given, settings
 from turnlog import AssistantMessageAdded, TextPart, ToolCall
+from turnlog._projection import Projection, _basename, _line_key
 from turnlog.testing import SessionItem, build, memory_log, project, sessions
-from turnlog.view import Projection, _basename, _line_key
 
 FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -30,10 +30,10 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.chain import covered_digest
-from turnlog.recall import Recaller, capped_hits, tokenize
-from turnlog.replay import Packer
-from turnlog.tokens import get_counter
+from turnlog._chain import covered_digest
+from turnlog._packer import Packer
+from turnlog._recall import Recaller, capped_hits, tokenize
+from turnlog._tokens import get_counter
 
 
 @pytest.fixture
@@ -316,7 +316,7 @@ def test_search_results_reach_a_prompt_only_through_a_committed_recall(
 
 SCRIPT = """
 import json, sys, turnlog
-from turnlog.recall import Recaller
+from turnlog._recall import Recaller
 log = turnlog.open(":memory:")
 words = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor"]
 for i in range(60):

@@ -52,6 +52,9 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
+from turnlog._pack import pack
+from turnlog._packer import Packer
+from turnlog._prompt import Breakpoint, Message, Prompt, Section, check_prompt
 from turnlog.adapters.fakeserver import FakeServer
 from turnlog.adapters.render import (
     EMPTY_TEXT,
@@ -63,9 +66,6 @@ from turnlog.adapters.render import (
     render_body,
     renderer,
 )
-from turnlog.pack import pack
-from turnlog.prompt import Breakpoint, Message, Prompt, Section, check_prompt
-from turnlog.replay import Packer
 
 try:  # the shared session generator (the local one below runs in any case)
     from turnlog import testing

@@ -20,6 +20,9 @@ from turnlog import (
     ToolCall,
     UserMessageAdded,
 )
+from turnlog._compact import Compactor
+from turnlog._prompt import Message
+from turnlog._summarize import Summarizer, SummaryRequest
 from turnlog.adapters.client import ANTHROPIC_VERSION, ProviderError, ProviderTimeoutError, send
 from turnlog.adapters.fakeserver import (
     FakeReply,
@@ -33,9 +36,6 @@ from turnlog.adapters.summarizers import (
     EmptySummaryError,
     OpenAISummarizer,
 )
-from turnlog.compact import Compactor
-from turnlog.prompt import Message
-from turnlog.summarize import Summarizer, SummaryRequest
 
 SUMMARY = "## Goal\n- Fix the parser\n\n## Accomplished\n- Edited src/parser.py"
 

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 import turnlog
 from turnlog import GENESIS, Event, ToolResultAdded, UserMessageAdded, VerifyReport, WriteTxn
-from turnlog.lmdb import LMDBStore
+from turnlog._lmdb import LMDBStore
 
 EVENT_MARKER = b"EVENT-MARKER-5c1e9a"
 BLOB_MARKER = b"BLOB-MARKER-77d0b3"

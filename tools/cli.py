@@ -29,6 +29,8 @@ from typing import IO, Any, NoReturn
 
 import msgspec
 import turnlog
+from turnlog import EVENT_KINDS as KINDS
+from turnlog import Compactor, MemoryManager, Packed, Packer, Recaller, ReplayResult, event_to_json
 from turnlog.adapters.render import (
     FORMATS,
     RenderError,
@@ -38,13 +40,6 @@ from turnlog.adapters.render import (
 )
 from turnlog.adapters.transcripts import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.transcripts import Progress, import_path
-from turnlog.codec import event_to_json
-from turnlog.compact import Compactor
-from turnlog.events import KINDS
-from turnlog.memories import MemoryManager
-from turnlog.pack import Packed
-from turnlog.recall import Recaller
-from turnlog.replay import Packer, ReplayResult
 
 from . import demo
 from .summary import format_size, format_time, head, summarize

@@ -34,10 +34,15 @@ from decimal import Decimal, InvalidOperation
 import turnlog
 from turnlog import (
     AssistantMessageAdded,
+    Body,
+    Compactor,
     Draft,
     EventsPinned,
     MemoryChanged,
+    MemoryManager,
     NotificationAdded,
+    Packer,
+    Part,
     ProviderErrorReceived,
     ReasoningPart,
     ResponseReceived,
@@ -50,10 +55,6 @@ from turnlog import (
     Usage,
     UserMessageAdded,
 )
-from turnlog.compact import Compactor
-from turnlog.events import Body, Part
-from turnlog.memories import MemoryManager
-from turnlog.replay import Packer
 
 from .demoproject import ROOT, initial_files
 

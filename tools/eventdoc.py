@@ -23,9 +23,9 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-from turnlog import events
-from turnlog.events import KINDS
-from turnlog.policy import Policy
+import turnlog as events
+from turnlog import EVENT_KINDS as KINDS
+from turnlog import Policy
 
 __all__ = ["BEGIN", "END", "MEANINGS", "main", "render_tables", "replace_tables",
            "factory_fields"]

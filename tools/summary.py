@@ -35,8 +35,8 @@ from turnlog import (
     ToolResultAdded,
     ToolsSet,
     UserMessageAdded,
+    event_to_json,
 )
-from turnlog.codec import event_to_json
 
 __all__ = ["format_size", "format_time", "head", "summarize"]
 

@@ -87,10 +87,10 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.pack import pack
-from turnlog.replay import Packer
-from turnlog.tokens import TiktokenCounter
-from turnlog.view import Projection, notification_text
+from turnlog._pack import pack
+from turnlog._packer import Packer
+from turnlog._projection import Projection, notification_text
+from turnlog._tokens import TiktokenCounter
 
 from tests.bench import docblock
 

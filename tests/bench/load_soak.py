@@ -46,8 +46,8 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.events import Body
-from turnlog.replay import Packer
+from turnlog._events import Body
+from turnlog._packer import Packer
 
 POLICY = Policy(context_window=32_000, output_reserve=4_000)
 _WORDS = ("the", "file", "test", "build", "error", "function", "module", "value", "fix",

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import turnlog
 from turnlog import BudgetExceededError, Policy
+from turnlog._packer import Packer
 from turnlog.adapters.render import FORMATS, render_args, renderer, renderer_for
 from turnlog.adapters.transcripts import import_file
-from turnlog.replay import Packer
 from turnlog.testing import check_packed
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from .policy import Policy
+from ._policy import Policy
 
 __all__ = [
     "AssistantMessageAdded",
@@ -33,10 +33,10 @@ __all__ = [
     "Body",
     "CompactionCommitted",
     "CompactionFailed",
+    "EVENT_KINDS",
     "Event",
     "EventsPinned",
     "ImagePart",
-    "KINDS",
     "MemoryChanged",
     "NotificationAdded",
     "Part",
@@ -396,6 +396,8 @@ Body = (
 KINDS: dict[str, type[Any]] = {
     cls.__struct_config__.tag: cls for cls in Body.__args__
 }
+#: The public name of `KINDS`.
+EVENT_KINDS = KINDS
 
 
 class Event(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,

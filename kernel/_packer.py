@@ -29,25 +29,25 @@ from collections.abc import Callable, Sequence
 import blake3
 import msgspec
 
-from .errors import (
+from ._errors import (
     AppendConflictError,
     InvalidEventError,
     ReplayMismatchError,
     UnknownSessionError,
 )
-from .events import Event, PolicySet, RequestIssued
-from .log import Log, backoff
-from .pack import DEFAULT_STAGES, Decision, Packed, Stage, pack
-from .policy import Policy
-from .prompt import Prompt
-from .tokens import (
+from ._events import Event, PolicySet, RequestIssued
+from ._log import Log, backoff
+from ._pack import DEFAULT_STAGES, Decision, Packed, Stage, pack
+from ._policy import Policy
+from ._projection import Projection
+from ._prompt import Prompt
+from ._tokens import (
     CalibratedCounter,
     TiktokenCounter,
     TokenCounter,
     calibration_ratio,
     get_counter,
 )
-from .view import Projection
 
 __all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
 
@@ -183,7 +183,7 @@ class Packer:
                 continue
 
             def write(txn: object, data: bytes = data, name: str = name) -> None:
-                from .store import WriteTxn
+                from ._store import WriteTxn
                 assert isinstance(txn, WriteTxn)
                 raw = txn.cached(_CACHE_NS, f"{name}:chunks".encode())
                 chunks = int(raw.decode()) if raw else 0
@@ -287,7 +287,7 @@ class Packer:
         Raises:
             AppendConflictError: the head kept moving for ``attempts`` tries.
         """
-        from .log import Draft
+        from ._log import Draft
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
         for attempt in range(attempts):

@@ -65,8 +65,8 @@ from typing import Literal, TypedDict
 
 import msgspec
 
-from .errors import BudgetExceededError, PackError
-from .events import (
+from ._errors import BudgetExceededError, PackError
+from ._events import (
     AssistantMessageAdded,
     CompactionCommitted,
     NotificationAdded,
@@ -80,25 +80,24 @@ from .events import (
     ToolsSet,
     UserMessageAdded,
 )
-from .policy import Policy
-from .prompt import Breakpoint, Message, Prompt, Section
-from .tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
-from .view import EMPTY_ASSISTANT_TEXT, EMPTY_USER_TEXT, DedupIndex, Item, Projection
-from .view import notification_text as _notification_text
-from .view import recall_text as _recall_text
+from ._policy import Policy
+from ._projection import EMPTY_ASSISTANT_TEXT, EMPTY_USER_TEXT, DedupIndex, Item, Projection
+from ._projection import notification_text as _notification_text
+from ._projection import recall_text as _recall_text
+from ._prompt import Breakpoint, Message, Prompt, Section
+from ._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
 
 __all__ = [
+    "Budget",
     "DECISIONS",
     "DEFAULT_STAGES",
-    "Budget",
     "Decision",
     "PackState",
     "Packed",
+    "SUMMARY_SECTION",
     "Stage",
     "StageReport",
-    "SUMMARY_SECTION",
     "pack",
-    "recovery_policy",
 ]
 
 DecisionName = Literal["verbatim", "truncated", "deduplicated", "pruned", "summarized",

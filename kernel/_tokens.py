@@ -35,20 +35,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import xxhash
 
-from .errors import TokenizerError
+from ._errors import TokenizerError
 
-__all__ = [
-    "IMAGE_TOKENS",
-    "MESSAGE_OVERHEAD",
-    "REPLY_OVERHEAD",
-    "TOOL_CALL_OVERHEAD",
-    "TOOL_SCHEMA_OVERHEAD",
-    "CalibratedCounter",
-    "TiktokenCounter",
-    "TokenCounter",
-    "calibration_ratio",
-    "get_counter",
-]
+__all__ = ["TokenCounter", "get_counter"]
 
 MESSAGE_OVERHEAD = 3
 REPLY_OVERHEAD = 3

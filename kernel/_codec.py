@@ -27,9 +27,9 @@ from typing import Any
 import blake3
 import msgspec
 
-from .canonical import normalize
-from .errors import DecodeError, EventTooLargeError, InvalidEventError
-from .events import (
+from ._canonical import normalize
+from ._errors import DecodeError, EventTooLargeError, InvalidEventError
+from ._events import (
     KINDS,
     AssistantMessageAdded,
     BlobRef,
@@ -41,23 +41,7 @@ from .events import (
     UserMessageAdded,
 )
 
-__all__ = [
-    "MAX_META_DEPTH",
-    "decode_body",
-    "decode_event",
-    "encode_canonical",
-    "encode_event",
-    "event_from_json",
-    "event_to_json",
-    "extract_blobs",
-    "make_preview",
-    "may_hold_blob_refs",
-    "seq_offset",
-    "validate_body",
-    "validate_meta",
-    "validate_session_id",
-    "with_seq",
-]
+__all__ = ["event_from_json", "event_to_json"]
 
 MAX_META_DEPTH = 32
 

@@ -33,7 +33,7 @@ from typing import Any
 import blake3
 import msgspec
 
-from .chain import (
+from ._chain import (
     GENESIS,
     Checkpoint,
     check_record,
@@ -41,7 +41,7 @@ from .chain import (
     record_event,
     sign_checkpoint,
 )
-from .codec import (
+from ._codec import (
     encode_canonical,
     encode_event,
     extract_blobs,
@@ -52,7 +52,7 @@ from .codec import (
     validate_session_id,
     with_seq,
 )
-from .errors import (
+from ._errors import (
     AppendConflictError,
     BlobNotFoundError,
     DecodeError,
@@ -62,7 +62,7 @@ from .errors import (
     StoreCorruptError,
     UnknownSessionError,
 )
-from .events import (
+from ._events import (
     KINDS,
     BlobRef,
     Body,
@@ -74,14 +74,14 @@ from .events import (
     SessionRewound,
     UserMessageAdded,
 )
-from .store import ReadTxn, Store, WriteTxn
+from ._store import ReadTxn, Store, WriteTxn
 
 __all__ = [
-    "NEW_SESSION",
     "Appended",
     "Draft",
     "Head",
     "Log",
+    "NEW_SESSION",
     "Problem",
     "Snapshot",
     "VerifyReport",
@@ -440,6 +440,19 @@ class Log:
         batch, blobs = self._prepare(session, events)
         return self.store.write(lambda txn: self._append_txn(txn, session, batch, blobs,
                                                              expected_seq))
+
+    def validate(self, session: str, events: Sequence[Body | Draft] | Body | Draft) -> int:
+        """Check a batch exactly as `append` would, without writing anything.
+
+        Returns:
+            How many blobs appending it would store (large text moved out of events).
+
+        Raises:
+            InvalidEventError: what `append` would raise for the batch itself (the
+                session's state, idempotency keys and ``expected_seq`` are not checked).
+        """
+        validate_session_id(session)
+        return len(self._prepare(session, events)[1])
 
     def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
              key: str | None = None) -> Appended:

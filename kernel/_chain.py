@@ -26,23 +26,12 @@ import hmac
 import blake3
 import msgspec
 
-from .canonical import normalize
-from .codec import decode_event, encode_canonical
-from .errors import DecodeError, VerificationError
-from .events import Event
+from ._canonical import normalize
+from ._codec import decode_event, encode_canonical
+from ._errors import DecodeError, VerificationError
+from ._events import Event
 
-__all__ = [
-    "GENESIS",
-    "HASH_SIZE",
-    "Checkpoint",
-    "check_record",
-    "covered_digest",
-    "link",
-    "pack_record",
-    "record_event",
-    "sign_checkpoint",
-    "unpack_record",
-]
+__all__ = ["Checkpoint", "GENESIS", "covered_digest"]
 
 HASH_SIZE = 32
 GENESIS = bytes(HASH_SIZE)

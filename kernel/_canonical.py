@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-__all__ = ["normalize"]
+__all__ = []
 
 _Plan = tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]
 _PLANS: dict[type, _Plan] = {}

@@ -27,18 +27,11 @@ from typing import Protocol, runtime_checkable
 import blake3
 import msgspec
 
-from .events import ToolCall
-from .prompt import Message
-from .tokens import TokenCounter
+from ._events import ToolCall
+from ._prompt import Message
+from ._tokens import TokenCounter
 
-__all__ = [
-    "SUMMARY_INSTRUCTIONS",
-    "ExtractiveSummarizer",
-    "Summarizer",
-    "Summary",
-    "SummaryRequest",
-    "render_transcript",
-]
+__all__ = ["ExtractiveSummarizer", "Summarizer", "Summary", "SummaryRequest"]
 
 #: The instructions given to model summarizers (and hashed into provenance).
 SUMMARY_INSTRUCTIONS = """\

@@ -51,22 +51,22 @@ from typing import Literal
 
 import msgspec
 
-from .chain import covered_digest
-from .errors import AppendConflictError, BudgetExceededError, CompactionError
-from .events import (
+from ._chain import covered_digest
+from ._errors import AppendConflictError, BudgetExceededError, CompactionError
+from ._events import (
     CompactionCommitted,
     CompactionFailed,
     SessionRewound,
     TextPart,
     ToolResultAdded,
 )
-from .log import Draft, Log, backoff
-from .pack import _message, pack
-from .policy import Policy
-from .prompt import Message
-from .replay import Packer
-from .summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
-from .view import Item, Projection, Unit
+from ._log import Draft, Log, backoff
+from ._pack import _message, pack
+from ._packer import Packer
+from ._policy import Policy
+from ._projection import Item, Projection, Unit
+from ._prompt import Message
+from ._summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
 
 __all__ = ["Compactor", "CostEstimate", "Outcome"]
 

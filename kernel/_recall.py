@@ -42,8 +42,8 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
-from .errors import InvalidEventError
-from .events import (
+from ._errors import InvalidEventError
+from ._events import (
     AssistantMessageAdded,
     Event,
     NotificationAdded,
@@ -54,13 +54,13 @@ from .events import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from .log import Appended, Draft, Log
-from .pack import _capped_recall
-from .policy import Policy
-from .tokens import TokenCounter, get_counter
-from .view import Projection
+from ._log import Appended, Draft, Log
+from ._pack import _capped_recall
+from ._policy import Policy
+from ._projection import Projection
+from ._tokens import TokenCounter, get_counter
 
-__all__ = ["BM25_B", "BM25_K1", "RRF_K", "Embedder", "Recaller", "capped_hits", "tokenize"]
+__all__ = ["Embedder", "Recaller"]
 
 BM25_K1 = 1.2
 BM25_B = 0.75

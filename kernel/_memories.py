@@ -65,35 +65,19 @@ from typing import Literal
 
 import msgspec
 
-from .errors import AppendConflictError, InvalidEventError, UnknownSessionError
-from .events import (
+from ._errors import AppendConflictError, InvalidEventError, UnknownSessionError
+from ._events import (
     CompactionCommitted,
     Event,
     MemoryChanged,
     SessionRewound,
     SystemSectionSet,
 )
-from .log import NEW_SESSION, Appended, Draft, Log, backoff
-from .policy import REFRESH_POINTS, Policy
-from .view import Projection
+from ._log import NEW_SESSION, Appended, Draft, Log, backoff
+from ._policy import REFRESH_POINTS, Policy
+from ._projection import Projection
 
-__all__ = [
-    "MEMORY_SECTION",
-    "MEMORY_SECTION_POSITION",
-    "MEMORY_TYPES",
-    "RETENTIONS",
-    "SECTION_TITLES",
-    "SUMMARY_REASON",
-    "SUMMARY_TTL",
-    "Changed",
-    "Consolidated",
-    "Forgotten",
-    "Memory",
-    "MemoryBook",
-    "MemoryManager",
-    "Repaired",
-    "render_block",
-]
+__all__ = ["MEMORY_SECTION", "Memory", "MemoryBook", "MemoryManager"]
 
 #: Name of the system section that carries the memory block.
 MEMORY_SECTION = "memories"

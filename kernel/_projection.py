@@ -41,7 +41,7 @@ from typing import Any
 import msgspec
 import xxhash
 
-from .events import (
+from ._events import (
     AssistantMessageAdded,
     CompactionCommitted,
     CompactionFailed,
@@ -63,8 +63,8 @@ from .events import (
     ToolsSet,
     UserMessageAdded,
 )
-from .policy import Policy
-from .tokens import (
+from ._policy import Policy
+from ._tokens import (
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
     TOOL_CALL_OVERHEAD,
@@ -72,17 +72,7 @@ from .tokens import (
     TokenCounter,
 )
 
-__all__ = [
-    "EMPTY_ASSISTANT_TEXT",
-    "EMPTY_USER_TEXT",
-    "DedupIndex",
-    "Item",
-    "Projection",
-    "Unit",
-    "call_target",
-    "notification_text",
-    "recall_text",
-]
+__all__ = ["Item", "Projection", "Unit", "notification_text", "recall_text"]
 
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
 # Path-like tokens: the regex r"[\w./\\-]*\w\.\w{1,8}\b", matched by `_pathish` in

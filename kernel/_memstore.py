@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from .errors import ForkedProcessError, StoreError
-from .store import ReadTxn, Store, WriteTxn
+from ._errors import ForkedProcessError, StoreError
+from ._store import ReadTxn, Store, WriteTxn
 
 __all__ = ["MemoryStore"]
 

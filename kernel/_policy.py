@@ -31,13 +31,10 @@ from typing import Annotated, Any, Literal
 import blake3
 import msgspec
 
-from .canonical import normalize
-from .errors import PolicyError
+from ._canonical import normalize
+from ._errors import PolicyError
 
-__all__ = [
-    "DEFAULT_TOOL_KINDS", "DEFAULT_TOOL_WEIGHTS", "REFRESH_POINTS", "Policy", "RefreshPoint",
-    "ToolKind",
-]
+__all__ = ["Policy"]
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]

@@ -39,7 +39,7 @@ from typing import TypeVar, cast
 import lmdb
 import msgspec
 
-from .errors import (
+from ._errors import (
     ForkedProcessError,
     StoreCorruptError,
     StoreError,
@@ -47,9 +47,9 @@ from .errors import (
     StoreFullError,
     StoreReadOnlyError,
 )
-from .store import ReadTxn, Store, WriteTxn
+from ._store import ReadTxn, Store, WriteTxn
 
-__all__ = ["FORMAT", "LMDBStore"]
+__all__ = ["LMDBStore"]
 
 T = TypeVar("T")
 

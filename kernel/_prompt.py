@@ -24,15 +24,9 @@ import blake3
 import msgspec
 import xxhash
 
-from .events import ImagePart, Part, ReasoningPart, TextPart, ToolCall, ToolSpec
+from ._events import ImagePart, Part, ReasoningPart, TextPart, ToolCall, ToolSpec
 
-__all__ = [
-    "Breakpoint",
-    "Message",
-    "Prompt",
-    "Section",
-    "check_prompt",
-]
+__all__ = ["Breakpoint", "Message", "Prompt", "Section"]
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
 
@@ -123,6 +117,12 @@ class Prompt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
             message = self.messages[i]
             return f"message {i} (role {message.role}, from positions {list(message.source)})"
         return f"part {index} (beyond the end of this prompt)"
+
+    def problems(self) -> list[str]:
+        """Structural problems of the prompt (empty when it is well formed): an empty
+        message, a result that answers no call of the preceding assistant message, a
+        call left unanswered, a repeated call id, assistant-only parts elsewhere."""
+        return check_prompt(self)
 
     def first_difference(self, other: Prompt) -> str | None:
         """Where ``other`` first differs from this prompt (None when equal)."""
