@@ -27,6 +27,7 @@ from ._errors import (
     ForkedProcessError,
     IdempotencyError,
     ImportFormatError,
+    InvalidArgumentError,
     InvalidEventError,
     KernelError,
     PackError,
@@ -131,6 +132,7 @@ __all__ = [
     "IdempotencyError",
     "ImagePart",
     "ImportFormatError",
+    "InvalidArgumentError",
     "InvalidEventError",
     "Item",
     "KernelError",
@@ -236,10 +238,10 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
     """
     if isinstance(path, str) and path == ":memory:":
         if readonly:
-            raise InvalidEventError("an in-memory log cannot be read-only")
+            raise InvalidArgumentError("an in-memory log cannot be read-only")
         return Log(MemoryStore(), blob_threshold=blob_threshold)
     if not isinstance(path, (str, os.PathLike)):
-        raise InvalidEventError(f"path must be a str or path-like, found {type(path).__name__}")
+        raise InvalidArgumentError(f"path must be a str or path-like, found {type(path).__name__}")
     store = LMDBStore(path, readonly=readonly, sync=sync)
     try:
         return Log(store, blob_threshold=blob_threshold)

@@ -3,10 +3,11 @@
 Hierarchy::
 
     KernelError
-    ├── InvalidEventError (ValueError)      an event or argument fails validation
-    │   ├── EventTooLargeError              a field or the whole event exceeds a limit
-    │   └── UnknownSessionError (KeyError)  the session does not exist
-    ├── PolicyError (ValueError)            a policy is malformed or inconsistent
+    ├── InvalidArgumentError (ValueError)   an argument is malformed or out of range
+    │   ├── InvalidEventError               an event or batch fails validation
+    │   │   ├── EventTooLargeError          a field or the whole event exceeds a limit
+    │   │   └── UnknownSessionError (KeyError)  the session does not exist
+    │   └── PolicyError                     a policy is malformed or inconsistent
     ├── AppendConflictError                 the session head moved (optimistic concurrency)
     ├── IdempotencyError                    a retried batch does not match what was stored
     ├── StoreError                          the backing store failed
@@ -42,6 +43,7 @@ __all__ = [
     "ForkedProcessError",
     "IdempotencyError",
     "ImportFormatError",
+    "InvalidArgumentError",
     "InvalidEventError",
     "KernelError",
     "PackError",
@@ -62,8 +64,12 @@ class KernelError(Exception):
     """Base class of every error turnlog raises on purpose."""
 
 
-class InvalidEventError(KernelError, ValueError):
-    """An event, batch or argument failed validation; nothing was written."""
+class InvalidArgumentError(KernelError, ValueError):
+    """An argument is malformed, of the wrong type or out of range; nothing was done."""
+
+
+class InvalidEventError(InvalidArgumentError):
+    """An event or batch failed validation; nothing was written."""
 
 
 class EventTooLargeError(InvalidEventError):
@@ -77,7 +83,7 @@ class UnknownSessionError(InvalidEventError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class PolicyError(KernelError, ValueError):
+class PolicyError(InvalidArgumentError):
     """A policy is malformed, out of range or inconsistent."""
 
 

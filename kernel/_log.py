@@ -58,6 +58,7 @@ from ._errors import (
     DecodeError,
     EventTooLargeError,
     IdempotencyError,
+    InvalidArgumentError,
     InvalidEventError,
     StoreCorruptError,
     UnknownSessionError,
@@ -320,13 +321,14 @@ class Log:
     def __init__(self, store: Store, *, blob_threshold: int = 64 * 1024,
                  preview_chars: int = 16 * 1024, max_event_bytes: int = 8 * 2**20) -> None:
         if not isinstance(store, Store):
-            raise InvalidEventError(f"store must be a turnlog Store, found {type(store).__name__}")
+            raise InvalidArgumentError(
+                f"store must be a turnlog Store, found {type(store).__name__}")
         for name, value in (("blob_threshold", blob_threshold), ("preview_chars", preview_chars),
                             ("max_event_bytes", max_event_bytes)):
             if not isinstance(value, int) or value < 1024:
-                raise InvalidEventError(f"{name} must be an int >= 1024, found {value!r}")
+                raise InvalidArgumentError(f"{name} must be an int >= 1024, found {value!r}")
         if preview_chars + preview_chars // 4 >= blob_threshold:
-            raise InvalidEventError("preview_chars must leave the preview smaller than "
+            raise InvalidArgumentError("preview_chars must leave the preview smaller than "
                                     "blob_threshold")
         self.store = store
         self.blob_threshold = blob_threshold

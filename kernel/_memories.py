@@ -65,7 +65,11 @@ from typing import Literal
 
 import msgspec
 
-from ._errors import AppendConflictError, InvalidEventError, UnknownSessionError
+from ._errors import (
+    AppendConflictError,
+    InvalidArgumentError,
+    UnknownSessionError,
+)
 from ._events import (
     CompactionCommitted,
     Event,
@@ -444,7 +448,7 @@ class MemoryManager:
 
     def __init__(self, log: Log, memory_session: str = "memories") -> None:
         if not isinstance(memory_session, str) or not memory_session:
-            raise InvalidEventError(f"memory_session must be a non-empty session id, found "
+            raise InvalidArgumentError(f"memory_session must be a non-empty session id, found "
                                     f"{memory_session!r}")
         self.log = log
         self.memory_session = memory_session
@@ -519,19 +523,19 @@ class MemoryManager:
                 that names a live memory (use `update`).
         """
         if memory_type not in MEMORY_TYPES:
-            raise InvalidEventError(f"memory_type must be one of {list(MEMORY_TYPES)}, found "
+            raise InvalidArgumentError(f"memory_type must be one of {list(MEMORY_TYPES)}, found "
                                     f"{memory_type!r}")
         if retention not in RETENTIONS:
-            raise InvalidEventError(f"retention must be one of {list(RETENTIONS)}, found "
+            raise InvalidArgumentError(f"retention must be one of {list(RETENTIONS)}, found "
                                     f"{retention!r}")
         if not isinstance(content, str) or not content.strip():
-            raise InvalidEventError("a memory needs non-empty content")
+            raise InvalidArgumentError("a memory needs non-empty content")
         seqs = tuple(source_seqs)
 
         def build(book: MemoryBook) -> tuple[str, list[MemoryChanged]]:
             mid = memory_id if memory_id is not None else f"m{book.head + 1}"
             if book.get(mid) is not None:
-                raise InvalidEventError(f"memory {mid!r} already exists; change it with update "
+                raise InvalidArgumentError(f"memory {mid!r} already exists; change it with update "
                                         "or forget it first")
             body = MemoryChanged(op="save", memory_id=mid, memory_type=memory_type,
                                  retention=retention, title=title, content=content,
@@ -560,7 +564,7 @@ class MemoryManager:
         """
         event = self.log.get(agent_session, compaction_seq)
         if not isinstance(event.body, CompactionCommitted):
-            raise InvalidEventError(f"{agent_session}#{compaction_seq} is a {event.kind!r} "
+            raise InvalidArgumentError(f"{agent_session}#{compaction_seq} is a {event.kind!r} "
                                     "event, not a compaction")
         base = time if time is not None else event.time
         expires = base + ttl if base is not None and ttl is not None else None
@@ -592,10 +596,10 @@ class MemoryManager:
                 or a bad type or class.
         """
         if memory_type is not None and memory_type not in MEMORY_TYPES:
-            raise InvalidEventError(f"memory_type must be one of {list(MEMORY_TYPES)}, found "
+            raise InvalidArgumentError(f"memory_type must be one of {list(MEMORY_TYPES)}, found "
                                     f"{memory_type!r}")
         if retention is not None and retention not in RETENTIONS:
-            raise InvalidEventError(f"retention must be one of {list(RETENTIONS)}, found "
+            raise InvalidArgumentError(f"retention must be one of {list(RETENTIONS)}, found "
                                     f"{retention!r}")
         body = MemoryChanged(op="update", memory_id=memory_id, memory_type=memory_type or "",
                              retention=retention or "", title=title, content=content,
@@ -603,7 +607,7 @@ class MemoryManager:
                              source_session=source_session, source_seqs=tuple(source_seqs),
                              reason=reason)
         if body == MemoryChanged(op="update", memory_id=memory_id, reason=reason):
-            raise InvalidEventError(f"update of memory {memory_id!r} changes nothing; give a "
+            raise InvalidArgumentError(f"update of memory {memory_id!r} changes nothing; give a "
                                     "field to change")
         return self._op(body, time)
 
@@ -656,7 +660,7 @@ class MemoryManager:
     def _op(self, body: MemoryChanged, time: int | None) -> Changed:
         def build(book: MemoryBook) -> tuple[str, list[MemoryChanged]]:
             if book.get(body.memory_id) is None:
-                raise InvalidEventError(
+                raise InvalidArgumentError(
                     f"no live memory {body.memory_id!r} in session {self.memory_session!r}; "
                     "list memories with `turnlog memories`")
             return body.memory_id, [body]
@@ -799,7 +803,7 @@ class MemoryManager:
             InvalidEventError: an unknown point.
         """
         if point not in REFRESH_POINTS:
-            raise InvalidEventError(f"refresh point must be one of {list(REFRESH_POINTS)}, "
+            raise InvalidArgumentError(f"refresh point must be one of {list(REFRESH_POINTS)}, "
                                     f"found {point!r}")
         if point not in policy.memory_refresh:
             return None

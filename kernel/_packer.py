@@ -31,7 +31,7 @@ import msgspec
 
 from ._errors import (
     AppendConflictError,
-    InvalidEventError,
+    InvalidArgumentError,
     ReplayMismatchError,
     UnknownSessionError,
 )
@@ -133,7 +133,7 @@ class Packer:
                  cached_sessions: int = 64) -> None:
         if not isinstance(cached_sessions, int) or isinstance(cached_sessions, bool) \
                 or cached_sessions < 1:
-            raise InvalidEventError(
+            raise InvalidArgumentError(
                 f"cached_sessions must be a positive int, got {cached_sessions!r}")
         self.log = log
         self.stages = tuple(stages) if stages is not None else None
@@ -328,7 +328,7 @@ class Packer:
     def _request(self, session: str, request_seq: int) -> RequestIssued:
         event = self.log.get(session, request_seq)
         if not isinstance(event.body, RequestIssued):
-            raise InvalidEventError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
+            raise InvalidArgumentError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
                                     "request record; list requests with `turnlog log "
                                     f"{session} --kind request`")
         return event.body

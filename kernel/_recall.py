@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
-from ._errors import InvalidEventError
+from ._errors import InvalidArgumentError
 from ._events import (
     AssistantMessageAdded,
     Event,
@@ -182,7 +182,7 @@ class Recaller:
     def __init__(self, log: Log, *, embed: Embedder | None = None,
                  snippet_chars: int = 800) -> None:
         if not isinstance(snippet_chars, int) or snippet_chars < 16:
-            raise InvalidEventError(f"snippet_chars must be an int >= 16, found "
+            raise InvalidArgumentError(f"snippet_chars must be an int >= 16, found "
                                     f"{snippet_chars!r}")
         self.log = log
         self.embed = embed
@@ -261,7 +261,7 @@ class Recaller:
             string (6 decimals: BM25, or the fused score with ``embed``).
         """
         if not isinstance(k, int) or k < 0:
-            raise InvalidEventError(f"k must be an int >= 0, found {k!r}")
+            raise InvalidArgumentError(f"k must be an int >= 0, found {k!r}")
         terms = list(dict.fromkeys(tokenize(query)))
         with self._lock:
             names = self._names(sessions, exclude_session)

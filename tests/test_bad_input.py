@@ -31,6 +31,7 @@ from turnlog import (
     EventsPinned,
     EventTooLargeError,
     IdempotencyError,
+    InvalidArgumentError,
     InvalidEventError,
     KernelError,
     Log,
@@ -535,20 +536,20 @@ CASES: list[Case] = [
          lambda log, _: log.put_blob(b"x", "image/\ud800"), InvalidEventError, "UTF-8"),
     # -- opening ---------------------------------------------------------------------------
     Case("path is an int", "turnlog.open", lambda log, _: turnlog.open(5),  # type: ignore[arg-type]
-         InvalidEventError, "path"),
+         InvalidArgumentError, "path"),
     Case("read-only in-memory log", "turnlog.open",
-         lambda log, _: turnlog.open(":memory:", readonly=True), InvalidEventError, "read-only"),
+         lambda log, _: turnlog.open(":memory:", readonly=True), InvalidArgumentError, "read-only"),
     Case("blob threshold of 10 bytes", "turnlog.open",
-         lambda log, tmp: turnlog.open(tmp / "other", blob_threshold=10), InvalidEventError,
+         lambda log, tmp: turnlog.open(tmp / "other", blob_threshold=10), InvalidArgumentError,
          "blob_threshold"),
     Case("blob threshold is a str", "turnlog.open",
          lambda log, _: turnlog.open(":memory:", blob_threshold="big"),  # type: ignore[arg-type]
-         InvalidEventError, "blob_threshold"),
+         InvalidArgumentError, "blob_threshold"),
     Case("read-only open of a missing store", "turnlog.open",
          lambda log, tmp: turnlog.open(tmp / "missing", readonly=True), StoreError,
          "no turnlog store"),
     Case("store is not a Store", "Log", lambda log, _: Log("store"),  # type: ignore[arg-type]
-         InvalidEventError, "Store"),
+         InvalidArgumentError, "Store"),
 ]
 
 
@@ -612,7 +613,7 @@ def test_every_entry_point_is_covered() -> None:
 
 def test_a_rejected_open_leaves_no_environment_behind(tmp_path: Path) -> None:
     path = tmp_path / "store"
-    with pytest.raises(InvalidEventError):
+    with pytest.raises(InvalidArgumentError):
         turnlog.open(path, blob_threshold=10)
     with turnlog.open(path) as log:  # the same path opens cleanly in the same process
         log.append("s", um())

@@ -18,7 +18,7 @@ import turnlog
 from hypothesis import given, settings
 from turnlog import (
     AssistantMessageAdded,
-    InvalidEventError,
+    InvalidArgumentError,
     Policy,
     PolicySet,
     TextPart,
@@ -68,7 +68,7 @@ def test_the_least_recently_packed_session_is_dropped() -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", None, True])
 def test_cached_sessions_is_validated(bad: object) -> None:
-    with pytest.raises(InvalidEventError, match="cached_sessions"):
+    with pytest.raises(InvalidArgumentError, match="cached_sessions"):
         Packer(turnlog.open(":memory:"), cached_sessions=bad)  # type: ignore[arg-type]
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from turnlog import (
     AssistantMessageAdded,
     CompactionCommitted,
-    InvalidEventError,
+    InvalidArgumentError,
     MemoryChanged,
     Policy,
     PolicyError,
@@ -107,18 +107,18 @@ def test_save_with_pinned_appends_save_and_pin_in_one_batch(log: turnlog.Log) ->
 def test_operations_refuse_what_the_fold_would_ignore(log: turnlog.Log) -> None:
     mm = MemoryManager(log)
     mm.save("A", "alpha", memory_id="a")
-    with pytest.raises(InvalidEventError, match="already exists"):
+    with pytest.raises(InvalidArgumentError, match="already exists"):
         mm.save("A", "again", memory_id="a")
     for op in (mm.forget, mm.pin, mm.unpin):
-        with pytest.raises(InvalidEventError, match="no live memory 'nope'"):
+        with pytest.raises(InvalidArgumentError, match="no live memory 'nope'"):
             op("nope")
-    with pytest.raises(InvalidEventError, match="changes nothing"):
+    with pytest.raises(InvalidArgumentError, match="changes nothing"):
         mm.update("a")
-    with pytest.raises(InvalidEventError, match="memory_type"):
+    with pytest.raises(InvalidArgumentError, match="memory_type"):
         mm.save("B", "beta", memory_type="misc")  # type: ignore[arg-type]
-    with pytest.raises(InvalidEventError, match="retention"):
+    with pytest.raises(InvalidArgumentError, match="retention"):
         mm.save("B", "beta", retention="forever")  # type: ignore[arg-type]
-    with pytest.raises(InvalidEventError, match="non-empty content"):
+    with pytest.raises(InvalidArgumentError, match="non-empty content"):
         mm.save("B", "  ")
     assert len(memory_events(log)) == 1
     mm.forget("a")
@@ -232,7 +232,7 @@ def test_a_compaction_summary_becomes_a_working_memory_with_provenance(
         == ("working", "agent", (4,), T0 + SUMMARY_TTL)
     assert "## Working Memory\n- Previous session summary: ## Goal\n  Ship it" in mm.render(
         Policy())
-    with pytest.raises(InvalidEventError, match="not a compaction"):
+    with pytest.raises(InvalidArgumentError, match="not a compaction"):
         mm.save_summary("agent", 0)
 
 
@@ -359,7 +359,7 @@ def test_refresh_appends_only_at_named_points_and_only_on_change(log: turnlog.Lo
     assert mm.refresh("agent", policy=Policy(memory_refresh=()), point="session_start") is None
     assert mm.refresh("agent", policy=policy, point="session_start") is not None
     assert mm.block_in_force("agent") == mm.render(policy)
-    with pytest.raises(InvalidEventError, match="refresh point"):
+    with pytest.raises(InvalidArgumentError, match="refresh point"):
         mm.refresh("agent", policy=policy, point="sometimes")  # type: ignore[arg-type]
 
 
