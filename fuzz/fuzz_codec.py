@@ -22,6 +22,7 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import msgspec
     import turnlog
+    from turnlog import DecodeError, Event, KernelError
     from turnlog._canonical import normalize
     from turnlog._chain import GENESIS, check_record, link, pack_record, record_event
     from turnlog._codec import (
@@ -31,8 +32,6 @@ with instrumented(__name__ == "__main__"):
         event_from_json,
         event_to_json,
     )
-    from turnlog._errors import DecodeError, KernelError
-    from turnlog._events import Event
 
 
 _DETERMINISTIC = msgspec.msgpack.Encoder(order="deterministic")

@@ -23,7 +23,7 @@ from pathlib import Path
 from _harness import instrumented, main
 
 with instrumented(__name__ == "__main__"):
-    from turnlog._errors import ImportFormatError, KernelError
+    from turnlog import ImportFormatError, KernelError
     from turnlog.adapters.transcripts import FORMATS, detect, export_session, import_file
     from turnlog.testing import memory_log
 

@@ -32,11 +32,15 @@ from _harness import instrumented, main, provider
 with instrumented(__name__ == "__main__"):
     from turnlog import (
         AssistantMessageAdded,
+        BudgetExceededError,
         Draft,
         EventsPinned,
         ImagePart,
+        InvalidEventError,
         NotificationAdded,
+        Packer,
         Policy,
+        PolicyError,
         ReasoningPart,
         RecallAdded,
         RecallHit,
@@ -49,8 +53,6 @@ with instrumented(__name__ == "__main__"):
         ToolsSet,
         UserMessageAdded,
     )
-    from turnlog._errors import BudgetExceededError, InvalidEventError, PolicyError
-    from turnlog._packer import Packer
     from turnlog.adapters.render import FORMATS, render
     from turnlog.testing import (
         Compact,

@@ -19,8 +19,7 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import msgspec
     import turnlog
-    from turnlog import Policy, PolicySet
-    from turnlog._errors import PolicyError
+    from turnlog import Policy, PolicyError, PolicySet
 
 
 def _check(policy: Policy) -> None:

@@ -18,8 +18,7 @@ from _harness import instrumented, main
 
 with instrumented(__name__ == "__main__"):
     import turnlog
-    from turnlog import ProviderErrorReceived
-    from turnlog._errors import DecodeError
+    from turnlog import DecodeError, ProviderErrorReceived
     from turnlog.adapters.responses import (
         PARSE_FORMATS,
         Reply,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import msgspec
 import turnlog
-from turnlog._chain import GENESIS, link, pack_record
-from turnlog._codec import encode_canonical, event_to_json
-from turnlog._events import Event
+from turnlog import GENESIS, Event, event_to_json
+from turnlog._chain import link, pack_record
+from turnlog._codec import encode_canonical
 
 ROOT = Path(__file__).resolve().parent / "corpus"
 SHARED_CORPUS = Path("/work/shared/corpus")

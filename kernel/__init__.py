@@ -84,12 +84,13 @@ from ._pack import (
     Budget,
     Decision,
     Packed,
+    PackIndex,
     PackState,
     Stage,
     StageReport,
     pack,
 )
-from ._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
+from ._pack._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
 from ._policy import Policy
 from ._projection import Item, Projection, Unit, notification_text, recall_text
 from ._prompt import Breakpoint, Message, Prompt, Section
@@ -149,6 +150,7 @@ __all__ = [
     "NotificationAdded",
     "Outcome",
     "PackError",
+    "PackIndex",
     "PackState",
     "Packed",
     "Packer",

@@ -61,8 +61,9 @@ from ._events import (
     ToolResultAdded,
 )
 from ._log import Draft, Log, backoff
-from ._pack import _message, pack
-from ._packer import Packer
+from ._pack import Packed, pack
+from ._pack._assemble import message
+from ._pack._packer import Packer
 from ._policy import Policy
 from ._projection import Item, Projection, Unit
 from ._prompt import Message
@@ -204,15 +205,19 @@ class Compactor:
     # -- decisions ------------------------------------------------------------------
     def _setup(self, session: str, policy: Policy | None) -> tuple[Policy, Projection]:
         if policy is None:
-            policy = self.packer._policy_event(session) or Policy()
+            policy = self.packer.policy_in_force(session) or Policy()
         counter = self.packer.counter_for(policy)
         return policy, self.packer.projection(session, counter)
+
+    def _pack(self, view: Projection, policy: Policy) -> Packed:
+        """A pack with the built-in pipeline, incremental on the packer's index."""
+        return pack(view, policy, explain=False, index=self.packer.index_of(view))
 
     def _trigger(self, view: Projection, policy: Policy) -> tuple[Reason, bool] | None:
         turn = len(view.turn_starts)
         last = _last_compaction_turn(view)
         if policy.auto_compact and turn - last >= policy.compact_cooldown_turns:
-            packed = pack(view, policy, explain=False) if view.items else None
+            packed = self._pack(view, policy) if view.items else None
             if packed is not None and packed.compaction_due:
                 forced = packed.pressure_before * policy.usable >= policy.level("blocking")
                 return "threshold", forced
@@ -292,7 +297,7 @@ class Compactor:
 
     def estimate(self, view: Projection, policy: Policy, span: tuple[int, int]) -> CostEstimate:
         """The cost model for compacting ``span`` now."""
-        packed = pack(view, policy, explain=False)
+        packed = self._pack(view, policy)
         span_tokens = sum(it.tokens for it in view.items if span[0] <= it.pos <= span[1]
                           and it.unit >= 0)
         summary_tokens = min(policy.summary_max_tokens, max(1, span_tokens // 10))
@@ -331,7 +336,7 @@ class Compactor:
         seqs += self._rollups(session, policy, summarizer, time=time)
         view = self.packer.projection(session, view.counter)
         try:
-            after = pack(view, policy, explain=False)
+            after = self._pack(view, policy)
             next_tokens, fits = after.tokens, True
         except BudgetExceededError as exc:
             next_tokens, fits = exc.needed, False
@@ -511,7 +516,7 @@ def _first_pos(view: Projection, unit: Unit) -> int:
 
 
 def _item_text(item: Item) -> str:
-    return _message(item, None).text
+    return message(item, None).text
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:
@@ -569,10 +574,10 @@ def _span_messages(view: Projection, first: int, last: int) -> list[Message]:
     for item in view.items:
         if item.unit < 0 or not first <= item.pos <= last:
             continue
-        message = _message(item, None)
+        verbatim = message(item, None)
         body = item.event.body
         if isinstance(body, ToolResultAdded) and body.exit_code is not None:
-            message = msgspec.structs.replace(
-                message, parts=(*message.parts, TextPart(text=f"\n[exit code {body.exit_code}]")))
-        out.append(message)
+            verbatim = msgspec.structs.replace(verbatim, parts=(
+                *verbatim.parts, TextPart(text=f"\n[exit code {body.exit_code}]")))
+        out.append(verbatim)
     return out

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 `Projection.apply` takes events in lineage order (the order `Log.lineage`
 returns; an event's *position* is its index there, equal to its seq unless
-the session is a fork) and maintains:
+the session is a fork) and maintains the structure packing works on:
 
 * **items**: the model-visible events (user messages, assistant messages,
   tool results, notifications, recall results), each with its verbatim token
@@ -16,30 +16,32 @@ the session is a fork) and maintains:
   what makes splitting a tool pair impossible;
 * **turns**: a new turn starts at each user message;
 * system sections, tool schemas, compactions, pins, the policy in force,
-  request/response pairs (for tokenizer calibration and overflow recovery);
-* incremental indexes for dedup (exact repeats, stale reads, greps subsumed
-  by a full read) and for pruning scores (references by later assistant
-  text, decision language), so that a pack after one append costs O(new);
-* running totals packing would otherwise sum over the whole history: the
-  verbatim tokens of every unit's items and the units with a call still open.
-  ``pack_cache`` holds the packer's own derived indexes (see ``pack``); like
-  every derived state it is dropped when a rewind rebuilds the projection.
+  request/response pairs (for tokenizer calibration and overflow recovery),
+  and running totals: the verbatim tokens of every unit's items and the
+  units with a call still open.
+
+The projection is a fold and nothing else: it knows what happened, not how
+packing judges it. The packing heuristics (truncation, the dedup tiers, the
+pruning scores) live with the stages that use them and keep their own
+incremental state, owned by the `Packer` (see ``_pack``). Items and units are
+frozen; the fold replaces a unit when a result joins it. The query API is
+read-only: sequences and mappings a caller must not change.
 
 A rewind is the one event that is not folded incrementally: the projection is
 rebuilt from the start with the rewound positions excluded, so every derived
-state (sections, memories, summaries, indexes) forgets them by construction.
-Nothing here does I/O, reads a clock or depends on dict order.
+state (sections, memories, summaries, indexes) forgets them by construction;
+``generation`` counts the rebuilds, so that state derived from the items
+elsewhere knows to start again. Nothing here does I/O, reads a clock or
+depends on dict order.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 import msgspec
-import xxhash
 
 from ._events import (
     AssistantMessageAdded,
@@ -60,6 +62,7 @@ from ._events import (
     TextPart,
     ToolCall,
     ToolResultAdded,
+    ToolSpec,
     ToolsSet,
     UserMessageAdded,
 )
@@ -75,15 +78,6 @@ from ._tokens import (
 __all__ = ["Item", "Projection", "Unit", "notification_text", "recall_text"]
 
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
-# Path-like tokens: the regex r"[\w./\\-]*\w\.\w{1,8}\b", matched by `_pathish` in
-# linear time (the regex itself backtracks quadratically on a long run of its
-# characters, e.g. a line of dashes or a base64 argument: seconds for 16 KB).
-_PATH_RUN = re.compile(r"[\w./\\-]+")
-_PATH_END = re.compile(r"\w\.\w{1,8}\b")
-_DECISION = re.compile(
-    r"\b(based on|i'll use|i will use|the issue is|the problem is|this shows|that means|"
-    r"so the fix|root cause|because|therefore|the bug is)\b", re.IGNORECASE)
-_QUOTE_MIN = 24
 
 
 # Items and units are never part of a reference cycle (they hold events, strings,
@@ -92,47 +86,54 @@ _QUOTE_MIN = 24
 # them, and a full collection walking them all stalls every thread for a tenth
 # of a second or more. Their collections are tuples for the same reason (CPython
 # stops tracking a tuple of untracked values; a list or set is always tracked).
-class Item(msgspec.Struct, gc=False, eq=False):
-    """One model-visible event and what packing needs to know about it."""
+class Item(msgspec.Struct, frozen=True, gc=False, eq=False):
+    """One model-visible event and what packing needs to know about it.
+
+    Attributes:
+        index: its index in `Projection.items`.
+        pos: its lineage position.
+        event: the event.
+        kind: ``user``, ``assistant``, ``tool``, ``notification`` or ``recall``.
+        turn: the turn it belongs to (0 before the first user message).
+        unit: the unit it belongs to; -1 for an orphan tool result (no open call
+            matched it; packing drops it).
+        tokens: its verbatim tokens under the projection's counter.
+        call_id, tool_name: for a tool result, the call it answers.
+        args: for a tool result, the call's arguments parsed as a JSON object
+            (empty when they are not one).
+        target: for a tool result, what the call acted on: a path, a pattern or a
+            command (first 200 characters), or "".
+    """
 
     index: int
     pos: int
     event: Event
-    kind: str  # user | assistant | tool | notification | recall
+    kind: str
     turn: int
     unit: int = -1
     tokens: int = 0
     call_id: str = ""
     tool_name: str = ""
-    target: str = ""
     args: dict[str, Any] = {}
-    full_read: bool = False
-    target_key: str = ""  # base name of the target, for references by later messages
-    mention_base: int = 0  # messages naming that base name before this result
-    quoted: int = 0  # later messages quoting the result without naming its target
-    mentions: dict[str, int] | None = None  # the projection's mention counters
-    decision_language: bool = False
-    quote_keys: tuple[int, ...] = ()
-    trunc: tuple[tuple[float, ...], str, str, int] | None = None
-
-    @property
-    def refs(self) -> int:
-        """Later assistant messages that name this result's target file (by base name)
-        or quote one of its first distinctive lines (a message doing both counts once)."""
-        named = 0
-        if self.mentions is not None:
-            named = self.mentions[self.target_key] - self.mention_base
-        return named + self.quoted
+    target: str = ""
 
 
-class Unit(msgspec.Struct, gc=False, eq=False):
-    """Items kept or dropped together: a message, or a call with its results."""
+class Unit(msgspec.Struct, frozen=True, gc=False, eq=False):
+    """Items kept or dropped together: a message, or a call with its results.
+
+    Attributes:
+        index: its index in `Projection.units`.
+        turn: the turn it belongs to.
+        items: item indexes: the message, then results as they arrive.
+        calls: the ids of its tool calls, in call order.
+        open_calls: the calls still waiting for a result, in call order.
+    """
 
     index: int
     turn: int
-    items: tuple[int, ...]  # item indexes: the message, then results as they arrive
+    items: tuple[int, ...]
     calls: tuple[str, ...] = ()
-    open_calls: tuple[str, ...] = ()  # calls still waiting for a result, in call order
+    open_calls: tuple[str, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -140,7 +141,7 @@ class Unit(msgspec.Struct, gc=False, eq=False):
         return bool(self.open_calls)
 
 
-def call_target(name: str, args: dict[str, Any]) -> str:
+def call_target(args: Mapping[str, Any]) -> str:
     """What a tool call acts on: a path, a pattern or a command (for placeholders)."""
     for key in _PATH_KEYS:
         value = args.get(key)
@@ -152,7 +153,6 @@ def call_target(name: str, args: dict[str, Any]) -> str:
             return value[:200]
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
             return " ".join(value)[:200]
-    del name
     return ""
 
 
@@ -184,106 +184,12 @@ def _parse_args(arguments: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _pathish(text: str) -> list[str]:
-    r"""``re.findall(r"[\w./\\-]*\w\.\w{1,8}\b", text)``, in linear time.
-
-    Every character of a match is in the class, so a match lies in one maximal run
-    of class characters; it starts where the run starts (the regex tries the
-    earliest start first) and, the star being greedy, ends after the last place
-    in the run where ``\w\.\w{1,8}\b`` matches; it then leaves no room for a
-    second match in that run.
-    """
-    found: list[str] = []
-    for run in _PATH_RUN.finditer(text):
-        start, end = run.span()
-        dot = text.rfind(".", start + 1, end - 1)
-        while dot >= 0:
-            tail = _PATH_END.match(text, dot - 1)
-            if tail is not None:
-                found.append(text[start:tail.end()])
-                break
-            dot = text.rfind(".", start + 1, dot)
-    return found
-
-
-def _basename(path: str) -> str:
-    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-
-
-def _line_key(line: str) -> int:
-    return int(xxhash.xxh3_64_intdigest(line.encode("utf-8", "surrogatepass")))
-
-
-def _quote_keys(text: str) -> tuple[int, ...]:
-    keys: list[int] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if len(line) >= _QUOTE_MIN:
-            keys.append(_line_key(line))
-            if len(keys) == 3:
-                break
-    return tuple(keys)
-
-
-class DedupIndex:
-    """Which tool results a later result makes redundant (seed 003's three tiers).
-
-    Maintained incrementally for one tool-kind mapping; ``superseded`` maps an
-    item index to ``(tier, by item index, note)``. Marks are never removed.
-    """
-
-    def __init__(self, kinds: dict[str, str]) -> None:
-        self.kinds = kinds
-        self.superseded: dict[int, tuple[int, int, str]] = {}
-        self.marked: list[int] = []  # the keys of ``superseded``, in the order marked
-        self._exact: dict[bytes, int] = {}
-        self._reads: dict[str, list[int]] = {}
-        self._stale: dict[str, list[int]] = {}
-        self._greps: dict[str, list[int]] = {}
-
-    def kind(self, tool_name: str) -> str:
-        kind = self.kinds.get(tool_name)
-        if kind is None:
-            kind = self.kinds.get(tool_name.lower(), "other")
-        return kind
-
-    def add(self, item: Item) -> None:
-        body = item.event.body
-        assert isinstance(body, ToolResultAdded)
-        kind = self.kind(item.tool_name)
-        if body.is_error:
-            return
-        if kind in ("file_read", "grep", "glob"):
-            key = xxhash.xxh3_128_digest(
-                f"{item.tool_name}\x00{json.dumps(item.args, sort_keys=True)}\x00".encode(
-                    "utf-8", "surrogatepass") + body.output.encode("utf-8", "surrogatepass"))
-            earlier = self._exact.get(key)
-            if earlier is not None:
-                self._mark(earlier, (1, item.index, ""))
-            self._exact[key] = item.index
-        target = item.target
-        if not target:
-            return
-        if kind == "file_read":
-            for stale in self._stale.pop(target, []):
-                self._mark(stale, (2, item.index, ""))
-            if item.full_read:
-                for grep in self._greps.pop(target, []):
-                    self._mark(grep, (3, item.index, _basename(target)))
-            self._reads.setdefault(target, []).append(item.index)
-        elif kind in ("file_edit", "file_write"):
-            self._stale.setdefault(target, []).extend(self._reads.pop(target, []))
-        elif kind == "grep" and "." in _basename(target):
-            self._greps.setdefault(target, []).append(item.index)
-
-    def _mark(self, index: int, mark: tuple[int, int, str]) -> None:
-        if index not in self.superseded:
-            self.superseded[index] = mark
-            self.marked.append(index)
-
-
 class Projection:
     """Folds a session's lineage into the state packing reads.
+
+    Build one with ``Projection(counter)`` and feed it the lineage with `extend`
+    (a `Packer` does this for you and keeps it up to date). Everything else is a
+    read-only query.
 
     Parameters:
         counter: the token counter every item is measured with.
@@ -291,43 +197,38 @@ class Projection:
 
     def __init__(self, counter: TokenCounter) -> None:
         self.counter = counter
+        self.generation = 0  # rebuilds by a rewind so far
         # rewind position -> the rewound set it establishes (kept across rebuilds)
         self._rewinds: dict[int, frozenset[int]] = {}
         self._reset(frozenset())
 
     def _reset(self, rewound: frozenset[int]) -> None:
-        self.events: list[Event] = []
-        self.rewound: frozenset[int] = rewound
-        self.items: list[Item] = []
-        self.item_at: dict[int, int] = {}
-        self.units: list[Unit] = []
-        self.turn_starts: list[int] = []  # unit index where each turn starts
-        self.sections: dict[str, tuple[str, int, int]] = {}  # name -> (text, position, pos)
-        self.section_tokens: dict[str, int] = {}
-        self.tools_pos = -1
-        self.tools: tuple[Any, ...] = ()
-        self.tools_tokens = 0
-        self.compactions: list[int] = []  # positions of CompactionCommitted events
-        self.failures: list[int] = []  # positions of CompactionFailed events
-        self.pins: set[int] = set()
-        self.policy: Policy | None = None
-        self.policy_pos = -1
-        self.requests: dict[int, int] = {}  # request pos -> local prompt tokens
-        self.usage: list[tuple[int, int]] = []  # (local, reported) input tokens
-        self.errors: list[int] = []  # provider error positions
-        self.last_request = -1
-        self.last_overflow = -1
-        self.tool_calls = 0  # tool calls so far (for schedule triggers)
-        self.responses: list[int] = []
+        self._events: list[Event] = []
+        self._rewound: frozenset[int] = rewound
+        self._items: list[Item] = []
+        self._item_at: dict[int, int] = {}
+        self._units: list[Unit] = []
+        self._turn_starts: list[int] = []
+        self._sections: dict[str, tuple[str, int, int]] = {}
+        self._section_tokens: dict[str, int] = {}
+        self._tools_pos = -1
+        self._tools: tuple[ToolSpec, ...] = ()
+        self._tools_tokens = 0
+        self._compactions: list[int] = []
+        self._failures: list[int] = []
+        self._pins: set[int] = set()
+        self._policy: Policy | None = None
+        self._policy_pos = -1
+        self._requests: dict[int, int] = {}
+        self._usage: list[tuple[int, int]] = []
+        self._errors: list[int] = []
+        self._responses: list[int] = []
+        self._last_request = -1
+        self._last_overflow = -1
+        self._tool_calls = 0
         self._call_unit: dict[str, int] = {}
-        self._mentions: dict[str, int] = {}  # target base name -> messages naming it
-        self._quotes: dict[int, tuple[int, ...]] = {}  # quote key -> items, see `Item`
-        self._since_assistant: list[int] = []
-        self._dedup: DedupIndex | None = None
-        self._tool_items: list[int] = []
-        self.unit_tokens = 0  # verbatim tokens of every item that belongs to a unit
-        self.open_units: set[int] = set()  # units with a call still waiting for its result
-        self.pack_cache: dict[object, object] = {}  # the packer's derived indexes
+        self._unit_tokens = 0
+        self._open_units: set[int] = set()
 
     # -- folding -----------------------------------------------------------------
     def extend(self, events: Iterable[Event]) -> None:
@@ -337,75 +238,114 @@ class Projection:
 
     def apply(self, event: Event) -> None:
         """Apply the next event of the lineage."""
-        pos = len(self.events)
-        self.events.append(event)
+        pos = len(self._events)
+        self._events.append(event)
         body = event.body
         if isinstance(body, SessionRewound):
             if pos not in self._rewinds:
                 self._rewind(pos, body)
             return
-        if pos in self.rewound:
+        if pos in self._rewound:
             return
-        if isinstance(body, UserMessageAdded):
-            self.turn_starts.append(len(self.units))
-            item = self._new_item(pos, event, "user")
-            self._new_unit(item)
+        if isinstance(body, (UserMessageAdded, NotificationAdded, RecallAdded)):
+            self._message(pos, event, body)
         elif isinstance(body, AssistantMessageAdded):
-            item = self._new_item(pos, event, "assistant")
-            unit = self._new_unit(item)
-            calls = tuple(p.id for p in body.parts if isinstance(p, ToolCall))
-            self.tool_calls += len(calls)
-            unit.calls = unit.open_calls = calls
-            if calls:
-                self.open_units.add(unit.index)
-            for call in calls:
-                self._call_unit[call] = unit.index
-            self._note_assistant(item, body)
+            self._assistant(pos, event, body)
         elif isinstance(body, ToolResultAdded):
             self._tool_result(pos, event, body)
-        elif isinstance(body, NotificationAdded):
-            self._new_unit(self._new_item(pos, event, "notification"))
-        elif isinstance(body, RecallAdded):
-            self._new_unit(self._new_item(pos, event, "recall"))
-        elif isinstance(body, SystemSectionSet):
+        else:
+            self._record(pos, body)
+
+    def _message(self, pos: int, event: Event,
+                 body: UserMessageAdded | NotificationAdded | RecallAdded) -> None:
+        if isinstance(body, UserMessageAdded):
+            self._turn_starts.append(len(self._units))
+            kind = "user"
+        else:
+            kind = "notification" if isinstance(body, NotificationAdded) else "recall"
+        item = self._new_item(pos, event, kind, len(self._units))
+        self._new_unit(item)
+
+    def _assistant(self, pos: int, event: Event, body: AssistantMessageAdded) -> None:
+        item = self._new_item(pos, event, "assistant", len(self._units))
+        calls = tuple(p.id for p in body.parts if isinstance(p, ToolCall))
+        unit = self._new_unit(item, calls)
+        self._tool_calls += len(calls)
+        if calls:
+            self._open_units.add(unit.index)
+        for call in calls:
+            self._call_unit[call] = unit.index
+
+    def _tool_result(self, pos: int, event: Event, body: ToolResultAdded) -> None:
+        unit_index = self._call_unit.get(body.call_id)
+        if unit_index is None or body.call_id not in self._units[unit_index].open_calls:
+            # an orphan: no open call to answer; packing drops it
+            self._new_item(pos, event, "tool", -1, call_id=body.call_id,
+                           tool_name=body.tool_name)
+            return
+        unit = self._units[unit_index]
+        call_body = self._items[unit.items[0]].event.body
+        assert isinstance(call_body, AssistantMessageAdded)
+        args: dict[str, Any] = {}
+        for part in call_body.parts:
+            if isinstance(part, ToolCall) and part.id == body.call_id:
+                args = _parse_args(part.arguments)
+                break
+        item = self._new_item(pos, event, "tool", unit_index, call_id=body.call_id,
+                              tool_name=body.tool_name, args=args, target=call_target(args))
+        open_calls = tuple(c for c in unit.open_calls if c != body.call_id)
+        if not open_calls:
+            self._open_units.discard(unit_index)
+        self._units[unit_index] = msgspec.structs.replace(
+            unit, items=(*unit.items, item.index), open_calls=open_calls)
+        self._unit_tokens += item.tokens
+
+    def _record(self, pos: int, body: object) -> None:
+        """Fold an event that is not a message: sections, tools, records."""
+        if isinstance(body, SystemSectionSet):
             if body.text:
-                self.sections[body.name] = (body.text, body.position, pos)
-                self.section_tokens[body.name] = self.counter.count(body.text) + 1
+                self._sections[body.name] = (body.text, body.position, pos)
+                self._section_tokens[body.name] = self.counter.count(body.text) + 1
             else:
-                self.sections.pop(body.name, None)
-                self.section_tokens.pop(body.name, None)
+                self._sections.pop(body.name, None)
+                self._section_tokens.pop(body.name, None)
         elif isinstance(body, ToolsSet):
-            self.tools_pos = pos
-            self.tools = body.tools
-            self.tools_tokens = sum(
-                TOOL_SCHEMA_OVERHEAD + self.counter.count(t.name)
-                + self.counter.count(t.description) + self.counter.count(t.parameters)
+            self._tools_pos = pos
+            self._tools = body.tools
+            count = self.counter.count
+            self._tools_tokens = sum(
+                TOOL_SCHEMA_OVERHEAD + count(t.name) + count(t.description) + count(t.parameters)
                 for t in body.tools)
         elif isinstance(body, CompactionCommitted):
-            self.compactions.append(pos)
+            self._compactions.append(pos)
         elif isinstance(body, CompactionFailed):
-            self.failures.append(pos)
+            self._failures.append(pos)
         elif isinstance(body, EventsPinned):
             if body.pinned:
-                self.pins.update(body.seqs)
+                self._pins.update(body.seqs)
             else:
-                self.pins.difference_update(body.seqs)
+                self._pins.difference_update(body.seqs)
         elif isinstance(body, PolicySet):
-            self.policy = body.policy
-            self.policy_pos = pos
-        elif isinstance(body, RequestIssued):
-            self.requests[pos] = body.tokens
-            self.last_request = pos
+            self._policy = body.policy
+            self._policy_pos = pos
+        else:
+            self._exchange(pos, body)
+
+    def _exchange(self, pos: int, body: object) -> None:
+        """Fold a request, response or provider error record."""
+        if isinstance(body, RequestIssued):
+            self._requests[pos] = body.tokens
+            self._last_request = pos
         elif isinstance(body, ResponseReceived):
-            self.responses.append(pos)
+            self._responses.append(pos)
             if body.request_seq is not None and body.usage.input_tokens:
-                local = self.requests.get(body.request_seq)
+                local = self._requests.get(body.request_seq)
                 if local:
-                    self.usage.append((local, body.usage.input_tokens))
+                    self._usage.append((local, body.usage.input_tokens))
         elif isinstance(body, ProviderErrorReceived):
-            self.errors.append(pos)
+            self._errors.append(pos)
             if body.overflow:
-                self.last_overflow = pos
+                self._last_overflow = pos
 
     def _rewind(self, pos: int, body: SessionRewound) -> None:
         # The view becomes what it was right after position to_seq (including
@@ -416,88 +356,26 @@ class Projection:
                 base = self._rewinds[at]
         rewound = base | frozenset(range(body.to_seq + 1, pos))
         self._rewinds[pos] = rewound
-        events = self.events
+        events = self._events
         self._reset(rewound)
+        self.generation += 1
         for event in events:
             self.apply(event)
 
-    def _new_item(self, pos: int, event: Event, kind: str) -> Item:
-        item = Item(len(self.items), pos, event, kind, len(self.turn_starts))
-        item.tokens = self._measure(event)
-        self.items.append(item)
-        self.item_at[pos] = item.index
+    def _new_item(self, pos: int, event: Event, kind: str, unit: int, *, call_id: str = "",
+                  tool_name: str = "", args: dict[str, Any] | None = None,
+                  target: str = "") -> Item:
+        item = Item(len(self._items), pos, event, kind, len(self._turn_starts), unit,
+                    self._measure(event), call_id, tool_name, args or {}, target)
+        self._items.append(item)
+        self._item_at[pos] = item.index
         return item
 
-    def _new_unit(self, item: Item) -> Unit:
-        unit = Unit(len(self.units), item.turn, (item.index,))
-        item.unit = unit.index
-        self.units.append(unit)
-        self.unit_tokens += item.tokens
+    def _new_unit(self, item: Item, calls: tuple[str, ...] = ()) -> Unit:
+        unit = Unit(len(self._units), item.turn, (item.index,), calls, calls)
+        self._units.append(unit)
+        self._unit_tokens += item.tokens
         return unit
-
-    def _tool_result(self, pos: int, event: Event, body: ToolResultAdded) -> None:
-        item = self._new_item(pos, event, "tool")
-        item.call_id = body.call_id
-        item.tool_name = body.tool_name
-        unit_index = self._call_unit.get(body.call_id)
-        if unit_index is None or body.call_id not in self.units[unit_index].open_calls:
-            return  # an orphan: no open call to answer; packing drops it
-        unit = self.units[unit_index]
-        unit.open_calls = tuple(c for c in unit.open_calls if c != body.call_id)
-        if not unit.open_calls:
-            self.open_units.discard(unit_index)
-        unit.items += (item.index,)
-        item.unit = unit_index
-        self.unit_tokens += item.tokens
-        call_body = self.items[unit.items[0]].event.body
-        assert isinstance(call_body, AssistantMessageAdded)
-        for part in call_body.parts:
-            if isinstance(part, ToolCall) and part.id == body.call_id:
-                item.args = _parse_args(part.arguments)
-                item.target = call_target(part.name, item.args)
-                item.full_read = not any(k in item.args for k in ("offset", "limit",
-                                                                  "view_range", "line"))
-                break
-        if item.target:
-            name = _basename(item.target)
-            if name:
-                item.target_key = name
-                item.mention_base = self._mentions.setdefault(name, 0)
-                item.mentions = self._mentions
-        item.quote_keys = _quote_keys(body.output)
-        for key in item.quote_keys:
-            self._quotes[key] = (*self._quotes.get(key, ()), item.index)
-        self._since_assistant.append(item.index)
-        self._tool_items.append(item.index)
-        if self._dedup is not None:
-            self._dedup.add(item)
-
-    def _note_assistant(self, item: Item, body: AssistantMessageAdded) -> None:
-        texts = [p.text for p in body.parts if isinstance(p, TextPart)]
-        texts += [p.arguments for p in body.parts if isinstance(p, ToolCall)]
-        text = "\n".join(texts)
-        if self._since_assistant and _DECISION.search(text):
-            for index in self._since_assistant:
-                self.items[index].decision_language = True
-        self._since_assistant = []
-        # A result is referenced once per message that names its target or quotes it.
-        # Naming is counted per base name (a result's count is the counter now minus
-        # the counter when it arrived), so a message naming a file read a thousand
-        # times costs one step, not a thousand.
-        named = {_basename(match) for match in _pathish(text)}
-        mentions = self._mentions
-        for key in named:
-            if key in mentions:
-                mentions[key] += 1
-        quoted: set[int] = set()
-        for raw in text.splitlines():
-            line = raw.strip()
-            if len(line) >= _QUOTE_MIN:
-                quoted.update(self._quotes.get(_line_key(line), ()))
-        for index in quoted:
-            quoting = self.items[index]
-            if quoting.target_key not in named:
-                quoting.quoted += 1
 
     def _measure(self, event: Event) -> int:
         count = self.counter.count
@@ -528,29 +406,150 @@ class Projection:
             return MESSAGE_OVERHEAD + count(recall_text(body, len(body.hits)))
         return MESSAGE_OVERHEAD
 
-    # -- derived ------------------------------------------------------------------
-    def dedup(self, kinds: dict[str, str]) -> DedupIndex:
-        """The dedup index for a tool-kind mapping (rebuilt only when it changes)."""
-        if self._dedup is None or self._dedup.kinds != kinds:
-            index = DedupIndex(dict(kinds))
-            for i in self._tool_items:
-                index.add(self.items[i])
-            self._dedup = index
-        return self._dedup
+    # -- queries --------------------------------------------------------------------
+    @property
+    def events(self) -> Sequence[Event]:
+        """Every event of the lineage, by position (rewound ones included)."""
+        return self._events
+
+    @property
+    def items(self) -> Sequence[Item]:
+        """The model-visible events, in lineage order."""
+        return self._items
+
+    @property
+    def item_at(self) -> Mapping[int, int]:
+        """Lineage position -> item index, for positions that hold an item."""
+        return self._item_at
+
+    @property
+    def units(self) -> Sequence[Unit]:
+        """The units, in the order of their first item."""
+        return self._units
+
+    @property
+    def turn_starts(self) -> Sequence[int]:
+        """The unit index where each turn starts (one per user message)."""
+        return self._turn_starts
+
+    @property
+    def rewound(self) -> Set[int]:
+        """Positions a rewind removed from the view."""
+        return self._rewound
+
+    @property
+    def rewinds(self) -> Mapping[int, frozenset[int]]:
+        """Rewind position -> the positions it removed (those of earlier rewinds too)."""
+        return self._rewinds
+
+    @property
+    def sections(self) -> Mapping[str, tuple[str, int, int]]:
+        """Active system sections: name -> (text, ordering position, lineage position)."""
+        return self._sections
+
+    @property
+    def section_tokens(self) -> Mapping[str, int]:
+        """Tokens of each active system section."""
+        return self._section_tokens
+
+    @property
+    def tools(self) -> tuple[ToolSpec, ...]:
+        """The tool schemas in force."""
+        return self._tools
+
+    @property
+    def tools_pos(self) -> int:
+        """Position of the ``ToolsSet`` in force (-1 when none)."""
+        return self._tools_pos
+
+    @property
+    def tools_tokens(self) -> int:
+        """Tokens of the tool schemas in force."""
+        return self._tools_tokens
+
+    @property
+    def compactions(self) -> Sequence[int]:
+        """Positions of the ``CompactionCommitted`` events in the view."""
+        return self._compactions
+
+    @property
+    def failures(self) -> Sequence[int]:
+        """Positions of the ``CompactionFailed`` events in the view."""
+        return self._failures
+
+    @property
+    def pins(self) -> Set[int]:
+        """Pinned positions."""
+        return self._pins
+
+    @property
+    def policy(self) -> Policy | None:
+        """The policy of the last ``PolicySet`` (None when there is none)."""
+        return self._policy
+
+    @property
+    def policy_pos(self) -> int:
+        """Position of the ``PolicySet`` in force (-1 when none)."""
+        return self._policy_pos
+
+    @property
+    def requests(self) -> Mapping[int, int]:
+        """Request record position -> the prompt tokens it recorded."""
+        return self._requests
+
+    @property
+    def usage(self) -> Sequence[tuple[int, int]]:
+        """``(local prompt tokens, provider-reported input tokens)`` per answered request."""
+        return self._usage
+
+    @property
+    def errors(self) -> Sequence[int]:
+        """Positions of provider errors."""
+        return self._errors
+
+    @property
+    def responses(self) -> Sequence[int]:
+        """Positions of provider responses."""
+        return self._responses
+
+    @property
+    def last_request(self) -> int:
+        """Position of the latest request record (-1 when none)."""
+        return self._last_request
+
+    @property
+    def last_overflow(self) -> int:
+        """Position of the latest context-overflow error (-1 when none)."""
+        return self._last_overflow
+
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls made so far (for schedule triggers)."""
+        return self._tool_calls
+
+    @property
+    def open_units(self) -> Set[int]:
+        """Units with a call still waiting for its result."""
+        return self._open_units
+
+    @property
+    def unit_tokens(self) -> int:
+        """Verbatim tokens of every item that belongs to a unit."""
+        return self._unit_tokens
 
     @property
     def overflow_pending(self) -> bool:
         """True when the latest request ended in a context-overflow error: the next
         pack is a deterministic recovery pack."""
-        return self.last_overflow > self.last_request >= 0 or (
-            self.last_overflow >= 0 and self.last_request < 0)
+        return self._last_overflow > self._last_request >= 0 or (
+            self._last_overflow >= 0 and self._last_request < 0)
 
     @property
     def head(self) -> int:
         """Position of the last applied event (-1 when empty)."""
-        return len(self.events) - 1
+        return len(self._events) - 1
 
     def sorted_sections(self) -> list[tuple[str, str, int]]:
         """``(name, text, pos)`` of the active system sections, by position then name."""
-        ordered = sorted(self.sections.items(), key=lambda kv: (kv[1][1], kv[0]))
+        ordered = sorted(self._sections.items(), key=lambda kv: (kv[1][1], kv[0]))
         return [(name, text, pos) for name, (text, _, pos) in ordered]

@@ -55,7 +55,7 @@ from ._events import (
     UserMessageAdded,
 )
 from ._log import Appended, Draft, Log
-from ._pack import _capped_recall
+from ._pack._truncate import capped_recall
 from ._policy import Policy
 from ._projection import Projection
 from ._tokens import TokenCounter, get_counter
@@ -418,7 +418,7 @@ def capped_hits(query: str, hits: Sequence[RecallHit], policy: Policy) -> list[R
 
     def fits(candidate: list[RecallHit]) -> bool:
         body = RecallAdded(query=query, hits=tuple(candidate))
-        return _capped_recall(body, policy, counter)[1] == ""
+        return capped_recall(body, policy, counter)[1] == ""
 
     kept: list[RecallHit] = []
     for hit in hits:

@@ -30,6 +30,7 @@ import math
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -155,7 +156,7 @@ class CalibratedCounter:
         return math.ceil(self._base.count(text) * self.ratio)
 
 
-def calibration_ratio(pairs: list[tuple[int, int]]) -> float | None:
+def calibration_ratio(pairs: Sequence[tuple[int, int]]) -> float | None:
     """The ratio ``sum(reported) / sum(local)`` over ``(local, reported)`` pairs.
 
     Returns None when there is nothing to learn from.

@@ -68,7 +68,7 @@ from ._events import (
 )
 from ._log import Draft, Log
 from ._memstore import MemoryStore
-from ._pack import DECISIONS, DEFAULT_STAGES, Packed, PackState, Stage, pack, truncate_stage
+from ._pack import DECISIONS, DEFAULT_STAGES, Packed, PackState, Stage, pack
 from ._policy import Policy
 from ._projection import Projection
 from ._prompt import Message, Prompt
@@ -1019,7 +1019,7 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
         return
     state = PackState(view, policy, view.counter)
     if policy.truncate:
-        truncate_stage(state)
+        dict(DEFAULT_STAGES)["truncate"](state)
     keep: set[int] = set(_tail_units(view))
     for pos in view.pins:
         index = view.item_at.get(pos)

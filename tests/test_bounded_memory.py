@@ -19,17 +19,18 @@ from hypothesis import given, settings
 from turnlog import (
     AssistantMessageAdded,
     InvalidArgumentError,
+    Packer,
     Policy,
     PolicySet,
+    Projection,
     TextPart,
+    TokenCounter,
+    TokenizerError,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog._errors import TokenizerError
-from turnlog._packer import Packer
-from turnlog._projection import Projection
-from turnlog._tokens import TiktokenCounter, TokenCounter, _load_encoding
+from turnlog._tokens import TiktokenCounter, _load_encoding
 
 POLICY = Policy(context_window=2_000, output_reserve=200)
 SESSIONS = ("a", "b", "c", "d")

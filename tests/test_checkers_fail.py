@@ -12,12 +12,18 @@ from collections.abc import Callable
 
 import msgspec
 import pytest
-from turnlog import Policy
-from turnlog._errors import BudgetExceededError
-from turnlog._events import (
+from turnlog import (
+    DEFAULT_STAGES,
     AssistantMessageAdded,
+    BudgetExceededError,
     EventsPinned,
     NotificationAdded,
+    Packed,
+    PackState,
+    Policy,
+    Projection,
+    Stage,
+    StageReport,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -25,9 +31,8 @@ from turnlog._events import (
     ToolSpec,
     ToolsSet,
     UserMessageAdded,
+    pack,
 )
-from turnlog._pack import DEFAULT_STAGES, Packed, PackState, Stage, StageReport, pack
-from turnlog._projection import Projection
 from turnlog.testing import (
     SessionItem,
     build,
@@ -144,12 +149,13 @@ def test_check_tool_pairs_fails_on_an_orphan_result() -> None:
 
 
 # -- order -----------------------------------------------------------------------------------------
-def test_check_order_fails_when_a_stage_reorders_units() -> None:
-    def swap(state: PackState) -> None:
-        units = state.view.units
-        units[0], units[1] = units[1], units[0]
-
-    view, packed = packed_with(swap)
+def test_check_order_fails_when_units_are_reordered() -> None:
+    # The projection is read-only, so no stage can reorder units: reorder the prompt.
+    view, packed = packed_with(lambda state: None)
+    messages = packed.prompt.messages
+    swapped = (*messages[1:4], messages[0], *messages[4:])
+    packed = msgspec.structs.replace(
+        packed, prompt=msgspec.structs.replace(packed.prompt, messages=swapped))
     with pytest.raises(AssertionError, match=r"messages 2 and 3 are out of order: message 2 "
                                              r"comes from position 5 .*message 3 from position 2"):
         check_order(view, packed)

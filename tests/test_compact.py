@@ -14,22 +14,23 @@ from turnlog import (
     AssistantMessageAdded,
     CompactionCommitted,
     CompactionFailed,
+    Compactor,
     EventsPinned,
+    ExtractiveSummarizer,
+    Packer,
     Policy,
     ProviderErrorReceived,
+    Summary,
+    SummaryRequest,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
+    covered_digest,
+    get_counter,
+    pack,
 )
-from turnlog._chain import covered_digest
-from turnlog._compact import Compactor
-from turnlog._pack import pack
-from turnlog._packer import Packer
-from turnlog._prompt import check_prompt
-from turnlog._summarize import ExtractiveSummarizer, Summary, SummaryRequest
-from turnlog._tokens import get_counter
 
 SMALL = Policy(context_window=12_000, output_reserve=1_000, warning_buffer=5_000,
                compact_buffer=4_000, blocking_buffer=1_000, prune=False,
@@ -138,7 +139,7 @@ def test_next_pack_fits_and_earlier_replays_are_unchanged() -> None:
             assert outcome.fits
             packed = packer.pack("s", policy=SMALL)
             assert packed.tokens <= SMALL.usable
-            assert check_prompt(packed.prompt) == []
+            assert packed.prompt.problems() == []
     assert compactions(log), "the threshold never fired"
     for seq in requests:
         assert packer.replay("s", seq).ok
@@ -297,7 +298,7 @@ def test_pinned_events_inside_a_compacted_span_stay_verbatim() -> None:
     decisions = {d.pos: d for d in packed.decisions}
     assert decisions[pinned].decision == "verbatim"
     assert any(pinned in m.source for m in packed.prompt.messages)
-    assert check_prompt(packed.prompt) == []
+    assert packed.prompt.problems() == []
 
 
 def test_cost_model_prefers_keeping_a_cheap_cached_prompt() -> None:
@@ -348,7 +349,7 @@ def test_compaction_properties_hold_over_generated_sessions(
         except turnlog.BudgetExceededError:
             continue
         assert packed.tokens <= policy.usable
-        assert check_prompt(packed.prompt) == []
+        assert packed.prompt.problems() == []
     view = packer.projection("s", get_counter("cl100k_base"))
     tail_start = view.items[view.units[view.turn_starts[-1]].items[0]].pos
     seen: dict[int, set[int]] = {}

@@ -16,19 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from turnlog import Event, Policy
-from turnlog._events import (
+from turnlog import (
     AssistantMessageAdded,
+    Event,
     Part,
+    Policy,
+    Projection,
     ReasoningPart,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
+    get_counter,
 )
-from turnlog._projection import Projection
-from turnlog._tokens import get_counter
 from turnlog.testing import Compact, SessionItem, build, check_all, memory_log
 
 CORPUS = (Path(__file__).parents[1] / ".." / "shared" / "corpus").resolve()

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog import RequestIssued, ToolCall
-from turnlog._packer import Packer
+from turnlog import Packer, RequestIssued, ToolCall
 from turnlog.adapters import example_agent
 from turnlog.adapters.render import renderer_for
 

@@ -17,7 +17,10 @@ PUBLIC_KERNEL_MODULES = {"testing"}
 
 KERNEL_MODULES = sorted(info.name for info in pkgutil.iter_modules(turnlog.__path__)
                         if info.name not in ("adapters", "tools"))
-PRIVATE_MODULES = [name for name in KERNEL_MODULES if name.startswith("_")]
+PRIVATE_MODULES = sorted(
+    info.name.removeprefix("turnlog.")
+    for info in pkgutil.walk_packages(turnlog.__path__, "turnlog.")
+    if info.name.removeprefix("turnlog.").startswith("_"))
 ADAPTER_MODULES = sorted(
     info.name for info in pkgutil.walk_packages(turnlog.adapters.__path__, "turnlog.adapters."))
 

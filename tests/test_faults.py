@@ -41,11 +41,16 @@ from support import dump
 from test_crash import Child
 from turnlog import (
     AssistantMessageAdded,
+    CompactionCommitted,
+    Compactor,
     Draft,
     InvalidEventError,
+    LMDBStore,
     Log,
     NotificationAdded,
+    Packer,
     Policy,
+    RequestIssued,
     StoreFullError,
     StoreReadOnlyError,
     SystemSectionSet,
@@ -54,10 +59,6 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog._compact import Compactor
-from turnlog._events import CompactionCommitted, RequestIssued
-from turnlog._lmdb import LMDBStore
-from turnlog._packer import Packer
 from turnlog.adapters.render import FORMATS, render
 
 FAST_KILLS = 2  # rounds per workload in the default run
@@ -86,8 +87,8 @@ WORKER = textwrap.dedent('''
     import turnlog
     from turnlog import (AssistantMessageAdded, Draft, Policy, TextPart, ToolCall,
                          ToolResultAdded, UserMessageAdded)
-    from turnlog._compact import Compactor
-    from turnlog._packer import Packer
+    from turnlog import Compactor
+    from turnlog import Packer
 
     path, workload, i = sys.argv[1], sys.argv[2], int(sys.argv[3])
     POLICY = Policy(context_window=16_000, output_reserve=2_000, keep_recent_turns=1)

@@ -31,10 +31,11 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
     WriteTxn,
+    event_from_json,
 )
 from turnlog._chain import check_record
-from turnlog._codec import decode_event, event_from_json
-from turnlog._projection import _pathish
+from turnlog._codec import decode_event
+from turnlog._pack._prune import pathish as _pathish
 from turnlog.adapters.responses import parse_response
 from turnlog.adapters.transcripts import detect, export_session, import_file
 from turnlog.testing import check_packed, memory_log, project

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog._packer import Packer
+from turnlog import Packer
 from turnlog.adapters.render import renderer_for
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -22,6 +22,7 @@ import turnlog
 from turnlog import (
     AssistantMessageAdded,
     BlobRef,
+    Body,
     CompactionCommitted,
     CompactionFailed,
     Draft,
@@ -46,9 +47,9 @@ from turnlog import (
     ToolsSet,
     Usage,
     UserMessageAdded,
+    event_to_json,
 )
-from turnlog._codec import encode_canonical, event_to_json
-from turnlog._events import Body
+from turnlog._codec import encode_canonical
 from turnlog.tools import demo, eventdoc
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
@@ -393,8 +394,8 @@ def test_equal_events_built_differently_hash_the_same() -> None:
 
 
 def test_verify_rejects_an_event_that_spells_out_a_default() -> None:
+    from turnlog import Event
     from turnlog._chain import check_record, link, pack_record
-    from turnlog._events import Event
     event = Event(session="s", seq=0, body=AssistantMessageAdded(
         parts=(ToolCall(id="c", name="d", arguments="".join(["{", "}"])),)))
     spelled = msgspec.msgpack.Encoder(order="deterministic").encode(event)

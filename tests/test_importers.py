@@ -30,6 +30,7 @@ from turnlog import (
     ImportFormatError,
     Log,
     NotificationAdded,
+    Packer,
     Policy,
     ProviderErrorReceived,
     ReasoningPart,
@@ -42,7 +43,6 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog._packer import Packer
 from turnlog.adapters.transcripts import (
     FORMATS,
     ImportSummary,

@@ -26,6 +26,7 @@ from turnlog import (
     AssistantMessageAdded,
     InvalidEventError,
     Log,
+    Packer,
     Policy,
     RequestIssued,
     ResponseReceived,
@@ -35,7 +36,6 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog._packer import Packer
 from turnlog.adapters import Session
 from turnlog.adapters.langchain import META_KEY, TurnlogChatMessageHistory, prompt_messages
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 import turnlog
 from support import dump
-from turnlog import StoreCorruptError, UserMessageAdded
-from turnlog._lmdb import LMDBStore
+from turnlog import LMDBStore, StoreCorruptError, UserMessageAdded
 
 
 def _leaf_pages(log: turnlog.Log) -> int:

@@ -12,27 +12,24 @@ import turnlog
 from hypothesis import given
 from hypothesis import strategies as st
 from turnlog import (
+    MEMORY_SECTION,
     AssistantMessageAdded,
     CompactionCommitted,
     InvalidArgumentError,
+    MemoryBook,
     MemoryChanged,
+    MemoryManager,
+    Packed,
+    Packer,
     Policy,
     PolicyError,
     SessionRewound,
     SystemSectionSet,
     TextPart,
     UserMessageAdded,
+    covered_digest,
 )
-from turnlog._chain import covered_digest
-from turnlog._memories import (
-    MEMORY_SECTION,
-    MEMORY_SECTION_POSITION,
-    SUMMARY_TTL,
-    MemoryBook,
-    MemoryManager,
-)
-from turnlog._pack import Packed
-from turnlog._packer import Packer
+from turnlog._memories import MEMORY_SECTION_POSITION, SUMMARY_TTL
 
 DAY = 24 * 3600 * 1_000_000
 T0 = 1_773_532_800_000_000  # 2026-03-15T00:00:00Z

@@ -22,6 +22,7 @@ from turnlog import (
     AssistantMessageAdded,
     Log,
     NotificationAdded,
+    Packer,
     ReasoningPart,
     SessionRewound,
     TextPart,
@@ -29,7 +30,6 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog._packer import Packer
 from turnlog.adapters import Session
 from turnlog.adapters.fakeserver import FakeReply, FakeServer
 from turnlog.adapters.openai_agents import META_KEY, TurnlogSession

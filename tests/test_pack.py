@@ -11,12 +11,18 @@ from typing import Any
 
 import msgspec
 import pytest
-from turnlog import Log, MemoryStore, Policy
-from turnlog._errors import BudgetExceededError, PolicyError
-from turnlog._events import (
+from turnlog import (
     AssistantMessageAdded,
+    BudgetExceededError,
     EventsPinned,
+    Log,
+    MemoryStore,
+    Message,
     NotificationAdded,
+    Packed,
+    Policy,
+    PolicyError,
+    Projection,
     RecallAdded,
     RecallHit,
     SessionRewound,
@@ -25,11 +31,10 @@ from turnlog._events import (
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
+    get_counter,
+    pack,
 )
-from turnlog._pack import Packed, pack
-from turnlog._projection import Projection
-from turnlog._prompt import Message
-from turnlog._tokens import MESSAGE_OVERHEAD, get_counter
+from turnlog._tokens import MESSAGE_OVERHEAD
 from turnlog.testing import (
     Compact,
     SessionItem,

@@ -1,27 +1,32 @@
-"""The built-in pipeline packs the same from running totals as stage by stage.
+"""The two engines pack alike: the incremental one (running sums) and the reference one.
 
-`pack` with the built-in stages computes the
-result from the projection's per-policy sums (`turnlog._pack._pack_default`);
-with any other pipeline it runs the stages one by one. A no-op stage appended
-to the built-in pipeline forces the stage-by-stage path, so the two can be
-compared on every output: prompt bytes, token counts, budget, stage reports,
-decisions, and the error when the budget is exceeded. Projections are packed
-fresh, midway through their history (so the sums are built in steps), and
-under several policies in turn (so per-policy sums are kept apart).
+`pack` runs the built-in pipeline on the incremental engine, which answers the
+stages' moves from per-unit sums kept in the projection's `PackIndex`; with
+``engine="reference"``, or with any custom pipeline (here: the built-in stages and
+a no-op stage), it runs the same stage objects item by item. The two are compared
+on every output: prompt bytes, token counts, budget, stage reports, decisions, and
+the error when the budget is exceeded. Projections are packed fresh, midway through
+their history with one index kept across the packs (so the sums are built in
+steps), and under several policies in turn (so per-policy sums are kept apart).
 """
 
 from __future__ import annotations
 
-import contextlib
-
 import msgspec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from turnlog import Policy
-from turnlog._errors import BudgetExceededError, PolicyError
-from turnlog._pack import DEFAULT_STAGES, Packed, PackState, _pack_default, pack
-from turnlog._projection import Projection
-from turnlog._tokens import get_counter
+from turnlog import (
+    DEFAULT_STAGES,
+    BudgetExceededError,
+    Packed,
+    PackState,
+    Policy,
+    PolicyError,
+    Projection,
+    get_counter,
+    pack,
+)
+from turnlog._pack import PackIndex
 from turnlog.testing import SessionItem, build, check_packed, memory_log, policies, sessions
 
 FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
@@ -35,9 +40,25 @@ def _noop(state: PackState) -> None:
 STAGE_BY_STAGE = (*DEFAULT_STAGES, ("noop", _noop))
 
 
-def _outcome(view: Projection, policy: Policy, *, stepwise: bool) -> Packed | str:
+_INDEXES: dict[int, tuple[Projection, PackIndex]] = {}
+
+
+def _index(view: Projection) -> PackIndex:
+    """One index per projection, kept across its packs (as a `Packer` keeps it)."""
+    found = _INDEXES.get(id(view))
+    if found is None or found[0] is not view:
+        found = _INDEXES[id(view)] = (view, PackIndex())
+    return found[1]
+
+
+def _outcome(view: Projection, policy: Policy, *, stepwise: bool,
+             custom: bool = False) -> Packed | str:
     try:
-        return pack(view, policy, stages=STAGE_BY_STAGE if stepwise else None)
+        if not stepwise:
+            return pack(view, policy, index=_index(view))
+        if custom:
+            return pack(view, policy, stages=STAGE_BY_STAGE)
+        return pack(view, policy, engine="reference")
     except BudgetExceededError as exc:
         return f"over: {exc}"
 
@@ -77,6 +98,7 @@ def test_both_paths_pack_alike(items: list[SessionItem], policy: Policy) -> None
     lineage = _lineage(items)
     fast = _outcome(_view(lineage), policy, stepwise=False)
     _same(fast, _outcome(_view(lineage), policy, stepwise=True))
+    _same(fast, _outcome(_view(lineage), policy, stepwise=True, custom=True))
     if not isinstance(fast, str):
         check_packed(_view(lineage), fast, policy)
 
@@ -116,30 +138,42 @@ def test_a_projection_packed_after_every_few_events_packs_alike(
                       min_size=1, max_size=3))
 def test_one_projection_under_several_policies_packs_alike(
         items: list[SessionItem], first: Policy, other: Policy, fields: set[str]) -> None:
-    with contextlib.suppress(PolicyError):
+    try:
         second = msgspec.structs.replace(first, **{f: getattr(other, f) for f in fields})
-        lineage = _lineage(items)
-        view = _view(lineage)
-        for policy in (first, second, first, other):
-            _same(_outcome(view, policy, stepwise=False),
-                  _outcome(_view(lineage), policy, stepwise=True))
+    except PolicyError:
+        second = None
+    assume(second is not None)
+    assert second is not None
+    lineage = _lineage(items)
+    view = _view(lineage)
+    for policy in (first, second, first, other):
+        _same(_outcome(view, policy, stepwise=False),
+              _outcome(_view(lineage), policy, stepwise=True))
 
 
-def test_the_running_totals_path_is_taken_on_generated_sessions() -> None:
-    # Most packs without summaries go the fast way; pruning that stops part-way
-    # (when the order of the candidates decides) is left to the stages.
-    taken: list[bool] = []
+def test_the_incremental_engine_folds_only_what_is_new() -> None:
+    # The index a packer keeps folds every item once: a pack after one more event
+    # folds that event, not the history again.
+    lineage = _lineage([*_turns(30)])
+    policy = Policy(context_window=4_000, output_reserve=500, prune_min_savings=0)
+    view = _view(lineage[:-1])
+    index = PackIndex()
+    pack(view, policy, index=index)
+    folded = index.policy_index(view, policy).done
+    assert folded == len(view.items)
+    view.apply(lineage[-1])  # type: ignore[arg-type]
+    pack(view, policy, index=index)
+    assert index.policy_index(view, policy).done == folded + 1
 
-    @settings(deadline=None, max_examples=120, database=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(items=sessions(), policy=policies(max_window=32_000))
-    def explore(items: list[SessionItem], policy: Policy) -> None:
-        view = _view(_lineage(items))
-        with contextlib.suppress(BudgetExceededError):
-            taken.append(_pack_default(view, policy, policy.hash, False, True) is not None)
 
-    explore()
-    assert sum(taken) >= 0.8 * len(taken), f"{sum(taken)} of {len(taken)} packs"
+def test_a_custom_pipeline_cannot_ask_for_the_incremental_engine() -> None:
+    view = _view(_lineage([*_turns(2)]))
+    try:
+        pack(view, Policy(), stages=STAGE_BY_STAGE, engine="incremental")
+    except ValueError as exc:
+        assert "built-in pipeline" in str(exc)
+    else:
+        raise AssertionError("a custom pipeline ran on the incremental engine")
 
 
 def test_decisions_are_those_of_the_pack_even_when_read_after_more_events() -> None:
@@ -181,14 +215,14 @@ def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> N
     import turnlog
     from turnlog import (
         AssistantMessageAdded,
+        Compactor,
+        Packer,
         SystemSectionSet,
         TextPart,
         ToolCall,
         ToolResultAdded,
         UserMessageAdded,
     )
-    from turnlog._compact import Compactor
-    from turnlog._packer import Packer
 
     policy = Policy(context_window=9_000, output_reserve=1_000, warning_buffer=3_000,
                     compact_buffer=2_000, blocking_buffer=1_000, prune_protect_tokens=800,
@@ -201,7 +235,6 @@ def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> N
     packer = Packer(log)
     compactor = Compactor(log, packer)
     fired: set[str] = set()
-    taken = 0
     for t in range(70):
         log.append("s", UserMessageAdded(text=f"turn {t}: fix the failing test in mod{t % 5}.py"))
         calls = (ToolCall(id=f"r{t}", name="Read",
@@ -219,12 +252,9 @@ def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> N
         compactor.maybe_compact("s", policy=policy)
         view = packer.projection("s", get_counter("cl100k_base"))
         for chosen in (policy, tight):
-            fast = _outcome(view, chosen, stepwise=False)
+            fast = pack(view, chosen, index=packer.index_of(view))  # the packer's own index
             _same(fast, _outcome(view, chosen, stepwise=True))
             _same(fast, _outcome(_view(list(log.lineage("s"))), chosen, stepwise=True))
-            if not isinstance(fast, str):
-                fired.update(r.name for r in fast.stages if r.fired)
-                taken += _pack_default(view, chosen, chosen.hash, False, False) is not None
-    assert taken >= 100, f"the running totals packed {taken} of 140"
+            fired.update(r.name for r in fast.stages if r.fired)
     assert view.compactions, "the compactor committed nothing"
     assert {"summaries", "dedup", "prune", "trim"} <= fired, fired

@@ -1,4 +1,4 @@
-"""Properties of `turnlog._pack.pack` over generated sessions, checked with `turnlog.testing`.
+"""Properties of `turnlog.pack` over generated sessions, checked with `turnlog.testing`.
 
 Sessions come from `turnlog.testing.sessions` (parallel tool calls, errors, huge and
 blob-sized outputs, late and out-of-order results, notifications, system-section
@@ -20,19 +20,26 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from turnlog import Draft, Event, Log, Policy
-from turnlog._errors import BudgetExceededError, PolicyError
-from turnlog._events import (
+from turnlog import (
     AssistantMessageAdded,
+    BudgetExceededError,
     CompactionCommitted,
+    Draft,
+    Event,
+    Log,
     NotificationAdded,
+    Packed,
+    Packer,
+    PackState,
+    Policy,
+    PolicyError,
+    Projection,
+    StageReport,
     ToolResultAdded,
     UserMessageAdded,
+    get_counter,
+    pack,
 )
-from turnlog._pack import Packed, PackState, StageReport, pack
-from turnlog._packer import Packer
-from turnlog._projection import Projection
-from turnlog._tokens import get_counter
 from turnlog.testing import (
     SessionItem,
     build,
@@ -229,10 +236,10 @@ def test_a_projection_reused_under_another_policy_packs_like_a_fresh_one(
 _CHILD = textwrap.dedent("""
     import sys, msgspec, blake3
     from turnlog import Event, Policy
-    from turnlog._errors import BudgetExceededError, PolicyError
-    from turnlog._pack import pack
-    from turnlog._tokens import get_counter
-    from turnlog._projection import Projection
+    from turnlog import BudgetExceededError, PolicyError
+    from turnlog import pack
+    from turnlog import get_counter
+    from turnlog import Projection
     cases = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(),
                                    type=list[tuple[list[Event], list[Policy]]])
     for events, policies in cases:
@@ -429,7 +436,7 @@ def test_generated_sessions_reach_every_decision_and_stage() -> None:
 
 
 def test_turnlog_does_not_import_hypothesis() -> None:
-    code = ("import sys, turnlog, turnlog._pack, turnlog._packer; "
+    code = ("import sys, turnlog, turnlog._pack, turnlog._pack._packer; "
             "assert 'hypothesis' not in sys.modules and 'turnlog.testing' not in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)

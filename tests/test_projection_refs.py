@@ -1,10 +1,10 @@
 """Reference counts of tool results, kept incrementally, match counting them directly.
 
-A tool result's ``refs`` (pruning priority) is the number of later assistant
-messages that name its target file (by base name) or quote one of its first
-distinctive lines; a message that does both counts once. The projection keeps
-per-file mention counters instead of touching every earlier result a message
-names; this checks it against a direct count over the finished projection.
+A tool result's references (pruning priority) are the later assistant messages
+that name its target file (by base name) or quote one of its first distinctive
+lines; a message that does both counts once. The pruning stage's `PruneFacts`
+keeps per-file mention counters instead of touching every earlier result a
+message names; this checks it against a direct count over the finished projection.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from __future__ import annotations
 import re
 
 from hypothesis import HealthCheck, given, settings
-from turnlog import AssistantMessageAdded, TextPart, ToolCall
-from turnlog._projection import Projection, _basename, _line_key
+from turnlog import AssistantMessageAdded, Projection, TextPart, ToolCall
+from turnlog._pack._dedup import basename as _basename
+from turnlog._pack._prune import PruneFacts, quote_keys
+from turnlog._pack._prune import line_key as _line_key
 from turnlog.testing import SessionItem, build, memory_log, project, sessions
 
 FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
@@ -36,9 +38,15 @@ def counted_directly(view: Projection) -> list[int]:
             if item.kind != "tool" or item.unit < 0:
                 continue
             if (item.target and _basename(item.target) in named) or (
-                    set(item.quote_keys) & quoted):
+                    set(quote_keys(item.event.body.output)) & quoted):  # type: ignore[union-attr]
                 refs[item.index] += 1
     return refs
+
+
+def refs(view: Projection) -> list[int]:
+    facts = PruneFacts()
+    facts.catch_up(view.items)
+    return [facts.refs(item.index) for item in view.items]
 
 
 @FAST
@@ -47,7 +55,7 @@ def test_reference_counts_match_a_direct_count(items: list[SessionItem]) -> None
     log = memory_log()
     session = build(log, "s", items)
     view = project(log, session)
-    assert [item.refs for item in view.items] == counted_directly(view)
+    assert refs(view) == counted_directly(view)
 
 
 def test_a_message_that_names_and_quotes_a_result_counts_once() -> None:
@@ -65,5 +73,5 @@ def test_a_message_that_names_and_quotes_a_result_counts_once() -> None:
         AssistantMessageAdded(parts=(TextPart(text="nothing about it"),)),
     ])
     view = project(log, "s")
-    assert view.items[2].refs == 3
+    assert refs(view)[2] == 3
     assert counted_directly(view)[2] == 3

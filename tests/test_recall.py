@@ -20,8 +20,10 @@ from turnlog import (
     CompactionCommitted,
     MemoryChanged,
     NotificationAdded,
+    Packer,
     Policy,
     RecallAdded,
+    Recaller,
     RecallHit,
     SessionRewound,
     SystemSectionSet,
@@ -29,11 +31,10 @@ from turnlog import (
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
+    covered_digest,
+    get_counter,
 )
-from turnlog._chain import covered_digest
-from turnlog._packer import Packer
-from turnlog._recall import Recaller, capped_hits, tokenize
-from turnlog._tokens import get_counter
+from turnlog._recall import capped_hits, tokenize
 
 
 @pytest.fixture
@@ -316,7 +317,7 @@ def test_search_results_reach_a_prompt_only_through_a_committed_recall(
 
 SCRIPT = """
 import json, sys, turnlog
-from turnlog._recall import Recaller
+from turnlog import Recaller
 log = turnlog.open(":memory:")
 words = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor"]
 for i in range(60):

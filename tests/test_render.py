@@ -39,11 +39,16 @@ from sdkcheck import check
 from turnlog import (
     AssistantMessageAdded,
     BlobRef,
+    Breakpoint,
     BudgetExceededError,
     ImagePart,
+    Message,
     NotificationAdded,
+    Packer,
     Policy,
+    Prompt,
     ReasoningPart,
+    Section,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -51,10 +56,8 @@ from turnlog import (
     ToolSpec,
     ToolsSet,
     UserMessageAdded,
+    pack,
 )
-from turnlog._pack import pack
-from turnlog._packer import Packer
-from turnlog._prompt import Breakpoint, Message, Prompt, Section, check_prompt
 from turnlog.adapters.fakeserver import FakeServer
 from turnlog.adapters.render import (
     EMPTY_TEXT,
@@ -284,7 +287,7 @@ def check_packings(log: turnlog.Log, session: str, budgets: list[Policy]) -> Non
             packed = Packer(log).pack(session, policy=budget)
         except BudgetExceededError:
             continue
-        assert not check_prompt(packed.prompt), check_prompt(packed.prompt)
+        assert not packed.prompt.problems(), packed.prompt.problems()
         check_all_formats(packed.prompt)
 
 
@@ -313,7 +316,7 @@ if testing is not None:
                 packed = pack(view, budget)
             except BudgetExceededError:
                 continue
-            assert not check_prompt(packed.prompt)
+            assert not packed.prompt.problems()
             check_all_formats(packed.prompt)
 
 
@@ -345,7 +348,7 @@ _reasoning = st.builds(
 
 @st.composite
 def prompts(draw: st.DrawFn) -> Prompt:
-    """Well-formed prompts (they pass `check_prompt`) with awkward shapes: starting
+    """Well-formed prompts (they pass `Prompt.problems`) with awkward shapes: starting
     with the assistant, consecutive same-role messages, empty and whitespace
     text, reasoning of every provider, odd call ids, images, many breakpoints."""
     counter = iter(range(10_000))
@@ -400,7 +403,7 @@ def prompts(draw: st.DrawFn) -> Prompt:
 @SETTINGS
 @given(prompt=prompts())
 def test_awkward_prompts_render_to_valid_bodies_in_every_format(prompt: Prompt) -> None:
-    assume(not check_prompt(prompt))
+    assume(not prompt.problems())
     check_all_formats(prompt)
 
 
@@ -434,7 +437,7 @@ def send_with_sdk(server: FakeServer, name: str, body: dict[str, Any]) -> dict[s
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(prompt=prompts())
 def test_sdk_clients_send_rendered_bodies_unchanged(server: FakeServer, prompt: Prompt) -> None:
-    assume(not check_prompt(prompt))
+    assume(not prompt.problems())
     for name in FORMATS:
         body = render_body(prompt, name, model=MODEL, max_tokens=512, blobs=blobs)
         assert send_with_sdk(server, name, body) == body

@@ -22,6 +22,7 @@ from turnlog import (
     InvalidEventError,
     Log,
     NotificationAdded,
+    Packer,
     Policy,
     ProviderErrorReceived,
     RequestIssued,
@@ -33,7 +34,6 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog._packer import Packer
 from turnlog.adapters.client import ProviderError, send
 from turnlog.adapters.fakeserver import FakeReply, FakeServer, http_error, overflow_error
 from turnlog.adapters.render import RenderError
@@ -481,7 +481,7 @@ def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyP
         return packed
 
     monkeypatch.setattr(Packer, "pack", pack_then_someone_appends)
-    monkeypatch.setattr(turnlog._packer, "backoff", slept.append)
+    monkeypatch.setattr(turnlog._pack._packer, "backoff", slept.append)
     request = session.prepare()
     monkeypatch.undo()
     assert slept == [0, 1, 2, 3]  # each re-pack waits first (attempt 0 does not sleep)
@@ -575,7 +575,7 @@ def test_official_sdk_clients_send_the_body_and_their_replies_are_recorded(
 def test_turnlog_replay_re_renders_a_streamed_request_from_its_record(tmp_path: Path) -> None:
     """The record carries the renderer's extra arguments, so `turnlog replay` (which knows
     nothing of the session object) re-renders the body and checks its hash."""
-    from turnlog._packer import Packer
+    from turnlog import Packer
     from turnlog.adapters.render import renderer_for
 
     log = turnlog.open(tmp_path / "store")

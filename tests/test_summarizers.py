@@ -13,16 +13,17 @@ from turnlog import (
     AssistantMessageAdded,
     CompactionCommitted,
     CompactionFailed,
+    Compactor,
     DecodeError,
+    Message,
     Policy,
+    Summarizer,
+    SummaryRequest,
     SystemSectionSet,
     TextPart,
     ToolCall,
     UserMessageAdded,
 )
-from turnlog._compact import Compactor
-from turnlog._prompt import Message
-from turnlog._summarize import Summarizer, SummaryRequest
 from turnlog.adapters.client import ANTHROPIC_VERSION, ProviderError, ProviderTimeoutError, send
 from turnlog.adapters.fakeserver import (
     FakeReply,

@@ -16,8 +16,15 @@ import blake3
 import msgspec
 import pytest
 import turnlog
-from turnlog import GENESIS, Event, ToolResultAdded, UserMessageAdded, VerifyReport, WriteTxn
-from turnlog._lmdb import LMDBStore
+from turnlog import (
+    GENESIS,
+    Event,
+    LMDBStore,
+    ToolResultAdded,
+    UserMessageAdded,
+    VerifyReport,
+    WriteTxn,
+)
 
 EVENT_MARKER = b"EVENT-MARKER-5c1e9a"
 BLOB_MARKER = b"BLOB-MARKER-77d0b3"

@@ -78,7 +78,9 @@ from turnlog import (
     Draft,
     Event,
     NotificationAdded,
+    Packer,
     Policy,
+    Projection,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -86,10 +88,9 @@ from turnlog import (
     ToolSpec,
     ToolsSet,
     UserMessageAdded,
+    notification_text,
+    pack,
 )
-from turnlog._pack import pack
-from turnlog._packer import Packer
-from turnlog._projection import Projection, notification_text
 from turnlog._tokens import TiktokenCounter
 
 from tests.bench import docblock

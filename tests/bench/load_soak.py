@@ -40,14 +40,14 @@ from typing import Any
 import turnlog
 from turnlog import (
     AssistantMessageAdded,
+    Body,
+    Packer,
     Policy,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog._events import Body
-from turnlog._packer import Packer
 
 POLICY = Policy(context_window=32_000, output_reserve=4_000)
 _WORDS = ("the", "file", "test", "build", "error", "function", "module", "value", "fix",

@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 import turnlog
-from turnlog import BudgetExceededError, Policy
-from turnlog._packer import Packer
+from turnlog import BudgetExceededError, Packer, Policy
 from turnlog.adapters.render import FORMATS, render_args, renderer, renderer_for
 from turnlog.adapters.transcripts import import_file
 from turnlog.testing import check_packed

@@ -29,25 +29,27 @@ from collections.abc import Callable, Sequence
 import blake3
 import msgspec
 
-from ._errors import (
+from .._errors import (
     AppendConflictError,
     InvalidArgumentError,
     ReplayMismatchError,
     UnknownSessionError,
 )
-from ._events import Event, PolicySet, RequestIssued
-from ._log import Log, backoff
-from ._pack import DEFAULT_STAGES, Decision, Packed, Stage, pack
-from ._policy import Policy
-from ._projection import Projection
-from ._prompt import Prompt
-from ._tokens import (
+from .._events import Event, PolicySet, RequestIssued
+from .._log import Log, backoff
+from .._policy import Policy
+from .._projection import Projection
+from .._prompt import Prompt
+from .._tokens import (
     CalibratedCounter,
     TiktokenCounter,
     TokenCounter,
     calibration_ratio,
     get_counter,
 )
+from ._engine import Stage, pack
+from ._index import PackIndex
+from ._model import Decision, Packed
 
 __all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
 
@@ -139,7 +141,8 @@ class Packer:
         self.stages = tuple(stages) if stages is not None else None
         self._names = "" if stages is None else ",".join(name for name, _ in stages)
         self._cached_sessions = cached_sessions
-        self._projections: OrderedDict[tuple[str, str], tuple[Projection, int]] = OrderedDict()
+        self._projections: OrderedDict[tuple[str, str], tuple[Projection, int, PackIndex]] = (
+            OrderedDict())
         self._lock = threading.RLock()
         self._loaded: set[str] = set()
 
@@ -183,7 +186,7 @@ class Packer:
                 continue
 
             def write(txn: object, data: bytes = data, name: str = name) -> None:
-                from ._store import WriteTxn
+                from .._store import WriteTxn
                 assert isinstance(txn, WriteTxn)
                 raw = txn.cached(_CACHE_NS, f"{name}:chunks".encode())
                 chunks = int(raw.decode()) if raw else 0
@@ -208,17 +211,32 @@ class Packer:
                     lineage = snap.lineage(session)
                 view = Projection(counter)
                 view.extend(lineage)
-                self._projections[key] = (view, own_head.seq)
+                self._projections[key] = (view, own_head.seq, PackIndex())
                 while len(self._projections) > self._cached_sessions:
                     self._projections.popitem(last=False)
                 return view
             self._projections.move_to_end(key)
-            view, seen = cached
+            view, seen, index = cached
             new = self.log.read(session, seen + 1)
             if new:
                 view.extend(new)
-                self._projections[key] = (view, new[-1].seq)
+                self._projections[key] = (view, new[-1].seq, index)
             return view
+
+    def index_of(self, view: Projection) -> PackIndex | None:
+        """The incremental index the packer keeps for one of its projections (None for
+        a projection it does not hold); pass it to `pack` to pack that projection
+        incrementally."""
+        with self._lock:
+            for cached, _, index in self._projections.values():
+                if cached is view:
+                    return index
+        return None
+
+    def pack_view(self, view: Projection, policy: Policy, *, explain: bool = True) -> Packed:
+        """`pack` one of the packer's projections with its pipeline and index."""
+        return pack(view, policy, stages=self.stages, explain=explain,
+                    index=self.index_of(view))
 
     def projection_at(self, session: str, head_seq: int, counter: TokenCounter) -> Projection:
         """A fresh projection of the lineage up to and including ``head_seq``."""
@@ -239,7 +257,7 @@ class Packer:
         return _policy_at(self.log.lineage(session))
 
     def _any_projection(self, session: str) -> Projection | None:
-        for (name, _), (view, _) in list(self._projections.items()):
+        for (name, _), (view, _, _) in list(self._projections.items()):
             if name == session:
                 return self.projection(session, view.counter)  # brought up to date
         return None
@@ -257,7 +275,7 @@ class Packer:
                 policy = self._policy_event(session) or Policy()
             counter = self.counter_for(policy, self._base_view(session, policy))
             view = self.projection(session, counter)
-            return pack(view, policy, stages=self.stages, explain=explain)
+            return self.pack_view(view, policy, explain=explain)
 
     def _base_view(self, session: str, policy: Policy) -> Projection | None:
         if not policy.tokenizer.startswith("calibrated:"):
@@ -287,7 +305,7 @@ class Packer:
         Raises:
             AppendConflictError: the head kept moving for ``attempts`` tries.
         """
-        from ._log import Draft
+        from .._log import Draft
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
         for attempt in range(attempts):
@@ -354,8 +372,7 @@ class Packer:
         self._load_counts(counter)
         view = Projection(counter)
         view.extend(lineage)
-        stages = self.stages if self.stages is not None else DEFAULT_STAGES
-        return pack(view, policy, stages=stages)
+        return pack(view, policy, stages=self.stages)
 
     def replay(self, session: str, request_seq: int, *,
                render: Renderer | None = None) -> ReplayResult:

@@ -1,0 +1,145 @@
+"""Stage 7 and the prompt itself: sections, kept messages, answers, cache breakpoints.
+
+Both engines end here: given the units the prompt keeps (ascending) and each kept
+item's message and tokens, `assemble` builds the provider-neutral `Prompt`. A call
+with no recorded result is answered by a placeholder (providers refuse a call
+without its result). Cache breakpoints are placed, in priority order, at the end
+of the static system sections (and tools), the latest message, the end of older
+history (the message before the mandatory tail) and the end of the summary
+section; at most ``cache_breakpoints`` of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from .._errors import PackError
+from .._events import (
+    AssistantMessageAdded,
+    NotificationAdded,
+    Part,
+    RecallAdded,
+    TextPart,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+from .._policy import Policy
+from .._projection import (
+    EMPTY_ASSISTANT_TEXT,
+    EMPTY_USER_TEXT,
+    Item,
+    Projection,
+    notification_text,
+    recall_text,
+)
+from .._prompt import Breakpoint, Message, Prompt, Section
+from .._tokens import MESSAGE_OVERHEAD, TokenCounter
+from ._budget import placeholder_result
+from ._model import SUMMARY_SECTION, StageReport
+
+__all__: list[str] = []
+
+#: An item's message and its tokens in the prompt (None: the item is not in it).
+MessageOf = Callable[[int], "tuple[Message, int] | None"]
+
+
+def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
+    """The message of an item: verbatim, or with its content replaced by ``parts``."""
+    body = item.event.body
+    if isinstance(body, ToolResultAdded):
+        return Message(role="tool", parts=parts or (TextPart(text=body.output),),
+                       tool_call_id=body.call_id, name=body.tool_name, is_error=body.is_error,
+                       source=(item.pos,))
+    if isinstance(body, AssistantMessageAdded):
+        # A reply with no parts (an empty completion) still answers the turn.
+        return Message(role="assistant", parts=body.parts or (
+            TextPart(text=EMPTY_ASSISTANT_TEXT),), source=(item.pos,))
+    if isinstance(body, UserMessageAdded):
+        user_parts: tuple[Part, ...] = (TextPart(text=body.text),) if body.text else ()
+        user_parts += tuple(body.images)
+        return Message(role="user", parts=user_parts or (TextPart(text=EMPTY_USER_TEXT),),
+                       source=(item.pos,))
+    if isinstance(body, NotificationAdded):
+        return Message(role="user", parts=parts or (
+            TextPart(text=notification_text(body.source, body.text)),), source=(item.pos,))
+    if isinstance(body, RecallAdded):
+        return Message(role="user", parts=parts or (
+            TextPart(text=recall_text(body, len(body.hits))),), source=(item.pos,))
+    raise PackError(f"internal: no message form for {type(body).__name__}")
+
+
+def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iterable[int],
+             message_of: MessageOf, summary: tuple[str, int], tail_unit: int,
+             ) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
+    """The prompt from the kept units, with its message and section tokens.
+
+    Parameters:
+        kept: the units in the prompt, ascending.
+        message_of: a kept item's message and tokens (None when summarized away).
+        summary: the summary section's text ("" for none) and tokens.
+        tail_unit: where the mandatory tail starts (for the "older history" breakpoint).
+    """
+    sections = [Section(name=name, text=text) for name, text, _ in view.sorted_sections()]
+    section_tokens = [view.section_tokens[s.name] for s in sections]
+    static_count = len(sections)
+    if summary[0]:
+        sections.append(Section(name=SUMMARY_SECTION, text=summary[0]))
+        section_tokens.append(summary[1])
+    messages: list[Message] = []
+    tokens: list[int] = []
+    tail_message = -1
+    units = view.units
+    for u in kept:
+        if u == tail_unit:
+            tail_message = len(messages)
+        unit = units[u]
+        for i in unit.items:
+            found = message_of(i)
+            if found is not None:
+                messages.append(found[0])
+                tokens.append(found[1])
+        if unit.open_calls:
+            _answer_open_calls(view, u, counter, messages, tokens)
+    breakpoints = _breakpoints(policy, view, static_count, len(sections), len(messages),
+                               tail_message)
+    prompt = Prompt(system=tuple(sections), tools=tuple(view.tools), messages=tuple(messages),
+                    breakpoints=breakpoints)
+    return prompt, tuple(tokens), tuple(section_tokens)
+
+
+def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
+                       messages: list[Message], tokens: list[int]) -> None:
+    """Answer each call without a result with a placeholder that says why (never
+    returned, or still running)."""
+    unit = view.units[unit_index]
+    text = placeholder_result(unit.index, len(view.units))
+    first = view.items[unit.items[0]]
+    for call in unit.calls:
+        if call in unit.open_calls:
+            messages.append(Message(role="tool", parts=(TextPart(text=text),),
+                                    tool_call_id=call, is_error=True, source=(first.pos,)))
+            tokens.append(MESSAGE_OVERHEAD + 1 + counter.count(text))
+
+
+def _breakpoints(policy: Policy, view: Projection, static_sections: int, all_sections: int,
+                 n_messages: int, tail_message: int) -> tuple[Breakpoint, ...]:
+    wanted: list[Breakpoint] = []
+    if static_sections or view.tools:
+        wanted.append(Breakpoint(at="system" if static_sections else "tools",
+                                 reason="static system prompt and tools"))
+    if n_messages:
+        wanted.append(Breakpoint(at="message", index=n_messages - 1, reason="latest message"))
+    if 0 < tail_message < n_messages and tail_message - 1 != n_messages - 1:
+        wanted.append(Breakpoint(at="message", index=tail_message - 1, reason="older history"))
+    if all_sections > static_sections:
+        wanted.append(Breakpoint(at="summary", reason="conversation summary"))
+    chosen = wanted[:policy.cache_breakpoints]
+    order = {"tools": 0, "system": 1, "summary": 2, "message": 3}
+    return tuple(sorted(chosen, key=lambda b: (order[b.at], b.index)))
+
+
+def breakpoints_report(prompt: Prompt) -> StageReport:
+    """The breakpoints stage's report."""
+    return StageReport(name="breakpoints", fired=bool(prompt.breakpoints),
+                       detail=", ".join(f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})"
+                                        for b in prompt.breakpoints))

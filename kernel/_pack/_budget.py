@@ -1,0 +1,99 @@
+"""Stage 1, the budget plan: what the prompt may hold, and the levels that gate the stages."""
+
+from __future__ import annotations
+
+import msgspec
+
+from .._errors import BudgetExceededError
+from .._policy import Policy
+from .._projection import Projection
+from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
+from ._model import Budget, StageReport
+
+__all__: list[str] = []
+
+_MISSING_RESULT = "[no result was recorded for this call]"
+_PENDING_RESULT = "[no result yet: the call has not returned]"
+
+
+def placeholder_result(unit: int, units: int) -> str:
+    """The text answering a call with no result: still running when its unit is the
+    last one, else never returned."""
+    return _PENDING_RESULT if unit == units - 1 else _MISSING_RESULT
+
+
+def system_tokens(view: Projection) -> int:
+    """Tokens of the system sections, framing included."""
+    return sum(view.section_tokens.values()) + (MESSAGE_OVERHEAD if view.sections else 0)
+
+
+def synthetic_tokens(view: Projection, counter: TokenCounter) -> int:
+    """Tokens of the placeholder results that answer every call without one."""
+    units = view.units
+    return sum((MESSAGE_OVERHEAD + 1 + counter.count(placeholder_result(u, len(units))))
+               * len(units[u].open_calls) for u in sorted(view.open_units))
+
+
+def plan(policy: Policy, system: int, tools: int) -> Budget:
+    """The budget plan: usable = window - output reserve - safety margin; history
+    budget = usable - system sections - tool schemas - reply framing; the levels."""
+    return Budget(
+        window=policy.context_window, output_reserve=policy.output_reserve,
+        safety_margin=policy.safety_margin, usable=policy.usable,
+        system=system, tools=tools, summary=0,
+        history=policy.usable - system - tools - REPLY_OVERHEAD,
+        warning=policy.level("warning"), compact=policy.level("compact"),
+        blocking=policy.level("blocking"))
+
+
+def thresholds(budget: Budget, policy: Policy, before: int) -> tuple[str, ...]:
+    """The thresholds the prompt crossed before any reduction."""
+    return tuple(name for name, level in (("warning", budget.warning),
+                                         ("compact", budget.compact),
+                                         ("blocking", budget.blocking),
+                                         ("overflow", policy.usable)) if before > level)
+
+
+def opening_reports(view: Projection, policy: Policy, budget: Budget, before: int,
+                    recovering: bool) -> list[StageReport]:
+    """The budget stage's report (and the recovery notice of a recovery pack)."""
+    reports = [StageReport(
+        name="budget", fired=True,
+        detail=(f"usable {policy.usable} = window {policy.context_window} - reserve "
+                f"{policy.output_reserve} - margin {policy.safety_margin}; system "
+                f"{budget.system}, tools {budget.tools}; history budget "
+                f"{budget.history}; pressure {before / max(policy.usable, 1):.3f}"),
+        tokens_before=before, tokens_after=before)]
+    if recovering:
+        reports.append(StageReport(
+            name="recovery", fired=True,
+            detail=(f"the latest request ended in a context-overflow error (position "
+                    f"{view.last_overflow}): truncation to {policy.truncate_lines} lines / "
+                    f"{policy.truncate_bytes} bytes, dedup and pruning at any pressure, trim to "
+                    f"{policy.level('blocking')} tokens"), tokens_before=before,
+            tokens_after=before))
+    return reports
+
+
+def recovery_policy(policy: Policy) -> Policy:
+    """The policy of a recovery pack after a context-overflow error (seed 004's
+    emergency path, without a model call): truncation limits quartered, dedup and
+    pruning at any pressure with no minimum savings, trimming down to 3/4 of the
+    usable budget."""
+    return msgspec.structs.replace(
+        policy, truncate=True, truncate_lines=max(2, policy.truncate_lines // 4),
+        truncate_bytes=max(64, policy.truncate_bytes // 4), dedup=True, prune=True,
+        prune_min_savings=0, prune_protect_tokens=policy.prune_protect_tokens // 4,
+        warning_buffer=None, warning_ratio=0.0, blocking_buffer=None, blocking_ratio=0.75,
+        trim=True)
+
+
+def over_budget(needed: int, policy: Policy) -> BudgetExceededError:
+    """The error for a prompt whose protected part cannot fit."""
+    return BudgetExceededError(
+        f"the prompt needs {needed} tokens but only {policy.usable} are usable "
+        f"(window {policy.context_window} - reserve {policy.output_reserve} - margin "
+        f"{policy.safety_margin}); the mandatory tail from the latest user message, pinned "
+        f"events and calls awaiting results cannot be dropped. Over by {needed - policy.usable}"
+        " tokens: raise context_window, lower output_reserve, or compact/unpin",
+        needed=needed, usable=policy.usable)

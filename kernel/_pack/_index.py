@@ -1,0 +1,306 @@
+"""What the built-in stages would do to each item, kept up to date as a session grows.
+
+Theory of operation
+-------------------
+A `PackIndex` belongs to one projection and is owned by whoever keeps the
+projection (the `Packer` keeps one per cached session and passes it to `pack`;
+`pack` builds a throwaway one when none is given). It folds the projection's
+items and compactions in order, once each, into the state the stages' rules
+read:
+
+* per session (the same under every policy): the pruning facts
+  (`PruneFacts`: references and decision language), the units committed
+  compactions cover (`Coverage`), and each summary block's tokens;
+* per policy, in a `PolicyIndex` keyed by the policy fields the per-item
+  results depend on (the truncation limits, whether dedup is on, the
+  tool-kind mapping): each item's truncation (`Truncate.cut`) and tokens after
+  it, the dedup marks (`DedupIndex`) and their placeholders' tokens, what
+  pruning each result saves (`Prune.tokens`), and per-unit sums of those in
+  Fenwick trees: tokens after truncation, dedup savings and counts, and the
+  savings, tokens and number of the results pruning could replace (those that
+  save tokens and are not superseded). Covered units hold 0 in the sums; their
+  tokens after truncation stay in ``raw``.
+
+The incremental engine (``_indexed``) answers the stages' moves from these
+sums; the reference engine reads the same per-item results, so an item's
+truncation, marks and placeholders are computed by one piece of code for both.
+A rewind rebuilds the projection (its ``generation`` changes) and the index
+starts again. Up to four policy indexes are kept, most recently used last.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from .._policy import Policy
+from .._projection import Item, Projection
+from .._prompt import Message
+from .._tokens import TokenCounter
+from ._dedup import Dedup, DedupIndex
+from ._prune import Prune, PruneFacts
+from ._summaries import Coverage
+from ._truncate import REPLACEABLE, Cut, Truncate
+
+__all__ = ["PackIndex"]
+
+_MAX_POLICY_INDEXES = 4
+
+
+class Sums:
+    """Prefix sums over a growing list of ints with point changes (a Fenwick tree).
+
+    Changes go to ``values`` at once and into the tree at `sync`, which rebuilds
+    it in linear time after a bulk load and updates it in O(log n) per change
+    otherwise.
+    """
+
+    __slots__ = ("_built", "_pending", "_tree", "values")
+
+    def __init__(self) -> None:
+        self.values: list[int] = []
+        self._tree = [0]
+        self._built = 0
+        self._pending: dict[int, int] = {}
+
+    def append(self, value: int) -> None:
+        self.values.append(value)
+
+    def add(self, index: int, delta: int) -> None:
+        self.values[index] += delta
+        if index < self._built:
+            self._pending[index] = self._pending.get(index, 0) + delta
+
+    def sync(self) -> None:
+        values = self.values
+        n = len(values)
+        built = self._built
+        if n == built and not self._pending:
+            return
+        if (n - built + len(self._pending)) * 8 > n:
+            self._tree = _built_tree(values)
+        else:
+            tree = self._tree
+            for index, delta in self._pending.items():
+                i = index + 1
+                while i <= built:
+                    tree[i] += delta
+                    i += i & -i
+            for i in range(built + 1, n + 1):
+                total = values[i - 1]
+                j = i - 1
+                low = i - (i & -i)
+                while j > low:
+                    total += tree[j]
+                    j -= j & -j
+                tree.append(total)
+        self._built = n
+        self._pending.clear()
+
+    def prefix(self, end: int) -> int:
+        """``sum(values[:end])`` (after `sync`)."""
+        tree = self._tree
+        total = 0
+        while end > 0:
+            total += tree[end]
+            end &= end - 1
+        return total
+
+
+def _built_tree(values: list[int]) -> list[int]:
+    n = len(values)
+    tree = [0, *values]
+    for i in range(1, n + 1):
+        j = i + (i & -i)
+        if j <= n:
+            tree[j] += tree[i]
+    return tree
+
+
+class PolicyIndex:
+    """Per-item results of the stages under one policy key, and per-unit sums."""
+
+    __slots__ = (
+        "dcount",
+        "dedup",
+        "dedup_tokens",
+        "done",
+        "dsave",
+        "kinds",
+        "marks",
+        "messages",
+        "pcount",
+        "positions",
+        "psave",
+        "ptokens",
+        "raw",
+        "saving",
+        "tokens",
+        "tool_units",
+        "trunc_delta",
+        "trunc_key",
+        "truncated",
+        "verbatim",
+    )
+
+    def __init__(self, policy: Policy) -> None:
+        self.trunc_key = Truncate.key(policy)
+        self.kinds = dict(policy.tool_kinds)
+        self.dedup = DedupIndex(self.kinds) if policy.dedup else None
+        self.done = 0  # items folded in
+        self.marks = 0  # superseded marks folded in
+        self.tokens: list[int] = []  # per item, after truncation
+        self.saving: list[int] = []  # per item: tokens pruning saves (0 unless a tool result)
+        self.positions: list[int] = []  # per item, its lineage position (ascending)
+        self.truncated: dict[int, Cut] = {}  # item -> its truncation
+        self.trunc_delta = 0
+        self.dedup_tokens: dict[int, int] = {}  # superseded item -> its placeholder's tokens
+        self.raw: list[int] = []  # per unit, tokens after truncation (covered or not)
+        self.verbatim = Sums()
+        self.dsave = Sums()
+        self.dcount = Sums()
+        self.psave = Sums()
+        self.ptokens = Sums()
+        self.pcount = Sums()
+        self.tool_units: list[int] = []  # units holding a tool result, ascending
+        self.messages: dict[int, Message] = {}  # item * 4 + form -> message (recent ones)
+
+    def matches(self, policy: Policy) -> bool:
+        """True when this index holds the per-item results of ``policy``."""
+        return (self.trunc_key == Truncate.key(policy)
+                and (self.dedup is not None) == policy.dedup and self.kinds == policy.tool_kinds)
+
+    def sums(self) -> tuple[Sums, ...]:
+        """Every per-unit sum."""
+        return (self.verbatim, self.dsave, self.dcount, self.psave, self.ptokens, self.pcount)
+
+    def catch_up(self, view: Projection, policy: Policy, covered: set[int]) -> None:
+        """Fold in the items appended since the last call."""
+        items = view.items
+        counter = view.counter
+        for index in range(self.done, len(items)):
+            item = items[index]
+            self._item(item, policy, counter, covered)
+            if self.dedup is not None and item.unit >= 0 and item.kind == "tool":
+                self.dedup.add(item)
+                self._fold_marks(items, counter, covered)
+        self.done = len(items)
+
+    def _item(self, item: Item, policy: Policy, counter: TokenCounter, covered: set[int]) -> None:
+        unit = item.unit
+        tokens = item.tokens
+        saving = 0
+        if unit >= 0:
+            if self.trunc_key is not None and item.kind in REPLACEABLE:
+                cut = Truncate.cut(item, policy, counter)
+                if cut is not None:
+                    self.truncated[item.index] = cut
+                    self.trunc_delta += cut.tokens - tokens
+                    tokens = cut.tokens
+            if unit == len(self.raw):
+                for sums in self.sums():
+                    sums.append(0)
+                self.raw.append(0)
+            self.raw[unit] += tokens
+            live = unit not in covered
+            if live:
+                self.verbatim.add(unit, tokens)
+            if item.kind == "tool":
+                _add_sorted(self.tool_units, unit)
+                saving = tokens - Prune.tokens(item, policy, counter)
+                if saving > 0 and live:
+                    self.psave.add(unit, saving)
+                    self.ptokens.add(unit, tokens)
+                    self.pcount.add(unit, 1)
+        self.tokens.append(tokens)
+        self.saving.append(saving)
+        self.positions.append(item.pos)
+
+    def _fold_marks(self, items: Sequence[Item], counter: TokenCounter,
+                    covered: set[int]) -> None:
+        assert self.dedup is not None
+        marked = self.dedup.marked
+        while self.marks < len(marked):
+            index = marked[self.marks]
+            self.marks += 1
+            placeholder = Dedup.tokens(self.dedup.superseded[index], counter)
+            self.dedup_tokens[index] = placeholder
+            unit = items[index].unit
+            if unit in covered:
+                continue
+            tokens = self.tokens[index]
+            self.dsave.add(unit, tokens - placeholder)
+            self.dcount.add(unit, 1)
+            saving = self.saving[index]
+            if saving > 0:  # a superseded result is deduplicated, not pruned
+                self.psave.add(unit, -saving)
+                self.ptokens.add(unit, -tokens)
+                self.pcount.add(unit, -1)
+
+    def cover(self, units: list[int]) -> None:
+        """Take newly covered units out of the sums."""
+        for unit in units:
+            if unit >= len(self.raw):
+                continue  # folded later, as covered
+            for sums in self.sums():
+                if sums.values[unit]:
+                    sums.add(unit, -sums.values[unit])
+
+    def sync(self) -> None:
+        """Bring the Fenwick trees up to date with the changes folded in."""
+        for sums in self.sums():
+            sums.sync()
+
+
+class PackIndex:
+    """The stages' incremental state for one projection (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self._reset()
+
+    def _reset(self) -> None:
+        self.facts = PruneFacts()
+        self.coverage = Coverage()
+        self.summary_tokens: dict[int, int] = {}
+        self._policies: list[PolicyIndex] = []
+        self._positions: list[int] = []
+
+    def catch_up(self, view: Projection) -> None:
+        """Fold in what the projection gained since the last call (session state)."""
+        if view.generation != self.generation:
+            self._reset()
+            self.generation = view.generation
+        items = view.items
+        self._positions.extend(item.pos for item in items[len(self._positions):])
+        self.facts.catch_up(items)
+        new = self.coverage.catch_up(view, self._positions)
+        if new:
+            for index in self._policies:
+                index.cover(new)
+
+    def policy_index(self, view: Projection, policy: Policy) -> PolicyIndex:
+        """The policy's index, created or brought up to date (`catch_up` first)."""
+        found: PolicyIndex | None = None
+        for candidate in self._policies:
+            if candidate.matches(policy):
+                found = candidate
+                break
+        if found is None:
+            found = PolicyIndex(policy)
+            self._policies.append(found)
+            del self._policies[:-_MAX_POLICY_INDEXES]
+        found.catch_up(view, policy, self.coverage.covered)
+        found.sync()
+        return found
+
+
+def _add_sorted(values: list[int], value: int) -> None:
+    """Add ``value`` to an ascending list of distinct ints (usually at its end)."""
+    if not values or values[-1] < value:
+        values.append(value)
+        return
+    at = bisect_left(values, value)
+    if values[at] != value:
+        values.insert(at, value)
+

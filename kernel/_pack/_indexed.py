@@ -1,0 +1,400 @@
+"""The incremental engine: the ledger moves answered from the index's running sums.
+
+Theory of operation
+-------------------
+The built-in pipeline runs here. Every move the stages make is answered from
+the per-unit Fenwick sums of the projection's `PolicyIndex` (see ``_index``)
+instead of a walk over the history:
+
+* truncation is already in the sums (tokens after truncation);
+* summarizing takes the covered units (which hold 0 in the sums) out of the
+  total, minus the protected ones;
+* dedup and "prune every candidate" subtract the sums' savings over the units
+  they apply to, minus the protected units' values, and (for pruning) the
+  shielded results;
+* pruning one candidate at a time (when the order of the candidates decides
+  which ones go) records each one;
+* trimming finds the cut by binary search over the group ends, with the tokens
+  dropped before a unit boundary computed from the same sums.
+
+What was decided is kept in that compact form (flags, the prune boundary and
+shield, the pruned points, the cut), so the prompt walks only the units it
+keeps and the decisions are built only when read. The engine is correct for
+the built-in stages in their built-in order only (truncation must come first,
+since the sums hold tokens after it); `pack` never runs anything else here.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+
+from .._events import TextPart
+from .._policy import Policy
+from .._projection import Item, Projection, Unit
+from .._prompt import Message
+from .._tokens import REPLY_OVERHEAD, TokenCounter
+from ._assemble import message
+from ._budget import plan, synthetic_tokens, system_tokens
+from ._dedup import Dedup, DedupIndex
+from ._explain import Common, Facts
+from ._index import PackIndex, PolicyIndex
+from ._ledger import Protection
+from ._model import Budget, Decision
+from ._prune import Prune, PruneFacts
+from ._summaries import Summaries, SummaryPlan, run_of, shown_budget
+from ._truncate import Truncate
+
+__all__: list[str] = []
+
+_VERBATIM, _TRUNCATED, _DEDUPLICATED, _PRUNED = range(4)
+
+
+class IndexedLedger:
+    """The prompt as the built-in stages pack it, from running sums."""
+
+    def __init__(self, view: Projection, policy: Policy, counter: TokenCounter,
+                 index: PackIndex) -> None:
+        self.view = view
+        self.policy = policy
+        self.counter = counter
+        index.catch_up(view)
+        self._pack_index = index
+        self.index: PolicyIndex = index.policy_index(view, policy)
+        self.protection = Protection(view)
+        self.n_units = len(view.units)
+        self.system = system_tokens(view)
+        self.synthetic = synthetic_tokens(view, counter)
+        self.budget: Budget = plan(policy, self.system, view.tools_tokens)
+        self.total = (self.system + view.tools_tokens + self.synthetic + REPLY_OVERHEAD
+                      + view.unit_tokens)
+        # what was decided
+        self.plan: SummaryPlan | None = None
+        self.deduped = False
+        self.pruned_all = False
+        self.boundary = 0  # prune applies to units before it
+        self.shielded: set[int] = set()
+        self.points: dict[int, int] = {}  # items pruned one at a time -> their saving
+        self.cut = 0  # units before it, except protected ones, are dropped
+        self.trim_detail: Callable[[Unit], str] | None = None
+
+    # -- what the stages read --------------------------------------------------------
+    @property
+    def dedup_index(self) -> DedupIndex:
+        assert self.index.dedup is not None, "dedup is off in this policy"
+        return self.index.dedup
+
+    @property
+    def prune_facts(self) -> PruneFacts:
+        return self._pack_index.facts
+
+    @property
+    def summary_tokens(self) -> MutableMapping[int, int]:
+        return self._pack_index.summary_tokens
+
+    # -- the moves ----------------------------------------------------------------------
+    def truncate(self, stage: Truncate) -> int:
+        self.total += self.index.trunc_delta
+        return len(self.index.truncated)
+
+    def protected_tokens(self) -> int:
+        raw = self.index.raw
+        return self.synthetic + sum(raw[u] for u in self.protection.units(self.n_units))
+
+    def summarize_covered(self, plan: SummaryPlan) -> int:
+        coverage = self._pack_index.coverage
+        index = self.index
+        covered = [u for u in self.protection.units(self.n_units) if u in coverage.covered]
+        summarized = (self.view.unit_tokens + index.trunc_delta
+                      - index.verbatim.prefix(self.n_units)
+                      - sum(index.raw[u] for u in covered))
+        self.total -= summarized
+        if plan.shown:
+            self.total += plan.tokens + plan.framing
+        self.budget, framing = shown_budget(self.budget, plan)
+        self.system += framing
+        self.plan = plan
+        return coverage.in_range_total - sum(coverage.in_range[u] for u in covered)
+
+    def deduplicate(self, stage: Dedup) -> int:
+        index = self.index
+        saved = index.dsave.prefix(self.n_units)
+        count = index.dcount.prefix(self.n_units)
+        for u in self.protection.units(self.n_units):
+            saved -= index.dsave.values[u]
+            count -= index.dcount.values[u]
+        self.total -= saved
+        self.deduped = True
+        return count
+
+    def prunable_newest_first(self, end: int) -> Iterator[tuple[int, int]]:
+        index = self.index
+        coverage = self._pack_index.coverage
+        units, items = self.view.units, self.view.items
+        superseded = index.dedup.superseded if self.deduped and index.dedup else {}
+        tool_units = index.tool_units
+        protection = self.protection
+        k = bisect_left(tool_units, end) - 1
+        while k >= 0:
+            u = tool_units[k]
+            if u in coverage.covered:  # skip the whole summarized run
+                run = coverage.run_of(u)
+                assert run is not None
+                k = bisect_left(tool_units, run[0]) - 1
+                continue
+            k -= 1
+            if u in protection:
+                continue
+            for i in reversed(units[u].items):
+                if items[i].kind == "tool" and i not in superseded:
+                    yield i, index.tokens[i]
+
+    def prune_candidates(self, stage: Prune, end: int, shielded: Sequence[int]) -> list[int]:
+        skip = set(shielded)
+        saving = self.index.saving
+        return [i for i, _ in self.prunable_newest_first(end) if i not in skip and saving[i] > 0]
+
+    def prune_potential(self, stage: Prune, end: int,
+                        shielded: Sequence[int]) -> tuple[int, int, int]:
+        index = self.index
+        potential = index.ptokens.prefix(end)
+        count = index.pcount.prefix(end)
+        saved = index.psave.prefix(end)
+        for u in self.protection.units(self.n_units):
+            if u < end:
+                potential -= index.ptokens.values[u]
+                count -= index.pcount.values[u]
+                saved -= index.psave.values[u]
+        for i in shielded:
+            if index.saving[i] > 0:
+                potential -= index.tokens[i]
+                count -= 1
+                saved -= index.saving[i]
+        return potential, count, saved
+
+    def prune_all(self, stage: Prune, end: int, shielded: Sequence[int]) -> int:
+        _, count, saved = self.prune_potential(stage, end, shielded)
+        self.total -= saved
+        self.pruned_all = True
+        self.boundary = end
+        self.shielded = set(shielded)
+        return count
+
+    def prune_one(self, stage: Prune, index: int) -> bool:
+        saving = self.index.saving[index]
+        self.points[index] = saving
+        self.total -= saving
+        return True
+
+    def drop_oldest(self, ends: Sequence[int], target: int,
+                    detail: Callable[[Unit], str]) -> tuple[int, int]:
+        if not ends:
+            return 0, 0
+        dropped = self._dropped_before()
+        lo, hi = 1, len(ends)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.total - dropped(ends[mid - 1]) <= target:
+                hi = mid
+            else:
+                lo = mid + 1
+        self.cut = ends[lo - 1]
+        self.trim_detail = detail
+        self.total -= dropped(self.cut)
+        return lo, self.cut - bisect_left(self.protection.older, self.cut)
+
+    def _dropped_before(self) -> Callable[[int], int]:
+        """Tokens of the unprotected, unsummarized units before a unit boundary, as the
+        stages so far left them."""
+        index = self.index
+        older = self.protection.older
+        kept_older = [0]  # prefix sums of the older protected units' tokens
+        for u in older:
+            kept_older.append(kept_older[-1] + self._sum_tokens(u))
+        # results shielded from "prune every candidate" and results pruned one by one,
+        # by unit: their savings are added back / taken off
+        adjust = sorted([(self.view.items[i].unit, index.saving[i]) for i in self.shielded
+                         if index.saving[i] > 0]
+                        + [(self.view.items[i].unit, -s) for i, s in self.points.items()])
+        adjust_units = [u for u, _ in adjust]
+        adjust_sums = [0]
+        for _, s in adjust:
+            adjust_sums.append(adjust_sums[-1] + s)
+
+        def dropped(end: int) -> int:
+            out = index.verbatim.prefix(end)
+            if self.deduped:
+                out -= index.dsave.prefix(end)
+            if self.pruned_all:
+                out -= index.psave.prefix(min(end, self.boundary))
+            out += adjust_sums[bisect_left(adjust_units, end)]
+            return out - kept_older[bisect_left(older, end)]
+        return dropped
+
+    def _sum_tokens(self, unit: int) -> int:
+        """A unit's tokens as the sums count them (0 when covered)."""
+        index = self.index
+        out = index.verbatim.values[unit]
+        if self.deduped:
+            out -= index.dsave.values[unit]
+        if self.pruned_all and unit < self.boundary:
+            out -= index.psave.values[unit]
+        return out
+
+    # -- the outcome -------------------------------------------------------------------
+    def kept_units(self) -> Iterator[int]:
+        """Units in the prompt, ascending: protected units before the cut, then every
+        unit from the cut on that is not summarized (covered and unprotected)."""
+        older, cut, n_units = self.protection.older, self.cut, self.n_units
+        tail = self.protection.tail_unit
+        for u in older:
+            if u >= cut:
+                break
+            yield u
+        coverage = self._pack_index.coverage
+        starts, ends = (coverage.starts, coverage.ends) if self.plan is not None else ([], [])
+        k = bisect_left(ends, cut + 1)  # the first run ending after the cut
+        u = cut
+        while u < n_units:
+            if k < len(starts) and starts[k] <= u:
+                end = min(ends[k], n_units)
+                yield from older[bisect_left(older, u):bisect_left(older, end)]
+                yield from range(max(u, tail), end)
+                u = end
+                k += 1
+            else:
+                end = starts[k] if k < len(starts) else n_units
+                yield from range(u, end)
+                u = end
+
+    def form(self, item: Item) -> tuple[int, int]:
+        """A kept item's form in the prompt and its tokens."""
+        i, u = item.index, item.unit
+        index = self.index
+        protected = u in self.protection
+        if self.deduped and not protected and index.dedup is not None \
+                and i in index.dedup.superseded:
+            return _DEDUPLICATED, index.dedup_tokens[i]
+        if (self.pruned_all and not protected and u < self.boundary and index.saving[i] > 0
+                and i not in self.shielded) or i in self.points:
+            return _PRUNED, index.tokens[i] - index.saving[i]
+        if i in index.truncated:
+            return _TRUNCATED, index.tokens[i]
+        return _VERBATIM, item.tokens
+
+    def message(self, item: Item, form: int) -> Message:
+        """A kept item's message in its form (cached in the index)."""
+        key = item.index * 4 + form
+        cache = self.index.messages
+        found = cache.get(key)
+        if found is None:
+            if form == _VERBATIM:
+                found = message(item, None)
+            elif form == _TRUNCATED:
+                found = message(item, (TextPart(text=self.index.truncated[item.index].text),))
+            elif form == _DEDUPLICATED:
+                mark = self.dedup_index.superseded[item.index]
+                found = message(item, (TextPart(text=Dedup.text(mark)),))
+            else:
+                found = message(item, (TextPart(text=Prune.text(item, self.policy)),))
+            cache[key] = found
+        return found
+
+    def outcome(self) -> Kept:
+        """Walk the kept units once: the messages, and what the decisions need."""
+        return Kept(self)
+
+
+class Kept:
+    """The kept items' messages of an indexed pack and, on demand, its decisions.
+
+    Holds what the decisions need as of the pack: the forms of kept items that are
+    not verbatim, the references of pruned ones, the cut, the protection and the
+    covered runs."""
+
+    def __init__(self, ledger: IndexedLedger) -> None:
+        self.ledger = ledger
+        self.forms: dict[int, int] = {}
+        self.refs: dict[int, tuple[int, bool]] = {}
+        self.used: list[int] = []
+        self.facts: Facts | None = None
+        coverage = ledger._pack_index.coverage
+        self.runs = ((list(coverage.starts), list(coverage.ends)) if ledger.plan is not None
+                     else ([], []))
+        self._details: dict[int, str] | None = None
+
+    def message_of(self, i: int) -> tuple[Message, int]:
+        """A kept item's message and tokens (records its form for the decisions)."""
+        ledger = self.ledger
+        item = ledger.view.items[i]
+        form, tokens = ledger.form(item)
+        if form != _VERBATIM:
+            self.forms[i] = form
+            if form == _PRUNED:
+                facts = ledger.prune_facts
+                self.refs[i] = (facts.refs(i), i in facts.decided)
+        self.used.append(i * 4 + form)
+        return ledger.message(item, form), tokens
+
+    def trim_cache(self) -> None:
+        """Keep the message cache to recent messages."""
+        cache = self.ledger.index.messages
+        if len(cache) > 2 * len(self.used) + 256:
+            self.ledger.index.messages = {key: cache[key] for key in self.used if key in cache}
+
+    def freeze(self) -> None:
+        """Snapshot the projection's facts for decisions built later."""
+        self.facts = Facts(self.ledger.view)
+
+    def decision(self, i: int, common: Common) -> Decision:
+        """The decision of an item of a unit, as of the pack."""
+        assert self.facts is not None
+        ledger = self.ledger
+        item = self.facts.items[i]
+        original, unit = item.tokens, item.unit
+        protected = unit in ledger.protection
+        if unit < ledger.cut and not protected:
+            assert ledger.trim_detail is not None
+            return Decision(**common, decision="trimmed", rule="trim.turn",
+                            detail=ledger.trim_detail(self.facts.units[unit]),
+                            original_tokens=original)
+        if not protected and run_of(*self.runs, unit) is not None:
+            return Decision(**common, decision="summarized", rule="summaries.compaction",
+                            detail=self._summary_detail(item), original_tokens=original)
+        return self._kept(item, common, protected)
+
+    def _kept(self, item: Item, common: Common, protected: bool) -> Decision:
+        ledger, index, i = self.ledger, self.ledger.index, item.index
+        form, original = self.forms.get(i, _VERBATIM), item.tokens
+        if form == _TRUNCATED:
+            cut = index.truncated[i]
+            return Decision(**common, decision="truncated", rule=cut.rule,
+                            detail=Truncate.detail(item, cut.rule), tokens=cut.tokens,
+                            original_tokens=original)
+        if form == _DEDUPLICATED:
+            tier, by, _ = ledger.dedup_index.superseded[i]
+            assert self.facts is not None
+            return Decision(**common, decision="deduplicated", rule=f"dedup.tier{tier}",
+                            detail=f"superseded by position {self.facts.items[by].pos}",
+                            tokens=index.dedup_tokens[i], original_tokens=original)
+        if form == _PRUNED:
+            refs, decided = self.refs[i]
+            return Decision(**common, decision="pruned", rule="prune.score",
+                            detail=Prune.detail(item, ledger.policy, refs, decided),
+                            tokens=index.tokens[i] - index.saving[i], original_tokens=original)
+        return Decision(**common, decision="verbatim",
+                        rule="verbatim.protected" if protected else "verbatim",
+                        tokens=original, original_tokens=original)
+
+    def _summary_detail(self, item: Item) -> str:
+        assert self.facts is not None
+        if self._details is None:
+            facts = self.facts
+            self._details = Summaries.detail_of(facts.events,
+                                                facts.compactions[:facts.n_compactions])
+        found = self._details.get(item.pos)
+        if found is not None:
+            return found
+        facts = self.facts
+        members = [facts.items[i] for i in facts.units[item.unit].items if i < facts.n_items]
+        return Summaries.unit_detail(self._details, members)

@@ -1,0 +1,141 @@
+"""The ledger: what a built-in stage reads and changes, written once for both engines.
+
+Theory of operation
+-------------------
+Each built-in stage (truncate, summaries, dedup, prune, trim) is one object that
+holds its rule: its gate, its per-item texts and numbers, its order, its report
+and the words of its decisions. It acts on the prompt only through a `Ledger`,
+whose operations are the few bulk moves the stages make: cut every oversized
+item, summarize the covered units, replace every superseded result, replace
+prune candidates (all, or one at a time in priority order), drop the oldest
+groups of units until a level is met. Two engines implement the ledger:
+
+* the reference engine (`PackState`) applies each move item by item, and is
+  what custom stages change directly (``replace``, ``drop_unit``...);
+* the incremental engine (``_index.IndexedLedger``) answers each move from
+  per-unit running sums the `Packer` keeps up to date as the log grows, so a
+  pack after one append costs about O(log n) plus the prompt it returns.
+
+A stage cannot tell them apart, so its rule is written once; the engines differ
+only in how they add up. ``tests/test_pack_paths.py`` packs every generated
+session with both and requires the same bytes, reports and decisions.
+
+Protection (the mandatory tail, pinned events, calls awaiting a result) is the
+ledger's, not the stages': no move ever changes a protected unit, except
+truncation, which only cuts inside one event and says where the rest is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from .._policy import Policy
+from .._projection import Item, Projection, Unit
+from .._tokens import TokenCounter
+from ._model import Budget
+
+if TYPE_CHECKING:
+    from ._dedup import Dedup, DedupIndex
+    from ._prune import Prune, PruneFacts
+    from ._summaries import SummaryPlan
+    from ._truncate import Truncate
+
+__all__: list[str] = []
+
+
+class Replacement(NamedTuple):
+    """What a stage puts in place of an item: the text, its tokens, the rule and the
+    numbers in words."""
+
+    text: str
+    tokens: int
+    rule: str
+    detail: str
+
+
+class Protection:
+    """Which units no stage may reduce: the mandatory tail (every unit from the
+    latest user message on; with no user message, the last unit), pinned units and
+    units with a call still waiting for its result."""
+
+    __slots__ = ("older", "older_set", "tail_unit")
+
+    def __init__(self, view: Projection) -> None:
+        units = view.units
+        self.tail_unit = (view.turn_starts[-1] if view.turn_starts
+                          else max(len(units) - 1, 0))
+        older = set(view.open_units)
+        items = view.items
+        for pos in view.pins:
+            index = view.item_at.get(pos)
+            if index is not None and items[index].unit >= 0:
+                older.add(items[index].unit)
+        self.older = sorted(u for u in older if u < self.tail_unit)
+        self.older_set = set(self.older)
+
+    def __contains__(self, unit: int) -> bool:
+        return unit >= self.tail_unit or unit in self.older_set
+
+    def units(self, n_units: int) -> Iterator[int]:
+        """Every protected unit, ascending."""
+        yield from self.older
+        yield from range(self.tail_unit, n_units)
+
+
+class Ledger(Protocol):
+    """The prompt as it is being packed, and the moves the built-in stages make."""
+
+    @property
+    def view(self) -> Projection: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def counter(self) -> TokenCounter: ...
+    @property
+    def budget(self) -> Budget: ...
+    @property
+    def total(self) -> int:
+        """Tokens of the whole prompt as it stands."""
+    @property
+    def protection(self) -> Protection: ...
+    @property
+    def dedup_index(self) -> DedupIndex: ...
+    @property
+    def prune_facts(self) -> PruneFacts: ...
+    @property
+    def summary_tokens(self) -> MutableMapping[int, int]:
+        """A cache of each summary block's tokens, by compaction position."""
+
+    def truncate(self, stage: Truncate) -> int:
+        """Cut every oversized item; the number cut."""
+    def protected_tokens(self) -> int:
+        """Tokens of the protected units and the placeholder results."""
+    def summarize_covered(self, plan: SummaryPlan) -> int:
+        """Summarize the covered units that are not protected and show the plan's
+        section; the number of items inside the summaries' spans summarized."""
+    def deduplicate(self, stage: Dedup) -> int:
+        """Replace every superseded result outside the protected units; the number."""
+    def prunable_newest_first(self, end: int) -> Iterator[tuple[int, int]]:
+        """``(item, tokens)`` of the tool results prune may consider in units before
+        ``end`` (live, not protected, not deduplicated), newest first."""
+    def prune_potential(self, stage: Prune, end: int,
+                        shielded: Sequence[int]) -> tuple[int, int, int]:
+        """``(tokens, count, saving)`` of the prune candidates: the results of
+        `prunable_newest_first` that are not shielded and that pruning shrinks."""
+    def prune_candidates(self, stage: Prune, end: int, shielded: Sequence[int]) -> list[int]:
+        """The prune candidates' item indexes."""
+    def prune_all(self, stage: Prune, end: int, shielded: Sequence[int]) -> int:
+        """Prune every candidate; the number."""
+    def prune_one(self, stage: Prune, index: int) -> bool:
+        """Prune one candidate."""
+    def drop_oldest(self, ends: Sequence[int], target: int,
+                    detail: Callable[[Unit], str]) -> tuple[int, int]:
+        """Drop the unprotected units before ``ends[k]`` for the smallest ``k`` that
+        brings the prompt to ``target`` tokens (or before the last end); ``detail``
+        gives a dropped unit's decision detail. Returns ``(groups, units)`` dropped."""
+
+
+def live_items(view: Projection) -> Iterator[Item]:
+    """Items that belong to a unit (orphan results excluded)."""
+    return (item for item in view.items if item.unit >= 0)
