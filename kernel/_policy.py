@@ -144,10 +144,22 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     cache_read_price: float = 0.30
     input_price: float = 3.0
     cache_horizon_turns: NonNeg = 10
+    # -- packing rules (fields added after 0.1.0: absent from old records) -----------
+    #: The packing rules version. 1 is turnlog 0.1.0's: the whole current turn is the
+    #: mandatory tail, nothing is clipped, call ids go out as logged, committed summaries
+    #: always replace their events. 2: the tail is the latest user message plus the
+    #: last ``tail_steps`` steps, oversized texts are clipped, call ids are made unique
+    #: in the prompt, summaries are a packing choice gated by ``summary_gate``, and
+    #: trimmed runs leave a marker (see docs/packing.md).
+    rules: Annotated[int, msgspec.Meta(ge=1, le=2)] = 1
+    tail_steps: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 4
+    clip_ratio: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.25
+    summary_gate: Ratio = 0.72
 
     def __post_init__(self) -> None:
         for name in ("warning_ratio", "compact_ratio", "blocking_ratio", "truncate_head_ratio",
-                     "summary_budget", "cache_write_price", "cache_read_price", "input_price"):
+                     "summary_budget", "cache_write_price", "cache_read_price", "input_price",
+                     "clip_ratio", "summary_gate"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, (int, float))
                                       or math.isnan(value) or math.isinf(value) or value < 0):

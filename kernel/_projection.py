@@ -127,6 +127,10 @@ class Unit(msgspec.Struct, frozen=True, gc=False, eq=False):
         items: item indexes: the message, then results as they arrive.
         calls: the ids of its tool calls, in call order.
         open_calls: the calls still waiting for a result, in call order.
+        wire_ids: the id each call gets in a prompt, in call order: its own id the
+            first time the session uses it, a derived one (``ID_2``, ``ID_3``...) when
+            an earlier call of the lineage used it already, so that every call of a
+            prompt has its own id (the log keeps the ids as given).
     """
 
     index: int
@@ -134,6 +138,7 @@ class Unit(msgspec.Struct, frozen=True, gc=False, eq=False):
     items: tuple[int, ...]
     calls: tuple[str, ...] = ()
     open_calls: tuple[str, ...] = ()
+    wire_ids: tuple[str, ...] = ()
 
     @property
     def pending(self) -> bool:
@@ -229,6 +234,8 @@ class Projection:
         self._call_unit: dict[str, int] = {}
         self._unit_tokens = 0
         self._open_units: set[int] = set()
+        self._assistant_units: list[int] = []
+        self._call_ids: set[str] = set()  # every call id and wire id used so far
 
     # -- folding -----------------------------------------------------------------
     def extend(self, events: Iterable[Event]) -> None:
@@ -269,12 +276,30 @@ class Projection:
     def _assistant(self, pos: int, event: Event, body: AssistantMessageAdded) -> None:
         item = self._new_item(pos, event, "assistant", len(self._units))
         calls = tuple(p.id for p in body.parts if isinstance(p, ToolCall))
+        self._assistant_units.append(len(self._units))
         unit = self._new_unit(item, calls)
+        if calls:
+            self._units[unit.index] = unit = msgspec.structs.replace(
+                unit, wire_ids=self._wire_ids(calls))
         self._tool_calls += len(calls)
         if calls:
             self._open_units.add(unit.index)
         for call in calls:
             self._call_unit[call] = unit.index
+
+    def _wire_ids(self, calls: tuple[str, ...]) -> tuple[str, ...]:
+        """Prompt ids for a message's calls: unique over the lineage so far."""
+        seen = self._call_ids
+        out: list[str] = []
+        for call in calls:
+            wire = call
+            n = 1
+            while wire in seen:
+                n += 1
+                wire = f"{call}_{n}"
+            seen.add(wire)
+            out.append(wire)
+        return tuple(out)
 
     def _tool_result(self, pos: int, event: Event, body: ToolResultAdded) -> None:
         unit_index = self._call_unit.get(body.call_id)
@@ -431,6 +456,12 @@ class Projection:
     def turn_starts(self) -> Sequence[int]:
         """The unit index where each turn starts (one per user message)."""
         return self._turn_starts
+
+    @property
+    def assistant_units(self) -> Sequence[int]:
+        """Indexes of the units that start with an assistant message (the steps), in
+        order."""
+        return self._assistant_units
 
     @property
     def rewound(self) -> Set[int]:

@@ -12,6 +12,9 @@ section; at most ``cache_breakpoints`` of them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+import msgspec
 
 from .._errors import PackError
 from .._events import (
@@ -20,6 +23,7 @@ from .._events import (
     Part,
     RecallAdded,
     TextPart,
+    ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
@@ -36,6 +40,9 @@ from .._prompt import Breakpoint, Message, Prompt, Section
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
 from ._budget import placeholder_result
 from ._model import SUMMARY_SECTION, StageReport
+
+if TYPE_CHECKING:
+    from ._trim import Marker
 
 __all__: list[str] = []
 
@@ -70,6 +77,7 @@ def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
 
 def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iterable[int],
              message_of: MessageOf, summary: tuple[str, int], tail_unit: int,
+             marker: Marker | None = None,
              ) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
     """The prompt from the kept units, with its message and section tokens.
 
@@ -77,7 +85,8 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
         kept: the units in the prompt, ascending.
         message_of: a kept item's message and tokens (None when summarized away).
         summary: the summary section's text ("" for none) and tokens.
-        tail_unit: where the mandatory tail starts (for the "older history" breakpoint).
+        tail_unit: where the current turn starts (for the "older history" breakpoint).
+        marker: the message a trimmed run leaves (rules 2), and where it goes.
     """
     sections = [Section(name=name, text=text) for name, text, _ in view.sorted_sections()]
     section_tokens = [view.section_tokens[s.name] for s in sections]
@@ -89,17 +98,27 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
     tokens: list[int] = []
     tail_message = -1
     units = view.units
+    wire = policy.rules >= 2
     for u in kept:
+        if marker is not None and u == marker.before:
+            messages.append(marker.message)
+            tokens.append(marker.tokens)
+            marker = None
         if u == tail_unit:
             tail_message = len(messages)
         unit = units[u]
+        rename = dict(zip(unit.calls, unit.wire_ids, strict=True)) \
+            if wire and unit.wire_ids != unit.calls else None
         for i in unit.items:
             found = message_of(i)
             if found is not None:
-                messages.append(found[0])
+                messages.append(found[0] if rename is None else _renamed(found[0], rename))
                 tokens.append(found[1])
         if unit.open_calls:
-            _answer_open_calls(view, u, counter, messages, tokens)
+            _answer_open_calls(view, u, counter, messages, tokens, rename)
+    if marker is not None:
+        messages.append(marker.message)
+        tokens.append(marker.tokens)
     breakpoints = _breakpoints(policy, view, static_count, len(sections), len(messages),
                                tail_message)
     prompt = Prompt(system=tuple(sections), tools=tuple(view.tools), messages=tuple(messages),
@@ -108,7 +127,8 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
 
 
 def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
-                       messages: list[Message], tokens: list[int]) -> None:
+                       messages: list[Message], tokens: list[int],
+                       rename: dict[str, str] | None) -> None:
     """Answer each call without a result with a placeholder that says why (never
     returned, or still running)."""
     unit = view.units[unit_index]
@@ -116,9 +136,23 @@ def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
     first = view.items[unit.items[0]]
     for call in unit.calls:
         if call in unit.open_calls:
+            wire = rename.get(call, call) if rename else call
             messages.append(Message(role="tool", parts=(TextPart(text=text),),
-                                    tool_call_id=call, is_error=True, source=(first.pos,)))
+                                    tool_call_id=wire, is_error=True, source=(first.pos,)))
             tokens.append(MESSAGE_OVERHEAD + 1 + counter.count(text))
+
+
+def _renamed(message: Message, rename: dict[str, str]) -> Message:
+    """A message with its call ids (or the id its result answers) as the prompt sends
+    them: unique within the prompt (rules 2; see `Unit.wire_ids`)."""
+    if message.role == "tool":
+        wire = rename.get(message.tool_call_id, message.tool_call_id)
+        return message if wire == message.tool_call_id else \
+            msgspec.structs.replace(message, tool_call_id=wire)
+    parts = tuple(msgspec.structs.replace(p, id=rename[p.id])
+                  if isinstance(p, ToolCall) and rename.get(p.id, p.id) != p.id else p
+                  for p in message.parts)
+    return msgspec.structs.replace(message, parts=parts)
 
 
 def _breakpoints(policy: Policy, view: Projection, static_sections: int, all_sections: int,

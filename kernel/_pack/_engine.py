@@ -36,6 +36,7 @@ from .._projection import Projection
 from .._prompt import Message, Prompt
 from ._assemble import assemble, breakpoints_report, message
 from ._budget import opening_reports, over_budget, recovery_policy, thresholds
+from ._clip import Clip
 from ._dedup import Dedup
 from ._explain import Facts, decisions
 from ._index import PackIndex
@@ -56,6 +57,7 @@ Stage = Callable[[PackState], "StageReport | None"]
 #: a copy of it (a custom pipeline runs on the reference engine).
 DEFAULT_STAGES: tuple[tuple[str, Stage], ...] = (
     ("truncate", Truncate()),
+    ("clip", Clip()),
     ("summaries", Summaries()),
     ("dedup", Dedup()),
     ("prune", Prune()),
@@ -123,7 +125,7 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
     summary = (plan.text, plan.tokens) if plan is not None and plan.shown else ("", 0)
     prompt, message_tokens, section_tokens = assemble(
         view, policy, ledger.counter, ledger.kept_units(), outcome.message_of, summary,
-        ledger.protection.tail_unit)
+        ledger.protection.turn_unit, ledger.marker)
     outcome.trim_cache()
     reports.append(breakpoints_report(prompt))
     explanation = None
@@ -131,7 +133,7 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
         outcome.freeze()
         facts = outcome.facts
         assert facts is not None
-        shown = {} if plan is None else plan.why
+        shown = ledger.summary_why
         explanation = Explanation(lambda: decisions(facts, outcome.decision, shown))
     return _packed(view, policy, policy_hash, recovering, prompt, message_tokens,
                    section_tokens, ledger.total, before, pre_trim, ledger.budget, reports,
@@ -163,7 +165,8 @@ def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: b
 
     prompt, message_tokens, section_tokens = assemble(
         view, policy, state.counter, state.kept_units(), message_of,
-        (state.summary_text, state.summary_tokens_used), state.tail_unit)
+        (state.summary_text, state.summary_tokens_used), state.protection.turn_unit,
+        state.marker)
     state.reports.append(breakpoints_report(prompt))
     explanation = None
     if explain:

@@ -18,8 +18,9 @@ read:
   pruning each result saves (`Prune.tokens`), and per-unit sums of those in
   Fenwick trees: tokens after truncation, dedup savings and counts, and the
   savings, tokens and number of the results pruning could replace (those that
-  save tokens and are not superseded). Covered units hold 0 in the sums; their
-  tokens after truncation stay in ``raw``.
+  save tokens and are not superseded). Each sum keeps the units committed
+  compactions cover apart (`Tally`), so a pack can count them or leave them out;
+  ``raw`` keeps every unit's tokens after truncation.
 
 The incremental engine (``_indexed``) answers the stages' moves from these
 sums; the reference engine reads the same per-item results, so an item's
@@ -33,10 +34,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from .._events import Part, TextPart
 from .._policy import Policy
 from .._projection import Item, Projection
 from .._prompt import Message
 from .._tokens import TokenCounter
+from ._budget import system_tokens
+from ._clip import Clip, ClipCut, limit
 from ._dedup import Dedup, DedupIndex
 from ._prune import Prune, PruneFacts
 from ._summaries import Coverage
@@ -107,6 +111,44 @@ class Sums:
         return total
 
 
+class Tally:
+    """A per-unit quantity in two Fenwick trees: the units no committed compaction
+    covers (``live``) and the covered ones (``held``), so that a pack that shows the
+    originals of covered units counts both and one that summarizes them only the first."""
+
+    __slots__ = ("held", "live")
+
+    def __init__(self) -> None:
+        self.live = Sums()
+        self.held = Sums()
+
+    def append(self) -> None:
+        self.live.append(0)
+        self.held.append(0)
+
+    def add(self, unit: int, delta: int, covered: bool) -> None:
+        (self.held if covered else self.live).add(unit, delta)
+
+    def cover(self, unit: int) -> None:
+        """Move a unit's value from live to held."""
+        value = self.live.values[unit]
+        if value:
+            self.live.add(unit, -value)
+            self.held.add(unit, value)
+
+    def value(self, unit: int, held: bool) -> int:
+        """A unit's value (a covered unit counts only with ``held``)."""
+        return self.live.values[unit] + (self.held.values[unit] if held else 0)
+
+    def prefix(self, end: int, held: bool) -> int:
+        """The sum over units before ``end`` (covered ones only with ``held``)."""
+        return self.live.prefix(end) + (self.held.prefix(end) if held else 0)
+
+    def sync(self) -> None:
+        self.live.sync()
+        self.held.sync()
+
+
 def _built_tree(values: list[int]) -> list[int]:
     n = len(values)
     tree = [0, *values]
@@ -121,11 +163,15 @@ class PolicyIndex:
     """Per-item results of the stages under one policy key, and per-unit sums."""
 
     __slots__ = (
+        "clip_delta",
+        "clip_limit",
+        "clipped",
         "dcount",
         "dedup",
         "dedup_tokens",
         "done",
         "dsave",
+        "icount",
         "kinds",
         "marks",
         "messages",
@@ -134,6 +180,7 @@ class PolicyIndex:
         "psave",
         "ptokens",
         "raw",
+        "rules",
         "saving",
         "tokens",
         "tool_units",
@@ -143,8 +190,12 @@ class PolicyIndex:
         "verbatim",
     )
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, clip_limit: int) -> None:
         self.trunc_key = Truncate.key(policy)
+        self.rules = policy.rules
+        self.clip_limit = clip_limit
+        self.clipped: dict[int, ClipCut] = {}  # item -> its clipped form
+        self.clip_delta = 0
         self.kinds = dict(policy.tool_kinds)
         self.dedup = DedupIndex(self.kinds) if policy.dedup else None
         self.done = 0  # items folded in
@@ -156,23 +207,26 @@ class PolicyIndex:
         self.trunc_delta = 0
         self.dedup_tokens: dict[int, int] = {}  # superseded item -> its placeholder's tokens
         self.raw: list[int] = []  # per unit, tokens after truncation (covered or not)
-        self.verbatim = Sums()
-        self.dsave = Sums()
-        self.dcount = Sums()
-        self.psave = Sums()
-        self.ptokens = Sums()
-        self.pcount = Sums()
+        self.verbatim = Tally()
+        self.dsave = Tally()
+        self.dcount = Tally()
+        self.psave = Tally()
+        self.ptokens = Tally()
+        self.pcount = Tally()
+        self.icount = Tally()  # per unit, its items
         self.tool_units: list[int] = []  # units holding a tool result, ascending
-        self.messages: dict[int, Message] = {}  # item * 4 + form -> message (recent ones)
+        self.messages: dict[int, Message] = {}  # item * 5 + form -> message (recent ones)
 
-    def matches(self, policy: Policy) -> bool:
+    def matches(self, policy: Policy, clip_limit: int) -> bool:
         """True when this index holds the per-item results of ``policy``."""
-        return (self.trunc_key == Truncate.key(policy)
+        return (self.trunc_key == Truncate.key(policy) and self.rules == policy.rules
+                and self.clip_limit == clip_limit
                 and (self.dedup is not None) == policy.dedup and self.kinds == policy.tool_kinds)
 
-    def sums(self) -> tuple[Sums, ...]:
+    def sums(self) -> tuple[Tally, ...]:
         """Every per-unit sum."""
-        return (self.verbatim, self.dsave, self.dcount, self.psave, self.ptokens, self.pcount)
+        return (self.verbatim, self.dsave, self.dcount, self.psave, self.ptokens, self.pcount,
+                self.icount)
 
     def catch_up(self, view: Projection, policy: Policy, covered: set[int]) -> None:
         """Fold in the items appended since the last call."""
@@ -191,27 +245,34 @@ class PolicyIndex:
         tokens = item.tokens
         saving = 0
         if unit >= 0:
+            parts: tuple[Part, ...] | None = None
             if self.trunc_key is not None and item.kind in REPLACEABLE:
                 cut = Truncate.cut(item, policy, counter)
                 if cut is not None:
                     self.truncated[item.index] = cut
                     self.trunc_delta += cut.tokens - tokens
                     tokens = cut.tokens
+                    parts = (TextPart(text=cut.text),)
+            clip = Clip.cut(item, parts, tokens, self.clip_limit, counter)
+            if clip is not None:
+                self.clipped[item.index] = clip
+                self.clip_delta += clip.tokens - tokens
+                tokens = clip.tokens
             if unit == len(self.raw):
                 for sums in self.sums():
-                    sums.append(0)
+                    sums.append()
                 self.raw.append(0)
             self.raw[unit] += tokens
-            live = unit not in covered
-            if live:
-                self.verbatim.add(unit, tokens)
+            held = unit in covered
+            self.verbatim.add(unit, tokens, held)
+            self.icount.add(unit, 1, held)
             if item.kind == "tool":
                 _add_sorted(self.tool_units, unit)
                 saving = tokens - Prune.tokens(item, policy, counter)
-                if saving > 0 and live:
-                    self.psave.add(unit, saving)
-                    self.ptokens.add(unit, tokens)
-                    self.pcount.add(unit, 1)
+                if saving > 0:
+                    self.psave.add(unit, saving, held)
+                    self.ptokens.add(unit, tokens, held)
+                    self.pcount.add(unit, 1, held)
         self.tokens.append(tokens)
         self.saving.append(saving)
         self.positions.append(item.pos)
@@ -226,25 +287,23 @@ class PolicyIndex:
             placeholder = Dedup.tokens(self.dedup.superseded[index], counter)
             self.dedup_tokens[index] = placeholder
             unit = items[index].unit
-            if unit in covered:
-                continue
+            held = unit in covered
             tokens = self.tokens[index]
-            self.dsave.add(unit, tokens - placeholder)
-            self.dcount.add(unit, 1)
+            self.dsave.add(unit, tokens - placeholder, held)
+            self.dcount.add(unit, 1, held)
             saving = self.saving[index]
             if saving > 0:  # a superseded result is deduplicated, not pruned
-                self.psave.add(unit, -saving)
-                self.ptokens.add(unit, -tokens)
-                self.pcount.add(unit, -1)
+                self.psave.add(unit, -saving, held)
+                self.ptokens.add(unit, -tokens, held)
+                self.pcount.add(unit, -1, held)
 
     def cover(self, units: list[int]) -> None:
-        """Take newly covered units out of the sums."""
+        """Move newly covered units to the held sums."""
         for unit in units:
             if unit >= len(self.raw):
                 continue  # folded later, as covered
             for sums in self.sums():
-                if sums.values[unit]:
-                    sums.add(unit, -sums.values[unit])
+                sums.cover(unit)
 
     def sync(self) -> None:
         """Bring the Fenwick trees up to date with the changes folded in."""
@@ -281,13 +340,14 @@ class PackIndex:
 
     def policy_index(self, view: Projection, policy: Policy) -> PolicyIndex:
         """The policy's index, created or brought up to date (`catch_up` first)."""
+        clip_limit = limit(policy, system_tokens(view), view.tools_tokens)
         found: PolicyIndex | None = None
         for candidate in self._policies:
-            if candidate.matches(policy):
+            if candidate.matches(policy, clip_limit):
                 found = candidate
                 break
         if found is None:
-            found = PolicyIndex(policy)
+            found = PolicyIndex(policy, clip_limit)
             self._policies.append(found)
             del self._policies[:-_MAX_POLICY_INDEXES]
         found.catch_up(view, policy, self.coverage.covered)

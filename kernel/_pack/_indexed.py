@@ -36,6 +36,7 @@ from .._prompt import Message
 from .._tokens import REPLY_OVERHEAD, TokenCounter
 from ._assemble import message
 from ._budget import plan, synthetic_tokens, system_tokens
+from ._clip import Clip
 from ._dedup import Dedup, DedupIndex
 from ._explain import Common, Facts
 from ._index import PackIndex, PolicyIndex
@@ -43,11 +44,12 @@ from ._ledger import Protection
 from ._model import Budget, Decision
 from ._prune import Prune, PruneFacts
 from ._summaries import Summaries, SummaryPlan, run_of, shown_budget
+from ._trim import Marker
 from ._truncate import Truncate
 
 __all__: list[str] = []
 
-_VERBATIM, _TRUNCATED, _DEDUPLICATED, _PRUNED = range(4)
+_VERBATIM, _TRUNCATED, _DEDUPLICATED, _PRUNED, _CLIPPED = range(5)
 
 
 class IndexedLedger:
@@ -61,7 +63,7 @@ class IndexedLedger:
         index.catch_up(view)
         self._pack_index = index
         self.index: PolicyIndex = index.policy_index(view, policy)
-        self.protection = Protection(view)
+        self.protection = Protection(view, policy)
         self.n_units = len(view.units)
         self.system = system_tokens(view)
         self.synthetic = synthetic_tokens(view, counter)
@@ -69,16 +71,29 @@ class IndexedLedger:
         self.total = (self.system + view.tools_tokens + self.synthetic + REPLY_OVERHEAD
                       + view.unit_tokens)
         # what was decided
-        self.plan: SummaryPlan | None = None
+        self.plan: SummaryPlan | None = None  # summaries shown (covered units left out)
         self.deduped = False
         self.pruned_all = False
         self.boundary = 0  # prune applies to units before it
         self.shielded: set[int] = set()
         self.points: dict[int, int] = {}  # items pruned one at a time -> their saving
         self.cut = 0  # units before it, except protected ones, are dropped
-        self.trim_detail: Callable[[Unit], str] | None = None
+        self.tail_cut = 0  # and, past the tail's start, those before this (last resort)
+        self.why: Callable[[Unit], tuple[str, str]] | None = None
+        self.tail_why: Callable[[Unit], tuple[str, str]] | None = None
+        self.marker: Marker | None = None
+        self.summary_why: dict[int, str] = {}  # compaction -> why it is not shown
 
     # -- what the stages read --------------------------------------------------------
+    @property
+    def held(self) -> bool:
+        """True while covered units count (no summary replaces them)."""
+        return self.plan is None
+
+    @property
+    def clip_limit(self) -> int:
+        return self.index.clip_limit
+
     @property
     def dedup_index(self) -> DedupIndex:
         assert self.index.dedup is not None, "dedup is off in this policy"
@@ -92,10 +107,19 @@ class IndexedLedger:
     def summary_tokens(self) -> MutableMapping[int, int]:
         return self._pack_index.summary_tokens
 
+    def summarized(self, unit: int) -> bool:
+        """True for a covered unit left out for its summary (not protected)."""
+        return (self.plan is not None and unit in self._pack_index.coverage.covered
+                and unit not in self.protection)
+
     # -- the moves ----------------------------------------------------------------------
     def truncate(self, stage: Truncate) -> int:
         self.total += self.index.trunc_delta
         return len(self.index.truncated)
+
+    def clip(self, stage: Clip) -> int:
+        self.total += self.index.clip_delta
+        return len(self.index.clipped)
 
     def protected_tokens(self) -> int:
         raw = self.index.raw
@@ -105,24 +129,27 @@ class IndexedLedger:
         coverage = self._pack_index.coverage
         index = self.index
         covered = [u for u in self.protection.units(self.n_units) if u in coverage.covered]
-        summarized = (self.view.unit_tokens + index.trunc_delta
-                      - index.verbatim.prefix(self.n_units)
-                      - sum(index.raw[u] for u in covered))
+        summarized = index.verbatim.held.prefix(self.n_units) - sum(index.raw[u] for u in covered)
         self.total -= summarized
         if plan.shown:
             self.total += plan.tokens + plan.framing
         self.budget, framing = shown_budget(self.budget, plan)
         self.system += framing
         self.plan = plan
-        return coverage.in_range_total - sum(coverage.in_range[u] for u in covered)
+        self.summary_why = plan.why
+        return (index.icount.held.prefix(self.n_units)
+                - sum(index.icount.held.values[u] for u in covered))
+
+    def keep_originals(self, why: str) -> None:
+        self.summary_why = {pos: why for pos in self.view.compactions}
 
     def deduplicate(self, stage: Dedup) -> int:
-        index = self.index
-        saved = index.dsave.prefix(self.n_units)
-        count = index.dcount.prefix(self.n_units)
+        index, held = self.index, self.held
+        saved = index.dsave.prefix(self.n_units, held)
+        count = index.dcount.prefix(self.n_units, held)
         for u in self.protection.units(self.n_units):
-            saved -= index.dsave.values[u]
-            count -= index.dcount.values[u]
+            saved -= index.dsave.value(u, held)
+            count -= index.dcount.value(u, held)
         self.total -= saved
         self.deduped = True
         return count
@@ -134,10 +161,11 @@ class IndexedLedger:
         superseded = index.dedup.superseded if self.deduped and index.dedup else {}
         tool_units = index.tool_units
         protection = self.protection
+        skip_runs = not self.held
         k = bisect_left(tool_units, end) - 1
         while k >= 0:
             u = tool_units[k]
-            if u in coverage.covered:  # skip the whole summarized run
+            if skip_runs and u in coverage.covered:  # skip the whole summarized run
                 run = coverage.run_of(u)
                 assert run is not None
                 k = bisect_left(tool_units, run[0]) - 1
@@ -156,15 +184,15 @@ class IndexedLedger:
 
     def prune_potential(self, stage: Prune, end: int,
                         shielded: Sequence[int]) -> tuple[int, int, int]:
-        index = self.index
-        potential = index.ptokens.prefix(end)
-        count = index.pcount.prefix(end)
-        saved = index.psave.prefix(end)
+        index, held = self.index, self.held
+        potential = index.ptokens.prefix(end, held)
+        count = index.pcount.prefix(end, held)
+        saved = index.psave.prefix(end, held)
         for u in self.protection.units(self.n_units):
             if u < end:
-                potential -= index.ptokens.values[u]
-                count -= index.pcount.values[u]
-                saved -= index.psave.values[u]
+                potential -= index.ptokens.value(u, held)
+                count -= index.pcount.value(u, held)
+                saved -= index.psave.value(u, held)
         for i in shielded:
             if index.saving[i] > 0:
                 potential -= index.tokens[i]
@@ -187,7 +215,7 @@ class IndexedLedger:
         return True
 
     def drop_oldest(self, ends: Sequence[int], target: int,
-                    detail: Callable[[Unit], str]) -> tuple[int, int]:
+                    why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         if not ends:
             return 0, 0
         dropped = self._dropped_before()
@@ -199,14 +227,48 @@ class IndexedLedger:
             else:
                 lo = mid + 1
         self.cut = ends[lo - 1]
-        self.trim_detail = detail
+        self.why = why
         self.total -= dropped(self.cut)
-        return lo, self.cut - bisect_left(self.protection.older, self.cut)
+        units = self.cut - bisect_left(self.protection.older, self.cut)
+        if not self.held:  # summarized units are not trimmed
+            units -= self._summarized_before(self.cut)
+        return lo, units
+
+    def drop_tail(self, ends: Sequence[int], target: int,
+                  why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+        # The tail is a few steps: walk it. Its units were never reduced by a stage
+        # (protected), so they hold their tokens after truncation and clipping.
+        start, raw, hard = self.protection.tail_unit, self.index.raw, self.protection.hard
+        groups = dropped = 0
+        at = start
+        for end in ends:
+            if self.total <= target:
+                break
+            for u in range(at, end):
+                if u not in hard:
+                    self.total -= raw[u]
+                    dropped += 1
+            at = end
+            groups += 1
+        self.tail_cut = at
+        self.tail_why = why
+        return groups, dropped
+
+    def _summarized_before(self, end: int) -> int:
+        """Covered units before ``end`` left out for their summaries (not protected)."""
+        coverage = self._pack_index.coverage
+        count = 0
+        for start, stop in zip(coverage.starts, coverage.ends, strict=True):
+            if start >= end:
+                break
+            count += min(stop, end) - start
+        older = self.protection.older
+        return count - sum(1 for u in older[:bisect_left(older, end)] if u in coverage.covered)
 
     def _dropped_before(self) -> Callable[[int], int]:
         """Tokens of the unprotected, unsummarized units before a unit boundary, as the
         stages so far left them."""
-        index = self.index
+        index, held = self.index, self.held
         older = self.protection.older
         kept_older = [0]  # prefix sums of the older protected units' tokens
         for u in older:
@@ -222,29 +284,68 @@ class IndexedLedger:
             adjust_sums.append(adjust_sums[-1] + s)
 
         def dropped(end: int) -> int:
-            out = index.verbatim.prefix(end)
+            out = index.verbatim.prefix(end, held)
             if self.deduped:
-                out -= index.dsave.prefix(end)
+                out -= index.dsave.prefix(end, held)
             if self.pruned_all:
-                out -= index.psave.prefix(min(end, self.boundary))
+                out -= index.psave.prefix(min(end, self.boundary), held)
             out += adjust_sums[bisect_left(adjust_units, end)]
             return out - kept_older[bisect_left(older, end)]
         return dropped
 
     def _sum_tokens(self, unit: int) -> int:
-        """A unit's tokens as the sums count them (0 when covered)."""
-        index = self.index
-        out = index.verbatim.values[unit]
+        """A unit's tokens as the sums count them (0 when summarized away)."""
+        index, held = self.index, self.held
+        out = index.verbatim.value(unit, held)
         if self.deduped:
-            out -= index.dsave.values[unit]
+            out -= index.dsave.value(unit, held)
         if self.pruned_all and unit < self.boundary:
-            out -= index.psave.values[unit]
+            out -= index.psave.value(unit, held)
         return out
+
+    def dropped_run(self) -> tuple[int, int, int] | None:
+        first = self._first_dropped()
+        if first < 0:
+            return None
+        last = self._last_dropped()
+        items = self.view.items
+        units = self.view.units
+        first_pos = items[units[first].items[0]].pos
+        last_pos = max(items[i].pos for i in units[last].items)
+        after = next((u for u in self.kept_units() if u > last), -1)
+        return first_pos, last_pos, after
+
+    def _dropped(self, u: int) -> bool:
+        if u < self.cut:
+            return u not in self.protection and not self.summarized(u)
+        return self.protection.tail_unit <= u < self.tail_cut and u not in self.protection.hard
+
+    def _first_dropped(self) -> int:
+        for u in range(max(self.cut, self.tail_cut)):
+            if self._dropped(u):
+                return u
+        return -1
+
+    def _last_dropped(self) -> int:
+        for u in range(max(self.cut, self.tail_cut) - 1, -1, -1):
+            if self._dropped(u):
+                return u
+        return -1
+
+    def mark(self, marker: Marker) -> None:
+        self.marker = marker
+        self.total += marker.tokens
 
     # -- the outcome -------------------------------------------------------------------
     def kept_units(self) -> Iterator[int]:
         """Units in the prompt, ascending: protected units before the cut, then every
-        unit from the cut on that is not summarized (covered and unprotected)."""
+        unit from the cut on that is neither summarized nor dropped by the last resort."""
+        for u in self._kept_before_tail():
+            if u < self.protection.tail_unit or u >= self.tail_cut \
+                    or u in self.protection.hard:
+                yield u
+
+    def _kept_before_tail(self) -> Iterator[int]:
         older, cut, n_units = self.protection.older, self.cut, self.n_units
         tail = self.protection.tail_unit
         for u in older:
@@ -278,13 +379,15 @@ class IndexedLedger:
         if (self.pruned_all and not protected and u < self.boundary and index.saving[i] > 0
                 and i not in self.shielded) or i in self.points:
             return _PRUNED, index.tokens[i] - index.saving[i]
+        if i in index.clipped:
+            return _CLIPPED, index.tokens[i]
         if i in index.truncated:
             return _TRUNCATED, index.tokens[i]
         return _VERBATIM, item.tokens
 
     def message(self, item: Item, form: int) -> Message:
         """A kept item's message in its form (cached in the index)."""
-        key = item.index * 4 + form
+        key = item.index * 5 + form
         cache = self.index.messages
         found = cache.get(key)
         if found is None:
@@ -292,6 +395,8 @@ class IndexedLedger:
                 found = message(item, None)
             elif form == _TRUNCATED:
                 found = message(item, (TextPart(text=self.index.truncated[item.index].text),))
+            elif form == _CLIPPED:
+                found = message(item, self.index.clipped[item.index].parts)
             elif form == _DEDUPLICATED:
                 mark = self.dedup_index.superseded[item.index]
                 found = message(item, (TextPart(text=Dedup.text(mark)),))
@@ -333,7 +438,7 @@ class Kept:
             if form == _PRUNED:
                 facts = ledger.prune_facts
                 self.refs[i] = (facts.refs(i), i in facts.decided)
-        self.used.append(i * 4 + form)
+        self.used.append(i * 5 + form)
         return ledger.message(item, form), tokens
 
     def trim_cache(self) -> None:
@@ -353,19 +458,28 @@ class Kept:
         item = self.facts.items[i]
         original, unit = item.tokens, item.unit
         protected = unit in ledger.protection
-        if unit < ledger.cut and not protected:
-            assert ledger.trim_detail is not None
-            return Decision(**common, decision="trimmed", rule="trim.turn",
-                            detail=ledger.trim_detail(self.facts.units[unit]),
-                            original_tokens=original)
         if not protected and run_of(*self.runs, unit) is not None:
             return Decision(**common, decision="summarized", rule="summaries.compaction",
                             detail=self._summary_detail(item), original_tokens=original)
+        why = None
+        if unit < ledger.cut and not protected:
+            why = ledger.why
+        elif ledger.protection.tail_unit <= unit < ledger.tail_cut \
+                and unit not in ledger.protection.hard:
+            why = ledger.tail_why
+        if why is not None:
+            rule, detail = why(self.facts.units[unit])
+            return Decision(**common, decision="trimmed", rule=rule, detail=detail,
+                            original_tokens=original)
         return self._kept(item, common, protected)
 
     def _kept(self, item: Item, common: Common, protected: bool) -> Decision:
         ledger, index, i = self.ledger, self.ledger.index, item.index
         form, original = self.forms.get(i, _VERBATIM), item.tokens
+        if form == _CLIPPED:
+            clip = index.clipped[i]
+            return Decision(**common, decision="clipped", rule="clip.tokens",
+                            detail=clip.detail, tokens=clip.tokens, original_tokens=original)
         if form == _TRUNCATED:
             cut = index.truncated[i]
             return Decision(**common, decision="truncated", rule=cut.rule,

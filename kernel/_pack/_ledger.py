@@ -27,6 +27,7 @@ truncation, which only cuts inside one event and says where the rest is.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -36,9 +37,11 @@ from .._tokens import TokenCounter
 from ._model import Budget
 
 if TYPE_CHECKING:
+    from ._clip import Clip
     from ._dedup import Dedup, DedupIndex
     from ._prune import Prune, PruneFacts
     from ._summaries import SummaryPlan
+    from ._trim import Marker
     from ._truncate import Truncate
 
 __all__: list[str] = []
@@ -55,22 +58,46 @@ class Replacement(NamedTuple):
 
 
 class Protection:
-    """Which units no stage may reduce: the mandatory tail (every unit from the
-    latest user message on; with no user message, the last unit), pinned units and
-    units with a call still waiting for its result."""
+    """Which units no stage may reduce.
 
-    __slots__ = ("older", "older_set", "tail_unit")
+    Under rules 1 (turnlog 0.1.0): the mandatory tail (every unit from the latest
+    user message on; with no user message, the last unit), pinned units and units
+    with a call still waiting for its result.
 
-    def __init__(self, view: Projection) -> None:
+    Under rules 2 the mandatory tail is the latest user message (the *opening* of
+    the current turn, never dropped) plus the last ``tail_steps`` steps of the turn
+    (a step: an assistant message with its calls and their results, and what
+    arrived after it); older steps of the turn are ordinary history. With no user
+    message, the last ``tail_steps`` steps (at least the last unit).
+
+    Attributes:
+        turn_unit: where the current turn starts (its opening user message); for
+            rules 1 the same as ``tail_unit``.
+        tail_unit: where the protected run of latest steps starts.
+        older: protected units before ``tail_unit``, ascending (the opening user
+            message under rules 2, pinned units, units awaiting a result).
+    """
+
+    __slots__ = ("hard", "older", "older_set", "tail_unit", "turn_unit")
+
+    def __init__(self, view: Projection, policy: Policy) -> None:
         units = view.units
-        self.tail_unit = (view.turn_starts[-1] if view.turn_starts
-                          else max(len(units) - 1, 0))
+        n_units = len(units)
+        turns = view.turn_starts
         older = set(view.open_units)
+        if policy.rules < 2:
+            self.turn_unit = self.tail_unit = turns[-1] if turns else max(n_units - 1, 0)
+        else:
+            self.turn_unit = turns[-1] if turns else -1
+            self.tail_unit = _tail_start(view, self.turn_unit, policy.tail_steps)
+            if self.turn_unit >= 0:
+                older.add(self.turn_unit)
         items = view.items
         for pos in view.pins:
             index = view.item_at.get(pos)
             if index is not None and items[index].unit >= 0:
                 older.add(items[index].unit)
+        self.hard = frozenset(older)  # kept even by the last resort of trimming
         self.older = sorted(u for u in older if u < self.tail_unit)
         self.older_set = set(self.older)
 
@@ -81,6 +108,20 @@ class Protection:
         """Every protected unit, ascending."""
         yield from self.older
         yield from range(self.tail_unit, n_units)
+
+
+def _tail_start(view: Projection, turn_unit: int, steps: int) -> int:
+    """Where the last ``steps`` steps after ``turn_unit`` start (rules 2)."""
+    n_units = len(view.units)
+    assistants = view.assistant_units
+    first = bisect_right(assistants, turn_unit)  # the turn's first step
+    if len(assistants) - first > steps:
+        if steps:
+            return assistants[len(assistants) - steps]
+        return n_units if turn_unit >= 0 else max(n_units - 1, 0)
+    if turn_unit >= 0:
+        return min(turn_unit + 1, n_units)
+    return 0 if steps else max(n_units - 1, 0)
 
 
 class Ledger(Protocol):
@@ -107,13 +148,21 @@ class Ledger(Protocol):
     def summary_tokens(self) -> MutableMapping[int, int]:
         """A cache of each summary block's tokens, by compaction position."""
 
+    @property
+    def clip_limit(self) -> int:
+        """The most tokens one item may take (0: no clipping)."""
+
     def truncate(self, stage: Truncate) -> int:
         """Cut every oversized item; the number cut."""
+    def clip(self, stage: Clip) -> int:
+        """Clip every item over the clip limit (protected ones too); the number."""
     def protected_tokens(self) -> int:
         """Tokens of the protected units and the placeholder results."""
     def summarize_covered(self, plan: SummaryPlan) -> int:
         """Summarize the covered units that are not protected and show the plan's
         section; the number of items inside the summaries' spans summarized."""
+    def keep_originals(self, why: str) -> None:
+        """Show the covered events instead of their summaries (rules 2), saying why."""
     def deduplicate(self, stage: Dedup) -> int:
         """Replace every superseded result outside the protected units; the number."""
     def prunable_newest_first(self, end: int) -> Iterator[tuple[int, int]]:
@@ -130,10 +179,21 @@ class Ledger(Protocol):
     def prune_one(self, stage: Prune, index: int) -> bool:
         """Prune one candidate."""
     def drop_oldest(self, ends: Sequence[int], target: int,
-                    detail: Callable[[Unit], str]) -> tuple[int, int]:
+                    why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         """Drop the unprotected units before ``ends[k]`` for the smallest ``k`` that
-        brings the prompt to ``target`` tokens (or before the last end); ``detail``
-        gives a dropped unit's decision detail. Returns ``(groups, units)`` dropped."""
+        brings the prompt to ``target`` tokens (or before the last end); ``why`` gives
+        a dropped unit's rule and detail. Units wholly summarized stay summarized.
+        Returns ``(groups, units)`` dropped."""
+    def drop_tail(self, ends: Sequence[int], target: int,
+                  why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+        """The last resort (rules 2): like `drop_oldest` over the protected latest
+        steps (``ends`` past the tail's start), keeping the turn's opening message,
+        pinned units and calls awaiting a result."""
+    def dropped_run(self) -> tuple[int, int, int] | None:
+        """``(first position, last position, first kept unit after them or -1)`` of
+        the units dropped so far; None when none was."""
+    def mark(self, marker: Marker) -> None:
+        """Put the trimming marker in the prompt (its tokens count from now on)."""
 
 
 def live_items(view: Projection) -> Iterator[Item]:

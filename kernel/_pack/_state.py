@@ -18,6 +18,7 @@ from .._projection import Projection, Unit
 from .._prompt import Message
 from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
 from ._budget import plan, synthetic_tokens, system_tokens
+from ._clip import Clip
 from ._dedup import Dedup, DedupIndex
 from ._explain import Common
 from ._index import PackIndex, PolicyIndex
@@ -25,6 +26,7 @@ from ._ledger import Protection
 from ._model import Decision, DecisionName, StageReport
 from ._prune import Prune, PruneFacts
 from ._summaries import SummaryPlan, compactions, covering, shown_budget
+from ._trim import Marker
 from ._truncate import REPLACEABLE, Truncate
 
 __all__ = ["PackState"]
@@ -73,7 +75,8 @@ class PackState:
         self.summary_text = ""
         self.summary_shown: dict[int, str] = {}  # compaction pos -> "" or why not shown
         self.summary_tokens_used = 0
-        self.protection = Protection(view)
+        self.marker: Marker | None = None
+        self.protection = Protection(view, policy)
         self.tail_unit = self.protection.tail_unit
         self.protected_units: set[int] = set(self.protection.units(len(view.units)))
         self.message_tokens = view.unit_tokens  # the sum over every unit's items
@@ -130,20 +133,24 @@ class PackState:
         item = self.view.items[index]
         if item.kind not in REPLACEABLE or not self.is_live(index):
             return False
-        if decision != "truncated" and self.is_protected(item.unit):
+        if decision not in ("truncated", "clipped") and self.is_protected(item.unit):
             return False
-        slot = self.slots.get(index)
-        if slot is None:
-            slot = self.slots[index] = _Slot(item.tokens)
         new_tokens = (MESSAGE_OVERHEAD + 1 + self.counter.count(text) if tokens is None
                       else tokens)
-        self.message_tokens += new_tokens - slot.tokens
-        slot.tokens = new_tokens
-        slot.parts = (TextPart(text=text),)
+        self._set(index, (TextPart(text=text),), new_tokens, decision, rule, detail)
+        return True
+
+    def _set(self, index: int, parts: tuple[Part, ...], tokens: int, decision: DecisionName,
+             rule: str, detail: str) -> None:
+        slot = self.slots.get(index)
+        if slot is None:
+            slot = self.slots[index] = _Slot(self.view.items[index].tokens)
+        self.message_tokens += tokens - slot.tokens
+        slot.tokens = tokens
+        slot.parts = parts
         slot.decision = decision
         slot.rule = rule
         slot.detail = detail
-        return True
 
     def drop_unit(self, unit: int, *, decision: DecisionName, rule: str, detail: str = "",
                   ) -> bool:
@@ -194,6 +201,10 @@ class PackState:
         return found
 
     @property
+    def clip_limit(self) -> int:
+        return self.policy_index.clip_limit
+
+    @property
     def prune_facts(self) -> PruneFacts:
         return self._index.facts
 
@@ -210,6 +221,14 @@ class PackState:
                 count += 1
         return count
 
+    def clip(self, stage: Clip) -> int:
+        count = 0
+        for index, cut in sorted(self.policy_index.clipped.items()):
+            if self.is_live(index):
+                self._set(index, cut.parts, cut.tokens, "clipped", "clip.tokens", cut.detail)
+                count += 1
+        return count
+
     def protected_tokens(self) -> int:
         units = self.view.units
         return self.synthetic_tokens + sum(
@@ -218,15 +237,14 @@ class PackState:
     def summarize_covered(self, plan: SummaryPlan) -> int:
         self.summary_shown.update(plan.why)
         view = self.view
-        covered = 0
+        before = len(self.summarized)
         found = compactions(view.events, view.compactions).items()
         for pos, body in sorted(found, key=lambda pb: (pb[1].level, pb[0])):
             for cpos in range(body.first_seq, body.last_seq + 1):
                 index = view.item_at.get(cpos)
                 if index is None or index in self.summarized:
                     continue
-                if self.summarize(index, "summaries.compaction", covering(pos, body)):
-                    covered += 1
+                self.summarize(index, "summaries.compaction", covering(pos, body))
         # A unit cut by a summary boundary would split a tool pair.
         self.close_units()
         if plan.shown:
@@ -234,7 +252,11 @@ class PackState:
             self.summary_tokens_used = plan.tokens
         self.budget, framing = shown_budget(self.budget, plan)
         self.system_tokens += framing
-        return covered
+        return len(self.summarized) - before
+
+    def keep_originals(self, why: str) -> None:
+        for pos in self.view.compactions:
+            self.summary_shown[pos] = why
 
     def deduplicate(self, stage: Dedup) -> int:
         count = 0
@@ -287,20 +309,51 @@ class PackState:
                             tokens=tokens)
 
     def drop_oldest(self, ends: Sequence[int], target: int,
-                    detail: Callable[[Unit], str]) -> tuple[int, int]:
+                    why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+        return self._drop(ends, 0, target, why)
+
+    def drop_tail(self, ends: Sequence[int], target: int,
+                  why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+        start = self.protection.tail_unit
+        # the last resort lifts the tail's protection, not that of pins and open calls;
+        # the steps it keeps stay the protected tail
+        soft = set(range(start, len(self.view.units))) - self.protection.hard
+        self.protected_units -= soft
+        done = self._drop(ends, start, target, why)
+        self.protected_units |= soft - set(self.dropped)
+        return done
+
+    def _drop(self, ends: Sequence[int], start: int, target: int,
+              why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         units = self.view.units
         groups = dropped = 0
-        start = 0
         for end in ends:
             if self.total <= target:
                 break
             for unit in units[start:end]:
-                if self.drop_unit(unit.index, decision="trimmed", rule="trim.turn",
-                                  detail=detail(unit)):
+                if all(i in self.summarized for i in unit.items):
+                    continue  # summarized, not trimmed
+                rule, detail = why(unit)
+                if self.drop_unit(unit.index, decision="trimmed", rule=rule, detail=detail):
                     dropped += 1
             start = end
             groups += 1
         return groups, dropped
+
+    def dropped_run(self) -> tuple[int, int, int] | None:
+        trimmed = sorted(u for u, (decision, _, _) in self.dropped.items()
+                         if decision == "trimmed")
+        if not trimmed:
+            return None
+        view = self.view
+        first = view.items[view.units[trimmed[0]].items[0]].pos
+        last = max(view.items[i].pos for i in view.units[trimmed[-1]].items)
+        after = next((u for u in self.kept_units() if u > trimmed[-1]), -1)
+        return first, last, after
+
+    def mark(self, marker: Marker) -> None:
+        self.marker = marker
+        self.message_tokens += marker.tokens
 
     # -- the outcome -------------------------------------------------------------------
     def kept_units(self) -> Iterator[int]:

@@ -3,7 +3,9 @@
 A unit with an item inside the span of a committed compaction is *covered*;
 unless protected, its items leave the messages (decision ``summarized``, naming
 the compaction) and the summaries go to the ``conversation_summary`` system
-section, filled breadth-first from the highest level (L2 -> L1 before L1 -> L0)
+section (under rules 2 only when ``summary_budget`` is not 0 and the prompt is at
+the ``summary_gate`` pressure: below it the originals are shown instead), filled
+breadth-first from the highest level (L2 -> L1 before L1 -> L0)
 within ``summary_budget`` x the history budget and never taking the room the
 protected part needs. A later summary whose span contains an earlier one
 supersedes it. This runs before dedup so that the pressure gates of dedup and
@@ -217,6 +219,24 @@ class Summaries:
     name = "summaries"
 
     @staticmethod
+    def skipped(ledger: Ledger) -> str:
+        """Why the originals are shown instead of the summaries ("" when they are not):
+        under rules 2, summaries are a packing choice, off with ``summary_budget`` 0 and
+        used only when the prompt is at the ``summary_gate`` pressure (seed 002)."""
+        policy = ledger.policy
+        if policy.rules < 2:
+            return ""
+        if policy.summary_budget == 0:
+            return ("summary_budget is 0: the covered events are packed as if no "
+                    "compaction existed")
+        gate = policy.summary_gate
+        pressure = ledger.total / max(policy.usable, 1)
+        if pressure < gate:
+            return (f"pressure {pressure:.3f} is below the summary gate {gate}: the covered "
+                    "events are shown instead of their summaries")
+        return ""
+
+    @staticmethod
     def detail_of(events: Sequence[Event], positions: Sequence[int]) -> dict[int, str]:
         """Position -> the decision detail of a summarized event at it: the first
         compaction (by level, then position) whose span holds it."""
@@ -244,6 +264,11 @@ class Summaries:
         before = ledger.total
         if not view.compactions:
             return StageReport(name="summaries", fired=False, detail="no compaction committed")
+        skip = self.skipped(ledger)
+        if skip:
+            ledger.keep_originals(skip)
+            return StageReport(name="summaries", fired=False, detail=skip,
+                               tokens_before=before, tokens_after=before)
         history = ledger.budget.history
         plan = SummaryPlan(view, ledger.counter, history,
                            max(0, int(history * ledger.policy.summary_budget)),

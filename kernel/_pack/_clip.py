@@ -1,0 +1,230 @@
+"""Clipping (rules 2): no single text may take more than a share of the history budget.
+
+Truncation cuts tool outputs by lines and bytes; some texts are still too big for
+the window (a 360 KB user message, a 50k-token ``Write`` argument, a tool output
+under a small budget). Under rules 2 every item whose tokens (after truncation)
+exceed ``clip_ratio`` x the history budget (at least `MIN_TOKENS`) is clipped to a
+head/tail preview of that size, with a notice naming the event (and its blob) that
+holds the whole text:
+
+* a user message, notification, recall result or tool result: its text;
+* an assistant message: each text part and each tool call's arguments over its
+  share. Arguments that are a JSON object stay a JSON object: their string values
+  are clipped, never the JSON itself; arguments that are not JSON (freeform
+  input) are clipped as text. Reasoning parts are left out of a clipped message
+  (their signatures cover the whole text).
+
+Clipping applies to protected units too (the mandatory tail, pins): it is what
+lets the latest message fit. Decision ``clipped``, rule ``clip.tokens``. The
+limit depends on the policy and on the system sections and tool schemas (through
+the history budget), so the `Packer`'s index keys its cuts by it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import msgspec
+
+from .._events import (
+    AssistantMessageAdded,
+    ImagePart,
+    NotificationAdded,
+    Part,
+    ReasoningPart,
+    RecallAdded,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+from .._policy import Policy
+from .._projection import Item, notification_text, recall_text
+from .._tokens import (
+    IMAGE_TOKENS,
+    MESSAGE_OVERHEAD,
+    REPLY_OVERHEAD,
+    TOOL_CALL_OVERHEAD,
+    TokenCounter,
+)
+from ._ledger import Ledger
+from ._model import StageReport
+
+__all__: list[str] = []
+
+#: The smallest clip limit, in tokens, whatever the budget.
+MIN_TOKENS = 64
+_PART_MIN = 32
+
+
+class ClipCut(NamedTuple):
+    """An item's clipped form: the parts the prompt carries, their tokens, the numbers."""
+
+    parts: tuple[Part, ...]
+    tokens: int
+    detail: str
+
+
+def limit(policy: Policy, system: int, tools: int) -> int:
+    """The most tokens one item may take (0: clipping is off under these rules)."""
+    if policy.rules < 2:
+        return 0
+    history = policy.usable - system - tools - REPLY_OVERHEAD
+    return max(MIN_TOKENS, int(history * policy.clip_ratio))
+
+
+def clip_text(text: str, tokens: int, counter: TokenCounter, where: str) -> str:
+    """``text`` cut to a head/tail preview of at most ``tokens`` tokens (whole when it
+    fits), around a notice that says where the whole text is."""
+    if counter.count(text) <= tokens:
+        return text
+    chars = max(16, tokens * 3)
+    while True:
+        head_chars = chars * 3 // 5
+        tail_chars = chars - head_chars
+        omitted = len(text) - head_chars - tail_chars
+        notice = (f"\n[... clipped: {omitted} characters omitted to fit the context window. "
+                  f"The whole text is {where} ...]\n")
+        clipped = text[:head_chars] + notice + text[len(text) - tail_chars:]
+        if counter.count(clipped) <= tokens or chars <= 16:
+            return clipped
+        chars //= 2
+
+
+def _clip_json(value: Any, keep: int, notice: str) -> Any:
+    """``value`` with every string longer than ``keep`` characters cut to head and tail."""
+    if isinstance(value, str):
+        if len(value) <= keep:
+            return value
+        head = keep * 3 // 5
+        return value[:head] + notice + value[len(value) - (keep - head):]
+    if isinstance(value, list):
+        return [_clip_json(v, keep, notice) for v in value]
+    if isinstance(value, dict):
+        return {k: _clip_json(v, keep, notice) for k, v in value.items()}
+    return value
+
+
+def clip_arguments(arguments: str, tokens: int, counter: TokenCounter, where: str) -> str:
+    """Tool-call arguments within ``tokens``: a JSON object keeps its keys and
+    structure with its long strings clipped; anything else is clipped as text."""
+    if counter.count(arguments) <= tokens:
+        return arguments
+    try:
+        value = json.loads(arguments)
+    except (ValueError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        return clip_text(arguments, tokens, counter, where)
+    notice = f" [... clipped; the whole argument is {where} ...] "
+    keep = max(64, tokens * 3)
+    while True:
+        text = json.dumps(_clip_json(value, keep, notice), ensure_ascii=False)
+        if counter.count(text) <= tokens or keep <= 64:
+            return text
+        keep //= 2
+
+
+class Clip:
+    """The clipping stage (see the module docstring)."""
+
+    name = "clip"
+    decision = "clipped"
+
+    @staticmethod
+    def where(item: Item) -> str:
+        """Where the whole text of an item is: its event, and its blob if any."""
+        event = item.event
+        blob = getattr(event.body, "blob", None)
+        at = f"in event {event.session}#{event.seq} (`turnlog show {event.session} {event.seq}`)"
+        if blob is not None:
+            at += f", blob {blob.hash} (`turnlog blob {blob.hash}`)"
+        return at
+
+    @staticmethod
+    def cut(item: Item, parts: tuple[Part, ...] | None, tokens: int, limit: int,
+            counter: TokenCounter) -> ClipCut | None:
+        """The item's clipped form, given its current parts (None: verbatim) and
+        tokens; None when it fits the limit (or the limit is 0)."""
+        if not limit or tokens <= limit or item.unit < 0:
+            return None
+        where = Clip.where(item)
+        body = item.event.body
+        if isinstance(body, AssistantMessageAdded):
+            new = _assistant(body.parts, limit, counter, where)
+        elif isinstance(body, UserMessageAdded):
+            images = tuple(body.images)
+            room = max(_PART_MIN, limit - MESSAGE_OVERHEAD - IMAGE_TOKENS * len(images))
+            new = (TextPart(text=clip_text(body.text, room, counter, where)), *images)
+        else:
+            text = _text(body, parts)
+            if text is None:
+                return None
+            new = (TextPart(text=clip_text(text, max(_PART_MIN, limit - MESSAGE_OVERHEAD - 1),
+                                           counter, where)),)
+        after = _measure(item, new, counter)
+        if after >= tokens:
+            return None
+        return ClipCut(new, after, f"clipped to {after} tokens (was {tokens}; limit {limit} "
+                                   f"= clip_ratio of the history budget)")
+
+    def __call__(self, ledger: Ledger) -> StageReport | None:
+        if ledger.policy.rules < 2:
+            return None
+        before = ledger.total
+        count = ledger.clip(self)
+        return StageReport(name="clip", fired=count > 0,
+                           detail=f"{count} texts clipped to {ledger.clip_limit} tokens",
+                           tokens_before=before, tokens_after=ledger.total, events=count)
+
+
+def _text(body: object, parts: tuple[Part, ...] | None) -> str | None:
+    """The text a tool result, notification or recall carries now."""
+    if parts:
+        first = parts[0]
+        return first.text if isinstance(first, TextPart) else None
+    if isinstance(body, ToolResultAdded):
+        return body.output
+    if isinstance(body, NotificationAdded):
+        return notification_text(body.source, body.text)
+    if isinstance(body, RecallAdded):
+        return recall_text(body, len(body.hits))
+    return None
+
+
+def _assistant(parts: tuple[Part, ...], limit: int, counter: TokenCounter,
+               where: str) -> tuple[Part, ...]:
+    """An assistant message's parts within ``limit``: reasoning left out, each text
+    part and call's arguments within an equal share."""
+    kept = [p for p in parts if not isinstance(p, ReasoningPart)]
+    clippable = sum(1 for p in kept if isinstance(p, (TextPart, ToolCall)))
+    share = max(_PART_MIN, (limit - MESSAGE_OVERHEAD) // max(1, clippable))
+    out: list[Part] = []
+    for part in kept:
+        if isinstance(part, TextPart):
+            out.append(TextPart(text=clip_text(part.text, share, counter, where)))
+        elif isinstance(part, ToolCall):
+            room = max(_PART_MIN, share - TOOL_CALL_OVERHEAD - counter.count(part.name))
+            args = clip_arguments(part.arguments, room, counter, where)
+            out.append(part if args == part.arguments else
+                       msgspec.structs.replace(part, arguments=args))
+        else:
+            out.append(part)
+    return tuple(out) or (TextPart(text="(clipped)"),)
+
+
+def _measure(item: Item, parts: tuple[Part, ...], counter: TokenCounter) -> int:
+    """Tokens of an item's message carrying ``parts`` (as the projection counts)."""
+    total = MESSAGE_OVERHEAD
+    if item.kind == "tool":
+        total += 1
+    for part in parts:
+        if isinstance(part, TextPart):
+            total += counter.count(part.text)
+        elif isinstance(part, ToolCall):
+            total += TOOL_CALL_OVERHEAD + counter.count(part.name) + counter.count(part.arguments)
+        elif isinstance(part, ImagePart):
+            total += IMAGE_TOKENS
+    return total
+
