@@ -63,6 +63,7 @@ from ._events import (
 from ._log import Draft, Log, backoff
 from ._pack import Packed, pack
 from ._pack._assemble import message
+from ._pack._ledger import Protection
 from ._pack._packer import Packer
 from ._policy import Policy
 from ._projection import Item, Projection, Unit
@@ -162,9 +163,9 @@ class Compactor:
                            detail=f"{policy.compact_max_failures} consecutive failures; "
                                   "packing falls back to trimming until pressure drops below "
                                   "the warning level")
-        span = self.choose_span(view, policy)
+        span, why = self.span(view, policy)
         if span is None:
-            return Outcome(status="skipped", reason="nothing to compact")
+            return Outcome(status="skipped", reason="nothing to compact", detail=why)
         cost = self.estimate(view, policy, span)
         if not forced and not cost.worth:
             return Outcome(status="skipped", reason="not worth it now", cost=cost,
@@ -178,9 +179,9 @@ class Compactor:
         policy, view = self._setup(session, policy)
         if reason != "manual" and self.breaker_open(view, policy):
             return Outcome(status="skipped", reason="circuit breaker open")
-        span = self.choose_span(view, policy)
+        span, why = self.span(view, policy)
         if span is None:
-            return Outcome(status="skipped", reason="nothing to compact")
+            return Outcome(status="skipped", reason="nothing to compact", detail=why)
         return self._compact(session, view, policy, span, reason, time=time,
                              cost=self.estimate(view, policy, span))
 
@@ -253,47 +254,40 @@ class Compactor:
 
     def choose_span(self, view: Projection, policy: Policy) -> tuple[int, int] | None:
         """The lineage positions ``(first, last)`` a level-0 compaction may cover."""
+        return self.span(view, policy)[0]
+
+    def span(self, view: Projection, policy: Policy) -> tuple[tuple[int, int] | None, str]:
+        """The span a level-0 compaction may cover, or None and why there is none.
+
+        Rules 1: the units before the ``keep_recent_turns`` most recent turns (never
+        the current turn). Rules 2: those, and the older steps of the current turn
+        (before the ``tail_steps`` protected ones, after its opening message): a long
+        autonomous turn compacts too. Either way at least ``keep_recent_messages``
+        messages stay, the split falls between turns (rules 2: between steps), never
+        inside a unit, and never past a call awaiting its result.
+        """
         units = view.units
         if not units:
-            return None
+            return None, "the session has no messages"
+        stop = _stop_v2(view, policy) if policy.rules >= 2 else _stop_v1(view, policy)
         covered = _covered_until(view)
-        turn_now = len(view.turn_starts)
-        keep_turn = turn_now - policy.keep_recent_turns + 1
-        tail_unit = view.turn_starts[-1] if view.turn_starts else len(units) - 1
-        stop = len(units)  # first unit index kept verbatim
-        for unit in units:
-            if unit.turn >= keep_turn or unit.index >= tail_unit or unit.open_calls:
-                stop = unit.index
-                break
-        # Keep at least keep_recent_messages messages verbatim; snap to a turn start.
-        kept_messages = sum(len(u.items) for u in units[stop:])
-        while stop > 0 and kept_messages < policy.keep_recent_messages:
-            stop -= 1
-            kept_messages += len(units[stop].items)
-        while 0 < stop < len(units) and units[stop].turn == units[stop - 1].turn \
-                and units[stop].turn > 0:
-            stop -= 1
-        chosen = [u for u in units[:stop] if _first_pos(view, u) > covered]
+        start = 0
+        if policy.rules >= 2 and view.turn_starts and view.turn_starts[-1] < stop:
+            # the current turn's opening message stays as it is: start after it when
+            # everything before it is covered already
+            opening = view.turn_starts[-1]
+            if all(_first_pos(view, u) <= covered for u in units[:opening]):
+                start = opening + 1
+        chosen = [u for u in units[start:stop] if _first_pos(view, u) > covered]
         if not chosen:
-            return None
+            return None, _nothing(view, policy, stop, covered)
         first = _first_pos(view, chosen[0])
         last = max(view.items[i].pos for u in chosen for i in u.items)
-        # No kept unit may lie in the span and no unit may straddle its end (a
-        # result that arrived after the next turn started): cut before such a
-        # unit and check again until none does.
-        changed = True
-        while changed and last >= first:
-            changed = False
-            for unit in units:
-                positions = [view.items[i].pos for i in unit.items]
-                inside = [first <= p <= last for p in positions]
-                kept = unit.index >= stop
-                if any(inside) and (kept or not all(inside)) and min(positions) >= first:
-                    last = min(positions) - 1
-                    changed = True
+        last = _no_straddle(view, first, last, stop)
         if last < first:
-            return None
-        return first, last
+            return None, ("the units that could be compacted hold results that arrived after "
+                          "later messages; the split would separate a call from its result")
+        return (first, last), ""
 
     def estimate(self, view: Projection, policy: Policy, span: tuple[int, int]) -> CostEstimate:
         """The cost model for compacting ``span`` now."""
@@ -494,6 +488,87 @@ def _call_with_timeout(fn: Callable[[], Summary], timeout: float) -> Summary:
     if error:
         raise error[0]
     return result[0]
+
+
+def _stop_v1(view: Projection, policy: Policy) -> int:
+    """The first unit kept verbatim (rules 1): the kept turns, the current turn, a
+    call awaiting its result; moved back to keep ``keep_recent_messages`` messages and
+    snapped to a turn start."""
+    units = view.units
+    keep_turn = len(view.turn_starts) - policy.keep_recent_turns + 1
+    tail_unit = view.turn_starts[-1] if view.turn_starts else len(units) - 1
+    stop = len(units)
+    for unit in units:
+        if unit.turn >= keep_turn or unit.index >= tail_unit or unit.open_calls:
+            stop = unit.index
+            break
+    kept_messages = sum(len(u.items) for u in units[stop:])
+    while stop > 0 and kept_messages < policy.keep_recent_messages:
+        stop -= 1
+        kept_messages += len(units[stop].items)
+    while 0 < stop < len(units) and units[stop].turn == units[stop - 1].turn \
+            and units[stop].turn > 0:
+        stop -= 1
+    return stop
+
+
+def _stop_v2(view: Projection, policy: Policy) -> int:
+    """The first unit kept verbatim (rules 2): the kept turns, except that the current
+    turn's older steps may go; the protected steps, a call awaiting its result; moved
+    back to keep ``keep_recent_messages`` messages and snapped to a step start."""
+    units = view.units
+    turns = view.turn_starts
+    protection = Protection(view, policy)
+    keep_turn = len(turns) - policy.keep_recent_turns + 1
+    current = len(turns)
+    stop = len(units)
+    for unit in units:
+        if unit.index >= protection.tail_unit or unit.open_calls or (
+                keep_turn <= unit.turn < current):
+            stop = unit.index
+            break
+    kept_messages = sum(len(u.items) for u in units[stop:])
+    while stop > 0 and kept_messages < policy.keep_recent_messages:
+        stop -= 1
+        kept_messages += len(units[stop].items)
+    starts = set(turns) | set(view.assistant_units)
+    while 0 < stop < len(units) and stop not in starts:
+        stop -= 1
+    return stop
+
+
+def _no_straddle(view: Projection, first: int, last: int, stop: int) -> int:
+    """``last`` moved back until no kept unit lies in the span and no unit straddles
+    its end (a result that arrived after the next turn started)."""
+    units = view.units
+    changed = True
+    while changed and last >= first:
+        changed = False
+        for unit in units:
+            positions = [view.items[i].pos for i in unit.items]
+            inside = [first <= p <= last for p in positions]
+            kept = unit.index >= stop
+            if any(inside) and (kept or not all(inside)) and min(positions) >= first:
+                last = min(positions) - 1
+                changed = True
+    return last
+
+
+def _nothing(view: Projection, policy: Policy, stop: int, covered: int) -> str:
+    """Why no span can be compacted, and what would allow one."""
+    if stop == 0 or not view.units:
+        if policy.rules < 2 and len(view.turn_starts) <= 1:
+            return ("the session is one turn, and under packing rules 1 the current turn is "
+                    "never compacted; packing rules 2 compact its older steps (Policy "
+                    "rules=2)")
+        return (f"every message is within what must stay verbatim: the last "
+                f"{policy.keep_recent_turns} turns (keep_recent_turns), the last "
+                f"{policy.keep_recent_messages} messages (keep_recent_messages)"
+                + (f" and the last {policy.tail_steps} steps (tail_steps)"
+                   if policy.rules >= 2 else "")
+                + "; lower them to compact more")
+    return (f"everything before what must stay verbatim is summarized already (up to "
+            f"position {covered}); more history must accumulate first")
 
 
 def _straddled(view: Projection, cuts: list[int]) -> set[int]:
