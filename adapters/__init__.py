@@ -1,6 +1,17 @@
-"""Provider wire formats, transcript importers and orchestrator integrations.
+"""The edges of turnlog: everything that knows a world outside the kernel.
 
-The orchestrator facade is re-exported here: ``from turnlog.adapters import Session``.
+Four jobs, one subpackage (or module) each; all depend on ``turnlog`` only:
+
+* ``turnlog.adapters.providers``: provider wire formats, one `Provider` record
+  per API (render a packed prompt, parse replies, base URL, headers, quirks),
+  the HTTP client, the model summarizers, and a local fake server.
+* ``turnlog.adapters.importers``: transcript importers and exporters (Claude
+  Code, Codex, OpenAI, mini-swe-agent, SWE-agent, OpenHands, Aider), with
+  format detection.
+* ``turnlog.adapters.integrations``: orchestrator integrations (LangChain, the
+  OpenAI Agents SDK), each imported on its own.
+* ``turnlog.adapters.session``: the `Session` facade an orchestrator drives,
+  re-exported here: ``from turnlog.adapters import Session``.
 """
 
 from .session import Answer, Request, Session

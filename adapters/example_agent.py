@@ -22,8 +22,8 @@ from pathlib import Path
 import turnlog
 from turnlog import Log, Policy, ToolCall
 from turnlog.adapters import Session
-from turnlog.adapters.client import send
-from turnlog.adapters.fakeserver import FakeReply, FakeServer
+from turnlog.adapters.providers import send
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 
 __all__ = ["SCRIPT", "TOOLS", "calculate", "list_dir", "main", "read_file", "run", "run_tool"]
 

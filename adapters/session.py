@@ -110,9 +110,19 @@ from turnlog import (
     backoff,
 )
 
-from .client import ProviderError
-from .render import FORMATS, RenderError, render_args, renderer, renderer_for
-from .responses import Reply, parse_http, parse_response, parse_stream
+from .providers import (
+    PROVIDERS,
+    ProviderError,
+    RenderError,
+    Reply,
+    parse_http,
+    parse_response,
+    parse_stream,
+    provider,
+    render_args,
+    renderer,
+    renderer_for,
+)
 
 __all__ = ["Answer", "Request", "ResponseLike", "SDKObject", "Session", "ToolLike"]
 
@@ -131,8 +141,8 @@ class SDKObject(Protocol):
         ...
 
 
-#: What `Session.record` parses: a `Reply` (from ``client.send``), a `ProviderError`
-#: (the exception ``client.send`` raises when no answer came), a JSON body (bytes, text
+#: What `Session.record` parses: a `Reply` (from ``providers.send``), a `ProviderError`
+#: (the exception ``providers.send`` raises when no answer came), a JSON body (bytes, text
 #: or the decoded object), an SDK reply object, or an SSE stream (bytes, text, or an
 #: iterable of lines, blocks or decoded events).
 ResponseLike = (Reply | ProviderError | bytes | str | Mapping[str, object] | SDKObject
@@ -146,8 +156,8 @@ class Request(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         body: the request body: the exact bytes whose blake3 the ``RequestIssued``
-            record holds as ``rendered_hash``. Send these (``client.send``).
-        request_seq: seq of the ``RequestIssued`` record; give it to ``client.send``.
+            record holds as ``rendered_hash``. Send these (``providers.send``).
+        request_seq: seq of the ``RequestIssued`` record; give it to ``providers.send``.
         packed: the packed prompt, its decisions and stage reports.
         format: the wire format of ``body``.
         model: the model named in ``body``.
@@ -260,12 +270,11 @@ class Session:
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
                  attempts: int = 8) -> None:
         log.head(session_id)  # validates the id (InvalidEventError)
-        if format not in FORMATS:
-            raise RenderError(f"unknown format {format!r}; expected one of {sorted(FORMATS)}")
+        wire = provider(format)
         if not isinstance(model, str) or not model:
             raise RenderError(f"model must be a non-empty str, found {model!r}")
-        if format == "anthropic" and max_tokens is None:
-            raise RenderError("the anthropic format needs max_tokens (the API requires it)")
+        if wire.max_tokens_required and max_tokens is None:
+            raise RenderError(f"the {format} format needs max_tokens (the API requires it)")
         if not isinstance(attempts, int) or attempts < 1:
             raise InvalidEventError(f"attempts must be an int >= 1, found {attempts!r}")
         self.log = log
@@ -277,8 +286,7 @@ class Session:
         fields: dict[str, object] = {}
         if stream:
             fields["stream"] = True
-            if format == "openai-chat":
-                fields["stream_options"] = {"include_usage": True}
+            fields.update(wire.stream_fields)
         fields.update(extra or {})
         self.extra: Mapping[str, object] = fields
         self.packer = packer if packer is not None else Packer(log)
@@ -587,7 +595,7 @@ class Session:
     def _renderer_for(self, request_seq: int) -> Renderer | None:
         event = self.log.get(self.id, request_seq)
         body = event.body
-        if not isinstance(body, RequestIssued) or body.format not in FORMATS or not body.model:
+        if not isinstance(body, RequestIssued) or body.format not in PROVIDERS or not body.model:
             return None
         # The record names the renderer's parameters: build the same renderer.
         return renderer_for(body, blobs=self.log.blob)

@@ -13,7 +13,7 @@ Checked on every input, with `turnlog.testing`: `check_all` (budget, tool pairs,
 order, mandatory tail, decisions, protections, determinism across fresh
 projections); a `BudgetExceededError` is accepted only when `check_overflow`
 confirms that the protected part alone exceeds the usable budget. The prompt
-renders in every provider format (`turnlog.adapters.render`). The
+renders in every provider format (`turnlog.adapters.providers`). The
 incremental projection of a `Packer` (packed half-way, then brought up to date)
 must give the same prompt bytes as a fresh one, and every request recorded
 half-way must replay byte for byte.
@@ -53,7 +53,7 @@ with instrumented(__name__ == "__main__"):
         ToolsSet,
         UserMessageAdded,
     )
-    from turnlog.adapters.render import FORMATS, render
+    from turnlog.adapters.providers import PROVIDERS, render
     from turnlog.testing import (
         Compact,
         Fork,
@@ -253,7 +253,7 @@ def TestOneInput(data: bytes) -> None:
         raise AssertionError("the Packer's incremental projection packs differently from a "
                              "fresh one")
     if fresh is not None:  # every packed prompt renders in every provider format
-        for fmt in sorted(FORMATS):
+        for fmt in sorted(PROVIDERS):
             render(fresh.prompt, fmt, model="m", max_tokens=1024)
     for sess, seq in recorded:
         result = packer.replay(sess, seq)

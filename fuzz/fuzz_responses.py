@@ -19,8 +19,8 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import turnlog
     from turnlog import DecodeError, ProviderErrorReceived
-    from turnlog.adapters.responses import (
-        PARSE_FORMATS,
+    from turnlog.adapters.providers import (
+        PROVIDERS,
         Reply,
         parse_error,
         parse_http,
@@ -45,7 +45,7 @@ def TestOneInput(data: bytes) -> None:
     if not data:
         return
     selector, body = data[0], data[1:]
-    fmt = PARSE_FORMATS[selector % 3]
+    fmt = sorted(PROVIDERS)[selector % 3]
     entry = (selector // 3) % 4
     try:
         if entry == 0:

@@ -178,7 +178,7 @@ def _shrink(value: object, depth: int = 0) -> object:
 def importer_seeds() -> list[bytes]:
     """Selector byte (format index, or detection) + a transcript snippet."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from turnlog.adapters.transcripts import FORMATS
+    from turnlog.adapters.importers import FORMATS
 
     from tests import test_importers as ti
 

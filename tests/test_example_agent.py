@@ -10,7 +10,7 @@ import pytest
 import turnlog
 from turnlog import Packer, RequestIssued, ToolCall
 from turnlog.adapters import example_agent
-from turnlog.adapters.render import renderer_for
+from turnlog.adapters.providers import renderer_for
 
 ROOT = Path(__file__).resolve().parents[1]
 

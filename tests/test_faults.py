@@ -59,7 +59,7 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.adapters.render import FORMATS, render
+from turnlog.adapters.providers import PROVIDERS, render
 
 FAST_KILLS = 2  # rounds per workload in the default run
 SLOW_KILLS = 120  # rounds per workload with -m slow (three workloads)
@@ -599,7 +599,7 @@ def test_hostile_text_is_stored_and_packed_verbatim_and_never_interpreted() -> N
     texts = [p.text for m in packed.prompt.messages if m.role == "tool"
              for p in m.parts if isinstance(p, TextPart)]
     assert texts == INJECTIONS
-    for fmt in FORMATS:
+    for fmt in PROVIDERS:
         body = json.loads(render(packed.prompt, fmt, model="m", max_tokens=100))
         values = list(_strings(body))
         for text in INJECTIONS:  # carried as string values, escaped by the JSON encoder
@@ -680,7 +680,7 @@ def test_deeply_nested_tool_arguments_are_text_all_the_way(depth: int) -> None:
     assert stored.parts[0] == ToolCall(id="c1", name="Glob", arguments=arguments)
     packed = Packer(log).pack(SESSION, policy=Policy())
     assert packed.prompt.messages[1].parts[0] == stored.parts[0]
-    for fmt in FORMATS:  # found: the anthropic body raised RecursionError near depth 990
+    for fmt in PROVIDERS:  # found: the anthropic body raised RecursionError near depth 990
         body = render(packed.prompt, fmt, model="m", max_tokens=100)
         assert body
     chat = json.loads(render(packed.prompt, "openai-chat", model="m", max_tokens=100))

@@ -36,8 +36,8 @@ from turnlog import (
 from turnlog._chain import check_record
 from turnlog._codec import decode_event
 from turnlog._pack._prune import pathish as _pathish
-from turnlog.adapters.responses import parse_response
-from turnlog.adapters.transcripts import detect, export_session, import_file
+from turnlog.adapters.importers import detect, export_session, import_file
+from turnlog.adapters.providers import parse_response
 from turnlog.testing import check_packed, memory_log, project
 
 CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"

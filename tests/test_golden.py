@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import turnlog
 from turnlog import Packer
-from turnlog.adapters.render import renderer_for
+from turnlog.adapters.providers import renderer_for
 
 GOLDEN = Path(__file__).parent / "golden"
 STORES = sorted(p for p in GOLDEN.iterdir() if (p / "store" / "data.mdb").is_file())

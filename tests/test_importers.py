@@ -1,4 +1,4 @@
-"""Transcript importers and exporters (``turnlog.adapters.transcripts``).
+"""Transcript importers and exporters (``turnlog.adapters.importers``).
 
 Every file of the shared corpus (``../shared/corpus``, skipped when absent) is
 imported into an LMDB store: the chain verifies, a second import appends
@@ -43,7 +43,7 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.adapters.transcripts import (
+from turnlog.adapters.importers import (
     FORMATS,
     ImportSummary,
     Progress,

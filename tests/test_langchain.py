@@ -37,7 +37,11 @@ from turnlog import (
     UserMessageAdded,
 )
 from turnlog.adapters import Session
-from turnlog.adapters.langchain import META_KEY, TurnlogChatMessageHistory, prompt_messages
+from turnlog.adapters.integrations.langchain import (
+    META_KEY,
+    TurnlogChatMessageHistory,
+    prompt_messages,
+)
 
 POLICY = Policy(context_window=16_000, output_reserve=1_000)
 

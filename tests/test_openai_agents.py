@@ -31,9 +31,9 @@ from turnlog import (
     UserMessageAdded,
 )
 from turnlog.adapters import Session
-from turnlog.adapters.fakeserver import FakeReply, FakeServer
-from turnlog.adapters.openai_agents import META_KEY, TurnlogSession
-from turnlog.adapters.render import renderer
+from turnlog.adapters.integrations.openai_agents import META_KEY, TurnlogSession
+from turnlog.adapters.providers import renderer
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 
 set_tracing_disabled(True)
 

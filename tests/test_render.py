@@ -58,17 +58,17 @@ from turnlog import (
     UserMessageAdded,
     pack,
 )
-from turnlog.adapters.fakeserver import FakeServer
-from turnlog.adapters.render import (
+from turnlog.adapters.providers import (
     EMPTY_TEXT,
     FIRST_TURN_TEXT,
-    FORMATS,
+    PROVIDERS,
     RenderError,
     canonical,
     render,
     render_body,
     renderer,
 )
+from turnlog.adapters.providers.fakeserver import FakeServer
 
 try:  # the shared session generator (the local one below runs in any case)
     from turnlog import testing
@@ -217,7 +217,7 @@ def blobs(ref: BlobRef) -> bytes:
 def check_all_formats(prompt: Prompt) -> dict[str, bytes]:
     """Render ``prompt`` in every format and check validity and determinism."""
     out = {}
-    for name in FORMATS:
+    for name in PROVIDERS:
         body = render_body(prompt, name, model=MODEL, max_tokens=1024, blobs=blobs)
         problems = PROBLEMS[name](body)
         assert not problems, f"{name}: {problems}\n{json.dumps(body)[:2000]}"
@@ -438,7 +438,7 @@ def send_with_sdk(server: FakeServer, name: str, body: dict[str, Any]) -> dict[s
 @given(prompt=prompts())
 def test_sdk_clients_send_rendered_bodies_unchanged(server: FakeServer, prompt: Prompt) -> None:
     assume(not prompt.problems())
-    for name in FORMATS:
+    for name in PROVIDERS:
         body = render_body(prompt, name, model=MODEL, max_tokens=512, blobs=blobs)
         assert send_with_sdk(server, name, body) == body
 
@@ -467,7 +467,7 @@ def sample_prompt() -> Prompt:
     return Packer(log).pack("s").prompt
 
 
-@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_sdk_client_sends_a_full_prompt_unchanged(server: FakeServer, name: str) -> None:
     body = render_body(sample_prompt(), name, model=MODEL, max_tokens=256)
     check(body, SDK_TYPES[name])
@@ -673,9 +673,9 @@ def test_arguments_are_checked() -> None:
 
 def test_rendering_is_deterministic_and_canonical() -> None:
     first = {name: render(sample_prompt(), name, model=MODEL, max_tokens=64)
-             for name in FORMATS}
+             for name in PROVIDERS}
     again = {name: render(sample_prompt(), name, model=MODEL, max_tokens=64)
-             for name in FORMATS}
+             for name in PROVIDERS}
     assert first == again
     for data in first.values():
         value = json.loads(data)
@@ -684,7 +684,7 @@ def test_rendering_is_deterministic_and_canonical() -> None:
 
 
 # -- record and replay -------------------------------------------------------------------------
-@pytest.mark.parametrize("name", sorted(FORMATS))
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_a_recorded_rendering_replays_and_a_different_renderer_is_caught(name: str) -> None:
     log = turnlog.open(":memory:")
     log.append("s", [SystemSectionSet(name="base", text="Be brief."),

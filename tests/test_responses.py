@@ -32,10 +32,9 @@ from turnlog import (
     ToolCall,
     Usage,
 )
-from turnlog.adapters.fakeserver import FakeReply, FakeServer, http_error, overflow_error
-from turnlog.adapters.responses import (
+from turnlog.adapters.providers import (
     OVERFLOW_PATTERNS,
-    PARSE_FORMATS,
+    PROVIDERS,
     Reply,
     is_overflow,
     parse_error,
@@ -43,6 +42,7 @@ from turnlog.adapters.responses import (
     parse_response,
     parse_stream,
 )
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error, overflow_error
 
 # -- recorded-shape fixtures -------------------------------------------------------------------
 CHAT_BODY: dict[str, Any] = {
@@ -555,7 +555,7 @@ def test_malformed_bodies_raise_decode_error(name: str, body: Any) -> None:
 
 
 def test_malformed_streams_raise_decode_error() -> None:
-    for name in PARSE_FORMATS:
+    for name in sorted(PROVIDERS):
         for stream in ("data: {not json}\n\n", "garbage line\n\n", b"\xff", 5, {"a": 1},
                        [5], "data: [1]\n\n"):
             with pytest.raises(DecodeError):
@@ -618,7 +618,7 @@ FUZZ = settings(deadline=None, max_examples=max(200, settings().max_examples),
 
 
 @FUZZ
-@given(name=st.sampled_from(PARSE_FORMATS), data=st.binary(max_size=200))
+@given(name=st.sampled_from(sorted(PROVIDERS)), data=st.binary(max_size=200))
 def test_arbitrary_bytes_parse_or_raise_decode_error(name: str, data: bytes) -> None:
     _accepts_or_decode_error(lambda: parse_response(name, data))
     _accepts_or_decode_error(lambda: parse_stream(name, data))
@@ -627,7 +627,7 @@ def test_arbitrary_bytes_parse_or_raise_decode_error(name: str, data: bytes) -> 
 
 
 @FUZZ
-@given(name=st.sampled_from(PARSE_FORMATS), value=_json_values())
+@given(name=st.sampled_from(sorted(PROVIDERS)), value=_json_values())
 def test_arbitrary_json_parses_or_raises_decode_error(name: str, value: Any) -> None:
     _accepts_or_decode_error(lambda: parse_response(name, json.dumps(value)))
     _accepts_or_decode_error(lambda: parse_stream(name, f"data: {json.dumps(value)}\n\n"))
@@ -636,7 +636,7 @@ def test_arbitrary_json_parses_or_raises_decode_error(name: str, value: Any) -> 
 
 
 @FUZZ
-@given(name=st.sampled_from(PARSE_FORMATS), data=st.data(), new=_json_values())
+@given(name=st.sampled_from(sorted(PROVIDERS)), data=st.data(), new=_json_values())
 def test_mutated_replies_parse_or_raise_decode_error(name: str, data: st.DataObject,
                                                      new: Any) -> None:
     body, stream = FIXTURES[name]
@@ -707,7 +707,7 @@ def _expected_parts(reply: FakeReply, name: str) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("reply", REPLIES, ids=range(len(REPLIES)))
-@pytest.mark.parametrize("name", PARSE_FORMATS)
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_fake_server_answers_validate_with_the_sdks_and_parse_alike(
         server: FakeServer, name: str, reply: FakeReply) -> None:
     request = {"model": "m", "max_tokens": 10, "stream_options": {"include_usage": True}}
@@ -736,7 +736,7 @@ def test_fake_server_answers_validate_with_the_sdks_and_parse_alike(
                                                                reasoning_tokens=reasoning)
 
 
-@pytest.mark.parametrize("name", PARSE_FORMATS)
+@pytest.mark.parametrize("name", sorted(PROVIDERS))
 def test_fake_server_errors_have_the_providers_shapes(server: FakeServer, name: str) -> None:
     server.script(overflow_error())
     status, body, _ = fetch(server, name, {"model": "m"})
@@ -801,7 +801,7 @@ def test_sdk_stream_accumulation_agrees_with_the_parser(server: FakeServer) -> N
 def test_a_reply_repeating_a_tool_call_id_is_a_decode_error() -> None:
     """Found by fuzzing: the log refuses such a message, so the parser must too."""
     import turnlog
-    from turnlog.adapters.responses import parse_response
+    from turnlog.adapters.providers import parse_response
 
     body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
             "content": [{"type": "tool_use", "id": "toolu_02", "name": "a", "input": {}},

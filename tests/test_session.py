@@ -34,10 +34,8 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.adapters.client import ProviderError, send
-from turnlog.adapters.fakeserver import FakeReply, FakeServer, http_error, overflow_error
-from turnlog.adapters.render import RenderError
-from turnlog.adapters.responses import parse_response
+from turnlog.adapters.providers import ProviderError, RenderError, parse_response, send
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error, overflow_error
 from turnlog.adapters.session import Answer, Request, Session
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic")
@@ -576,7 +574,7 @@ def test_turnlog_replay_re_renders_a_streamed_request_from_its_record(tmp_path: 
     """The record carries the renderer's extra arguments, so `turnlog replay` (which knows
     nothing of the session object) re-renders the body and checks its hash."""
     from turnlog import Packer
-    from turnlog.adapters.render import renderer_for
+    from turnlog.adapters.providers import renderer_for
 
     log = turnlog.open(tmp_path / "store")
     session = Session(log, "s", model="m", format="openai-chat", max_tokens=64, stream=True)

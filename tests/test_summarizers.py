@@ -24,18 +24,21 @@ from turnlog import (
     ToolCall,
     UserMessageAdded,
 )
-from turnlog.adapters.client import ANTHROPIC_VERSION, ProviderError, ProviderTimeoutError, send
-from turnlog.adapters.fakeserver import (
+from turnlog.adapters.providers import (
+    ANTHROPIC_VERSION,
+    AnthropicSummarizer,
+    EmptySummaryError,
+    OpenAISummarizer,
+    ProviderError,
+    ProviderTimeoutError,
+    send,
+)
+from turnlog.adapters.providers.fakeserver import (
     FakeReply,
     FakeServer,
     http_error,
     malformed,
     overflow_error,
-)
-from turnlog.adapters.summarizers import (
-    AnthropicSummarizer,
-    EmptySummaryError,
-    OpenAISummarizer,
 )
 
 SUMMARY = "## Goal\n- Fix the parser\n\n## Accomplished\n- Edited src/parser.py"

@@ -31,15 +31,15 @@ import msgspec
 import turnlog
 from turnlog import EVENT_KINDS as KINDS
 from turnlog import Compactor, MemoryManager, Packed, Packer, Recaller, ReplayResult, event_to_json
-from turnlog.adapters.render import (
-    FORMATS,
+from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
+from turnlog.adapters.importers import Progress, import_path
+from turnlog.adapters.providers import (
+    PROVIDERS,
     RenderError,
     render_args,
     renderer,
     renderer_for,
 )
-from turnlog.adapters.transcripts import FORMATS as IMPORT_FORMATS
-from turnlog.adapters.transcripts import Progress, import_path
 
 from . import demo
 from .summary import format_size, format_time, head, summarize
@@ -882,7 +882,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("session", metavar="SESSION")
     policy_options(p)
     p.add_argument("--record", action="store_true", help="append the request record")
-    p.add_argument("--format", default="neutral", choices=["neutral", *sorted(FORMATS)],
+    p.add_argument("--format", default="neutral", choices=["neutral", *sorted(PROVIDERS)],
                    help="print the provider request body exactly as it would be sent, as "
                         "JSON (default: the neutral prompt and its accounting)")
     p.add_argument("--model", default="", help="model name put in the request body and record")

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import turnlog
-from turnlog.adapters.transcripts import ImportSummary, export_session, import_file
+from turnlog.adapters.importers import ImportSummary, export_session, import_file
 
 CORPUS = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
 

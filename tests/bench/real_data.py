@@ -22,8 +22,8 @@ from pathlib import Path
 
 import turnlog
 from turnlog import BudgetExceededError, Packer, Policy
-from turnlog.adapters.render import FORMATS, render_args, renderer, renderer_for
-from turnlog.adapters.transcripts import import_file
+from turnlog.adapters.importers import import_file
+from turnlog.adapters.providers import PROVIDERS, render_args, renderer, renderer_for
 from turnlog.testing import check_packed
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
@@ -55,7 +55,7 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
         pack_seconds = 0.0
         for window in WINDOWS:
             policy = policy_for(window)
-            for fmt in sorted(FORMATS):
+            for fmt in sorted(PROVIDERS):
                 render = renderer(fmt, model="check-model", max_tokens=policy.output_reserve,
                                   blobs=log.blob)
                 started = time.perf_counter()

@@ -14,8 +14,8 @@ parse.
 
 Base URLs follow the official SDKs: an OpenAI base URL includes the version
 (``https://api.openai.com/v1``), an Anthropic one does not
-(``https://api.anthropic.com``); the format's path (``render.FORMATS``) is
-appended.
+(``https://api.anthropic.com``); the provider's path is appended. Headers
+(authentication, API version) come from the provider record.
 """
 
 from __future__ import annotations
@@ -27,8 +27,10 @@ from collections.abc import Mapping
 
 from turnlog import KernelError, ProviderErrorReceived
 
-from .render import FORMATS, RenderError
-from .responses import Reply, parse_http
+from ._anthropic import ANTHROPIC_VERSION
+from ._parse import parse_http
+from ._registry import PROVIDERS, provider
+from ._replies import Reply
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -39,15 +41,8 @@ __all__ = [
     "send",
 ]
 
-#: The ``anthropic-version`` header sent with every Anthropic request.
-ANTHROPIC_VERSION = "2023-06-01"
-
-#: The public endpoints, used when no base URL is given.
-DEFAULT_BASE_URLS: Mapping[str, str] = {
-    "openai-chat": "https://api.openai.com/v1",
-    "openai-responses": "https://api.openai.com/v1",
-    "anthropic": "https://api.anthropic.com",
-}
+#: The public endpoints, used when no base URL is given (each provider's ``base_url``).
+DEFAULT_BASE_URLS: Mapping[str, str] = {name: p.base_url for name, p in PROVIDERS.items()}
 
 
 class ProviderError(KernelError):
@@ -73,11 +68,7 @@ def endpoint(format: str, base_url: str | None = None) -> str:  # noqa: A002
     Raises:
         RenderError: unknown format.
     """
-    spec = FORMATS.get(format)
-    if spec is None:
-        raise RenderError(f"unknown format {format!r}; expected one of {sorted(FORMATS)}")
-    base = base_url or DEFAULT_BASE_URLS[format]
-    return base.rstrip("/") + spec.path
+    return provider(format).endpoint(base_url)
 
 
 def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,  # noqa: A002
@@ -102,14 +93,10 @@ def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,
         ProviderError: the server cannot be reached.
         DecodeError: a successful answer that does not parse.
     """
-    url = endpoint(format, base_url)
-    all_headers = {"content-type": "application/json", "accept": "application/json"}
-    if format == "anthropic":
-        all_headers["x-api-key"] = api_key
-        all_headers["anthropic-version"] = ANTHROPIC_VERSION
-    else:
-        all_headers["authorization"] = f"Bearer {api_key}"
-    all_headers.update(headers or {})
+    spec = provider(format)
+    url = spec.endpoint(base_url)
+    all_headers = {"content-type": "application/json", "accept": "application/json",
+                   **spec.headers(api_key), **(headers or {})}
     request = urllib.request.Request(url, data=body, headers=all_headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:

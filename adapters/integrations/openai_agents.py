@@ -79,7 +79,7 @@ from turnlog import (
     backoff,
 )
 
-from .openai_responses import ItemMapper
+from ..importers import ItemMapper
 
 __all__ = ["META_KEY", "TurnlogSession"]
 

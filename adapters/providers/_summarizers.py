@@ -2,14 +2,15 @@
 
 Theory of operation
 -------------------
-Both implement the kernel's ``Summarizer`` protocol. Each sends the
-request's ``instructions()`` as the system prompt and its ``source_text()``
-(the transcript, or the child summaries of a roll-up) as the one user
-message, with the output cap set to the request's ``max_tokens``, to a
-*summary model* that is usually cheaper than the agent's main model (the
-policy's ``summary_model``). The answer's text is the summary; its
-provenance is ``summarizer`` (``openai:MODEL`` / ``anthropic:MODEL``),
-``model`` and the request's ``prompt_hash()``.
+Both implement the kernel's ``Summarizer`` protocol. Each renders, through
+its provider's record, a prompt whose system section is the request's
+``instructions()`` and whose one user message is its ``source_text()`` (the
+transcript, or the child summaries of a roll-up), with the output cap set to
+the request's ``max_tokens``, and sends it to a *summary model* that is
+usually cheaper than the agent's main model (the policy's ``summary_model``).
+The answer's text is the summary; its provenance is ``summarizer``
+(``openai:MODEL`` / ``anthropic:MODEL``), ``model`` and the request's
+``prompt_hash()``.
 
 They raise on every failure: `ProviderError` for an HTTP error (with the
 parsed ``ProviderErrorReceived``, ``overflow`` included),
@@ -24,19 +25,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from turnlog import ProviderErrorReceived, Summary, SummaryRequest, TextPart
+from turnlog import (
+    InvalidArgumentError,
+    Message,
+    Prompt,
+    ProviderErrorReceived,
+    Section,
+    Summary,
+    SummaryRequest,
+    TextPart,
+)
 
-from .client import DEFAULT_BASE_URLS, ProviderError, ProviderTimeoutError, send
-from .render import canonical
-from .responses import Reply
+from ._client import DEFAULT_BASE_URLS, ProviderError, send
+from ._registry import provider
+from ._replies import Reply
+from ._wire import RenderOptions, canonical
 
-__all__ = [
-    "AnthropicSummarizer",
-    "EmptySummaryError",
-    "OpenAISummarizer",
-    "ProviderError",
-    "ProviderTimeoutError",
-]
+__all__ = ["AnthropicSummarizer", "EmptySummaryError", "OpenAISummarizer"]
 
 
 class EmptySummaryError(ProviderError):
@@ -63,9 +68,22 @@ def _text_of(reply: Reply, summarizer: str) -> str:
 
 def _check(model: str, timeout: float) -> None:
     if not isinstance(model, str) or not model:
-        raise ValueError(f"model must be a non-empty str, found {model!r}")
+        raise InvalidArgumentError(f"model must be a non-empty str, found {model!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, found {timeout!r}")
+        raise InvalidArgumentError(
+            f"timeout must be a positive number of seconds, found {timeout!r}")
+
+
+def _body(format: str, model: str, request: SummaryRequest,  # noqa: A002
+          temperature: float | None) -> dict[str, object]:
+    """The request body of a summary call, rendered by the provider's own renderer."""
+    prompt = Prompt(system=(Section(name="instructions", text=request.instructions()),),
+                    tools=(), messages=(Message(role="user", parts=(
+                        TextPart(text=request.source_text()),)),))
+    body = provider(format).build(prompt, RenderOptions(model, max(1, request.max_tokens), None))
+    if temperature is not None:
+        body["temperature"] = temperature
+    return body
 
 
 class OpenAISummarizer:
@@ -85,7 +103,7 @@ class OpenAISummarizer:
         headers: further HTTP headers.
 
     Raises:
-        ValueError: an empty model or a non-positive timeout.
+        InvalidArgumentError: an empty model or a non-positive timeout.
     """
 
     def __init__(self, model: str, *, api_key: str,
@@ -94,8 +112,8 @@ class OpenAISummarizer:
                  headers: Mapping[str, str] | None = None) -> None:
         _check(model, timeout)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
-            raise ValueError("max_tokens_field must be 'max_tokens' or "
-                             f"'max_completion_tokens', found {max_tokens_field!r}")
+            raise InvalidArgumentError("max_tokens_field must be 'max_tokens' or "
+                                       f"'max_completion_tokens', found {max_tokens_field!r}")
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
@@ -111,14 +129,9 @@ class OpenAISummarizer:
 
     def body(self, request: SummaryRequest) -> bytes:
         """The request body sent for ``request`` (canonical JSON bytes)."""
-        payload: dict[str, object] = {
-            "model": self.model,
-            "messages": [{"role": "system", "content": request.instructions()},
-                         {"role": "user", "content": request.source_text() or "(empty)"}],
-            self.max_tokens_field: max(1, request.max_tokens),
-        }
-        if self.temperature is not None:
-            payload["temperature"] = self.temperature
+        payload = _body("openai-chat", self.model, request, self.temperature)
+        # Compatible servers name the cap max_tokens; the renderer writes OpenAI's name.
+        payload[self.max_tokens_field] = payload.pop("max_completion_tokens")
         return canonical(payload)
 
     def summarize(self, request: SummaryRequest) -> Summary:
@@ -148,7 +161,7 @@ class AnthropicSummarizer:
         headers: further HTTP headers.
 
     Raises:
-        ValueError: an empty model or a non-positive timeout.
+        InvalidArgumentError: an empty model or a non-positive timeout.
     """
 
     def __init__(self, model: str, *, api_key: str,
@@ -170,17 +183,7 @@ class AnthropicSummarizer:
 
     def body(self, request: SummaryRequest) -> bytes:
         """The request body sent for ``request`` (canonical JSON bytes)."""
-        source = request.source_text()
-        payload: dict[str, object] = {
-            "model": self.model,
-            "max_tokens": max(1, request.max_tokens),
-            "system": [{"type": "text", "text": request.instructions()}],
-            "messages": [{"role": "user", "content": [
-                {"type": "text", "text": source if source.strip() else "(empty)"}]}],
-        }
-        if self.temperature is not None:
-            payload["temperature"] = self.temperature
-        return canonical(payload)
+        return canonical(_body("anthropic", self.model, request, self.temperature))
 
     def summarize(self, request: SummaryRequest) -> Summary:
         """Summarize ``request`` with the summary model.

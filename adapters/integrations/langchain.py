@@ -105,7 +105,7 @@ from turnlog import (
     recall_text,
 )
 
-from .render import MISSING_RESULT_TEXT
+from ..providers import MISSING_RESULT_TEXT
 
 __all__ = ["META_KEY", "TurnlogChatMessageHistory", "prompt_messages"]
 

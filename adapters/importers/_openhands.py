@@ -49,8 +49,8 @@ from turnlog import (
     UserMessageAdded,
 )
 
-from .openai_responses import tools_set, usage_of
-from .transcript_plan import (
+from ._openai_responses import tools_set, usage_of
+from ._plan import (
     JSON_ERRORS,
     BadRecord,
     Entry,

@@ -14,7 +14,7 @@ An import runs in three steps per file, and nothing is written before the
 third:
 
 1. **parse**: the format module turns the bytes into a `Parsed` plan (see
-   ``transcript_plan``): sessions, each a list of entries with idempotency
+   ``_plan``): sessions, each a list of entries with idempotency
    keys derived from source ids, times from the transcript, and the rest of
    every source record in ``meta``. A malformed record raises
    `turnlog.ImportFormatError` naming the file, the record and the field, or
@@ -63,16 +63,16 @@ from turnlog import (
 )
 
 from . import (
-    aider,
-    claude_code,
-    codex_rollout,
-    mini_swe_agent,
-    openai_chat,
-    openai_responses,
-    openhands,
-    swe_agent,
+    _aider,
+    _claude_code,
+    _codex,
+    _mini_swe_agent,
+    _openai_chat,
+    _openai_responses,
+    _openhands,
+    _swe_agent,
 )
-from .transcript_plan import (
+from ._plan import (
     JSON_ERRORS,
     BadRecord,
     CompactionEntry,
@@ -103,15 +103,15 @@ class _Format:
 
 
 _REGISTRY: dict[str, _Format] = {
-    "claude_code": _Format(claude_code.parse, claude_code.export, children=True),
-    "codex": _Format(codex_rollout.parse, codex_rollout.export),
-    "openai_chat": _Format(openai_chat.parse, openai_chat.export),
-    "openai_responses": _Format(openai_responses.parse, openai_responses.export),
-    "mini_swe_agent": _Format(mini_swe_agent.parse, mini_swe_agent.export),
-    "swe_agent": _Format(swe_agent.parse, swe_agent.export),
-    "openhands": _Format(openhands.parse_events, openhands.export_events),
-    "openhands_output": _Format(openhands.parse_output, openhands.export_output),
-    "aider": _Format(aider.parse, aider.export),
+    "claude_code": _Format(_claude_code.parse, _claude_code.export, children=True),
+    "codex": _Format(_codex.parse, _codex.export),
+    "openai_chat": _Format(_openai_chat.parse, _openai_chat.export),
+    "openai_responses": _Format(_openai_responses.parse, _openai_responses.export),
+    "mini_swe_agent": _Format(_mini_swe_agent.parse, _mini_swe_agent.export),
+    "swe_agent": _Format(_swe_agent.parse, _swe_agent.export),
+    "openhands": _Format(_openhands.parse_events, _openhands.export_events),
+    "openhands_output": _Format(_openhands.parse_output, _openhands.export_output),
+    "aider": _Format(_aider.parse, _aider.export),
 }
 
 #: Every format name `detect` can return and `import_file` / `export_session` accept.
@@ -226,7 +226,7 @@ def _doc_format(doc: object) -> str | None:
         if any("action" in e or "observation" in e for e in doc):
             return "openhands"
         if doc and all("type" in e for e in doc) and any(
-                isinstance(e["type"], str) and e["type"] in openai_responses.ITEM_TYPES
+                isinstance(e["type"], str) and e["type"] in _openai_responses.ITEM_TYPES
                 for e in doc):
             return "openai_responses"
         if all("role" in e for e in doc):
@@ -257,7 +257,7 @@ def _sniff(data: bytes, name: str) -> str | None:
             return _doc_format(msgspec.json.decode(head))
         except JSON_ERRORS:
             return None
-    if aider.sniff(head):
+    if _aider.sniff(head):
         return "aider"
     return None
 
@@ -398,7 +398,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     skipped: list[SkippedRecord] = []
     for file in candidates:
         data = _read(str(file))
-        if file.suffix == ".md" and format is None and not aider.sniff(data):
+        if file.suffix == ".md" and format is None and not _aider.sniff(data):
             continue
         fmt = format or _sniff(data, file.name)
         if fmt is None:
@@ -407,13 +407,13 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             continue
         found.append((file, data, fmt))
     # Parents before their subagents, so that links can name the spawning call.
-    found.sort(key=lambda item: (claude_code.is_subagent_file(item[0]), str(item[0])))
+    found.sort(key=lambda item: (_claude_code.is_subagent_file(item[0]), str(item[0])))
     links: dict[str, dict[str, str]] = {}
     summaries: list[ImportSummary] = []
     for number, (file, data, fmt) in enumerate(found):
         parsed = _parse(fmt, data, str(file), skip_bad)
         if fmt == "claude_code":
-            claude_code.link_subagents(parsed, links)
+            _claude_code.link_subagents(parsed, links)
         name = None if session is None else f"{session}/{file.stem}"
         summaries.append(_import_parsed(log, parsed, str(file), session=name,
                                         skip_bad=skip_bad, progress=progress,

@@ -42,8 +42,8 @@ from turnlog import (
     UserMessageAdded,
 )
 
-from .openai_responses import ItemMapper, usage_of
-from .transcript_plan import (
+from ._openai_responses import ItemMapper, usage_of
+from ._plan import (
     JSON_ERRORS,
     BadRecord,
     CompactionEntry,

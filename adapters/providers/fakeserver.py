@@ -34,10 +34,13 @@ from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 import blake3
 import msgspec
 from turnlog import ToolCall, Usage
+
+from ._registry import PROVIDERS
 
 __all__ = [
     "FakeReply",
@@ -49,8 +52,8 @@ __all__ = [
 ]
 
 _HOST = "127.0.0.1"
-_PATHS = {"/v1/chat/completions": "openai-chat", "/v1/responses": "openai-responses",
-          "/v1/messages": "anthropic"}
+# The path of each provider's endpoint (its public base URL's path, then its own).
+_PATHS = {urlsplit(p.endpoint()).path: name for name, p in PROVIDERS.items()}
 _PIECE = 16  # characters per streamed delta
 _EPOCH = 1_700_000_000
 
@@ -232,7 +235,7 @@ class FakeServer:
 
     def base_url(self, format: str) -> str:  # noqa: A002
         """The base URL an SDK or `client.send` takes for ``format`` (OpenAI's ends in /v1)."""
-        return self.url if format == "anthropic" else f"{self.url}/v1"
+        return self.url + urlsplit(PROVIDERS[format].base_url).path
 
     # -- script ---------------------------------------------------------------------------
     def script(self, *replies: FakeReply) -> None:

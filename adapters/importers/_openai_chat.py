@@ -42,8 +42,8 @@ from turnlog import (
     UserMessageAdded,
 )
 
-from .openai_responses import Sections, tools_set
-from .transcript_plan import (
+from ._openai_responses import Sections, tools_set
+from ._plan import (
     BadRecord,
     Entry,
     ExportSession,

@@ -42,7 +42,7 @@ from turnlog import (
     UserMessageAdded,
 )
 
-from .transcript_plan import (
+from ._plan import (
     BadRecord,
     Entry,
     ExportSession,

@@ -25,9 +25,9 @@ import re
 import msgspec
 from turnlog import AssistantMessageAdded, Body, ResponseReceived, UserMessageAdded
 
-from .openai_chat import Messages, export_messages, parse_messages
-from .openai_responses import usage_of
-from .transcript_plan import (
+from ._openai_chat import Messages, export_messages, parse_messages
+from ._openai_responses import usage_of
+from ._plan import (
     BadRecord,
     Entry,
     ExportSession,

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import msgspec
 
-from .openai_chat import Messages, export_messages, parse_messages
-from .transcript_plan import (
+from ._openai_chat import Messages, export_messages, parse_messages
+from ._plan import (
     BadRecord,
     Entry,
     ExportSession,

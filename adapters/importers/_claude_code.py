@@ -70,7 +70,7 @@ from turnlog import (
     UserMessageAdded,
 )
 
-from .transcript_plan import (
+from ._plan import (
     JSON_ERRORS,
     BadRecord,
     CompactionEntry,

@@ -1,0 +1,31 @@
+"""Transcript importers and exporters: agent transcripts in, turnlog sessions out and back.
+
+One module per transcript format, each a pure parser from bytes to an import
+plan and an exporter back; the registry (`FORMATS`), format detection and
+the import runs (parse, validate, append idempotently) are in one place.
+docs/importers.md has each format's mapping.
+"""
+
+from ._openai_responses import ItemMapper
+from ._transcripts import (
+    FORMATS,
+    ImportSummary,
+    Progress,
+    SkippedRecord,
+    detect,
+    export_session,
+    import_file,
+    import_path,
+)
+
+__all__ = [
+    "FORMATS",
+    "ImportSummary",
+    "ItemMapper",
+    "Progress",
+    "SkippedRecord",
+    "detect",
+    "export_session",
+    "import_file",
+    "import_path",
+]

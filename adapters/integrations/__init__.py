@@ -1,0 +1,11 @@
+"""Orchestrator integrations: a turnlog session behind another framework's history API.
+
+* ``turnlog.adapters.integrations.langchain``: LangChain's ``BaseChatMessageHistory``
+  (``pip install 'turnlog[langchain]'``).
+* ``turnlog.adapters.integrations.openai_agents``: the OpenAI Agents SDK ``Session``
+  protocol (``pip install 'turnlog[openai-agents]'``).
+
+Each is imported on its own, so its framework is needed only when it is used.
+"""
+
+__all__: list[str] = []

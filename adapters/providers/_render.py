@@ -1,0 +1,201 @@
+"""Render a neutral `Prompt` to a provider request body.
+
+Theory of operation
+-------------------
+A renderer is a pure function of its arguments: the prompt, the model name,
+the output cap, the blob reader (content-addressed, so a blob's bytes are
+fixed by its hash) and any extra top-level fields. It reads no clock, no
+environment and no randomness, and the canonical bytes (`canonical`: JSON with
+sorted keys, no spaces, UTF-8) of the same arguments are always the same. That
+is what lets `Packer.record` hash the rendered body into the request record
+and `Packer.replay` re-render and compare.
+
+The formats (one `Provider` record each, in ``PROVIDERS``):
+
+* ``openai-chat``: Chat Completions. One system message (the sections joined
+  by a blank line), user/assistant/tool messages as they come; assistant
+  tool calls carry ``function.arguments`` as JSON text; reasoning is not sent
+  (the API takes none back).
+* ``openai-responses``: Responses. The sections become ``instructions``; an
+  assistant message becomes, in part order, ``reasoning`` items (only those
+  this API produced: provider ``openai`` with an item id; ``encrypted_content``
+  from ``opaque``), assistant ``message`` items and ``function_call`` items;
+  a tool message becomes a ``function_call_output``.
+* ``anthropic``: Messages. ``system`` is one text block per section, so a
+  cache breakpoint can sit between the static sections and the summary; tool
+  results become ``tool_result`` blocks at the front of the next user turn;
+  turns strictly alternate (consecutive messages of one role are merged, and
+  a user turn is put first when the prompt starts with the assistant);
+  thinking blocks keep their signature (``opaque``) and are sent only for
+  reasoning this API produced; breakpoints become ``cache_control`` (at most
+  four).
+
+Rules shared by all formats, so every body is valid on the wire:
+
+* when the prompt ends in the results of the last assistant message's calls
+  and some are missing (calls still running), each missing one is answered
+  with `MISSING_RESULT_TEXT` as an error, as the packer does for older calls
+  (every API refuses a call without its result once a result follows it); a
+  prompt that ends in the assistant message itself is rendered as it is;
+* text that is empty (or, for Anthropic, only whitespace) becomes
+  `EMPTY_TEXT`; a message with nothing to send carries that text;
+* tool schemas are JSON objects with ``"type": "object"`` (added when absent);
+* tool-call arguments that are not a JSON object go to Anthropic as
+  ``{"_raw_arguments": TEXT}`` (its ``input`` must be an object);
+* call ids that a provider would refuse (Anthropic: ``[A-Za-z0-9_-]+``;
+  Chat Completions: at most 40 characters) are replaced, consistently in the
+  call and its result, by a prefix plus a blake3 digest of the id;
+* images go as URLs, or as base64 data read with ``blobs``; an image the
+  format cannot carry (in an assistant or tool message, an unsupported media
+  type) becomes a text note.
+
+The prompt must satisfy `Prompt.problems` (every packed prompt
+does); a prompt that does not is refused with `RenderError` rather than sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+
+from turnlog import Message, Prompt, RequestIssued, TextPart
+
+from ._registry import provider
+from ._wire import MISSING_RESULT_TEXT, BlobReader, RenderError, RenderOptions, canonical
+
+__all__ = ["render", "render_args", "render_body", "renderer", "renderer_for"]
+
+
+def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
+                max_tokens: int | None, blobs: BlobReader | None = None,
+                extra: Mapping[str, object] | None = None) -> dict[str, object]:
+    """Render ``prompt`` as the request body of ``format`` (a dict of JSON values).
+
+    Parameters:
+        prompt: a packed prompt.
+        format: a provider name, a key of ``PROVIDERS`` (``openai-chat``,
+            ``openai-responses``, ``anthropic``).
+        model: the model name put in the body.
+        max_tokens: the output cap (``max_completion_tokens``, ``max_output_tokens``
+            or ``max_tokens``); required for Anthropic, omitted elsewhere when None.
+        blobs: reads the bytes of images stored as blobs (``Log.blob``).
+        extra: further top-level fields (``stream``, ``temperature``, ``thinking``,
+            ``include``...); they may not replace a rendered field.
+
+    Raises:
+        RenderError: unknown format, bad arguments, a malformed prompt, a tool schema
+            that is not a JSON object, a blob image without ``blobs``.
+    """
+    spec = provider(format)
+    if not isinstance(model, str) or not model:
+        raise RenderError(f"model must be a non-empty str, found {model!r}")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
+            max_tokens, int) or max_tokens < 1):
+        raise RenderError(f"max_tokens must be a positive int or None, found {max_tokens!r}")
+    if max_tokens is None and spec.max_tokens_required:
+        raise RenderError(f"the {format} format needs max_tokens (the API requires it)")
+    problems = prompt.problems()
+    if problems:
+        raise RenderError(f"the prompt is malformed ({len(problems)} problem(s)): "
+                          f"{'; '.join(problems[:3])}. Render only prompts that the packer made")
+    body = spec.build(_answer_pending(prompt), RenderOptions(model, max_tokens, blobs))
+    for key, value in (extra or {}).items():
+        if key in body:
+            raise RenderError(f"extra field {key!r} would replace a rendered field; "
+                              "change the prompt or the arguments instead")
+        body[key] = value
+    return body
+
+
+def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  # noqa: A002
+           blobs: BlobReader | None = None, extra: Mapping[str, object] | None = None) -> bytes:
+    """Render ``prompt`` as the canonical bytes of a ``format`` request body.
+
+    The same arguments always give the same bytes. See `render_body` for the
+    parameters; use `renderer` to get the one-argument function that
+    ``Packer.record(..., render=...)`` and ``Packer.replay`` take.
+
+    Raises:
+        RenderError: as `render_body`, or the body cannot be encoded.
+    """
+    return canonical(render_body(prompt, format, model=model, max_tokens=max_tokens,
+                                 blobs=blobs, extra=extra))
+
+
+def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
+                 ) -> Callable[[Prompt], bytes] | None:
+    """The renderer a recorded request was rendered with (None for ``neutral``).
+
+    Pass it to ``Packer.replay(..., render=...)`` to check the rendered body too.
+
+    Raises:
+        RenderError: the record names a format this version does not know.
+    """
+    if request.format == "neutral" or not request.rendered_hash:
+        return None
+    try:
+        args = json.loads(request.render_args) if request.render_args else {}
+    except ValueError as exc:
+        raise RenderError(f"the record's render_args are not JSON: {exc}") from exc
+    if not isinstance(args, dict):
+        raise RenderError("the record's render_args must be a JSON object")
+    max_tokens = args.get("max_tokens")
+    extra = args.get("extra")
+    if max_tokens is not None and not isinstance(max_tokens, int):
+        raise RenderError(f"render_args.max_tokens must be an int, found {max_tokens!r}")
+    if extra is not None and not isinstance(extra, dict):
+        raise RenderError("render_args.extra must be a JSON object")
+    return renderer(request.format, model=request.model, max_tokens=max_tokens,
+                    blobs=blobs, extra=extra)
+
+
+def render_args(*, max_tokens: int | None, extra: Mapping[str, object] | None = None) -> str:
+    """The ``render_args`` to record with a request rendered with these arguments
+    (`renderer_for` reads them back)."""
+    args: dict[str, object] = {"max_tokens": max_tokens}
+    if extra:
+        args["extra"] = dict(extra)
+    return canonical(args).decode()
+
+
+def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
+             blobs: BlobReader | None = None,
+             extra: Mapping[str, object] | None = None) -> Callable[[Prompt], bytes]:
+    """A pure ``Prompt -> bytes`` function for ``Packer.record`` / ``Packer.replay``.
+
+    Example::
+
+        render = renderer("anthropic", model="claude-sonnet-4-5", max_tokens=8192)
+        recorded = packer.record(session, format="anthropic", render=render)
+
+    Raises:
+        RenderError: ``format`` is unknown (checked now, not at the first call).
+    """
+    provider(format)
+    frozen = dict(extra or {})
+
+    def render_prompt(prompt: Prompt) -> bytes:
+        return render(prompt, format, model=model, max_tokens=max_tokens, blobs=blobs,
+                      extra=frozen)
+
+    return render_prompt
+
+
+def _answer_pending(prompt: Prompt) -> Prompt:
+    """Answer, with `MISSING_RESULT_TEXT`, the calls of the last assistant message that
+    the tool messages ending the prompt leave open (every API refuses a partial run)."""
+    messages = prompt.messages
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    if last < 0 or last == len(messages) - 1:
+        return prompt
+    if any(m.role != "tool" for m in messages[last + 1:]):
+        return prompt
+    answered = {m.tool_call_id for m in messages[last + 1:]}
+    missing = tuple(
+        Message(role="tool", parts=(TextPart(text=MISSING_RESULT_TEXT),), tool_call_id=c.id,
+                name=c.name, is_error=True, source=messages[last].source)
+        for c in messages[last].tool_calls if c.id not in answered)
+    if not missing:
+        return prompt
+    return Prompt(system=prompt.system, tools=prompt.tools, messages=messages + missing,
+                  breakpoints=prompt.breakpoints)

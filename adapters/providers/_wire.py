@@ -1,0 +1,196 @@
+"""What every wire format shares: the provider record, render options and helpers.
+
+Theory of operation
+-------------------
+A provider is one `Provider` record: its name (recorded as
+``RequestIssued.format``), the request path and the public base URL, the
+authentication headers, its quirks (an output cap the API requires), the
+renderer (``Prompt`` -> request body) and the two reply parsers (a JSON body,
+an SSE stream). The registry (``_registry``) holds one record per provider;
+rendering, parsing, the HTTP client, the summarizers and the session facade
+all look a provider up there and never branch on its name.
+
+Renderers are pure functions of the prompt and `RenderOptions`: no clock, no
+environment, no randomness. The helpers below are the rules every format
+applies the same way (empty text, tool schemas, images, hashed call ids).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import blake3
+from turnlog import (
+    BlobRef,
+    ImagePart,
+    KernelError,
+    Message,
+    Prompt,
+    TextPart,
+    ToolSpec,
+)
+
+from ._replies import Reply
+
+__all__ = [
+    "EMPTY_TEXT",
+    "FIRST_TURN_TEXT",
+    "MISSING_RESULT_TEXT",
+    "BlobReader",
+    "Provider",
+    "RenderError",
+    "RenderOptions",
+    "canonical",
+]
+
+#: Stands in for empty text (the packer never produces it on its own).
+EMPTY_TEXT = "(empty)"
+
+
+#: The user turn put in front when a prompt for Anthropic starts with the assistant.
+FIRST_TURN_TEXT = "(continued)"
+
+
+#: The result given to a call still open when the prompt ends in its run of results.
+MISSING_RESULT_TEXT = "[no result was recorded for this call]"
+
+
+#: Reads a blob's bytes (e.g. ``Log.blob``).
+BlobReader = Callable[[BlobRef], bytes]
+
+
+Json = dict[str, Any]
+
+
+class RenderError(KernelError, ValueError):
+    """A prompt (or an argument) cannot be rendered to a valid request body."""
+
+
+class RenderOptions(NamedTuple):
+    """What a renderer needs besides the prompt."""
+
+    model: str
+    max_tokens: int | None
+    blobs: BlobReader | None
+
+
+class Provider(NamedTuple):
+    """One wire format: everything turnlog knows about a provider's API.
+
+    Attributes:
+        name: the registry key (recorded as ``RequestIssued.format``).
+        description: in words.
+        path: the request path relative to the API base URL (OpenAI base URLs
+            end in ``/v1``; Anthropic's do not).
+        base_url: the public API root, used when no base URL is given.
+        headers: the authentication (and version) headers for an API key.
+        build: the renderer (use ``render`` / ``render_body``, which check the
+            arguments and the prompt first).
+        parse: parses a complete JSON reply (use ``parse_response``).
+        parse_stream: parses the decoded events of an SSE reply (use ``parse_stream``).
+        max_tokens_required: the API refuses a request without an output cap.
+        stream_fields: further top-level fields a streamed request needs (the
+            Chat Completions API reports usage in a stream only when asked).
+    """
+
+    name: str
+    description: str
+    path: str
+    base_url: str
+    headers: Callable[[str], dict[str, str]]
+    build: Callable[[Prompt, RenderOptions], Json]
+    parse: Callable[[Json, int | None], Reply]
+    parse_stream: Callable[[list[object], int | None], Reply]
+    max_tokens_required: bool = False
+    stream_fields: Mapping[str, object] = {}
+
+    def endpoint(self, base_url: str | None = None) -> str:
+        """The URL a request is posted to (``base_url`` or the public root, plus `path`)."""
+        return (base_url or self.base_url).rstrip("/") + self.path
+
+
+def canonical(body: Mapping[str, object]) -> bytes:
+    """The canonical bytes of a request body: JSON, sorted keys, no spaces, UTF-8.
+
+    Raises:
+        RenderError: the body holds something JSON cannot carry (a lone surrogate,
+            a non-finite float, an object that is not JSON).
+    """
+    try:
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        raise RenderError(f"the request body cannot be encoded as JSON: {exc}") from exc
+
+
+# -- rules every renderer applies ------------------------------------------------------------
+def text_or_empty(text: str, *, strict: bool = False) -> str:
+    """``text``, or `EMPTY_TEXT` when it is empty (``strict``: or only whitespace)."""
+    if not text or (strict and not text.strip()):
+        return EMPTY_TEXT
+    return text
+
+
+def tool_schema(tool: ToolSpec) -> dict[str, Any]:
+    try:
+        value = json.loads(tool.parameters or "{}")
+    except (ValueError, RecursionError) as exc:
+        raise RenderError(f"tool {tool.name!r}: parameters are not JSON ({exc}); fix the "
+                          "ToolsSet event's schema") from exc
+    if not isinstance(value, dict):
+        raise RenderError(f"tool {tool.name!r}: parameters must be a JSON object (a JSON "
+                          f"Schema), found {type(value).__name__}")
+    if "type" not in value:
+        value = {"type": "object", **value}
+    if value.get("type") == "object" and "properties" not in value:
+        value["properties"] = {}
+    return value
+
+
+def image_data(part: ImagePart, opts: RenderOptions) -> str | None:
+    """Base64 of a blob image, or None when the image has no blob."""
+    if part.blob is None:
+        return None
+    if opts.blobs is None:
+        raise RenderError(f"image blob {part.blob.hash[:16]} ({part.media_type}) needs a blob "
+                          "reader: pass blobs=log.blob")
+    try:
+        data = opts.blobs(part.blob)
+    except KernelError as exc:
+        raise RenderError(f"image blob {part.blob.hash[:16]} cannot be read: {exc}") from exc
+    return base64.b64encode(data).decode("ascii")
+
+
+def image_url(part: ImagePart, opts: RenderOptions) -> str | None:
+    """A URL for an image (a ``data:`` URL for a blob), or None when there is none."""
+    data = image_data(part, opts)
+    if data is not None:
+        return f"data:{part.media_type};base64,{data}"
+    return part.url or None
+
+
+def image_note(part: ImagePart, why: str) -> str:
+    return f"[image {part.media_type} not sent: {why}]"
+
+
+def hashed_id(prefix: str, call_id: str) -> str:
+    return prefix + blake3.blake3(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def tool_text(message: Message) -> str:
+    """The text of a tool message (images noted in words)."""
+    out: list[str] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            out.append(part.text)
+        elif isinstance(part, ImagePart):
+            out.append(image_note(part, "images are not sent in tool results"))
+    return "".join(out)
+
+
+def set_limit(opts: RenderOptions, key: str, body: dict[str, Any]) -> None:
+    if opts.max_tokens is not None:
+        body[key] = opts.max_tokens
