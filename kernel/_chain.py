@@ -8,7 +8,10 @@ event of a new session, or the hash of the source event for the first event
 of a fork. Each stored record is ``prev (32 bytes) || hash (32 bytes) ||
 canonical bytes``; keeping ``prev`` in the record lets a single event be read
 and checked on its own, and makes a break in the chain visible as a mismatch
-between a record's ``prev`` and its predecessor's ``hash``.
+between a record's ``prev`` and its predecessor's ``hash``. This module is
+the only one that knows those offsets: the log builds records with
+`pack_record` and reads them with `record_hash`, `record_canonical`,
+`record_event` and `check_record`.
 
 A chain alone cannot show that its tail was cut off or that it was rewritten
 from the start; a `Checkpoint` kept elsewhere can: it fixes the hash at one
@@ -49,6 +52,16 @@ def link(prev: bytes, canonical: bytes) -> bytes:
 def pack_record(prev: bytes, digest: bytes, canonical: bytes) -> bytes:
     """The stored form of one event."""
     return prev + digest + canonical
+
+
+def record_hash(record: bytes) -> bytes:
+    """The event hash a stored record holds (its second field)."""
+    return bytes(record[HASH_SIZE:2 * HASH_SIZE])
+
+
+def record_canonical(record: bytes) -> bytes:
+    """The canonical event bytes a stored record holds (after its two hashes)."""
+    return bytes(record[2 * HASH_SIZE:])
 
 
 def unpack_record(record: bytes) -> tuple[bytes, bytes, bytes]:

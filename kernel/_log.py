@@ -38,7 +38,10 @@ from ._chain import (
     Checkpoint,
     check_record,
     link,
+    pack_record,
+    record_canonical,
     record_event,
+    record_hash,
     sign_checkpoint,
 )
 from ._codec import (
@@ -582,7 +585,7 @@ class Log:
                 self._check_references(body, session, seq, base + seq)
             canonical = with_seq(data, offset, seq) if seq else data
             digest = link(prev, canonical)
-            records.append(prev + digest + canonical)  # pack_record, inlined
+            records.append(pack_record(prev, digest, canonical))
             if key is not None:
                 txn.put_idempotency(session, key, seq)
             prev = digest
@@ -672,11 +675,11 @@ class Log:
                 raise StoreCorruptError(f"idempotency key {key!r} points at missing "
                                         f"event {session}#{seq}; run `turnlog verify`")
             # Same content iff same canonical bytes at that seq.
-            if with_seq(data, offset, seq) != record[64:]:
+            if with_seq(data, offset, seq) != record_canonical(record):
                 raise IdempotencyError(
                     f"idempotency key {key!r} was used at {session}#{seq} for different "
                     "content; use a new key for a new event. Nothing was written")
-            digest = record[32:64]
+            digest = record_hash(record)
         return Appended(session, first, first + len(batch) - 1, digest, duplicate=True)
 
     # -- integrity -----------------------------------------------------------------
@@ -791,7 +794,7 @@ class Log:
             if source is None:
                 return (f"fork source {event.body.from_session}#{event.body.from_seq} is "
                         "missing")
-            if source[32:64].hex() != event.body.from_hash or event.prev.hex() != \
+            if record_hash(source).hex() != event.body.from_hash or event.prev.hex() != \
                     event.body.from_hash:
                 return "fork does not link to its source event's hash"
             return None
@@ -821,7 +824,7 @@ class Log:
                            f"the log ends at seq {head[0] if head else -1}, before the "
                            "checkpoint: it was truncated")
         record = txn.get(checkpoint.session, checkpoint.seq)
-        if record is None or record[32:64].hex() != checkpoint.hash:
+        if record is None or record_hash(record).hex() != checkpoint.hash:
             return Problem(checkpoint.session, checkpoint.seq,
                            "the event's hash differs from the checkpoint: the log was rewritten")
         return None
