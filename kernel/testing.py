@@ -30,8 +30,9 @@ log. `check_stage` puts it together for a custom stage::
         check_stage("old-notifications", drop_old_notifications, items, policy,
                     position="before:trim")
 
-This module imports hypothesis, which the core library does not need; import it
-explicitly (``turnlog`` never imports it).
+This module imports hypothesis, which the core library does not need: install it
+with ``pip install 'turnlog[testing]'`` and import this module explicitly
+(``turnlog`` never imports it).
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ from typing import Any
 
 import blake3
 import msgspec
-from hypothesis import strategies as st
+
+try:
+    from hypothesis import strategies as st
+except ImportError as exc:  # pragma: no cover - the extra is installed in every test run
+    raise ImportError("turnlog.testing needs hypothesis: pip install 'turnlog[testing]'") \
+        from exc
 
 from ._errors import BudgetExceededError
 from ._events import (
