@@ -91,7 +91,7 @@ from ._pack import (
     pack,
 )
 from ._pack._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
-from ._policy import Policy
+from ._policy import POLICY_PARTS, Policy
 from ._projection import Item, Projection, Unit, notification_text, recall_text
 from ._prompt import Breakpoint, Message, Prompt, Section
 from ._recall import Embedder, Recaller
@@ -149,6 +149,7 @@ __all__ = [
     "NEW_SESSION",
     "NotificationAdded",
     "Outcome",
+    "POLICY_PARTS",
     "PackError",
     "PackIndex",
     "PackState",

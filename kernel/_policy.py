@@ -16,6 +16,14 @@ record names it by hash. Two rules keep old records replayable:
   never changes what an old policy meant. No other factory defaults are
   allowed.
 
+The fields fall into parts (`POLICY_PARTS`: budget, truncation, deduplication,
+pruning, trimming, compaction, memories, recall, cache, prices, packing_rules),
+and a policy file may write each part as a TOML table (``[budget]``,
+``[truncation]``...) or every field at the top level. The stored form stays
+flat: a ``PolicySet`` event's bytes and a policy's hash are permanent, and one
+flat encoding keeps every old record meaning what it meant, so the parts are
+a way to read and write policies, not a second encoding.
+
 Thresholds follow the two conventions of the systems turnlog replaces: as a
 *buffer* (fire when fewer than N tokens of the usable budget remain) or as a
 *ratio* of the usable budget. When both are given the earlier trigger wins.
@@ -34,7 +42,7 @@ import msgspec
 from ._canonical import normalize
 from ._errors import PolicyError
 
-__all__ = ["Policy"]
+__all__ = ["POLICY_PARTS", "Policy"]
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -72,6 +80,31 @@ DEFAULT_TOOL_KINDS: dict[str, str] = {
 DEFAULT_TOOL_WEIGHTS: dict[str, int] = {
     "bash": 70, "shell_read": 65, "web_fetch": 55, "grep": 50, "web_search": 40,
     "file_read": 30, "file_edit": 20, "file_write": 20, "glob": 10, "other": 50,
+}
+
+
+#: The parts of a policy, in order: part name -> its fields. Each field belongs to exactly
+#: one part; a policy file may give a part as a TOML table (``[truncation]``).
+POLICY_PARTS: dict[str, tuple[str, ...]] = {
+    "budget": ("context_window", "output_reserve", "safety_margin", "warning_buffer",
+               "warning_ratio", "compact_buffer", "compact_ratio", "blocking_buffer",
+               "blocking_ratio", "tokenizer"),
+    "truncation": ("truncate", "truncate_lines", "truncate_bytes", "truncate_head_ratio"),
+    "deduplication": ("dedup",),
+    "pruning": ("prune", "prune_protect_turns", "prune_protect_tokens", "prune_min_savings",
+                "prune_reference_bonus", "prune_decision_bonus", "tool_kinds", "tool_weights"),
+    "trimming": ("trim",),
+    "compaction": ("summary_budget", "summary_max_tokens", "auto_compact",
+                   "compact_cooldown_turns", "compact_every_turns", "compact_every_tool_calls",
+                   "compact_max_failures", "keep_recent_turns", "keep_recent_messages",
+                   "summary_model", "segment_target_tokens", "segment_min_tokens",
+                   "segment_min_messages", "rollup_fanout"),
+    "memories": ("memory_max_count", "memory_max_chars", "memory_working_max",
+                 "memory_summary_keep", "memory_refresh"),
+    "recall": ("recall_max_chars", "recall_max_tokens"),
+    "cache": ("cache_breakpoints", "cache_horizon_turns"),
+    "prices": ("cache_write_price", "cache_read_price", "input_price"),
+    "packing_rules": ("rules", "tail_steps", "clip_ratio", "summary_gate"),
 }
 
 
@@ -125,6 +158,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     compact_every_turns: NonNeg = 0
     compact_every_tool_calls: NonNeg = 0
     compact_max_failures: NonNeg = 3
+    #: Informational: the model a model summarizer should use (``turnlog.adapters``'
+    #: summarizers take their model as an argument; the kernel never calls a model).
     summary_model: str = ""
     segment_target_tokens: NonNeg = 15_000
     segment_min_tokens: NonNeg = 5_000
@@ -142,6 +177,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     cache_breakpoints: Annotated[int, msgspec.Meta(ge=0, le=64)] = 4
     cache_write_price: float = 3.75
     cache_read_price: float = 0.30
+    #: Informational: the price of uncached input per million tokens, beside the cache
+    #: prices the compaction cost model reads; kept for reports and cost estimates.
     input_price: float = 3.0
     cache_horizon_turns: NonNeg = 10
     # -- packing rules (fields added after 0.1.0: absent from old records) -----------
@@ -219,8 +256,10 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     def from_toml(cls, text: str | bytes, *, agent: str | None = None) -> Policy:
         """Load a policy from TOML text.
 
-        Top-level keys are policy fields. A table ``[agents.NAME]`` overrides
-        fields for one agent; pass ``agent=NAME`` to apply it.
+        Keys are policy fields, at the top level or inside the table of their
+        part (``[budget]``, ``[truncation]``..., see `POLICY_PARTS`). A table
+        ``[agents.NAME]`` (with the same layout) overrides fields for one agent;
+        pass ``agent=NAME`` to apply it.
 
         Raises:
             PolicyError: malformed TOML, an unknown field, a wrong type or an
@@ -238,6 +277,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         agents = raw.pop("agents", {})
         if not isinstance(agents, dict):
             raise PolicyError("policy key 'agents' must be a table of per-agent tables")
+        raw = _flatten(raw, "")
         if agent is not None:
             override = agents.get(agent)
             if override is None:
@@ -245,8 +285,14 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                                   f"{sorted(agents) or 'none'}")
             if not isinstance(override, dict):
                 raise PolicyError(f"[agents.{agent}] must be a table")
-            raw = {**raw, **override}
+            raw = {**raw, **_flatten(override, f"agents.{agent}.")}
         return cls.from_dict(raw)
+
+    def parts(self) -> dict[str, dict[str, Any]]:
+        """The policy's fields by part (`POLICY_PARTS`), every field with its value;
+        the layout `from_toml` reads as tables."""
+        return {part: {name: getattr(self, name) for name in names}
+                for part, names in POLICY_PARTS.items()}
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Policy:
@@ -258,3 +304,29 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+
+
+def _flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """Policy keys with the tables of parts (``[budget]``...) merged into the top level.
+
+    Raises:
+        PolicyError: a part that is not a table, a field inside the wrong part, or a
+            field given twice (at the top level and in its part).
+    """
+    flat = {key: value for key, value in raw.items() if key not in POLICY_PARTS}
+    for part, names in POLICY_PARTS.items():
+        table = raw.get(part)
+        if table is None:
+            continue
+        if not isinstance(table, dict):
+            raise PolicyError(f"policy key '{where}{part}' must be a table of {part} fields")
+        for key, value in table.items():
+            if key not in names:
+                home = next((p for p, fields in POLICY_PARTS.items() if key in fields), None)
+                hint = f"; it belongs in [{home}]" if home else ""
+                raise PolicyError(f"policy field '{key}' is not a {part} field{hint}")
+            if key in flat:
+                raise PolicyError(f"policy field '{key}' is given twice: at the top level "
+                                  f"and in [{where}{part}]; keep one")
+            flat[key] = value
+    return flat

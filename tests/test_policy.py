@@ -1,0 +1,67 @@
+"""Policy: parts, policy files and the permanence of the stored form."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import turnlog
+from turnlog import POLICY_PARTS, Policy, PolicyError
+
+
+def test_every_field_belongs_to_exactly_one_part() -> None:
+    listed = [name for names in POLICY_PARTS.values() for name in names]
+    assert sorted(listed) == sorted(Policy.__struct_fields__)
+    assert len(listed) == len(set(listed))
+
+
+def test_no_part_is_named_like_a_field() -> None:
+    assert set(POLICY_PARTS).isdisjoint(Policy.__struct_fields__)
+
+
+def test_a_policy_file_may_group_fields_by_part() -> None:
+    grouped = Policy.from_toml("""
+[budget]
+context_window = 32000
+output_reserve = 4000
+[truncation]
+truncate_lines = 500
+[agents.fast.budget]
+context_window = 16000
+""")
+    flat = Policy.from_toml("context_window = 32000\noutput_reserve = 4000\n"
+                            "truncate_lines = 500\n")
+    assert grouped == flat
+    assert grouped.hash == flat.hash
+    fast = Policy.from_toml("[budget]\ncontext_window = 32000\noutput_reserve = 4000\n"
+                            "[agents.fast.budget]\ncontext_window = 16000\n", agent="fast")
+    assert fast.context_window == 16_000
+    assert fast.output_reserve == 4_000
+
+
+def test_parts_round_trip_through_a_policy_file() -> None:
+    policy = Policy(context_window=50_000, truncate_lines=300, prune=False)
+    parts = policy.parts()
+    assert list(parts) == list(POLICY_PARTS)
+    assert Policy.from_dict({k: v for part in parts.values() for k, v in part.items()}) \
+        == policy
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[budget]\ntruncate_lines = 5\n", "belongs in [truncation]"),
+    ("budget = 3\n", "must be a table"),
+    ("context_window = 9000\n[budget]\ncontext_window = 9000\n", "given twice"),
+    ("[budget]\nno_such_field = 1\n", "not a budget field"),
+])
+def test_a_misplaced_field_is_a_policy_error_naming_it(text: str, words: str) -> None:
+    with pytest.raises(PolicyError, match=words.replace("[", r"\[")):
+        Policy.from_toml(text)
+
+
+def test_the_stored_form_stays_flat() -> None:
+    # A PolicySet's bytes and a policy's hash are permanent: the parts change neither.
+    policy = Policy(context_window=32_000, output_reserve=4_000, truncate_lines=500)
+    decoded = msgspec.msgpack.decode(policy.encode())
+    assert isinstance(decoded, dict)
+    assert set(decoded) <= set(Policy.__struct_fields__)
+    assert not set(decoded) & set(POLICY_PARTS)
+    assert turnlog.Policy.from_dict(decoded) == policy
