@@ -458,12 +458,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print(line)
 
         try:
-            result = demo.run_demo(log, session=args.session, turns=args.turns, seed=args.seed,
+            result = demo.run_demo(log, session=args.session, turns=args.turns,
                                    on_turn=on_turn)
         except turnlog.IdempotencyError as exc:
             raise turnlog.IdempotencyError(
-                f"session {args.session!r} already holds a different demo (another --seed?) "
-                f"or other events with demo keys: {exc}; use another --session") from exc
+                f"session {args.session!r} already holds other events under the demo's "
+                f"keys: {exc}; use another --session") from exc
         replays = [packer.replay(args.session, seq) for seq in packer.requests(args.session)]
         report = log.verify(args.session)
     last = result.head
@@ -860,10 +860,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = verb("demo", _cmd_demo, "append a deterministic demo agent session, then verify it")
     p.add_argument("--turns", type=int, default=demo.DEFAULT_TURNS, metavar="N",
-                   help=f"number of turns (default {demo.DEFAULT_TURNS})")
+                   help=f"number of turns, 1 to {demo.MAX_TURNS} (default "
+                        f"{demo.DEFAULT_TURNS})")
     p.add_argument("--session", default=demo.DEFAULT_SESSION,
                    help=f"session id (default {demo.DEFAULT_SESSION!r})")
-    p.add_argument("--seed", type=int, default=7, help="generator seed (default 7)")
     p.add_argument("--no-pack", action="store_true", help="only append the events (no "
                    "packing, requests, compaction or replay)")
     p.add_argument("--overflow-turn", type=int, default=None, metavar="N",
