@@ -26,6 +26,10 @@ Hierarchy::
     ├── CompactionError                     a compaction could not be committed
     └── ImportFormatError (ValueError)      a transcript file cannot be imported
 
+The adapters' errors join the tree: ``turnlog.adapters.providers.RenderError`` is
+an `InvalidArgumentError`, ``ProviderError`` (and ``ProviderTimeoutError``, also
+a ``TimeoutError``; ``EmptySummaryError``) a `KernelError`.
+
 Every message says what was expected, what was found, where (session, seq,
 hash prefix) and what to do next. Backend exceptions are converted at the
 boundary and chained with ``from`` so the original cause stays visible.

@@ -26,6 +26,7 @@ import blake3
 from turnlog import (
     BlobRef,
     ImagePart,
+    InvalidArgumentError,
     KernelError,
     Message,
     Prompt,
@@ -65,8 +66,9 @@ BlobReader = Callable[[BlobRef], bytes]
 Json = dict[str, Any]
 
 
-class RenderError(KernelError, ValueError):
-    """A prompt (or an argument) cannot be rendered to a valid request body."""
+class RenderError(InvalidArgumentError):
+    """A prompt (or an argument) cannot be rendered to a valid request body (an
+    argument error: also a ``ValueError`` and a ``KernelError``)."""
 
 
 class RenderOptions(NamedTuple):
