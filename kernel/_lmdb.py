@@ -18,7 +18,12 @@ mutex, freed when a writer dies, even by SIGKILL), and durable commits
 (fsync) by default. The map is a size limit, not an allocation: it starts
 small and doubles when a write hits ``MapFullError`` (the whole write is
 retried). When another process grew it, our handle sees ``MapResizedError``
-and adopts the new size before retrying. A handle is bound to the process
+and adopts the new size before retrying. Changing the map size replaces the
+memory map under every transaction of the process (LMDB requires that none is
+open), so threads sharing a handle hold a map lock: every transaction is begun
+and ended under it shared, and growing or adopting a size takes it exclusively,
+waiting for the other threads' transactions to end (new ones wait meanwhile,
+except in a thread that already holds one). A handle is bound to the process
 that opened it; LMDB forbids using it after ``fork()``, so that is refused
 with a clear error instead of corrupting the lock table.
 
@@ -32,7 +37,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -298,6 +303,65 @@ def _disk_full(location: str) -> bool:
     return st.f_bavail * st.f_frsize < 1 << 20
 
 
+class _MapLock:
+    """Shared for transactions, exclusive for changing the map size (see above).
+
+    Reentrant for readers: a thread that holds it shared (a snapshot open) may
+    begin more transactions even while another thread waits to change the map,
+    which then waits for them too. A thread that changes the map while holding
+    it shared waits only for the other threads (its own transactions end: LMDB
+    cannot keep them across the change).
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._shared = 0  # transactions open, all threads
+        self._waiting = 0  # threads waiting to change the map
+        self._changing = False
+        self._mine = threading.local()
+        #: Map changes so far (a transaction begun before one has ended).
+        self.changes = 0
+
+    def _held(self) -> int:
+        return int(getattr(self._mine, "held", 0))
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        held = self._held()
+        with self._cond:
+            while self._changing or (self._waiting and not held):
+                self._cond.wait()
+            self._shared += 1
+        self._mine.held = held + 1
+        try:
+            yield
+        finally:
+            self._mine.held = held
+            with self._cond:
+                self._shared -= 1
+                if self._waiting:
+                    self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        held = self._held()
+        with self._cond:
+            self._waiting += 1
+            try:
+                while self._changing or self._shared > held:
+                    self._cond.wait()
+            finally:
+                self._waiting -= 1
+            self._changing = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.changes += 1
+                self._changing = False
+                self._cond.notify_all()
+
+
 def _event_key(session: str, seq: int) -> bytes:
     return session.encode() + b"\x00" + _U64.pack(seq)
 
@@ -454,6 +518,7 @@ class LMDBStore(Store):
         self._max_map = max_map_size
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
+        self._map = _MapLock()
         directory = Path(path)
         self._data_file = directory / "data.mdb"
         if readonly and not self._data_file.exists():
@@ -572,24 +637,39 @@ class LMDBStore(Store):
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
         self._check_process()
-        with self._guard():
-            txn = self._begin(write=False)
-        try:
-            yield _LMDBRead(txn, self._dbs, self._data_file)
-        except lmdb.Error:
-            # Only LMDB's own errors are the store's; the caller's pass through.
+        with ExitStack() as stack:
             with self._guard():
-                raise
-        finally:
-            txn.abort()
+                txn = stack.enter_context(self._transaction(write=False))
+            changes = self._map.changes
+            try:
+                yield _LMDBRead(txn, self._dbs, self._data_file)
+            except lmdb.Error as exc:
+                if self._map.changes != changes and "closed" in str(exc).lower():
+                    raise StoreError(
+                        f"a write of this thread grew the map of {self.location!r} while this "
+                        "snapshot was open, which ended it; take a new snapshot after "
+                        "writing") from exc
+                # Only LMDB's own errors are the store's; the caller's pass through.
+                with self._guard():
+                    raise
 
-    def _begin(self, *, write: bool) -> lmdb.Transaction:
-        try:
-            return self._env.begin(write=write, buffers=False)
-        except lmdb.MapResizedError:
-            # Another process grew the map: adopt its size and try again.
-            self._env.set_mapsize(0)
-            return self._env.begin(write=write, buffers=False)
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[lmdb.Transaction]:
+        """A transaction, open while this handle's map lock is held shared."""
+        while True:
+            with self._map.shared():
+                try:
+                    txn = self._env.begin(write=write, buffers=False)
+                except lmdb.MapResizedError:
+                    pass  # another process grew the map: adopt its size, below
+                else:
+                    try:
+                        yield txn
+                    finally:
+                        txn.abort()  # a no-op after commit
+                    return
+            with self._map.exclusive():
+                self._env.set_mapsize(0)
 
     def write(self, fn: Callable[[WriteTxn], T]) -> T:
         self._check_process()
@@ -598,23 +678,21 @@ class LMDBStore(Store):
                                      "for writing to append")
         with self._write_lock, self._guard():
             while True:
-                txn = self._begin(write=True)
-                try:
-                    result = fn(_LMDBWrite(txn, self._dbs, self._data_file))
-                    txn.commit()
-                    return result
-                except lmdb.MapFullError:
-                    txn.abort()
-                    self._grow()
-                except BaseException:
-                    txn.abort()
-                    raise
+                with self._transaction(write=True) as txn:
+                    try:
+                        result = fn(_LMDBWrite(txn, self._dbs, self._data_file))
+                        txn.commit()
+                        return result
+                    except lmdb.MapFullError:
+                        pass  # grown below, once the transaction has ended
+                self._grow()
 
     def _grow(self) -> None:
-        current = int(self._env.info()["map_size"])
-        if current >= self._max_map:
-            raise lmdb.MapFullError("map size limit reached")
-        self._env.set_mapsize(min(current * 2, self._max_map))
+        with self._map.exclusive():
+            current = int(self._env.info()["map_size"])
+            if current >= self._max_map:
+                raise lmdb.MapFullError("map size limit reached")
+            self._env.set_mapsize(min(current * 2, self._max_map))
 
     def check_structure(self) -> str | None:
         """The first structural problem of data.mdb, or None (see `Store.check_structure`).
@@ -623,12 +701,10 @@ class LMDBStore(Store):
         transaction so that no writer reuses the pages walked.
         """
         self._check_process()
-        with self._guard():
-            txn = self._begin(write=False)
-        try:
+        with ExitStack() as stack:
+            with self._guard():
+                txn = stack.enter_context(self._transaction(write=False))
             return _check_file(self._data_file, txnid=txn.id(), deep=True)
-        finally:
-            txn.abort()
 
     def close(self) -> None:
         if os.getpid() == self._pid:

@@ -3,12 +3,20 @@ before it, and refusing to overwrite an event beyond the head."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 import turnlog
 from support import dump
-from turnlog import LMDBStore, StoreCorruptError, UserMessageAdded
+from turnlog import (
+    AssistantMessageAdded,
+    LMDBStore,
+    StoreCorruptError,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
 
 
 def _leaf_pages(log: turnlog.Log) -> int:
@@ -54,3 +62,43 @@ def test_an_event_beyond_the_head_makes_the_append_fail_and_change_nothing(
         with pytest.raises(StoreCorruptError, match="beyond its head"):
             log.append("s", UserMessageAdded(text="two"))
         assert dump(log) == before
+
+
+def test_threads_sharing_a_log_read_while_another_thread_grows_the_map(tmp_path: Path) -> None:
+    # A small first map makes the writer grow it eight times (1 MiB to 256 MiB);
+    # growing replaces the map under every open transaction of the process, so
+    # each growth must wait until no other thread has one open.
+    log = turnlog.Log(LMDBStore(tmp_path / "store", map_size=1 << 20, sync=False))
+    log.append("chat", UserMessageAdded(text="start"))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    reads = [0, 0]
+
+    def reader(slot: int) -> None:
+        while not stop.is_set():
+            try:
+                events = log.read("chat")
+                assert events[0].seq == 0 and events[-1].seq == len(events) - 1
+                with log.snapshot() as snap:  # a longer transaction, walked event by event
+                    assert sum(1 for _ in snap.iter("chat")) == len(snap.read("chat"))
+                reads[slot] += 1
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    threads = [threading.Thread(target=reader, args=(slot,)) for slot in range(2)]
+    for thread in threads:
+        thread.start()
+    try:
+        for i in range(120):
+            log.append("chat", [
+                AssistantMessageAdded(parts=(ToolCall(id=f"c{i}", name="dump"),)),
+                ToolResultAdded(call_id=f"c{i}", tool_name="dump",
+                                output=f"{i:08d}" + "x" * (1 << 20))])
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        log.close()
+    assert not errors, f"a reader failed after {reads} reads: {errors[0]!r}"
+    assert all(reads)
