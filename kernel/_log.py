@@ -688,6 +688,10 @@ class Log:
         """Check the hash chain of one session (or all), every referenced blob,
         and optionally that the log extends a checkpoint.
 
+        A fork is checked with its lineage: the events of the session it was
+        forked from up to the fork point (recursively for a fork of a fork),
+        which its prompts hold and its hashes chain to.
+
         Returns a `VerifyReport` naming the first bad event; never raises for
         a damaged store (a store that cannot be read at all raises
         `StoreCorruptError`).
@@ -738,10 +742,21 @@ class Log:
                 blobs += nblobs
                 if problem is not None:
                     return VerifyReport(False, problem, len(heads), events, blobs)
+            nsessions = len(heads)
+            if session is not None:
+                # A fork's history (its prompts, its head hash) includes its source's
+                # events up to the fork point, recursively: check those too.
+                problem, count, nblobs, nsources = self._verify_lineage(txn, session,
+                                                                        checked_blobs)
+                events += count
+                blobs += nblobs
+                nsessions += nsources
+                if problem is not None:
+                    return VerifyReport(False, problem, nsessions, events, blobs)
             if checkpoint is not None:
                 problem = self._verify_checkpoint(txn, checkpoint)
                 if problem is not None:
-                    return VerifyReport(False, problem, len(heads), events, blobs)
+                    return VerifyReport(False, problem, nsessions, events, blobs)
             if session is None:
                 for digest, data in txn.blobs():
                     if digest in checked_blobs:
@@ -751,14 +766,45 @@ class Log:
                         return VerifyReport(False, Problem("", None, "blob content does not "
                                             "match its hash (no event references it)", digest),
                                             len(heads), events, blobs)
-        return VerifyReport(True, None, len(heads), events, blobs)
+        return VerifyReport(True, None, nsessions, events, blobs)
 
-    def _verify_session(self, txn: ReadTxn, session: str, head_seq: int, head_hash: bytes,
-                        checked_blobs: set[str]) -> tuple[Problem | None, int, int]:
+    def _verify_lineage(self, txn: ReadTxn, session: str, checked_blobs: set[str],
+                        ) -> tuple[Problem | None, int, int, int]:
+        """Check the events a (verified) fork continues: each source session up to
+        its fork point, recursively. Returns the problem and the events, blob refs
+        and sessions checked."""
+        count = nblobs = sources = 0
+        fork, seen = session, {session}
+        while True:
+            record = txn.get(session, 0)
+            body = record_event(record).body if record is not None else None
+            if not isinstance(body, SessionForked):
+                return None, count, nblobs, sources
+            source, stop = body.from_session, body.from_seq + 1
+            if source in seen:
+                return (Problem(session, 0, f"the fork chain loops back to {source!r}"), count,
+                        nblobs, sources)
+            seen.add(source)
+            sources += 1
+            problem, n, b = self._verify_session(txn, source, stop - 1, None, checked_blobs,
+                                                 stop=stop)
+            count += n
+            nblobs += b
+            if problem is not None:
+                return (Problem(problem.session, problem.seq, f"{problem.reason} (in the history "
+                                f"{fork!r} was forked from)", problem.blob), count, nblobs,
+                        sources)
+            session = source
+
+    def _verify_session(self, txn: ReadTxn, session: str, head_seq: int,
+                        head_hash: bytes | None, checked_blobs: set[str], *,
+                        stop: int | None = None) -> tuple[Problem | None, int, int]:
+        """Check a session's events (those below ``stop`` only, when given: then
+        ``head_hash`` is not known and the events must reach ``head_seq``)."""
         prev: bytes | None = None
         expected_seq = 0
         count = nblobs = 0
-        for seq, record in txn.scan(session, 0, None, every=True):
+        for seq, record in txn.scan(session, 0, stop, every=True):
             if seq != expected_seq:
                 return Problem(session, expected_seq, "event is missing (seqs jump to "
                                f"{seq})"), count, nblobs
@@ -779,6 +825,11 @@ class Log:
                     return Problem(session, seq, reason, ref.hash), count, nblobs
             prev = event.hash
             expected_seq += 1
+        if stop is not None:
+            if expected_seq != stop:
+                return Problem(session, expected_seq, "event is missing (the events end at "
+                               f"seq {expected_seq - 1})"), count, nblobs
+            return None, count, nblobs
         if expected_seq != head_seq + 1:
             return Problem(session, expected_seq, f"the head says seq {head_seq} but the "
                            f"events end at seq {expected_seq - 1}"), count, nblobs

@@ -9,6 +9,9 @@ seq, never raising. The last one plants undecodable records through the
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -277,3 +280,74 @@ def test_verify_reports_a_malformed_head_entry_instead_of_raising(tmp_path: Path
         report = log.verify()
         assert not report.ok and report.problem is not None
         assert report.problem.session == "y"
+
+
+# -- forks: a fork's history is the source session's events up to the fork point ----------
+FORK_MARKER = b"FORK-SOURCE-MARKER-3b9f"
+
+
+def build_forks(path: Path) -> None:
+    """``src`` with the marker at seq 1; ``fork`` forked from ``src#2``, ``fork2`` from
+    ``fork#2`` (a fork of a fork); ``src`` goes on past the fork point."""
+    with turnlog.open(path) as log:
+        log.append("src", [UserMessageAdded(text="zero"),
+                           UserMessageAdded(text=f"{FORK_MARKER.decode()} one"),
+                           UserMessageAdded(text="two"), UserMessageAdded(text="three")])
+        log.fork("src", 2, "fork")
+        log.append("fork", UserMessageAdded(text="fork one"))
+        log.fork("fork", 1, "fork2")
+        log.append("fork2", UserMessageAdded(text="fork2 one"))
+        assert log.verify().ok
+
+
+@pytest.mark.parametrize("session", ["fork", "fork2"])
+def test_verify_of_a_fork_checks_the_history_it_was_forked_from(tmp_path: Path,
+                                                                 session: str) -> None:
+    build_forks(tmp_path)
+    with turnlog.open(tmp_path) as log:
+        key = b"k" * 32
+        signed = log.checkpoint(session, key=key)
+        plain = log.checkpoint(session)
+        assert log.verify(session, checkpoint=signed, key=key).ok
+    assert patch(tmp_path, FORK_MARKER, flip_low_bit(0)) >= 1
+    with turnlog.open(tmp_path, readonly=True) as log:
+        for report in (log.verify(session), log.verify(checkpoint=signed, key=key),
+                       log.verify(session, checkpoint=plain), log.verify()):
+            assert not report.ok
+            assert report.problem is not None
+            assert (report.problem.session, report.problem.seq) == ("src", 1)
+        assert log.verify("src").problem == log.verify().problem
+        # The fork's own events are intact, and its lineage is what was checked.
+        assert "forked from" in log.verify(session).problem.reason  # type: ignore[union-attr]
+
+
+def test_verify_of_a_fork_counts_the_history_it_checked(tmp_path: Path) -> None:
+    build_forks(tmp_path)
+    with turnlog.open(tmp_path, readonly=True) as log:
+        report = log.verify("fork2")
+        # fork2: 2 events; fork#0..1: 2 events; src#0..2: 3 events.
+        assert report.ok and (report.sessions, report.events) == (3, 7)
+        assert len(log.lineage("fork2")) == 7
+
+
+def test_cli_verify_of_a_fork_fails_on_a_change_in_its_source(tmp_path: Path) -> None:
+    build_forks(tmp_path)
+    script = str(Path(sys.executable).with_name("turnlog"))
+    env = {**os.environ, "TURNLOG_STORE": str(tmp_path)}
+
+    def sh(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script, *argv], capture_output=True, text=True, env=env,
+                              timeout=120, check=False)
+
+    cp_file = tmp_path / "fork.cp.json"
+    key_file = tmp_path / "key"
+    key_file.write_bytes(b"k" * 32)
+    assert sh("checkpoint", "fork", "--key-file", str(key_file), "--output",
+              str(cp_file)).returncode == 0
+    assert sh("verify", "fork").returncode == 0
+    patch(tmp_path, FORK_MARKER, flip_low_bit(0))
+    for argv in (("verify", "fork"), ("verify", "--checkpoint", str(cp_file), "--key-file",
+                                      str(key_file))):
+        done = sh(*argv)
+        assert done.returncode == 1, done
+        assert "src#1" in done.stdout
