@@ -227,8 +227,26 @@ def decode_body(data: bytes) -> Body:
     return body
 
 
+#: Longest session id an append takes, in UTF-8 bytes, on every backend.
+MAX_SESSION_BYTES = 256
+#: Longest idempotency key, in UTF-8 bytes, on every backend. A session id, a NUL and
+#: a key make one key of the LMDB store's index, and LMDB keys hold at most 511 bytes;
+#: the limits are the log's, so that what one backend stores every backend stores.
+MAX_KEY_BYTES = 254
+
+
+def check_id_bytes(what: str, value: str, limit: int, advice: str) -> None:
+    """Refuse a (valid UTF-8) id longer than ``limit`` UTF-8 bytes."""
+    if len(value) * 4 > limit and (size := len(value.encode())) > limit:
+        raise InvalidEventError(f"{what} must have at most {limit} UTF-8 bytes, found {size} "
+                                f"({len(value)} characters, {value[:24]!r}...); {advice}")
+
+
 def validate_session_id(session: object) -> str:
-    """Return ``session`` if it is a usable session id, else raise `InvalidEventError`."""
+    """Return ``session`` if it is a usable session id, else raise `InvalidEventError`.
+
+    Reading takes any id of 1 to 256 characters (a store written before the byte
+    limit may hold longer ones); an append also checks `MAX_SESSION_BYTES`."""
     if not isinstance(session, str):
         raise InvalidEventError(f"session id must be str, found {type(session).__name__}")
     if not 1 <= len(session) <= 256:

@@ -45,6 +45,9 @@ from ._chain import (
     sign_checkpoint,
 )
 from ._codec import (
+    MAX_KEY_BYTES,
+    MAX_SESSION_BYTES,
+    check_id_bytes,
     encode_canonical,
     encode_event,
     extract_blobs,
@@ -174,6 +177,10 @@ class VerifyReport(msgspec.Struct, frozen=True):
     sessions: int
     events: int
     blobs: int
+
+
+_LONG_SESSION = ("use a shorter id. A session stored under a longer id (possible before "
+                 "the limit) still reads and verifies; Log.fork continues it under a shorter one")
 
 
 def _is_seq(value: object) -> bool:
@@ -437,6 +444,7 @@ class Log:
             StoreError: the store failed. In every case nothing was written.
         """
         validate_session_id(session)
+        check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
         if expected_seq is not None and (not isinstance(expected_seq, int)
                                          or isinstance(expected_seq, bool)
                                          or not NEW_SESSION <= expected_seq < 2**63):
@@ -457,6 +465,7 @@ class Log:
                 session's state, idempotency keys and ``expected_seq`` are not checked).
         """
         validate_session_id(session)
+        check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
         return len(self._prepare(session, events)[1])
 
     def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
@@ -512,6 +521,9 @@ class Log:
                 validate_body(body, where=where)  # names the offending payload field
                 raise InvalidEventError(f"{where}: {exc}") from exc.__cause__
             if key is not None:
+                if len(key) * 4 > MAX_KEY_BYTES:
+                    check_id_bytes(f"{_where(session, i)}: the idempotency key", key,
+                                   MAX_KEY_BYTES, "use a shorter key (e.g. a hash of this one)")
                 if key in keys:
                     raise InvalidEventError(f"{_where(session, i)}: idempotency key {key!r} "
                                             "appears twice in the batch")

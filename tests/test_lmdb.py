@@ -102,3 +102,25 @@ def test_threads_sharing_a_log_read_while_another_thread_grows_the_map(tmp_path:
         log.close()
     assert not errors, f"a reader failed after {reads} reads: {errors[0]!r}"
     assert all(reads)
+
+
+def test_a_session_stored_under_an_id_over_the_byte_limit_still_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before the byte limit, LMDB took session ids of up to 502 UTF-8 bytes.
+    old = "é" * 200
+    with monkeypatch.context() as patched:
+        patched.setattr("turnlog._log.MAX_SESSION_BYTES", 502)
+        with turnlog.open(tmp_path / "store") as log:
+            log.append(old, [UserMessageAdded(text="one"), UserMessageAdded(text="two")])
+    with turnlog.open(tmp_path / "store") as log:
+        assert [h.session for h in log.sessions()] == [old]
+        assert len(log.read(old)) == 2 and log.get(old, 1).seq == 1
+        assert log.verify(old).ok and log.verify(checkpoint=log.checkpoint(old)).ok
+        before = dump(log)
+        with pytest.raises(turnlog.InvalidEventError, match=r"Log\.fork continues it"):
+            log.append(old, UserMessageAdded(text="three"))
+        assert dump(log) == before
+        log.fork(old, 1, "short")
+        log.append("short", UserMessageAdded(text="three"))
+        assert [e.seq for e in log.lineage("short")] == [0, 1, 0, 1]
+        assert log.verify("short").ok

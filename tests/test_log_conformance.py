@@ -261,6 +261,35 @@ def test_idempotency_keys_are_scoped_to_their_session(log: Log) -> None:
     assert log.head("b").seq == 1
 
 
+@pytest.mark.parametrize("session", ["s" * 256, "é" * 128, "🙂" * 64, "x" + "€" * 85],
+                         ids=["ascii", "2-byte", "4-byte", "3-byte"])
+def test_ids_and_keys_at_their_byte_limits_work_on_every_backend(log: Log,
+                                                                 session: str) -> None:
+    # 256 UTF-8 bytes of session id and 254 of key: the longest every backend stores.
+    keys = ["k" * 254, "é" * 127, "🙂" * 63 + "kk"]
+    assert [len(k.encode()) for k in keys] == [254] * 3
+    assert len(session.encode()) == 256
+    batch = [Draft(body=UserMessageAdded(text=f"m{i}"), key=k) for i, k in enumerate(keys)]
+    first = log.append(session, batch)
+    retry = log.append(session, batch)
+    assert retry.duplicate and retry.head_hash == first.head_hash
+    log.fork(session, 2, session[:-1] + "!", key=keys[0])
+    assert [e.key for e in log.read(session)] == keys
+    assert log.head(session).seq == 2  # type: ignore[union-attr]
+    assert log.verify().ok and log.verify(session).ok
+
+
+def test_ids_and_keys_over_their_byte_limits_are_refused_on_every_backend(log: Log) -> None:
+    log.append("s", UserMessageAdded(text="x"))
+    before = dump(log)
+    for session, key, limit in [("é" * 129, None, "256 UTF-8 bytes"),
+                                ("s" * 256, "k" * 255, "254 UTF-8 bytes"),
+                                ("s", "🙂" * 64, "254 UTF-8 bytes")]:
+        with pytest.raises(InvalidEventError, match=limit):
+            log.append(session, Draft(body=UserMessageAdded(text="y"), key=key))
+    assert dump(log) == before
+
+
 def test_retry_of_a_batch_with_a_blob_is_a_duplicate(log: Log) -> None:
     batch = [Draft(body=ToolResultAdded(call_id="c", tool_name="bash", output=big_output()),
                    key="out")]

@@ -36,12 +36,14 @@ END = "<!-- fields:end -->"
 #: ``Class.field`` -> what the field means.
 MEANINGS: dict[str, str] = {
     # envelope
-    "Event.session": "Session (stream) id: 1 to 256 characters, no control characters.",
+    "Event.session": ("Session (stream) id: 1 to 256 characters, no control characters; an "
+                      "append takes at most 256 UTF-8 bytes (see *Limits*)."),
     "Event.seq": "Position in the session, dense from 0.",
     "Event.body": "The payload: a map whose first key is `type` (the kind's tag).",
     "Event.time": "Caller-supplied time, microseconds since the Unix epoch (UTC). Data, never "
                   "read from a clock by turnlog.",
-    "Event.key": "Idempotency key, unique within the session (1 to 256 characters).",
+    "Event.key": ("Idempotency key, unique within the session: 1 to 256 characters and at "
+                  "most 254 UTF-8 bytes (see *Limits*)."),
     "Event.causation": "Id of what caused this event, e.g. the key of the assistant message "
                        "a tool result answers.",
     "Event.meta": "Free-form JSON-like metadata (str keys, at most 32 levels deep); "
