@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import blake3
@@ -236,10 +237,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     def kind_of(self, tool_name: str) -> str:
         """The tool kind (``file_read``, ``bash``...) of a tool name; ``other`` if unknown."""
-        kind = self.tool_kinds.get(tool_name)
-        if kind is None and tool_name.lower() != tool_name:
-            kind = self.tool_kinds.get(tool_name.lower())
-        return kind or "other"
+        return tool_kind(self.tool_kinds, tool_name)
 
     def encode(self) -> bytes:
         """Canonical bytes: msgpack, fields equal to their defaults omitted, map keys
@@ -304,6 +302,14 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+
+
+def tool_kind(kinds: Mapping[str, str], tool_name: str) -> str:
+    """The kind ``kinds`` gives a tool name (exact, else lower case); ``other`` if none."""
+    kind = kinds.get(tool_name)
+    if kind is None and tool_name.lower() != tool_name:
+        kind = kinds.get(tool_name.lower())
+    return kind or "other"
 
 
 def _flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:

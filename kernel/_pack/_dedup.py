@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import xxhash
 
 from .._events import ToolResultAdded
+from .._policy import tool_kind
 from .._projection import Item
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
 from ._ledger import Ledger, Replacement
@@ -58,10 +59,7 @@ class DedupIndex:
 
     def kind(self, tool_name: str) -> str:
         """The tool kind of a name under this mapping (``other`` if unknown)."""
-        kind = self.kinds.get(tool_name)
-        if kind is None:
-            kind = self.kinds.get(tool_name.lower(), "other")
-        return kind
+        return tool_kind(self.kinds, tool_name)
 
     def add(self, item: Item) -> None:
         """Fold in the next tool result (of a unit) in lineage order."""
