@@ -33,6 +33,7 @@ from .._projection import (
     EMPTY_USER_TEXT,
     Item,
     Projection,
+    Unit,
     notification_text,
     recall_text,
 )
@@ -48,6 +49,19 @@ __all__: list[str] = []
 
 #: An item's message and its tokens in the prompt (None: the item is not in it).
 MessageOf = Callable[[int], "tuple[Message, int] | None"]
+#: Appends a kept unit's messages and their tokens (what an engine puts in the prompt).
+AddUnit = Callable[[Unit, list[Message], list[int]], None]
+
+
+def unit_adder(message_of: MessageOf) -> AddUnit:
+    """An `AddUnit` from a per-item `MessageOf` (None: the item is not in the prompt)."""
+    def add_unit(unit: Unit, messages: list[Message], tokens: list[int]) -> None:
+        for i in unit.items:
+            found = message_of(i)
+            if found is not None:
+                messages.append(found[0])
+                tokens.append(found[1])
+    return add_unit
 
 
 def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
@@ -76,14 +90,14 @@ def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
 
 
 def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iterable[int],
-             message_of: MessageOf, summary: tuple[str, int], tail_unit: int,
+             add_unit: AddUnit, summary: tuple[str, int], tail_unit: int,
              marker: Marker | None = None,
              ) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
     """The prompt from the kept units, with its message and section tokens.
 
     Parameters:
         kept: the units in the prompt, ascending.
-        message_of: a kept item's message and tokens (None when summarized away).
+        add_unit: appends a kept unit's messages and tokens (see `unit_adder`).
         summary: the summary section's text ("" for none) and tokens.
         tail_unit: where the current turn starts (for the "older history" breakpoint).
         marker: the message a trimmed run leaves (rules 2), and where it goes.
@@ -109,11 +123,10 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
         unit = units[u]
         rename = dict(zip(unit.calls, unit.wire_ids, strict=True)) \
             if wire and unit.wire_ids != unit.calls else None
-        for i in unit.items:
-            found = message_of(i)
-            if found is not None:
-                messages.append(found[0] if rename is None else _renamed(found[0], rename))
-                tokens.append(found[1])
+        start = len(messages)
+        add_unit(unit, messages, tokens)
+        if rename is not None:
+            messages[start:] = [_renamed(m, rename) for m in messages[start:]]
         if unit.open_calls:
             _answer_open_calls(view, u, counter, messages, tokens, rename)
     if marker is not None:

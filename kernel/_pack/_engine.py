@@ -34,7 +34,7 @@ from .._errors import InvalidArgumentError
 from .._policy import Policy
 from .._projection import Projection
 from .._prompt import Message, Prompt
-from ._assemble import assemble, breakpoints_report, message
+from ._assemble import assemble, breakpoints_report, message, unit_adder
 from ._budget import opening_reports, over_budget, recovery_policy, thresholds
 from ._clip import Clip
 from ._dedup import Dedup
@@ -124,7 +124,7 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
     plan = ledger.plan
     summary = (plan.text, plan.tokens) if plan is not None and plan.shown else ("", 0)
     prompt, message_tokens, section_tokens = assemble(
-        view, policy, ledger.counter, ledger.kept_units(), outcome.message_of, summary,
+        view, policy, ledger.counter, ledger.kept_units(), outcome.add_unit, summary,
         ledger.protection.turn_unit, ledger.marker)
     outcome.trim_cache()
     reports.append(breakpoints_report(prompt))
@@ -164,7 +164,7 @@ def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: b
         return state.message(i, lambda j, parts: message(items[j], parts))
 
     prompt, message_tokens, section_tokens = assemble(
-        view, policy, state.counter, state.kept_units(), message_of,
+        view, policy, state.counter, state.kept_units(), unit_adder(message_of),
         (state.summary_text, state.summary_tokens_used), state.protection.turn_unit,
         state.marker)
     state.reports.append(breakpoints_report(prompt))

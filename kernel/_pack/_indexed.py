@@ -27,7 +27,7 @@ since the sums hold tokens after it); `pack` never runs anything else here.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
 from .._events import TextPart
 from .._policy import Policy
@@ -337,21 +337,15 @@ class IndexedLedger:
         self.total += marker.tokens
 
     # -- the outcome -------------------------------------------------------------------
-    def kept_units(self) -> Iterator[int]:
+    def kept_units(self) -> list[int]:
         """Units in the prompt, ascending: protected units before the cut, then every
-        unit from the cut on that is neither summarized nor dropped by the last resort."""
-        for u in self._kept_before_tail():
-            if u < self.protection.tail_unit or u >= self.tail_cut \
-                    or u in self.protection.hard:
-                yield u
+        unit from the cut on that is neither summarized nor dropped by the last resort.
 
-    def _kept_before_tail(self) -> Iterator[int]:
-        older, cut, n_units = self.protection.older, self.cut, self.n_units
-        tail = self.protection.tail_unit
-        for u in older:
-            if u >= cut:
-                break
-            yield u
+        Built from ranges (a re-pack walks every kept unit, so no generator per unit)."""
+        protection = self.protection
+        older, cut, n_units = protection.older, self.cut, self.n_units
+        tail = protection.tail_unit
+        kept = older[:bisect_left(older, cut)]
         coverage = self._pack_index.coverage
         starts, ends = (coverage.starts, coverage.ends) if self.plan is not None else ([], [])
         k = bisect_left(ends, cut + 1)  # the first run ending after the cut
@@ -359,31 +353,18 @@ class IndexedLedger:
         while u < n_units:
             if k < len(starts) and starts[k] <= u:
                 end = min(ends[k], n_units)
-                yield from older[bisect_left(older, u):bisect_left(older, end)]
-                yield from range(max(u, tail), end)
+                kept.extend(older[bisect_left(older, u):bisect_left(older, end)])
+                kept.extend(range(max(u, tail), end))
                 u = end
                 k += 1
             else:
                 end = starts[k] if k < len(starts) else n_units
-                yield from range(u, end)
+                kept.extend(range(u, end))
                 u = end
-
-    def form(self, item: Item) -> tuple[int, int]:
-        """A kept item's form in the prompt and its tokens."""
-        i, u = item.index, item.unit
-        index = self.index
-        protected = u in self.protection
-        if self.deduped and not protected and index.dedup is not None \
-                and i in index.dedup.superseded:
-            return _DEDUPLICATED, index.dedup_tokens[i]
-        if (self.pruned_all and not protected and u < self.boundary and index.saving[i] > 0
-                and i not in self.shielded) or i in self.points:
-            return _PRUNED, index.tokens[i] - index.saving[i]
-        if i in index.clipped:
-            return _CLIPPED, index.tokens[i]
-        if i in index.truncated:
-            return _TRUNCATED, index.tokens[i]
-        return _VERBATIM, item.tokens
+        if self.tail_cut > tail:  # the last resort dropped protected steps of the tail
+            hard, tail_cut = protection.hard, self.tail_cut
+            kept = [u for u in kept if u < tail or u >= tail_cut or u in hard]
+        return kept
 
     def message(self, item: Item, form: int) -> Message:
         """A kept item's message in its form (cached in the index)."""
@@ -427,19 +408,50 @@ class Kept:
         self.runs = ((list(coverage.starts), list(coverage.ends)) if ledger.plan is not None
                      else ([], []))
         self._details: dict[int, str] | None = None
+        # What `message_of` reads for every kept item, bound once: the stages are done.
+        index = ledger.index
+        self._items = ledger.view.items
+        self._tail, self._older = ledger.protection.tail_unit, ledger.protection.older_set
+        self._superseded: Mapping[int, object] = (
+            index.dedup.superseded if ledger.deduped and index.dedup is not None else {})
+        self._points = ledger.points
+        self._prune_before = ledger.boundary if ledger.pruned_all else -1
+        self._shielded = ledger.shielded
+        self._facts = ledger.prune_facts
 
-    def message_of(self, i: int) -> tuple[Message, int]:
-        """A kept item's message and tokens (records its form for the decisions)."""
+    def add_unit(self, unit: Unit, messages: list[Message], tokens: list[int]) -> None:
+        """Append a kept unit's messages in their forms and their tokens, recording the
+        forms for the decisions. The hot loop of a re-pack: the cheap tests come first
+        (most items are in none of the sets), with names bound once."""
         ledger = self.ledger
-        item = ledger.view.items[i]
-        form, tokens = ledger.form(item)
-        if form != _VERBATIM:
-            self.forms[i] = form
-            if form == _PRUNED:
-                facts = ledger.prune_facts
+        index = ledger.index
+        items, cache, superseded = self._items, index.messages, self._superseded
+        points, shielded, saving = self._points, self._shielded, index.saving
+        clipped, truncated = index.clipped, index.truncated
+        u = unit.index
+        protected = u >= self._tail or u in self._older  # `u in self._protection`, inlined
+        prunable = not protected and u < self._prune_before
+        used, add_message, add_tokens = self.used.append, messages.append, tokens.append
+        for i in unit.items:
+            if i in superseded and not protected:
+                form, count = _DEDUPLICATED, index.dedup_tokens[i]
+            elif i in points or (prunable and saving[i] > 0 and i not in shielded):
+                form, count = _PRUNED, index.tokens[i] - saving[i]
+                facts = self._facts
                 self.refs[i] = (facts.refs(i), i in facts.decided)
-        self.used.append(i * 5 + form)
-        return ledger.message(item, form), tokens
+            elif i in clipped:
+                form, count = _CLIPPED, index.tokens[i]
+            elif i in truncated:
+                form, count = _TRUNCATED, index.tokens[i]
+            else:
+                form, count = _VERBATIM, items[i].tokens
+            if form != _VERBATIM:
+                self.forms[i] = form
+            key = i * 5 + form
+            used(key)
+            found = cache.get(key)  # the usual case: built by an earlier pack
+            add_message(found if found is not None else ledger.message(items[i], form))
+            add_tokens(count)
 
     def trim_cache(self) -> None:
         """Keep the message cache to recent messages."""
