@@ -37,7 +37,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -322,29 +322,25 @@ class _MapLock:
         #: Map changes so far (a transaction begun before one has ended).
         self.changes = 0
 
-    def _held(self) -> int:
-        return int(getattr(self._mine, "held", 0))
-
-    @contextmanager
-    def shared(self) -> Iterator[None]:
-        held = self._held()
+    def acquire_shared(self) -> None:
+        mine = self._mine
+        held = getattr(mine, "held", 0)
         with self._cond:
             while self._changing or (self._waiting and not held):
                 self._cond.wait()
             self._shared += 1
-        self._mine.held = held + 1
-        try:
-            yield
-        finally:
-            self._mine.held = held
-            with self._cond:
-                self._shared -= 1
-                if self._waiting:
-                    self._cond.notify_all()
+        mine.held = held + 1
+
+    def release_shared(self) -> None:
+        self._mine.held -= 1
+        with self._cond:
+            self._shared -= 1
+            if self._waiting:
+                self._cond.notify_all()
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        held = self._held()
+        held = getattr(self._mine, "held", 0)
         with self._cond:
             self._waiting += 1
             try:
@@ -637,37 +633,37 @@ class LMDBStore(Store):
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
         self._check_process()
-        with ExitStack() as stack:
+        with self._guard():
+            txn = self._begin(write=False)
+        changes = self._map.changes
+        try:
+            yield _LMDBRead(txn, self._dbs, self._data_file)
+        except lmdb.Error as exc:
+            if self._map.changes != changes and "closed" in str(exc).lower():
+                raise StoreError(
+                    f"a write of this thread grew the map of {self.location!r} while this "
+                    "snapshot was open, which ended it; take a new snapshot after "
+                    "writing") from exc
+            # Only LMDB's own errors are the store's; the caller's pass through.
             with self._guard():
-                txn = stack.enter_context(self._transaction(write=False))
-            changes = self._map.changes
-            try:
-                yield _LMDBRead(txn, self._dbs, self._data_file)
-            except lmdb.Error as exc:
-                if self._map.changes != changes and "closed" in str(exc).lower():
-                    raise StoreError(
-                        f"a write of this thread grew the map of {self.location!r} while this "
-                        "snapshot was open, which ended it; take a new snapshot after "
-                        "writing") from exc
-                # Only LMDB's own errors are the store's; the caller's pass through.
-                with self._guard():
-                    raise
+                raise
+        finally:
+            txn.abort()
+            self._map.release_shared()
 
-    @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[lmdb.Transaction]:
-        """A transaction, open while this handle's map lock is held shared."""
+    def _begin(self, *, write: bool) -> lmdb.Transaction:
+        """Begin a transaction holding the map lock shared: release it (`_MapLock.
+        release_shared`) once the transaction has ended."""
         while True:
-            with self._map.shared():
-                try:
-                    txn = self._env.begin(write=write, buffers=False)
-                except lmdb.MapResizedError:
-                    pass  # another process grew the map: adopt its size, below
-                else:
-                    try:
-                        yield txn
-                    finally:
-                        txn.abort()  # a no-op after commit
-                    return
+            self._map.acquire_shared()
+            try:
+                return self._env.begin(write=write, buffers=False)
+            except lmdb.MapResizedError:
+                self._map.release_shared()
+            except BaseException:
+                self._map.release_shared()
+                raise
+            # Another process grew the map: adopt its size and try again.
             with self._map.exclusive():
                 self._env.set_mapsize(0)
 
@@ -678,13 +674,16 @@ class LMDBStore(Store):
                                      "for writing to append")
         with self._write_lock, self._guard():
             while True:
-                with self._transaction(write=True) as txn:
-                    try:
-                        result = fn(_LMDBWrite(txn, self._dbs, self._data_file))
-                        txn.commit()
-                        return result
-                    except lmdb.MapFullError:
-                        pass  # grown below, once the transaction has ended
+                txn = self._begin(write=True)
+                try:
+                    result = fn(_LMDBWrite(txn, self._dbs, self._data_file))
+                    txn.commit()
+                    return result
+                except lmdb.MapFullError:
+                    pass  # grown below, once the transaction has ended
+                finally:
+                    txn.abort()  # a no-op after commit
+                    self._map.release_shared()
                 self._grow()
 
     def _grow(self) -> None:
@@ -701,10 +700,13 @@ class LMDBStore(Store):
         transaction so that no writer reuses the pages walked.
         """
         self._check_process()
-        with ExitStack() as stack:
-            with self._guard():
-                txn = stack.enter_context(self._transaction(write=False))
+        with self._guard():
+            txn = self._begin(write=False)
+        try:
             return _check_file(self._data_file, txnid=txn.id(), deep=True)
+        finally:
+            txn.abort()
+            self._map.release_shared()
 
     def close(self) -> None:
         if os.getpid() == self._pid:
