@@ -82,6 +82,8 @@ from ._events import (
     UserMessageAdded,
 )
 from ._store import ReadTxn, Store, WriteTxn
+from ._tokens import CACHE_NAMESPACE as COUNTS_NAMESPACE
+from ._tokens import check_count_cache
 
 __all__ = [
     "Appended",
@@ -170,6 +172,9 @@ class VerifyReport(msgspec.Struct, frozen=True):
         sessions: sessions checked.
         events: events checked.
         blobs: blobs checked.
+        warnings: what is wrong with derived data (the persisted token counts, which
+            are checked where they are read and rebuilt): reported by a verify of
+            the whole log, without making it fail.
     """
 
     ok: bool
@@ -177,6 +182,7 @@ class VerifyReport(msgspec.Struct, frozen=True):
     sessions: int
     events: int
     blobs: int
+    warnings: tuple[str, ...] = ()
 
 
 _LONG_SESSION = ("use a shorter id. A session stored under a longer id (possible before "
@@ -769,6 +775,7 @@ class Log:
                 problem = self._verify_checkpoint(txn, checkpoint)
                 if problem is not None:
                     return VerifyReport(False, problem, nsessions, events, blobs)
+            warnings: tuple[str, ...] = ()
             if session is None:
                 for digest, data in txn.blobs():
                     if digest in checked_blobs:
@@ -778,7 +785,9 @@ class Log:
                         return VerifyReport(False, Problem("", None, "blob content does not "
                                             "match its hash (no event references it)", digest),
                                             len(heads), events, blobs)
-        return VerifyReport(True, None, nsessions, events, blobs)
+                warnings = tuple(check_count_cache(
+                    lambda key: txn.cached(COUNTS_NAMESPACE, key)))
+        return VerifyReport(True, None, nsessions, events, blobs, warnings)
 
     def _verify_lineage(self, txn: ReadTxn, session: str, checked_blobs: set[str],
                         ) -> tuple[Problem | None, int, int, int]:

@@ -13,6 +13,12 @@ stores that id so replay uses the same counter.
 * Counts are cached by the xxh3-128 hash of the text. The cache can be
   exported and imported as bytes, which is how the log persists it (derived
   data beside the events) so re-packing a long session only counts new text.
+  Persisted counts are never trusted as stored: each chunk carries a digest
+  of its position and bytes (`seal_chunk`), a chunk whose digest does not
+  match is not loaded (its texts are counted again) and is rewritten by the
+  next save, and `Log.verify` reports such chunks (`check_count_cache`).
+  Chunks are dense from 0 and read until the first missing one, so no stored
+  number decides how long loading runs.
 * `CalibratedCounter` serves models with no public tokenizer: it scales a
   base count by a ratio learned from provider-reported usage (``Usage``
   input tokens over the locally counted prompt tokens of the same requests).
@@ -30,10 +36,11 @@ import math
 import os
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+import blake3
 import xxhash
 
 from ._errors import TokenizerError
@@ -47,6 +54,92 @@ TOOL_SCHEMA_OVERHEAD = 10
 IMAGE_TOKENS = 1_600
 
 _ENTRY = struct.Struct("<16sI")
+
+#: The derived-cache namespace of persisted counts. Keys: ``ID:N`` for chunk N of
+#: counter ID (dense from 0), ``ids`` for the index of counter ids. Each value is a
+#: 16-byte digest followed by its payload (`seal_chunk`). An older layout under the
+#: namespace ``tokens`` is not read: its counts are counted again.
+CACHE_NAMESPACE = "counts"
+_INDEX = b"ids"
+_DIGEST = 16
+
+
+def _seal(key: bytes, payload: bytes) -> bytes:
+    return blake3.blake3(b"turnlog-counts/1\x00" + key + b"\x00" + payload).digest(
+        length=_DIGEST) + payload
+
+
+def _open(key: bytes, value: bytes) -> bytes | None:
+    payload = value[_DIGEST:]
+    return payload if len(value) >= _DIGEST and _seal(key, payload) == value else None
+
+
+def chunk_key(counter_id: str, index: int) -> bytes:
+    """The cache key of chunk ``index`` of a counter's persisted counts."""
+    return f"{counter_id}:{index}".encode()
+
+
+def seal_chunk(counter_id: str, index: int, payload: bytes) -> bytes:
+    """The stored value of a chunk of counts (``TiktokenCounter.export_new`` bytes)."""
+    return _seal(chunk_key(counter_id, index), payload)
+
+
+def open_chunk(counter_id: str, index: int, value: bytes) -> bytes | None:
+    """The counts of a stored chunk, or None when it is damaged (or not a chunk of
+    this counter at this index)."""
+    payload = _open(chunk_key(counter_id, index), value)
+    if payload is None or len(payload) % _ENTRY.size:
+        return None
+    return payload
+
+
+def index_value(counter_ids: Collection[str]) -> bytes:
+    """The stored index of the counters that have persisted counts."""
+    return _seal(_INDEX, "\n".join(sorted(counter_ids)).encode())
+
+
+def index_key() -> bytes:
+    """The cache key of the index of counters."""
+    return _INDEX
+
+
+def open_index(value: bytes | None) -> list[str] | None:
+    """The counter ids of a stored index; None when missing or damaged."""
+    payload = None if value is None else _open(_INDEX, value)
+    if payload is None:
+        return None
+    try:
+        return [name for name in payload.decode().split("\n") if name]
+    except UnicodeDecodeError:
+        return None
+
+
+def check_count_cache(cached: Callable[[bytes], bytes | None]) -> list[str]:
+    """What is wrong with a store's persisted counts (``cached(key)`` reads a key of
+    `CACHE_NAMESPACE`), one message per problem; empty when all is well."""
+    raw = cached(_INDEX)
+    if raw is None:
+        return []
+    ids = open_index(raw)
+    if ids is None:
+        return ["the token-count cache's index is damaged (its digest does not match); packs "
+                "do not need it, and the next pack that saves counts rewrites it (derived "
+                "data: the log is intact)"]
+    found = []
+    for counter_id in ids:
+        damaged: list[int] = []
+        index = 0
+        while (value := cached(chunk_key(counter_id, index))) is not None:
+            if open_chunk(counter_id, index, value) is None:
+                damaged.append(index)
+            index += 1
+        if damaged:
+            found.append(f"the token-count cache of {counter_id} has {len(damaged)} damaged "
+                         f"chunk(s) of {index} (the first is chunk {damaged[0]}): their digests "
+                         "do not match, so their counts are not used but counted again, and "
+                         "the next pack that saves counts rewrites them (derived data: the "
+                         "log is intact)")
+    return found
 
 
 @runtime_checkable

@@ -337,7 +337,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _emit({"ok": report.ok, "problem": _problem_json(report.problem),
                "sessions": report.sessions, "events": report.events, "blobs": report.blobs,
-               "checkpoint": cp_json}, sys.stdout)
+               "checkpoint": cp_json, "warnings": list(report.warnings)}, sys.stdout)
     elif report.ok:
         extra = ""
         if checkpoint is not None:
@@ -345,6 +345,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                      f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
         print(f"ok: {report.sessions} session{'s' * (report.sessions != 1)}, {report.events} "
               f"events, {_refs(report.blobs)} intact{extra}")
+        for warning in report.warnings:
+            print(f"warning: {warning}")
     else:
         print(f"FAILED: {report.problem}")
         print(f"(checked {report.events} events in {report.sessions} "

@@ -40,12 +40,20 @@ from .._log import Log, backoff
 from .._policy import Policy
 from .._projection import Projection
 from .._prompt import Prompt
+from .._store import WriteTxn
 from .._tokens import (
+    CACHE_NAMESPACE,
     CalibratedCounter,
     TiktokenCounter,
     TokenCounter,
     calibration_ratio,
+    chunk_key,
     get_counter,
+    index_key,
+    index_value,
+    open_chunk,
+    open_index,
+    seal_chunk,
 )
 from ._engine import Stage, pack
 from ._index import PackIndex
@@ -53,7 +61,7 @@ from ._model import Decision, Packed
 
 __all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
 
-_CACHE_NS = "tokens"
+_CACHE_NS = CACHE_NAMESPACE
 
 
 #: Renders a neutral prompt to a provider request body (bytes); must be pure.
@@ -145,6 +153,10 @@ class Packer:
             OrderedDict())
         self._lock = threading.RLock()
         self._loaded: set[str] = set()
+        # Per counter id: where the next chunk of counts goes, and the chunks found
+        # damaged when loading (rewritten first).
+        self._next_chunk: dict[str, int] = {}
+        self._damaged_chunks: dict[str, list[int]] = {}
 
     # -- counters -----------------------------------------------------------------
     def counter_for(self, policy: Policy, view: Projection | None = None) -> TokenCounter:
@@ -165,16 +177,28 @@ class Packer:
         if not isinstance(base, TiktokenCounter) or base.id in self._loaded:
             return
         self._loaded.add(base.id)
+        # Chunks are dense from 0: read until the first missing one. A chunk whose
+        # digest does not match is not loaded (its texts get counted again).
+        damaged: list[int] = []
+        index = 0
         with self.log.snapshot() as snap:
-            raw = snap.cached(_CACHE_NS, f"{base.id}:chunks".encode())
-            chunks = int(raw.decode()) if raw else 0
-            for i in range(chunks):
-                data = snap.cached(_CACHE_NS, f"{base.id}:{i}".encode())
-                if data:
+            while (value := snap.cached(_CACHE_NS, chunk_key(base.id, index))) is not None:
+                data = open_chunk(base.id, index, value)
+                if data is None:
+                    damaged.append(index)
+                else:
                     base.load(data)
+                index += 1
+        with self._lock:
+            self._next_chunk[base.id] = index
+            self._damaged_chunks[base.id] = damaged
 
     def flush(self) -> None:
-        """Persist token counts computed since the last flush (derived data)."""
+        """Persist token counts computed since the last flush (derived data).
+
+        Each save is one chunk, sealed with a digest; it replaces a chunk found
+        damaged when loading, or goes after the last one.
+        """
         if self.log.store.readonly:
             return
         for name in sorted(self._loaded):
@@ -184,16 +208,34 @@ class Packer:
             data = counter.export_new()
             if not data:
                 continue
+            with self._lock:
+                damaged = tuple(self._damaged_chunks.get(name, ()))
+                start = self._next_chunk.get(name, 0)
 
-            def write(txn: object, data: bytes = data, name: str = name) -> None:
-                from .._store import WriteTxn
-                assert isinstance(txn, WriteTxn)
-                raw = txn.cached(_CACHE_NS, f"{name}:chunks".encode())
-                chunks = int(raw.decode()) if raw else 0
-                txn.put_cached(_CACHE_NS, f"{name}:{chunks}".encode(), data)
-                txn.put_cached(_CACHE_NS, f"{name}:chunks".encode(), str(chunks + 1).encode())
+            def write(txn: WriteTxn, data: bytes = data, name: str = name,
+                      damaged: tuple[int, ...] = damaged, start: int = start) -> int:
+                # The new counts replace the first chunk still damaged (the others are
+                # emptied: their texts are counted again as they are used), or go
+                # after the last chunk (another process may have added some).
+                bad = [i for i in damaged if open_chunk(
+                    name, i, txn.cached(_CACHE_NS, chunk_key(name, i)) or b"") is None]
+                for i in bad[1:]:
+                    txn.put_cached(_CACHE_NS, chunk_key(name, i), seal_chunk(name, i, b""))
+                index = start if not bad else bad[0]
+                while not bad and txn.cached(_CACHE_NS, chunk_key(name, index)) is not None:
+                    index += 1
+                txn.put_cached(_CACHE_NS, chunk_key(name, index), seal_chunk(name, index, data))
+                ids = open_index(txn.cached(_CACHE_NS, index_key()))
+                if ids is None or name not in ids:
+                    txn.put_cached(_CACHE_NS, index_key(), index_value({*(ids or ()), name}))
+                return index
 
-            self.log.store.write(write)
+            index = self.log.store.write(write)
+            with self._lock:
+                if damaged:
+                    self._damaged_chunks[name] = []
+                else:
+                    self._next_chunk[name] = max(self._next_chunk.get(name, 0), index + 1)
 
     # -- projections --------------------------------------------------------------
     def projection(self, session: str, counter: TokenCounter) -> Projection:
