@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import operator
 import sys
 import tempfile
@@ -74,16 +75,41 @@ def read_file(root: Path, path: str) -> str:
 
 
 def calculate(expression: str) -> str:
-    """Evaluate arithmetic without ``eval``: numbers, + - * / ** and parentheses."""
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
+    """Evaluate arithmetic without ``eval``: numbers, + - * / ** and parentheses.
+
+    A model writes the expression, so it is bounded: at most 1,000 characters nested
+    at most 50 deep, every value at most 1e300 in magnitude, and a power is checked
+    before it is computed (``9**9**9`` is refused at once, not computed for hours).
+    Anything else raises ValueError (or ZeroDivisionError) naming the problem.
+    """
+    if len(expression) > 1000:
+        raise ValueError(f"expression of {len(expression)} characters; at most 1000")
+
+    def checked(x: float) -> float:
+        if not isinstance(x, (int, float)) or not abs(x) <= 10**300:
+            raise ValueError("a result is not a real number of magnitude at most 1e300")
+        return x
+
+    def value(node: ast.AST, depth: int = 0) -> float:
+        if depth > 50:
+            raise ValueError("expression nested more than 50 deep")
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool):
+            return checked(node.value)
         if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-            return _OPERATORS[type(node.op)](value(node.left), value(node.right))
+            left, right = value(node.left, depth + 1), value(node.right, depth + 1)
+            if isinstance(node.op, ast.Pow) and left and abs(left) != 1 \
+                    and right * math.log10(abs(left)) > 300:
+                raise ValueError(f"{left:.6g} ** {right:.6g} exceeds 1e300")
+            return checked(_OPERATORS[type(node.op)](left, right))
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
-            return _OPERATORS[type(node.op)](value(node.operand))
-        raise ValueError(f"not arithmetic: {ast.unparse(node)!r}")
-    return str(value(ast.parse(expression, mode="eval").body))
+            return checked(_OPERATORS[type(node.op)](value(node.operand, depth + 1)))
+        raise ValueError(f"not arithmetic: {ast.unparse(node)[:80]!r}")
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except (SyntaxError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"not arithmetic: {exc}") from None
+    return str(value(tree.body))
 
 
 def run_tool(root: Path, call: ToolCall) -> tuple[str, bool]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -61,3 +62,36 @@ def test_the_example_tools_stay_in_the_workspace_and_only_compute(tmp_path: Path
                  ToolCall(id="5", name="delete", arguments="{}")):
         output, failed = example_agent.run_tool(tmp_path, call)
         assert failed, (call, output)
+
+
+#: Expressions a model could send that must come back as a tool error at once: huge
+#: powers (`9**9**9` has 369,693,100 digits), products past any float, nesting that
+#: would exhaust the recursion, bad syntax, very long input, complex results.
+HOSTILE = ["9**9**9", "9**9**9**9", "(10**300)**(10**300)", "2**100000", "10.0**400",
+           "0.5**-5000", "(-2)**0.5", "1e300*1e300*1e300", "(1+" * 120 + "1" + ")" * 120,
+           "(" * 300 + "1" + ")" * 300,
+           "-" * 500 + "1", "1" + "+1" * 2000, "1+", "", "True + 1", "10**301",
+           "99999**99999 - 99999**99999"]
+
+
+def test_calculate_refuses_what_it_cannot_compute_quickly() -> None:
+    # In a child process: before the bounds, the first expression ran for hours.
+    code = ("import json, sys\n"
+            "from turnlog import ToolCall\n"
+            "from turnlog.adapters.example_agent import run_tool\n"
+            "for i, e in enumerate(json.loads(sys.stdin.read())):\n"
+            "    out, failed = run_tool(None, ToolCall(id=str(i), name='calculate',\n"
+            "                           arguments=json.dumps({'expression': e})))\n"
+            "    print(json.dumps([e[:40], failed, out[:200]]))\n")
+    done = subprocess.run([sys.executable, "-c", code], input=json.dumps(HOSTILE),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(results) == len(HOSTILE)
+    for expression, failed, output in results:
+        assert failed and output.startswith(("ValueError: ", "ZeroDivisionError: ")), (
+            expression, output)
+    assert example_agent.calculate("-(2 ** 10) + 10 ** 300 - 10 ** 300") == "-1024"
+    assert example_agent.calculate("2 ** 0.5 * 2 ** 0.5") == str(2 ** 0.5 * 2 ** 0.5)
+    assert example_agent.calculate("9 ** 9 ** 2 / 3") == str(9 ** 81 / 3)
+    assert example_agent.calculate("((((1 + 2))))") == "3"
