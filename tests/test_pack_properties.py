@@ -10,10 +10,12 @@ module is what users check their own stages with.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import blake3
 import msgspec
@@ -407,12 +409,14 @@ def test_a_larger_window_never_reduces_what_a_smaller_one_kept(
 
 
 # -- the generators themselves --------------------------------------------------------------------
-def test_generated_sessions_reach_every_decision_and_stage() -> None:
+def explore_generators(examples: int = 300) -> dict[str, list[str] | int]:
+    """Pack derandomized generated sessions; what they reached (run in a child process by
+    the test below)."""
     seen: set[str] = set()
     fired: set[str] = set()
     overflowed = []
 
-    @settings(deadline=None, max_examples=300, database=None, derandomize=True,
+    @settings(deadline=None, max_examples=examples, database=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(items=sessions(), policy=policies(max_window=32_000))
     def explore(items: list[SessionItem], policy: Policy) -> None:
@@ -427,12 +431,26 @@ def test_generated_sessions_reach_every_decision_and_stage() -> None:
         fired.update(r.name for r in packed.stages if r.fired)
 
     explore()
+    return {"seen": sorted(seen), "fired": sorted(fired), "overflowed": len(overflowed)}
+
+
+def test_generated_sessions_reach_every_decision_and_stage() -> None:
+    # In a child process: hypothesis mixes the literals of every module loaded so far
+    # into what it generates, so in this process the examples would depend on which
+    # tests ran before this one; there they depend only on the code.
+    code = ("import json, sys; sys.path.insert(0, 'tests'); import test_pack_properties as t; "
+            "print(json.dumps(t.explore_generators()))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, check=False, cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    seen, fired = set(found["seen"]), set(found["fired"])
     for decision in ("verbatim", "truncated", "deduplicated", "pruned", "summarized", "trimmed",
                      "dropped", "not_a_prompt_event", "orphan", "rewind", "truncate.blob_preview",
                      "dedup.tier1", "dedup.tier2"):
         assert decision in seen, f"no generated session gave {decision!r}"
     assert {"truncate", "summaries", "dedup", "prune", "trim"} <= fired
-    assert overflowed, "no generated session overflowed its budget"
+    assert found["overflowed"], "no generated session overflowed its budget"
 
 
 def test_turnlog_does_not_import_hypothesis() -> None:
