@@ -65,3 +65,16 @@ def test_every_golden_request_replays_byte_for_byte(golden: tuple[Path, turnlog.
                    if p["outcome"] == "recorded")
     assert replayed >= expected + 40  # the demo's requests and the recorded packs
     assert formats == set(manifest["formats"])
+
+
+def test_every_golden_session_replays_in_one_pass(golden: tuple[Path, turnlog.Log]) -> None:
+    # What `turnlog replay SESSION --all` does: one Packer, one fold of each lineage.
+    _, log = golden
+    packer = Packer(log)
+    for head in log.sessions():
+        seqs = [e.seq for e in log.read(head.session, kinds=["request"])]
+        results = list(packer.replay_all(
+            head.session, render=lambda request: renderer_for(request, blobs=log.blob)))
+        assert [r.request_seq for r in results] == seqs
+        assert all(r.ok for r in results), [(r.request_seq, r.difference) for r in results
+                                            if not r.ok]

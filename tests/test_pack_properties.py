@@ -325,6 +325,40 @@ def test_replay_of_an_earlier_request_survives_later_appends(
         recorded.packed.prompt.encode())
 
 
+@FAST
+@given(items=sessions(), data=st.data())
+def test_a_packer_replaying_many_requests_packs_each_like_a_fresh_packer(
+        items: list[SessionItem], data: st.DataObject) -> None:
+    # Requests recorded under changing policies between appends (forks, rewinds and
+    # compactions included); one Packer replays them all, in order and shuffled,
+    # growing its kept projection, and must give each request's bytes and decisions
+    # exactly as a Packer that projects that request from nothing.
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(items))), min_size=1,
+                                         max_size=5))))
+    log = memory_log()
+    recorded: dict[str, list[int]] = {}
+    session, start = "s", 0
+    for cut in [*cuts, len(items)]:
+        session = build(log, session, items[start:cut])
+        start = cut
+        if log.head(session) is None:
+            continue
+        with contextlib.suppress(BudgetExceededError):
+            done = Packer(log).record(session, policy=data.draw(policies(max_window=64_000)))
+            recorded.setdefault(session, []).append(done.request_seq)
+    assume(recorded)
+    for name, seqs in recorded.items():
+        results = list(Packer(log).replay_all(name))
+        assert [r.request_seq for r in results] == seqs
+        assert all(r.ok for r in results), [r.difference for r in results]
+        packer = Packer(log)
+        for seq in data.draw(st.permutations(seqs)):
+            kept, fresh = packer.repack(name, seq), Packer(log).repack(name, seq)
+            assert kept.prompt.encode() == fresh.prompt.encode()
+            assert kept.decisions == fresh.decisions
+            assert kept.stages == fresh.stages
+
+
 # -- cache-stable prefixes ------------------------------------------------------------------------
 def _has_placeholder(view: Projection, packed: Packed) -> bool:
     """A tool message standing in for a result that never came (not at the end)."""

@@ -18,13 +18,21 @@ exactly the prompt that is returned.
 
 `replay` rebuilds the projection from the lineage up to the recorded head,
 packs with the recorded policy and tokenizer, and compares prompt hashes.
+The projection it folded is kept (a few, least recently used dropped first)
+with its packing index, so a later request of the same session only folds
+the events in between: `replay_all` checks a session's requests in order
+and folds its lineage once. The log never changes an event, so a projection
+of the lineage up to a seq stays the projection of that prefix; a request
+whose head lies before the kept fold is projected afresh. Packing a grown
+projection with its kept index gives the bytes a fresh pack gives (the
+incremental engine's contract, which `record` relies on too).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import blake3
 import msgspec
@@ -33,6 +41,7 @@ from .._errors import (
     AppendConflictError,
     InvalidArgumentError,
     ReplayMismatchError,
+    TokenizerError,
     UnknownSessionError,
 )
 from .._events import Event, PolicySet, RequestIssued
@@ -62,6 +71,8 @@ from ._model import Decision, Packed
 __all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
 
 _CACHE_NS = CACHE_NAMESPACE
+#: Replay projections kept per packer (one per session and tokenizer).
+_REPLAY_VIEWS = 4
 
 
 #: Renders a neutral prompt to a provider request body (bytes); must be pure.
@@ -124,6 +135,25 @@ class RequestDiff(msgspec.Struct, frozen=True):
     changes: tuple[DecisionChange, ...]
 
 
+class _ReplayView:
+    """A projection of a session's lineage up to own seq ``seq``, for replay."""
+
+    __slots__ = ("index", "policy", "seq", "view")
+
+    def __init__(self, view: Projection, seq: int, policy: Policy | None) -> None:
+        self.view = view
+        self.seq = seq
+        self.policy = policy  # of the last PolicySet folded (rewound or not), as replay reads it
+        self.index = PackIndex()
+
+    def extend(self, events: Iterable[Event]) -> None:
+        for event in events:
+            self.view.apply(event)
+            if isinstance(event.body, PolicySet):
+                self.policy = event.body.policy
+            self.seq = event.seq
+
+
 class Packer:
     """Packs sessions of a log, records requests, replays them.
 
@@ -157,6 +187,7 @@ class Packer:
         # damaged when loading (rewritten first).
         self._next_chunk: dict[str, int] = {}
         self._damaged_chunks: dict[str, list[int]] = {}
+        self._replays: OrderedDict[tuple[str, str], _ReplayView] = OrderedDict()
 
     # -- counters -----------------------------------------------------------------
     def counter_for(self, policy: Policy, view: Projection | None = None) -> TokenCounter:
@@ -395,6 +426,9 @@ class Packer:
 
     def repack(self, session: str, request_seq: int) -> Packed:
         """Re-pack a recorded request from its recorded head, policy and tokenizer."""
+        return self._repack(session, request_seq, explain=True)
+
+    def _repack(self, session: str, request_seq: int, *, explain: bool) -> Packed:
         request = self._request(session, request_seq)
         if request.stages != self._names:
             raise ReplayMismatchError(
@@ -405,16 +439,57 @@ class Packer:
         if head.hash.hex() != request.head_hash:
             raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
                                       "has the recorded hash; run `turnlog verify`")
-        lineage = self.log.lineage(session, request.head_seq + 1)
-        policy = _policy_at(lineage)
-        if policy is None or policy.hash != request.policy_hash:
-            raise ReplayMismatchError(f"the policy in force at {session}#{request.head_seq} is "
-                                      f"not the recorded one ({request.policy_hash[:16]})")
-        counter = get_counter(request.tokenizer)
-        self._load_counts(counter)
+        with self._lock:
+            try:
+                counter = get_counter(request.tokenizer)
+            except TokenizerError:
+                # The policy check comes first, as it always has.
+                policy = _policy_at(self.log.lineage(session, request.head_seq + 1))
+                if policy is None or policy.hash != request.policy_hash:
+                    raise ReplayMismatchError(self._policy_differs(session, request)) from None
+                raise
+            self._load_counts(counter)
+            state = self._replay_view(session, request.head_seq, counter)
+            policy = state.policy
+            if policy is None or policy.hash != request.policy_hash:
+                raise ReplayMismatchError(self._policy_differs(session, request))
+            try:
+                return pack(state.view, policy, stages=self.stages, explain=explain,
+                            index=state.index)
+            except BaseException:
+                # A pack that fails part-way may leave the index half caught up.
+                self._replays.pop((session, counter.id), None)
+                raise
+
+    @staticmethod
+    def _policy_differs(session: str, request: RequestIssued) -> str:
+        return (f"the policy in force at {session}#{request.head_seq} is not the recorded "
+                f"one ({request.policy_hash[:16]})")
+
+    def _replay_view(self, session: str, head_seq: int, counter: TokenCounter) -> _ReplayView:
+        """The lineage up to own seq ``head_seq`` folded with ``counter`` (the kept
+        projection grown when it ends at or before ``head_seq``, else a fresh one)."""
+        key = (session, counter.id)
+        state = self._replays.get(key)
+        if state is not None and state.seq <= head_seq:
+            self._replays.move_to_end(key)
+            if state.seq < head_seq:
+                state.extend(self.log.read(session, state.seq + 1, head_seq + 1))
+            if state.seq == head_seq:
+                return state
+        lineage = self.log.lineage(session, head_seq + 1)
         view = Projection(counter)
-        view.extend(lineage)
-        return pack(view, policy, stages=self.stages)
+        state = _ReplayView(view, -1, None)
+        for event in lineage:
+            view.apply(event)
+            if isinstance(event.body, PolicySet):
+                state.policy = event.body.policy
+        state.seq = lineage[-1].seq if lineage else -1
+        self._replays[key] = state
+        self._replays.move_to_end(key)
+        while len(self._replays) > _REPLAY_VIEWS:
+            self._replays.popitem(last=False)
+        return state
 
     def replay(self, session: str, request_seq: int, *,
                render: Renderer | None = None) -> ReplayResult:
@@ -430,7 +505,7 @@ class Packer:
         """
         request = self._request(session, request_seq)
         try:
-            packed = self.repack(session, request_seq)
+            packed = self._repack(session, request_seq, explain=False)
         except ReplayMismatchError as exc:
             return ReplayResult(session, request_seq, False, request.prompt_hash, "", str(exc))
         ok = packed.prompt.hash == request.prompt_hash
@@ -445,6 +520,30 @@ class Packer:
                               f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})")
         return ReplayResult(session, request_seq, ok, request.prompt_hash,
                             packed.prompt.hash, difference)
+
+    def replay_all(self, session: str, request_seqs: Iterable[int] | None = None, *,
+                   render: Callable[[RequestIssued], Renderer | None] | None = None,
+                   ) -> Iterator[ReplayResult]:
+        """Replay a session's recorded requests, folding its lineage once.
+
+        Each result is the one `replay` gives for that request; requests in
+        ascending order (the default) cost one fold of the lineage plus one
+        incremental pack each.
+
+        Parameters:
+            request_seqs: the requests to replay, in this order (every request
+                record of the session, oldest first, when None).
+            render: gives the renderer for a request record (its ``format`` and
+                ``render_args`` name it), or None to check the neutral prompt only.
+
+        Raises:
+            UnknownSessionError: no such session or seq.
+            InvalidArgumentError: a seq that is not a request record.
+        """
+        seqs = self.requests(session) if request_seqs is None else list(request_seqs)
+        for seq in seqs:
+            renderer = render(self._request(session, seq)) if render is not None else None
+            yield self.replay(session, seq, render=renderer)
 
     def check(self, session: str, request_seq: int) -> Packed:
         """Like `replay`, but raise `ReplayMismatchError` on a mismatch."""
