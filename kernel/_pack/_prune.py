@@ -39,7 +39,7 @@ __all__: list[str] = []
 # Path-like tokens: the regex r"[\w./\\-]*\w\.\w{1,8}\b", matched by `pathish` in
 # linear time (the regex itself backtracks quadratically on a long run of its
 # characters, e.g. a line of dashes or a base64 argument: seconds for 16 KB).
-_PATH_RUN = re.compile(r"[\w./\\-]+")
+_PATH_RUN = re.compile(r"[\w./\\-]*")
 _PATH_END = re.compile(r"\w\.\w{1,8}\b")
 _DECISION = re.compile(
     r"\b(based on|i'll use|i will use|the issue is|the problem is|this shows|that means|"
@@ -55,10 +55,26 @@ def pathish(text: str) -> list[str]:
     earliest start first) and, the star being greedy, ends after the last place
     in the run where ``\w\.\w{1,8}\b`` matches; it then leaves no room for a
     second match in that run.
+
+    A match holds a dot, so only the runs holding one are looked at: from each
+    dot not yet passed, the run is found forward in the text and backward in the
+    reversed text (both linear, in C), and the next run is looked for from its
+    end; most text has few dots.
     """
     found: list[str] = []
-    for run in _PATH_RUN.finditer(text):
-        start, end = run.span()
+    dot = text.find(".")
+    if dot < 0:
+        return found
+    backward = text[::-1]
+    size = len(text)
+    while dot >= 0:
+        # text[dot - 1], text[dot - 2]... are backward[size - dot], backward[size - dot + 1]...
+        before = _PATH_RUN.match(backward, size - dot)
+        assert before is not None
+        start = dot - (before.end() - (size - dot))
+        after = _PATH_RUN.match(text, dot)
+        assert after is not None
+        end = after.end()
         dot = text.rfind(".", start + 1, end - 1)
         while dot >= 0:
             tail = _PATH_END.match(text, dot - 1)
@@ -66,6 +82,7 @@ def pathish(text: str) -> list[str]:
                 found.append(text[start:tail.end()])
                 break
             dot = text.rfind(".", start + 1, dot)
+        dot = text.find(".", end)
     return found
 
 
