@@ -35,7 +35,10 @@ from turnlog import (
 )
 from turnlog._chain import check_record
 from turnlog._codec import decode_event
+from turnlog._pack._prune import _DECISION, DECISION_PHRASES
+from turnlog._pack._prune import line_key as _line_key
 from turnlog._pack._prune import pathish as _pathish
+from turnlog._pack._prune import quote_keys as _quote_keys
 from turnlog.adapters.importers import detect, export_session, import_file
 from turnlog.adapters.providers import parse_response
 from turnlog.testing import check_packed, memory_log, project
@@ -175,6 +178,10 @@ def test_duplicate_ids_in_a_later_batch_do_not_leave_the_earlier_batches(tmp_pat
 
 # -- view: quadratic path matching (fuzz_pack, crash-slow-path-regex) ---------------------------
 _PATH_REGEX = re.compile(r"[\w./\\-]*\w\.\w{1,8}\b")
+_PHRASES = [*DECISION_PHRASES, *(p.upper() for p in DECISION_PHRASES),
+            *(p.title() for p in DECISION_PHRASES)]
+_DECISION_REGEX = re.compile(r"\b(" + "|".join(map(re.escape, DECISION_PHRASES)) + r")\b",
+                             re.IGNORECASE)
 
 
 @settings(max_examples=500, deadline=None)
@@ -283,3 +290,24 @@ def test_format_detection_takes_any_json_as_a_record_type(kind: str, tmp_path: P
     assert log.sessions() == []
     with pytest.raises(ImportFormatError, match="format"):  # a JSON list of items
         detect(f'[{{"type": {kind}}}, {{"type": "other"}}]'.encode(), name="items.json")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(_PHRASES), st.text(alphabet=st.sampled_from(
+    list("abeiost'_ .\nBTI\u017f\u0131\u0130\u212a\u0301")), max_size=12)), max_size=8))
+def test_decision_language_is_found_as_the_phrase_alternation_finds_it(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert bool(_DECISION.search(text)) == bool(_DECISION_REGEX.search(text))
+
+
+def _quote_keys_of_every_line(text: str) -> tuple[int, ...]:
+    lines = [line.strip() for line in text.splitlines()]
+    return tuple(_line_key(line) for line in lines if len(line) >= 24)[:3]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from(["a" * 30, "b" * 5, "\r", "\n", "\r\n", " " * 4_000, "c" * 4_090,
+                                 "\x85", "d" * 25, "\u2028"]), max_size=12))
+def test_quoted_lines_of_a_long_output_are_its_first_lines(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert _quote_keys(text) == _quote_keys_of_every_line(text)
