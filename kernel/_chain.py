@@ -90,6 +90,23 @@ def record_event(record: bytes) -> Event:
     return event
 
 
+def check_link(record: bytes, *, position: bytes, seq: bytes, prev: bytes) -> bool:
+    """The chain check of one stored record, without decoding it.
+
+    True when the record links to ``prev``, its stored hash is
+    ``blake3(prev || canonical)``, and its canonical bytes claim the position:
+    ``position`` (`position_prefix` of the session) after the one-byte header,
+    then ``seq`` (the seq's canonical bytes). `check_record` checks all of this
+    and more (that the bytes decode and are canonical), and says what is wrong.
+    """
+    return (len(record) > 2 * HASH_SIZE + 1 + len(position)
+            and record.startswith(prev)
+            and record.startswith(position, 2 * HASH_SIZE + 1)
+            and record.startswith(seq, 2 * HASH_SIZE + 1 + len(position))
+            and record.startswith(blake3.blake3(record[:HASH_SIZE]
+                                                + record[2 * HASH_SIZE:]).digest(), HASH_SIZE))
+
+
 def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -> tuple[
         Event | None, str | None]:
     """Check one stored record in full.

@@ -183,6 +183,17 @@ def seq_offset(session: str) -> int:
     return 1 + 8 + len(_ENCODER.encode(session)) + 4
 
 
+def position_prefix(session: str) -> bytes:
+    """The bytes every canonical event of ``session`` holds between its one-byte map
+    header and its seq value (see `seq_offset`)."""
+    return _ENCODER.encode("session") + _ENCODER.encode(session) + _ENCODER.encode("seq")
+
+
+def encode_seq(seq: int) -> bytes:
+    """The canonical bytes of a seq value."""
+    return _ENCODER.encode(seq)
+
+
 def with_seq(data: bytes, offset: int, seq: int) -> bytes:
     """The canonical bytes ``data`` of an event at seq 0, moved to ``seq``.
 

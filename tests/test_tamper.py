@@ -351,3 +351,76 @@ def test_cli_verify_of_a_fork_fails_on_a_change_in_its_source(tmp_path: Path) ->
         done = sh(*argv)
         assert done.returncode == 1, done
         assert "src#1" in done.stdout
+
+
+def _rehashed_records() -> dict[str, tuple[bytes, str]]:
+    """Bytes for x#1 that a writer computing the hashes itself could store, each with
+    what `verify(strict=True)` says about it: they do not decode or are not canonical."""
+    good = msgspec.msgpack.Encoder(order="deterministic").encode(
+        Event(session="x", seq=1, body=UserMessageAdded(text="hello"), meta={"a": 1}))
+    assert b"\xa1a\x01" in good
+    return {
+        "invalid-utf8": (good.replace(b"hello", b"h\xffllo"), "does not decode"),
+        "non-minimal-int": (good.replace(b"\xa1a\x01", b"\xa1a\xcc\x01"),
+                            "not the canonical encoding"),
+        # one more map entry (the fixmap header counts it): a field the schema lacks
+        "unknown-field": (bytes([good[0] + 1]) + good[1:] + b"\xa3zzz\x01", "does not decode"),
+    }
+
+
+@pytest.mark.parametrize("kind", sorted(_rehashed_records()))
+def test_only_strict_verify_reports_a_rehashed_record_that_is_not_what_turnlog_writes(
+        log: turnlog.Log, kind: str) -> None:
+    # The chain holds (the writer hashed these bytes), so the chain check accepts the
+    # record; the strict level decodes it and re-encodes it, and names it.
+    first = log.append("x", UserMessageAdded(text="zero"))
+    canonical, reason = _rehashed_records()[kind]
+    digest = blake3.blake3(first.head_hash + canonical).digest()
+
+    def plant(txn: WriteTxn) -> None:
+        txn.put_event("x", 1, first.head_hash + digest + canonical)
+        txn.set_head("x", 1, digest)
+
+    log.store.write(plant)
+    assert log.verify().ok
+    for report in (log.verify(strict=True), log.verify("x", strict=True)):
+        assert not report.ok and report.problem is not None
+        assert (report.problem.session, report.problem.seq) == ("x", 1)
+        assert reason in report.problem.reason
+
+
+def test_either_level_names_every_changed_byte_of_every_record() -> None:
+    # Every byte of every stored record of a small log (one referencing a blob),
+    # changed in turn and planted with the rest through the Store interface into a
+    # fresh store: both levels name the changed record's seq.
+    source = turnlog.Log(turnlog.MemoryStore(), blob_threshold=4_096, preview_chars=1_024)
+    source.append("x", [UserMessageAdded(text="zero"), UserMessageAdded(text="one"),
+                        ToolResultAdded(call_id="c", tool_name="bash", output="o" * 6_000)])
+    with source.store.read() as txn:
+        records = [record for _, record in txn.scan("x", 0, None)]
+        blobs = list(txn.blobs())
+        head = txn.head("x")
+    assert head is not None and blobs
+
+    def planted(changed: list[bytes]) -> turnlog.Log:
+        log = turnlog.Log(turnlog.MemoryStore())
+
+        def plant(txn: WriteTxn) -> None:
+            txn.put_events("x", 0, changed)
+            for digest, data in blobs:
+                txn.put_blob(digest, data)
+            txn.set_head("x", *head)
+
+        log.store.write(plant)
+        return log
+
+    assert planted(records).verify(strict=True).ok
+    for seq, record in enumerate(records):
+        for at in range(len(record)):
+            changed = bytearray(record)
+            changed[at] ^= 0x01
+            log = planted([*records[:seq], bytes(changed), *records[seq + 1:]])
+            for strict in (False, True):
+                report = log.verify("x", strict=strict)
+                assert not report.ok and report.problem is not None, (seq, at, strict)
+                assert report.problem.seq == seq, (seq, at, strict, report.problem)

@@ -316,6 +316,10 @@ def _problem_json(problem: turnlog.Problem | None) -> dict[str, Any] | None:
             "blob": problem.blob, "where": str(problem)}
 
 
+def _verify_progress(events: int) -> None:
+    print(f"verify: {events:,} events checked", file=sys.stderr, flush=True)
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     if args.key_file is not None and args.checkpoint is None:
         raise _UsageError("--key-file needs --checkpoint (the key checks the checkpoint's MAC)")
@@ -326,7 +330,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         "signed": bool(checkpoint.mac)}
     with _open(args) as log:
         try:
-            report = log.verify(args.session, checkpoint=checkpoint, key=key)
+            report = log.verify(args.session, checkpoint=checkpoint, key=key,
+                                strict=args.strict,
+                                progress=_verify_progress if args.progress else None)
         except turnlog.VerificationError as exc:
             if args.json:
                 _emit({"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
@@ -842,6 +848,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="FILE", help="also check that the log extends this "
                    "checkpoint (from `turnlog checkpoint`)")
     p.add_argument("--key-file", metavar="FILE", help="key of a signed checkpoint")
+    p.add_argument("--strict", action="store_true", help="also prove every record decodes "
+                   "against the schema and is canonical (slower)")
+    p.add_argument("--progress", action="store_true", help="report the events checked on "
+                   "stderr as it goes")
 
     p = verb("checkpoint", _cmd_checkpoint, "write a checkpoint (session, seq, hash, mac) of "
              "a session's head as JSON")

@@ -48,13 +48,14 @@ def log_rows(root: str) -> list[Row]:
                               seed=bench_log.DEFAULTS["seed"], only=None, dir=root,
                               no_docs=True, quick=True, profile=None)
     results = bench_log.run_all(args)
-    batched, durable, read, verify = bench_log.ROWS
+    batched, durable, read, verify, strict = bench_log.ROWS
     names = dict(zip(bench_log.COLUMNS[:4], PEERS[:4], strict=True))
     measures = {batched: "append, 100 events per commit (10,000 events)",
                 durable: "append, one event per durable commit (fsync)",
                 read: "read every event back (decoded)",
-                verify: "verify the hash chain (turnlog also re-checks canonical form "
-                        "and blobs)"}
+                verify: "verify the hash chain (turnlog also checks positions and blobs)",
+                strict: "verify --strict (turnlog also decodes every record and proves it "
+                        "canonical)"}
     return [(measures[row], {names[col]: _rate(results.get((row, col)))
                              for col in bench_log.COLUMNS[:4]})
             for row in bench_log.ROWS]
