@@ -240,11 +240,32 @@ class Snapshot:
             UnknownSessionError: the session does not exist.
             InvalidEventError: a bad range or an unknown kind.
         """
-        return list(self.iter(session, start, stop, kinds=kinds))
+        if kinds is not None:
+            return list(self.iter(session, start, stop, kinds=kinds))
+        self._check_read(session, start, stop, None)
+        try:
+            # One comprehension over the records: no generator per event in between.
+            return [record_event(record) for _, record in self._txn.scan(session, start, stop)]
+        except DecodeError:
+            # Read again, lazily, to name the first unreadable event.
+            return list(self.iter(session, start, stop))
 
     def iter(self, session: str, start: int = 0, stop: int | None = None, *,
              kinds: Iterable[str] | None = None) -> Iterator[Event]:
         """Like `read`, lazily."""
+        wanted = self._check_read(session, start, stop, kinds)
+        for seq, record in self._txn.scan(session, start, stop):
+            try:
+                event = record_event(record)
+            except DecodeError as exc:
+                raise StoreCorruptError(f"event {session}#{seq} is unreadable ({exc}); run "
+                                        f"`turnlog verify {session}`") from exc
+            if wanted is None or event.kind in wanted:
+                yield event
+
+    def _check_read(self, session: str, start: int, stop: int | None,
+                    kinds: Iterable[str] | None) -> frozenset[str] | None:
+        """Check the arguments of a read and that the session exists; the kinds wanted."""
         validate_session_id(session)
         if not _is_seq(start):
             raise InvalidEventError(f"start must be an int from 0 to 2**63 - 1, found {start!r}")
@@ -267,14 +288,7 @@ class Snapshot:
         if self._txn.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
                                       "with `turnlog sessions`")
-        for seq, record in self._txn.scan(session, start, stop):
-            try:
-                event = record_event(record)
-            except DecodeError as exc:
-                raise StoreCorruptError(f"event {session}#{seq} is unreadable ({exc}); run "
-                                        f"`turnlog verify {session}`") from exc
-            if wanted is None or event.kind in wanted:
-                yield event
+        return wanted
 
     def get(self, session: str, seq: int) -> Event:
         """The event at ``(session, seq)``.

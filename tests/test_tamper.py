@@ -387,6 +387,10 @@ def test_only_strict_verify_reports_a_rehashed_record_that_is_not_what_turnlog_w
         assert not report.ok and report.problem is not None
         assert (report.problem.session, report.problem.seq) == ("x", 1)
         assert reason in report.problem.reason
+    if reason == "does not decode":  # reading it names it too
+        with pytest.raises(turnlog.StoreCorruptError, match=r"event x#1 is unreadable"):
+            log.read("x")
+        assert log.read("x", 0, 1)[0].seq == 0
 
 
 def test_either_level_names_every_changed_byte_of_every_record() -> None:
