@@ -127,16 +127,19 @@ class _Walker:
         self.psize = meta.page_size
         self.last = meta.last
         self.size = size
-        self.seen: set[int] = set()
+        # One bit per page (not a set of ints): an eighth of a byte per page walked,
+        # so checking a store of many GiB stays in a few MiB.
+        self.seen = bytearray((meta.last >> 3) + 1)
         self.overflow_pages = 0
 
     def page(self, pgno: int, what: str) -> bytes:
         if not 2 <= pgno <= self.last:
             raise _Damage(f"{what} points at page {pgno}, outside pages 2..{self.last}")
-        if pgno in self.seen:
+        byte, bit = pgno >> 3, 1 << (pgno & 7)
+        if self.seen[byte] & bit:
             raise _Damage(f"{what} points at page {pgno}, which is reached twice (a loop or "
                           "a shared page)")
-        self.seen.add(pgno)
+        self.seen[byte] |= bit
         data = os.pread(self.fd, self.psize, pgno * self.psize)
         if len(data) < self.psize:
             raise _Damage(f"page {pgno} lies past the end of the file (truncated)")
