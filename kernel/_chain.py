@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 import blake3
 import msgspec
 
 from ._canonical import normalize
-from ._codec import decode_event, encode_canonical
+from ._codec import decode_event, encode_canonical, encode_seq
 from ._errors import DecodeError, VerificationError
 from ._events import Event
 
@@ -90,21 +91,27 @@ def record_event(record: bytes) -> Event:
     return event
 
 
-def check_link(record: bytes, *, position: bytes, seq: bytes, prev: bytes) -> bool:
-    """The chain check of one stored record, without decoding it.
+def link_checker(position: bytes) -> Callable[[bytes, int, bytes], bool]:
+    """The chain check of the stored records of one session, without decoding them.
 
-    True when the record links to ``prev``, its stored hash is
-    ``blake3(prev || canonical)``, and its canonical bytes claim the position:
-    ``position`` (`position_prefix` of the session) after the one-byte header,
-    then ``seq`` (the seq's canonical bytes). `check_record` checks all of this
-    and more (that the bytes decode and are canonical), and says what is wrong.
+    ``check(record, seq, prev)`` is True when the record links to ``prev``, its
+    stored hash is ``blake3(prev || canonical)``, and its canonical bytes claim
+    the position: ``position`` (`position_prefix` of the session) after the
+    one-byte map header, then the seq's canonical bytes. `check_record` checks
+    all of this and more (that the bytes decode and are canonical), and says
+    what is wrong.
     """
-    return (len(record) > 2 * HASH_SIZE + 1 + len(position)
-            and record.startswith(prev)
-            and record.startswith(position, 2 * HASH_SIZE + 1)
-            and record.startswith(seq, 2 * HASH_SIZE + 1 + len(position))
-            and record.startswith(blake3.blake3(record[:HASH_SIZE]
-                                                + record[2 * HASH_SIZE:]).digest(), HASH_SIZE))
+    start = 2 * HASH_SIZE + 1
+    at = start + len(position)
+    hasher, encode = blake3.blake3, encode_seq
+
+    def check(record: bytes, seq: int, prev: bytes) -> bool:
+        return (len(record) > at and record.startswith(prev)
+                and record.startswith(position, start) and record.startswith(encode(seq), at)
+                and record.startswith(hasher(record[:HASH_SIZE]
+                                             + record[2 * HASH_SIZE:]).digest(), HASH_SIZE))
+
+    return check
 
 
 def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -> tuple[

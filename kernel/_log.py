@@ -36,9 +36,9 @@ import msgspec
 from ._chain import (
     GENESIS,
     Checkpoint,
-    check_link,
     check_record,
     link,
+    link_checker,
     pack_record,
     record_canonical,
     record_event,
@@ -51,7 +51,6 @@ from ._codec import (
     check_id_bytes,
     encode_canonical,
     encode_event,
-    encode_seq,
     extract_blobs,
     may_hold_blob_refs,
     position_prefix,
@@ -867,17 +866,18 @@ class Log:
         prev = GENESIS
         expected_seq = 0
         count = nblobs = 0
-        position = position_prefix(session)
+        linked = link_checker(position_prefix(session))
+        step = done.step if done is not None and done.wanted else None
+        blob_key = may_hold_blob_refs
         for seq, record in txn.scan(session, 0, stop, every=True):
             if seq != expected_seq:
                 return Problem(session, expected_seq, "event is missing (seqs jump to "
                                f"{seq})"), count, nblobs
             count += 1
-            if done is not None:
-                done.step()
+            if step is not None:
+                step()
             event: Event | None = None
-            if strict or seq == 0 or not check_link(record, position=position,
-                                                    seq=encode_seq(seq), prev=prev):
+            if strict or seq == 0 or not linked(record, seq, prev):
                 # In full, and on any doubt: check_record names what is wrong. Seq 0's
                 # prev is the genesis or a fork's source: _check_first checks the link.
                 event, reason = check_record(record, session=session, seq=seq,
@@ -888,7 +888,7 @@ class Log:
                     reason = self._check_first(txn, event)
                     if reason is not None:
                         return Problem(session, 0, reason), count, nblobs
-            if may_hold_blob_refs(record):
+            if blob_key(record):
                 if event is None:
                     try:
                         event = record_event(record)
@@ -900,7 +900,7 @@ class Log:
                     reason = self._check_blob(txn, ref, checked_blobs)
                     if reason is not None:
                         return Problem(session, seq, reason, ref.hash), count, nblobs
-            prev = record_hash(record)
+            prev = record[32:64]
             expected_seq += 1
         if stop is not None:
             if expected_seq != stop:
@@ -978,11 +978,12 @@ class Log:
 class _Progress:
     """Counts the events a verify checked and reports every 10,000 (and at the end)."""
 
-    __slots__ = ("_call", "events")
+    __slots__ = ("_call", "events", "wanted")
 
     def __init__(self, call: Callable[[int], None] | None) -> None:
         self._call = call
         self.events = 0
+        self.wanted = call is not None
 
     def step(self) -> None:
         self.events += 1
