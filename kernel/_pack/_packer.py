@@ -508,7 +508,8 @@ class Packer:
             packed = self._repack(session, request_seq, explain=False)
         except ReplayMismatchError as exc:
             return ReplayResult(session, request_seq, False, request.prompt_hash, "", str(exc))
-        ok = packed.prompt.hash == request.prompt_hash
+        replayed = packed.prompt.hash  # encodes the whole prompt: once
+        ok = replayed == request.prompt_hash
         difference = ""
         if not ok:
             difference = _first_difference(request.digests, packed)
@@ -518,8 +519,7 @@ class Packer:
                 ok = False
                 difference = (f"the neutral prompt matches but the {request.format} rendering "
                               f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})")
-        return ReplayResult(session, request_seq, ok, request.prompt_hash,
-                            packed.prompt.hash, difference)
+        return ReplayResult(session, request_seq, ok, request.prompt_hash, replayed, difference)
 
     def replay_all(self, session: str, request_seqs: Iterable[int] | None = None, *,
                    render: Callable[[RequestIssued], Renderer | None] | None = None,
