@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import blake3
 import msgspec
 
 from ._canonical import normalize
-from ._codec import decode_event, encode_canonical, encode_seq
+from ._codec import decode_event, decode_records, encode_canonical, encode_seq
 from ._errors import DecodeError, VerificationError
 from ._events import Event
 
@@ -112,6 +112,15 @@ def link_checker(position: bytes) -> Callable[[bytes, int, bytes], bool]:
                                              + record[2 * HASH_SIZE:]).digest(), HASH_SIZE))
 
     return check
+
+
+def records_events(records: Iterable[tuple[int, bytes]]) -> list[Event]:
+    """`record_event` of each record of ``(seq, record)`` pairs, in one loop.
+
+    Raises:
+        DecodeError: a record is too short or its bytes are not a valid event.
+    """
+    return decode_records(records, 2 * HASH_SIZE)
 
 
 def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -> tuple[

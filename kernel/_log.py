@@ -43,6 +43,7 @@ from ._chain import (
     record_canonical,
     record_event,
     record_hash,
+    records_events,
     sign_checkpoint,
 )
 from ._codec import (
@@ -244,7 +245,7 @@ class Snapshot:
         self._check_read(session, start, stop, None)
         try:
             # One comprehension over the records: no generator per event in between.
-            return [record_event(record) for _, record in self._txn.scan(session, start, stop)]
+            return records_events(self._txn.scan(session, start, stop))
         except DecodeError:
             # Read again, lazily, to name the first unreadable event.
             return list(self.iter(session, start, stop))
