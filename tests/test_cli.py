@@ -237,6 +237,28 @@ def test_verify_intact_store(capsys: pytest.CaptureFixture[str], store: Path) ->
     assert doc["events"] == head_of(store).seq + 1
 
 
+def test_verify_strict_and_progress(capsys: pytest.CaptureFixture[str], store: Path,
+                                    tmp_path: Path) -> None:
+    # The strict level checks the same events; progress goes to stderr, the report to
+    # stdout as before (every 10,000 events and at the end).
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--json")
+    fast = json.loads(out)
+    code, out, err = run(capsys, "--store", str(store), "verify", "--strict", "--progress",
+                         "--json")
+    strict = json.loads(out)
+    assert code == 0 and strict["ok"] and strict["events"] == fast["events"]
+    assert err.splitlines()[-1] == f"verify: {strict['events']:,} events checked"
+    many = tmp_path / "many"
+    with turnlog.open(many) as log:
+        for start in range(0, 25_000, 5_000):
+            log.append("s", [turnlog.UserMessageAdded(text=f"m{i}")
+                             for i in range(start, start + 5_000)])
+    code, _, err = run(capsys, "--store", str(many), "verify", "--progress")
+    assert code == 0
+    assert err.splitlines() == ["verify: 10,000 events checked", "verify: 20,000 events checked",
+                                "verify: 25,000 events checked"]
+
+
 def tamper(source: Path, target: Path, marker: bytes) -> None:
     """Copy a store and flip one bit of every copy of ``marker`` in its data file."""
     shutil.copytree(source, target)
