@@ -188,6 +188,8 @@ class Packer:
         self._next_chunk: dict[str, int] = {}
         self._damaged_chunks: dict[str, list[int]] = {}
         self._replays: OrderedDict[tuple[str, str], _ReplayView] = OrderedDict()
+        # Replays have their own lock: a long replay does not hold up packing.
+        self._replay_lock = threading.Lock()
 
     # -- counters -----------------------------------------------------------------
     def counter_for(self, policy: Policy, view: Projection | None = None) -> TokenCounter:
@@ -439,7 +441,7 @@ class Packer:
         if head.hash.hex() != request.head_hash:
             raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
                                       "has the recorded hash; run `turnlog verify`")
-        with self._lock:
+        with self._replay_lock:
             try:
                 counter = get_counter(request.tokenizer)
             except TokenizerError:
