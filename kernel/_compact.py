@@ -61,8 +61,9 @@ from ._events import (
     ToolResultAdded,
 )
 from ._log import Draft, Log, backoff
-from ._pack import Packed, pack
+from ._pack import Packed
 from ._pack._assemble import message
+from ._pack._engine import pack_stored
 from ._pack._ledger import Protection
 from ._pack._packer import Packer
 from ._policy import Policy
@@ -205,14 +206,14 @@ class Compactor:
 
     # -- decisions ------------------------------------------------------------------
     def _setup(self, session: str, policy: Policy | None) -> tuple[Policy, Projection]:
-        if policy is None:
-            policy = self.packer.policy_in_force(session) or Policy()
+        policy = (policy.resolved() if policy is not None
+                  else self.packer.policy_in_force(session) or Policy().resolved())
         counter = self.packer.counter_for(policy)
         return policy, self.packer.projection(session, counter)
 
     def _pack(self, view: Projection, policy: Policy) -> Packed:
         """A pack with the built-in pipeline, incremental on the packer's index."""
-        return pack(view, policy, explain=False, index=self.packer.index_of(view))
+        return pack_stored(view, policy, explain=False, index=self.packer.index_of(view))
 
     def _trigger(self, view: Projection, policy: Policy) -> tuple[Reason, bool] | None:
         turn = len(view.turn_starts)
@@ -279,6 +280,19 @@ class Compactor:
             if all(_first_pos(view, u) <= covered for u in units[:opening]):
                 start = opening + 1
         chosen = [u for u in units[start:stop] if _first_pos(view, u) > covered]
+        if policy.rules >= 2 and view.turn_starts:
+            # never cover the current turn's opening message: a span ends before it (a
+            # later compaction then takes the older steps after it)
+            opening = view.turn_starts[-1]
+            opening_pos = _first_pos(view, units[opening])
+            before: list[Unit] = []
+            for unit in chosen:
+                # a unit whose late result arrived after the opening message ends the span
+                if unit.index >= opening or max(view.items[i].pos for i in unit.items) \
+                        > opening_pos:
+                    break
+                before.append(unit)
+            chosen = before or [u for u in chosen if u.index > opening]
         if not chosen:
             return None, _nothing(view, policy, stop, covered)
         first = _first_pos(view, chosen[0])

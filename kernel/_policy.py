@@ -45,6 +45,10 @@ from ._errors import PolicyError
 
 __all__ = ["POLICY_PARTS", "Policy"]
 
+#: The newest packing rules version: what a policy with ``rules`` unset gets when it is
+#: handed in to pack or record (see `Policy.resolved`).
+RULES_LATEST = 2
+
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 
@@ -116,6 +120,16 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     Load one with `Policy.from_toml`, or construct it with keyword arguments;
     every field has a default. Record it in a session with a ``PolicySet``
     event (recording a request does that for you when needed).
+
+    Packing rules: ``rules`` defaults to 0, *unset*. A policy handed in by the
+    caller (to `pack`, `Packer.pack` and `Packer.record`, the `Compactor`, a
+    session, the CLI) with rules unset is packed and recorded as `resolved`:
+    with the newest rules (2), written out explicitly in its ``PolicySet``. A
+    policy read back from the log with rules unset (every ``PolicySet`` written
+    by turnlog 0.1.0, which had no such field) means rules 1, so old requests
+    replay byte for byte and an old session keeps its rules until a new policy
+    is handed in. Append a ``PolicySet`` by hand with ``policy.resolved()`` (or
+    an explicit ``rules``) to get the same meaning.
     """
 
     # -- budget -------------------------------------------------------------
@@ -183,13 +197,17 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     input_price: float = 3.0
     cache_horizon_turns: NonNeg = 10
     # -- packing rules (fields added after 0.1.0: absent from old records) -----------
-    #: The packing rules version. 1 is turnlog 0.1.0's: the whole current turn is the
-    #: mandatory tail, nothing is clipped, call ids go out as logged, committed summaries
-    #: always replace their events. 2: the tail is the latest user message plus the
-    #: last ``tail_steps`` steps, oversized texts are clipped, call ids are made unique
-    #: in the prompt, summaries are a packing choice gated by ``summary_gate``, and
-    #: trimmed runs leave a marker (see docs/packing.md).
-    rules: Annotated[int, msgspec.Meta(ge=1, le=2)] = 1
+    #: The packing rules version; 0 means *unset*. 1 is turnlog 0.1.0's: the whole
+    #: current turn is the mandatory tail, nothing is clipped, call ids go out as
+    #: logged, committed summaries always replace their events. 2: the tail is the
+    #: latest user message plus the last ``tail_steps`` steps, oversized texts are
+    #: clipped, call ids are made unique in the prompt, summaries are a packing choice
+    #: gated by ``summary_gate``, and trimmed runs leave a marker (see docs/packing.md).
+    #: A *stored* policy with rules unset (every 0.1.0 ``PolicySet``) means rules 1; a
+    #: policy handed to `pack`, `Packer.pack`/`record`, the `Compactor` or a session
+    #: with rules unset is resolved to `RULES_LATEST` first (`resolved`), so what gets
+    #: recorded names its rules explicitly.
+    rules: Annotated[int, msgspec.Meta(ge=0, le=2)] = 0
     tail_steps: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 4
     clip_ratio: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.25
     summary_gate: Ratio = 0.72
@@ -216,6 +234,21 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             raise PolicyError("policy field 'tokenizer' must name an encoding, e.g. 'cl100k_base'")
 
     # -- derived -----------------------------------------------------------------
+    @property
+    def rules_version(self) -> int:
+        """The packing rules this policy packs with as stored: ``rules``, or 1 when it is
+        unset (a policy recorded by turnlog 0.1.0, which had no rules field)."""
+        return self.rules or 1
+
+    def resolved(self) -> Policy:
+        """This policy with ``rules`` set: unchanged when it names its rules, else with
+        ``rules=RULES_LATEST``. The kernel resolves every policy a caller hands in
+        before packing or recording it, so a new session gets the newest rules while a
+        stored 0.1.0 policy (rules unset) keeps meaning rules 1."""
+        if self.rules:
+            return self
+        return msgspec.structs.replace(self, rules=RULES_LATEST)
+
     @property
     def usable(self) -> int:
         """Tokens available for the whole prompt (window - output reserve - margin)."""

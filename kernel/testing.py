@@ -102,6 +102,7 @@ __all__ = [
     "check_overflow",
     "check_packed",
     "check_protected",
+    "check_summaries",
     "check_stage",
     "check_tool_pairs",
     "memory_log",
@@ -112,7 +113,12 @@ __all__ = [
 ]
 
 #: Decisions under which an item's content is in the prompt.
-_PRESENT = frozenset({"verbatim", "truncated", "deduplicated", "pruned"})
+_PRESENT = frozenset({"verbatim", "truncated", "clipped", "deduplicated", "pruned"})
+#: The roots of the rules the built-in pipeline decides by.
+_BUILTIN_RULES = frozenset({"verbatim", "truncate", "clip", "summaries", "dedup", "prune",
+                            "trim", "orphan", "rewind", "system", "tools", "policy"})
+#: The text every trimming marker (rules 2) starts with; the marker names no source.
+_MARKER = "[turnlog: earlier history of this session"
 #: Decisions under which an item is not in the prompt.
 _ABSENT = frozenset({"summarized", "trimmed", "dropped"})
 #: Decisions a protected unit must never get.
@@ -299,7 +305,11 @@ def policies(draw: st.DrawFn, *, min_window: int = 2_000, max_window: int = 200_
         recall_max_chars=draw(st.sampled_from((200, 1_000, 4_000))),
         recall_max_tokens=draw(st.sampled_from((50, 300, 2_000))),
         cache_breakpoints=draw(st.integers(0, 4)),
-    )
+        rules=draw(st.sampled_from((0, 0, 1, 2))),
+        tail_steps=draw(st.sampled_from((0, 1, 2, 4, 8))),
+        clip_ratio=draw(st.sampled_from((0.1, 0.25, 0.5, 1.0))),
+        summary_gate=draw(st.sampled_from((0.0, 0.5, 0.72, 1.0))),
+    ).resolved()
 
 
 # -- sessions -------------------------------------------------------------------------------
@@ -790,6 +800,8 @@ def _anchors(view: Projection, prompt: Prompt) -> list[tuple[int, int, int]]:
     keys: list[tuple[int, int, int]] = []
     call_pos: dict[str, int] = {}
     for i, message in enumerate(prompt.messages):
+        if _is_marker(message):
+            continue
         assert message.source, f"message {i} ({message.role}) names no source position"
         src = message.source[0]
         index = view.item_at.get(src)
@@ -825,15 +837,24 @@ def check_order(view: Projection, packed: Packed) -> None:
         AssertionError: naming the two message indexes out of order.
     """
     keys = _anchors(view, packed.prompt)
+    sourced = [m for m in packed.prompt.messages if not _is_marker(m)]
     for i in range(1, len(keys)):
         assert keys[i - 1] < keys[i], (
             f"messages {i - 1} and {i} are out of order: message {i - 1} comes from "
-            f"{_where(view, packed.prompt.messages[i - 1].source[0])}, message {i} from "
-            f"{_where(view, packed.prompt.messages[i].source[0])}")
+            f"{_where(view, sourced[i - 1].source[0])}, message {i} from "
+            f"{_where(view, sourced[i].source[0])}")
+    markers = [i for i, m in enumerate(packed.prompt.messages) if _is_marker(m)]
+    assert len(markers) <= 1, f"messages {markers} are all trimming markers; a pack has one"
+
+
+def _is_marker(message: Message) -> bool:
+    """A trimming marker (rules 2): a user message with no source, in the marker's words."""
+    return (not message.source and message.role == "user"
+            and message.text.startswith(_MARKER))
 
 
 def _tail_units(view: Projection) -> range:
-    """Units of the mandatory tail, recomputed from the items."""
+    """Units of the mandatory tail under rules 1, recomputed from the items."""
     users = [item for item in view.items if item.kind == "user" and item.unit >= 0]
     if users:
         start = users[-1].unit
@@ -844,10 +865,31 @@ def _tail_units(view: Projection) -> range:
     return range(start, len(view.units))
 
 
+def _tail_v2(view: Projection, steps: int) -> tuple[int, range]:
+    """Rules 2, recomputed from the items: the unit of the latest user message (-1 when
+    there is none) and the units of the last ``steps`` steps after it (a step starts
+    at an assistant message)."""
+    n_units = len(view.units)
+    users = [item for item in view.items if item.kind == "user" and item.unit >= 0]
+    opening = users[-1].unit if users else -1
+    starts = [u for u in range(opening + 1, n_units)
+              if view.items[view.units[u].items[0]].kind == "assistant"]
+    if len(starts) > steps:
+        start = starts[len(starts) - steps] if steps else (
+            n_units if opening >= 0 else max(n_units - 1, 0))
+    elif opening >= 0:
+        start = min(opening + 1, n_units)
+    else:
+        start = 0 if steps else max(n_units - 1, 0)
+    return opening, range(start, n_units)
+
+
 def _by_position(view: Projection, packed: Packed) -> dict[int, int]:
     """Lineage position -> index of the message that carries that event."""
     out: dict[int, int] = {}
     for i, message in enumerate(packed.prompt.messages):
+        if _is_marker(message):
+            continue
         src = message.source[0] if message.source else -1
         index = view.item_at.get(src)
         if message.role == "tool" and index is not None and view.items[index].kind != "tool":
@@ -858,15 +900,27 @@ def _by_position(view: Projection, packed: Packed) -> dict[int, int]:
     return out
 
 
-def check_mandatory_tail(view: Projection, packed: Packed) -> None:
-    """Every item of the unit where the latest user turn starts, and of every unit
-    after it, is in the prompt, verbatim or at worst truncated.
+def check_mandatory_tail(view: Projection, packed: Packed, policy: Policy | None = None,
+                         ) -> None:
+    """The mandatory tail is in the prompt.
+
+    Rules 1: every item of the unit where the latest user turn starts, and of every
+    unit after it, is in the prompt, verbatim or at worst truncated. Rules 2 (the
+    whichever ``packed.rules`` names; ``policy`` gives ``tail_steps``): the latest user message
+    is in the prompt, verbatim, truncated or clipped, and so is every item of the
+    last ``tail_steps`` steps, except that the last resort of trimming (rule
+    ``trim.tail``) may drop the oldest of those steps once every older unit that is
+    not protected is out of the prompt.
 
     Raises:
         AssertionError: naming the position that was reduced or left out.
     """
     present = _by_position(view, packed)
     decisions = packed.decisions
+    policy = msgspec.structs.replace(policy or Policy(), rules=packed.rules)
+    if packed.rules >= 2:
+        _check_tail_v2(view, packed, policy, present)
+        return
     for unit in _tail_units(view):
         for index in view.units[unit].items:
             item = view.items[index]
@@ -880,14 +934,70 @@ def check_mandatory_tail(view: Projection, packed: Packed) -> None:
                     f"({decisions[item.pos].rule})")
 
 
+def _check_tail_v2(view: Projection, packed: Packed, policy: Policy,
+                   present: dict[int, int]) -> None:
+    decisions = packed.decisions
+    opening, tail = _tail_v2(view, policy.tail_steps)
+    kept_ok = ("verbatim", "truncated", "clipped")
+    if opening >= 0:
+        for index in view.units[opening].items:
+            item = view.items[index]
+            assert item.pos in present, (
+                f"{_where(view, item.pos)} is the latest user message but not in the prompt")
+            if decisions:
+                decision = decisions[item.pos]
+                assert decision.decision in kept_ok, (
+                    f"{_where(view, item.pos)} is the latest user message but was "
+                    f"{decision.decision} ({decision.rule})")
+    dropped_tail = False
+    for unit in tail:
+        for index in view.units[unit].items:
+            item = view.items[index]
+            if not decisions:
+                continue
+            decision = decisions[item.pos]
+            if decision.decision == "trimmed":
+                assert decision.rule == "trim.tail", (
+                    f"{_where(view, item.pos)} is in the last {policy.tail_steps} steps but "
+                    f"was trimmed by {decision.rule}, not the last resort trim.tail")
+                dropped_tail = True
+                continue
+            assert item.pos in present, (
+                f"{_where(view, item.pos)} is in the mandatory tail (unit {unit}) but not in "
+                f"the prompt ({decision.decision}, {decision.rule})")
+            assert decision.decision in kept_ok, (
+                f"{_where(view, item.pos)} is in the mandatory tail but was "
+                f"{decision.decision} ({decision.rule})")
+    if dropped_tail and decisions:
+        hard = {opening} | {u for u in range(len(view.units)) if _pending(view, u)}
+        for pin in view.pins:
+            at = view.item_at.get(pin)
+            if at is not None and view.items[at].unit >= 0:
+                hard.add(view.items[at].unit)
+        first_tail = tail.start
+        for unit in range(first_tail):
+            if unit in hard:
+                continue
+            for index in view.units[unit].items:
+                pos = view.items[index].pos
+                assert pos not in present, (
+                    f"a protected step was trimmed (trim.tail) while the older "
+                    f"{_where(view, pos)} is still in the prompt")
+
+
 def _same_content(view: Projection, pos: int, message: Message) -> str:
     """Why a verbatim message differs from its event ("" when it does not)."""
     body = view.events[pos].body
     if isinstance(body, ToolResultAdded):
         ok = message.role == "tool" and message.text == body.output \
-            and message.tool_call_id == body.call_id
+            and (message.tool_call_id == body.call_id
+                 or message.tool_call_id.startswith(body.call_id + "_"))
     elif isinstance(body, AssistantMessageAdded):
-        ok = message.role == "assistant" and message.parts == body.parts
+        # call ids may go out renamed (rules 2: unique within the prompt)
+        ok = message.role == "assistant" and len(message.parts) == len(body.parts) and all(
+            a == b or (isinstance(a, ToolCall) and isinstance(b, ToolCall)
+                       and msgspec.structs.replace(a, id=b.id) == b)
+            for a, b in zip(message.parts, body.parts, strict=True))
     elif isinstance(body, UserMessageAdded):
         ok = message.role == "user" and message.text in (body.text, "(empty message)") \
             and tuple(p for p in message.parts if isinstance(p, ImagePart)) == body.images
@@ -1023,10 +1133,18 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
         f"the message does not say by how much: {error}")
     if not policy.trim:
         return
+    policy = policy.resolved()  # as `pack` packs it
     state = PackState(view, policy, view.counter)
     if policy.truncate:
         dict(DEFAULT_STAGES)["truncate"](state)
-    keep: set[int] = set(_tail_units(view))
+    rules2 = policy.rules_version >= 2
+    if rules2:
+        dict(DEFAULT_STAGES)["clip"](state)
+        opening = _tail_v2(view, policy.tail_steps)[0]
+        keep: set[int] = {opening} if opening >= 0 else set()
+        assert "floor" in str(error), f"the message does not name the floor: {error}"
+    else:
+        keep = set(_tail_units(view))
     for pos in view.pins:
         index = view.item_at.get(pos)
         if index is not None and view.items[index].unit >= 0:
@@ -1039,20 +1157,101 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
             keep.add(unit)
     for unit in keep:
         floor += sum(state.tokens_of(i) for i in view.units[unit].items)
+    if rules2:
+        # the marker naming the trimmed history is part of the floor
+        floor += MESSAGE_OVERHEAD + view.counter.count(
+            _MARKER + f" (positions {len(view.events)}-{len(view.events)}) was left out of "
+            "this prompt to fit the context window; it is in the log: `turnlog log "
+            f"{view.events[-1].session if view.events else ''} --from {len(view.events)}`]")
     assert floor > policy.usable, (
         f"BudgetExceededError ({error.needed} needed) although the protected part needs only "
         f"{floor} of {policy.usable} usable tokens: {str(error)[:200]}")
 
 
+def check_summaries(view: Projection, packed: Packed, policy: Policy) -> None:
+    """The summaries stage's report and the decisions agree.
+
+    The report's "N summaries shown, M events summarized" matches the decisions: N
+    compactions decided verbatim (their summary in ``conversation_summary``), M
+    events decided ``summarized``, each naming a compaction that is committed in
+    the view and whose span holds it (or completes a tool exchange it cuts). When
+    the stage did not fire, no event is summarized by it and no summary is shown. An
+    event inside the span of a shown summary is never decided ``trimmed`` (it is
+    summarized, or in the prompt when protected). Skipped when a custom stage
+    decided events (it may change the prompt after the report). Under rules 2 with
+    ``summary_budget`` 0 nothing is summarized: covered events are packed as if no
+    compaction existed.
+
+    Raises:
+        AssertionError: naming the report or the position that disagrees.
+    """
+    decisions = packed.decisions
+    if not decisions:
+        return
+    if any(d.rule.split(".", 1)[0] not in _BUILTIN_RULES and d.rule != d.kind
+           for d in decisions):
+        return  # a custom stage changed the prompt after the summaries stage reported
+    reports = [r for r in packed.stages if r.name == "summaries"]
+    # (a custom stage may summarize items itself, under its own rule)
+    summarized = [d for d in decisions if d.decision == "summarized"
+                  and d.rule.startswith("summaries.")]
+    shown = [d.pos for d in decisions if d.kind == "compaction"
+             and d.decision == "verbatim"]
+    if not reports or not reports[0].fired:
+        assert not summarized, (
+            f"the summaries stage did not fire ({reports[0].detail if reports else 'absent'})"
+            f" but {_where(view, summarized[0].pos)} is decided summarized")
+        assert not shown, (f"the summaries stage did not fire but the summary at "
+                           f"{_where(view, shown[0])} is decided shown")
+    else:
+        report = reports[0]
+        expected = f"{len(shown)} summaries shown, {len(summarized)} events summarized"
+        assert report.detail == expected, (
+            f"the summaries stage reports {report.detail!r}; the decisions say {expected!r}")
+        assert report.events == len(summarized), (
+            f"the summaries stage counts {report.events} events; {len(summarized)} are "
+            "decided summarized")
+    if packed.rules >= 2 and policy.summary_budget == 0:
+        assert not summarized, (f"summary_budget is 0 but {_where(view, summarized[0].pos)} "
+                                "is decided summarized")
+    spans: dict[int, tuple[int, int]] = {}
+    for pos in view.compactions:
+        body = view.events[pos].body
+        assert isinstance(body, CompactionCommitted)
+        spans[pos] = (body.first_seq, body.last_seq)
+    for decision in summarized:
+        detail = decision.detail
+        assert detail.startswith("covered by compaction #"), (
+            f"{_where(view, decision.pos)} is summarized but names no compaction: {detail!r}")
+        at = int(detail.removeprefix("covered by compaction #").split(" ", 1)[0])
+        assert at in spans, (f"{_where(view, decision.pos)} is summarized by position {at}, "
+                             "which is no committed compaction of the view")
+        first, last = spans[at]
+        if "completes a tool exchange" not in detail:
+            assert first <= decision.pos <= last, (
+                f"{_where(view, decision.pos)} is summarized by compaction #{at}, whose span "
+                f"{first}-{last} does not hold it")
+    for pos in shown:
+        first, last = spans[pos]
+        for covered in range(first, min(last + 1, len(decisions))):
+            if view.item_at.get(covered) is None:
+                continue
+            decision = decisions[covered]
+            assert decision.decision != "trimmed", (
+                f"{_where(view, covered)} is covered by the shown summary #{pos} but decided "
+                f"trimmed ({decision.rule}): it is summarized")
+
+
 def check_packed(view: Projection, packed: Packed, policy: Policy) -> None:
     """Every single-pack checker: budget, tool pairs, order, mandatory tail,
-    decisions, protections."""
+    decisions, protections, summaries."""
     check_budget(packed, policy)
     check_tool_pairs(packed.prompt)
     check_order(view, packed)
     check_decisions(view, packed)
-    check_mandatory_tail(view, packed)
+    check_mandatory_tail(view, packed, policy)
     check_protected(view, packed)
+    check_summaries(view, packed, policy)
 
 
 def check_deterministic(view_factory: Callable[[], Projection], policy: Policy, *,

@@ -34,6 +34,7 @@ from turnlog import (
     pack,
 )
 from turnlog.testing import (
+    Compact,
     SessionItem,
     build,
     check_all,
@@ -45,6 +46,7 @@ from turnlog.testing import (
     check_overflow,
     check_protected,
     check_stage,
+    check_summaries,
     check_tool_pairs,
     memory_log,
     project,
@@ -111,10 +113,33 @@ def test_check_mandatory_tail_fails_when_a_stage_drops_the_tail() -> None:
     def drop_tail(state: PackState) -> None:
         state.dropped[state.tail_unit] = ("trimmed", "broken.tail", "")
 
-    view, packed = packed_with(drop_tail)
+    rules1 = msgspec.structs.replace(ROOMY, rules=1)
+    view, packed = packed_with(drop_tail, policy=rules1)
     with pytest.raises(AssertionError, match=r"position 13 \(user s#13\) is in the mandatory "
                                              r"tail \(unit \d+\) but not in the prompt"):
-        check_mandatory_tail(view, packed)
+        check_mandatory_tail(view, packed, rules1)
+
+
+def test_check_mandatory_tail_fails_when_a_stage_drops_the_latest_user_message() -> None:
+    # rules 2: the turn's opening message is never dropped, whatever else goes
+    def drop_opening(state: PackState) -> None:
+        state.dropped[state.protection.turn_unit] = ("trimmed", "broken.opening", "")
+
+    view, packed = packed_with(drop_opening)
+    with pytest.raises(AssertionError, match=r"position 13 \(user s#13\) is the latest user "
+                                             r"message but not in the prompt"):
+        check_mandatory_tail(view, packed, ROOMY)
+
+
+def test_check_mandatory_tail_fails_when_a_stage_trims_a_latest_step() -> None:
+    # rules 2: only the last resort (trim.tail) may drop one of the last tail_steps steps
+    def drop_step(state: PackState) -> None:
+        state.dropped[state.tail_unit] = ("trimmed", "broken.tail", "")
+
+    view, packed = packed_with(drop_step)
+    with pytest.raises(AssertionError, match=r"position 14 \(assistant s#14\) is in the last 4 "
+                                             r"steps but was trimmed by broken.tail"):
+        check_mandatory_tail(view, packed, ROOMY)
 
 
 def test_check_mandatory_tail_fails_when_a_stage_prunes_inside_the_tail() -> None:
@@ -124,7 +149,7 @@ def test_check_mandatory_tail_fails_when_a_stage_prunes_inside_the_tail() -> Non
 
     view, packed = packed_with(prune_tail)
     with pytest.raises(AssertionError, match=r"position 15 .* mandatory tail but was pruned"):
-        check_mandatory_tail(view, packed)
+        check_mandatory_tail(view, packed, ROOMY)
 
 
 # -- tool pairs ------------------------------------------------------------------------------------
@@ -227,6 +252,29 @@ def test_check_protected_fails_when_a_unit_awaiting_a_result_is_trimmed() -> Non
     with pytest.raises(AssertionError, match=r"position 10 .* is protected \(calls \['c5'\] await "
                                              r"a result\) but was trimmed"):
         check_protected(view, packed)
+
+
+# -- summaries ------------------------------------------------------------------------------------
+def test_check_summaries_fails_when_summarized_events_are_labelled_trimmed() -> None:
+    # The receipt of an imported session once said "1 summaries shown, 565 events
+    # summarized" while every covered event was labelled trimmed.
+    shown = msgspec.structs.replace(ROOMY, summary_gate=0.0)
+    items = [*SESSION, Compact(first=2, last=6, summary="The first task was done.")]
+    log = memory_log()
+    session = build(log, "s", items)
+    view = project(log, session)
+    assert check_all(lambda: project(log, session), shown) is not None
+
+    def relabel(state: PackState) -> None:
+        for i in sorted(state.summarized):
+            del state.summarized[i]
+            state.dropped[state.view.items[i].unit] = ("trimmed", "trim.turn", "relabelled")
+
+    packed = pack(view, shown, stages=with_stage("broken", relabel, "before:trim"))
+    with pytest.raises(AssertionError, match=r"the summaries stage reports '1 summaries shown, "
+                                             r"2 events summarized'; the decisions say '1 "
+                                             r"summaries shown, 0 events summarized'"):
+        check_summaries(view, packed, shown)
 
 
 # -- decisions ------------------------------------------------------------------------------------

@@ -47,6 +47,11 @@ from turnlog.testing import (
 
 COUNTER = get_counter("cl100k_base")
 ROOMY = Policy(context_window=200_000, output_reserve=16_000)
+#: Rules 1 (turnlog 0.1.0's), which every old record keeps: the tests of the whole-turn
+#: tail and of summaries that always replace their events (rules 2: tests/test_rules.py).
+RULES1 = {"rules": 1}
+#: Summaries shown at any pressure (rules 2 shows the originals below ``summary_gate``).
+SUMMARIES = msgspec.structs.replace(ROOMY, summary_gate=0.0)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
@@ -364,7 +369,7 @@ def test_trimming_drops_whole_oldest_turns_and_keeps_the_tail() -> None:
     # Blocking level leaves room for a bit more than two turns.
     policy = Policy(context_window=usable + 1_000, output_reserve=1_000, warning_buffer=None,
                     compact_buffer=None, blocking_buffer=usable - (full.tokens - 2 * per_turn - 5),
-                    prune=False, dedup=False)
+                    prune=False, dedup=False, **RULES1)
     _, packed = run(items, policy)
     assert [decision(packed, p) for p in range(15)] == ["trimmed"] * 9 + ["verbatim"] * 6
     assert packed.prompt.messages[0].role == "user"
@@ -379,7 +384,7 @@ def test_trimming_never_drops_the_mandatory_tail() -> None:
     log, session = _log_and_session(items)
     tail = sum(pack(project(log, session), ROOMY).message_tokens[-3:])
     policy = Policy(context_window=tail + 1_100, output_reserve=1_000, blocking_buffer=0,
-                    warning_buffer=None, compact_buffer=None, truncate=False)
+                    warning_buffer=None, compact_buffer=None, truncate=False, **RULES1)
     _, packed = run(items, policy)
     assert [decision(packed, p) for p in range(9)] == ["trimmed"] * 9
     assert [decision(packed, p) for p in range(9, 12)] == ["verbatim"] * 3
@@ -389,7 +394,7 @@ def test_budget_exceeded_says_by_how_much() -> None:
     items: list[SessionItem] = [user("earlier"), user("word " * 3_000)]
     log, session = _log_and_session(items)
     view = project(log, session)
-    policy = Policy(context_window=2_000, output_reserve=500)
+    policy = Policy(context_window=2_000, output_reserve=500, **RULES1)
     with pytest.raises(BudgetExceededError) as info:
         pack(view, policy)
     error = info.value
@@ -406,7 +411,7 @@ def test_pinned_and_pending_units_are_never_trimmed() -> None:
     items.append(user("and now?"))
     log, session = _log_and_session(items)
     policy = Policy(context_window=1_500, output_reserve=200, warning_buffer=None,
-                    compact_buffer=None, blocking_buffer=0, truncate=False)
+                    compact_buffer=None, blocking_buffer=0, truncate=False, **RULES1)
     view = project(log, session)
     packed = pack(view, policy)
     check_packed(view, packed, policy)
@@ -423,7 +428,7 @@ def test_breakpoints_are_at_most_the_policy_limit(limit: int) -> None:
     items: list[SessionItem] = [SystemSectionSet(name="base", text="You are helpful."),
                                 *_turns(3), Compact(first=1, last=3, summary="Turn 0 ran a job.")]
     items.append(user("next"))
-    policy = msgspec.structs.replace(ROOMY, cache_breakpoints=limit)
+    policy = msgspec.structs.replace(SUMMARIES, cache_breakpoints=limit)
     _, packed = run(items, policy)
     assert len(packed.prompt.breakpoints) == min(limit, 4)
     if limit == 4:
@@ -437,7 +442,7 @@ def test_a_compaction_replaces_its_span_by_the_summary_section() -> None:
     items: list[SessionItem] = [SystemSectionSet(name="base", text="You are helpful."),
                                 *_turns(3), Compact(first=1, last=6, summary="Ran jobs 0 and 1."),
                                 user("next")]
-    _, packed = run(items, ROOMY)
+    _, packed = run(items, SUMMARIES)
     assert [decision(packed, p) for p in range(1, 7)] == ["summarized"] * 6
     assert [decision(packed, p) for p in range(7, 10)] == ["verbatim"] * 3
     assert packed.decisions[10].rule == "summaries.shown"
@@ -450,7 +455,7 @@ def test_a_compaction_replaces_its_span_by_the_summary_section() -> None:
 def test_a_compaction_cutting_a_tool_exchange_summarizes_the_whole_exchange() -> None:
     items: list[SessionItem] = [*_turns(3), Compact(first=0, last=1, summary="Started a job."),
                                 user("next")]
-    _, packed = run(items, ROOMY)
+    _, packed = run(items, SUMMARIES)
     assert [decision(packed, p) for p in range(3)] == ["summarized"] * 3
     assert "completes a tool exchange" in packed.decisions[2].detail
 
@@ -462,7 +467,7 @@ def _hierarchy(summary_budget: float) -> Packed:
                                 Compact(first=0, last=5, summary="Jobs 0-1.", level=1,
                                         children=(12, 13)),                          # pos 14
                                 user("next")]
-    policy = msgspec.structs.replace(ROOMY, summary_budget=summary_budget)
+    policy = msgspec.structs.replace(SUMMARIES, summary_budget=summary_budget)
     return run(items, policy)[1]
 
 
@@ -492,9 +497,10 @@ def test_a_summary_never_takes_the_room_of_the_mandatory_tail() -> None:
     items: list[SessionItem] = [*_turns(2), Compact(first=0, last=5, summary="Job. " * 150),
                                 user(tail)]
     log, session = _log_and_session(items)
-    need = pack(project(log, session), msgspec.structs.replace(ROOMY, summary_budget=0.0)).tokens
+    need = pack(project(log, session), msgspec.structs.replace(ROOMY, summary_budget=0.0,
+                                                              rules=1)).tokens
     policy = Policy(context_window=need + 100, output_reserve=50, blocking_buffer=0,
-                    summary_budget=0.75)
+                    summary_budget=0.75, **RULES1)
     _, packed = run(items, policy)
     assert decision(packed, 6) == "dropped"
     assert "the protected part leaves" in packed.decisions[6].detail
@@ -506,7 +512,7 @@ def test_a_summary_alone_in_the_system_prompt_counts_its_framing() -> None:
     # whose framing was not counted.
     items: list[SessionItem] = [*_turns(2), Compact(first=0, last=2, summary="Job 0."),
                                 user("next")]
-    _, packed = run(items, ROOMY)  # check_budget verifies the accounting
+    _, packed = run(items, SUMMARIES)  # check_budget verifies the accounting
     assert [s.name for s in packed.prompt.system] == ["conversation_summary"]
 
 

@@ -54,6 +54,7 @@ from turnlog.testing import (
     check_overflow,
     check_protected,
     check_stage,
+    check_summaries,
     check_tool_pairs,
     memory_log,
     policies,
@@ -121,9 +122,10 @@ def test_each_checker_passes_on_its_own(items: list[SessionItem], policy: Policy
     check_budget(packed, policy)
     check_tool_pairs(packed.prompt)
     check_order(view, packed)
-    check_mandatory_tail(view, packed)
+    check_mandatory_tail(view, packed, policy)
     check_decisions(view, packed)
     check_protected(view, packed)
+    check_summaries(view, packed, policy)
 
 
 # -- a custom stage, checked the way users check theirs ----------------------------------------

@@ -73,9 +73,11 @@ def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
                        source=(item.pos,))
     if isinstance(body, AssistantMessageAdded):
         # A reply with no parts (an empty completion) still answers the turn.
-        return Message(role="assistant", parts=body.parts or (
+        return Message(role="assistant", parts=parts or body.parts or (
             TextPart(text=EMPTY_ASSISTANT_TEXT),), source=(item.pos,))
     if isinstance(body, UserMessageAdded):
+        if parts:  # clipped (rules 2)
+            return Message(role="user", parts=parts, source=(item.pos,))
         user_parts: tuple[Part, ...] = (TextPart(text=body.text),) if body.text else ()
         user_parts += tuple(body.images)
         return Message(role="user", parts=user_parts or (TextPart(text=EMPTY_USER_TEXT),),

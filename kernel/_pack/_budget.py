@@ -79,21 +79,38 @@ def recovery_policy(policy: Policy) -> Policy:
     """The policy of a recovery pack after a context-overflow error (seed 004's
     emergency path, without a model call): truncation limits quartered, dedup and
     pruning at any pressure with no minimum savings, trimming down to 3/4 of the
-    usable budget."""
+    usable budget, and (rules 2) committed summaries shown at any pressure."""
     return msgspec.structs.replace(
         policy, truncate=True, truncate_lines=max(2, policy.truncate_lines // 4),
         truncate_bytes=max(64, policy.truncate_bytes // 4), dedup=True, prune=True,
         prune_min_savings=0, prune_protect_tokens=policy.prune_protect_tokens // 4,
         warning_buffer=None, warning_ratio=0.0, blocking_buffer=None, blocking_ratio=0.75,
-        trim=True)
+        trim=True, summary_gate=0.0)
 
 
-def over_budget(needed: int, policy: Policy) -> BudgetExceededError:
-    """The error for a prompt whose protected part cannot fit."""
+def over_budget(needed: int, policy: Policy, budget: Budget | None = None,
+                ) -> BudgetExceededError:
+    """The error for a prompt whose protected part cannot fit.
+
+    Under rules 2 that part is the *floor*: the system sections, the tool schemas,
+    the latest user message (clipped), pinned events, calls awaiting a result (with
+    their placeholder results) and the marker of the trimmed history; everything
+    else is trimmed before the error is raised."""
+    where = (f"only {policy.usable} are usable (window {policy.context_window} - reserve "
+             f"{policy.output_reserve} - margin {policy.safety_margin})")
+    if policy.rules_version >= 2:
+        parts = (f"system sections {budget.system} + tools {budget.tools} + "
+                 if budget is not None else "")
+        return BudgetExceededError(
+            f"the prompt is below its floor: the floor ({parts}the latest user message "
+            f"clipped, pinned events, calls awaiting results and the trim marker) needs "
+            f"{needed} tokens but {where}; everything else was trimmed already. Over by "
+            f"{needed - policy.usable} tokens: raise context_window, lower output_reserve, "
+            "shorten the system sections or tools, or unpin events",
+            needed=needed, usable=policy.usable)
     return BudgetExceededError(
-        f"the prompt needs {needed} tokens but only {policy.usable} are usable "
-        f"(window {policy.context_window} - reserve {policy.output_reserve} - margin "
-        f"{policy.safety_margin}); the mandatory tail from the latest user message, pinned "
+        f"the prompt needs {needed} tokens but {where}; the mandatory tail from the latest "
+        f"user message, pinned "
         f"events and calls awaiting results cannot be dropped. Over by {needed - policy.usable}"
         " tokens: raise context_window, lower output_reserve, or compact/unpin",
         needed=needed, usable=policy.usable)

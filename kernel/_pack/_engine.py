@@ -74,7 +74,10 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
 
     Parameters:
         view: the projection (its counter measures every token).
-        policy: the packing policy.
+        policy: the packing policy; with ``rules`` unset it packs as
+            ``policy.resolved()`` (the newest rules). To pack a policy read
+            from the log exactly as recorded, replay its request
+            (`Packer.repack`).
         stages: a custom pipeline (runs on the reference engine); the built-in one
             (`DEFAULT_STAGES`, on the incremental engine) when None.
         explain: keep the per-event decisions (built on first access of
@@ -89,6 +92,16 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         InvalidArgumentError: the incremental engine asked for a custom pipeline.
         PackError: a stage produced a structurally invalid prompt.
     """
+    return pack_stored(view, policy.resolved(), stages=stages, explain=explain, index=index,
+                       engine=engine)
+
+
+def pack_stored(view: Projection, policy: Policy, *,
+                stages: Sequence[tuple[str, Stage]] | None = None, explain: bool = True,
+                index: PackIndex | None = None, engine: Engine | None = None) -> Packed:
+    """`pack` with the policy as given: ``rules`` unset means rules 1, as in a policy
+    read back from the log (a 0.1.0 record). The packer uses it for policies in force
+    and for replay; callers' policies go through `pack`, which resolves them."""
     if engine not in (None, "incremental", "reference"):
         raise InvalidArgumentError(f"engine must be 'incremental' or 'reference', found "
                                    f"{engine!r}")
@@ -119,7 +132,7 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
         if report is not None:
             reports.append(report)
     if ledger.total > policy.usable:
-        raise over_budget(ledger.total, policy)
+        raise over_budget(ledger.total, policy, ledger.budget)
     outcome = ledger.outcome()
     plan = ledger.plan
     summary = (plan.text, plan.tokens) if plan is not None and plan.shown else ("", 0)
@@ -134,7 +147,9 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
         facts = outcome.facts
         assert facts is not None
         shown = ledger.summary_why
-        explanation = Explanation(lambda: decisions(facts, outcome.decision, shown))
+        wire = policy.rules_version >= 2
+        explanation = Explanation(lambda: decisions(facts, outcome.decision, shown,
+                                                    wire_ids=wire))
     return _packed(view, policy, policy_hash, recovering, prompt, message_tokens,
                    section_tokens, ledger.total, before, pre_trim, ledger.budget, reports,
                    explanation)
@@ -157,7 +172,7 @@ def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: b
     # tool exchange gets the rest of it covered too, never a split pair.
     state.close_units()
     if state.total > policy.usable:
-        raise over_budget(state.total, policy)
+        raise over_budget(state.total, policy, state.budget)
     items = view.items
 
     def message_of(i: int) -> tuple[Message, int] | None:
@@ -170,7 +185,8 @@ def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: b
     state.reports.append(breakpoints_report(prompt))
     explanation = None
     if explain:
-        value = decisions(Facts(view), state.decision, state.summary_shown)
+        value = decisions(Facts(view), state.decision, state.summary_shown,
+                          wire_ids=policy.rules_version >= 2)
         explanation = Explanation(lambda: value)
     return _packed(view, policy, policy_hash, recovering, prompt, message_tokens,
                    section_tokens, state.total, before,
@@ -190,4 +206,5 @@ def _packed(view: Projection, policy: Policy, policy_hash: str, recovering: bool
         pressure_before=round(before / max(policy.usable, 1), 6),
         thresholds=thresholds(budget, policy, before), compaction_due=pre_trim >= budget.compact,
         stages=tuple(reports), tokenizer=view.counter.id, policy_hash=policy_hash,
-        head=view.head, recovery=recovering, _explanation=explanation)
+        head=view.head, recovery=recovering, rules=policy.rules_version,
+        _explanation=explanation)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypedDict
 
+import msgspec
+
 from .._events import CompactionCommitted, PolicySet, SystemSectionSet, ToolsSet
 from .._projection import Item, Projection
 from ._model import SUMMARY_SECTION, Decision
@@ -65,8 +67,10 @@ def orphan(item: Item, common: Common) -> Decision:
 
 
 def decisions(facts: Facts, item_decision: ItemDecisions,
-              summary_shown: Mapping[int, str]) -> tuple[Decision, ...]:
-    """One decision per event of the lineage, in position order."""
+              summary_shown: Mapping[int, str], *, wire_ids: bool = False,
+              ) -> tuple[Decision, ...]:
+    """One decision per event of the lineage, in position order. With ``wire_ids``
+    (rules 2), an item in the prompt whose call id goes out renamed says so."""
     out: list[Decision] = []
     rewind_by = _rewind_positions(facts.rewinds)
     events = facts.events
@@ -80,10 +84,39 @@ def decisions(facts: Facts, item_decision: ItemDecisions,
         index = facts.item_at.get(pos)
         if index is not None:
             item = facts.items[index]
-            out.append(orphan(item, common) if item.unit < 0 else item_decision(index, common))
+            if item.unit < 0:
+                out.append(orphan(item, common))
+                continue
+            decision = item_decision(index, common)
+            if wire_ids:
+                decision = _with_wire_ids(facts, item, decision)
+            out.append(decision)
             continue
         out.append(_record(facts, event.body, pos, common, summary_shown))
     return tuple(out)
+
+
+_IN_PROMPT = frozenset({"verbatim", "truncated", "clipped", "deduplicated", "pruned"})
+
+
+def _with_wire_ids(facts: Facts, item: Item, decision: Decision) -> Decision:
+    """The decision, saying which call ids go out renamed (reused earlier in the
+    session: the prompt gives every call its own id and binds results to it)."""
+    unit = facts.units[item.unit]
+    if unit.wire_ids == unit.calls or decision.decision not in _IN_PROMPT:
+        return decision
+    if item.kind == "tool":
+        renamed = [(c, w) for c, w in zip(unit.calls, unit.wire_ids, strict=True)
+                   if c == item.call_id and c != w]
+    else:
+        renamed = [(c, w) for c, w in zip(unit.calls, unit.wire_ids, strict=True) if c != w]
+    if not renamed:
+        return decision
+    words = ", ".join(f"{c!r} as {w!r}" for c, w in renamed)
+    what = "answers call" if item.kind == "tool" else "sends call id"
+    note = f"{what} {words} (the id was used earlier in the session)"
+    detail = f"{decision.detail}; {note}" if decision.detail else note
+    return msgspec.structs.replace(decision, detail=detail)
 
 
 def _record(facts: Facts, body: object, pos: int, common: Common,

@@ -126,6 +126,7 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
         policy_hash: the policy's hash.
         head: lineage position of the last event packed.
         recovery: packed under the recovery policy after a context-overflow error.
+        rules: the packing rules version it was packed with (see ``Policy.rules``).
     """
 
     prompt: Prompt
@@ -142,6 +143,7 @@ class Packed(msgspec.Struct, frozen=True, kw_only=True):
     policy_hash: str
     head: int
     recovery: bool = False
+    rules: int = 1
     _explanation: Explanation | None = None
 
     @property

@@ -64,7 +64,7 @@ from .._tokens import (
     open_index,
     seal_chunk,
 )
-from ._engine import Stage, pack
+from ._engine import Stage, pack_stored
 from ._index import PackIndex
 from ._model import Decision, Packed
 
@@ -309,9 +309,10 @@ class Packer:
         return None
 
     def pack_view(self, view: Projection, policy: Policy, *, explain: bool = True) -> Packed:
-        """`pack` one of the packer's projections with its pipeline and index."""
-        return pack(view, policy, stages=self.stages, explain=explain,
-                    index=self.index_of(view))
+        """`pack` one of the packer's projections with its pipeline and index (the
+        policy as given: resolve a caller's policy first, see `Policy.resolved`)."""
+        return pack_stored(view, policy, stages=self.stages, explain=explain,
+                           index=self.index_of(view))
 
     def projection_at(self, session: str, head_seq: int, counter: TokenCounter) -> Projection:
         """A fresh projection of the lineage up to and including ``head_seq``."""
@@ -342,15 +343,22 @@ class Packer:
         """Pack the session's current history (nothing is recorded).
 
         Parameters:
-            policy: the policy to use; the one in force in the log when None
-                (the defaults when the log has none).
+            policy: the policy to use (resolved: rules unset means the newest);
+                the one in force in the log when None (as recorded), the
+                resolved defaults when the log has none.
         """
         with self._lock:
-            if policy is None:
-                policy = self._policy_event(session) or Policy()
+            policy = self._policy_to_use(session, policy)
             counter = self.counter_for(policy, self._base_view(session, policy))
             view = self.projection(session, counter)
             return self.pack_view(view, policy, explain=explain)
+
+    def _policy_to_use(self, session: str, policy: Policy | None) -> Policy:
+        """The caller's policy resolved, else the one in force as recorded, else the
+        resolved defaults."""
+        if policy is not None:
+            return policy.resolved()
+        return self._policy_event(session) or Policy().resolved()
 
     def _base_view(self, session: str, policy: Policy) -> Projection | None:
         if not policy.tokenizer.startswith("calibrated:"):
@@ -366,7 +374,8 @@ class Packer:
         with respect to the log head (see the module docstring).
 
         Parameters:
-            policy: the policy (appended as ``PolicySet`` when not in force).
+            policy: the policy, resolved (`Policy.resolved`) and appended as
+                ``PolicySet`` when not in force; the one in force when None.
             model: the model the request goes to (recorded).
             time: caller-supplied time of the record.
             format: the name of ``render`` (recorded; replay needs the same one).
@@ -387,7 +396,7 @@ class Packer:
             backoff(attempt)
             with self._lock:
                 in_force = self._policy_event(session)
-                use = policy or in_force or Policy()
+                use = self._policy_to_use(session, policy)
                 if in_force is None or in_force.hash != use.hash:
                     self.log.append(session, Draft(body=PolicySet(policy=use), time=time))
                 # Read the head before packing: if another writer appends while we
@@ -456,8 +465,8 @@ class Packer:
             if policy is None or policy.hash != request.policy_hash:
                 raise ReplayMismatchError(self._policy_differs(session, request))
             try:
-                return pack(state.view, policy, stages=self.stages, explain=explain,
-                            index=state.index)
+                return pack_stored(state.view, policy, stages=self.stages, explain=explain,
+                                   index=state.index)
             except BaseException:
                 # A pack that fails part-way may leave the index half caught up.
                 self._replays.pop((session, counter.id), None)
