@@ -969,7 +969,8 @@ def _check_tail_v2(view: Projection, packed: Packed, policy: Policy,
                 f"{_where(view, item.pos)} is in the mandatory tail but was "
                 f"{decision.decision} ({decision.rule})")
     if dropped_tail and decisions:
-        hard = {opening} | {u for u in range(len(view.units)) if _pending(view, u)}
+        hard = {opening} | {u for u in range(max(opening, 0), len(view.units))
+                            if _pending(view, u)}
         for pin in view.pins:
             at = view.item_at.get(pin)
             if at is not None and view.items[at].unit >= 0:
@@ -1092,7 +1093,8 @@ def _pending(view: Projection, unit: int) -> set[str]:
 
 def check_protected(view: Projection, packed: Packed) -> None:
     """Units holding a pinned event and units with a call still waiting for its
-    result are never pruned, deduplicated, trimmed or summarized.
+    result (rules 2: a call of the current turn) are never pruned, deduplicated,
+    trimmed or summarized.
 
     Raises:
         AssertionError: naming the position and why it is protected.
@@ -1103,7 +1105,9 @@ def check_protected(view: Projection, packed: Packed) -> None:
         index = view.item_at.get(pos)
         if index is not None and view.items[index].unit >= 0:
             why.setdefault(view.items[index].unit, f"pinned position {pos}")
-    for unit in range(len(view.units)):
+    # rules 2: only calls of the current turn await a result (earlier ones were abandoned)
+    start = max(_tail_v2(view, 0)[0], 0) if packed.rules >= 2 else 0
+    for unit in range(start, len(view.units)):
         pending = _pending(view, unit)
         if pending:
             why.setdefault(unit, f"calls {sorted(pending)} await a result")
@@ -1152,7 +1156,8 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
     # The placeholder results the prompt needs for calls that have none are the
     # packer's own (``synthetic_tokens``): their wording is its business.
     floor = state.system_tokens + state.tools_tokens + REPLY_OVERHEAD + state.synthetic_tokens
-    for unit in range(len(view.units)):
+    first = max(min(keep), 0) if rules2 and keep else 0
+    for unit in range(first, len(view.units)):
         if _pending(view, unit):
             keep.add(unit)
     for unit in keep:

@@ -105,7 +105,10 @@ def test_the_session_passes_every_checker_without_a_broken_stage() -> None:
     session = build(log, "s", SESSION)
     packed = check_all(lambda: project(log, session), ROOMY)
     assert packed is not None
-    assert packed.decisions[10].rule == "verbatim.protected"  # c5 awaits its result
+    assert packed.decisions[10].rule == "verbatim"  # rules 2: c5 was abandoned by turn 2
+    rules1 = check_all(lambda: project(log, session), msgspec.structs.replace(ROOMY, rules=1))
+    assert rules1 is not None
+    assert rules1.decisions[10].rule == "verbatim.protected"  # rules 1: c5 awaits its result
 
 
 # -- mandatory tail ------------------------------------------------------------------------------
@@ -248,7 +251,8 @@ def test_check_protected_fails_when_a_unit_awaiting_a_result_is_trimmed() -> Non
         state.protected_units.discard(unit)
         state.drop_unit(unit, decision="trimmed", rule="broken.pending")
 
-    view, packed = packed_with(trim_pending)
+    # rules 1: c5 awaits its result though a later turn started (rules 2: abandoned)
+    view, packed = packed_with(trim_pending, policy=msgspec.structs.replace(ROOMY, rules=1))
     with pytest.raises(AssertionError, match=r"position 10 .* is protected \(calls \['c5'\] await "
                                              r"a result\) but was trimmed"):
         check_protected(view, packed)

@@ -29,9 +29,14 @@ def system_tokens(view: Projection) -> int:
 
 def synthetic_tokens(view: Projection, counter: TokenCounter) -> int:
     """Tokens of the placeholder results that answer every call without one."""
+    return sum(placeholder_tokens(view, counter, u) for u in sorted(view.open_units))
+
+
+def placeholder_tokens(view: Projection, counter: TokenCounter, unit: int) -> int:
+    """Tokens of the placeholder results answering a unit's calls without a result."""
     units = view.units
-    return sum((MESSAGE_OVERHEAD + 1 + counter.count(placeholder_result(u, len(units))))
-               * len(units[u].open_calls) for u in sorted(view.open_units))
+    return ((MESSAGE_OVERHEAD + 1 + counter.count(placeholder_result(unit, len(units))))
+            * len(units[unit].open_calls))
 
 
 def plan(policy: Policy, system: int, tools: int) -> Budget:

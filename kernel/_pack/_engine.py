@@ -129,6 +129,7 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
         if isinstance(stage, Trim):
             pre_trim = ledger.total
         report = stage(ledger)  # type: ignore[arg-type]
+        ledger.settle()
         if report is not None:
             reports.append(report)
     if ledger.total > policy.usable:
@@ -166,11 +167,13 @@ def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: b
         if name == "trim":
             pre_trim = state.total
         report = stage(state)
+        state.settle()
         if report is not None:
             state.reports.append(report)
     # `PackState.summarize` marks single items: a custom stage that covered part of a
     # tool exchange gets the rest of it covered too, never a split pair.
     state.close_units()
+    state.settle()
     if state.total > policy.usable:
         raise over_budget(state.total, policy, state.budget)
     items = view.items

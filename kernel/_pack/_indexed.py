@@ -35,7 +35,7 @@ from .._projection import Item, Projection, Unit
 from .._prompt import Message
 from .._tokens import REPLY_OVERHEAD, TokenCounter
 from ._assemble import message
-from ._budget import plan, synthetic_tokens, system_tokens
+from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
 from ._clip import Clip
 from ._dedup import Dedup, DedupIndex
 from ._explain import Common, Facts
@@ -83,6 +83,7 @@ class IndexedLedger:
         self.tail_why: Callable[[Unit], tuple[str, str]] | None = None
         self.marker: Marker | None = None
         self.summary_why: dict[int, str] = {}  # compaction -> why it is not shown
+        self._unanswered: set[int] = set()  # open units left out: no placeholder counted
 
     # -- what the stages read --------------------------------------------------------
     @property
@@ -335,6 +336,17 @@ class IndexedLedger:
     def mark(self, marker: Marker) -> None:
         self.marker = marker
         self.total += marker.tokens
+
+    def settle(self) -> None:
+        protection = self.protection
+        for u in self.view.open_units:
+            if u in protection or u in self._unanswered:
+                continue
+            if self._dropped(u) or self.summarized(u):
+                self._unanswered.add(u)
+                tokens = placeholder_tokens(self.view, self.counter, u)
+                self.total -= tokens
+                self.synthetic -= tokens
 
     # -- the outcome -------------------------------------------------------------------
     def kept_units(self) -> list[int]:

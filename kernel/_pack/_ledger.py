@@ -68,7 +68,9 @@ class Protection:
     the current turn, never dropped) plus the last ``tail_steps`` steps of the turn
     (a step: an assistant message with its calls and their results, and what
     arrived after it); older steps of the turn are ordinary history. With no user
-    message, the last ``tail_steps`` steps (at least the last unit).
+    message, the last ``tail_steps`` steps (at least the last unit). Only calls of
+    the current turn await their result; earlier calls without one were abandoned
+    and their units are ordinary history.
 
     Attributes:
         turn_unit: where the current turn starts (its opening user message); for
@@ -84,12 +86,17 @@ class Protection:
         units = view.units
         n_units = len(units)
         turns = view.turn_starts
-        older = set(view.open_units)
         if policy.rules < 2:
+            older = set(view.open_units)
             self.turn_unit = self.tail_unit = turns[-1] if turns else max(n_units - 1, 0)
         else:
             self.turn_unit = turns[-1] if turns else -1
             self.tail_unit = _tail_start(view, self.turn_unit, policy.tail_steps)
+            # a call awaits its result only in the current turn: one left without a
+            # result by an earlier turn was abandoned (an interrupted agent), and its
+            # unit is ordinary history, answered by a placeholder while it is kept
+            start = max(self.turn_unit, 0)
+            older = {u for u in view.open_units if u >= start}
             if self.turn_unit >= 0:
                 older.add(self.turn_unit)
         items = view.items
@@ -194,6 +201,9 @@ class Ledger(Protocol):
         the units dropped so far; None when none was."""
     def mark(self, marker: Marker) -> None:
         """Put the trimming marker in the prompt (its tokens count from now on)."""
+    def settle(self) -> None:
+        """Count the placeholder results of kept units only (a unit with calls that
+        never got a result may be trimmed or summarized under rules 2)."""
 
 
 def live_items(view: Projection) -> Iterator[Item]:

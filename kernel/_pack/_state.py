@@ -17,7 +17,7 @@ from .._policy import Policy
 from .._projection import Projection, Unit
 from .._prompt import Message
 from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
-from ._budget import plan, synthetic_tokens, system_tokens
+from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
 from ._clip import Clip
 from ._dedup import Dedup, DedupIndex
 from ._explain import Common
@@ -354,6 +354,13 @@ class PackState:
     def mark(self, marker: Marker) -> None:
         self.marker = marker
         self.message_tokens += marker.tokens
+
+    def settle(self) -> None:
+        view = self.view
+        self.synthetic_tokens = sum(
+            placeholder_tokens(view, self.counter, u) for u in sorted(view.open_units)
+            if u not in self.dropped
+            and any(i not in self.summarized for i in view.units[u].items))
 
     # -- the outcome -------------------------------------------------------------------
     def kept_units(self) -> Iterator[int]:

@@ -116,6 +116,7 @@ class Trim:
         reserve = self._reserve(ledger) if policy.rules >= 2 else 0
         groups, units = ledger.drop_oldest(self.ends(ledger), target - reserve,
                                            lambda unit: self.why(unit, current, target))
+        ledger.settle()
         detail = f"{groups} oldest turns dropped ({units} units)"
         if policy.rules >= 2:
             detail = f"{groups} oldest turns or steps dropped ({units} units)"
@@ -125,6 +126,7 @@ class Trim:
                     lambda unit: ("trim.tail", f"a protected step of turn {unit.turn} dropped: "
                                                "the latest steps alone were over the usable "
                                                f"budget {policy.usable}"))
+                ledger.settle()
                 detail += f"; then {more} protected steps ({extra} units) to fit the window"
                 units += extra
             self._mark(ledger)

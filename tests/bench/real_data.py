@@ -1,20 +1,26 @@
 """The real-data check: every corpus transcript, imported, packed, rendered, replayed.
 
-    python -m tests.bench.real_data [--corpus DIR] [--markdown]
+    python -m tests.bench.real_data [--corpus DIR] [--markdown] [--sample]
 
 For every file of the shared transcript corpus: import it into a fresh LMDB
 store (idempotently: a second import must append nothing), then for each window
-(8k, 32k, 128k) and each provider format (OpenAI Chat, OpenAI Responses,
-Anthropic) pack the main session, check every packing invariant of
-``turnlog.testing``, record the request with its rendered body, and finally
-replay every request, neutral prompt and rendered body both. Prints one row
-per file: events, tokens of the history, seconds to import, milliseconds per
-pack, requests recorded and replayed identically.
+(4k, 8k, 16k, 32k, 128k) and each format (neutral, OpenAI Chat, OpenAI
+Responses, Anthropic) record a request for the main session with the default
+policy (packing rules 2), check every packing invariant of ``turnlog.testing``
+and the rendered body against the official SDK's request type, and finally
+replay every request, neutral prompt and rendered body both. A refusal
+(`BudgetExceededError`) counts as *refused below the floor* when
+``check_overflow`` confirms that the floor alone does not fit; anything else
+that goes wrong (a checker, the SDK type, an unjustified refusal, a replay that
+differs) counts as *invalid*. Prints one row per file and one per window;
+exits 1 when anything is invalid or a window of 8k or more refuses a pack.
+``--sample`` runs the representative part the default test run checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -24,10 +30,32 @@ import turnlog
 from turnlog import BudgetExceededError, Packer, Policy
 from turnlog.adapters.importers import import_file
 from turnlog.adapters.providers import PROVIDERS, render_args, renderer, renderer_for
-from turnlog.testing import check_packed
+from turnlog.testing import check_overflow, check_packed
+
+from tests.sdkcheck import check
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
-WINDOWS = {8_000: 1_000, 32_000: 4_000, 128_000: 16_000}  # window -> output reserve
+# window -> output reserve
+WINDOWS = {4_000: 500, 8_000: 1_000, 16_000: 2_000, 32_000: 4_000, 128_000: 16_000}
+FORMATS = ("neutral", *sorted(PROVIDERS))
+#: The files of ``--sample`` (and of the default test run): one hard case per importer,
+#: by name: two compactions and abandoned calls, freeform calls, reused call ids.
+SAMPLE = ("3af9b1a7-6512-4883-ad18-320658ced099.jsonl", "agent-a00ad96.jsonl",
+          "rollout-2025-09-29T13-09-19-01999469-65fd-7fa2-ab93-d24bb4c714cb.jsonl",
+          "django__django-16255.traj.json", "basic.json", "katy.traj",
+          "humanevalfix-python-0.traj")
+
+
+def sdk_types() -> dict[str, object]:
+    """The official SDKs' request types by format."""
+    from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
+    from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
+    from openai.types.responses.response_create_params import (
+        ResponseCreateParamsNonStreaming,
+    )
+    return {"anthropic": MessageCreateParamsNonStreaming,
+            "openai-chat": CompletionCreateParamsNonStreaming,
+            "openai-responses": ResponseCreateParamsNonStreaming}
 
 
 def policy_for(window: int) -> Policy:
@@ -48,34 +76,57 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
         row: dict[str, object] = {"file": path.name, "format": summary.format,
                                   "events": summary.events, "tokens": 0, "import_s": imported,
                                   "packs": 0, "pack_ms": 0.0, "requests": 0, "identical": 0,
-                                  "over_budget": 0}
+                                  "refused": 0, "invalid": 0, "problems": []}
+        for window in WINDOWS:
+            row[f"packs@{window}"] = row[f"refused@{window}"] = row[f"invalid@{window}"] = 0
         if not session:
             return row
         packer = Packer(log)
         pack_seconds = 0.0
+        types = sdk_types()
+        problems: list[str] = row["problems"]  # type: ignore[assignment]
+
+        def count(name: str, window: int) -> None:
+            row[name] = int(str(row[name])) + 1
+            row[f"{name}@{window}"] = int(str(row[f"{name}@{window}"])) + 1
+
         for window in WINDOWS:
             policy = policy_for(window)
-            for fmt in sorted(PROVIDERS):
-                render = renderer(fmt, model="check-model", max_tokens=policy.output_reserve,
-                                  blobs=log.blob)
+            for fmt in FORMATS:
+                render = None if fmt == "neutral" else renderer(
+                    fmt, model="check-model", max_tokens=policy.output_reserve, blobs=log.blob)
                 started = time.perf_counter()
                 try:
                     recorded = packer.record(session, policy=policy, model="check-model",
                                              format=fmt, render=render,
                                              render_args=render_args(
-                                                 max_tokens=policy.output_reserve))
-                except BudgetExceededError:
-                    row["over_budget"] = int(str(row["over_budget"])) + 1
+                                                 max_tokens=policy.output_reserve)
+                                             if render is not None else "")
+                except BudgetExceededError as exc:
+                    view = packer.projection(session, packer.counter_for(policy))
+                    try:
+                        check_overflow(view, policy, exc)
+                    except AssertionError as bad:
+                        count("invalid", window)
+                        problems.append(f"{window} {fmt}: unjustified refusal: {bad}")
+                    else:
+                        count("refused", window)
                     continue
                 pack_seconds += time.perf_counter() - started
-                row["packs"] = int(str(row["packs"])) + 1
+                count("packs", window)
                 # The invariants are checked on the history the request was packed from.
                 record = log.get(session, recorded.request_seq).body
                 assert isinstance(record, turnlog.RequestIssued)
                 view = packer.projection_at(session, record.head_seq, packer.counter_for(policy))
                 packed = recorded.packed
                 assert view.head == packed.head
-                check_packed(view, packed, policy)
+                try:
+                    check_packed(view, packed, policy)
+                    if render is not None:
+                        check(json.loads(recorded.rendered), types[fmt])
+                except AssertionError as bad:
+                    count("invalid", window)
+                    problems.append(f"{window} {fmt}: {str(bad)[:300]}")
         view = packer.projection(session, packer.counter_for(policy_for(128_000)))
         row["tokens"] = (sum(it.tokens for it in view.items) + sum(view.section_tokens.values())
                          + view.tools_tokens)
@@ -84,8 +135,13 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
         for seq in seqs:
             request = log.get(session, seq).body
             assert isinstance(request, turnlog.RequestIssued)
-            if packer.replay(session, seq, render=renderer_for(request, blobs=log.blob)).ok:
+            render_back = renderer_for(request, blobs=log.blob) \
+                if request.format != "neutral" else None
+            if packer.replay(session, seq, render=render_back).ok:
                 row["identical"] = int(str(row["identical"])) + 1
+            else:
+                row["invalid"] = int(str(row["invalid"])) + 1
+                problems.append(f"request #{seq} does not replay byte for byte")
         row["pack_ms"] = 1000 * pack_seconds / max(1, int(str(row["packs"])))
         assert log.verify().ok
         return row
@@ -94,28 +150,48 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.real_data")
     parser.add_argument("--corpus", default=str(CORPUS), help="the corpus directory")
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    parser.add_argument("--sample", action="store_true",
+                        help="only the representative files of SAMPLE")
     args = parser.parse_args(argv)
     files = sorted(p for p in Path(args.corpus).rglob("*") if p.is_file()
                    and p.suffix in (".jsonl", ".json", ".traj") and p.stat().st_size > 0)
+    if args.sample:
+        files = [p for p in files if p.name in SAMPLE]
     rows = []
     for path in files:
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(check_file(path, Path(tmp)))
     header = ("file", "format", "events", "tokens", "import_s", "pack_ms", "packs",
-              "over_budget", "requests", "identical")
-    if args.markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
+              "refused", "invalid", "requests", "identical")
+    _table(header, [[f"{row[h]:.3f}" if h == "import_s" else f"{row[h]:.1f}" if h == "pack_ms"
+                     else str(row[h]) for h in header] for row in rows], args.markdown)
+    print()
+    by_window = [[f"{window // 1000}k", *(str(sum(int(str(r[f"{name}@{window}"])) for r in rows))
+                                         for name in ("packs", "refused", "invalid"))]
+                 for window in WINDOWS]
+    _table(("window", "packs", "refused below the floor", "invalid"), by_window, args.markdown)
     for row in rows:
-        cells = [f"{row[h]:.3f}" if h == "import_s" else f"{row[h]:.1f}" if h == "pack_ms"
-                 else str(row[h]) for h in header]
-        print(("| " + " | ".join(cells) + " |") if args.markdown else "  ".join(cells))
+        for problem in row["problems"]:  # type: ignore[attr-defined]
+            print(f"{row['file']}: {problem}", file=sys.stderr)
     total = sum(int(str(r["requests"])) for r in rows)
     same = sum(int(str(r["identical"])) for r in rows)
+    invalid = sum(int(str(r["invalid"])) for r in rows)
+    refused_large = sum(int(str(r[f"refused@{w}"])) for r in rows for w in WINDOWS if w >= 8_000)
     print(f"{len(rows)} files; {total} requests recorded, {same} replayed byte for byte "
-          "(neutral prompt and rendered body)", file=sys.stderr)
-    return 0 if total == same else 1
+          f"(neutral prompt and rendered body); invalid: {invalid}; refused at 8k or more: "
+          f"{refused_large}", file=sys.stderr)
+    return 0 if total == same and not invalid and not refused_large else 1
+
+
+def _table(header: tuple[str, ...], cells: list[list[str]], markdown: bool) -> None:
+    if markdown:
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+    else:
+        print("  ".join(header))
+    for row in cells:
+        print(("| " + " | ".join(row) + " |") if markdown else "  ".join(row))
 
 
 if __name__ == "__main__":
