@@ -105,6 +105,7 @@ __all__ = [
     "check_summaries",
     "check_stage",
     "check_tool_pairs",
+    "long_turns",
     "memory_log",
     "policies",
     "project",
@@ -685,6 +686,96 @@ def sessions(draw: st.DrawFn, *, max_events: int = 60, forks: bool = True,
     options = {"forks": forks, "rewinds": rewinds, "compactions": compactions}
     limit = draw(st.integers(1, max(1, max_events)))
     return _Sim(draw, seed, limit, options).run()
+
+
+@st.composite
+def long_turns(draw: st.DrawFn, *, min_steps: int = 20, max_steps: int = 300,
+               giants: bool = True, reused_ids: bool = True, freeform: bool = True,
+               compactions: bool = True) -> list[SessionItem]:
+    """Long autonomous turns: one user message, then hundreds of model steps.
+
+    What coding agents do on one instruction (a step: an assistant message with 0-3
+    tool calls and their results). Now and then: a giant tool-call argument (a
+    ``Write`` of a big file), a giant user message (the opening one too) or tool
+    output, call ids reused from earlier steps (as SWE-agent trajectories do),
+    freeform calls whose input is raw text rather than JSON (Codex's
+    ``apply_patch``), calls left without a result, imported compactions (`Compact`)
+    over earlier steps, and sometimes an earlier short turn. Append with `build`.
+
+    Parameters:
+        min_steps / max_steps: bounds of the number of steps in the long turn.
+        giants / reused_ids / freeform / compactions: allow those.
+    """
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    steps = draw(st.integers(min_steps, max(min_steps, max_steps)))
+    giant_every = draw(st.sampled_from((0, 7, 40))) if giants else 0
+    reuse = draw(st.sampled_from((0.0, 0.1, 0.5))) if reused_ids else 0.0
+    free = draw(st.sampled_from((0.0, 0.2))) if freeform else 0.0
+    n_compactions = draw(st.integers(0, 2)) if compactions else 0
+    items: list[SessionItem] = []
+    if draw(st.booleans()):
+        items.append(SystemSectionSet(name="base", text="You are a coding agent. " * 20))
+        items.append(ToolsSet(tools=_TOOLS))
+
+    def words(n: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(n))
+
+    def giant() -> str:
+        # about 20k-60k tokens, lines that tokenize like code
+        return "\n".join(f"{i}: {words(6)}" for i in range(rng.randint(2_500, 7_000)))
+
+    if draw(st.booleans()):  # an earlier, short turn
+        items.append(UserMessageAdded(text="earlier: " + words(12)))
+        items.append(AssistantMessageAdded(parts=(TextPart(text=words(20)),)))
+    opening = giant() if giant_every and rng.random() < 0.15 else "fix it: " + words(30)
+    items.append(UserMessageAdded(text=opening))
+    used: list[str] = []
+    n = 0
+    for step in range(steps):
+        big = bool(giant_every) and step % giant_every == giant_every - 1
+        calls: list[ToolCall] = []
+        for _ in range(rng.choice((0, 1, 1, 1, 2, 3))):
+            if used and rng.random() < reuse:
+                call_id = rng.choice(used)
+            else:
+                n += 1
+                call_id = f"call_{n}"
+            if call_id in (c.id for c in calls):
+                n += 1
+                call_id = f"call_{n}"
+            used.append(call_id)
+            if rng.random() < free:
+                arguments = f"*** Begin Patch\n*** Update File: {rng.choice(_FILES)}\n" \
+                            f"-{words(8)}\n+{words(8)}\n*** End Patch"
+                if big and rng.random() < 0.5:
+                    arguments += "\n" + giant()
+                calls.append(ToolCall(id=call_id, name="apply_patch", arguments=arguments))
+            elif big and rng.random() < 0.5:
+                calls.append(ToolCall(id=call_id, name="Write", arguments=json.dumps(
+                    {"file_path": rng.choice(_FILES), "content": giant()})))
+            else:
+                calls.append(ToolCall(id=call_id, name="Bash", arguments=json.dumps(
+                    {"command": f"grep -n {rng.choice(_WORDS)} {rng.choice(_FILES)}"})))
+        text = giant() if big and not calls else words(rng.randint(3, 40))
+        items.append(AssistantMessageAdded(parts=(TextPart(text=text), *calls)))
+        for call in calls:
+            if rng.random() < 0.03:
+                continue  # never answered
+            output = giant() if big and rng.random() < 0.3 else "\n".join(
+                f"{rng.choice(_FILES)}:{i}: {words(8)}" for i in range(rng.randint(1, 30)))
+            items.append(ToolResultAdded(call_id=call.id, tool_name=call.name, output=output,
+                                         is_error=rng.random() < 0.1))
+        if big and rng.random() < 0.2:
+            items.append(UserMessageAdded(text=giant()))  # a giant message mid-session
+    positions = len(items)
+    for k in range(n_compactions):
+        if positions < 4:
+            break
+        last = rng.randint(1, positions - 2)
+        first = rng.randint(0, last)
+        items.append(Compact(first=first, last=last,
+                             summary=f"Summary {k} of positions {first}-{last}: {words(30)}"))
+    return items
 
 
 # -- checkers ----------------------------------------------------------------------------------

@@ -12,7 +12,13 @@ from typing import TypedDict
 
 import msgspec
 
-from .._events import CompactionCommitted, PolicySet, SystemSectionSet, ToolsSet
+from .._events import (
+    CompactionCommitted,
+    PolicySet,
+    SystemSectionSet,
+    ToolsSet,
+    UserMessageAdded,
+)
 from .._projection import Item, Projection
 from ._model import SUMMARY_SECTION, Decision
 
@@ -88,6 +94,8 @@ def decisions(facts: Facts, item_decision: ItemDecisions,
                 out.append(orphan(item, common))
                 continue
             decision = item_decision(index, common)
+            if decision.decision == "verbatim":
+                decision = _preview(item, decision)
             if wire_ids:
                 decision = _with_wire_ids(facts, item, decision)
             out.append(decision)
@@ -97,6 +105,18 @@ def decisions(facts: Facts, item_decision: ItemDecisions,
 
 
 _IN_PROMPT = frozenset({"verbatim", "truncated", "clipped", "deduplicated", "pruned"})
+
+
+def _preview(item: Item, decision: Decision) -> Decision:
+    """A user message the log stored as a blob goes in as its preview: truncated, not
+    verbatim."""
+    body = item.event.body
+    if not isinstance(body, UserMessageAdded) or body.blob is None:
+        return decision
+    return msgspec.structs.replace(
+        decision, decision="truncated", rule="truncate.blob_preview",
+        detail=f"stored as blob {body.blob.hash[:16]} ({body.blob.size} bytes); the log "
+               f"keeps a {len(body.text)}-character preview (`turnlog blob {body.blob.hash}`)")
 
 
 def _with_wire_ids(facts: Facts, item: Item, decision: Decision) -> Decision:

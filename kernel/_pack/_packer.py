@@ -348,10 +348,13 @@ class Packer:
                 resolved defaults when the log has none.
         """
         with self._lock:
-            policy = self._policy_to_use(session, policy)
-            counter = self.counter_for(policy, self._base_view(session, policy))
-            view = self.projection(session, counter)
-            return self.pack_view(view, policy, explain=explain)
+            return self._pack_as_given(session, self._policy_to_use(session, policy),
+                                       explain=explain)
+
+    def _pack_as_given(self, session: str, policy: Policy, *, explain: bool = True) -> Packed:
+        counter = self.counter_for(policy, self._base_view(session, policy))
+        view = self.projection(session, counter)
+        return self.pack_view(view, policy, explain=explain)
 
     def _policy_to_use(self, session: str, policy: Policy | None) -> Policy:
         """The caller's policy resolved, else the one in force as recorded, else the
@@ -405,7 +408,7 @@ class Packer:
                 # that does not match the prompt.
                 head = self.log.head(session)
                 assert head is not None
-                packed = self.pack(session, policy=use)
+                packed = self._pack_as_given(session, use)
                 rendered = render(packed.prompt) if render is not None else b""
                 body = RequestIssued(
                     head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,

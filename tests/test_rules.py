@@ -1,0 +1,266 @@
+"""Packing rules 2: new policies get them, stored ones keep their rules, and every history
+packs (long autonomous turns, giant texts, reused call ids, freeform input, imported
+compactions) down to the documented floor, with receipts that tell the truth."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+import turnlog
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from turnlog import (
+    AssistantMessageAdded,
+    BudgetExceededError,
+    Packer,
+    Policy,
+    PolicySet,
+    SystemSectionSet,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+    pack,
+)
+from turnlog.testing import (
+    Compact,
+    SessionItem,
+    build,
+    check_all,
+    check_overflow,
+    check_packed,
+    long_turns,
+    memory_log,
+    project,
+)
+
+BUDGETS = (4_000, 8_000, 16_000, 32_000, 128_000)
+PROPERTY = settings(deadline=None, max_examples=12,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def policy_at(window: int, **fields: object) -> Policy:
+    return Policy.from_dict({"context_window": window, "output_reserve": window // 8, **fields})
+
+
+def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | None = None,
+              ) -> tuple[turnlog.Projection, turnlog.Packed]:
+    log = log or memory_log()
+    session = build(log, "s", items)
+    view = project(log, session)
+    packed = pack(view, policy)
+    check_packed(view, packed, policy.resolved())
+    return view, packed
+
+
+# -- which rules a policy packs with ----------------------------------------------------------
+def test_a_new_policy_packs_with_rules_2_and_a_stored_0_1_0_policy_means_rules_1() -> None:
+    assert Policy().rules == 0 and Policy().rules_version == 1
+    assert Policy().resolved().rules == 2
+    assert Policy(rules=1).resolved().rules == 1
+    # rules unset is omitted from the bytes: a 0.1.0 PolicySet hashes as it did
+    assert b"rules" not in Policy().encode()
+    assert Policy().hash == msgspec.structs.replace(Policy(), rules=0).hash
+    view, packed = packed_of([UserMessageAdded(text="hi")], Policy())
+    assert packed.rules == 2
+
+
+def test_recording_writes_the_resolved_rules_once() -> None:
+    log = turnlog.open(":memory:")
+    log.append("s", UserMessageAdded(text="hello"))
+    packer = Packer(log)
+    for _ in range(3):
+        packer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
+        log.append("s", AssistantMessageAdded(parts=(TextPart(text="ok"),)))
+        log.append("s", UserMessageAdded(text="again"))
+    sets = [e.body for e in log.read("s", kinds=["policy"])]
+    assert len(sets) == 1
+    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 2
+    assert all(packer.replay("s", seq).ok for seq in packer.requests("s"))
+
+
+def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
+    # What a 0.1.0 store holds: a PolicySet without the field. Packing with the policy in
+    # force (no policy handed in) keeps its meaning; handing one in moves to rules 2.
+    log = turnlog.open(":memory:")
+    log.append("s", [PolicySet(policy=Policy(context_window=8_000, output_reserve=1_000)),
+                     UserMessageAdded(text="hello")])
+    packer = Packer(log)
+    assert packer.pack("s").rules == 1
+    first = packer.record("s")
+    assert first.packed.rules == 1
+    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 2
+    assert packer.replay("s", first.request_seq).ok
+
+
+# -- long autonomous turns --------------------------------------------------------------------
+def _steps(n: int, *, size: int = 40) -> list[SessionItem]:
+    items: list[SessionItem] = [UserMessageAdded(text="fix the failing tests")]
+    for i in range(n):
+        items.append(AssistantMessageAdded(parts=(
+            TextPart(text=f"step {i}"),
+            ToolCall(id=f"c{i}", name="Bash", arguments=json.dumps({"command": f"run {i}"})))))
+        items.append(ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
+                                     output="\n".join(f"line {j} of {i}" for j in range(size))))
+    return items
+
+
+@pytest.mark.parametrize("window", [8_000, 32_000])
+def test_a_turn_of_hundreds_of_steps_packs_and_leaves_one_marker(window: int) -> None:
+    policy = policy_at(window)
+    view, packed = packed_of(_steps(300), policy)
+    assert packed.prompt.messages[0].text == "fix the failing tests"
+    markers = [m for m in packed.prompt.messages if not m.source]
+    assert len(markers) == 1 and "was left out of this prompt" in markers[0].text
+    assert "turnlog log s --from" in markers[0].text
+    trimmed = [d for d in packed.decisions if d.decision == "trimmed"]
+    assert trimmed and all(d.rule == "trim.step" for d in trimmed)
+    # the last tail_steps steps are verbatim
+    tail = [d.decision for d in packed.decisions[-2 * policy.tail_steps:]]
+    assert set(tail) <= {"verbatim", "truncated", "clipped"}
+
+
+def test_rules_1_refuses_the_same_turn_that_rules_2_packs() -> None:
+    items = _steps(300)
+    log = memory_log()
+    view = project(log, build(log, "s", items))
+    with pytest.raises(BudgetExceededError):
+        pack(view, policy_at(32_000, rules=1))
+    pack(view, policy_at(32_000))
+
+
+# -- clipping -------------------------------------------------------------------------------
+def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
+    giant = "\n".join(f"{i}: some file content here" for i in range(40_000))
+    log = turnlog.Log(turnlog.MemoryStore(), blob_threshold=1 << 30)  # no blob previews
+    items: list[SessionItem] = [
+        UserMessageAdded(text="write it"),
+        AssistantMessageAdded(parts=(ToolCall(id="w", name="Write", arguments=json.dumps(
+            {"file_path": "big.py", "content": giant})),)),
+        ToolResultAdded(call_id="w", tool_name="Write", output="written"),
+        UserMessageAdded(text=giant)]
+    view, packed = packed_of(items, policy_at(8_000), log=log)
+    by_pos = {d.pos: d for d in packed.decisions}
+    assert by_pos[3].decision == "clipped" and "clipped to" in by_pos[3].detail
+    assert by_pos[1].decision == "clipped"
+    call = packed.prompt.messages[1].tool_calls[0]
+    arguments = json.loads(call.arguments)  # still a JSON object
+    assert arguments["file_path"] == "big.py" and "clipped" in arguments["content"]
+    assert "turnlog show s 3" in packed.prompt.messages[-1].text
+
+
+def test_a_user_message_stored_as_a_blob_is_reported_as_its_preview() -> None:
+    giant = "\n".join(f"{i}: some file content here" for i in range(40_000))
+    view, packed = packed_of([UserMessageAdded(text=giant)], policy_at(8_000))
+    decision = packed.decisions[0]
+    assert decision.decision == "truncated" and decision.rule == "truncate.blob_preview"
+    assert "turnlog blob" in decision.detail
+
+
+# -- reused call ids ------------------------------------------------------------------------
+def test_reused_call_ids_go_out_unique_and_the_decision_says_so() -> None:
+    items: list[SessionItem] = []
+    for turn in range(2):
+        items += [UserMessageAdded(text=f"task {turn}"),
+                  AssistantMessageAdded(parts=(ToolCall(id="c1", name="Bash",
+                                                        arguments='{"command": "ls"}'),)),
+                  ToolResultAdded(call_id="c1", tool_name="Bash", output=f"out {turn}")]
+    view, packed = packed_of(items, policy_at(32_000))
+    ids = [c.id for m in packed.prompt.messages for c in m.tool_calls]
+    assert ids == ["c1", "c1_2"]
+    results = [m.tool_call_id for m in packed.prompt.messages if m.role == "tool"]
+    assert results == ["c1", "c1_2"]
+    assert "'c1' as 'c1_2'" in packed.decisions[4].detail
+    assert "'c1' as 'c1_2'" in packed.decisions[5].detail
+
+
+# -- summaries: a packing choice ----------------------------------------------------------------
+def _compacted() -> list[SessionItem]:
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are helpful.")]
+    for turn in range(3):
+        items += [UserMessageAdded(text=f"task {turn} " + "word " * 200),
+                  AssistantMessageAdded(parts=(TextPart(text=f"done {turn} " + "ok " * 200),))]
+    items.append(Compact(first=1, last=4, summary="Tasks 0 and 1 were done."))
+    items.append(UserMessageAdded(text="next"))
+    return items
+
+
+def test_with_summary_budget_0_covered_events_pack_as_if_no_compaction_existed() -> None:
+    policy = policy_at(128_000, summary_budget=0.0)
+    view, packed = packed_of(_compacted(), policy)
+    assert [packed.decisions[p].decision for p in range(1, 5)] == ["verbatim"] * 4
+    assert not any(s.name == "conversation_summary" for s in packed.prompt.system)
+    assert "summary_budget is 0" in packed.decisions[7].detail
+
+
+def test_the_pressure_gate_shows_the_originals_when_they_fit() -> None:
+    view, roomy = packed_of(_compacted(), policy_at(128_000))
+    assert [roomy.decisions[p].decision for p in range(1, 5)] == ["verbatim"] * 4
+    assert "below the summary gate" in roomy.decisions[7].detail
+    view, tight = packed_of(_compacted(), policy_at(1_400, output_reserve=100))
+    assert [tight.decisions[p].decision for p in range(1, 5)] == ["summarized"] * 4
+    assert all("covered by compaction #7" in tight.decisions[p].detail for p in range(1, 5))
+    report = next(r for r in tight.stages if r.name == "summaries")
+    assert report.detail == "1 summaries shown, 4 events summarized"
+
+
+# -- the floor --------------------------------------------------------------------------------
+def test_only_a_budget_below_the_floor_is_refused_with_the_numbers() -> None:
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="rule " * 3_000),
+                                *_steps(20)]
+    log = memory_log()
+    view = project(log, build(log, "s", items))
+    policy = policy_at(2_000)
+    with pytest.raises(BudgetExceededError) as info:
+        pack(view, policy)
+    message = str(info.value)
+    assert "below its floor" in message and "system sections 3" in message
+    assert f"only {policy.usable} are usable" in message
+    assert f"Over by {info.value.needed - policy.usable} tokens" in message
+    check_overflow(view, policy, info.value)
+    pack(view, policy_at(8_000))  # above the floor: packs
+
+
+def test_session_prepare_reports_the_floor(tmp_path: object) -> None:
+    from turnlog.adapters.session import Session
+    with turnlog.open(":memory:") as log:
+        session = Session(log, "s", model="m", format="anthropic", max_tokens=100,
+                          policy=Policy(context_window=1_000, output_reserve=100))
+        session.system("base", "rule " * 2_000)
+        session.user("hello")
+        with pytest.raises(BudgetExceededError, match="below its floor"):
+            session.prepare()
+
+
+# -- properties -------------------------------------------------------------------------------
+@PROPERTY
+@given(items=long_turns(), window=st.sampled_from(BUDGETS))
+def test_every_long_turn_packs_at_every_budget_above_the_floor(
+        items: list[SessionItem], window: int) -> None:
+    log = memory_log()
+    session = build(log, "s", items)
+    check_all(lambda: project(log, session), policy_at(window))
+
+
+@PROPERTY
+@given(items=long_turns(max_steps=120), window=st.sampled_from(BUDGETS),
+       tail_steps=st.sampled_from((0, 1, 4, 16)), gate=st.sampled_from((0.0, 0.72, 1.0)))
+def test_both_engines_pack_long_turns_alike(items: list[SessionItem], window: int,
+                                            tail_steps: int, gate: float) -> None:
+    log = memory_log()
+    session = build(log, "s", items)
+    policy = policy_at(window, tail_steps=tail_steps, summary_gate=gate)
+    try:
+        fast = pack(project(log, session), policy)
+    except BudgetExceededError as exc:
+        check_overflow(project(log, session), policy, exc)
+        with pytest.raises(BudgetExceededError):
+            pack(project(log, session), policy, engine="reference")
+        return
+    view = project(log, session)
+    slow = pack(view, policy, engine="reference")
+    assert fast.prompt.encode() == slow.prompt.encode()
+    assert fast.decisions == slow.decisions and fast.stages == slow.stages
+    check_packed(view, slow, policy.resolved())
