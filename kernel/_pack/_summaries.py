@@ -3,8 +3,9 @@
 A unit with an item inside the span of a committed compaction is *covered*;
 unless protected, its items leave the messages (decision ``summarized``, naming
 the compaction) and the summaries go to the ``conversation_summary`` system
-section (under rules 2 only when ``summary_budget`` is not 0 and the prompt is at
-the ``summary_gate`` pressure: below it the originals are shown instead), filled
+section (under rules 2 only when ``summary_budget`` is not 0, the prompt is at
+the ``summary_gate`` pressure, and at least one summary fits: otherwise the
+covered events are ordinary history, shown or trimmed like any other), filled
 breadth-first from the highest level (L2 -> L1 before L1 -> L0)
 within ``summary_budget`` x the history budget and never taking the room the
 protected part needs. A later summary whose span contains an earlier one
@@ -273,6 +274,13 @@ class Summaries:
         plan = SummaryPlan(view, ledger.counter, history,
                            max(0, int(history * ledger.policy.summary_budget)),
                            ledger.protected_tokens(), ledger.summary_tokens)
+        if ledger.policy.rules >= 2 and not plan.shown:
+            # no summary fits: summarizing would leave the covered events out unseen
+            why = (f"none of the {len(plan.bodies)} summaries fits the room the protected part "
+                   "leaves: the covered events are packed as ordinary history")
+            ledger.keep_originals(why)
+            return StageReport(name="summaries", fired=False, detail=why,
+                               tokens_before=before, tokens_after=before)
         count = ledger.summarize_covered(plan)
         return StageReport(name="summaries", fired=True,
                            detail=f"{len(plan.shown)} summaries shown, {count} events summarized",
