@@ -63,7 +63,7 @@ def test_a_new_policy_packs_with_rules_2_and_a_stored_0_1_0_policy_means_rules_1
     # rules unset is omitted from the bytes: a 0.1.0 PolicySet hashes as it did
     assert b"rules" not in Policy().encode()
     assert Policy().hash == msgspec.structs.replace(Policy(), rules=0).hash
-    view, packed = packed_of([UserMessageAdded(text="hi")], Policy())
+    _, packed = packed_of([UserMessageAdded(text="hi")], Policy())
     assert packed.rules == 2
 
 
@@ -110,7 +110,7 @@ def _steps(n: int, *, size: int = 40) -> list[SessionItem]:
 @pytest.mark.parametrize("window", [8_000, 32_000])
 def test_a_turn_of_hundreds_of_steps_packs_and_leaves_one_marker(window: int) -> None:
     policy = policy_at(window)
-    view, packed = packed_of(_steps(300), policy)
+    _, packed = packed_of(_steps(300), policy)
     assert packed.prompt.messages[0].text == "fix the failing tests"
     markers = [m for m in packed.prompt.messages if not m.source]
     assert len(markers) == 1 and "was left out of this prompt" in markers[0].text
@@ -141,7 +141,7 @@ def test_calls_an_earlier_turn_abandoned_do_not_raise_the_floor() -> None:
                       TextPart(text=f"plan {turn}: " + "detail " * 1_000),
                       ToolCall(id=f"c{turn}", name="Bash", arguments='{"command": "make"}')))]
     items.append(UserMessageAdded(text="where were we?"))
-    view, packed = packed_of(items, policy_at(8_000))
+    _, packed = packed_of(items, policy_at(8_000))
     assert packed.decisions[1].decision == "trimmed"
     placeholders = [m for m in packed.prompt.messages if m.role == "tool"]
     assert all(m.text == "[no result was recorded for this call]" for m in placeholders)
@@ -157,7 +157,7 @@ def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
             {"file_path": "big.py", "content": giant})),)),
         ToolResultAdded(call_id="w", tool_name="Write", output="written"),
         UserMessageAdded(text=giant)]
-    view, packed = packed_of(items, policy_at(8_000), log=log)
+    _, packed = packed_of(items, policy_at(8_000), log=log)
     by_pos = {d.pos: d for d in packed.decisions}
     assert by_pos[3].decision == "clipped" and "clipped to" in by_pos[3].detail
     assert by_pos[1].decision == "clipped"
@@ -169,7 +169,7 @@ def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
 
 def test_a_user_message_stored_as_a_blob_is_reported_as_its_preview() -> None:
     giant = "\n".join(f"{i}: some file content here" for i in range(40_000))
-    view, packed = packed_of([UserMessageAdded(text=giant)], policy_at(8_000))
+    _, packed = packed_of([UserMessageAdded(text=giant)], policy_at(8_000))
     decision = packed.decisions[0]
     assert decision.decision == "truncated" and decision.rule == "truncate.blob_preview"
     assert "turnlog blob" in decision.detail
@@ -183,7 +183,7 @@ def test_reused_call_ids_go_out_unique_and_the_decision_says_so() -> None:
                   AssistantMessageAdded(parts=(ToolCall(id="c1", name="Bash",
                                                         arguments='{"command": "ls"}'),)),
                   ToolResultAdded(call_id="c1", tool_name="Bash", output=f"out {turn}")]
-    view, packed = packed_of(items, policy_at(32_000))
+    _, packed = packed_of(items, policy_at(32_000))
     ids = [c.id for m in packed.prompt.messages for c in m.tool_calls]
     assert ids == ["c1", "c1_2"]
     results = [m.tool_call_id for m in packed.prompt.messages if m.role == "tool"]
@@ -205,17 +205,17 @@ def _compacted() -> list[SessionItem]:
 
 def test_with_summary_budget_0_covered_events_pack_as_if_no_compaction_existed() -> None:
     policy = policy_at(128_000, summary_budget=0.0)
-    view, packed = packed_of(_compacted(), policy)
+    _, packed = packed_of(_compacted(), policy)
     assert [packed.decisions[p].decision for p in range(1, 5)] == ["verbatim"] * 4
     assert not any(s.name == "conversation_summary" for s in packed.prompt.system)
     assert "summary_budget is 0" in packed.decisions[7].detail
 
 
 def test_the_pressure_gate_shows_the_originals_when_they_fit() -> None:
-    view, roomy = packed_of(_compacted(), policy_at(128_000))
+    _, roomy = packed_of(_compacted(), policy_at(128_000))
     assert [roomy.decisions[p].decision for p in range(1, 5)] == ["verbatim"] * 4
     assert "below the summary gate" in roomy.decisions[7].detail
-    view, tight = packed_of(_compacted(), policy_at(1_400, output_reserve=100))
+    _, tight = packed_of(_compacted(), policy_at(1_400, output_reserve=100))
     assert [tight.decisions[p].decision for p in range(1, 5)] == ["summarized"] * 4
     assert all("covered by compaction #7" in tight.decisions[p].detail for p in range(1, 5))
     report = next(r for r in tight.stages if r.name == "summaries")
