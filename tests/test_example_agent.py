@@ -95,3 +95,18 @@ def test_calculate_refuses_what_it_cannot_compute_quickly() -> None:
     assert example_agent.calculate("2 ** 0.5 * 2 ** 0.5") == str(2 ** 0.5 * 2 ** 0.5)
     assert example_agent.calculate("9 ** 9 ** 2 / 3") == str(9 ** 81 / 3)
     assert example_agent.calculate("((((1 + 2))))") == "3"
+
+
+def test_the_example_runs_twice_on_the_same_store(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    # The second run appends a second task with the same call ids to the same session.
+    for _ in range(2):
+        assert example_agent.main([str(tmp_path / "store")]) == 0
+        out = capsys.readouterr().out
+        assert "answer: Invoice 2024-117 comes to 70.5" in out and "verify: ok" in out
+    with turnlog.open(tmp_path / "store", readonly=True) as log:
+        packer = Packer(log)
+        for seq in packer.requests("example"):
+            record = log.get("example", seq).body
+            assert isinstance(record, RequestIssued)
+            assert packer.replay("example", seq, render=renderer_for(record, blobs=log.blob)).ok

@@ -27,3 +27,16 @@ def test_readme_names_two_setup_commands() -> None:
     text = README.read_text()
     assert ".venv/bin/turnlog demo" in text
     assert ".venv/bin/python -m pytest -q" in text
+
+
+def test_readme_embedding_example_runs_twice_on_the_same_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # The second run reuses the call ids of the first in the same session: the prompt
+    # sends them unique (packing rules 2), so every later request still renders.
+    match = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert match is not None, "README has no python example"
+    monkeypatch.chdir(tmp_path)
+    for _ in range(2):
+        exec(compile(match.group(1), str(README), "exec"), {})
+        assert "tool_result verbatim" in capsys.readouterr().out
