@@ -465,3 +465,25 @@ def test_a_closed_pipe_ends_the_command_quietly(store: Path) -> None:
         err = proc.stderr.read()
         code = proc.wait(timeout=60)
     assert code == 0 and err == b""
+
+
+def test_compact_on_a_single_turn_session_compacts_older_steps_and_says_why_it_skips(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "store"
+    with turnlog.open(path) as log:
+        log.append("one", turnlog.UserMessageAdded(text="fix the failing tests"))
+        for i in range(40):
+            log.append("one", [
+                turnlog.AssistantMessageAdded(parts=(turnlog.ToolCall(
+                    id=f"c{i}", name="Bash", arguments=json.dumps({"command": f"run {i}"})),)),
+                turnlog.ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
+                                        output="\n".join(f"line {j}" for j in range(60)))])
+        log.append("short", turnlog.UserMessageAdded(text="hi"))
+    code, out, _ = run(capsys, "--store", str(path), "compact", "one")
+    assert code == 0 and out.startswith("committed"), out
+    with turnlog.open(path, readonly=True) as log:
+        compaction = log.read("one", kinds=["compaction"])[0].body
+        assert isinstance(compaction, turnlog.CompactionCommitted)
+        assert compaction.first_seq >= 1  # the turn's opening message stays as it is
+    code, out, _ = run(capsys, "--store", str(path), "compact", "short")
+    assert code == 0 and out.startswith("skipped") and "; " in out, out
