@@ -120,11 +120,17 @@ class ReasoningPart(_Part, tag="reasoning", frozen=True):
 
 class ToolCall(_Part, tag="tool_call", frozen=True):
     """A tool call made by the model. ``arguments`` is the JSON text as the model
-    produced it (kept as text: models sometimes produce invalid JSON)."""
+    produced it (kept as text: models sometimes produce invalid JSON).
+
+    A *freeform* call (``freeform=True``; OpenAI's custom tools, such as Codex's
+    ``apply_patch``) takes raw text rather than JSON: ``arguments`` is that text,
+    and each provider format renders the call in its own shape for freeform input
+    (see docs/providers.md)."""
 
     id: Id
     name: Name
     arguments: str = "{}"
+    freeform: bool = False
 
 
 class ImagePart(_Part, tag="image", frozen=True):

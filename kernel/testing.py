@@ -749,7 +749,8 @@ def long_turns(draw: st.DrawFn, *, min_steps: int = 20, max_steps: int = 300,
                             f"-{words(8)}\n+{words(8)}\n*** End Patch"
                 if big and rng.random() < 0.5:
                     arguments += "\n" + giant()
-                calls.append(ToolCall(id=call_id, name="apply_patch", arguments=arguments))
+                calls.append(ToolCall(id=call_id, name="apply_patch", arguments=arguments,
+                                      freeform=True))
             elif big and rng.random() < 0.5:
                 calls.append(ToolCall(id=call_id, name="Write", arguments=json.dumps(
                     {"file_path": rng.choice(_FILES), "content": giant()})))

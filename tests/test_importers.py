@@ -202,8 +202,10 @@ def test_claude_compaction_covers_everything_before_the_boundary(store: Log) -> 
     assert compaction.meta["boundary"]["record"]["subtype"] == "compact_boundary"
     assert not any(isinstance(e.body, UserMessageAdded)
                    and e.body.text.startswith("This session is being continued") for e in events)
-    # Packing shows what the original summary replaced.
-    packed = Packer(store).pack(sid, policy=Policy(context_window=200_000, output_reserve=8_000))
+    # Packing shows what the original summary replaced (summary_gate 0: at any pressure;
+    # above the gate, rules 2 shows the originals when they fit).
+    packed = Packer(store).pack(sid, policy=Policy(context_window=200_000, output_reserve=8_000,
+                                                   summary_gate=0.0))
     rules = {d.rule for d in packed.decisions if d.pos < compaction.seq
              and d.decision == "summarized"}
     assert rules == {"summaries.compaction"}
@@ -843,3 +845,23 @@ def test_a_file_changed_since_its_import_is_refused_with_advice(store: Log,
         import_file(store, path)
     assert dump(store) == before
     assert import_file(store, path, session="s-1-again").appended == 3
+
+
+@needs_corpus
+def test_codex_apply_patch_calls_import_as_freeform_and_render_natively(store: Log) -> None:
+    from turnlog.adapters.providers import render_body
+    summary = import_file(store, ROLLOUT, skip_bad=True)
+    sid = summary.sessions[0]
+    calls = [p for e in store.read(sid) if isinstance(e.body, AssistantMessageAdded)
+             for p in e.body.parts if isinstance(p, ToolCall) and p.name == "apply_patch"]
+    assert calls and all(c.freeform and c.arguments.startswith("*** Begin Patch")
+                         for c in calls)
+    packed = Packer(store).pack(sid, policy=Policy(context_window=400_000,
+                                                   output_reserve=8_000))
+    chat = render_body(packed.prompt, "openai-chat", model="m", max_tokens=100)
+    custom = [c for m in chat["messages"] for c in m.get("tool_calls", ())
+              if c["type"] == "custom"]
+    assert custom and custom[0]["custom"]["input"].startswith("*** Begin Patch")
+    responses = render_body(packed.prompt, "openai-responses", model="m", max_tokens=100)
+    kinds = [i["type"] for i in responses["input"]]
+    assert "custom_tool_call" in kinds and "custom_tool_call_output" in kinds

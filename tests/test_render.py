@@ -185,20 +185,22 @@ def chat_problems(body: dict[str, Any]) -> list[str]:
 def responses_problems(body: dict[str, Any]) -> list[str]:
     """Call/answer problems of a Responses body."""
     out: list[str] = []
-    calls: set[str] = set()
+    calls: dict[str, str] = {}  # call id -> the output type that answers it
     items = body["input"]
     for i, item in enumerate(items):
         kind = item.get("type")
-        if kind == "function_call":
+        if kind in ("function_call", "custom_tool_call"):
             if item["call_id"] in calls:
                 out.append(f"item {i}: call id repeats")
-            calls.add(item["call_id"])
-        elif kind == "function_call_output":
+            calls[item["call_id"]] = f"{kind}_output"
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             if item["call_id"] not in calls:
                 out.append(f"item {i}: output for {item['call_id']} answers no prior call")
+            elif calls[item["call_id"]] != kind:
+                out.append(f"item {i}: a {kind} answers a {calls[item['call_id']]} call")
         elif kind == "reasoning":
             following = items[i + 1]["type"] if i + 1 < len(items) else ""
-            if following not in ("message", "function_call", "reasoning"):
+            if following not in ("message", "function_call", "custom_tool_call", "reasoning"):
                 out.append(f"item {i}: reasoning not followed by an output item")
             if not item.get("id"):
                 out.append(f"item {i}: reasoning without an id")
@@ -366,7 +368,8 @@ def prompts(draw: st.DrawFn) -> Prompt:
             parts.append(draw(_images()))
         calls = [ToolCall(id=f"{draw(_ids)}{next(counter)}", name="Read",
                           arguments=draw(st.sampled_from(('{"path":"a"}', "{}", "{not json",
-                                                          "[1]", ""))))
+                                                          "[1]", "", "*** Begin Patch\n"))),
+                          freeform=draw(st.integers(0, 3)) == 0)
                  for _ in range(draw(st.integers(0, 3)) if kind == "exchange" else 0)]
         parts += calls
         if not parts:
@@ -619,6 +622,31 @@ def test_call_ids_a_provider_would_refuse_are_replaced_consistently() -> None:
     ids = [c["id"] for c in chat["messages"][1]["tool_calls"]]
     assert ids[0] == "functions.Read:0" and len(ids[1]) <= 40
     assert [m["tool_call_id"] for m in chat["messages"][2:]] == ids
+
+
+def test_freeform_calls_render_natively_in_every_format() -> None:
+    patch = "*** Begin Patch\n*** Update File: a.py\n-old\n+new\n*** End Patch"
+    prompt = Prompt(system=(), tools=(), messages=(
+        Message(role="user", parts=(TextPart(text="patch it"),)),
+        Message(role="assistant", parts=(
+            ToolCall(id="c1", name="apply_patch", arguments=patch, freeform=True),
+            ToolCall(id="c2", name="Read", arguments='{"path":"a.py"}'))),
+        Message(role="tool", parts=(TextPart(text="Done!"),), tool_call_id="c1",
+                name="apply_patch"),
+        Message(role="tool", parts=(TextPart(text="new"),), tool_call_id="c2", name="Read")))
+    bodies = {name: json.loads(data) for name, data in check_all_formats(prompt).items()}
+    chat = bodies["openai-chat"]["messages"][1]["tool_calls"]
+    assert chat[0] == {"id": "c1", "type": "custom",
+                       "custom": {"name": "apply_patch", "input": patch}}
+    assert chat[1]["type"] == "function"
+    items = bodies["openai-responses"]["input"]
+    assert items[1] == {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
+                        "input": patch}
+    assert [i["type"] for i in items[2:]] == ["function_call", "custom_tool_call_output",
+                                              "function_call_output"]
+    use = bodies["anthropic"]["messages"][1]["content"][0]
+    assert use == {"type": "tool_use", "id": "c1", "name": "apply_patch",
+                   "input": {"input": patch}}
 
 
 def test_invalid_tool_arguments_reach_anthropic_as_an_object() -> None:

@@ -809,3 +809,23 @@ def test_a_reply_repeating_a_tool_call_id_is_a_decode_error() -> None:
             "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
     with pytest.raises(turnlog.DecodeError, match="several tool calls with id 'toolu_02'"):
         parse_response("anthropic", body)
+
+
+def test_freeform_calls_are_parsed_back_from_chat_and_responses_replies() -> None:
+    patch = "*** Begin Patch\n*** Add File: x.py\n+print(1)\n*** End Patch"
+    chat = copy.deepcopy(CHAT_BODY)
+    chat["choices"][0]["message"]["tool_calls"] = [
+        {"id": "call_p", "type": "custom", "custom": {"name": "apply_patch", "input": patch}}]
+    openai.types.chat.ChatCompletion.model_validate(chat)  # the SDK's own reply type
+    reply = parse_response("openai-chat", chat)
+    assert reply.message is not None
+    assert reply.message.parts[-1] == ToolCall(id="call_p", name="apply_patch",
+                                               arguments=patch, freeform=True)
+    responses = copy.deepcopy(RESPONSES_BODY)
+    responses["output"] = [{"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_q",
+                            "name": "apply_patch", "input": patch, "status": "completed"}]
+    openai.types.responses.Response.model_validate(responses)
+    reply = parse_response("openai-responses", responses)
+    assert reply.message is not None
+    assert reply.message.parts == (ToolCall(id="call_q", name="apply_patch", arguments=patch,
+                                            freeform=True),)

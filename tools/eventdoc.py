@@ -64,6 +64,10 @@ MEANINGS: dict[str, str] = {
                         "it.",
     "ToolCall.id": "The call id the tool result answers.",
     "ToolCall.name": "Tool name.",
+    "ToolCall.freeform": "True for a freeform (custom) tool call, whose `arguments` is the "
+                         "raw text input rather than JSON (OpenAI custom tools, such as Codex's "
+                         "`apply_patch`); rendered per provider (docs/providers.md). Added after "
+                         "0.1.0; absent (false) in older events.",
     "ToolCall.arguments": "Arguments as the JSON text the model produced (kept as text: it "
                           "may be invalid JSON).",
     "ImagePart.media_type": "Media type of the image, e.g. `image/png`.",

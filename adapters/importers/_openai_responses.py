@@ -121,7 +121,8 @@ class ItemMapper:
             field = "arguments" if kind == "function_call" else "input"
             arguments = get_str(item, field, where, f"{path}.{field}")
             self.tools[call_id] = name
-            return ([ToolCall(id=call_id[:256], name=name, arguments=arguments)],
+            return ([ToolCall(id=call_id[:256], name=name, arguments=arguments,
+                              freeform=kind == "custom_tool_call")],
                     without(item, "call_id", "name", field))
         # Other calls (local shell, web search...): the whole item stays in meta.
         found = call if isinstance(call, str) and call else item.get("id")
@@ -311,6 +312,9 @@ class ItemMapper:
                 elif isinstance(part, TextPart):
                     items.append({"type": "message", "role": "assistant", "content": [
                         {"type": "output_text", "text": part.text}]})
+                elif isinstance(part, ToolCall) and part.freeform:
+                    items.append({"type": "custom_tool_call", "call_id": part.id,
+                                  "name": part.name, "input": part.arguments})
                 elif isinstance(part, ToolCall):
                     items.append({"type": "function_call", "call_id": part.id,
                                   "name": part.name, "arguments": part.arguments})

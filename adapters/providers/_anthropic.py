@@ -7,7 +7,8 @@ alternate (consecutive messages of one role are merged, and a user turn is put
 first when the prompt starts with the assistant); thinking blocks keep their
 signature (``opaque``) and are sent only for reasoning this API produced;
 breakpoints become ``cache_control`` (at most four). Tool-call arguments that
-are not a JSON object go as ``{"_raw_arguments": TEXT}`` (``input`` must be an
+are not a JSON object go as ``{"_raw_arguments": TEXT}``, a freeform call's text as
+``{"input": TEXT}`` (``input`` must be an
 object); call ids outside ``[A-Za-z0-9_-]`` are replaced by ``toolu_`` plus a
 blake3 digest. The API requires ``max_tokens``. Replies: ``input_tokens`` is
 made the whole prompt (the cache reads and writes are added), so usage means
@@ -143,8 +144,10 @@ def _anthropic_blocks(message: Message, opts: RenderOptions) -> list[dict[str, A
                 blocks.append({"type": "text", "text": image_note(
                     part, "assistant messages carry no images")})
         elif isinstance(part, ToolCall):
+            # a freeform call's raw text goes as the object {"input": TEXT}
             blocks.append({"type": "tool_use", "id": _anthropic_id(part.id), "name": part.name,
-                           "input": _tool_input(part.arguments)})
+                           "input": {"input": part.arguments} if part.freeform
+                           else _tool_input(part.arguments)})
         elif isinstance(part, ReasoningPart) and part.opaque:
             if part.provider == "anthropic":
                 blocks.append({"type": "thinking", "thinking": part.text,

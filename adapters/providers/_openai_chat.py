@@ -90,6 +90,9 @@ def _chat_assistant(message: Message) -> dict[str, Any]:
             texts.append(part.text)
         elif isinstance(part, ImagePart):
             texts.append(image_note(part, "assistant messages carry no images"))
+        elif isinstance(part, ToolCall) and part.freeform:
+            calls.append({"id": _chat_id(part.id), "type": "custom",
+                          "custom": {"name": part.name, "input": part.arguments}})
         elif isinstance(part, ToolCall):
             calls.append({"id": _chat_id(part.id), "type": "function",
                           "function": {"name": part.name, "arguments": part.arguments}})
@@ -175,6 +178,13 @@ def _parse_chat(root: Json, request_seq: int | None) -> Reply:
     for i, raw in enumerate(opt_array(message, "tool_calls", path)):
         where = f"{path}.tool_calls[{i}]"
         call = obj(raw, where)
+        if call.get("type") == "custom":  # a freeform call: raw text input
+            custom = obj(call.get("custom"), f"{where}.custom")
+            parts.append(ToolCall(id=string(call, "id", where, required=True),
+                                  name=string(custom, "name", f"{where}.custom", required=True),
+                                  arguments=string(custom, "input", f"{where}.custom"),
+                                  freeform=True))
+            continue
         function = obj(call.get("function"), f"{where}.function")
         parts.append(ToolCall(id=string(call, "id", where, required=True),
                               name=string(function, "name", f"{where}.function", required=True),

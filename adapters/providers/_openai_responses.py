@@ -86,6 +86,10 @@ def _responses_assistant(message: Message) -> list[dict[str, Any]]:
                 texts.append(part.text)
         elif isinstance(part, ImagePart):
             texts.append(image_note(part, "assistant messages carry no images"))
+        elif isinstance(part, ToolCall) and part.freeform:
+            flush()
+            items.append({"type": "custom_tool_call", "call_id": part.id, "name": part.name,
+                          "input": part.arguments})
         elif isinstance(part, ToolCall):
             flush()
             items.append({"type": "function_call", "call_id": part.id, "name": part.name,
@@ -99,7 +103,7 @@ def _responses_assistant(message: Message) -> list[dict[str, Any]]:
                 item["encrypted_content"] = part.opaque
             items.append(item)
     flush()
-    if not any(i["type"] in ("message", "function_call") for i in items):
+    if not any(i["type"] in ("message", "function_call", "custom_tool_call") for i in items):
         # A reasoning item must be followed by an output item; an empty reply still says so.
         items.append({"type": "message", "role": "assistant", "content": EMPTY_TEXT})
     return items
@@ -107,13 +111,17 @@ def _responses_assistant(message: Message) -> list[dict[str, Any]]:
 
 def _build_responses(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
+    freeform: set[str] = set()  # ids of the freeform calls so far: their outputs differ
     for message in prompt.messages:
         if message.role == "user":
             items.append(_responses_user(message, opts))
         elif message.role == "assistant":
             items.extend(_responses_assistant(message))
+            freeform.update(p.id for p in message.tool_calls if p.freeform)
         else:
-            items.append({"type": "function_call_output", "call_id": message.tool_call_id,
+            kind = ("custom_tool_call_output" if message.tool_call_id in freeform
+                    else "function_call_output")
+            items.append({"type": kind, "call_id": message.tool_call_id,
                           "output": text_or_empty(tool_text(message))})
     body: dict[str, Any] = {"model": opts.model, "input": items}
     instructions = "\n\n".join(s.text for s in prompt.system if s.text)
@@ -160,6 +168,10 @@ def _responses_item(item: Json, path: str) -> list[Part]:
         text = "\n\n".join(t for t in summary if t) or "\n\n".join(t for t in content if t)
         return [ReasoningPart(text=text, opaque=string(item, "encrypted_content", path),
                               provider="openai", id=string(item, "id", path))]
+    if kind == "custom_tool_call":
+        return [ToolCall(id=string(item, "call_id", path, required=True),
+                         name=string(item, "name", path, required=True),
+                         arguments=string(item, "input", path), freeform=True)]
     if kind == "function_call":
         return [ToolCall(id=string(item, "call_id", path, required=True),
                          name=string(item, "name", path, required=True),

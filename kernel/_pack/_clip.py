@@ -10,8 +10,8 @@ holds the whole text:
 * a user message, notification, recall result or tool result: its text;
 * an assistant message: each text part and each tool call's arguments over its
   share. Arguments that are a JSON object stay a JSON object: their string values
-  are clipped, never the JSON itself; arguments that are not JSON (freeform
-  input) are clipped as text. Reasoning parts are left out of a clipped message
+  are clipped, never the JSON itself; arguments that are not JSON and the
+  input of freeform calls are clipped as text. Reasoning parts are left out of a clipped message
   (their signatures cover the whole text).
 
 Clipping applies to protected units too (the mandatory tail, pins): it is what
@@ -206,7 +206,8 @@ def _assistant(parts: tuple[Part, ...], limit: int, counter: TokenCounter,
             out.append(TextPart(text=clip_text(part.text, share, counter, where)))
         elif isinstance(part, ToolCall):
             room = max(_PART_MIN, share - TOOL_CALL_OVERHEAD - counter.count(part.name))
-            args = clip_arguments(part.arguments, room, counter, where)
+            args = (clip_text(part.arguments, room, counter, where) if part.freeform
+                    else clip_arguments(part.arguments, room, counter, where))
             out.append(part if args == part.arguments else
                        msgspec.structs.replace(part, arguments=args))
         else:
