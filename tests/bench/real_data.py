@@ -29,7 +29,13 @@ from pathlib import Path
 import turnlog
 from turnlog import BudgetExceededError, Packer, Policy
 from turnlog.adapters.importers import import_file
-from turnlog.adapters.providers import PROVIDERS, render_args, renderer, renderer_for
+from turnlog.adapters.providers import (
+    PROVIDERS,
+    RenderError,
+    render_args,
+    renderer,
+    renderer_for,
+)
 from turnlog.testing import check_overflow, check_packed
 
 from tests.sdkcheck import check
@@ -58,12 +64,12 @@ def sdk_types() -> dict[str, object]:
             "openai-responses": ResponseCreateParamsNonStreaming}
 
 
-def policy_for(window: int) -> Policy:
-    """The default policy at a window, output reserve scaled."""
-    return Policy(context_window=window, output_reserve=WINDOWS[window])
+def policy_for(window: int, rules: int = 0) -> Policy:
+    """The default policy at a window, output reserve scaled (``rules`` 0: the newest)."""
+    return Policy(context_window=window, output_reserve=WINDOWS[window], rules=rules)
 
 
-def check_file(path: Path, root: Path) -> dict[str, object]:
+def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
     """Import, pack at every window in every format, record, replay; return the row."""
     with turnlog.open(root / "store") as log:
         started = time.perf_counter()
@@ -91,7 +97,7 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
             row[f"{name}@{window}"] = int(str(row[f"{name}@{window}"])) + 1
 
         for window in WINDOWS:
-            policy = policy_for(window)
+            policy = policy_for(window, rules)
             for fmt in FORMATS:
                 render = None if fmt == "neutral" else renderer(
                     fmt, model="check-model", max_tokens=policy.output_reserve, blobs=log.blob)
@@ -102,6 +108,10 @@ def check_file(path: Path, root: Path) -> dict[str, object]:
                                              render_args=render_args(
                                                  max_tokens=policy.output_reserve)
                                              if render is not None else "")
+                except RenderError as exc:  # only under rules 1: reused call ids
+                    count("invalid", window)
+                    problems.append(f"{window} {fmt}: {exc}")
+                    continue
                 except BudgetExceededError as exc:
                     view = packer.projection(session, packer.counter_for(policy))
                     try:
@@ -153,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
     parser.add_argument("--sample", action="store_true",
                         help="only the representative files of SAMPLE")
+    parser.add_argument("--rules", type=int, default=0, choices=(0, 1, 2),
+                        help="the packing rules (0: the newest; 1: turnlog 0.1.0's, to compare)")
     args = parser.parse_args(argv)
     files = sorted(p for p in Path(args.corpus).rglob("*") if p.is_file()
                    and p.suffix in (".jsonl", ".json", ".traj") and p.stat().st_size > 0)
@@ -161,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for path in files:
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append(check_file(path, Path(tmp)))
+            rows.append(check_file(path, Path(tmp), args.rules))
     header = ("file", "format", "events", "tokens", "import_s", "pack_ms", "packs",
               "refused", "invalid", "requests", "identical")
     _table(header, [[f"{row[h]:.3f}" if h == "import_s" else f"{row[h]:.1f}" if h == "pack_ms"
