@@ -528,12 +528,13 @@ def test_a_rewound_compaction_leaves_the_view_and_its_summary_memory_is_repaired
     summary = mm.save_summary("agent", 4, time=T0)
     mm.refresh("agent", policy=Policy(), point="compaction")  # seq 6
     packer = Packer(log)
-    before = packer.pack("agent", policy=Policy())
+    shown = Policy(summary_gate=0.0)  # the summary at any pressure (rules 2 gates it)
+    before = packer.pack("agent", policy=shown)
     assert any("SUMMARY-OF-STEP-ZERO" in s.text for s in before.prompt.system
                if s.name == "conversation_summary")
     assert "please work on step 0" not in [m.text for m in before.prompt.messages]
     log.append("agent", SessionRewound(to_seq=3))
-    after = packer.pack("agent", policy=Policy())
+    after = packer.pack("agent", policy=shown)
     # The projection already drops the rewound summary and its refresh of the block.
     assert all("SUMMARY-OF-STEP-ZERO" not in s.text for s in after.prompt.system)
     assert [m.text for m in after.prompt.messages][:1] == ["please work on step 0"]

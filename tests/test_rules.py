@@ -167,6 +167,20 @@ def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
     assert "turnlog show s 3" in packed.prompt.messages[-1].text
 
 
+@pytest.mark.parametrize("arguments", ['{"a":' * 30_000 + "[1]" + "}" * 30_000,
+                                       "[" + ", ".join(["1"] * 60_000) + "]"])
+def test_clipped_json_arguments_stay_json_even_when_too_deep_to_walk(arguments: str) -> None:
+    items: list[SessionItem] = [
+        UserMessageAdded(text="go"),
+        AssistantMessageAdded(parts=(ToolCall(id="c", name="Glob", arguments=arguments),)),
+        ToolResultAdded(call_id="c", tool_name="Glob", output="ok"),
+        UserMessageAdded(text="next")]
+    _, packed = packed_of(items, policy_at(16_000))
+    assert packed.decisions[1].decision == "clipped"
+    clipped = json.loads(packed.prompt.messages[1].tool_calls[0].arguments)
+    assert "clipped" in clipped["_clipped_arguments"]
+
+
 def test_a_user_message_stored_as_a_blob_is_reported_as_its_preview() -> None:
     giant = "\n".join(f"{i}: some file content here" for i in range(40_000))
     _, packed = packed_of([UserMessageAdded(text=giant)], policy_at(8_000))

@@ -108,15 +108,22 @@ def _clip_json(value: Any, keep: int, notice: str) -> Any:
 
 def clip_arguments(arguments: str, tokens: int, counter: TokenCounter, where: str) -> str:
     """Tool-call arguments within ``tokens``: a JSON object keeps its keys and
-    structure with its long strings clipped; anything else is clipped as text."""
+    structure with its long strings clipped; other JSON (an array, an object nested
+    too deep to walk) becomes ``{"_clipped_arguments": PREVIEW}``, still JSON; text
+    that was not JSON is clipped as text."""
     if counter.count(arguments) <= tokens:
         return arguments
     try:
         value = json.loads(arguments)
-    except (ValueError, RecursionError):
+    except ValueError:  # not JSON to begin with: clipped as text
+        return clip_text(arguments, tokens, counter, where)
+    except RecursionError:  # JSON nested too deep to walk
         value = None
     if not isinstance(value, dict):
-        return clip_text(arguments, tokens, counter, where)
+        # valid JSON that is not an object walkable here: an object holding its preview
+        room = max(_PART_MIN, tokens - 16)
+        return json.dumps({"_clipped_arguments": clip_text(arguments, room, counter, where)},
+                          ensure_ascii=False)
     notice = f" [... clipped; the whole argument is {where} ...] "
     keep = max(64, tokens * 3)
     while True:

@@ -408,7 +408,8 @@ class Packer:
                 # that does not match the prompt.
                 head = self.log.head(session)
                 assert head is not None
-                packed = self._pack_as_given(session, use)
+                # `use` is in force now: pack with the policy in force, as recorded
+                packed = self.pack(session)
                 rendered = render(packed.prompt) if render is not None else b""
                 body = RequestIssued(
                     head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
