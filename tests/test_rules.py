@@ -37,7 +37,7 @@ from turnlog.testing import (
 )
 
 BUDGETS = (4_000, 8_000, 16_000, 32_000, 128_000)
-PROPERTY = settings(deadline=None, max_examples=12,
+PROPERTY = settings(deadline=None, max_examples=10,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -267,12 +267,16 @@ def test_session_prepare_reports_the_floor(tmp_path: object) -> None:
 # -- properties -------------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
 @PROPERTY
-@given(items=long_turns(), window=st.sampled_from(BUDGETS))
+@given(items=long_turns())
 def test_every_long_turn_packs_at_every_budget_above_the_floor(
-        items: list[SessionItem], window: int) -> None:
+        items: list[SessionItem]) -> None:
+    # check_all accepts a BudgetExceededError only when check_overflow confirms that the
+    # floor alone does not fit: at or above the floor, the pack succeeds and every
+    # checker holds
     log = memory_log()
     session = build(log, "s", items)
-    check_all(lambda: project(log, session), policy_at(window))
+    for window in BUDGETS:
+        check_all(lambda: project(log, session), policy_at(window))
 
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
