@@ -829,3 +829,22 @@ def test_freeform_calls_are_parsed_back_from_chat_and_responses_replies() -> Non
     assert reply.message is not None
     assert reply.message.parts == (ToolCall(id="call_q", name="apply_patch", arguments=patch,
                                             freeform=True),)
+
+
+def test_a_streamed_chat_freeform_call_is_joined_and_kept_freeform() -> None:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        body = {"id": "cmpl-f", "object": "chat.completion.chunk", "created": 1,
+                "model": "fake-model",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(body)}\n\n"
+    stream = (chunk({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_f",
+                                                          "type": "custom", "custom": {
+                                                              "name": "apply_patch",
+                                                              "input": "*** Begin"}}]})
+              + chunk({"tool_calls": [{"index": 0, "type": "custom",
+                                       "custom": {"input": " Patch"}}]})
+              + chunk({}, "tool_calls") + "data: [DONE]\n\n")
+    reply = parse_stream("openai-chat", stream)
+    assert reply.message is not None
+    assert reply.message.parts[-1] == ToolCall(id="call_f", name="apply_patch",
+                                               arguments="*** Begin Patch", freeform=True)

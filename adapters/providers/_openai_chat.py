@@ -203,6 +203,7 @@ class _ChatCall:
         self.id = ""
         self.name = ""
         self.arguments: list[str] = []
+        self.freeform = False
 
 
 def _parse_chat_stream(events: list[object], request_seq: int | None) -> Reply:
@@ -242,6 +243,12 @@ def _parse_chat_stream(events: list[object], request_seq: int | None) -> Reply:
                     raise DecodeError(f"expected an int at {at}.index, found {slot!r}")
                 call = calls.setdefault(slot, _ChatCall())
                 call.id = call.id or string(piece, "id", at)
+                if piece.get("type") == "custom" or "custom" in piece:  # freeform input
+                    custom = opt_obj(piece, "custom", at)
+                    call.freeform = True
+                    call.name = call.name or string(custom, "name", f"{at}.custom")
+                    call.arguments.append(string(custom, "input", f"{at}.custom"))
+                    continue
                 function = opt_obj(piece, "function", at)
                 call.name = call.name or string(function, "name", f"{at}.function")
                 arguments = function.get("arguments")
@@ -265,6 +272,10 @@ def _parse_chat_stream(events: list[object], request_seq: int | None) -> Reply:
             call.id = f"{response_id}_{slot}"
         if not call.name:
             raise DecodeError(f"tool call {slot} of the stream has no function name")
+        if call.freeform:
+            parts.append(ToolCall(id=call.id, name=call.name, arguments="".join(call.arguments),
+                                  freeform=True))
+            continue
         parts.append(ToolCall(id=call.id, name=call.name,
                               arguments="".join(call.arguments) or "{}"))
     return Reply(message=message_of(merge_text(parts), model, response_id),
