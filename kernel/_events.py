@@ -195,11 +195,17 @@ class SystemSectionSet(_Payload, tag="system", frozen=True):
 
 class ToolSpec(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
                forbid_unknown_fields=True, kw_only=True):
-    """A tool the model may call. ``parameters`` is the JSON Schema as text."""
+    """A tool the model may call. ``parameters`` is the JSON Schema as text.
+
+    A *freeform* tool (``freeform=True``; OpenAI's custom tools) takes raw text:
+    ``parameters`` is then its input format as JSON text, as the Responses API
+    writes it (``{"type": "grammar", "syntax": "lark", "definition": ...}``), ``{}``
+    for unconstrained text."""
 
     name: Id
     description: str = ""
     parameters: str = "{}"
+    freeform: bool = False
 
 
 class ToolsSet(_Payload, tag="tools", frozen=True):

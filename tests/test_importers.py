@@ -865,3 +865,24 @@ def test_codex_apply_patch_calls_import_as_freeform_and_render_natively(store: L
     responses = render_body(packed.prompt, "openai-responses", model="m", max_tokens=100)
     kinds = [i["type"] for i in responses["input"]]
     assert "custom_tool_call" in kinds and "custom_tool_call_output" in kinds
+
+
+def test_custom_tool_declarations_import_as_freeform_tools(tmp_path: Path, store: Log) -> None:
+    doc = {"instructions": "Be brief.", "tools": [
+        {"type": "custom", "name": "apply_patch", "description": "Apply a patch.",
+         "format": {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"}},
+        {"type": "function", "name": "Read", "parameters": {"type": "object"}}],
+        "input": [{"type": "message", "role": "user", "content": "patch it"},
+                  {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch",
+                   "input": "*** Begin Patch"},
+                  {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"}]}
+    path = tmp_path / "items.json"
+    path.write_text(json.dumps(doc))
+    summary = import_file(store, path)
+    [tools] = [e.body for e in store.read(summary.sessions[0]) if isinstance(e.body, ToolsSet)]
+    assert tools.tools[0].freeform and not tools.tools[1].freeform
+    assert json.loads(tools.tools[0].parameters)["syntax"] == "lark"
+    call = next(p for e in store.read(summary.sessions[0])
+                if isinstance(e.body, AssistantMessageAdded) for p in e.body.parts)
+    assert call == ToolCall(id="c1", name="apply_patch", arguments="*** Begin Patch",
+                            freeform=True)

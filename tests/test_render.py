@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import msgspec
 import openai
 import pytest
 import turnlog
@@ -635,6 +636,21 @@ def test_freeform_calls_render_natively_in_every_format() -> None:
                 name="apply_patch"),
         Message(role="tool", parts=(TextPart(text="new"),), tool_call_id="c2", name="Read")))
     bodies = {name: json.loads(data) for name, data in check_all_formats(prompt).items()}
+    declared = msgspec.structs.replace(prompt, tools=(
+        ToolSpec(name="apply_patch", description="Apply a patch.", freeform=True),
+        ToolSpec(name="lark", freeform=True, parameters=json.dumps(
+            {"type": "grammar", "syntax": "lark", "definition": "start: /.+/"})),
+        ToolSpec(name="Read", parameters='{"type":"object"}')))
+    tools = {name: json.loads(data)["tools"]
+             for name, data in check_all_formats(declared).items()}
+    assert tools["openai-chat"][:2] == [
+        {"type": "custom", "custom": {"name": "apply_patch", "description": "Apply a patch."}},
+        {"type": "custom", "custom": {"name": "lark", "format": {
+            "type": "grammar", "grammar": {"syntax": "lark", "definition": "start: /.+/"}}}}]
+    assert tools["openai-responses"][0] == {"type": "custom", "name": "apply_patch",
+                                            "description": "Apply a patch."}
+    assert tools["anthropic"][0]["input_schema"] == {
+        "type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
     chat = bodies["openai-chat"]["messages"][1]["tool_calls"]
     assert chat[0] == {"id": "c1", "type": "custom",
                        "custom": {"name": "apply_patch", "input": patch}}

@@ -64,6 +64,9 @@ MEANINGS: dict[str, str] = {
                         "it.",
     "ToolCall.id": "The call id the tool result answers.",
     "ToolCall.name": "Tool name.",
+    "ToolSpec.freeform": "True for a freeform (custom) tool, which takes raw text: "
+                         "`parameters` is then its input format (`{}`: any text). Added "
+                         "after 0.1.0; absent (false) in older events.",
     "ToolCall.freeform": "True for a freeform (custom) tool call, whose `arguments` is the "
                          "raw text input rather than JSON (OpenAI custom tools, such as Codex's "
                          "`apply_patch`); rendered per provider (docs/providers.md). Added after "

@@ -387,6 +387,9 @@ def export(view: ExportSession) -> bytes:
         tools = [e.body for e in view.events if isinstance(e.body, ToolsSet) and not e.meta]
         if tools:
             doc = {"messages": messages, "tools": [
+                {"type": "custom", "custom": {"name": t.name, "description": t.description,
+                                              "format": decode_or_text(t.parameters)}}
+                if t.freeform else
                 {"type": "function", "function": {"name": t.name, "description": t.description,
                                                   "parameters": decode_or_text(
                                                       t.parameters)}}

@@ -362,13 +362,19 @@ def tools_set(tools: list[Any]) -> ToolsSet | None:
     for tool in tools:
         if not isinstance(tool, dict):
             continue
-        spec: Obj = tool["function"] if isinstance(tool.get("function"), dict) else tool
+        spec: Obj = tool["function"] if isinstance(tool.get("function"), dict) else \
+            tool["custom"] if isinstance(tool.get("custom"), dict) else tool
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             continue
-        params = spec.get("parameters", spec.get("format", {}))
+        freeform = tool.get("type") == "custom"  # raw text input; parameters: its format
+        params = spec.get("format", {}) if freeform else \
+            spec.get("parameters", spec.get("format", {}))
+        if freeform and isinstance(params, dict) and isinstance(params.get("grammar"), dict):
+            params = {**params["grammar"], "type": "grammar"}  # Chat's nesting, flattened
         specs.append(ToolSpec(name=name[:256], description=str(spec.get("description") or ""),
-                              parameters=dumps_sorted(params if params is not None else {})))
+                              parameters=dumps_sorted(params if params is not None else {}),
+                              freeform=freeform))
     return ToolsSet(tools=tuple(specs)) if specs else None
 
 
@@ -537,7 +543,10 @@ def export(view: ExportSession) -> bytes:
             if system:
                 doc["instructions"] = "\n\n".join(s.text for s in system)
             if tools:
-                doc["tools"] = [{"type": "function", "name": t.name,
+                doc["tools"] = [{"type": "custom", "name": t.name,
+                                 "description": t.description,
+                                 "format": decode_or_text(t.parameters)} if t.freeform else
+                                {"type": "function", "name": t.name,
                                  "description": t.description,
                                  "parameters": decode_or_text(t.parameters)}
                                 for t in tools[-1].tools]

@@ -23,6 +23,7 @@ from turnlog import (
     ResponseReceived,
     TextPart,
     ToolCall,
+    ToolSpec,
     Usage,
 )
 
@@ -51,6 +52,7 @@ from ._wire import (
     image_url,
     set_limit,
     text_or_empty,
+    tool_format,
     tool_schema,
     tool_text,
 )
@@ -122,11 +124,27 @@ def _build_chat(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
     body: dict[str, Any] = {"model": opts.model, "messages": messages}
     set_limit(opts, "max_completion_tokens", body)
     if prompt.tools:
-        body["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description,
-                                               "parameters": tool_schema(t)}}
-            for t in prompt.tools]
+        body["tools"] = [_chat_custom_tool(t) if t.freeform else
+                         {"type": "function", "function": {
+                             "name": t.name, "description": t.description,
+                             "parameters": tool_schema(t)}}
+                         for t in prompt.tools]
     return body
+
+
+def _chat_custom_tool(tool: ToolSpec) -> dict[str, Any]:
+    """A freeform tool: ``{"type": "custom", "custom": {name, description, format}}``."""
+    custom: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        custom["description"] = tool.description
+    fmt = tool_format(tool)
+    if fmt is not None:
+        # stored as the Responses API writes it: {type: grammar, syntax, definition};
+        # Chat Completions nests the grammar
+        if fmt.get("type") == "grammar" and "grammar" not in fmt:
+            fmt = {"type": "grammar", "grammar": {k: v for k, v in fmt.items() if k != "type"}}
+        custom["format"] = fmt
+    return {"type": "custom", "custom": custom}
 
 
 # -- replies --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from turnlog import (
     ResponseReceived,
     TextPart,
     ToolCall,
+    ToolSpec,
     Usage,
 )
 
@@ -49,6 +50,7 @@ from ._wire import (
     image_url,
     set_limit,
     text_or_empty,
+    tool_format,
     tool_schema,
     tool_text,
 )
@@ -129,9 +131,21 @@ def _build_responses(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
         body["instructions"] = instructions
     set_limit(opts, "max_output_tokens", body)
     if prompt.tools:
-        body["tools"] = [{"type": "function", "name": t.name, "description": t.description,
+        body["tools"] = [_responses_custom_tool(t) if t.freeform else
+                         {"type": "function", "name": t.name, "description": t.description,
                           "parameters": tool_schema(t), "strict": False} for t in prompt.tools]
     return body
+
+
+def _responses_custom_tool(tool: ToolSpec) -> dict[str, Any]:
+    """A freeform tool: ``{"type": "custom", name, description, format}``."""
+    out: dict[str, Any] = {"type": "custom", "name": tool.name}
+    if tool.description:
+        out["description"] = tool.description
+    fmt = tool_format(tool)
+    if fmt is not None:
+        out["format"] = fmt
+    return out
 
 
 # -- replies --------------------------------------------------------------------------------

@@ -136,7 +136,28 @@ def text_or_empty(text: str, *, strict: bool = False) -> str:
     return text
 
 
+#: The input schema a freeform tool gets where a provider has no freeform tools: one
+#: string field, ``input`` (a freeform call's text is sent as ``{"input": TEXT}``).
+FREEFORM_SCHEMA: dict[str, Any] = {
+    "type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+
+
+def tool_format(tool: ToolSpec) -> dict[str, Any] | None:
+    """A freeform tool's input format (None for unconstrained text)."""
+    try:
+        value = json.loads(tool.parameters or "{}")
+    except (ValueError, RecursionError) as exc:
+        raise RenderError(f"tool {tool.name!r}: the freeform input format is not JSON ({exc}); "
+                          "fix the ToolsSet event") from exc
+    if not isinstance(value, dict):
+        raise RenderError(f"tool {tool.name!r}: the freeform input format must be a JSON "
+                          f"object, found {type(value).__name__}")
+    return value or None
+
+
 def tool_schema(tool: ToolSpec) -> dict[str, Any]:
+    if tool.freeform:
+        return dict(FREEFORM_SCHEMA)
     try:
         value = json.loads(tool.parameters or "{}")
     except (ValueError, RecursionError) as exc:
