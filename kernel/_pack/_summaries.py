@@ -271,9 +271,14 @@ class Summaries:
             return StageReport(name="summaries", fired=False, detail=skip,
                                tokens_before=before, tokens_after=before)
         history = ledger.budget.history
+        protected = ledger.protected_tokens()
+        if ledger.policy.rules >= 2:
+            # the floor keeps the marker of a trimmed run too: summaries never take its room
+            from ._trim import Trim
+            protected += Trim.reserve(ledger)
         plan = SummaryPlan(view, ledger.counter, history,
                            max(0, int(history * ledger.policy.summary_budget)),
-                           ledger.protected_tokens(), ledger.summary_tokens)
+                           protected, ledger.summary_tokens)
         if ledger.policy.rules >= 2 and not plan.shown:
             # no summary fits: summarizing would leave the covered events out unseen
             why = (f"none of the {len(plan.bodies)} summaries fits the room the protected part "

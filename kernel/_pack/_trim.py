@@ -113,7 +113,7 @@ class Trim:
                                detail=f"{before} tokens <= blocking level {target}",
                                tokens_before=before, tokens_after=before)
         current = len(ledger.view.turn_starts)
-        reserve = self._reserve(ledger) if policy.rules >= 2 else 0
+        reserve = self.reserve(ledger) if policy.rules >= 2 else 0
         groups, units = ledger.drop_oldest(self.ends(ledger), target - reserve,
                                            lambda unit: self.why(unit, current, target))
         ledger.settle()
@@ -133,7 +133,8 @@ class Trim:
         return StageReport(name="trim", fired=units > 0, detail=detail,
                            tokens_before=before, tokens_after=ledger.total, events=units)
 
-    def _reserve(self, ledger: Ledger) -> int:
+    @staticmethod
+    def reserve(ledger: Ledger) -> int:
         """Tokens set aside for the marker while choosing what to drop: the marker with
         the largest numbers it could hold."""
         view = ledger.view
