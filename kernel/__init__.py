@@ -38,6 +38,7 @@ from ._errors import (
     StoreFormatError,
     StoreFullError,
     StoreReadOnlyError,
+    StoreUnavailableError,
     TokenizerError,
     UnknownSessionError,
     VerificationError,
@@ -92,6 +93,7 @@ from ._pack import (
 )
 from ._pack._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
 from ._policy import POLICY_PARTS, Policy
+from ._postgres import PostgresStore
 from ._projection import Item, Projection, Unit, notification_text, recall_text
 from ._prompt import Breakpoint, Message, Prompt, Section
 from ._recall import Embedder, Recaller
@@ -159,6 +161,7 @@ __all__ = [
     "Policy",
     "PolicyError",
     "PolicySet",
+    "PostgresStore",
     "Problem",
     "Projection",
     "Prompt",
@@ -188,6 +191,7 @@ __all__ = [
     "StoreFormatError",
     "StoreFullError",
     "StoreReadOnlyError",
+    "StoreUnavailableError",
     "Summarizer",
     "Summary",
     "SummaryRequest",
@@ -230,14 +234,18 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
     """Open (or create) a log.
 
     Parameters:
-        path: a directory for the embedded LMDB store (created if missing), or
-            ``":memory:"`` for an in-memory log.
+        path: a directory for the embedded LMDB store (created if missing),
+            ``":memory:"`` for an in-memory log, or a PostgreSQL URL
+            (``postgresql://user@host:port/dbname?...``, see `PostgresStore`;
+            needs ``pip install 'turnlog[postgres]'``).
         readonly: open an existing store for reading only.
         blob_threshold: text payloads above this many bytes are stored as blobs.
-        sync: fsync every commit (LMDB only).
+        sync: fsync every commit (LMDB only; PostgreSQL commits as the server
+            is configured, durably by default).
 
     Raises:
-        StoreError: the store cannot be opened (wrong format, corrupt, no access).
+        StoreError: the store cannot be opened (wrong format, corrupt, no access,
+            server unreachable).
     """
     if isinstance(path, str) and path == ":memory:":
         if readonly:
@@ -245,7 +253,11 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
         return Log(MemoryStore(), blob_threshold=blob_threshold)
     if not isinstance(path, (str, os.PathLike)):
         raise InvalidArgumentError(f"path must be a str or path-like, found {type(path).__name__}")
-    store = LMDBStore(path, readonly=readonly, sync=sync)
+    store: Store
+    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+        store = PostgresStore(path, readonly=readonly)
+    else:
+        store = LMDBStore(path, readonly=readonly, sync=sync)
     try:
         return Log(store, blob_threshold=blob_threshold)
     except BaseException:

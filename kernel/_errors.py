@@ -15,6 +15,7 @@ Hierarchy::
     │   ├── StoreCorruptError               unreadable or inconsistent store contents
     │   ├── StoreFullError                  the disk or map cannot grow
     │   ├── StoreReadOnlyError              a write on a read-only store
+    │   ├── StoreUnavailableError           the database server cannot be reached in time
     │   └── ForkedProcessError              a handle used in a child after fork()
     ├── BlobNotFoundError (KeyError)        no blob with that hash
     ├── VerificationError                   the chain or a checkpoint does not verify
@@ -58,6 +59,7 @@ __all__ = [
     "StoreFormatError",
     "StoreFullError",
     "StoreReadOnlyError",
+    "StoreUnavailableError",
     "TokenizerError",
     "UnknownSessionError",
     "VerificationError",
@@ -133,6 +135,15 @@ class StoreFullError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     """A write was attempted on a store opened read-only."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database server cannot be reached, dropped the connection or timed out.
+
+    The message says whether the write may have been committed (only when the
+    connection failed while committing): retry with the same idempotency keys,
+    which apply once, or re-read the session head before appending again.
+    """
 
 
 class ForkedProcessError(StoreError):

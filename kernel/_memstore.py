@@ -70,6 +70,11 @@ class _MemoryRead(ReadTxn):
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         return self._store._cache.get((namespace, key))
 
+    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
+        with self._store._lock:
+            found = sorted((k, v) for (n, k), v in self._store._cache.items() if n == namespace)
+        yield from found
+
 
 class _MemoryWrite(_MemoryRead, WriteTxn):
     def __init__(self, store: MemoryStore) -> None:

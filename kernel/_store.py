@@ -26,10 +26,13 @@ a backend.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TypeVar
+
+from ._errors import StoreError
 
 __all__ = ["ReadTxn", "Store", "WriteTxn"]
 
@@ -75,6 +78,12 @@ class ReadTxn(ABC):
     @abstractmethod
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         """A derived-cache value (e.g. a token count)."""
+
+    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` of a derived-cache namespace, ordered by key (what
+        a copy of the store carries over). A backend that cannot list its cache
+        raises `StoreError`; the copy then rebuilds the cache on use."""
+        raise StoreError(f"{type(self).__name__} cannot list its cache")
 
 
 class WriteTxn(ReadTxn):
@@ -134,6 +143,25 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the store; further use raises `StoreError`."""
+
+    def wait(self, session: str, after_seq: int, timeout: float) -> bool:
+        """Block until the session's head seq is above ``after_seq`` (True) or
+        ``timeout`` seconds have passed (False); what `Log.follow` waits with.
+
+        The default polls the head every 20 ms, which suits an embedded store
+        (a read is a few microseconds); a server backend overrides it to wake
+        on a notification instead.
+        """
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            with self.read() as txn:
+                head = txn.head(session)
+            if head is not None and head[0] > after_seq:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.02))
 
     def check_structure(self) -> str | None:
         """The first problem of the store's own structure (below the events), or None.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
-from support import BACKENDS, LogFactory
+from support import LogFactory, backend_params
 from turnlog import Log
 
 settings.register_profile(
@@ -56,9 +56,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=backend_params())
 def backend(request: pytest.FixtureRequest) -> str:
-    """The backend name ("lmdb" or "memory")."""
+    """The backend name ("lmdb", "memory" or "postgres")."""
     return str(request.param)
 
 
@@ -72,7 +72,8 @@ def logs(backend: str, tmp_path: Path) -> Iterator[LogFactory]:
 
 @pytest.fixture
 def log(logs: LogFactory) -> Log:
-    """A fresh, empty log: LMDB on disk under ``tmp_path`` or in memory."""
+    """A fresh, empty log: LMDB on disk under ``tmp_path``, in memory, or in a schema
+    of its own on the test run's PostgreSQL server."""
     return logs.open()
 
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import pgserver
+import psycopg
+import pytest
 import turnlog
 from hypothesis import strategies as st
 from turnlog import (
@@ -26,6 +31,7 @@ from turnlog import (
     Log,
     MemoryStore,
     NotificationAdded,
+    PostgresStore,
     TextPart,
     ToolResultAdded,
     UserMessageAdded,
@@ -35,6 +41,7 @@ __all__ = [
     "BACKENDS",
     "GENESIS_HASH",
     "LogFactory",
+    "backend_params",
     "bodies",
     "dump",
     "keyed_batch",
@@ -43,8 +50,19 @@ __all__ = [
 ]
 
 #: Every backend the conformance suite runs against. A new backend adds one name here
-#: and one branch in `LogFactory.open`.
-BACKENDS = ("lmdb", "memory")
+#: and one branch in `LogFactory.open`. PostgreSQL runs on a server the test run
+#: starts itself (pgserver.py); its tests skip, saying how to install one, when the
+#: server binaries are missing.
+BACKENDS = ("lmdb", "memory", "postgres")
+
+_SCHEMAS = itertools.count()
+
+
+def backend_params() -> list[Any]:
+    """`BACKENDS` as pytest params, the PostgreSQL one skipped without a server."""
+    return [pytest.param(name, marks=pytest.mark.skipif(not pgserver.available(),
+                                                        reason=pgserver.SKIP_REASON))
+            if name == "postgres" else name for name in BACKENDS]
 
 GENESIS_HASH = bytes(32)
 
@@ -56,7 +74,9 @@ class LogFactory:
 
     For LMDB every log gets its own directory under ``root``; `reopen` closes a
     handle and opens the same directory again, as a restarted process would.
-    For memory, `reopen` returns the same log (there is nothing to reopen).
+    For memory, `reopen` returns the same log (there is nothing to reopen). For
+    PostgreSQL every log gets its own schema on the shared test server, dropped by
+    `close_all`.
     """
 
     def __init__(self, backend: str, root: Path, *, sync: bool = True) -> None:
@@ -67,11 +87,16 @@ class LogFactory:
         self.sync = sync
         self._count = 0
         self._open: list[Log] = []
+        self._schemas: list[str] = []
 
     def open(self, **options: Any) -> Log:
         """A new, empty log of this backend."""
         if self.backend == "memory":
             log = turnlog.open(":memory:", **options)
+        elif self.backend == "postgres":
+            schema = f"t{os.getpid()}_{next(_SCHEMAS)}"
+            self._schemas.append(schema)
+            log = turnlog.open(pgserver.shared().url(schema=schema), **options)
         else:
             self._count += 1
             path = self.root / f"store{self._count}"
@@ -84,6 +109,8 @@ class LogFactory:
         if self.backend == "memory":
             return log
         location = log.store.location
+        if isinstance(log.store, PostgresStore):
+            location = pgserver.shared().url(schema=log.store.schema)
         log.close()
         self._open = [other for other in self._open if other is not log]
         fresh = turnlog.open(location, sync=self.sync, **options)
@@ -96,6 +123,17 @@ class LogFactory:
             with contextlib.suppress(turnlog.KernelError):
                 log.close()
         self._open.clear()
+        if self._schemas:
+            drop_schemas(self._schemas)
+            self._schemas.clear()
+
+
+def drop_schemas(schemas: list[str]) -> None:
+    """Drop test schemas from the shared PostgreSQL server."""
+    with psycopg.connect(pgserver.shared().url(), autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                psycopg.sql.Identifier(schema)))
 
 
 def temp_factory(backend: str, *, sync: bool = False,
@@ -123,7 +161,22 @@ def dump(log: Log) -> dict[str, Any]:
         out["data.mdb"] = hashlib.sha256(data.read_bytes()).hexdigest()
     elif isinstance(store, MemoryStore):
         out["raw"] = _memory_raw(store)
+    elif isinstance(store, PostgresStore):
+        out["raw"] = _postgres_raw(store)
     return out
+
+
+def _postgres_raw(store: PostgresStore) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every turnlog table of ``store``'s schema, in key order."""
+    tables = {"meta": "key", "events": "session, seq", "heads": "session",
+              "idem": "session, key", "blobs": "hash", "cache": "namespace, key"}
+    raw: dict[str, list[tuple[Any, ...]]] = {}
+    with psycopg.connect(pgserver.shared().url(), autocommit=True) as conn:
+        for table, order in tables.items():
+            query = psycopg.sql.SQL("SELECT * FROM {}.{} ORDER BY " + order).format(
+                psycopg.sql.Identifier(store.schema), psycopg.sql.Identifier(table))
+            raw[table] = conn.execute(query).fetchall()
+    return raw
 
 
 def _lmdb_raw(store: LMDBStore) -> dict[bytes, list[tuple[bytes, bytes]]]:

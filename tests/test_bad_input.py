@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import turnlog
-from support import BACKENDS, LogFactory, dump
+from support import LogFactory, backend_params, dump
 from turnlog import (
     NEW_SESSION,
     AppendConflictError,
@@ -593,7 +593,7 @@ def prepare(log: Log) -> None:
     log.append("other", um("other session"))
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=backend_params())
 def prepared(request: pytest.FixtureRequest,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Log]:
     """One prepared log per backend, shared by every case (each case checks it is unchanged)."""

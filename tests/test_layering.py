@@ -8,6 +8,8 @@ Rules (checked on the source with `ast`, so an import inside a function or an
 * ``adapters/`` and ``tools/`` use the kernel through its public API only: never a
   private module (``turnlog._log``...);
 * only ``kernel/_lmdb.py`` imports the ``lmdb`` package;
+* only ``kernel/_postgres.py`` imports ``psycopg`` and ``psycopg_pool`` (the server
+  backend's connections are the kernel's only sockets, and only through them);
 * ``kernel/`` never imports networking: ``http``, ``socket``, ``urllib``, ``requests``
   (nor ``httpx``, ``aiohttp``, ``urllib3``, ``ssl``, ``websockets``).
 """
@@ -79,6 +81,9 @@ def violations(source: str, folder: str, filename: str) -> list[str]:
             found.append(f"{where}: outside the kernel, use the public API (import turnlog)")
         if within(module, "lmdb") and (folder, filename) != ("kernel", "_lmdb.py"):
             found.append(f"{where}: only kernel/_lmdb.py may import lmdb")
+        if (within(module, "psycopg") or within(module, "psycopg_pool")) \
+                and (folder, filename) != ("kernel", "_postgres.py"):
+            found.append(f"{where}: only kernel/_postgres.py may import psycopg")
         if folder == "kernel" and any(within(module, net) for net in NETWORK):
             found.append(f"{where}: the kernel does no network I/O")
     return found

@@ -2,8 +2,8 @@
 
 `LogMachine` drives one backend and compares it, after every step, with a
 model that is nothing but ``session -> [(kind, payload)]``. `AgreementMachine`
-drives the memory and LMDB backends side by side with the same operations and
-requires identical results, down to every hash and stored byte.
+drives the memory, LMDB and PostgreSQL backends side by side with the same
+operations and requires identical results, down to every hash and stored byte.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import tempfile
 from typing import Any, ClassVar
 
 import msgspec
+import pgserver
+import pytest
 import turnlog
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -230,35 +232,41 @@ TestMemoryLogAgainstModel = _machine_for("memory").TestCase
 TestMemoryLogAgainstModel.settings = STEPS
 TestLMDBLogAgainstModel = _machine_for("lmdb").TestCase
 TestLMDBLogAgainstModel.settings = STEPS
+TestPostgresLogAgainstModel = pytest.mark.skipif(
+    not pgserver.available(), reason=pgserver.SKIP_REASON)(_machine_for("postgres").TestCase)
+TestPostgresLogAgainstModel.settings = STEPS
 
 
 class AgreementMachine(RuleBasedStateMachine):
-    """Memory and LMDB, fed the same operations, must agree on everything."""
+    """Every backend, fed the same operations, must agree on everything."""
+
+    backends: ClassVar[tuple[str, ...]] = ("memory", "lmdb")
 
     def __init__(self) -> None:
         super().__init__()
-        self.memory_factory, self.memory_tmp = temp_factory("memory")
-        self.lmdb_factory, self.lmdb_tmp = temp_factory("lmdb")
-        self.logs = [self.memory_factory.open(), self.lmdb_factory.open()]
+        made = [temp_factory(name) for name in self.backends]
+        self.factories = [factory for factory, _ in made]
+        self.tmps = [tmp for _, tmp in made]
+        self.logs = [factory.open() for factory in self.factories]
         self.keyed: list[tuple[str, list[Draft]]] = []
         self.sessions: set[str] = set()
         self.counter = 0
 
     def teardown(self) -> None:
-        for factory in (self.memory_factory, self.lmdb_factory):
+        for factory in self.factories:
             factory.close_all()
-        for tmp in (self.memory_tmp, self.lmdb_tmp):
+        for tmp in self.tmps:
             tmp.cleanup()
 
     def both(self, fn: Any) -> Any:
-        """Run ``fn(log)`` on both logs; the results (or error types) must be equal."""
+        """Run ``fn(log)`` on every log; the results (or error types) must be equal."""
         outcomes = []
         for log in self.logs:
             try:
                 outcomes.append(("ok", fn(log)))
             except KernelError as exc:
                 outcomes.append(("error", type(exc)))
-        assert outcomes[0] == outcomes[1], outcomes
+        assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
         return outcomes[0]
 
     @rule(session=st.sampled_from(SESSIONS), payloads=st.lists(bodies(), min_size=1, max_size=4),
@@ -308,8 +316,9 @@ class AgreementMachine(RuleBasedStateMachine):
         self.both(lambda log: log.read(session, start, stop))
 
     @rule()
-    def reopen_lmdb(self) -> None:
-        self.logs[1] = self.lmdb_factory.reopen(self.logs[1])
+    def reopen_the_stores(self) -> None:
+        self.logs = [factory.reopen(log) for factory, log in zip(self.factories, self.logs,
+                                                                  strict=True)]
 
     @invariant()
     def both_verify(self) -> None:
@@ -318,14 +327,26 @@ class AgreementMachine(RuleBasedStateMachine):
 
     @invariant()
     def same_sessions_events_hashes_and_bytes(self) -> None:
-        memory, lmdb = (dump(log) for log in self.logs)
-        for part in ("sessions", "events", "blobs"):
-            assert memory[part] == lmdb[part], part
+        first, *others = (dump(log) for log in self.logs)
+        for other in others:
+            for part in ("sessions", "events", "blobs"):
+                assert first[part] == other[part], part
         self.both(lambda log: [log.read(h.session) for h in log.sessions()])
 
 
 TestMemoryAndLMDBAgree = AgreementMachine.TestCase
 TestMemoryAndLMDBAgree.settings = STEPS
+
+
+class AllBackendsAgreementMachine(AgreementMachine):
+    """Memory, LMDB and PostgreSQL agree on every hash and stored byte."""
+
+    backends = ("memory", "lmdb", "postgres")
+
+
+TestMemoryLMDBAndPostgresAgree = pytest.mark.skipif(
+    not pgserver.available(), reason=pgserver.SKIP_REASON)(AllBackendsAgreementMachine.TestCase)
+TestMemoryLMDBAndPostgresAgree.settings = STEPS
 
 
 def test_a_model_step_sequence_replays_on_a_fresh_log() -> None:

@@ -1,0 +1,720 @@
+"""The server backend: PostgreSQL, shared by many processes on many hosts.
+
+Theory of operation
+-------------------
+Six tables in one schema (``turnlog`` unless the URL says ``schema=...``):
+
+* ``events (session, seq) -> record``: the records, byte for byte those of LMDB;
+* ``heads (session) -> (seq, hash)``: one row per session;
+* ``idem (session, key) -> seq``;
+* ``blobs (hash) -> data``: content-addressed, inserted ``ON CONFLICT DO NOTHING``;
+* ``cache (namespace, key) -> value``: derived, droppable;
+* ``meta (key) -> value``: ``schema`` holds the schema version, `SCHEMA`.
+
+Text keys use the "C" collation, so sessions list in code point order, as on
+LMDB, whatever the database's locale.
+
+A read is one ``REPEATABLE READ READ ONLY`` transaction on a pooled
+connection: a snapshot that never sees half a batch and never blocks a writer.
+A write is one ``READ COMMITTED`` transaction. It reads the session head with
+``SELECT ... FOR UPDATE``, so writers of one session queue on that row lock
+(and then see the head the previous writer left) while writers of other
+sessions never wait for each other. A session's first writers have no row to
+lock: they race, and the primary keys of ``heads``, ``events`` and ``idem``
+make all but one fail with a unique violation. Such a transaction (and one
+the server aborted as a serialization failure or deadlock) is known to have
+written nothing, so ``fn`` runs again from the start in a new transaction,
+where `Log` sees the new head: an ``expected_seq`` conflict, an idempotent
+retry, or an append after it. Conflicts are thus detected by the database and
+never lost.
+
+Writes are buffered in the transaction object and sent at the end in one
+pipeline with the ``COMMIT``, reads inside the transaction see them (as in the
+in-memory store). After the commit, a ``NOTIFY`` on the schema's channel
+names each session written, which wakes followers (`PostgresStore.wait`). It
+is sent outside the append's transaction: a ``NOTIFY`` inside it would take a
+database-wide lock across every commit and serialize all writers. A follower
+that misses one (a crash between the two) still re-reads the head every
+second.
+
+Failures map onto `StoreError` subclasses at this boundary: a lost connection,
+a server shutting down or a statement timeout is `StoreUnavailableError`,
+which says whether the batch may have been committed (only when the
+connection failed during ``COMMIT``); a full disk is `StoreFullError`. The
+password of the URL never appears in a message or a repr: `location` is the
+URL without it.
+
+The backend relies on: transactions with ``READ COMMITTED`` and ``REPEATABLE
+READ``, ``SELECT ... FOR UPDATE``, primary keys, ``INSERT ... ON CONFLICT``,
+``unnest`` of arrays, ``bytea`` and the "C" collation; ``LISTEN``/``NOTIFY``
+only for waking followers (without them followers poll).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, TypeVar
+
+from ._errors import (
+    ForkedProcessError,
+    InvalidArgumentError,
+    StoreCorruptError,
+    StoreError,
+    StoreFormatError,
+    StoreFullError,
+    StoreReadOnlyError,
+    StoreUnavailableError,
+)
+from ._store import ReadTxn, Store, WriteTxn
+
+try:
+    import psycopg
+    import psycopg_pool
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+except ImportError:  # the optional extra is not installed: PostgresStore says so
+    _HAVE_PSYCOPG = False
+else:
+    _HAVE_PSYCOPG = True
+
+if TYPE_CHECKING:
+    from psycopg import Connection
+    from psycopg.rows import TupleRow
+
+__all__ = ["PostgresStore"]
+
+T = TypeVar("T")
+
+#: The schema version this turnlog reads and writes.
+SCHEMA = "turnlog-postgres/1"
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+_PAGE = 1000  # rows fetched per query when scanning a session
+_BLOB_PAGE = 64
+_RETRIES = 64  # write attempts lost to a racing writer before giving up
+_RECHECK = 1.0  # a follower re-reads the head at least this often (seconds)
+_SECRET_KEYS = ("password", "sslpassword")
+# A REPEATABLE READ transaction takes its snapshot at its first query, not at BEGIN:
+# the snapshot must be the state when `read` was entered, so a query follows at once
+# (in the same round trip).
+_BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+
+_DDL = [
+    "CREATE SCHEMA IF NOT EXISTS {s}",
+    'CREATE TABLE IF NOT EXISTS {s}.meta (key text COLLATE "C" PRIMARY KEY, '
+    "value text NOT NULL)",
+    'CREATE TABLE IF NOT EXISTS {s}.events (session text COLLATE "C" NOT NULL, '
+    "seq bigint NOT NULL, record bytea NOT NULL, PRIMARY KEY (session, seq))",
+    'CREATE TABLE IF NOT EXISTS {s}.heads (session text COLLATE "C" PRIMARY KEY, '
+    "seq bigint NOT NULL, hash bytea NOT NULL)",
+    'CREATE TABLE IF NOT EXISTS {s}.idem (session text COLLATE "C" NOT NULL, '
+    'key text COLLATE "C" NOT NULL, seq bigint NOT NULL, PRIMARY KEY (session, key))',
+    "CREATE TABLE IF NOT EXISTS {s}.blobs (hash bytea PRIMARY KEY, data bytea NOT NULL)",
+    'CREATE TABLE IF NOT EXISTS {s}.cache (namespace text COLLATE "C" NOT NULL, '
+    "key bytea NOT NULL, value bytea NOT NULL, PRIMARY KEY (namespace, key))",
+]
+
+_QUERIES = {
+    "format": "SELECT value FROM {s}.meta WHERE key = 'schema'",
+    "set_format": "INSERT INTO {s}.meta (key, value) VALUES ('schema', %s) "
+                  "ON CONFLICT (key) DO NOTHING",
+    "any_event": "SELECT 1 FROM {s}.events LIMIT 1",
+    "head": "SELECT seq, hash FROM {s}.heads WHERE session = %s",
+    "head_lock": "SELECT seq, hash FROM {s}.heads WHERE session = %s FOR UPDATE",
+    "get": "SELECT record FROM {s}.events WHERE session = %s AND seq = %s",
+    "scan": "SELECT seq, record FROM {s}.events WHERE session = %s AND seq >= %s "
+            "AND seq < %s ORDER BY seq LIMIT %s",
+    "sessions": "SELECT session, seq, hash FROM {s}.heads WHERE session > %s "
+                "ORDER BY session LIMIT %s",
+    "blob": "SELECT data FROM {s}.blobs WHERE hash = %s",
+    "blobs": "SELECT hash, data FROM {s}.blobs WHERE hash > %s ORDER BY hash LIMIT %s",
+    "idem": "SELECT seq FROM {s}.idem WHERE session = %s AND key = %s",
+    "cached": "SELECT value FROM {s}.cache WHERE namespace = %s AND key = %s",
+    "cache_items": "SELECT key, value FROM {s}.cache WHERE namespace = %s AND key > %s "
+                   "ORDER BY key LIMIT %s",
+    "put_events": "INSERT INTO {s}.events (session, seq, record) "
+                  "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])",
+    "set_head": "INSERT INTO {s}.heads (session, seq, hash) VALUES (%s, %s, %s) "
+                "ON CONFLICT (session) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash",
+    "put_idem": "INSERT INTO {s}.idem (session, key, seq) "
+                "SELECT %s, unnest(%s::text[]), unnest(%s::bigint[])",
+    "put_blob": "INSERT INTO {s}.blobs (hash, data) VALUES (%s, %s) "
+                "ON CONFLICT (hash) DO NOTHING",
+    "put_cached": "INSERT INTO {s}.cache (namespace, key, value) VALUES (%s, %s, %s) "
+                  "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value",
+}
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with every secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+class _PostgresRead(ReadTxn):
+    def __init__(self, store: PostgresStore, conn: Connection[TupleRow]) -> None:
+        self._store = store
+        self._conn = conn
+        self._q = store._q
+        # Heads read in this transaction (the bound of an ordinary scan).
+        self._heads: dict[str, tuple[int, bytes] | None] = {}
+
+    def _one(self, query: str, params: tuple[object, ...]) -> TupleRow | None:
+        return self._conn.execute(self._q[query], params).fetchone()
+
+    def head(self, session: str) -> tuple[int, bytes] | None:
+        if session in self._heads:
+            return self._heads[session]
+        row = self._one("head", (session,))
+        head = None if row is None else (int(row[0]), bytes(row[1]))
+        self._heads[session] = head
+        return head
+
+    def get(self, session: str, seq: int) -> bytes | None:
+        if not 0 <= seq < 2**63:
+            return None
+        row = self._one("get", (session, seq))
+        return None if row is None else bytes(row[0])
+
+    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
+             ) -> Iterator[tuple[int, bytes]]:
+        head = self.head(session)
+        if head is None:
+            return
+        end = 2**63 - 1 if every else head[0] + 1
+        if stop is not None:
+            end = min(stop, end)
+        seq = max(start, 0)
+        while seq < end:
+            rows = self._conn.execute(self._q["scan"], (session, seq, end, _PAGE)).fetchall()
+            for found, record in rows:
+                yield int(found), bytes(record)
+            if len(rows) < _PAGE:
+                return
+            seq = int(rows[-1][0]) + 1
+
+    def sessions(self) -> Iterator[tuple[str, int, bytes]]:
+        after = ""
+        while True:
+            rows = self._conn.execute(self._q["sessions"], (after, _PAGE)).fetchall()
+            for session, seq, digest in rows:
+                yield str(session), int(seq), bytes(digest)
+            if len(rows) < _PAGE:
+                return
+            after = str(rows[-1][0])
+
+    def blob(self, digest: str) -> bytes | None:
+        try:
+            key = bytes.fromhex(digest)
+        except ValueError:
+            return None
+        row = self._one("blob", (key,))
+        return None if row is None else bytes(row[0])
+
+    def blobs(self) -> Iterator[tuple[str, bytes]]:
+        after = b""
+        while True:
+            rows = self._conn.execute(self._q["blobs"], (after, _BLOB_PAGE)).fetchall()
+            for digest, data in rows:
+                yield bytes(digest).hex(), bytes(data)
+            if len(rows) < _BLOB_PAGE:
+                return
+            after = bytes(rows[-1][0])
+
+    def idempotency(self, session: str, key: str) -> int | None:
+        row = self._one("idem", (session, key))
+        return None if row is None else int(row[0])
+
+    def cached(self, namespace: str, key: bytes) -> bytes | None:
+        row = self._one("cached", (namespace, key))
+        return None if row is None else bytes(row[0])
+
+    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
+        after = b""
+        while True:
+            rows = self._conn.execute(self._q["cache_items"],
+                                      (namespace, after, _PAGE)).fetchall()
+            for key, value in rows:
+                yield bytes(key), bytes(value)
+            if len(rows) < _PAGE:
+                return
+            after = bytes(rows[-1][0])
+
+
+class _PostgresWrite(_PostgresRead, WriteTxn):
+    def __init__(self, store: PostgresStore, conn: Connection[TupleRow]) -> None:
+        super().__init__(store, conn)
+        self._events: dict[str, list[tuple[int, bytes]]] = {}
+        self._pending: dict[tuple[str, int], bytes] = {}
+        self._new_heads: dict[str, tuple[int, bytes]] = {}
+        self._idem: dict[tuple[str, str], int] = {}
+        self._blobs: dict[str, bytes] = {}
+        self._cache: dict[tuple[str, bytes], bytes] = {}
+
+    def head(self, session: str) -> tuple[int, bytes] | None:
+        if session in self._new_heads:
+            return self._new_heads[session]
+        if session in self._heads:
+            return self._heads[session]
+        # The row lock queues the writers of one session (see the module docstring).
+        row = self._one("head_lock", (session,))
+        head = None if row is None else (int(row[0]), bytes(row[1]))
+        self._heads[session] = head
+        return head
+
+    def get(self, session: str, seq: int) -> bytes | None:
+        pending = self._pending.get((session, seq))
+        return pending if pending is not None else super().get(session, seq)
+
+    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
+             ) -> Iterator[tuple[int, bytes]]:
+        head = self.head(session)
+        if head is None:
+            return
+        end = head[0] + 1 if stop is None else min(stop, head[0] + 1)
+        stored = self._heads.get(session)
+        stored_end = -1 if stored is None else stored[0] + 1
+        yield from super().scan(session, start, min(end, stored_end))
+        for seq in range(max(start, stored_end, 0), end):
+            record = self._pending.get((session, seq))
+            if record is not None:
+                yield seq, record
+
+    def blob(self, digest: str) -> bytes | None:
+        found = self._blobs.get(digest)
+        return found if found is not None else super().blob(digest)
+
+    def idempotency(self, session: str, key: str) -> int | None:
+        found = self._idem.get((session, key))
+        return found if found is not None else super().idempotency(session, key)
+
+    def cached(self, namespace: str, key: bytes) -> bytes | None:
+        found = self._cache.get((namespace, key))
+        return found if found is not None else super().cached(namespace, key)
+
+    def put_event(self, session: str, seq: int, record: bytes) -> None:
+        self.put_events(session, seq, (record,))
+
+    def put_events(self, session: str, first_seq: int, records: Sequence[bytes]) -> None:
+        rows = self._events.setdefault(session, [])
+        for seq, record in enumerate(records, first_seq):
+            rows.append((seq, record))
+            self._pending[(session, seq)] = record
+
+    def set_head(self, session: str, seq: int, digest: bytes) -> None:
+        if session not in self._heads:
+            self.head(session)  # lock the row (or learn there is none) before moving it
+        self._new_heads[session] = (seq, digest)
+
+    def put_idempotency(self, session: str, key: str, seq: int) -> None:
+        self._idem[(session, key)] = seq
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        self._blobs[digest] = data
+
+    def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
+        self._cache[(namespace, key)] = value
+
+    def flush(self) -> None:
+        """Send every buffered write and the COMMIT in one pipeline."""
+        q = self._q
+        with self._conn.pipeline():
+            for session, rows in self._events.items():
+                self._conn.execute(q["put_events"], (session, [s for s, _ in rows],
+                                                     [r for _, r in rows]))
+            by_session: dict[str, tuple[list[str], list[int]]] = {}
+            for (session, key), seq in self._idem.items():
+                keys, seqs = by_session.setdefault(session, ([], []))
+                keys.append(key)
+                seqs.append(seq)
+            for session, (keys, seqs) in by_session.items():
+                self._conn.execute(q["put_idem"], (session, keys, seqs))
+            for hex_hash, data in self._blobs.items():
+                self._conn.execute(q["put_blob"], (bytes.fromhex(hex_hash), data))
+            for (namespace, cache_key), value in self._cache.items():
+                self._conn.execute(q["put_cached"], (namespace, cache_key, value))
+            for session, (head_seq, head_hash) in self._new_heads.items():
+                self._conn.execute(q["set_head"], (session, head_seq, head_hash))
+
+    def written(self) -> list[str]:
+        """The sessions whose head this transaction moved."""
+        return list(self._new_heads)
+
+
+class PostgresStore(Store):
+    """A store in a PostgreSQL database, shared by any number of processes and hosts.
+
+    Parameters:
+        url: a libpq URL, ``postgresql://user:password@host:port/dbname?...``
+            (any libpq parameter: ``sslmode``, ``connect_timeout``,
+            ``options=-c statement_timeout=5000``...). Two parameters are
+            turnlog's own and removed before connecting: ``schema`` (default
+            ``turnlog``) and ``pool_size``.
+        readonly: refuse writes (and do not create the schema).
+        schema: the PostgreSQL schema holding the tables (overrides the URL's).
+        pool_size: the most connections this store opens (default 8).
+        pool_timeout: seconds to wait for a free connection (or for the server
+            to accept one) before `StoreUnavailableError`.
+        notify: wake followers with NOTIFY after each write (see `wait`).
+
+    Raises:
+        StoreError: psycopg is not installed (``pip install 'turnlog[postgres]'``).
+        StoreUnavailableError: the server cannot be reached.
+        StoreFormatError: the schema was written by another turnlog version.
+        InvalidArgumentError: a malformed URL or option.
+    """
+
+    name = "postgres"
+
+    def __init__(self, url: str, *, readonly: bool = False, schema: str | None = None,
+                 pool_size: int | None = None, pool_timeout: float = 30.0,
+                 notify: bool = True) -> None:
+        if not _HAVE_PSYCOPG:
+            raise StoreError("the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
+                             "pip install 'turnlog[postgres]'")
+        if not isinstance(url, str):
+            raise InvalidArgumentError(f"url must be a str, found {type(url).__name__}")
+        url, own = _own_params(url)
+        try:
+            params = conninfo_to_dict(url)
+        except psycopg.ProgrammingError:
+            raise InvalidArgumentError("the PostgreSQL URL is malformed; expected "
+                                       "postgresql://user@host:port/dbname?...") from None
+        self._secrets = [str(params[k]) for k in _SECRET_KEYS if params.get(k)]
+        url_schema = own.get("schema")
+        url_pool = own.get("pool_size")
+        schema = schema if schema is not None else str(url_schema or "turnlog")
+        if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
+            raise InvalidArgumentError(f"schema must be a lowercase identifier (letters, digits, "
+                                       f"_; at most 63), found {schema!r}")
+        if pool_size is None:
+            try:
+                pool_size = int(str(url_pool)) if url_pool is not None else 8
+            except ValueError:
+                raise InvalidArgumentError(f"pool_size in the URL must be an integer, found "
+                                           f"{url_pool!r}") from None
+        if not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
+            raise InvalidArgumentError(f"pool_size must be an int from 1 to 1000, found "
+                                       f"{pool_size!r}")
+        self.schema = schema
+        self.readonly = readonly
+        self.notify = notify
+        self.location = self._public_url(params, schema)
+        self._conninfo = make_conninfo("", **params)
+        self._channel = f"turnlog.{schema}"
+        self._pid = os.getpid()
+        self._closed = False
+        self._timeout = float(pool_timeout)
+        self._listeners = threading.local()
+        self._q = {name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
+                   for name, text in _QUERIES.items()}
+        self._pool = psycopg_pool.ConnectionPool(
+            self._conninfo, min_size=1, max_size=pool_size, open=False,
+            kwargs={"autocommit": True}, timeout=self._timeout, name="turnlog",
+            reconnect_timeout=self._timeout)
+        try:
+            with self._guard("open the store"):
+                self._pool.open(wait=True, timeout=self._timeout)
+                self._check_format()
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @staticmethod
+    def _public_url(params: Mapping[str, object], schema: str) -> str:
+        """The URL without secrets, for messages and reprs."""
+        user = params.get("user")
+        host = params.get("host") or ""
+        port = params.get("port")
+        where = f"{user}@" if user else ""
+        where += str(host) if "/" not in str(host) else f"[{host}]"
+        if port:
+            where += f":{port}"
+        db = params.get("dbname") or ""
+        return f"postgresql://{where}/{db}?schema={schema}"
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore {self.location!r}>"
+
+    # -- setup ---------------------------------------------------------------------
+    def _check_format(self) -> None:
+        with self._connection() as conn:
+            try:
+                row = conn.execute(self._q["format"]).fetchone()
+            except pg_errors.UndefinedTable:
+                row = None
+                if self.readonly:
+                    raise StoreError(f"no turnlog store at {self.location} (schema "
+                                     f"{self.schema!r} has no turnlog tables); check the URL "
+                                     "or create the store by opening it for writing") from None
+                self._create(conn)
+                row = conn.execute(self._q["format"]).fetchone()
+            if row is None:
+                if conn.execute(self._q["any_event"]).fetchone() is not None:
+                    raise StoreFormatError(f"{self.location} has events but no schema version; "
+                                           "it was not written by turnlog")
+                if self.readonly:
+                    return
+                conn.execute(self._q["set_format"], (SCHEMA,))
+                row = conn.execute(self._q["format"]).fetchone()
+        found = str(row[0]) if row is not None else SCHEMA
+        if found != SCHEMA:
+            raise StoreFormatError(
+                f"store {self.location} has schema {found!r}; this turnlog reads {SCHEMA!r}. "
+                "Open it with the turnlog version that wrote it, or copy it there into an "
+                "empty store (`turnlog copy`) that this version can read; schemas are never "
+                "upgraded implicitly")
+
+    def _create(self, conn: Connection[TupleRow]) -> None:
+        encoding = conn.execute("SHOW server_encoding").fetchone()
+        if encoding is None or str(encoding[0]).upper() not in ("UTF8", "UTF-8"):
+            raise StoreError(f"the database of {self.location} has encoding "
+                             f"{encoding[0] if encoding else '?'}; turnlog needs UTF8 "
+                             "(createdb -E UTF8)")
+        for attempt in range(5):
+            try:
+                with conn.transaction():
+                    for statement in _DDL:
+                        conn.execute(sql.SQL(statement).format(
+                            s=sql.Identifier(self.schema)))
+                    conn.execute(self._q["set_format"], (SCHEMA,))
+                return
+            except (pg_errors.UniqueViolation, pg_errors.DuplicateObject,
+                    pg_errors.DuplicateTable, pg_errors.DuplicateSchema):
+                # Another process created the same tables at the same moment.
+                time.sleep(0.01 * (attempt + 1))
+        raise StoreError(f"could not create the turnlog tables in {self.location}; retry")
+
+    # -- guards ----------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._closed:
+            raise StoreError(f"the store {self.location} is closed; open it again")
+        if os.getpid() != self._pid:
+            raise ForkedProcessError(
+                f"this handle on {self.location} was opened in process {self._pid} and is used "
+                f"in child {os.getpid()} after fork(); its connections belong to the parent. "
+                "Open the log again in the child (turnlog.open(url))")
+
+    def _say(self, text: str) -> str:
+        return redact(text, self._secrets)
+
+    @contextmanager
+    def _guard(self, doing: str, *, committing: Callable[[], bool] | None = None,
+               ) -> Iterator[None]:
+        """Convert psycopg's errors to turnlog's (see the module docstring)."""
+        try:
+            yield
+        except psycopg_pool.PoolTimeout as exc:
+            raise StoreUnavailableError(
+                f"cannot {doing}: no connection to {self.location} within {self._timeout:g} s "
+                f"({self._say(str(exc))}); check that the server is up and reachable, or "
+                "raise pool_size if every connection is busy. Nothing was written") from None
+        except pg_errors.QueryCanceled as exc:
+            raise StoreUnavailableError(
+                f"cannot {doing}: a statement on {self.location} ran past its timeout "
+                f"({self._say(str(exc).strip())}); nothing was written. Retry, or raise "
+                "statement_timeout (options=-c statement_timeout=MS in the URL)") from None
+        except pg_errors.DiskFull as exc:
+            raise StoreFullError(
+                f"cannot {doing}: the database server's disk is full "
+                f"({self._say(str(exc).strip())}); nothing was written. Free space on the "
+                "server and retry") from None
+        except pg_errors.ReadOnlySqlTransaction as exc:
+            raise StoreReadOnlyError(
+                f"cannot {doing}: {self.location} accepts no writes (a read replica or a "
+                f"read-only server: {self._say(str(exc).strip())}); point writers at the "
+                "primary") from None
+        except pg_errors.InsufficientPrivilege as exc:
+            raise StoreError(f"cannot {doing}: permission denied on {self.location} "
+                             f"({self._say(str(exc).strip())}); grant the user access to "
+                             f"schema {self.schema!r}") from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            maybe = committing is not None and committing()
+            outcome = ("the batch may or may not have been committed: retry it with the same "
+                       "idempotency keys (it applies once) or re-read the session head "
+                       "before appending again" if maybe else "nothing was written")
+            raise StoreUnavailableError(
+                f"cannot {doing}: the connection to {self.location} failed "
+                f"({self._say(str(exc).strip()) or type(exc).__name__}); {outcome}. Check "
+                "that the server is up, then retry") from None
+        except pg_errors.DataCorrupted as exc:
+            raise StoreCorruptError(f"{self.location} reports corrupt data "
+                                    f"({self._say(str(exc).strip())}); run `turnlog verify` "
+                                    "and restore the database from a backup") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot {doing}: {self.location} failed "
+                             f"({self._say(str(exc).strip())})") from None
+
+    @contextmanager
+    def _connection(self, begin: str | None = None) -> Iterator[Connection[TupleRow]]:
+        """A pooled connection, in a transaction begun with ``begin``.
+
+        A connection the server dropped while it sat in the pool (a restart, an
+        idle timeout) fails on its first statement, before anything was sent
+        that could have written: it is discarded and another one taken.
+        """
+        attempts = self._pool.max_size + 1
+        for attempt in range(attempts):
+            with self._pool.connection() as conn:
+                try:
+                    conn.execute(begin or "SELECT 1")
+                except psycopg.OperationalError:
+                    if attempt + 1 == attempts or not conn.broken:
+                        raise
+                    continue
+                yield conn
+                return
+
+    # -- Store -------------------------------------------------------------------------
+    @contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        self._check()
+        with self._guard("read"), \
+                self._connection(_BEGIN_SNAPSHOT) as conn:
+            try:
+                yield _PostgresRead(self, conn)
+            finally:
+                if not conn.closed:
+                    conn.execute("ROLLBACK")
+
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        self._check()
+        if self.readonly:
+            raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
+                                     "for writing to append")
+        committing = [False]  # read by the guard: a failure during COMMIT has an unknown outcome
+        for attempt in range(_RETRIES):
+            with self._guard("write", committing=lambda: committing[0]), \
+                    self._connection("BEGIN") as conn:
+                txn = _PostgresWrite(self, conn)
+                try:
+                    result = fn(txn)
+                    txn.flush()
+                    committing[0] = True
+                    conn.execute("COMMIT")
+                except (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
+                        pg_errors.DeadlockDetected) as exc:
+                    # Nothing of this transaction was written: run fn again, where the
+                    # Log sees what the other writer did (module docstring).
+                    self._rollback(conn)
+                    if isinstance(exc, pg_errors.UniqueViolation):
+                        self._check_race(conn, txn, exc)
+                    committing[0] = False
+                    _pause(attempt)
+                    continue
+                except BaseException:
+                    if not committing[0]:
+                        self._rollback(conn)
+                    raise
+                written = txn.written()
+                if self.notify and written:
+                    self._notify(conn, written)
+                return result
+        raise StoreError(f"a write to {self.location} lost {_RETRIES} races in a row with "
+                         "other writers of the same session; nothing was written, retry")
+
+    @staticmethod
+    def _rollback(conn: Connection[TupleRow]) -> None:
+        if not conn.closed:
+            with suppress(psycopg.Error):  # the pool discards a broken connection
+                conn.execute("ROLLBACK")
+
+    def _check_race(self, conn: Connection[TupleRow], txn: _PostgresWrite,
+                    exc: Exception) -> None:
+        """After a unique violation: a racing writer moved a head we read (retry), or
+        the store holds rows past a head (corrupt; retrying would never succeed)."""
+        for session, seen in txn._heads.items():
+            row = conn.execute(self._q["head"], (session,)).fetchone()
+            if (None if row is None else (int(row[0]), bytes(row[1]))) != seen:
+                return
+        raise StoreCorruptError(
+            f"{self.location}: a write collided with rows no head accounts for "
+            f"({self._say(str(exc).strip())}); session rows exist beyond their head. Run "
+            "`turnlog verify` and restore the database from a backup")
+
+    def _notify(self, conn: Connection[TupleRow], sessions: list[str]) -> None:
+        try:
+            for session in sessions:
+                conn.execute("SELECT pg_notify(%s, %s)", (self._channel, session))
+        except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
+            self.notify = False  # a database without NOTIFY: followers poll
+        except psycopg.Error:
+            pass  # committed already; a follower re-reads the head within a second
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        listener = getattr(self._listeners, "conn", None)
+        if listener is not None:
+            listener.close()
+        if os.getpid() == self._pid:
+            self._pool.close()
+
+    # -- following --------------------------------------------------------------------
+    def wait(self, session: str, after_seq: int, timeout: float) -> bool:
+        """Block until the session's head is past ``after_seq`` (True) or ``timeout``
+        seconds pass (False).
+
+        LISTENs on the schema's channel on a connection of its own (one per
+        thread, outside the pool), so it wakes when a writer commits rather
+        than polling; it still re-reads the head every second, in case a
+        notification was lost (a writer dying between commit and NOTIFY).
+        """
+        self._check()
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with self._guard("follow the session"):
+            listener = self._listener()
+            while True:
+                head = self._head_now(session)
+                if head is not None and head > after_seq:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                for note in listener.notifies(timeout=min(left, _RECHECK)):
+                    if note.payload == session:
+                        break
+
+    def _head_now(self, session: str) -> int | None:
+        with self.read() as txn:
+            head = txn.head(session)
+        return None if head is None else head[0]
+
+    def _listener(self) -> Connection[TupleRow]:
+        conn: Connection[TupleRow] | None = getattr(self._listeners, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = psycopg.Connection.connect(self._conninfo, autocommit=True,
+                                              connect_timeout=max(1, int(self._timeout)))
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            self._listeners.conn = conn
+        return conn
+
+
+def _own_params(url: str) -> tuple[str, dict[str, str]]:
+    """Split turnlog's own query parameters (``schema``, ``pool_size``) off a URL."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    kept, own = [], {}
+    for part in query.split("&"):
+        name, _, value = part.partition("=")
+        if name in ("schema", "pool_size"):
+            own[name] = value  # identifiers and integers: nothing to unquote
+        elif part:
+            kept.append(part)
+    return (f"{base}?{'&'.join(kept)}" if kept else base), own
+
+
+def _pause(attempt: int) -> None:
+    """A short, growing pause before running a write again after a lost race."""
+    if attempt:
+        time.sleep(min(0.0005 * 2 ** min(attempt, 6), 0.03))
