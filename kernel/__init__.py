@@ -17,6 +17,7 @@ import os
 from ._chain import GENESIS, Checkpoint, covered_digest
 from ._codec import event_from_json, event_to_json
 from ._compact import Compactor, CostEstimate, Outcome
+from ._copy import Copied, copy_log
 from ._errors import (
     AppendConflictError,
     BlobNotFoundError,
@@ -116,6 +117,7 @@ __all__ = [
     "CompactionError",
     "CompactionFailed",
     "Compactor",
+    "Copied",
     "CostEstimate",
     "DECISIONS",
     "DEFAULT_STAGES",
@@ -211,6 +213,7 @@ __all__ = [
     "VerifyReport",
     "WriteTxn",
     "backoff",
+    "copy_log",
     "covered_digest",
     "event_from_json",
     "event_to_json",

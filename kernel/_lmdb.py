@@ -459,15 +459,11 @@ class _LMDBRead(ReadTxn):
         value = self._txn.get(namespace.encode() + b"\x00" + key, db=self._dbs[b"cache"])
         return None if value is None else bytes(value)
 
-    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
-        prefix = namespace.encode() + b"\x00"
+    def cache_items(self) -> Iterator[tuple[str, bytes, bytes]]:
         cursor = self._txn.cursor(db=self._dbs[b"cache"])
-        if not cursor.set_range(prefix):
-            return
         for key, value in cast(Iterator[tuple[bytes, bytes]], iter(cursor)):
-            if not key.startswith(prefix):
-                return
-            yield key[len(prefix):], value
+            namespace, _, name = key.partition(b"\x00")
+            yield namespace.decode(errors="replace"), name, value
 
 
 class _LMDBWrite(_LMDBRead, WriteTxn):

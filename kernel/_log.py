@@ -103,6 +103,9 @@ __all__ = [
 #: ``expected_seq`` meaning "the session must not exist yet".
 NEW_SESSION = -1
 
+_FOLLOW_CHUNK = 1000  # events read per snapshot while following
+_FOLLOW_SLICE = 60.0  # seconds of one wait when following without a timeout
+
 
 def backoff(attempt: int) -> None:
     """Sleep before retry ``attempt`` (1, 2...) of an append that conflicted: a
@@ -433,6 +436,57 @@ class Log:
             digest = digest.hash
         with self.snapshot() as snap:
             return snap.blob(digest)
+
+    def follow(self, session: str, after_seq: int = NEW_SESSION, *,
+               timeout: float | None = None, limit: int | None = None) -> Iterator[Event]:
+        """Yield the session's events after ``after_seq`` as they are appended.
+
+        Events already stored come first, then each new one as soon as the store
+        reports it: PostgreSQL wakes the follower with LISTEN/NOTIFY, the embedded
+        stores poll the head every 20 ms (`Store.wait`). A session that does not
+        exist yet is waited for.
+
+        Parameters:
+            session: the session to follow.
+            after_seq: the last seq already seen (-1: from the start).
+            timeout: stop after this many seconds without a new event (None:
+                follow until the caller stops iterating).
+            limit: stop after this many events.
+
+        Raises:
+            InvalidArgumentError: a bad session id, seq, timeout or limit.
+        """
+        validate_session_id(session)
+        if not isinstance(after_seq, int) or not _is_seq(after_seq + 1):
+            raise InvalidArgumentError(f"after_seq must be an int >= -1, found {after_seq!r}")
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise InvalidArgumentError(f"timeout must be None or a number >= 0, found "
+                                       f"{timeout!r}")
+        if limit is not None and (not _is_seq(limit) or limit < 1):
+            raise InvalidArgumentError(f"limit must be None or an int >= 1, found {limit!r}")
+        return self._follow(session, after_seq, timeout, limit)
+
+    def _follow(self, session: str, last: int, timeout: float | None,
+                limit: int | None) -> Iterator[Event]:
+        left = limit
+        while True:
+            with self.snapshot() as snap:
+                head = snap.head(session)
+                events = [] if head is None or head.seq <= last else \
+                    snap.read(session, last + 1, min(head.seq + 1, last + 1 + _FOLLOW_CHUNK))
+            for event in events:
+                yield event
+                last = event.seq
+                if left is not None:
+                    left -= 1
+                    if left == 0:
+                        return
+            if events:
+                continue
+            if not self.store.wait(session, last, _FOLLOW_SLICE if timeout is None
+                                   else float(timeout)) and timeout is not None:
+                return
 
     # -- writing -----------------------------------------------------------------
     def put_blob(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:

@@ -70,9 +70,9 @@ class _MemoryRead(ReadTxn):
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         return self._store._cache.get((namespace, key))
 
-    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
+    def cache_items(self) -> Iterator[tuple[str, bytes, bytes]]:
         with self._store._lock:
-            found = sorted((k, v) for (n, k), v in self._store._cache.items() if n == namespace)
+            found = sorted((n, k, v) for (n, k), v in self._store._cache.items())
         yield from found
 
 

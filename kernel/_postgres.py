@@ -136,8 +136,7 @@ _QUERIES = {
     "blobs": "SELECT hash, data FROM {s}.blobs WHERE hash > %s ORDER BY hash LIMIT %s",
     "idem": "SELECT seq FROM {s}.idem WHERE session = %s AND key = %s",
     "cached": "SELECT value FROM {s}.cache WHERE namespace = %s AND key = %s",
-    "cache_items": "SELECT key, value FROM {s}.cache WHERE namespace = %s AND key > %s "
-                   "ORDER BY key LIMIT %s",
+    "cache_items": "SELECT namespace, key, value FROM {s}.cache ORDER BY namespace, key",
     "put_events": "INSERT INTO {s}.events (session, seq, record) "
                   "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])",
     "set_head": "INSERT INTO {s}.heads (session, seq, hash) VALUES (%s, %s, %s) "
@@ -237,16 +236,10 @@ class _PostgresRead(ReadTxn):
         row = self._one("cached", (namespace, key))
         return None if row is None else bytes(row[0])
 
-    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
-        after = b""
-        while True:
-            rows = self._conn.execute(self._q["cache_items"],
-                                      (namespace, after, _PAGE)).fetchall()
-            for key, value in rows:
-                yield bytes(key), bytes(value)
-            if len(rows) < _PAGE:
-                return
-            after = bytes(rows[-1][0])
+    def cache_items(self) -> Iterator[tuple[str, bytes, bytes]]:
+        # Token counts: small rows, fetched at once.
+        for namespace, key, value in self._conn.execute(self._q["cache_items"]).fetchall():
+            yield str(namespace), bytes(key), bytes(value)
 
 
 class _PostgresWrite(_PostgresRead, WriteTxn):
@@ -413,7 +406,9 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         self._closed = False
         self._timeout = float(pool_timeout)
-        self._listeners = threading.local()
+        # One LISTENing connection per following thread (see `wait`).
+        self._listeners: dict[int, tuple[threading.Thread, Connection[TupleRow]]] = {}
+        self._listeners_lock = threading.Lock()
         self._q = {name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
                    for name, text in _QUERIES.items()}
         self._pool = psycopg_pool.ConnectionPool(
@@ -653,10 +648,12 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
-        listener = getattr(self._listeners, "conn", None)
-        if listener is not None:
-            listener.close()
+        with self._listeners_lock:
+            listeners = [conn for _, conn in self._listeners.values()]
+            self._listeners.clear()
         if os.getpid() == self._pid:
+            for conn in listeners:
+                conn.close()
             self._pool.close()
 
     # -- following --------------------------------------------------------------------
@@ -690,12 +687,22 @@ class PostgresStore(Store):
         return None if head is None else head[0]
 
     def _listener(self) -> Connection[TupleRow]:
-        conn: Connection[TupleRow] | None = getattr(self._listeners, "conn", None)
-        if conn is None or conn.closed or conn.broken:
-            conn = psycopg.Connection.connect(self._conninfo, autocommit=True,
-                                              connect_timeout=max(1, int(self._timeout)))
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-            self._listeners.conn = conn
+        me = threading.current_thread()
+        with self._listeners_lock:
+            found = self._listeners.get(me.ident or 0)
+            # Threads that followed and ended leave a connection: close it.
+            gone = [k for k, (thread, _) in self._listeners.items() if not thread.is_alive()]
+            stale = [self._listeners.pop(k)[1] for k in gone]
+        for conn in stale:
+            conn.close()
+        if found is not None and found[0] is me and not found[1].closed \
+                and not found[1].broken:
+            return found[1]
+        conn = psycopg.Connection.connect(self._conninfo, autocommit=True,
+                                          connect_timeout=max(1, int(self._timeout)))
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        with self._listeners_lock:
+            self._listeners[me.ident or 0] = (me, conn)
         return conn
 
 

@@ -79,10 +79,11 @@ class ReadTxn(ABC):
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         """A derived-cache value (e.g. a token count)."""
 
-    def cache_items(self, namespace: str) -> Iterator[tuple[bytes, bytes]]:
-        """Every ``(key, value)`` of a derived-cache namespace, ordered by key (what
-        a copy of the store carries over). A backend that cannot list its cache
-        raises `StoreError`; the copy then rebuilds the cache on use."""
+    def cache_items(self) -> Iterator[tuple[str, bytes, bytes]]:
+        """Every ``(namespace, key, value)`` of the derived cache, ordered by
+        namespace and key: what a copy of the store carries over. A backend that
+        cannot list its cache raises `StoreError` (a copy then goes without it;
+        the cache is rebuilt on use)."""
         raise StoreError(f"{type(self).__name__} cannot list its cache")
 
 

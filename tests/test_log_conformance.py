@@ -712,3 +712,43 @@ def test_forks_take_rewinds_pins_and_compactions_by_lineage_position(log: Log) -
     with pytest.raises(InvalidEventError, match="position"):
         log.append("f", EventsPinned(seqs=(99,)))
     assert log.verify().ok
+
+
+# -- following -------------------------------------------------------------------------
+def test_follow_yields_stored_events_then_new_ones_as_they_come(log: Log) -> None:
+    fill(log, "s", 2)
+    seen: list[str] = []
+
+    def follow() -> None:
+        seen.extend(e.body.text for e in log.follow("s", 0, timeout=30, limit=3))
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    log.append("s", UserMessageAdded(text="new1"))
+    log.append("s", [UserMessageAdded(text="new2"), UserMessageAdded(text="never")])
+    follower.join(timeout=60)
+    assert seen == ["m1", "new1", "new2"]
+
+
+def test_follow_waits_for_a_session_that_does_not_exist_yet(log: Log) -> None:
+    seen: list[int] = []
+    follower = threading.Thread(target=lambda: seen.extend(
+        e.seq for e in log.follow("later", timeout=30, limit=2)))
+    follower.start()
+    fill(log, "later", 2)
+    follower.join(timeout=60)
+    assert seen == [0, 1]
+
+
+def test_follow_stops_after_its_timeout_without_new_events(log: Log) -> None:
+    fill(log, "s", 3)
+    assert [e.seq for e in log.follow("s", timeout=0)] == [0, 1, 2]
+    assert list(log.follow("s", 2, timeout=0.05)) == []
+    assert list(log.follow("nothing", timeout=0)) == []
+
+
+@pytest.mark.parametrize("bad", [{"after_seq": -2}, {"after_seq": "0"}, {"timeout": -1},
+                                 {"limit": 0}, {"timeout": True}])
+def test_follow_rejects_bad_arguments(log: Log, bad: dict[str, object]) -> None:
+    with pytest.raises(turnlog.InvalidArgumentError):
+        log.follow("s", **bad)  # type: ignore[arg-type]

@@ -103,8 +103,20 @@ def _store_path(args: argparse.Namespace) -> Path:
     return Path(value)
 
 
+def _is_url(value: str) -> bool:
+    """True for a PostgreSQL URL (a store on a server rather than a directory)."""
+    return value.startswith(("postgresql://", "postgres://"))
+
+
 def _open(args: argparse.Namespace, *, write: bool = False) -> turnlog.Log:
-    path = _store_path(args)
+    value = args.store or os.environ.get("TURNLOG_STORE") or DEFAULT_STORE
+    return _open_store(value, write=write)
+
+
+def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
+    if _is_url(value):
+        return turnlog.open(value, readonly=not write)
+    path = Path(value)
     if not write and not (path / "data.mdb").is_file():
         raise _NoStoreError(
             f"no turnlog store at {str(path)!r}; pass --store PATH or set TURNLOG_STORE "
@@ -170,8 +182,9 @@ def _write_output(path: str | None, data: bytes) -> None:
 def _cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as log:
         heads = log.sessions()
+        location = log.store.location  # for a URL: without its password
     if args.json:
-        _emit({"store": str(_store_path(args)), "sessions": [
+        _emit({"store": location, "sessions": [
             {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
              "head_hash": h.hash.hex()} for h in heads]}, sys.stdout)
         return EXIT_OK
@@ -318,6 +331,22 @@ def _problem_json(problem: turnlog.Problem | None) -> dict[str, Any] | None:
 
 def _verify_progress(events: int) -> None:
     print(f"verify: {events:,} events checked", file=sys.stderr, flush=True)
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
+        copied = turnlog.copy_log(source, target)
+        report = target.verify()
+        where = target.store.location
+    if args.json:
+        _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
+               "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
+               "problem": _problem_json(report.problem)}, sys.stdout)
+    else:
+        print(f"copied {copied.sessions} sessions, {copied.events} events, {copied.blobs} "
+              f"blobs and {copied.cached} cached counts to {where}")
+        print("verify: ok" if report.ok else f"verify: FAILED: {report.problem}")
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
@@ -804,7 +833,8 @@ def _nonneg(text: str) -> int:
 def _build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--store", default=argparse.SUPPRESS, metavar="PATH",
-                        help="the store directory (default: $TURNLOG_STORE, else ./.turnlog)")
+                        help="the store directory or postgresql:// URL (default: "
+                             "$TURNLOG_STORE, else ./.turnlog)")
     printing = _Parser(add_help=False)
     printing.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -812,7 +842,8 @@ def _build_parser() -> argparse.ArgumentParser:
                      epilog="Exit codes: 0 ok, 1 a check failed, 2 usage error, 3 turnlog "
                             "error, 4 store missing. See docs/cli.md.")
     parser.add_argument("--store", default=None, metavar="PATH",
-                        help="the store directory (default: $TURNLOG_STORE, else ./.turnlog)")
+                        help="the store directory or postgresql:// URL (default: "
+                             "$TURNLOG_STORE, else ./.turnlog)")
     parser.add_argument("--version", action="version", version=f"turnlog {turnlog.__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True,
                                 parser_class=_Parser)
@@ -852,6 +883,13 @@ def _build_parser() -> argparse.ArgumentParser:
                    "against the schema and is canonical (slower)")
     p.add_argument("--progress", action="store_true", help="report the events checked on "
                    "stderr as it goes")
+
+    p = verb("copy", _cmd_copy, "copy every session, blob and cached count of store SRC "
+             "into store DST (a directory or a postgresql:// URL), hashes preserved, then "
+             "verify the copy")
+    p.add_argument("source", metavar="SRC", help="the store to copy (opened read-only)")
+    p.add_argument("target", metavar="DST", help="the store to copy into (created if "
+                   "missing; it must hold none of SRC's sessions)")
 
     p = verb("checkpoint", _cmd_checkpoint, "write a checkpoint (session, seq, hash, mac) of "
              "a session's head as JSON")

@@ -1,0 +1,397 @@
+"""What only the PostgreSQL backend has: a schema version, a server that can fail.
+
+The conformance suite and the stateful machines run on PostgreSQL too (the
+``postgres`` param); this module adds the server's own cases, each on a real
+server: the schema version, credentials kept out of every message, many
+writers on one session and on many, a connection terminated mid-append, a
+statement timeout, the server killed with SIGKILL and restarted, a full disk,
+and followers woken by NOTIFY. A fault test starts a server of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pgserver
+import psycopg
+import pytest
+import turnlog
+from support import LogFactory, dump
+from turnlog import (
+    AppendConflictError,
+    Draft,
+    PostgresStore,
+    StoreError,
+    StoreFormatError,
+    StoreFullError,
+    StoreUnavailableError,
+    UserMessageAdded,
+)
+from turnlog.tools.cli import main
+
+pytestmark = pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)
+
+SECRET = "s3cr3t-Pa55word"
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Iterator[LogFactory]:
+    """PostgreSQL logs, each in a schema of its own on the shared server."""
+    factory = LogFactory("postgres", tmp_path)
+    yield factory
+    factory.close_all()
+
+
+@pytest.fixture
+def server() -> Iterator[pgserver.Server]:
+    """A server of this test's own, which it may kill."""
+    own = pgserver.Server()
+    yield own
+    own.stop()
+
+
+def keyed(batch: int, size: int = 3) -> list[Draft]:
+    """Batch number ``batch``: ``size`` messages with keys ``b{batch}-{i}``."""
+    return [Draft(body=UserMessageAdded(text=f"batch {batch} message {i}"), key=f"b{batch}-{i}")
+            for i in range(size)]
+
+
+def batches_stored(log: turnlog.Log, session: str) -> dict[int, int]:
+    """``batch number -> events stored`` from the keys of a session's events."""
+    counts: dict[int, int] = {}
+    if log.head(session) is None:
+        return counts
+    for event in log.read(session):
+        assert event.key is not None
+        number = int(event.key[1:].split("-")[0])
+        counts[number] = counts.get(number, 0) + 1
+    return counts
+
+
+def admin(server: pgserver.Server) -> psycopg.Connection[tuple[object, ...]]:
+    """A superuser connection to ``server`` outside turnlog."""
+    return psycopg.connect(server.url(), autocommit=True)
+
+
+# -- schema -----------------------------------------------------------------------------
+def test_first_open_creates_the_schema_with_its_version(logs: LogFactory) -> None:
+    log = logs.open()
+    assert isinstance(log.store, PostgresStore)
+    with admin(pgserver.shared()) as conn:
+        row = conn.execute(f"SELECT value FROM {log.store.schema}.meta "
+                           "WHERE key = 'schema'").fetchone()
+    assert row == ("turnlog-postgres/1",)
+
+
+@pytest.mark.parametrize("version", ["turnlog-postgres/2", "turnlog-postgres/0"])
+def test_a_newer_or_older_schema_is_refused_like_an_lmdb_format(logs: LogFactory,
+                                                                 version: str) -> None:
+    log = logs.open()
+    log.append("s", UserMessageAdded(text="hi"))
+    schema = log.store.schema  # type: ignore[attr-defined]
+    with admin(pgserver.shared()) as conn:
+        conn.execute(f"UPDATE {schema}.meta SET value = %s WHERE key = 'schema'",
+                     (version,))
+    before = dump(log)
+    with pytest.raises(StoreFormatError, match="this turnlog reads 'turnlog-postgres/1'"):
+        turnlog.open(pgserver.shared().url(schema=schema))
+    assert dump(log) == before  # nothing was upgraded or created
+
+
+def test_a_missing_schema_opened_read_only_is_refused_and_not_created() -> None:
+    url = pgserver.shared().url(schema="never_created")
+    with pytest.raises(StoreError, match="no turnlog store"):
+        turnlog.open(url, readonly=True)
+    with admin(pgserver.shared()) as conn:
+        found = conn.execute("SELECT 1 FROM information_schema.schemata "
+                             "WHERE schema_name = 'never_created'").fetchone()
+    assert found is None
+
+
+def test_a_bad_schema_name_or_pool_size_is_an_argument_error() -> None:
+    with pytest.raises(turnlog.InvalidArgumentError, match="schema"):
+        turnlog.open(pgserver.shared().url(schema="Bad-Name"))
+    with pytest.raises(turnlog.InvalidArgumentError, match="pool_size"):
+        turnlog.open(pgserver.shared().url(schema="ok", pool_size="many"))
+
+
+# -- credentials --------------------------------------------------------------------------
+def test_the_password_appears_in_no_error_repr_or_cli_output(
+        logs: LogFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    shared = pgserver.shared()
+    # Unreachable: a port nothing listens on.
+    dead = f"postgresql://postgres:{SECRET}@127.0.0.1:1/postgres?connect_timeout=2"
+    with pytest.raises(StoreUnavailableError) as caught:
+        PostgresStore(dead, pool_timeout=2)
+    assert SECRET not in str(caught.value)
+    assert caught.value.__cause__ is None or SECRET not in str(caught.value.__cause__)
+    # Reachable (the test server trusts local users, so any password is accepted).
+    url = (f"postgresql://postgres:{SECRET}@/postgres?host={shared.root}&port={shared.port}"
+           "&schema=secret_test")
+    log = turnlog.open(url)
+    try:
+        log.append("s", UserMessageAdded(text="hi"))
+        assert SECRET not in repr(log) and SECRET not in log.store.location
+        assert SECRET not in repr(log.store)
+        for argv in (["--store", url, "sessions", "--json"], ["--store", url, "verify", "--json"],
+                     ["--store", url, "show", "s", "0", "--json"]):
+            assert main(argv) == 0
+            out, err = capsys.readouterr()
+            assert SECRET not in out + err
+            json.loads(out)
+        assert main(["--store", url.replace("secret_test", "nothing_here"), "sessions"]) != 0
+        out, err = capsys.readouterr()
+        assert SECRET not in out + err
+    finally:
+        log.close()
+        with admin(shared) as conn:
+            conn.execute("DROP SCHEMA secret_test CASCADE")
+
+
+# -- many writers --------------------------------------------------------------------------
+def test_writers_on_one_session_never_lose_or_duplicate_an_event(logs: LogFactory) -> None:
+    log = logs.open()
+    url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+    writers, batches = 6, 15
+    errors: list[BaseException] = []
+
+    def write(worker: int) -> None:
+        own = turnlog.open(url)  # a store (and pool) per writer, as separate hosts would
+        try:
+            for n in range(batches):
+                number = worker * 1000 + n
+                own.append("shared", keyed(number, 2))
+                # a retry after an unknown outcome: applied once
+                again = own.append("shared", keyed(number, 2))
+                assert again.duplicate
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    counts = batches_stored(log, "shared")
+    assert counts == {w * 1000 + n: 2 for w in range(writers) for n in range(batches)}
+    assert log.verify().ok
+
+
+def test_expected_seq_races_are_decided_by_the_database(logs: LogFactory) -> None:
+    log = logs.open()
+    url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+    wins: list[int] = []
+    conflicts: list[AppendConflictError] = []
+    barrier = threading.Barrier(8)
+
+    def race(worker: int) -> None:
+        own = turnlog.open(url)
+        try:
+            barrier.wait()
+            own.append("new", UserMessageAdded(text=str(worker)), expected_seq=-1)
+            wins.append(worker)
+        except AppendConflictError as exc:
+            conflicts.append(exc)
+        finally:
+            own.close()
+
+    threads = [threading.Thread(target=race, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1 and len(conflicts) == 7
+    assert all((c.expected, c.actual) == (-1, 0) for c in conflicts)
+    assert [e.body.text for e in log.read("new")] == [str(wins[0])]
+
+
+def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path: Path) -> None:
+    log = logs.open()
+    url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+    script = (
+        "import sys, turnlog\n"
+        "url, worker = sys.argv[1], int(sys.argv[2])\n"
+        "log = turnlog.open(url)\n"
+        "for n in range(20):\n"
+        "    drafts = [turnlog.Draft(body=turnlog.UserMessageAdded(text=str(i)),"
+        " key=f'b{worker * 1000 + n}-{i}') for i in range(3)]\n"
+        "    log.append('shared', drafts)\n"
+        "    log.append(f'own{worker}', drafts)\n"
+        "log.close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, url, str(w)]) for w in range(4)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
+    expected = {w * 1000 + n: 3 for w in range(4) for n in range(20)}
+    assert batches_stored(log, "shared") == expected
+    for w in range(4):
+        assert batches_stored(log, f"own{w}") == {w * 1000 + n: 3 for n in range(20)}
+    assert log.verify().ok
+
+
+# -- faults ----------------------------------------------------------------------------------
+def hold_head_lock(server: pgserver.Server, schema: str, session: str,
+                   ) -> psycopg.Connection[tuple[object, ...]]:
+    """A connection holding the row lock on a session's head (an append then waits)."""
+    conn = psycopg.connect(server.url())
+    conn.execute(f"SELECT 1 FROM {schema}.heads WHERE session = %s FOR UPDATE",
+                 (session,))
+    return conn
+
+
+def test_a_connection_terminated_mid_append_writes_nothing_and_the_retry_applies_once(
+        server: pgserver.Server) -> None:
+    log = turnlog.open(server.url(schema="faults"))
+    try:
+        log.append("s", keyed(0))
+        before = dump_rows(server)
+        blocker = hold_head_lock(server, "faults", "s")
+        outcome: list[BaseException | turnlog.Appended] = []
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
+        appender.start()
+        with admin(server) as conn:
+            # Wait until the append is inside its transaction, waiting for the lock...
+            pid = None
+            while pid is None:
+                row = conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = "
+                                   "'Lock' AND query LIKE '%FOR UPDATE%'").fetchone()
+                pid = row[0] if row else None
+            # ...then drop its connection.
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        appender.join()
+        blocker.close()
+        assert isinstance(outcome[0], StoreUnavailableError)
+        assert "nothing was written" in str(outcome[0])
+        assert dump_rows(server) == before
+        done = log.append("s", keyed(1))  # the retry, with the same keys
+        assert (done.first_seq, done.duplicate) == (3, False)
+        assert log.append("s", keyed(1)).duplicate
+        assert batches_stored(log, "s") == {0: 3, 1: 3}
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+def test_a_statement_timeout_is_a_clear_error_and_writes_nothing(server: pgserver.Server) -> None:
+    log = turnlog.open(server.url(schema="faults", options="-c%20statement_timeout%3D300"))
+    try:
+        log.append("s", keyed(0))
+        before = dump_rows(server)
+        blocker = hold_head_lock(server, "faults", "s")
+        with pytest.raises(StoreUnavailableError, match="statement_timeout") as caught:
+            log.append("s", keyed(1))
+        assert "nothing was written" in str(caught.value)
+        blocker.close()
+        assert dump_rows(server) == before
+        assert log.append("s", keyed(1)).first_seq == 3
+    finally:
+        log.close()
+
+
+def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
+        server: pgserver.Server) -> None:
+    url = server.url(schema="faults")
+    log = turnlog.open(url)
+    acknowledged: list[int] = []
+    failed: list[int] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        number = 0
+        while not stop.is_set() and number < 5000:
+            try:
+                log.append("s", keyed(number, 4))
+                acknowledged.append(number)
+            except StoreUnavailableError:
+                failed.append(number)
+                return
+            number += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while len(acknowledged) < 50 and writer.is_alive():
+        threading.Event().wait(0.01)
+    server.kill()
+    stop.set()
+    writer.join()
+    assert failed, "the writer should have met the dead server"
+    with pytest.raises(StoreUnavailableError):
+        log.append("s", keyed(99_999))
+    server.start()
+    # The same handle recovers: its pool replaces the dead connections.
+    counts = batches_stored(log, "s")
+    assert all(counts.get(n) == 4 for n in acknowledged)  # every acknowledged batch
+    assert all(c == 4 for c in counts.values())  # and no half batch
+    assert set(counts) <= {*acknowledged, *failed}
+    # The batch whose outcome was unknown: retrying applies it exactly once.
+    retry = log.append("s", keyed(failed[0], 4))
+    assert retry.duplicate == (failed[0] in counts)
+    assert batches_stored(log, "s")[failed[0]] == 4
+    assert log.verify().ok
+    log.close()
+
+
+def test_a_full_disk_fails_the_append_cleanly(tmp_path: Path) -> None:
+    # The server may write no file beyond 24 MB (ulimit -f): a table that would
+    # grow past it fails as on a full disk (PostgreSQL reports a short write as
+    # "disk full"). WAL segments are 16 MB, so the server itself still runs.
+    server = pgserver.Server(file_limit=24 * 2**20 + 4096)
+    log = turnlog.open(server.url(schema="faults"))
+    try:
+        import os
+        written = 0
+        with pytest.raises(StoreFullError, match="disk is full") as caught:
+            for n in range(100):
+                # incompressible payloads of 1 MB, as blobs
+                log.append("s", UserMessageAdded(text=os.urandom(2**19).hex()))
+                written = n + 1
+        assert "nothing was written" in str(caught.value)
+        assert 0 < written < 100
+        head = log.head("s")
+        assert head is not None and head.seq == written - 1
+        report = log.verify()
+        assert report.ok and report.blobs == written
+    finally:
+        log.close()
+        server.stop()
+
+
+def _try(log: turnlog.Log, batch: list[Draft]) -> BaseException | turnlog.Appended:
+    try:
+        return log.append("s", batch)
+    except BaseException as exc:
+        return exc
+
+
+def dump_rows(server: pgserver.Server) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of the ``faults`` schema."""
+    out = {}
+    with admin(server) as conn:
+        for table in ("events", "heads", "idem", "blobs", "cache", "meta"):
+            out[table] = conn.execute(f"SELECT * FROM faults.{table} ORDER BY 1, 2").fetchall()
+    return out
+
+
+# -- following --------------------------------------------------------------------------------
+def test_a_follower_is_woken_by_a_writer_on_another_connection(logs: LogFactory) -> None:
+    log = logs.open()
+    url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+    log.append("s", UserMessageAdded(text="0"))
+    seen: list[str] = []
+    follower = threading.Thread(target=lambda: seen.extend(
+        e.body.text for e in log.follow("s", 0, timeout=30, limit=3)))
+    follower.start()
+    other = turnlog.open(url)
+    try:
+        for i in (1, 2, 3):
+            other.append("s", UserMessageAdded(text=str(i)))
+    finally:
+        other.close()
+    follower.join(timeout=60)
+    assert seen == ["1", "2", "3"]
