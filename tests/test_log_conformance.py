@@ -752,3 +752,20 @@ def test_follow_stops_after_its_timeout_without_new_events(log: Log) -> None:
 def test_follow_rejects_bad_arguments(log: Log, bad: dict[str, object]) -> None:
     with pytest.raises(turnlog.InvalidArgumentError):
         log.follow("s", **bad)  # type: ignore[arg-type]
+
+
+# -- copying -----------------------------------------------------------------------------
+def test_copy_log_to_another_store_keeps_every_hash_key_and_blob(logs: LogFactory) -> None:
+    source, target = logs.open(), logs.open()
+    fill(source, "a", 3)
+    source.append("a", [Draft(body=UserMessageAdded(text="k"), key="key-1"),
+                        Draft(body=ToolResultAdded(call_id="c", tool_name="t",
+                                                   output=big_output()))])
+    source.fork("a", 1, "b")
+    copied = turnlog.copy_log(source, target)
+    assert (copied.sessions, copied.events, copied.blobs) == (2, 6, 1)
+    for part in ("sessions", "events", "blobs"):
+        assert dump(target)[part] == dump(source)[part]
+    assert target.verify().ok
+    again = target.append("a", Draft(body=UserMessageAdded(text="k"), key="key-1"))
+    assert again.duplicate and again.first_seq == 3

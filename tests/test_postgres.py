@@ -11,6 +11,7 @@ and followers woken by NOTIFY. A fault test starts a server of its own.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -32,6 +33,7 @@ from turnlog import (
     StoreUnavailableError,
     UserMessageAdded,
 )
+from turnlog.adapters.render import renderer_for
 from turnlog.tools.cli import main
 
 pytestmark = pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)
@@ -395,3 +397,77 @@ def test_a_follower_is_woken_by_a_writer_on_another_connection(logs: LogFactory)
         other.close()
     follower.join(timeout=60)
     assert seen == ["1", "2", "3"]
+
+
+# -- copy ----------------------------------------------------------------------------------
+GOLDEN = Path(__file__).parent / "golden" / "v0.1.0" / "store"
+
+
+def replay_all(log: turnlog.Log) -> int:
+    """Replay every recorded request of ``log``; return how many (all must match)."""
+    packer = turnlog.Packer(log)
+    replayed = 0
+    for head in log.sessions():
+        for event in log.read(head.session, kinds=["request"]):
+            request = event.body
+            assert isinstance(request, turnlog.RequestIssued)
+            result = packer.replay(head.session, event.seq,
+                                   render=renderer_for(request, blobs=log.blob))
+            assert result.ok, (head.session, event.seq, result.difference)
+            replayed += 1
+    return replayed
+
+
+def test_copy_lmdb_to_postgres_to_lmdb_keeps_every_hash_and_replays(
+        logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "golden"
+    shutil.copytree(GOLDEN, source)  # LMDB writes a lock file beside the data
+    middle = logs.open()
+    url = pgserver.shared().url(schema=middle.store.schema)  # type: ignore[attr-defined]
+    back = tmp_path / "back"
+    assert main(["copy", str(source), url, "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["ok"] and first["sessions"] > 0 and first["blobs"] > 0
+    assert first["cached"] > 0  # the Packer's token counts travel too
+    assert main(["copy", url, str(back)]) == 0
+    assert "verify: ok" in capsys.readouterr().out
+    with turnlog.open(source, readonly=True) as original, \
+            turnlog.open(back, readonly=True) as returned:
+        expected = dump(original)
+        for log in (middle, returned):
+            copied = dump(log)
+            for part in ("sessions", "events", "blobs"):
+                assert copied[part] == expected[part], part
+            with log.store.read() as txn, original.store.read() as there:
+                assert list(txn.cache_items()) == list(there.cache_items())
+            assert log.verify().ok
+        assert replay_all(middle) == replay_all(returned) == replay_all(original) > 40
+        # Old idempotency keys still apply once on the copy.
+        keyed = next(e for h in original.sessions() for e in original.read(h.session)
+                     if e.key is not None)
+        again = middle.append(keyed.session, Draft(body=keyed.body, time=keyed.time,
+                                                   key=keyed.key, causation=keyed.causation,
+                                                   meta=keyed.meta))
+        assert again.duplicate and again.first_seq == keyed.seq
+
+
+def test_copy_refuses_a_target_holding_a_session_of_the_source(logs: LogFactory) -> None:
+    source, target = logs.open(), logs.open()
+    source.append("s", UserMessageAdded(text="a"))
+    target.append("s", UserMessageAdded(text="b"))
+    before = dump(target)
+    with pytest.raises(turnlog.InvalidArgumentError, match="already holds session 's'"):
+        turnlog.copy_log(source, target)
+    assert dump(target) == before
+
+
+def test_verify_names_the_first_row_changed_behind_turnlogs_back(logs: LogFactory) -> None:
+    log = logs.open()
+    log.append("s", [UserMessageAdded(text=f"m{i}") for i in range(5)])
+    schema = log.store.schema  # type: ignore[attr-defined]
+    with admin(pgserver.shared()) as conn:
+        conn.execute(f"UPDATE {schema}.events SET record = overlay(record placing "  # noqa: S608
+                     "'\\x4e'::bytea from length(record)) WHERE session = 's' AND seq IN (2, 4)")
+    report = log.verify()
+    assert not report.ok
+    assert (report.problem.session, report.problem.seq) == ("s", 2)
