@@ -58,7 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, LiteralString, TypeVar
 
 from ._errors import (
     ForkedProcessError,
@@ -166,8 +166,12 @@ class _PostgresRead(ReadTxn):
         # Heads read in this transaction (the bound of an ordinary scan).
         self._heads: dict[str, tuple[int, bytes] | None] = {}
 
+    def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
+        return self._conn.execute(self._q[query], params).fetchall()
+
     def _one(self, query: str, params: tuple[object, ...]) -> TupleRow | None:
-        return self._conn.execute(self._q[query], params).fetchone()
+        rows = self._rows(query, params)
+        return rows[0] if rows else None
 
     def head(self, session: str) -> tuple[int, bytes] | None:
         if session in self._heads:
@@ -193,7 +197,7 @@ class _PostgresRead(ReadTxn):
             end = min(stop, end)
         seq = max(start, 0)
         while seq < end:
-            rows = self._conn.execute(self._q["scan"], (session, seq, end, _PAGE)).fetchall()
+            rows = self._rows("scan", (session, seq, end, _PAGE))
             for found, record in rows:
                 yield int(found), bytes(record)
             if len(rows) < _PAGE:
@@ -203,7 +207,7 @@ class _PostgresRead(ReadTxn):
     def sessions(self) -> Iterator[tuple[str, int, bytes]]:
         after = ""
         while True:
-            rows = self._conn.execute(self._q["sessions"], (after, _PAGE)).fetchall()
+            rows = self._rows("sessions", (after, _PAGE))
             for session, seq, digest in rows:
                 yield str(session), int(seq), bytes(digest)
             if len(rows) < _PAGE:
@@ -221,7 +225,7 @@ class _PostgresRead(ReadTxn):
     def blobs(self) -> Iterator[tuple[str, bytes]]:
         after = b""
         while True:
-            rows = self._conn.execute(self._q["blobs"], (after, _BLOB_PAGE)).fetchall()
+            rows = self._rows("blobs", (after, _BLOB_PAGE))
             for digest, data in rows:
                 yield bytes(digest).hex(), bytes(data)
             if len(rows) < _BLOB_PAGE:
@@ -238,7 +242,7 @@ class _PostgresRead(ReadTxn):
 
     def cache_items(self) -> Iterator[tuple[str, bytes, bytes]]:
         # Token counts: small rows, fetched at once.
-        for namespace, key, value in self._conn.execute(self._q["cache_items"]).fetchall():
+        for namespace, key, value in self._rows("cache_items"):
             yield str(namespace), bytes(key), bytes(value)
 
 
@@ -251,6 +255,18 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._idem: dict[tuple[str, str], int] = {}
         self._blobs: dict[str, bytes] = {}
         self._cache: dict[tuple[str, bytes], bytes] = {}
+        self.begun = False
+        self.committing = False
+
+    def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
+        if self.begun:
+            return super()._rows(query, params)
+        # BEGIN travels with the transaction's first query: one round trip.
+        self.begun = True
+        with self._conn.pipeline():
+            self._conn.execute(b"BEGIN")
+            cursor = self._conn.execute(self._q[query], params)
+        return cursor.fetchall()
 
     def head(self, session: str) -> tuple[int, bytes] | None:
         if session in self._new_heads:
@@ -316,10 +332,14 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         self._cache[(namespace, key)] = value
 
-    def flush(self) -> None:
-        """Send every buffered write and the COMMIT in one pipeline."""
+    def commit(self, channel: str | None) -> None:
+        """Send every buffered write, the COMMIT and (with a ``channel``) the
+        notifications, in one pipeline: one round trip."""
         q = self._q
         with self._conn.pipeline():
+            if not self.begun:
+                self.begun = True
+                self._conn.execute(b"BEGIN")
             for session, rows in self._events.items():
                 self._conn.execute(q["put_events"], (session, [s for s, _ in rows],
                                                      [r for _, r in rows]))
@@ -336,6 +356,13 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 self._conn.execute(q["put_cached"], (namespace, cache_key, value))
             for session, (head_seq, head_hash) in self._new_heads.items():
                 self._conn.execute(q["set_head"], (session, head_seq, head_hash))
+            self.committing = True
+            self._conn.execute(b"COMMIT")
+            # After the COMMIT, each in a transaction of its own: a NOTIFY inside the
+            # append's transaction would serialize every commit (module docstring).
+            if channel is not None:
+                for session in self._new_heads:
+                    self._conn.execute(b"SELECT pg_notify(%s, %s)", (channel, session))
 
     def written(self) -> list[str]:
         """The sessions whose head this transaction moved."""
@@ -350,12 +377,12 @@ class PostgresStore(Store):
             (any libpq parameter: ``sslmode``, ``connect_timeout``,
             ``options=-c statement_timeout=5000``...). Two parameters are
             turnlog's own and removed before connecting: ``schema`` (default
-            ``turnlog``) and ``pool_size``.
+            ``turnlog``), ``pool_size`` and ``pool_timeout``.
         readonly: refuse writes (and do not create the schema).
         schema: the PostgreSQL schema holding the tables (overrides the URL's).
         pool_size: the most connections this store opens (default 8).
         pool_timeout: seconds to wait for a free connection (or for the server
-            to accept one) before `StoreUnavailableError`.
+            to accept one) before `StoreUnavailableError` (default 30).
         notify: wake followers with NOTIFY after each write (see `wait`).
 
     Raises:
@@ -368,7 +395,7 @@ class PostgresStore(Store):
     name = "postgres"
 
     def __init__(self, url: str, *, readonly: bool = False, schema: str | None = None,
-                 pool_size: int | None = None, pool_timeout: float = 30.0,
+                 pool_size: int | None = None, pool_timeout: float | None = None,
                  notify: bool = True) -> None:
         if not _HAVE_PSYCOPG:
             raise StoreError("the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
@@ -397,6 +424,16 @@ class PostgresStore(Store):
         if not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
             raise InvalidArgumentError(f"pool_size must be an int from 1 to 1000, found "
                                        f"{pool_size!r}")
+        if pool_timeout is None:
+            try:
+                pool_timeout = float(own.get("pool_timeout", "30"))
+            except ValueError:
+                raise InvalidArgumentError(f"pool_timeout in the URL must be a number of "
+                                           f"seconds, found {own['pool_timeout']!r}") from None
+        if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, (int, float)) \
+                or not 0 < pool_timeout <= 3600:
+            raise InvalidArgumentError(f"pool_timeout must be a number of seconds from 0 to "
+                                       f"3600, found {pool_timeout!r}")
         self.schema = schema
         self.readonly = readonly
         self.notify = notify
@@ -460,6 +497,11 @@ class PostgresStore(Store):
                     return
                 conn.execute(self._q["set_format"], (SCHEMA,))
                 row = conn.execute(self._q["format"]).fetchone()
+            if self.notify:
+                try:
+                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
+                    self.notify = False  # a database without NOTIFY: followers poll
         found = str(row[0]) if row is not None else SCHEMA
         if found != SCHEMA:
             raise StoreFormatError(
@@ -549,8 +591,9 @@ class PostgresStore(Store):
                              f"({self._say(str(exc).strip())})") from None
 
     @contextmanager
-    def _connection(self, begin: str | None = None) -> Iterator[Connection[TupleRow]]:
-        """A pooled connection, in a transaction begun with ``begin``.
+    def _connection(self, begin: LiteralString | None = None,
+                    ) -> Iterator[Connection[TupleRow]]:
+        """A pooled connection, in a transaction begun with ``begin`` (if given).
 
         A connection the server dropped while it sat in the pool (a restart, an
         idle timeout) fails on its first statement, before anything was sent
@@ -559,8 +602,11 @@ class PostgresStore(Store):
         attempts = self._pool.max_size + 1
         for attempt in range(attempts):
             with self._pool.connection() as conn:
+                if begin is None:  # the caller begins (and retries) itself
+                    yield conn
+                    return
                 try:
-                    conn.execute(begin or "SELECT 1")
+                    conn.execute(begin)
                 except psycopg.OperationalError:
                     if attempt + 1 == attempts or not conn.broken:
                         raise
@@ -585,16 +631,15 @@ class PostgresStore(Store):
         if self.readonly:
             raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
                                      "for writing to append")
-        committing = [False]  # read by the guard: a failure during COMMIT has an unknown outcome
+        state: list[_PostgresWrite] = []  # the guard asks whether COMMIT was sent
         for attempt in range(_RETRIES):
-            with self._guard("write", committing=lambda: committing[0]), \
-                    self._connection("BEGIN") as conn:
+            with self._guard("write", committing=lambda: bool(state) and state[-1].committing), \
+                    self._connection() as conn:
                 txn = _PostgresWrite(self, conn)
+                state.append(txn)
                 try:
                     result = fn(txn)
-                    txn.flush()
-                    committing[0] = True
-                    conn.execute("COMMIT")
+                    txn.commit(self._channel if self.notify else None)
                 except (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
                         pg_errors.DeadlockDetected) as exc:
                     # Nothing of this transaction was written: run fn again, where the
@@ -602,16 +647,20 @@ class PostgresStore(Store):
                     self._rollback(conn)
                     if isinstance(exc, pg_errors.UniqueViolation):
                         self._check_race(conn, txn, exc)
-                    committing[0] = False
+                    state.clear()
                     _pause(attempt)
                     continue
+                except psycopg.OperationalError:
+                    if txn.committing or not conn.broken or attempt >= self._pool.max_size:
+                        raise
+                    # A connection the server dropped while it sat in the pool fails on
+                    # its first round trip, before anything could be written: take another.
+                    state.clear()
+                    continue
                 except BaseException:
-                    if not committing[0]:
+                    if txn.begun and not txn.committing:
                         self._rollback(conn)
                     raise
-                written = txn.written()
-                if self.notify and written:
-                    self._notify(conn, written)
                 return result
         raise StoreError(f"a write to {self.location} lost {_RETRIES} races in a row with "
                          "other writers of the same session; nothing was written, retry")
@@ -634,15 +683,6 @@ class PostgresStore(Store):
             f"{self.location}: a write collided with rows no head accounts for "
             f"({self._say(str(exc).strip())}); session rows exist beyond their head. Run "
             "`turnlog verify` and restore the database from a backup")
-
-    def _notify(self, conn: Connection[TupleRow], sessions: list[str]) -> None:
-        try:
-            for session in sessions:
-                conn.execute("SELECT pg_notify(%s, %s)", (self._channel, session))
-        except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
-            self.notify = False  # a database without NOTIFY: followers poll
-        except psycopg.Error:
-            pass  # committed already; a follower re-reads the head within a second
 
     def close(self) -> None:
         if self._closed:
@@ -707,14 +747,15 @@ class PostgresStore(Store):
 
 
 def _own_params(url: str) -> tuple[str, dict[str, str]]:
-    """Split turnlog's own query parameters (``schema``, ``pool_size``) off a URL."""
+    """Split turnlog's own query parameters (``schema``, ``pool_size``,
+    ``pool_timeout``) off a URL."""
     base, sep, query = url.partition("?")
     if not sep:
         return url, {}
     kept, own = [], {}
     for part in query.split("&"):
         name, _, value = part.partition("=")
-        if name in ("schema", "pool_size"):
+        if name in ("schema", "pool_size", "pool_timeout"):
             own[name] = value  # identifiers and integers: nothing to unquote
         elif part:
             kept.append(part)

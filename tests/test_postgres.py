@@ -247,9 +247,46 @@ def hold_head_lock(server: pgserver.Server, schema: str, session: str,
     return conn
 
 
-def test_a_connection_terminated_mid_append_writes_nothing_and_the_retry_applies_once(
+def waiting_pid(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
+    """The backend of an append waiting for a session's head row lock, if any."""
+    row = conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       "AND query LIKE '%FOR UPDATE%'").fetchone()
+    return int(row[0]) if row else None  # type: ignore[call-overload]
+
+
+def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applies_once(
         server: pgserver.Server) -> None:
     log = turnlog.open(server.url(schema="faults"))
+    try:
+        log.append("s", keyed(0))
+        blocker = hold_head_lock(server, "faults", "s")
+        outcome: list[BaseException | turnlog.Appended] = []
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
+        appender.start()
+        with admin(server) as conn:
+            # The append is inside its transaction, waiting for the lock: drop its
+            # connection. Nothing was committed, so the store runs it again on another.
+            pid = None
+            while pid is None:
+                pid = waiting_pid(conn)
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            while waiting_pid(conn) in (None, pid):
+                pass
+        blocker.close()
+        appender.join()
+        done = outcome[0]
+        assert isinstance(done, turnlog.Appended), done
+        assert (done.first_seq, done.duplicate) == (3, False)
+        assert log.append("s", keyed(1)).duplicate
+        assert batches_stored(log, "s") == {0: 3, 1: 3}
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+def test_a_connection_terminated_at_every_attempt_is_a_clear_error_and_writes_nothing(
+        server: pgserver.Server) -> None:
+    log = turnlog.open(server.url(schema="faults", pool_size="2"))
     try:
         log.append("s", keyed(0))
         before = dump_rows(server)
@@ -258,22 +295,17 @@ def test_a_connection_terminated_mid_append_writes_nothing_and_the_retry_applies
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
         appender.start()
         with admin(server) as conn:
-            # Wait until the append is inside its transaction, waiting for the lock...
-            pid = None
-            while pid is None:
-                row = conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = "
-                                   "'Lock' AND query LIKE '%FOR UPDATE%'").fetchone()
-                pid = row[0] if row else None
-            # ...then drop its connection.
-            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            while appender.is_alive():
+                pid = waiting_pid(conn)
+                if pid is not None:
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         appender.join()
         blocker.close()
-        assert isinstance(outcome[0], StoreUnavailableError)
+        assert isinstance(outcome[0], StoreUnavailableError), outcome
         assert "nothing was written" in str(outcome[0])
         assert dump_rows(server) == before
-        done = log.append("s", keyed(1))  # the retry, with the same keys
+        done = log.append("s", keyed(1))  # the caller's retry, with the same keys
         assert (done.first_seq, done.duplicate) == (3, False)
-        assert log.append("s", keyed(1)).duplicate
         assert batches_stored(log, "s") == {0: 3, 1: 3}
         assert log.verify().ok
     finally:
@@ -298,7 +330,7 @@ def test_a_statement_timeout_is_a_clear_error_and_writes_nothing(server: pgserve
 
 def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
         server: pgserver.Server) -> None:
-    url = server.url(schema="faults")
+    url = server.url(schema="faults", pool_timeout="2")
     log = turnlog.open(url)
     acknowledged: list[int] = []
     failed: list[int] = []
@@ -466,7 +498,7 @@ def test_verify_names_the_first_row_changed_behind_turnlogs_back(logs: LogFactor
     log.append("s", [UserMessageAdded(text=f"m{i}") for i in range(5)])
     schema = log.store.schema  # type: ignore[attr-defined]
     with admin(pgserver.shared()) as conn:
-        conn.execute(f"UPDATE {schema}.events SET record = overlay(record placing "  # noqa: S608
+        conn.execute(f"UPDATE {schema}.events SET record = overlay(record placing "
                      "'\\x4e'::bytea from length(record)) WHERE session = 's' AND seq IN (2, 4)")
     report = log.verify()
     assert not report.ok
