@@ -31,11 +31,13 @@ never lost.
 Writes are buffered in the transaction object and sent at the end in one
 pipeline with the ``COMMIT``, reads inside the transaction see them (as in the
 in-memory store). After the commit, a ``NOTIFY`` on the schema's channel
-names each session written, which wakes followers (`PostgresStore.wait`). It
-is sent outside the append's transaction: a ``NOTIFY`` inside it would take a
-database-wide lock across every commit and serialize all writers. A follower
-that misses one (a crash between the two) still re-reads the head every
-second.
+names each session written, which wakes followers (`PostgresStore.wait`). A
+committing ``NOTIFY`` holds a database-wide lock until its commit record is
+on disk, so it is sent in a transaction of its own, after the append's, with
+``synchronous_commit`` off: inside the append's transaction, or waiting for
+its own flush, it would serialize every writer behind one fsync at a time. A
+follower that misses a notification (a crash between the two commits) still
+re-reads the head every second.
 
 Failures map onto `StoreError` subclasses at this boundary: a lost connection,
 a server shutting down or a statement timeout is `StoreUnavailableError`,
@@ -358,11 +360,14 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 self._conn.execute(q["set_head"], (session, head_seq, head_hash))
             self.committing = True
             self._conn.execute(b"COMMIT")
-            # After the COMMIT, each in a transaction of its own: a NOTIFY inside the
-            # append's transaction would serialize every commit (module docstring).
-            if channel is not None:
+            # After the COMMIT, in a transaction of their own that does not wait for
+            # the disk (module docstring).
+            if channel is not None and self._new_heads:
+                self._conn.execute(b"BEGIN")
+                self._conn.execute(b"SET LOCAL synchronous_commit TO off")
                 for session in self._new_heads:
                     self._conn.execute(b"SELECT pg_notify(%s, %s)", (channel, session))
+                self._conn.execute(b"COMMIT")
 
     def written(self) -> list[str]:
         """The sessions whose head this transaction moved."""
