@@ -502,7 +502,7 @@ class PostgresStore(Store):
                     return
                 conn.execute(self._q["set_format"], (SCHEMA,))
                 row = conn.execute(self._q["format"]).fetchone()
-            if self.notify:
+            if self.notify and not self.readonly:  # (a replica refuses NOTIFY)
                 try:
                     conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
                 except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
@@ -714,7 +714,11 @@ class PostgresStore(Store):
         self._check()
         deadline = time.monotonic() + max(timeout, 0.0)
         with self._guard("follow the session"):
-            listener = self._listener()
+            try:
+                listener: Connection[TupleRow] | None = self._listener()
+            except (pg_errors.FeatureNotSupported, pg_errors.ReadOnlySqlTransaction,
+                    pg_errors.ObjectNotInPrerequisiteState):
+                listener = None  # no LISTEN here (a replica): re-read the head each second
             while True:
                 head = self._head_now(session)
                 if head is not None and head > after_seq:
@@ -722,6 +726,9 @@ class PostgresStore(Store):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
+                if listener is None:
+                    time.sleep(min(left, _RECHECK))
+                    continue
                 for note in listener.notifies(timeout=min(left, _RECHECK)):
                     if note.payload == session:
                         break
@@ -745,7 +752,11 @@ class PostgresStore(Store):
             return found[1]
         conn = psycopg.Connection.connect(self._conninfo, autocommit=True,
                                           connect_timeout=max(1, int(self._timeout)))
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        try:
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+        except BaseException:
+            conn.close()
+            raise
         with self._listeners_lock:
             self._listeners[me.ident or 0] = (me, conn)
         return conn
