@@ -413,13 +413,16 @@ def dump_rows(server: pgserver.Server) -> dict[str, list[tuple[object, ...]]]:
 
 
 # -- following --------------------------------------------------------------------------------
-def test_a_follower_is_woken_by_a_writer_on_another_connection(logs: LogFactory) -> None:
+def test_a_follower_is_woken_by_a_writer_on_another_connection(
+        logs: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without its once-a-second re-read of the head, only a notification can wake it.
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
     log = logs.open()
     url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
     log.append("s", UserMessageAdded(text="0"))
     seen: list[str] = []
     follower = threading.Thread(target=lambda: seen.extend(
-        e.body.text for e in log.follow("s", 0, timeout=30, limit=3)))
+        e.body.text for e in log.follow("s", 0, timeout=3600, limit=3)), daemon=True)
     follower.start()
     other = turnlog.open(url)
     try:
@@ -427,7 +430,7 @@ def test_a_follower_is_woken_by_a_writer_on_another_connection(logs: LogFactory)
             other.append("s", UserMessageAdded(text=str(i)))
     finally:
         other.close()
-    follower.join(timeout=60)
+    follower.join(timeout=20)
     assert seen == ["1", "2", "3"]
 
 
