@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ._chain import record_event
+from ._chain import record_event, record_hash
 from ._errors import InvalidArgumentError, StoreError
 from ._log import Log
 from ._store import WriteTxn
@@ -153,6 +153,6 @@ def _write_records(target: Log, session: str, first: int, records: list[bytes]) 
         for key, seq in keys:
             if key is not None:
                 txn.put_idempotency(session, key, seq)
-        txn.set_head(session, first + len(records) - 1, records[-1][32:64])
+        txn.set_head(session, first + len(records) - 1, record_hash(records[-1]))
 
     target.store.write(put)
