@@ -33,7 +33,7 @@ from turnlog import (
     StoreUnavailableError,
     UserMessageAdded,
 )
-from turnlog.adapters.render import renderer_for
+from turnlog.adapters.providers import renderer_for
 from turnlog.tools.cli import main
 
 pytestmark = pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)

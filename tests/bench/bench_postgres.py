@@ -52,7 +52,7 @@ import msgspec
 import psycopg
 import turnlog
 from turnlog import Draft, UserMessageAdded
-from turnlog.adapters.render import renderer_for
+from turnlog.adapters.providers import renderer_for
 
 from tests import pgserver
 from tests.bench import docblock
