@@ -123,8 +123,10 @@ def test_a_bad_schema_name_or_pool_size_is_an_argument_error() -> None:
 
 
 # -- credentials --------------------------------------------------------------------------
-def test_the_password_appears_in_no_error_repr_or_cli_output(
-        logs: LogFactory, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_password_appears_in_no_error_repr_log_or_cli_output(
+        logs: LogFactory, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("DEBUG")
     shared = pgserver.shared()
     # Unreachable: a port nothing listens on.
     dead = f"postgresql://postgres:{SECRET}@127.0.0.1:1/postgres?connect_timeout=2"
@@ -153,6 +155,8 @@ def test_the_password_appears_in_no_error_repr_or_cli_output(
         log.close()
         with admin(shared) as conn:
             conn.execute("DROP SCHEMA secret_test CASCADE")
+    assert caplog.records  # the pool did log its failed connections...
+    assert SECRET not in caplog.text  # ...without the password
 
 
 # -- many writers --------------------------------------------------------------------------
