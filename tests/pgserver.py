@@ -102,6 +102,8 @@ class Server:
             **(settings or {}),
         }
         self.file_limit = file_limit
+        self._watched = False
+        self._watchdog: subprocess.Popen[bytes] | None = None
         self._initdb()
         self.start()
 
@@ -128,6 +130,7 @@ class Server:
             _TEMPLATE["data"] = template
             atexit.register(shutil.rmtree, template_root, True)
         subprocess.run(self._as_user(["cp", "-a", str(template), str(self.data)]), check=True)
+        self.data_template = template.parent
 
     def url(self, dbname: str = "postgres", **params: str) -> str:
         """A URL to this server (``params`` are added to the query)."""
@@ -149,6 +152,16 @@ class Server:
 
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                        preexec_fn=pre if limit is not None else None)
+        if not self._watched:
+            # Should this process die without its atexit handlers (SIGKILL, a killed CI
+            # job), a watchdog stops the server and removes its directory.
+            self._watched = True
+            stop = " ".join(self._as_user([str(self.bin / "pg_ctl"), "-D", str(self.data),
+                                           "-m", "immediate", "-w", "stop"]))
+            script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; {stop}; "
+                      f"rm -rf '{self.root}' '{self.data_template}'")
+            self._watchdog = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, start_new_session=True)
 
     def pid(self) -> int:
         """The postmaster's process id."""
@@ -182,6 +195,10 @@ class Server:
                                           "-m", "immediate", "-w", "stop"]),
                            check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
 
 
 _SHARED: list[Server] = []
