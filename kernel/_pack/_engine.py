@@ -138,7 +138,7 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
     plan = ledger.plan
     summary = (plan.text, plan.tokens) if plan is not None and plan.shown else ("", 0)
     prompt, message_tokens, section_tokens = assemble(
-        view, policy, ledger.counter, ledger.kept_units(), outcome.add_unit, summary,
+        view, policy, ledger.counter, ledger.kept_units(), outcome.adder(), summary,
         ledger.protection.turn_unit, ledger.marker)
     outcome.trim_cache()
     reports.append(breakpoints_report(prompt))

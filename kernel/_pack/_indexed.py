@@ -420,50 +420,49 @@ class Kept:
         self.runs = ((list(coverage.starts), list(coverage.ends)) if ledger.plan is not None
                      else ([], []))
         self._details: dict[int, str] | None = None
-        # What `message_of` reads for every kept item, bound once: the stages are done.
-        index = ledger.index
-        self._items = ledger.view.items
-        self._tail, self._older = ledger.protection.tail_unit, ledger.protection.older_set
-        self._superseded: Mapping[int, object] = (
-            index.dedup.superseded if ledger.deduped and index.dedup is not None else {})
-        self._points = ledger.points
-        self._prune_before = ledger.boundary if ledger.pruned_all else -1
-        self._shielded = ledger.shielded
-        self._facts = ledger.prune_facts
 
-    def add_unit(self, unit: Unit, messages: list[Message], tokens: list[int]) -> None:
-        """Append a kept unit's messages in their forms and their tokens, recording the
-        forms for the decisions. The hot loop of a re-pack: the cheap tests come first
-        (most items are in none of the sets), with names bound once."""
+    def adder(self) -> Callable[[Unit, list[Message], list[int]], None]:
+        """The function that appends a kept unit's messages in their forms and their
+        tokens, recording the forms for the decisions: the hot loop of a re-pack, so
+        what it reads is bound once here (the stages are done) and the cheap tests come
+        first (most items are in none of the sets)."""
         ledger = self.ledger
         index = ledger.index
-        items, cache, superseded = self._items, index.messages, self._superseded
-        points, shielded, saving = self._points, self._shielded, index.saving
+        items, cache = ledger.view.items, index.messages
+        tail, older = ledger.protection.tail_unit, ledger.protection.older_set
+        superseded: Mapping[int, object] = (
+            index.dedup.superseded if ledger.deduped and index.dedup is not None else {})
+        points, shielded, saving = ledger.points, ledger.shielded, index.saving
+        prune_before = ledger.boundary if ledger.pruned_all else -1
         clipped, truncated = index.clipped, index.truncated
-        u = unit.index
-        protected = u >= self._tail or u in self._older  # `u in self._protection`, inlined
-        prunable = not protected and u < self._prune_before
-        used, add_message, add_tokens = self.used.append, messages.append, tokens.append
-        for i in unit.items:
-            if i in superseded and not protected:
-                form, count = _DEDUPLICATED, index.dedup_tokens[i]
-            elif i in points or (prunable and saving[i] > 0 and i not in shielded):
-                form, count = _PRUNED, index.tokens[i] - saving[i]
-                facts = self._facts
-                self.refs[i] = (facts.refs(i), i in facts.decided)
-            elif i in clipped:
-                form, count = _CLIPPED, index.tokens[i]
-            elif i in truncated:
-                form, count = _TRUNCATED, index.tokens[i]
-            else:
-                form, count = _VERBATIM, items[i].tokens
-            if form != _VERBATIM:
-                self.forms[i] = form
-            key = i * 5 + form
-            used(key)
-            found = cache.get(key)  # the usual case: built by an earlier pack
-            add_message(found if found is not None else ledger.message(items[i], form))
-            add_tokens(count)
+        facts, forms, refs, used = ledger.prune_facts, self.forms, self.refs, self.used.append
+        message_in = ledger.message
+
+        def add_unit(unit: Unit, messages: list[Message], tokens: list[int]) -> None:
+            u = unit.index
+            protected = u >= tail or u in older  # `u in ledger.protection`, inlined
+            prunable = not protected and u < prune_before
+            for i in unit.items:
+                if i in superseded and not protected:
+                    form, count = _DEDUPLICATED, index.dedup_tokens[i]
+                elif i in points or (prunable and saving[i] > 0 and i not in shielded):
+                    form, count = _PRUNED, index.tokens[i] - saving[i]
+                    refs[i] = (facts.refs(i), i in facts.decided)
+                elif i in clipped:
+                    form, count = _CLIPPED, index.tokens[i]
+                elif i in truncated:
+                    form, count = _TRUNCATED, index.tokens[i]
+                else:
+                    form, count = _VERBATIM, items[i].tokens
+                if form:  # not _VERBATIM, which is 0
+                    forms[i] = form
+                key = i * 5 + form
+                used(key)
+                found = cache.get(key)  # the usual case: built by an earlier pack
+                messages.append(found if found is not None else message_in(items[i], form))
+                tokens.append(count)
+
+        return add_unit
 
     def trim_cache(self) -> None:
         """Keep the message cache to recent messages."""
