@@ -208,6 +208,11 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
             return
         if key is None:
             raise VerificationError("the checkpoint is signed; pass the key it was signed with")
+        if len(self.mac) != 64 or any(c not in "0123456789abcdef" for c in self.mac):
+            # compare_digest refuses non-ASCII text (TypeError): judge the form first.
+            raise VerificationError(f"checkpoint signature must be 64 lowercase hex digits "
+                                    f"(HMAC-SHA256), found {self.mac[:80]!r}: the checkpoint "
+                                    "was altered; take a new one with `checkpoint --key-file`")
         expected = hmac.new(key, self.message(), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected, self.mac):
             raise VerificationError("checkpoint signature does not match: the checkpoint was "

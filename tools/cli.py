@@ -20,12 +20,13 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, NoReturn
+from typing import IO, Any, NoReturn, TextIO, cast
 
 import msgspec
 import turnlog
@@ -42,7 +43,8 @@ from turnlog.adapters.providers import (
 )
 
 from . import demo
-from .summary import format_size, format_time, head, summarize
+from .summary import format_size, format_time, head, loads_json, summarize
+from .terminal import EscapingWriter, visible
 
 __all__ = [
     "EXIT_ERROR",
@@ -150,6 +152,9 @@ def _read_checkpoint(path: str) -> turnlog.Checkpoint:
         raw = json.loads(data)
     except ValueError as exc:
         raise _UsageError(f"checkpoint file {path!r} is not JSON: {exc}") from exc
+    except RecursionError:
+        raise _UsageError(f"checkpoint file {path!r} is not a turnlog checkpoint: its JSON "
+                          "is nested too deeply") from None
     if not isinstance(raw, dict):
         raise _UsageError(f"checkpoint file {path!r} must hold a JSON object")
     session, seq, digest, mac = (raw.get("session"), raw.get("seq"), raw.get("hash"),
@@ -158,10 +163,12 @@ def _read_checkpoint(path: str) -> turnlog.Checkpoint:
     if (unknown or not isinstance(session, str) or not session
             or not isinstance(seq, int) or isinstance(seq, bool) or seq < 0
             or not isinstance(digest, str) or len(digest) != 64
-            or any(c not in "0123456789abcdef" for c in digest) or not isinstance(mac, str)):
+            or any(c not in "0123456789abcdef" for c in digest) or not isinstance(mac, str)
+            or (mac and (len(mac) != 64 or any(c not in "0123456789abcdef" for c in mac)))):
         raise _UsageError(
             f"checkpoint file {path!r} is not a turnlog checkpoint: expected "
-            '{"session": str, "seq": int >= 0, "hash": 64 lowercase hex, "mac": str}'
+            '{"session": str, "seq": int >= 0, "hash": 64 lowercase hex, '
+            '"mac": "" or 64 lowercase hex}'
             + (f", found unknown keys {unknown}" if unknown else ""))
     return turnlog.Checkpoint(session=session, seq=seq, hash=digest, mac=mac)
 
@@ -191,10 +198,11 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     if not heads:
         print("no sessions")
         return EXIT_OK
-    width = max(7, *(len(h.session) for h in heads))
+    names = [visible(h.session, newlines=False) for h in heads]  # escaped: as wide as shown
+    width = max(7, *(len(name) for name in names))
     print(f"{'SESSION':<{width}}  {'HEAD':>8}  {'EVENTS':>8}  HEAD HASH")
-    for h in heads:
-        print(f"{h.session:<{width}}  {h.seq:>8}  {h.seq + 1:>8}  {h.hash.hex()[:16]}")
+    for name, h in zip(names, heads, strict=True):
+        print(f"{name:<{width}}  {h.seq:>8}  {h.seq + 1:>8}  {h.hash.hex()[:16]}")
     return EXIT_OK
 
 
@@ -267,16 +275,18 @@ def _render_value(name: str, value: object, indent: str, lines: list[str]) -> No
 
 def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
     """A tool call's arguments: one line per argument when they are a JSON object."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        parsed = None
+    parsed = loads_json(text)
     if not isinstance(parsed, dict) or not parsed:
         _render_value("arguments", text, indent, lines)
         return
-    lines.append(f"{indent}arguments")
-    for key, value in parsed.items():
-        _render_value(str(key), value, indent + "  ", lines)
+    rendered = [f"{indent}arguments"]
+    try:
+        for key, value in parsed.items():
+            _render_value(str(key), value, indent + "  ", rendered)
+    except RecursionError:  # parsed, but too deep to print again: show the text
+        _render_value("arguments", text, indent, lines)
+        return
+    lines.extend(rendered)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -830,6 +840,18 @@ def _nonneg(text: str) -> int:
     return value
 
 
+#: The largest context window a policy takes (`turnlog.Policy` fields are at most 2**40).
+_MAX_BUDGET = 2**40
+
+
+def _budget(text: str) -> int:
+    value = _nonneg(text)
+    if value > _MAX_BUDGET:
+        raise argparse.ArgumentTypeError(f"expected a context window of at most 2**40 "
+                                         f"({_MAX_BUDGET:,}) tokens, found {value:,}")
+    return value
+
+
 def _build_parser() -> argparse.ArgumentParser:
     common = _Parser(add_help=False)
     common.add_argument("--store", default=argparse.SUPPRESS, metavar="PATH",
@@ -922,7 +944,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     def policy_options(p: argparse.ArgumentParser) -> None:
         group = p.add_mutually_exclusive_group()
-        group.add_argument("--budget", type=_nonneg, metavar="N", help="context window in "
+        group.add_argument("--budget", type=_budget, metavar="N", help="context window in "
                            "tokens (the rest of the policy in force, or the defaults)")
         group.add_argument("--policy", metavar="FILE", help="a policy TOML file")
         p.add_argument("--agent", metavar="NAME", help="apply the [agents.NAME] table of "
@@ -1007,6 +1029,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE if exc.code else EXIT_OK
     run: Callable[[argparse.Namespace], int] = args.run
+    with _escaped(stdout=not getattr(args, "json", False)):
+        return _run(run, args)
+
+
+@contextlib.contextmanager
+def _escaped(*, stdout: bool) -> Iterator[None]:
+    """Show control characters of the data as escapes on stderr, and on stdout for
+    human output (JSON escapes its own); see `turnlog.tools.terminal`."""
+    saved = sys.stdout, sys.stderr
+    if stdout:
+        sys.stdout = cast(TextIO, EscapingWriter(sys.stdout))
+    sys.stderr = cast(TextIO, EscapingWriter(sys.stderr))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
+def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         return run(args)
     except _UsageError as exc:
@@ -1026,3 +1067,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     except KeyboardInterrupt:
         return 130
+    except MemoryError:
+        print("turnlog: error: out of memory; free memory or raise the process's limit, "
+              "then run the command again", file=sys.stderr)
+        return EXIT_ERROR

@@ -38,7 +38,7 @@ from turnlog import (
     event_to_json,
 )
 
-__all__ = ["format_size", "format_time", "head", "summarize"]
+__all__ = ["format_size", "format_time", "head", "loads_json", "summarize"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -77,18 +77,29 @@ def format_time(time: int | None, *, precise: bool = False) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f" if precise else "%Y-%m-%d %H:%M:%S")
 
 
+def loads_json(text: str) -> object:
+    """``text`` parsed as JSON, or None when it is not JSON or nests too deeply to
+    parse (tool-call arguments are model output: any text at all)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _blob(ref: BlobRef | None) -> str:
     return f" blob {ref.hash[:12]}" if ref is not None else ""
 
 
 def _call(call: ToolCall) -> str:
-    try:
-        args = json.loads(call.arguments)
-    except ValueError:
+    args = loads_json(call.arguments)
+    if args is None:
         args = call.arguments
     if isinstance(args, dict):
         first = next(iter(args.values()), "")
-        shown = first if isinstance(first, str) else json.dumps(first)
+        try:
+            shown = first if isinstance(first, str) else json.dumps(first)
+        except RecursionError:
+            shown = call.arguments
     else:
         shown = str(args)
     if shown.startswith("/") and shown.count("/") > 2:

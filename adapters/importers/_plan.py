@@ -305,8 +305,9 @@ def write_lines(records: list[tuple[int, int, Any]]) -> bytes:
 
 
 # -- JSON helpers ---------------------------------------------------------------------
-#: What decoding JSON bytes raises: malformed JSON, or text that is not UTF-8.
-JSON_ERRORS = (msgspec.DecodeError, UnicodeDecodeError)
+#: What decoding JSON bytes raises: malformed JSON, text that is not UTF-8, or
+#: nesting deeper than the interpreter's recursion limit.
+JSON_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, RecursionError)
 
 
 def load_document(data: bytes) -> Any:

@@ -290,10 +290,18 @@ def detect(source: str | os.PathLike[str] | bytes, *, name: str = "") -> str:
 
 
 def _read(path: str) -> bytes:
+    file = Path(path)
     try:
-        return Path(path).read_bytes()
+        if file.exists() and not file.is_file():
+            # A device or a pipe (/dev/zero) may never end: read regular files only.
+            raise ImportFormatError(f"{path}: not a regular file; give a transcript file or "
+                                    "a directory of them")
+        return file.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
+    except MemoryError:
+        raise ImportFormatError(f"{path}: the file does not fit in memory; split it, or "
+                                "import it where more memory is available") from None
 
 
 # -- import -----------------------------------------------------------------------------
@@ -343,6 +351,10 @@ def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: 
 def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
     try:
         return _REGISTRY[fmt].parse(data, name, skip_bad)
+    except RecursionError:
+        raise ImportFormatError(
+            f"{name}: a record is nested too deeply to read as a {fmt} transcript; nothing "
+            "of this file was imported") from None
     except BadRecord as exc:
         raise ImportFormatError(
             f"{name}: {exc.where}: {('field ' + exc.field + ': ') if exc.field else ''}"
