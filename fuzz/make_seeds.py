@@ -212,6 +212,55 @@ def importer_seeds() -> list[bytes]:
     return out
 
 
+def cli_seeds() -> list[bytes]:
+    """Argument lines of every verb (NUL-separated, ``@FILE`` the input file), each
+    with the input file it reads: a policy, a checkpoint, a key, a transcript."""
+    policy = POLICIES[2] + b"[agents.small]\ncontext_window = 4000\n"
+    checkpoint = (b'{"session": "chat", "seq": 1, "hash": "' + b"0" * 64
+                  + b'", "mac": ""}')
+    transcript = (b'{"type": "user", "sessionId": "s1", "uuid": "u1", "message": '
+                  b'{"role": "user", "content": "hi"}}\n')
+    lines: list[tuple[list[str], bytes]] = [
+        (["sessions"], b""), (["sessions", "--json"], b""),
+        (["log", "chat"], b""), (["log", "hostile", "--kind", "user", "assistant"], b""),
+        (["log", "chat", "--from", "5", "--limit", "3", "--json"], b""),
+        (["show", "chat", "-1"], b""), (["show", "hostile", "1"], b""),
+        (["show", "hostile", "0", "--json"], b""), (["verify"], b""),
+        (["verify", "chat", "--checkpoint", "@FILE"], checkpoint),
+        (["verify", "--checkpoint", "@FILE", "--key-file", "@FILE"], checkpoint),
+        (["checkpoint", "chat", "--key-file", "@FILE"], b"secret\n"),
+        (["export", "hostile"], b""), (["blob", "00000000"], b""),
+        (["demo", "--turns", "2", "--session", "d2"], b""),
+        (["pack", "chat"], b""), (["pack", "hostile", "--budget", "4000"], b""),
+        (["pack", "chat", "--policy", "@FILE", "--agent", "small"], policy),
+        (["pack", "chat", "--format", "anthropic", "--model", "m"], b""),
+        (["pack", "chat", "--record", "--json"], b""), (["demo", "--turns", "1"], b""),
+        (["explain", "chat", "-1"], b""), (["replay", "chat"], b""),
+        (["diff", "chat", "4", "9"], b""), (["compact", "chat", "--budget", "6000"], b""),
+        (["import", "@FILE"], transcript), (["import", "@FILE", "--format", "codex"],
+                                              transcript),
+        (["import", "@FILE", "--skip-bad", "--session", "imp"], transcript + b"{\n"),
+        (["memories", "hostile", "--block"], b""), (["memories", "chat", "--json"], b""),
+        (["recall", "test", "-k", "3"], b""), (["recall", "evil", "--commit", "chat"], b""),
+        (["--help"], b""), (["pack", "--help"], b""),
+    ]
+    return [b"\x00".join(a.encode() for a in argv) + b"\n" + body for argv, body in lines]
+
+
+def cli_dict() -> list[str]:
+    """Verb and option names of the command, for libFuzzer's ``-dict=``."""
+    from turnlog.tools.cli import _build_parser
+
+    parser = _build_parser()
+    tokens: set[str] = {"@FILE", "chat", "hostile", "-1", "\x00"}
+    for action in parser._actions:
+        for verb, sub in (getattr(action, "choices", None) or {}).items():
+            tokens.add(verb)
+            for option in getattr(sub, "_actions", []):
+                tokens.update(option.option_strings)
+    return [_dict_entry(t.encode()) for t in sorted(tokens)]
+
+
 def main() -> None:
     dicts = Path(__file__).resolve().parent / "dicts"
     dicts.mkdir(exist_ok=True)
@@ -220,7 +269,9 @@ def main() -> None:
               "pack": _write("pack", pack_seeds()),
               "policy": _write("policy", POLICIES),
               "responses": _write("responses", responses_seeds()),
-              "importers": _write("importers", importer_seeds())}
+              "importers": _write("importers", importer_seeds()),
+              "cli": _write("cli", cli_seeds())}
+    (dicts / "cli.dict").write_text("\n".join(cli_dict()) + "\n")
     for target, n in counts.items():
         print(f"{target}: {n} seeds")
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzz every target for a short, bounded time (CI): fails on any finding.
 #
-#   fuzz/run_all.sh [SECONDS_PER_TARGET]     (default 20; 5 targets)
+#   fuzz/run_all.sh [SECONDS_PER_TARGET]     (default 20; 6 targets)
 #
 # The seed is fixed (FUZZ_SEED, default 1) so that a CI run is reproducible: a
 # slower machine explores a prefix of the same sequence. Long campaigns with

@@ -17,7 +17,7 @@ from types import ModuleType
 import pytest
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
-TARGETS = ("codec", "importers", "pack", "policy", "responses")
+TARGETS = ("cli", "codec", "importers", "pack", "policy", "responses")
 
 
 def harness(target: str) -> ModuleType:

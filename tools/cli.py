@@ -1025,7 +1025,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _build_parser()
     try:
-        args = parser.parse_args(argv)
+        with _escaped(stdout=True):  # usage errors repeat the arguments
+            args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and usage errors
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE if exc.code else EXIT_OK
     run: Callable[[argparse.Namespace], int] = args.run
