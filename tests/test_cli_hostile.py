@@ -191,3 +191,10 @@ def test_import_of_a_file_larger_than_memory_is_a_clear_error(tmp_path: Path) ->
     result = cli(tmp_path / "store", "import", str(big), limit_memory=2 * 2**30)
     no_traceback(result, 3)
     assert "does not fit in memory" in result.stderr
+
+
+def test_usage_errors_show_control_characters_of_the_arguments(store: Path) -> None:
+    result = cli(store, "pack", SESSION, "--bad\x1b[2J\x1b]0;owned\x07\u202e")
+    no_traceback(result, 2)
+    assert "\x1b" not in result.stderr and "\u202e" not in result.stderr
+    assert "\\x1b[2J" in result.stderr
