@@ -198,3 +198,11 @@ def test_usage_errors_show_control_characters_of_the_arguments(store: Path) -> N
     no_traceback(result, 2)
     assert "\x1b" not in result.stderr and "\u202e" not in result.stderr
     assert "\\x1b[2J" in result.stderr
+
+
+def test_paths_too_long_for_the_file_system_are_clear_errors(store: Path, tmp_path: Path
+                                                              ) -> None:
+    long = "x" * 300
+    no_traceback(cli(tmp_path / long, "sessions"), 4)
+    no_traceback(cli(store, "import", long), 3)
+    no_traceback(cli(store, "pack", SESSION, "--policy", long), 2)

@@ -119,7 +119,12 @@ def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
     if _is_url(value):
         return turnlog.open(value, readonly=not write)
     path = Path(value)
-    if not write and not (path / "data.mdb").is_file():
+    try:
+        missing = not write and not (path / "data.mdb").is_file()
+    except OSError as exc:  # a name too long, a loop of links...
+        raise _NoStoreError(f"no turnlog store at {str(path)!r}: {exc.strerror or exc}; pass "
+                            "--store PATH or set TURNLOG_STORE") from None
+    if missing:
         raise _NoStoreError(
             f"no turnlog store at {str(path)!r}; pass --store PATH or set TURNLOG_STORE "
             "(create a store with `turnlog demo` or by appending to it)")

@@ -398,7 +398,11 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
         ImportFormatError: see `import_file`.
     """
     root = Path(path)
-    if not root.is_dir():
+    try:
+        is_dir = root.is_dir()
+    except OSError as exc:  # a name too long, a loop of links...
+        raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
+    if not is_dir:
         return import_file(log, root, format=format, session=session, skip_bad=skip_bad,
                            progress=progress)
     if format is not None:
