@@ -74,13 +74,16 @@ def test_demo_prints_a_line_per_turn_and_ends_with_verify(capsys: pytest.Capture
     code, out, err = run(capsys, "--store", str(fresh), "demo", "--turns", "6")
     lines = out.splitlines()
     assert code == 0 and err == ""
-    assert [line.split()[1] for line in lines[:6]] == ["1", "2", "3", "4", "5", "6"]
-    assert "Importing our 2023 statement" in lines[0]
-    assert all(" tok  pressure " in line for line in lines[:6])
-    assert lines[-4].startswith("appended ")
-    assert lines[-3].startswith("packed and recorded 6 requests")
-    assert lines[-2] == "replay: 6 of 6 requests reproduced byte for byte"
-    assert lines[-1].startswith("verify: ok")
+    assert lines[0].split()[:5] == ["TURN", "SEQS", "EVENTS", "BLOBS", "USER"]
+    assert [line.split()[0] for line in lines[1:7]] == ["1", "2", "3", "4", "5", "6"]
+    assert "Importing our 2023 statement" in lines[1]
+    assert all("->" in line for line in lines[1:7])
+    end = lines.index("try next:")
+    assert lines[end - 4].startswith("appended ")
+    assert lines[end - 3].startswith("packed and recorded 6 requests")
+    assert lines[end - 2] == "replay: 6 of 6 requests reproduced byte for byte"
+    assert lines[end - 1].startswith("verify: ok")
+    assert f"turnlog --store {fresh} explain demo -1" in out
 
 
 def test_demo_default_session_is_long_and_has_blobs(store: Path) -> None:
@@ -108,7 +111,8 @@ def test_demo_rerun_appends_nothing(capsys: pytest.CaptureFixture[str], store: P
     code, out, _ = run(capsys, "--store", str(store), "demo")
     assert code == 0
     assert "nothing new appended" in out
-    assert out.count("  already in the log") == demo.DEFAULT_TURNS
+    assert f"{demo.DEFAULT_TURNS} turns already in the log (turns 1-{demo.DEFAULT_TURNS})" in out
+    assert "TURN" not in out  # no table of turns when every turn was already there
     assert head_of(store) == before
 
 
@@ -428,7 +432,7 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
                               timeout=120, check=False)
 
     done = sh("demo", "--turns", "5")
-    assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith("verify: ok")
+    assert done.returncode == 0 and "\nverify: ok" in done.stdout
     sessions = json.loads(sh("sessions", "--json").stdout)["sessions"]
     assert sessions[0]["session"] == SESSION
     assert len(sh("log", SESSION).stdout.splitlines()) == sessions[0]["events"]

@@ -24,16 +24,20 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn, TextIO, cast
 
 import msgspec
 import turnlog
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+from rich.progress import Progress as ProgressBar
+from rich.text import Text
 from turnlog import EVENT_KINDS as KINDS
 from turnlog import Compactor, MemoryManager, Packed, Packer, Recaller, ReplayResult, event_to_json
 from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
-from turnlog.adapters.importers import Progress, import_path
+from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
 from turnlog.adapters.providers import (
     PROVIDERS,
     RenderError,
@@ -44,7 +48,7 @@ from turnlog.adapters.providers import (
 
 from . import demo
 from .summary import format_size, format_time, head, loads_json, summarize
-from .terminal import EscapingWriter, visible
+from .terminal import Column, EscapingWriter, cell, make_console, print_table, visible
 
 __all__ = [
     "EXIT_ERROR",
@@ -81,6 +85,21 @@ class _PipeClosedError(Exception):
 
 
 # -- output helpers -------------------------------------------------------------------
+
+def _plural(count: int, word: str, many: str = "") -> str:
+    """``1 event``, ``2 events``, ``1,024 events``."""
+    return f"{count:,} {word if count == 1 else many or word + 's'}"
+
+
+def _out() -> Console:
+    """The console for human output on stdout (colour only on a terminal)."""
+    return make_console(sys.stdout)
+
+
+def _say(text: str, style: str = "") -> None:
+    """One line of human output, in ``style`` on a terminal."""
+    _out().print(Text(visible(text), style=style))
+
 
 def _emit(obj: object, out: IO[str]) -> None:
     _write_line(json.dumps(obj, ensure_ascii=False), out)
@@ -203,11 +222,10 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     if not heads:
         print("no sessions")
         return EXIT_OK
-    names = [visible(h.session, newlines=False) for h in heads]  # escaped: as wide as shown
-    width = max(7, *(len(name) for name in names))
-    print(f"{'SESSION':<{width}}  {'HEAD':>8}  {'EVENTS':>8}  HEAD HASH")
-    for name, h in zip(names, heads, strict=True):
-        print(f"{name:<{width}}  {h.seq:>8}  {h.seq + 1:>8}  {h.hash.hex()[:16]}")
+    columns: list[Column] = [("SESSION", "left"), ("HEAD", "right"), ("EVENTS", "right"),
+                             ("HEAD HASH", "left")]
+    print_table(_out(), columns, ([h.session, h.seq, h.seq + 1, h.hash.hex()[:16]]
+                                  for h in heads))
     return EXIT_OK
 
 
@@ -252,7 +270,13 @@ def _is_block(value: object) -> bool:
     return isinstance(value, str) and ("\n" in value or len(value) > 100)
 
 
-def _render_value(name: str, value: object, indent: str, lines: list[str]) -> None:
+def _width(names: Iterable[object]) -> int:
+    """The name column of one level of `show`: the longest name, at least 10."""
+    return max([10, *(len(str(name)) for name in names)])
+
+
+def _render_value(name: str, value: object, indent: str, lines: list[str],
+                  width: int = 10) -> None:
     if _is_block(value):
         assert isinstance(value, str)
         lines.append(f"{indent}{name}")
@@ -266,16 +290,17 @@ def _render_value(name: str, value: object, indent: str, lines: list[str]) -> No
                 label += f"  {item.get('name', '')}  {item.get('id', '')}"
                 skip |= {"name", "id"}
             lines.append(f"{indent}  {label}")
+            level = _width(k for k in item if k not in skip)
             for k, v in item.items():
                 if k in skip:
                     continue
                 if k == "arguments" and item.get("type") == "tool_call":
                     _render_arguments(v, indent + "      ", lines)
                 else:
-                    _render_value(k, v, indent + "      ", lines)
+                    _render_value(k, v, indent + "      ", lines, level)
     else:
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        lines.append(f"{indent}{name:<10} {shown}")
+        lines.append(f"{indent}{name:<{width}} {shown}")
 
 
 def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
@@ -285,9 +310,10 @@ def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
         _render_value("arguments", text, indent, lines)
         return
     rendered = [f"{indent}arguments"]
+    level = _width(parsed)
     try:
         for key, value in parsed.items():
-            _render_value(str(key), value, indent + "  ", rendered)
+            _render_value(str(key), value, indent + "  ", rendered, level)
     except RecursionError:  # parsed, but too deep to print again: show the text
         _render_value("arguments", text, indent, lines)
         return
@@ -320,15 +346,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
         lines.append(f"meta       {json.dumps(raw['meta'], ensure_ascii=False)}")
     lines.append("")
     body = _ordered(raw["body"], event.body)
+    level = _width(name for name in body if name != "type")
     for name, value in body.items():
         if name == "type":
             continue
         if name == "blob" and isinstance(value, dict):
-            lines.append(f"{'blob':<10} {value['hash']} ({format_size(value['size'])}, "
+            lines.append(f"{'blob':<{level}} {value['hash']} ({format_size(value['size'])}, "
                          f"{value.get('media_type', 'text/plain; charset=utf-8')}); the text "
                          "stored in the event is a preview, `turnlog blob HASH` prints it all")
             continue
-        _render_value(name, value, "", lines)
+        _render_value(name, value, "", lines, level)
     _write_line("\n".join(lines), sys.stdout)
     return EXIT_OK
 
@@ -466,12 +493,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         raise _UsageError(f"--turns must be >= 1, found {args.turns}")
     overflow_turn = args.overflow_turn if args.overflow_turn is not None else \
         demo.OVERFLOW_TURN
-    with _open(args, write=True) as log:
+    rows: list[list[object]] = []
+    present: list[int] = []
+    with _open(args, write=True) as log, _progress("demo turns", args.turns,
+                                                   show=not args.json) as advance:
         packer = Packer(log)
         compactor = Compactor(log, packer)
         packed_turns: list[demo.PackedTurn] = []
 
         def on_turn(turn: demo.TurnResult) -> None:
+            advance()
             a = turn.appended
             packed = None
             if not a.duplicate and not args.no_pack:
@@ -492,22 +523,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                         "compaction": packed.compaction, "recovery": packed.recovery}
                 _emit(record, sys.stdout)
                 return
-            where = f"seq {a.first_seq:>4}-{a.last_seq:<4}"
             if a.duplicate:
-                print(f"turn {turn.turn:>3}  {where}  already in the log")
+                present.append(turn.turn)
                 return
-            blobs = f"{turn.blobs} blob{'s' * (turn.blobs != 1)}" if turn.blobs else ""
-            line = (f"turn {turn.turn:>3}  {where}  {len(turn.drafts):>3} events  "
-                    f"{blobs:<7}  {head(turn.user_text, 40) if turn.user_text else '':<40}")
+            row: list[object] = [turn.turn, f"{a.first_seq}-{a.last_seq}", len(turn.drafts),
+                                 turn.blobs or "", head(turn.user_text, 40)]
             if packed is not None:
-                stages = " ".join(f"{k}={v}" for k, v in packed.fired.items() if v)
-                line += (f"  | {packed.tokens:>6,} tok  pressure {packed.pressure_before:.2f}"
-                         f"->{packed.pressure:.2f}  {stages or 'verbatim'}")
-                if packed.compaction:
-                    line += f"  [{packed.compaction}]"
-                if packed.recovery:
-                    line += "  [recovery pack]"
-            print(line)
+                notes = [f"[{packed.compaction}]"] if packed.compaction else []
+                notes += ["[recovery pack]"] if packed.recovery else []
+                row += [f"{packed.tokens:,}",
+                        f"{packed.pressure_before:.2f}->{packed.pressure:.2f}",
+                        " ".join(f"{k}={v}" for k, v in packed.fired.items() if v)
+                        or "verbatim", " ".join(notes)]
+            rows.append(row)
 
         try:
             result = demo.run_demo(log, session=args.session, turns=args.turns,
@@ -527,38 +555,100 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                "requests": len(replays), "replayed_identical": sum(r.ok for r in replays),
                "verify": {"ok": report.ok, "problem": _problem_json(report.problem),
                           "events": report.events, "blobs": report.blobs}}, sys.stdout)
+        return EXIT_OK if report.ok and replay_ok else EXIT_FAILED
+    columns: list[Column] = [("TURN", "right"), ("SEQS", "left"), ("EVENTS", "right"),
+                             ("BLOBS", "right"), ("USER MESSAGE", "left")]
+    if any(len(row) > 5 for row in rows):
+        columns += [("TOKENS", "right"), ("PRESSURE", "left"), ("STAGES (events changed)",
+                                                               "left"), ("", "left")]
+        rows = [row if len(row) > 5 else [*row, "", "", "", ""] for row in rows]
+    if rows:
+        print_table(_out(), columns, rows)
+    if present:
+        print(f"{_plural(len(present), 'turn')} already in the log ({_spans(present)}): "
+              "nothing appended or packed for them")
+    where = f"head {last.session}#{last.seq} {last.hash.hex()[:16]}"
+    if result.appended == 0:
+        print(f"nothing new appended: all {_plural(result.turns, 'turn')} were already in "
+              f"the log ({where})")
     else:
-        where = f"head {last.session}#{last.seq} {last.hash.hex()[:16]}"
-        if result.appended == 0:
-            print(f"nothing new appended: all {result.turns} turns were already in the log "
-                  f"({where})")
-        else:
-            print(f"appended {result.appended} events in {result.turns} turns "
-                  f"({result.present} already present), {_refs(result.blobs)}; {where}")
-        fired = {name: sum(1 for t in packed_turns if t.fired.get(name))
-                 for name in ("truncate", "dedup", "prune", "trim", "summaries")}
-        if packed_turns:
-            compactions = sum(1 for t in packed_turns if t.compaction.startswith("committed"))
-            print(f"packed and recorded {len(packed_turns)} requests; stages fired in: "
-                  + ", ".join(f"{name} {n}" for name, n in fired.items())
-                  + f" requests; {compactions} compaction(s), "
-                  f"{sum(t.recovery for t in packed_turns)} overflow recovery")
-        bad = [r for r in replays if not r.ok]
-        print(f"replay: {len(replays) - len(bad)} of {len(replays)} requests reproduced "
-              "byte for byte" + "".join(f"\n  #{r.request_seq}: {r.difference}" for r in bad))
-        if report.ok:
-            print(f"verify: ok ({report.events} events, {_refs(report.blobs)})")
-        else:
-            print(f"verify: FAILED: {report.problem}")
+        print(f"appended {_plural(result.appended, 'event')} in "
+              f"{_plural(result.turns, 'turn')} ({result.present:,} already present), "
+              f"{_refs(result.blobs)}; {where}")
+    fired = {name: sum(1 for t in packed_turns if t.fired.get(name))
+             for name in ("truncate", "dedup", "prune", "trim", "summaries")}
+    if packed_turns:
+        compactions = sum(1 for t in packed_turns if t.compaction.startswith("committed"))
+        recoveries = sum(t.recovery for t in packed_turns)
+        print(f"packed and recorded {_plural(len(packed_turns), 'request')}; stages fired "
+              "in: " + ", ".join(f"{name} {n}" for name, n in fired.items())
+              + f" requests; {_plural(compactions, 'compaction')}, "
+              f"{_plural(recoveries, 'overflow recovery', 'overflow recoveries')}")
+    bad = [r for r in replays if not r.ok]
+    _say(f"replay: {len(replays) - len(bad)} of {_plural(len(replays), 'request')} reproduced "
+         "byte for byte" + "".join(f"\n  #{r.request_seq}: {r.difference}" for r in bad),
+         "red" if bad else "green")
+    if report.ok:
+        _say(f"verify: ok ({_plural(report.events, 'event')}, {_refs(report.blobs)})", "green")
+    else:
+        _say(f"verify: FAILED: {report.problem}", "bold red")
+    _next_steps(args, [
+        ("log {s}", "the events, one line each"),
+        ("show {s} -1", "the last event in full"),
+        ("explain {s} -1", "why each event went into the last request as it did"),
+        ("replay {s}", "re-pack every recorded request and compare byte for byte"),
+        ("pack {s} --format anthropic", "the next request body, as it would be sent")])
     return EXIT_OK if report.ok and replay_ok else EXIT_FAILED
+
+
+def _spans(numbers: list[int]) -> str:
+    """``1-40`` or ``1-3, 7`` for sorted turn numbers."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(f"turn {a}" if a == b else f"turns {a}-{b}" for a, b in spans)
+
+
+def _next_steps(args: argparse.Namespace, steps: list[tuple[str, str]]) -> None:
+    """What to try next, as commands that work on this store."""
+    store = f"--store {args.store} " if args.store else ""
+    session = getattr(args, "session", None) or demo.DEFAULT_SESSION
+    commands = [f"turnlog {store}{command.format(s=session)}" for command, _ in steps]
+    width = max(len(c) for c in commands)
+    print("try next:")
+    for command, (_, what) in zip(commands, steps, strict=True):
+        _say(f"  {command:<{width}}  {what}", "cyan")
+
+
+@contextlib.contextmanager
+def _progress(what: str, total: int, *, show: bool) -> Iterator[Callable[[], None]]:
+    """A progress bar on stderr while the block runs, on a terminal only; yields the
+    function that advances it by one."""
+    console = make_console(sys.stderr)
+    if not show or not console.is_terminal:
+        yield lambda: None
+        return
+    with ProgressBar(TextColumn(visible(what)), BarColumn(), MofNCompleteColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task(what, total=total)
+        yield lambda: bar.advance(task)
 
 
 # -- packing, replay, explain -----------------------------------------------------------------
 
 def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
+    if getattr(args, "agent", None) and not getattr(args, "policy", None):
+        raise _UsageError(f"--agent {args.agent} needs --policy FILE (the policy file whose "
+                          f"[agents.{args.agent}] table to apply)")
     if getattr(args, "policy", None):
-        policy = turnlog.Policy.from_toml(_read_bytes(args.policy, "policy file"),
-                                          agent=args.agent)
+        try:
+            policy = turnlog.Policy.from_toml(_read_bytes(args.policy, "policy file"),
+                                              agent=args.agent)
+        except turnlog.PolicyError as exc:
+            raise _UsageError(f"--policy {args.policy}: {exc}") from None
     else:
         policy = None
     budget = getattr(args, "budget", None)
@@ -566,9 +656,38 @@ def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
         base = policy or turnlog.Policy()
         reserve = min(base.output_reserve, budget // 4)
         fields = {f: getattr(base, f) for f in base.__struct_fields__}
-        policy = turnlog.Policy(**{**fields, "context_window": budget,
-                                   "output_reserve": reserve})
+        try:
+            policy = turnlog.Policy(**{**fields, "context_window": budget,
+                                       "output_reserve": reserve})
+        except turnlog.PolicyError as exc:
+            raise _UsageError(f"--budget {budget} is too small: {exc}") from None
     return policy
+
+
+def _recorded_model(log: turnlog.Log, session: str) -> str:
+    """The model of the session's latest recorded request that names one ("" if none)."""
+    for event in reversed(log.read(session, kinds=["request"])):
+        if isinstance(event.body, turnlog.RequestIssued) and event.body.model:
+            return event.body.model
+    return ""
+
+
+def _request_seq(log: turnlog.Log, packer: Packer, session: str, value: int) -> int:
+    """A REQ_SEQ argument: a request's seq, or counted from the end (-1: the latest)."""
+    if value >= 0:
+        return value
+    requests = packer.requests(session)
+    if not requests:
+        if log.head(session) is None:
+            raise turnlog.UnknownSessionError(f"no session {session!r} in this log; list "
+                                              "sessions with `turnlog sessions`")
+        raise turnlog.UnknownSessionError(
+            f"session {session!r} has no recorded request; record one with `turnlog pack "
+            f"{session} --record`")
+    if -value > len(requests):
+        raise _UsageError(f"request {value} is before the first: {session!r} has "
+                          f"{_plural(len(requests), 'recorded request')}")
+    return requests[value]
 
 
 def _packed_json(packed: Packed, *, request_seq: int | None = None) -> dict[str, Any]:
@@ -600,14 +719,23 @@ def _cmd_pack(args: argparse.Namespace) -> int:
         request_seq = None
         render = None
         max_tokens: int | None = None
+        model = args.model
         if args.format != "neutral":
             in_force = policy or packer.policy_in_force(args.session) or turnlog.Policy()
             max_tokens = args.max_tokens if args.max_tokens is not None \
                 else in_force.output_reserve
-            render = renderer(args.format, model=args.model, max_tokens=max_tokens,
+            if log.head(args.session) is None:
+                raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
+                                                  "list sessions with `turnlog sessions`")
+            model = model or _recorded_model(log, args.session)
+            if not model:
+                raise _UsageError(f"--format {args.format} needs a model name for the request "
+                                  f"body: pass --model NAME ({args.session!r} has no recorded "
+                                  "request naming one)")
+            render = renderer(args.format, model=model, max_tokens=max_tokens,
                               blobs=log.blob)
         if args.record:
-            recorded = packer.record(args.session, policy=policy, model=args.model,
+            recorded = packer.record(args.session, policy=policy, model=model,
                                      format=args.format, render=render,
                                      render_args=render_args(max_tokens=max_tokens))
             packed, request_seq = recorded.packed, recorded.request_seq
@@ -615,8 +743,9 @@ def _cmd_pack(args: argparse.Namespace) -> int:
             packed = packer.pack(args.session, policy=policy)
         body = render(packed.prompt) if render is not None else b""
     if render is not None:
-        # The request body exactly as it would be sent (the bytes the record hashes).
-        _write_stdout_bytes(body + b"\n")
+        # The request body exactly as it would be sent (the bytes the record hashes);
+        # indented on a terminal, where nobody pipes the bytes anywhere.
+        _write_stdout_bytes(_pretty(body) + b"\n" if sys.stdout.isatty() else body + b"\n")
         if request_seq is not None:
             print(f"recorded as {args.session}#{request_seq}", file=sys.stderr)
         return EXIT_OK
@@ -629,37 +758,57 @@ def _cmd_pack(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _pretty(body: bytes) -> bytes:
+    try:
+        return json.dumps(json.loads(body), indent=2, ensure_ascii=False).encode()
+    except (ValueError, RecursionError):
+        return body
+
+
 def _print_packed(packed: Packed) -> None:
     b = packed.budget
     print(f"{packed.tokens:,} tokens of {b.usable:,} usable (window {b.window:,}, reserve "
           f"{b.output_reserve:,}); pressure {packed.pressure_before:.3f} -> "
           f"{packed.pressure:.3f}; compaction due: {'yes' if packed.compaction_due else 'no'}"
           + ("; recovery pack" if packed.recovery else ""))
-    for stage in packed.stages:
-        print(f"  {stage.name:<11} {'fired' if stage.fired else '-':<6} {stage.detail}")
-    for section, tokens in zip(packed.prompt.system, packed.section_tokens, strict=True):
-        print(f"  system {section.name!r}: {tokens:,} tokens")
+    _print_stages(packed)
+    rows: list[list[object]] = [["system", section.name, f"{tokens:,}", ""] for section, tokens
+                                in zip(packed.prompt.system, packed.section_tokens, strict=True)]
     for i, (message, tokens) in enumerate(zip(packed.prompt.messages, packed.message_tokens,
                                                strict=True)):
         calls = ", ".join(c.name for c in message.tool_calls)
         text = head(message.text, 60) if message.text else f"[{calls}]" if calls else ""
-        print(f"  {i:>4} {message.role:<9} {tokens:>6,}  {text}")
+        rows.append([i, message.role, f"{tokens:,}", text])
+    print_table(_out(), [("#", "right"), ("ROLE", "left"), ("TOKENS", "right"),
+                         ("TEXT", "left")], rows)
+
+
+def _print_stages(packed: Packed) -> None:
+    print_table(_out(), [("STAGE", "left"), ("", "left"), ("DETAIL", "left")],
+                ([stage.name, cell("fired", "yellow") if stage.fired else "-", stage.detail]
+                 for stage in packed.stages))
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _open(args) as log:
-        packed = Packer(log).explain(args.session, args.request_seq)
+        packer = Packer(log)
+        packed = packer.explain(args.session,
+                                _request_seq(log, packer, args.session, args.request_seq))
     if args.json:
         out = _packed_json(packed)
         out["decisions"] = [msgspec.to_builtins(d) for d in packed.decisions]
         _emit(out, sys.stdout)
         return EXIT_OK
     _print_packed_header(packed)
-    for d in packed.decisions:
-        tokens = (f"{d.original_tokens:>6,} -> {d.tokens:<6,}" if d.original_tokens
-                  else " " * 16)
-        print(f"  {d.seq:>5} {d.kind:<17} {d.decision:<18} {tokens} {d.rule}"
-              + (f": {d.detail}" if d.detail else ""))
+    styles = {"verbatim": "green", "trimmed": "red", "dropped": "red", "pruned": "yellow",
+              "truncated": "yellow", "deduplicated": "yellow", "summarized": "cyan"}
+    print_table(_out(), [("SEQ", "right"), ("KIND", "left"), ("DECISION", "left"),
+                         ("TOKENS", "right"), ("", "left"), ("RULE", "left")],
+                ([d.seq, d.kind, cell(d.decision, styles.get(d.decision, "")),
+                  f"{d.original_tokens:,} ->" if d.original_tokens else "",
+                  f"{d.tokens:,}" if d.original_tokens else "",
+                  d.rule + (f": {d.detail}" if d.detail else "")]
+                 for d in packed.decisions))
     return EXIT_OK
 
 
@@ -668,15 +817,17 @@ def _print_packed_header(packed: Packed) -> None:
     print(f"{packed.tokens:,} tokens of {b.usable:,} usable; pressure "
           f"{packed.pressure_before:.3f} -> {packed.pressure:.3f}; tokenizer "
           f"{packed.tokenizer}; policy {packed.policy_hash[:16]}")
-    for stage in packed.stages:
-        print(f"  {stage.name:<11} {'fired' if stage.fired else '-':<6} {stage.detail}")
+    _print_stages(packed)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     with _open(args) as log:
         packer = Packer(log)
         seqs = packer.requests(args.session) if args.all or args.request_seq is None \
-            else [args.request_seq]
+            else [_request_seq(log, packer, args.session, args.request_seq)]
+        if not seqs and log.head(args.session) is None:
+            raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
+                                              "list sessions with `turnlog sessions`")
         results = []
         for seq in seqs:
             request = log.get(args.session, seq).body
@@ -692,27 +843,36 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         _emit({"ok": ok, "requests": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
     else:
         for r in results:
-            print(f"{r.session}#{r.request_seq}: "
-                  + ("identical" if r.ok else f"DIFFERS: {r.difference}"))
-        print(f"{sum(r.ok for r in results)} of {len(results)} requests reproduced byte for "
-              "byte")
+            _say(f"{r.session}#{r.request_seq}: "
+                 + ("identical" if r.ok else f"DIFFERS: {r.difference}"),
+                 "" if r.ok else "bold red")
+        _say(f"{sum(r.ok for r in results)} of {_plural(len(results), 'request')} reproduced "
+             "byte for byte", "green" if ok else "bold red")
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     with _open(args) as log:
-        diff = Packer(log).diff(args.session, args.request_a, args.request_b)
+        packer = Packer(log)
+        diff = packer.diff(args.session, _request_seq(log, packer, args.session, args.request_a),
+                           _request_seq(log, packer, args.session, args.request_b))
     if args.json:
         _emit(msgspec.to_builtins(diff), sys.stdout)
         return EXIT_OK
-    print(f"#{diff.request_a}: {diff.tokens_a:,} tokens; #{diff.request_b}: "
-          f"{diff.tokens_b:,} tokens")
-    print(f"shared prefix: {diff.shared_messages} messages, {diff.shared_tokens:,} tokens "
-          f"(system {'changed' if diff.system_changed else 'same'}, tools "
+    print(f"#{diff.request_a}: {_plural(diff.tokens_a, 'token')}; #{diff.request_b}: "
+          f"{_plural(diff.tokens_b, 'token')}")
+    print(f"shared prefix: {_plural(diff.shared_messages, 'message')}, "
+          f"{_plural(diff.shared_tokens, 'token')} (system "
+          f"{'changed' if diff.system_changed else 'same'}, tools "
           f"{'changed' if diff.tools_changed else 'same'})")
-    for c in diff.changes:
-        print(f"  {c.seq:>5} {c.kind:<17} {c.before} -> {c.after}: {c.rule}"
-              + (f" ({c.detail})" if c.detail else ""))
+    if not diff.changes:
+        print("no decision changed")
+        return EXIT_OK
+    print_table(_out(), [("SEQ", "right"), ("KIND", "left"), ("BEFORE", "left"),
+                         ("AFTER", "left"), ("RULE", "left")],
+                ([c.seq, c.kind, c.before, c.after, c.rule + (f" ({c.detail})" if c.detail
+                                                             else "")]
+                 for c in diff.changes))
     return EXIT_OK
 
 
@@ -729,8 +889,9 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     if args.json:
         _emit(msgspec.to_builtins(outcome), sys.stdout)
     else:
-        print(f"{outcome.status}: {outcome.reason}" + (f"; {outcome.detail}" if outcome.detail
-                                                        else ""))
+        _say(f"{outcome.status}: {outcome.reason}" + (f": {outcome.detail}" if outcome.detail
+                                                       else ""),
+             {"committed": "green", "failed": "bold red"}.get(outcome.status, "yellow"))
         if outcome.seqs:
             print(f"events appended: {', '.join(f'#{s}' for s in outcome.seqs)}; next prompt "
                   f"{outcome.next_tokens:,} tokens ({'fits' if outcome.fits else 'OVER BUDGET'})")
@@ -739,90 +900,170 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     totals = {"events": 0, "appended": 0, "tool_calls": 0, "blobs": 0, "tokens": 0}
-    skipped: list[dict[str, Any]] = []
-    sessions: list[str] = []
-    show = sys.stderr.isatty() and not args.json
+    files: list[ImportSummary] = []
+    skipped: list[SkippedRecord] = []
+    failed: list[tuple[str, str]] = []
+    store = _store_path(args)
+    existed, had_store = store.exists(), (store / "data.mdb").exists()
+    console = make_console(sys.stderr)
+    show = console.is_terminal and not args.json
+    written = False
+    try:
+        with _open(args, write=True) as log, ProgressBar(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                console=console, transient=True, disable=not show) as bar:
+            task = bar.add_task("importing", total=None)
 
-    def progress(p: Progress) -> None:
-        if show and p.events_total:
-            done = 100 * p.events_done // max(1, p.events_total)
-            print(f"\r{p.path[-50:]:<50} {done:>3}% ({p.files_done + 1}/{p.files_total} files)",
-                  end="", file=sys.stderr, flush=True)
+            def progress(p: Progress) -> None:
+                bar.update(task, description=visible(f"importing {p.path[-60:]} (file "
+                                                     f"{p.files_done + 1} of {p.files_total})"),
+                           completed=p.events_done, total=p.events_total or None)
 
-    with _open(args, write=True) as log:
-        for path in args.paths:
-            summary = import_path(log, path, format=args.format, session=args.session,
-                                  skip_bad=args.skip_bad, progress=progress)
-            for key in ("events", "appended", "tool_calls", "blobs"):
-                totals[key] += getattr(summary, key)
-            totals["tokens"] += summary.tokens
-            sessions += summary.sessions
-            skipped += [msgspec.to_builtins(s) for s in summary.skipped]
-            if args.json:
-                _emit({"type": "file", "path": path, "format": summary.format,
-                       "sessions": list(summary.sessions), "events": summary.events,
-                       "appended": summary.appended, "tool_calls": summary.tool_calls,
-                       "blobs": summary.blobs, "tokens": summary.tokens,
-                       "skipped": [msgspec.to_builtins(s) for s in summary.skipped]},
-                      sys.stdout)
-    if show:
-        print(file=sys.stderr)
+            for path in args.paths:
+                try:
+                    summary = import_path(log, path, format=args.format, session=args.session,
+                                          skip_bad=args.skip_bad, progress=progress,
+                                          keep_going=args.keep_going)
+                except turnlog.ImportFormatError as exc:
+                    failed.append((path, _cli_words(str(exc))))
+                    if args.json:
+                        _emit({"type": "error", "path": path, "error": failed[-1][1]},
+                              sys.stdout)
+                    if args.keep_going:
+                        continue
+                    break
+                for key in ("events", "appended", "tool_calls", "blobs"):
+                    totals[key] += getattr(summary, key)
+                totals["tokens"] += summary.tokens
+                files += summary.files or ([summary] if summary.sources else [])
+                skipped += summary.skipped
+                if args.json:
+                    _emit({"type": "file", "path": path, "format": summary.format,
+                           "sessions": list(summary.sessions), "events": summary.events,
+                           "appended": summary.appended, "tool_calls": summary.tool_calls,
+                           "blobs": summary.blobs, "tokens": summary.tokens,
+                           "skipped": [msgspec.to_builtins(s) for s in summary.skipped]},
+                          sys.stdout)
+            written = bool(log.sessions())
+    finally:
+        if not had_store and not written:
+            _remove_store(store, existed)  # an import that wrote nothing leaves no store
+    sessions = [x for f in files for x in f.sessions]
+    code = EXIT_OK if files and not failed else EXIT_ERROR
     if args.json:
-        _emit({"type": "result", **totals, "sessions": sessions, "skipped": len(skipped)},
-              sys.stdout)
-        return EXIT_OK
-    print(f"imported {len(args.paths)} path(s) into {len(sessions)} session(s): "
-          f"{totals['events']} events ({totals['appended']} new), {totals['tool_calls']} tool "
-          f"calls, {totals['blobs']} blobs, {totals['tokens']:,} tokens of reported usage")
-    for s in skipped:
-        field = f" field {s['field']}" if s["field"] else ""
-        print(f"  skipped {s['source']} {s['where']}{field}: {s['reason']}")
-    return EXIT_OK
+        _emit({"type": "result", **totals, "sessions": sessions,
+               "skipped": len(skipped)}, sys.stdout)
+        return code
+    if files:
+        print_table(_out(), [("FILE", "left"), ("FORMAT", "left"), ("SESSIONS", "left"),
+                             ("EVENTS", "right"), ("NEW", "right"), ("SKIPPED", "right")],
+                    ([f.sources[0] if f.sources else "", f.format, ", ".join(f.sessions),
+                      f.events, f.appended, len(f.skipped) or ""] for f in files))
+    for record in skipped:
+        _say(f"skipped {_cli_words(str(record))}", "yellow")
+    if files:
+        print(f"imported {_plural(len(files), 'file')} into {_plural(len(sessions), 'session')}"
+              f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "
+              f"{_plural(totals['tool_calls'], 'tool call')}, {_plural(totals['blobs'], 'blob')}"
+              f", {_plural(totals['tokens'], 'token')} of reported usage")
+    for _, error in failed:
+        print(f"turnlog: error: {error}", file=sys.stderr)
+    if not files and not failed:
+        print(f"turnlog: error: nothing imported from {', '.join(args.paths)}: no transcript "
+              "of a known format found" + (f" ({_plural(len(skipped), 'file')} skipped, "
+                                           "listed above)" if skipped else "")
+              + "; give transcript files (or --format FORMAT to force one)", file=sys.stderr)
+    elif failed and files and not args.keep_going:
+        print("the paths before the failed one were imported; pass --keep-going to import the "
+              "rest (what was imported is not appended twice)", file=sys.stderr)
+    return code
+
+
+def _remove_store(path: Path, existed: bool) -> None:
+    """Remove the files of a store that `_open` created but nothing was written to."""
+    for name in ("data.mdb", "lock.mdb"):
+        with contextlib.suppress(OSError):
+            (path / name).unlink()
+    if not existed:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
+#: Library wording (Python parameters) -> the command's flags, for error messages.
+_FLAG_WORDS = (("pass format= if you know it", "pass --format FORMAT if you know it"),
+               ("pass skip_bad=True", "pass --skip-bad"),
+               ("with keep_going=True", "with --keep-going"))
+
+
+def _cli_words(message: str) -> str:
+    """A library error message with its Python parameters named as the command's flags."""
+    for library, flag in _FLAG_WORDS:
+        message = message.replace(library, flag)
+    return message
 
 
 def _cmd_memories(args: argparse.Namespace) -> int:
     with _open(args) as log:
+        if log.head(args.session) is None:
+            raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; list "
+                                              "sessions with `turnlog sessions`")
+        if args.memory_session is not None and log.head(args.memory_session) is None:
+            raise turnlog.UnknownSessionError(
+                f"no memory session {args.memory_session!r} in this log (--memory-session); "
+                "list sessions with `turnlog sessions`")
         manager = MemoryManager(log, memory_session=args.memory_session
                                 or f"{args.session}-memories")
         book = manager.memories(include_expired=True)
-        block = manager.block_in_force(args.session) if log.head(args.session) else ""
+        block = manager.block_in_force(args.session)
     if args.json:
         _emit({"memory_session": manager.memory_session,
                "memories": [msgspec.to_builtins(m) for m in book],
                "block_in_force": block}, sys.stdout)
         return EXIT_OK
-    print(f"memory session {manager.memory_session!r}: {len(book)} memories")
-    for m in book:
-        pinned = " pinned" if m.pinned else ""
-        print(f"  {m.memory_id:<8} {m.retention:<9} {m.memory_type:<9}{pinned:<8} "
-              f"{head(m.title, 40):<40} {head(m.content, 60)}")
+    print(f"memory session {manager.memory_session!r}: {_plural(len(book), 'memory', 'memories')}")
+    if book:
+        print_table(_out(), [("ID", "left"), ("RETENTION", "left"), ("TYPE", "left"),
+                             ("PINNED", "left"), ("TITLE", "left"), ("CONTENT", "left")],
+                    ([m.memory_id, m.retention, m.memory_type, "pinned" if m.pinned else "",
+                      head(m.title, 40), head(m.content, 60)] for m in book))
     print(f"block in force in {args.session!r}: "
-          + (f"{len(block):,} characters" if block else "none"))
+          + (_plural(len(block), "character") if block else "none"))
     if block and args.block:
         print(block)
     return EXIT_OK
 
 
 def _cmd_recall(args: argparse.Namespace) -> int:
+    if args.commit is not None and args.commit in (args.session or ()):
+        raise _UsageError(f"--commit {args.commit} brings back events of other sessions; "
+                          f"leave {args.commit!r} out of --session")
     with _open(args, write=args.commit is not None) as log:
+        for name in [*(args.session or ()), *([args.commit] if args.commit else [])]:
+            if log.head(name) is None:
+                raise turnlog.UnknownSessionError(f"no session {name!r} in this log; list "
+                                                  "sessions with `turnlog sessions`")
         recaller = Recaller(log)
-        sessions = args.session or [h.session for h in log.sessions()]
         if args.commit is not None:
             policy = _policy_arg(args) or turnlog.Policy()
-            done = recaller.commit(args.commit, args.query, policy=policy, sessions=sessions,
-                                   k=args.k)
+            # sessions=None searches every session but the one committed to.
+            done = recaller.commit(args.commit, args.query, policy=policy,
+                                   sessions=args.session, k=args.k)
             hits = log.get(args.commit, done.last_seq).body.hits if done else ()  # type: ignore[union-attr]
         else:
+            _policy_arg(args)  # --agent without --policy is refused here too
+            sessions = args.session or [h.session for h in log.sessions()]
             hits = tuple(recaller.search(args.query, sessions=sessions, k=args.k))
     if args.json:
         _emit({"query": args.query, "hits": [msgspec.to_builtins(h) for h in hits],
                "committed": args.commit is not None and bool(hits)}, sys.stdout)
         return EXIT_OK
-    for hit in hits:
-        print(f"{hit.session}#{hit.seq}  {hit.score}  {head(hit.text, 80)}")
     if not hits:
         print("no results")
-    elif args.commit is not None:
+        return EXIT_OK
+    print_table(_out(), [("EVENT", "left"), ("SCORE", "right"), ("TEXT", "left")],
+                ([f"{hit.session}#{hit.seq}", hit.score, head(hit.text, 80)]
+                 for hit in hits))
+    if args.commit is not None:
         print(f"committed as a recall event in {args.commit!r}")
     return EXIT_OK
 
@@ -998,6 +1239,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="the session id (default: from the transcript)")
     p.add_argument("--skip-bad", action="store_true", help="skip malformed records (listed) "
                    "instead of refusing the file")
+    p.add_argument("--keep-going", action="store_true", help="go on past a file that cannot "
+                   "be imported (listed with the reason) instead of stopping there")
 
     p = verb("memories", _cmd_memories, "list the memories of a session's memory session and "
              "the block in force")
@@ -1063,7 +1306,7 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
         print(f"turnlog: error: {exc}", file=sys.stderr)
         return EXIT_NO_STORE
     except turnlog.KernelError as exc:
-        print(f"turnlog: error: {exc}", file=sys.stderr)
+        print(f"turnlog: error: {_cli_words(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except (BrokenPipeError, _PipeClosedError):
         # The reader went away (``turnlog log s | head``): stop quietly, and keep

@@ -159,6 +159,8 @@ class ImportSummary(msgspec.Struct, frozen=True, kw_only=True):
         blobs: outputs and images stored as blobs.
         usage: token usage reported in the transcripts, summed.
         skipped: records (or files) left out, with the reason.
+        files: for a directory, one summary per imported file, in import order
+            (empty for a single file).
     """
 
     format: str
@@ -171,6 +173,7 @@ class ImportSummary(msgspec.Struct, frozen=True, kw_only=True):
     blobs: int = 0
     usage: Usage = Usage()
     skipped: tuple[SkippedRecord, ...] = ()
+    files: tuple[ImportSummary, ...] = ()
 
     @property
     def tokens(self) -> int:
@@ -350,7 +353,7 @@ def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: 
 
 def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
     try:
-        return _REGISTRY[fmt].parse(data, name, skip_bad)
+        parsed = _REGISTRY[fmt].parse(data, name, skip_bad)
     except RecursionError:
         raise ImportFormatError(
             f"{name}: a record is nested too deeply to read as a {fmt} transcript; nothing "
@@ -360,6 +363,14 @@ def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
             f"{name}: {exc.where}: {('field ' + exc.field + ': ') if exc.field else ''}"
             f"{exc.reason}; nothing of this file was imported (fix the record, or pass "
             "skip_bad=True to leave malformed records out)") from None
+    if parsed.skipped and all(entry.meta.get("carrier") for plan in parsed.plans
+                              for entry in plan.entries):
+        # Every record was malformed: the file is not a transcript of this format.
+        raise ImportFormatError(
+            f"{name}: no record could be read as a {fmt} transcript ({len(parsed.skipped)} "
+            f"malformed, the first: {parsed.skipped[0]}); nothing of this file was "
+            "imported (is it a transcript of another format?)")
+    return parsed
 
 
 _TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj", ".md")
@@ -370,7 +381,8 @@ _FORMAT_SUFFIXES = {"claude_code": (".jsonl",), "codex": (".jsonl",),
 
 def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
                 session: str | None = None, skip_bad: bool = False,
-                progress: ProgressCallback | None = None) -> ImportSummary:
+                progress: ProgressCallback | None = None,
+                keep_going: bool = False) -> ImportSummary:
     """Import a transcript file, or every transcript under a directory (recursively).
 
     In a directory, files ending in ``.jsonl``, ``.json``, ``.traj`` or ``.md``
@@ -380,7 +392,8 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     are imported after the sessions that spawned them and linked to the
     spawning call when the parent's transcript names it. Each file is atomic:
     a malformed record fails its file (nothing of it appended), after the files
-    before it were imported.
+    before it were imported (the error names them); with ``keep_going`` the
+    file is listed in ``skipped`` instead and the run goes on.
 
     Parameters:
         log: the log to append to.
@@ -390,9 +403,11 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             prefix: each file's sessions are named ``<session>/<file stem>...``.
         skip_bad: leave malformed records out instead of failing.
         progress: called per file and per appended batch.
+        keep_going: in a directory, list a file that cannot be read or imported
+            in ``skipped`` (with the reason) and go on with the next.
 
     Returns:
-        One `ImportSummary` over all files.
+        One `ImportSummary` over all files (``files`` holds each file's).
 
     Raises:
         ImportFormatError: see `import_file`.
@@ -413,7 +428,13 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     found: list[tuple[Path, bytes, str]] = []
     skipped: list[SkippedRecord] = []
     for file in candidates:
-        data = _read(str(file))
+        try:
+            data = _read(str(file))
+        except ImportFormatError as exc:
+            if not keep_going:
+                raise
+            skipped.append(SkippedRecord(str(file), "", "", str(exc).removeprefix(f"{file}: ")))
+            continue
         if file.suffix == ".md" and format is None and not _aider.sniff(data):
             continue
         fmt = format or _sniff(data, file.name)
@@ -427,13 +448,27 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     links: dict[str, dict[str, str]] = {}
     summaries: list[ImportSummary] = []
     for number, (file, data, fmt) in enumerate(found):
-        parsed = _parse(fmt, data, str(file), skip_bad)
-        if fmt == "claude_code":
-            _claude_code.link_subagents(parsed, links)
-        name = None if session is None else f"{session}/{file.stem}"
-        summaries.append(_import_parsed(log, parsed, str(file), session=name,
-                                        skip_bad=skip_bad, progress=progress,
-                                        files=(number, len(found))))
+        try:
+            parsed = _parse(fmt, data, str(file), skip_bad)
+            if fmt == "claude_code":
+                _claude_code.link_subagents(parsed, links)
+            name = None if session is None else f"{session}/{file.stem}"
+            summaries.append(_import_parsed(log, parsed, str(file), session=name,
+                                            skip_bad=skip_bad, progress=progress,
+                                            files=(number, len(found))))
+        except ImportFormatError as exc:
+            if keep_going:
+                skipped.append(SkippedRecord(str(file), "", "",
+                                             str(exc).removeprefix(f"{file}: ")))
+                continue
+            if not summaries:
+                raise
+            done = ", ".join(s.sources[0] if s.sources else "?" for s in summaries)
+            raise ImportFormatError(
+                f"{exc}; {'the file' if len(summaries) == 1 else f'the {len(summaries)} files'} "
+                f"before it were imported ({done}); "
+                "import the directory again with keep_going=True to go past bad files "
+                "(imported files are not appended twice)") from exc
     return _merge(summaries, skipped)
 
 
@@ -448,7 +483,8 @@ def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> 
         roots=tuple(x for s in summaries for x in s.roots),
         events=sum(s.events for s in summaries), appended=sum(s.appended for s in summaries),
         tool_calls=sum(s.tool_calls for s in summaries), blobs=sum(s.blobs for s in summaries),
-        usage=usage, skipped=tuple(skipped) + tuple(x for s in summaries for x in s.skipped))
+        usage=usage, skipped=tuple(skipped) + tuple(x for s in summaries for x in s.skipped),
+        files=tuple(summaries))
 
 
 def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
