@@ -409,7 +409,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                 _emit({"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
                       sys.stdout)
             else:
-                print(f"FAILED: checkpoint: {exc}")
+                _say(f"FAILED: checkpoint: {exc}", "bold red")
             return EXIT_FAILED
     if args.json:
         _emit({"ok": report.ok, "problem": _problem_json(report.problem),
@@ -420,14 +420,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if checkpoint is not None:
             extra = (f"; extends checkpoint {checkpoint.session}#{checkpoint.seq} "
                      f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
-        print(f"ok: {report.sessions} session{'s' * (report.sessions != 1)}, {report.events} "
-              f"events, {_refs(report.blobs)} intact{extra}")
+        _say(f"ok: {_plural(report.sessions, 'session')}, {_plural(report.events, 'event')}, "
+             f"{_refs(report.blobs)} intact{extra}", "green")
         for warning in report.warnings:
-            print(f"warning: {warning}")
+            _say(f"warning: {warning}", "yellow")
     else:
-        print(f"FAILED: {report.problem}")
-        print(f"(checked {report.events} events in {report.sessions} "
-              f"session{'s' * (report.sessions != 1)} before stopping)", file=sys.stderr)
+        _say(f"FAILED: {report.problem}", "bold red")
+        print(f"(checked {_plural(report.events, 'event')} in "
+              f"{_plural(report.sessions, 'session')} before stopping)", file=sys.stderr)
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
@@ -1203,7 +1203,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", default="neutral", choices=["neutral", *sorted(PROVIDERS)],
                    help="print the provider request body exactly as it would be sent, as "
                         "JSON (default: the neutral prompt and its accounting)")
-    p.add_argument("--model", default="", help="model name put in the request body and record")
+    p.add_argument("--model", default="", help="model name put in the request body and record "
+                   "(default with --format: the model of the session's last recorded request "
+                   "that names one)")
     p.add_argument("--max-tokens", type=_nonneg, default=None, metavar="N",
                    help="max output tokens in the request body (default: the policy's "
                         "output reserve)")

@@ -464,9 +464,10 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             if not summaries:
                 raise
             done = ", ".join(s.sources[0] if s.sources else "?" for s in summaries)
+            before = "the file before it was" if len(summaries) == 1 else \
+                f"the {len(summaries)} files before it were"
             raise ImportFormatError(
-                f"{exc}; {'the file' if len(summaries) == 1 else f'the {len(summaries)} files'} "
-                f"before it were imported ({done}); "
+                f"{exc}; {before} imported ({done}); "
                 "import the directory again with keep_going=True to go past bad files "
                 "(imported files are not appended twice)") from exc
     return _merge(summaries, skipped)

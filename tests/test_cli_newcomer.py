@@ -1,0 +1,338 @@
+"""The turnlog command as a newcomer meets it: each behaviour driven through the console
+script in a subprocess, on a fresh store.
+
+A first hour with the command should not stumble: defaults that work (the model of
+``pack --format``), errors that name the flags to use, an import that says what it did
+file by file, arguments that mean the same in every verb, tables with headers, and
+colour only where a person reads it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import pty
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import turnlog
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+
+
+def script() -> str:
+    found = shutil.which("turnlog") or str(Path(sys.executable).with_name("turnlog"))
+    assert Path(found).exists(), "the turnlog console script is not installed"
+    return found
+
+
+def cli(store: Path, *argv: str, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("TURNLOG_STORE", "NO_COLOR")}
+    return subprocess.run([script(), "--store", str(store), *argv], capture_output=True,
+                          text=True, encoding="utf-8", env={**base, **(env or {})},
+                          check=False, timeout=300)
+
+
+def on_terminal(store: Path, *argv: str, env: dict[str, str] | None = None
+                ) -> tuple[int, str]:
+    """Run the command with stdout and stderr on a pseudo-terminal; (exit code, output)."""
+    master, slave = pty.openpty()
+    base = {k: v for k, v in os.environ.items() if k not in ("TURNLOG_STORE", "NO_COLOR")}
+    proc = subprocess.Popen([script(), "--store", str(store), *argv], stdout=slave,
+                            stderr=slave, stdin=subprocess.DEVNULL,
+                            env={**base, "TERM": "xterm-256color", "COLUMNS": "200",
+                                 **(env or {})})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError as exc:
+            if exc.errno != errno.EIO:
+                raise
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return proc.wait(timeout=300), b"".join(chunks).decode("utf-8", "replace")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    store = tmp_path_factory.mktemp("newcomer") / "store"
+    done = cli(store, "demo")
+    assert done.returncode == 0, done.stderr
+    return store
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+def table_header(output: str, *headers: str) -> None:
+    first = output.splitlines()[0] if output else ""
+    assert first.split()[:len(headers)] == list(headers), output[:300]
+
+
+# -- pack --format ---------------------------------------------------------------------------
+
+def test_pack_format_takes_the_model_the_session_recorded(demo: Path) -> None:
+    done = cli(demo, "pack", "demo", "--format", "anthropic")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["model"] == "demo-model"
+    assert json.loads(cli(demo, "pack", "demo", "--format", "anthropic", "--model", "m")
+                      .stdout)["model"] == "m"
+    assert "recorded request" in cli(demo, "pack", "--help").stdout
+
+
+def test_pack_format_without_a_recorded_model_names_the_model_flag(fresh: Path) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("chat", turnlog.UserMessageAdded(text="hello"))
+    done = cli(fresh, "pack", "chat", "--format", "openai-chat")
+    assert done.returncode == 2
+    assert "--model" in done.stderr and "model must be" not in done.stderr
+
+
+def test_pack_format_is_indented_on_a_terminal_and_exact_in_a_pipe(demo: Path) -> None:
+    piped = cli(demo, "pack", "demo", "--format", "anthropic").stdout
+    assert piped.count("\n") == 1
+    code, shown = on_terminal(demo, "pack", "demo", "--format", "anthropic")
+    assert code == 0
+    assert shown.count("\n") > 100 and '\n  "model": "demo-model"' in shown.replace("\r", "")
+
+
+# -- errors name flags ----------------------------------------------------------------------
+
+def test_import_errors_name_the_flags_not_python_parameters(tmp_path: Path,
+                                                            fresh: Path) -> None:
+    unknown = tmp_path / "notes.jsonl"
+    unknown.write_text('{"hello": 1}\n')
+    done = cli(fresh, "import", str(unknown))
+    assert done.returncode == 3 and "--format" in done.stderr and "format=" not in done.stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "user", "uuid": "u1", "sessionId": "s", "message": '
+                   '{"role": "user", "content": "hi"}}\n{not json\n')
+    done = cli(fresh, "import", str(bad), "--format", "claude_code")
+    assert done.returncode == 3
+    assert "--skip-bad" in done.stderr and "skip_bad" not in done.stderr
+
+
+def test_policy_flag_errors_name_the_flag(demo: Path, tmp_path: Path) -> None:
+    done = cli(demo, "pack", "demo", "--budget", "0")
+    assert done.returncode == 2 and "--budget 0 is too small" in done.stderr
+    policy = tmp_path / "p.toml"
+    policy.write_text("context_window = 'big'\n")
+    done = cli(demo, "pack", "demo", "--policy", str(policy))
+    assert done.returncode == 2 and f"--policy {policy}" in done.stderr
+
+
+# -- import ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def transcripts(tmp_path: Path) -> Path:
+    """A directory of two real Claude Code transcripts and one with a malformed record
+    sorted between them."""
+    found = sorted(p for p in (CORPUS / "claude_code_jsonl").rglob("*.jsonl")
+                   if p.stat().st_size < 200_000 and "subagents" not in p.parts
+                   and not p.name.startswith("agent-"))
+    if len(found) < 2:
+        pytest.skip("needs ../shared/corpus (see README: Tests)")
+    folder = tmp_path / "transcripts"
+    folder.mkdir()
+    shutil.copy(found[0], folder / "a.jsonl")
+    shutil.copy(found[1], folder / "c.jsonl")
+    (folder / "b.jsonl").write_text('{"type": "user", "uuid": "u1", "sessionId": "s", '
+                                    '"message": {"role": "user", "content": "hi"}}\n{bad\n')
+    return folder
+
+
+def test_import_of_a_directory_stops_at_a_bad_file_and_says_what_was_imported(
+        transcripts: Path, fresh: Path) -> None:
+    done = cli(fresh, "import", str(transcripts))
+    assert done.returncode == 3
+    assert "b.jsonl" in done.stderr and "a.jsonl" in done.stderr
+    assert "before it was imported" in done.stderr and "--keep-going" in done.stderr
+    with turnlog.open(fresh, readonly=True) as log:
+        assert len(log.sessions()) >= 1  # a.jsonl, as the message says
+
+
+def test_import_keep_going_reports_each_file(transcripts: Path, fresh: Path) -> None:
+    done = cli(fresh, "import", str(transcripts), "--keep-going")
+    assert done.returncode == 0, done.stderr
+    table_header(done.stdout, "FILE", "FORMAT", "SESSIONS", "EVENTS", "NEW", "SKIPPED")
+    rows = done.stdout.splitlines()
+    assert any(row.startswith(str(transcripts / "a.jsonl")) for row in rows)
+    assert any(row.startswith(str(transcripts / "c.jsonl")) for row in rows)
+    assert any(row.startswith(f"skipped {transcripts / 'b.jsonl'}: line 2") for row in rows)
+    assert "imported 2 files into" in done.stdout
+    again = cli(fresh, "import", str(transcripts), "--keep-going", "--json")
+    result = json.loads(again.stdout.splitlines()[-1])
+    assert result["type"] == "result" and result["appended"] == 0
+
+
+@pytest.mark.parametrize("what", ["no transcripts", "empty directory", "random bytes"])
+def test_an_import_that_imports_nothing_fails_and_creates_no_store(
+        tmp_path: Path, what: str) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    argv = [str(source)]
+    if what == "no transcripts":
+        (source / "hosts").write_text("127.0.0.1 localhost\n")
+        (source / "notes.json").write_text('{"a": 1}')
+    elif what == "random bytes":
+        data = source / "random.jsonl"
+        data.write_bytes(bytes((i * 7919 + 13) % 256 for i in range(4096)))
+        argv = [str(data), "--format", "claude_code", "--skip-bad"]
+    store = tmp_path / "new-store"
+    done = cli(store, "import", *argv)
+    assert done.returncode == 3, done.stdout
+    assert done.stderr.startswith("turnlog: error: ") and "Traceback" not in done.stderr
+    assert "imported 1 path" not in done.stdout
+    assert not store.exists(), "a failed import created a store"
+
+
+def test_a_failed_import_into_an_existing_directory_leaves_it_as_it_was(tmp_path: Path
+                                                                        ) -> None:
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "README").write_text("mine")
+    done = cli(store, "import", str(tmp_path / "missing.jsonl"))
+    assert done.returncode == 3
+    assert sorted(p.name for p in store.iterdir()) == ["README"]
+
+
+# -- compact ---------------------------------------------------------------------------------
+
+def test_compact_says_why_it_skipped(fresh: Path) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("chat", [turnlog.UserMessageAdded(text="hello"),
+                            turnlog.AssistantMessageAdded(parts=[turnlog.TextPart(text="hi")])])
+    done = cli(fresh, "compact", "chat")
+    assert done.returncode == 0
+    line = done.stdout.strip()
+    assert line.startswith("skipped: nothing to compact: ") and len(line) > 40
+
+
+# -- consistent, loud arguments -----------------------------------------------------------
+
+def test_negative_request_seqs_count_requests_from_the_end(demo: Path) -> None:
+    with turnlog.open(demo, readonly=True) as log:
+        requests = turnlog.Packer(log).requests("demo")
+    latest = cli(demo, "explain", "demo", "-1", "--json")
+    assert latest.returncode == 0, latest.stderr
+    same = cli(demo, "explain", "demo", str(requests[-1]), "--json")
+    assert json.loads(latest.stdout) == json.loads(same.stdout)
+    assert cli(demo, "replay", "demo", "-2").stdout.startswith(f"demo#{requests[-2]}: ")
+    diff = json.loads(cli(demo, "diff", "demo", "-2", "-1", "--json").stdout)
+    assert (diff["request_a"], diff["request_b"]) == (requests[-2], requests[-1])
+    too_far = cli(demo, "explain", "demo", f"-{len(requests) + 1}")
+    assert too_far.returncode == 2 and "recorded requests" in too_far.stderr
+
+
+@pytest.mark.parametrize("argv", [("memories", "nosuch"),
+                                  ("memories", "demo", "--memory-session", "nosuch"),
+                                  ("recall", "amount", "--session", "nosuch"),
+                                  ("recall", "amount", "--commit", "nosuch"),
+                                  ("explain", "nosuch", "-1"), ("replay", "nosuch")],
+                         ids=" ".join)
+def test_unknown_sessions_are_errors_everywhere(demo: Path, argv: tuple[str, ...]) -> None:
+    done = cli(demo, *argv)
+    assert done.returncode == 3 and "nosuch" in done.stderr, done.stdout
+
+
+@pytest.mark.parametrize("verb", [("pack", "demo"), ("compact", "demo"),
+                                  ("recall", "amount")], ids=lambda v: v[0])
+def test_agent_without_a_policy_file_is_a_usage_error(demo: Path, verb: tuple[str, ...]
+                                                      ) -> None:
+    done = cli(demo, *verb, "--agent", "small")
+    assert done.returncode == 2 and "--agent small needs --policy FILE" in done.stderr
+
+
+def test_recall_commit_brings_back_other_sessions_only(fresh: Path) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("old", turnlog.UserMessageAdded(text="the parser handles decimal amounts"))
+        log.append("new", turnlog.UserMessageAdded(text="fix the decimal amounts parser"))
+    done = cli(fresh, "recall", "decimal amounts parser", "--commit", "new", "--json")
+    assert done.returncode == 0, done.stderr
+    hits = json.loads(done.stdout)["hits"]
+    assert hits and {hit["session"] for hit in hits} == {"old"}
+    refused = cli(fresh, "recall", "decimal", "--commit", "new", "--session", "new")
+    assert refused.returncode == 2 and "--commit new" in refused.stderr
+
+
+# -- output ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("argv", "headers"), [
+    (("sessions",), ("SESSION", "HEAD", "EVENTS")),
+    (("memories", "demo"), ("memory",)),
+    (("recall", "parse amount"), ("EVENT", "SCORE", "TEXT")),
+    (("log", "demo", "--limit", "3"), ("0",)),
+], ids=lambda v: v[0] if isinstance(v, tuple) and v and v[0][0].islower() else "")
+def test_listings_are_tables_with_headers(demo: Path, argv: tuple[str, ...],
+                                          headers: tuple[str, ...]) -> None:
+    done = cli(demo, *argv)
+    assert done.returncode == 0, done.stderr
+    table_header(done.stdout, *headers)
+    lines = done.stdout.splitlines()
+    assert all(line == line.rstrip() for line in lines), "no trailing blanks in a pipe"
+
+
+def test_explain_diff_and_memories_print_column_headers(demo: Path) -> None:
+    explained = cli(demo, "explain", "demo", "-1").stdout.splitlines()
+    assert any(line.split()[:4] == ["SEQ", "KIND", "DECISION", "TOKENS"] for line in explained)
+    assert any(line.split()[:2] == ["STAGE", "DETAIL"] for line in explained)
+    memories = cli(demo, "memories", "demo").stdout.splitlines()
+    assert memories[1].split() == ["ID", "RETENTION", "TYPE", "PINNED", "TITLE", "CONTENT"]
+    diff = cli(demo, "diff", "demo", "-3", "-1").stdout.splitlines()
+    assert any(line.split()[:5] == ["SEQ", "KIND", "BEFORE", "AFTER", "RULE"] for line in diff)
+
+
+def test_counts_are_plural_aware(fresh: Path) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("one", turnlog.UserMessageAdded(text="hello"))
+    verified = cli(fresh, "verify")
+    assert verified.stdout == "ok: 1 session, 1 event, 0 blob refs intact\n"
+    for argv in (("demo", "--turns", "1"), ("verify",), ("replay", "demo")):
+        out = cli(fresh, *argv).stdout
+        singular = re.findall(r"(?<![\d,.])1 (?:events|messages|requests|sessions|turns|"
+                              r"blob refs|memories)\b", out)
+        assert not singular and "(s)" not in out, (argv, singular)
+
+
+def test_show_aligns_the_values_of_each_level(demo: Path) -> None:
+    with turnlog.open(demo, readonly=True) as log:
+        seq = next(e.seq for e in log.read("demo", kinds=["tool_result"]))
+    lines = cli(demo, "show", "demo", str(seq)).stdout.split("\n\n", 1)[1].splitlines()
+    starts = {len(line) - len(line.split(None, 1)[1]) for line in lines
+              if line and not line.startswith(" ") and len(line.split(None, 1)) == 2}
+    assert len(starts) == 1, lines
+
+
+def test_demo_rerun_prints_one_line_for_the_turns_already_there(demo: Path) -> None:
+    done = cli(demo, "demo")
+    assert done.returncode == 0
+    assert "already in the log" in done.stdout
+    assert done.stdout.count("already in the log") == 2  # the turns line and the summary
+
+
+def test_demo_ends_with_what_to_try_next(fresh: Path) -> None:
+    done = cli(fresh, "demo", "--turns", "2")
+    tail = done.stdout.split("try next:\n", 1)[1]
+    assert f"turnlog --store {fresh} log demo" in tail
+    assert f"turnlog --store {fresh} explain demo -1" in tail
+
+
+def test_colour_on_a_terminal_only_and_never_with_no_color(demo: Path) -> None:
+    code, coloured = on_terminal(demo, "replay", "demo")
+    assert code == 0 and "\x1b[" in coloured
+    code, plain = on_terminal(demo, "replay", "demo", env={"NO_COLOR": "1"})
+    assert code == 0 and "\x1b[" not in plain
+    assert "\x1b[" not in cli(demo, "replay", "demo").stdout
