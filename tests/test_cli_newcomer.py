@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 import turnlog
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
+              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
 
 
 def script() -> str:

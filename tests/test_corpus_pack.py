@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ from turnlog import (
 )
 from turnlog.testing import Compact, SessionItem, build, check_all, memory_log
 
-CORPUS = (Path(__file__).parents[1] / ".." / "shared" / "corpus").resolve()
+CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
+              or Path(__file__).parents[1] / ".." / "shared" / "corpus").resolve()
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no transcript corpus at {CORPUS}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,8 @@ from turnlog.adapters.importers import (
     import_path,
 )
 
-CORPUS = Path(__file__).parents[1] / ".." / "shared" / "corpus"
+CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
+              or Path(__file__).parents[1] / ".." / "shared" / "corpus")
 FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name != "SOURCES.md") \
     if CORPUS.is_dir() else []
 FOLDER_FORMAT = {"claude_code_jsonl": "claude_code", "codex_rollout_jsonl": "codex",

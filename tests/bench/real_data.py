@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -40,7 +41,9 @@ from turnlog.testing import check_overflow, check_packed
 
 from tests.sdkcheck import check
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+#: The shared transcript corpus: $TURNLOG_CORPUS, else ../shared/corpus beside the repository.
+CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
+              or Path(__file__).resolve().parents[2].parent / "shared" / "corpus")
 # window -> output reserve
 WINDOWS = {4_000: 500, 8_000: 1_000, 16_000: 2_000, 32_000: 4_000, 128_000: 16_000}
 FORMATS = ("neutral", *sorted(PROVIDERS))
