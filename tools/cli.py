@@ -803,10 +803,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     styles = {"verbatim": "green", "trimmed": "red", "dropped": "red", "pruned": "yellow",
               "truncated": "yellow", "deduplicated": "yellow", "summarized": "cyan"}
     print_table(_out(), [("SEQ", "right"), ("KIND", "left"), ("DECISION", "left"),
-                         ("TOKENS", "right"), ("", "left"), ("RULE", "left")],
+                         ("TOKENS", "right"), ("RULE", "left")],
                 ([d.seq, d.kind, cell(d.decision, styles.get(d.decision, "")),
-                  f"{d.original_tokens:,} ->" if d.original_tokens else "",
-                  f"{d.tokens:,}" if d.original_tokens else "",
+                  f"{d.original_tokens:,} -> {d.tokens:,}" if d.original_tokens else "",
                   d.rule + (f": {d.detail}" if d.detail else "")]
                  for d in packed.decisions))
     return EXIT_OK
