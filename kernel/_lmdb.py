@@ -378,7 +378,7 @@ class _LMDBRead(ReadTxn):
             return None
         if len(value) != 40:
             raise StoreCorruptError(f"head entry of session {session!r} is {len(value)} bytes, "
-                                    "expected 40; run `turnlog verify`")
+                                    "expected 40; run `turnlog verify` (Python: `Log.verify()`)")
         return _U64.unpack_from(value)[0], bytes(value[8:])
 
     def get(self, session: str, seq: int) -> bytes | None:
@@ -484,7 +484,8 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
         added = cursor.putmulti(items, overwrite=False, append=append)[1]
         if added != len(items):
             raise StoreCorruptError(f"session {session!r} has events beyond its head (from seq "
-                                    f"{first_seq}); run `turnlog verify {session}`")
+                                    f"{first_seq}); run `turnlog verify {session}` (Python: "
+                                    f"`Log.verify({session!r})`)")
 
     def set_head(self, session: str, seq: int, digest: bytes) -> None:
         self._txn.put(session.encode(), _U64.pack(seq) + digest, db=self._dbs[b"heads"])
@@ -591,7 +592,8 @@ class LMDBStore(Store):
             raise StoreFormatError(
                 f"store {self.location!r} has format {bytes(found).decode(errors='replace')!r}; "
                 f"this turnlog reads {FORMAT.decode()!r}. Open it with the turnlog version that "
-                "wrote it, or export it there (`turnlog export`) and import it here")
+                "wrote it, or export it there (`turnlog export`; Python: `event_to_json`) and "
+                "import it here")
 
     # -- guards ------------------------------------------------------------------
     def _check_process(self) -> None:
@@ -619,7 +621,7 @@ class LMDBStore(Store):
             raise StoreReadOnlyError(f"store {self.location!r} is read-only") from exc
         except lmdb.CorruptedError as exc:
             raise StoreCorruptError(f"store {self.location!r} is corrupted: {exc}; run "
-                                    "`turnlog verify` on a copy") from exc
+                                    "`turnlog verify` (Python: `Log.verify()`) on a copy") from exc
         except lmdb.Error as exc:
             if "closed" in str(exc).lower() or "deleted" in str(exc).lower():
                 raise StoreError(f"the store {self.location!r} is closed") from exc

@@ -262,7 +262,8 @@ class Snapshot:
                 event = record_event(record)
             except DecodeError as exc:
                 raise StoreCorruptError(f"event {session}#{seq} is unreadable ({exc}); run "
-                                        f"`turnlog verify {session}`") from exc
+                                        f"`turnlog verify {session}` (Python: "
+                                        f"`Log.verify({session!r})`)") from exc
             if wanted is None or event.kind in wanted:
                 yield event
 
@@ -290,7 +291,7 @@ class Snapshot:
                                         f"{sorted(KINDS)}")
         if self._txn.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
-                                      "with `turnlog sessions`")
+                                      "with `turnlog sessions` (Python: `Log.sessions()`)")
         return wanted
 
     def get(self, session: str, seq: int) -> Event:
@@ -304,7 +305,8 @@ class Snapshot:
             raise InvalidEventError(f"seq must be an int from 0 to 2**63 - 1, found {seq!r}")
         record = self._txn.get(session, seq)
         if record is None:
-            raise UnknownSessionError(f"no event {session}#{seq}; see `turnlog log {session}`")
+            raise UnknownSessionError(f"no event {session}#{seq}; see `turnlog log {session}` "
+                                      f"(Python: `Log.read({session!r})`)")
         try:
             return record_event(record)
         except DecodeError as exc:
@@ -715,7 +717,8 @@ class Log:
             base += body.from_seq + 1
             record = txn.get(body.from_session, 0)
             body = record_event(record).body if record is not None else None
-        raise StoreCorruptError(f"the fork chain of {session!r} does not end; run `turnlog verify`")
+        raise StoreCorruptError(f"the fork chain of {session!r} does not end; run `turnlog verify` "
+                                "(Python: `Log.verify()`)")
 
     @staticmethod
     def _check_references(body: Body, session: str, seq: int, pos: int) -> None:
@@ -762,7 +765,8 @@ class Log:
             record = txn.get(session, seq)
             if record is None:
                 raise StoreCorruptError(f"idempotency key {key!r} points at missing "
-                                        f"event {session}#{seq}; run `turnlog verify`")
+                                        f"event {session}#{seq}; run `turnlog verify` (Python: "
+                                        "`Log.verify()`)")
             # Same content iff same canonical bytes at that seq.
             if with_seq(data, offset, seq) != record_canonical(record):
                 raise IdempotencyError(
@@ -842,7 +846,8 @@ class Log:
                                             "the session is gone: the log was truncated or "
                                             "replaced since the checkpoint"), 0, 0, 0)
                     raise UnknownSessionError(f"no session {session!r} to verify; list sessions "
-                                              "with `turnlog sessions`")
+                                              "with `turnlog sessions` (Python: "
+                                              "`Log.sessions()`)")
             checked_blobs: set[str] = set()
             # The events checked so far, for ``progress`` (a list: the sessions add to it).
             done = _Progress(progress)
@@ -1021,7 +1026,7 @@ class Log:
         head = self.head(session)
         if head is None:
             raise UnknownSessionError(f"no session {session!r} to checkpoint; list sessions "
-                                      "with `turnlog sessions`")
+                                      "with `turnlog sessions` (Python: `Log.sessions()`)")
         cp = Checkpoint(session=session, seq=head.seq, hash=head.hash.hex())
         if key is not None:
             if not isinstance(key, bytes) or not key:

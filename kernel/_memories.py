@@ -662,7 +662,7 @@ class MemoryManager:
             if book.get(body.memory_id) is None:
                 raise InvalidArgumentError(
                     f"no live memory {body.memory_id!r} in session {self.memory_session!r}; "
-                    "list memories with `turnlog memories`")
+                    "list memories with `turnlog memories` (Python: `MemoryManager.memories()`)")
             return body.memory_id, [body]
 
         return self._change(build, time)
@@ -853,7 +853,8 @@ class MemoryManager:
             view, _ = self._view(agent_session)
             if view is None:
                 raise UnknownSessionError(f"no session {agent_session!r} to repair; list "
-                                          "sessions with `turnlog sessions`")
+                                          "sessions with `turnlog sessions` (Python: "
+                                          "`Log.sessions()`)")
             rewound = frozenset(view.events[pos].seq for pos in view.rewound
                                 if view.events[pos].session == agent_session)
 

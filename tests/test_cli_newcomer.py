@@ -337,3 +337,16 @@ def test_colour_on_a_terminal_only_and_never_with_no_color(demo: Path) -> None:
     code, plain = on_terminal(demo, "replay", "demo", env={"NO_COLOR": "1"})
     assert code == 0 and "\x1b[" not in plain
     assert "\x1b[" not in cli(demo, "replay", "demo").stdout
+
+
+def test_library_errors_that_name_a_command_name_the_api_call_too(demo: Path) -> None:
+    with turnlog.open(demo, readonly=True) as log:
+        with pytest.raises(turnlog.UnknownSessionError, match=r"Log\.sessions\(\)"):
+            log.read("nosuch")
+        with pytest.raises(turnlog.UnknownSessionError, match=r"Log\.read\('demo'\)"):
+            log.get("demo", 10**6)
+        with pytest.raises(turnlog.InvalidArgumentError, match=r"Packer\.requests\('demo'\)"):
+            turnlog.Packer(log).explain("demo", 0)
+    done = cli(demo, "log", "nosuch")  # the command names only itself
+    assert done.returncode == 3 and "`turnlog sessions`" in done.stderr
+    assert "Python" not in done.stderr

@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -998,7 +999,8 @@ def _cli_words(message: str) -> str:
     """A library error message with its Python parameters named as the command's flags."""
     for library, flag in _FLAG_WORDS:
         message = message.replace(library, flag)
-    return message
+    # Library messages name the command and the API call: on the command line, the command.
+    return re.sub(r" \(Python: `[^`]*`\)|; Python: `[^`]*`", "", message)
 
 
 def _cmd_memories(args: argparse.Namespace) -> int:

@@ -436,7 +436,8 @@ class Packer:
         if not isinstance(event.body, RequestIssued):
             raise InvalidArgumentError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
                                     "request record; list requests with `turnlog log "
-                                    f"{session} --kind request`")
+                                    f"{session} --kind request` (Python: "
+                                    f"`Packer.requests({session!r})`)")
         return event.body
 
     def repack(self, session: str, request_seq: int) -> Packed:
@@ -453,7 +454,8 @@ class Packer:
         head = self.log.get(session, request.head_seq)
         if head.hash.hex() != request.head_hash:
             raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
-                                      "has the recorded hash; run `turnlog verify`")
+                                      "has the recorded hash; run `turnlog verify` (Python: "
+                                      "`Log.verify()`)")
         with self._replay_lock:
             try:
                 counter = get_counter(request.tokenizer)
