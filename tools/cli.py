@@ -6,13 +6,20 @@ else ``./.turnlog``). Verbs that print take ``--json``: ``sessions``, ``show``,
 print JSON lines (one object a line). ``export`` always writes JSON lines and
 ``blob`` raw bytes. docs/cli.md describes every verb.
 
+Human output is tables and lines through rich (`turnlog.tools.terminal`): colour
+and progress bars only on a terminal and never with ``NO_COLOR``, and every
+control, C1 and bidi-control character of the data shown as an escape (stdout
+and stderr are wrapped in an `EscapingWriter` while a verb runs). Library
+messages are reworded to name the command's flags (`_cli_words`).
+
 Exit codes:
 
 ====  =================================================================
 0     success
-1     a check failed (``verify``, or the verify at the end of ``demo``)
+1     a check failed (``verify``, ``replay``, the end of ``demo``, ``compact``)
 2     usage error: bad arguments, unreadable or malformed input file
-3     turnlog error (unknown session, corrupt store...): one line on stderr
+3     turnlog error (unknown session, corrupt store, nothing imported...):
+      one line on stderr
 4     no store at the given path
 ====  =================================================================
 """
