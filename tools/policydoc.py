@@ -109,8 +109,10 @@ MEANINGS: dict[str, str] = {
     "cache_read_price": "Price of a cache read per million tokens (compaction cost model).",
     "input_price": "Informational: price of uncached input per million tokens.",
     "rules": "Packing rules version: 1 is turnlog 0.1.0's, 2 adds the step tail, clipping, "
-             "unique call ids, gated summaries and trim markers (docs/packing.md). A new "
-             "rule is a new version, so old records keep their meaning.",
+             "unique call ids, gated summaries and trim markers (docs/packing.md). 0 (unset): "
+             "a policy handed in packs and records with the newest rules, written out in its "
+             "`PolicySet`; one read back from a 0.1.0 log means 1. A new rule is a new "
+             "version, so old records keep their meaning.",
     "tail_steps": "Rules 2: the mandatory tail is the latest user message plus this many "
                   "last steps.",
     "clip_ratio": "Rules 2: an item over this share of the history budget is clipped.",
@@ -133,7 +135,7 @@ SOURCES: dict[str, str] = {
     "recall_max_tokens": "seed 000 (auto-recall cap)",
     "memory_max_count": "seed 003", "memory_working_max": "seed 003",
     "cache_breakpoints": "the Anthropic Messages API limit",
-    "rules": "1 keeps every 0.1.0 record's meaning",
+    "rules": "unset keeps every 0.1.0 record's meaning",
 }
 
 
