@@ -224,7 +224,7 @@ __all__ = [
     "recall_text",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb.open

@@ -14,7 +14,9 @@ Contents: the demo (40 turns packed and recorded every turn, compactions, a roll
 an overflow error and its recovery pack, a policy change), one transcript of each
 corpus format (a Claude Code session with two imported compactions among them), and
 on the demo and every imported session requests recorded in all four formats at
-several budgets, plus a manual compaction of one imported session.
+several budgets, plus a manual compaction of one imported session. From 0.2.0 on, also a
+Codex session with freeform tool calls, and a 4k budget (new sessions pack under
+packing rules 2).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ TRANSCRIPTS = (
     "claude_code_jsonl/M-Thisness__M-Claude/Archives/93a38075-1e1b-4210-978f-8e927e43b55b.jsonl",
     "codex_rollout_jsonl/Python-AI-Solutions__agentic-neurodata-conversion/codex/sessions/2025/"
     "09/29/rollout-2025-09-29T13-09-19-01999469-65fd-7fa2-ab93-d24bb4c714cb.jsonl",
+    # A long autonomous turn with freeform (custom) tool calls: since 0.2.0.
+    "codex_rollout_jsonl/MoonLadderStudios__MoonMind/codex/sessions/2025/11/13/"
+    "rollout-2025-11-13T18-21-11-019a802a-aab1-7c31-9831-d2510c7a74a2.jsonl",
     "mini_swe_agent_traj_json/gruckion__mini-swe-agent/swebench_results/"
     "20251118_gemini-3-pro-74pct/trajs/django__django-16255/django__django-16255.traj.json",
     "swe_agent_traj/princeton-nlp__SWE-agent/trajectories/demonstrations/"
@@ -42,7 +47,7 @@ TRANSCRIPTS = (
     "openhands_events/All-Hands-AI__OpenHands/tests/runtime/trajs/basic.json",
 )
 FORMATS = ("neutral", "openai-chat", "openai-responses", "anthropic")
-BUDGETS = (128_000, 32_000, 8_000)
+BUDGETS = (128_000, 32_000, 8_000, 4_000)
 MODEL = "golden-model"
 
 
