@@ -141,6 +141,24 @@ def test_deeply_nested_tool_arguments_are_stored_and_packed_as_text() -> None:
     assert isinstance(call, ToolCall) and call.arguments == arguments
 
 
+@pytest.mark.parametrize("depth", [400, 900])
+def test_clipping_arguments_nested_deeper_than_a_walk_keeps_them_json(depth: int) -> None:
+    # fuzz_pack, crash-aaa7c6da: under packing rules 2 an oversized argument nested a
+    # few hundred deep (which json.loads takes) overflowed the recursive clip walk.
+    log = memory_log()
+    arguments = '{"a":' * depth + json.dumps("x" * 40_000) + "}" * depth
+    log.append("s", [UserMessageAdded(text="go"), AssistantMessageAdded(parts=(
+        ToolCall(id="c1", name="Write", arguments=arguments),)),
+        ToolResultAdded(call_id="c1", tool_name="Write", output="ok")])
+    view = project(log, "s")
+    policy = Policy(context_window=8_000, output_reserve=1_000, rules=2)
+    packed = turnlog.pack(view, policy)
+    check_packed(view, packed, policy)
+    [call] = [p for m in packed.prompt.messages for p in m.parts if isinstance(p, ToolCall)]
+    clipped = json.loads(call.arguments)
+    assert isinstance(clipped, dict) and list(clipped) == ["_clipped_arguments"]
+
+
 # -- importers: two records with one source id (fuzz_importers, crash-openhands-duplicate-ids) ----
 def test_a_transcript_with_two_records_of_one_id_is_refused_whole(tmp_path: Path) -> None:
     # Found: the second record's idempotency key repeated the first's, and Log.append

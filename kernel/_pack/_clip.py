@@ -92,6 +92,24 @@ def clip_text(text: str, tokens: int, counter: TokenCounter, where: str) -> str:
         chars //= 2
 
 
+#: How deep `clip_arguments` walks a JSON object; a deeper one (which a recursive walk
+#: could not take) is clipped as a whole, into ``{"_clipped_arguments": PREVIEW}``.
+MAX_WALK_DEPTH = 256
+
+
+def _nested_deeper(value: object, limit: int) -> bool:
+    """True when ``value`` nests lists and dicts deeper than ``limit`` (no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return False
+
+
 def _clip_json(value: Any, keep: int, notice: str) -> Any:
     """``value`` with every string longer than ``keep`` characters cut to head and tail."""
     if isinstance(value, str):
@@ -119,7 +137,7 @@ def clip_arguments(arguments: str, tokens: int, counter: TokenCounter, where: st
         return clip_text(arguments, tokens, counter, where)
     except RecursionError:  # JSON nested too deep to walk
         value = None
-    if not isinstance(value, dict):
+    if not isinstance(value, dict) or _nested_deeper(value, MAX_WALK_DEPTH):
         # valid JSON that is not an object walkable here: an object holding its preview
         room = max(_PART_MIN, tokens - 16)
         return json.dumps({"_clipped_arguments": clip_text(arguments, room, counter, where)},
