@@ -23,7 +23,9 @@ memory map under every transaction of the process (LMDB requires that none is
 open), so threads sharing a handle hold a map lock: every transaction is begun
 and ended under it shared, and growing or adopting a size takes it exclusively,
 waiting for the other threads' transactions to end (new ones wait meanwhile,
-except in a thread that already holds one). A handle is bound to the process
+except in a thread that already holds one).
+A write that fails is ended without
+LMDB's abort where it can be (see `LMDBStore._end_failed`). A handle is bound to the process
 that opened it; LMDB forbids using it after ``fork()``, so that is refused
 with a clear error instead of corrupting the lock table.
 
@@ -467,12 +469,19 @@ class _LMDBRead(ReadTxn):
 
 
 class _LMDBWrite(_LMDBRead, WriteTxn):
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database],
+                 data_file: Path) -> None:
+        super().__init__(txn, dbs, data_file)
+        #: Whether anything was put (then a failed write must be aborted, not committed).
+        self.wrote = False
+
     def put_event(self, session: str, seq: int, record: bytes) -> None:
         self.put_events(session, seq, (record,))
 
     def put_events(self, session: str, first_seq: int, records: Sequence[bytes]) -> None:
         if not records:
             return
+        self.wrote = True
         prefix = session.encode() + b"\x00"
         pack = _U64.pack
         items = [(prefix + pack(seq), record) for seq, record in enumerate(records, first_seq)]
@@ -488,16 +497,20 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
                                     f"`Log.verify({session!r})`)")
 
     def set_head(self, session: str, seq: int, digest: bytes) -> None:
+        self.wrote = True
         self._txn.put(session.encode(), _U64.pack(seq) + digest, db=self._dbs[b"heads"])
 
     def put_idempotency(self, session: str, key: str, seq: int) -> None:
+        self.wrote = True
         self._txn.put(session.encode() + b"\x00" + key.encode(), _U64.pack(seq),
                       db=self._dbs[b"idem"])
 
     def put_blob(self, digest: str, data: bytes) -> None:
+        self.wrote = True
         self._txn.put(bytes.fromhex(digest), data, db=self._dbs[b"blobs"], overwrite=False)
 
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
+        self.wrote = True
         self._txn.put(namespace.encode() + b"\x00" + key, value, db=self._dbs[b"cache"])
 
 
@@ -686,16 +699,40 @@ class LMDBStore(Store):
         with self._write_lock, self._guard():
             while True:
                 txn = self._begin(write=True)
+                handle = _LMDBWrite(txn, self._dbs, self._data_file)
                 try:
-                    result = fn(_LMDBWrite(txn, self._dbs, self._data_file))
+                    result = fn(handle)
                     txn.commit()
-                    return result
                 except lmdb.MapFullError:
-                    pass  # grown below, once the transaction has ended
-                finally:
-                    txn.abort()  # a no-op after commit
-                    self._map.release_shared()
-                self._grow()
+                    self._end_failed(txn, handle)
+                    self._grow()  # and write it all again
+                    continue
+                except BaseException:
+                    self._end_failed(txn, handle)
+                    raise
+                self._map.release_shared()
+                return result
+
+    def _end_failed(self, txn: lmdb.Transaction, handle: _LMDBWrite) -> None:
+        """End a write transaction that failed, writing nothing, and release the map lock.
+
+        A write that failed before putting anything (a refused append) is ended
+        by committing nothing, which LMDB does without touching the disk.
+        Aborting a live write transaction would wait until no other thread of
+        the process is inside an LMDB call, and threads reading in tight loops
+        can keep one in flight for good; so a write that put something is
+        aborted holding the map lock exclusively, with the other threads'
+        transactions ended and new ones parked.
+        """
+        try:
+            if not handle.wrote:
+                txn.commit()
+            else:
+                with self._map.exclusive():
+                    txn.abort()
+        finally:
+            txn.abort()  # a no-op once the transaction has ended
+            self._map.release_shared()
 
     def _grow(self) -> None:
         with self._map.exclusive():
