@@ -114,8 +114,8 @@ def link_checker(position: bytes) -> Callable[[bytes, int, bytes], bool]:
     return check
 
 
-def records_events(records: Iterable[tuple[int, bytes]]) -> list[Event]:
-    """`record_event` of each record of ``(seq, record)`` pairs, in one loop.
+def records_events(records: Iterable[bytes]) -> list[Event]:
+    """`record_event` of each stored record, in one loop.
 
     Raises:
         DecodeError: a record is too short or its bytes are not a valid event.

@@ -220,25 +220,26 @@ def decode_event(data: bytes | memoryview) -> Event:
     return event
 
 
-def decode_records(records: Iterable[tuple[int, bytes]], skip: int) -> list[Event]:
-    """`decode_event` of each ``(seq, record)``'s bytes after the record's first
-    ``skip`` bytes, in one loop (no call per record), with the two hashes before
-    them set as ``prev`` and ``hash``.
+def decode_records(records: Iterable[bytes], skip: int) -> list[Event]:
+    """`decode_event` of each record's bytes after its first ``skip`` bytes, in
+    one loop (no call per record), with the two hashes before them set as
+    ``prev`` and ``hash``.
 
     Raises:
         DecodeError: a record does not decode (`decode_event` names why).
     """
     decode, setattr_ = _EVENT_DECODER.decode, msgspec.structs.force_setattr
     half = skip // 2
-    events = []
+    events: list[Event] = []
+    append = events.append
     try:
-        for _, record in records:
+        for record in records:
             event: Event = decode(memoryview(record)[skip:])
             if event.meta:
                 _check_decoded_meta(event.meta)
             setattr_(event, "prev", record[:half])
             setattr_(event, "hash", record[half:skip])
-            events.append(event)
+            append(event)
     except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
             RecursionError) as exc:
         raise DecodeError(f"not a valid turnlog event: {exc}") from exc

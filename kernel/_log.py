@@ -248,7 +248,7 @@ class Snapshot:
         self._check_read(session, start, stop, None)
         try:
             # One comprehension over the records: no generator per event in between.
-            return records_events(self._txn.scan(session, start, stop))
+            return records_events(self._txn.records(session, start, stop))
         except DecodeError:
             # Read again, lazily, to name the first unreadable event.
             return list(self.iter(session, start, stop))

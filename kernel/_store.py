@@ -59,6 +59,11 @@ class ReadTxn(ABC):
         past the head (what `Log.verify` must see in a damaged store).
         """
 
+    def records(self, session: str, start: int, stop: int | None) -> list[bytes]:
+        """The records `scan` yields, without their seqs, as one list (what `Log.read`
+        decodes). A backend may override it with a faster bulk fetch."""
+        return [record for _, record in self.scan(session, start, stop)]
+
     @abstractmethod
     def sessions(self) -> Iterator[tuple[str, int, bytes]]:
         """``(session, head seq, head hash)`` for every session, ordered by session id."""
