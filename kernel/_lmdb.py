@@ -35,6 +35,7 @@ Every ``lmdb.Error`` is converted to a `StoreError` subclass at this boundary.
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import struct
 import threading
@@ -73,10 +74,12 @@ _DBS = (b"events", b"heads", b"idem", b"blobs", b"cache", b"meta")
 # LMDB trusts data.mdb: it maps the file and follows page numbers without bounds
 # checks, so a truncated file is a SIGBUS and a damaged page can fail one of its
 # assertions (SIGABRT), either of which kills the process before any error can be
-# raised. The checks below read the file with plain reads (never through the map)
-# and refuse what would crash: at open, the meta page, the file size and the main
-# database (a page or two); in `LMDBStore.check_structure` (run by `Log.verify`),
-# every page of every database. Layouts are LMDB's on a 64-bit little-endian build.
+# raised. The checks below read the file themselves, never through LMDB (the meta
+# pages with a plain read, then the pages of a read-only mapping of the file's size,
+# each page number checked against it first), and refuse what would crash: at
+# open, the meta page, the file size and the main database (a page or two); in
+# `LMDBStore.check_structure` (run by `Log.verify`), every page of every database.
+# Layouts are LMDB's on a 64-bit little-endian build.
 #
 # MDB_meta after the 16-byte page header: magic, version, (address, map size), the
 # free database's md_pad holding the page size, ..., the main database's MDB_db
@@ -125,7 +128,11 @@ class _Walker:
     """Reads pages with pread and checks the B-trees hanging off one meta page."""
 
     def __init__(self, fd: int, meta: _Meta, size: int) -> None:
-        self.fd = fd
+        # Pages are sliced out of a private read-only mapping of the file's current
+        # size (a copy each; a pread per page costs four times as much): nothing
+        # past that size is touched, every page number is checked against the meta
+        # page's last page, and the file was checked to hold that many pages.
+        self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         self.psize = meta.page_size
         self.last = meta.last
         self.size = size
@@ -134,20 +141,23 @@ class _Walker:
         self.seen = bytearray((meta.last >> 3) + 1)
         self.overflow_pages = 0
 
-    def page(self, pgno: int, what: str) -> bytes:
+    def page(self, pgno: int, what: str) -> tuple[bytes, tuple[int, int, int, int, int]]:
+        """The page and its header (pgno, pad, flags, lower, upper)."""
         if not 2 <= pgno <= self.last:
             raise _Damage(f"{what} points at page {pgno}, outside pages 2..{self.last}")
-        byte, bit = pgno >> 3, 1 << (pgno & 7)
-        if self.seen[byte] & bit:
+        seen, byte, bit = self.seen, pgno >> 3, 1 << (pgno & 7)
+        if seen[byte] & bit:
             raise _Damage(f"{what} points at page {pgno}, which is reached twice (a loop or "
                           "a shared page)")
-        self.seen[byte] |= bit
-        data = os.pread(self.fd, self.psize, pgno * self.psize)
-        if len(data) < self.psize:
+        seen[byte] |= bit
+        psize = self.psize
+        data = self.map[pgno * psize:(pgno + 1) * psize]
+        if len(data) < psize:
             raise _Damage(f"page {pgno} lies past the end of the file (truncated)")
-        if _HEADER.unpack_from(data)[0] != pgno:
-            raise _Damage(f"page {pgno} holds the header of page {_HEADER.unpack_from(data)[0]}")
-        return data
+        header = _HEADER.unpack_from(data)
+        if header[0] != pgno:
+            raise _Damage(f"page {pgno} holds the header of page {header[0]}")
+        return data, header
 
     def tree(self, db: tuple[int, ...], name: str, *, main: bool = False,
              ) -> list[tuple[bytes, tuple[int, ...]]]:
@@ -164,21 +174,21 @@ class _Walker:
         counts = {_BRANCH: 0, _LEAF: 0, _OVERFLOW: 0}
         self.overflow_pages = 0
         stack = [(root, 1, f"database {name}")]
+        psize, page = self.psize, self.page
+        limit = psize - _NODE.size
         while stack:
             pgno, level, what = stack.pop()
-            data = self.page(pgno, what)
-            _, _, flags, lower, upper = _HEADER.unpack_from(data)
+            data, (_, _, flags, lower, upper) = page(pgno, what)
             kind = _BRANCH if level < depth else _LEAF
             if flags & _KIND != kind:
                 raise _Damage(f"page {pgno} of database {name} has flags {flags:#x}, expected a "
                               f"{'branch' if kind == _BRANCH else 'leaf'} page at depth {level}")
-            if not (16 <= lower <= upper <= self.psize and lower % 2 == 0):
+            if not (16 <= lower <= upper <= psize and lower % 2 == 0):
                 raise _Damage(f"page {pgno} of database {name} has bounds {lower}..{upper}")
             counts[kind] += 1
             # The page as native 16-bit words (LMDB's own byte order): the node offsets
             # from byte 16, each node's header (size or child page, flags, key size).
             words = memoryview(data).cast("H")
-            limit = self.psize - _NODE.size
             for i, off in enumerate(words[8:lower >> 1]):
                 if off & 1 or not upper <= off <= limit:
                     raise _Damage(f"page {pgno} of database {name}: node {i} at offset {off} "
@@ -187,7 +197,7 @@ class _Walker:
                 lo, hi, nflags, ksize = words[w], words[w + 1], words[w + 2], words[w + 3]
                 body = off + 8 + ksize
                 if kind == _BRANCH:
-                    if body > self.psize:
+                    if body > psize:
                         raise _Damage(f"page {pgno} of database {name}: key {i} runs past "
                                       "the page")
                     stack.append((lo | hi << 16 | nflags << 32, level + 1,
@@ -195,7 +205,7 @@ class _Walker:
                     continue
                 leaves += 1
                 if not nflags:  # the common case: a value stored in the node
-                    if body + (lo | hi << 16) > self.psize:
+                    if body + (lo | hi << 16) > psize:
                         raise _Damage(f"page {pgno} of database {name}: node {i} runs past "
                                       "the page")
                     continue
@@ -230,8 +240,7 @@ class _Walker:
         if not 2 <= pgno <= self.last - pages + 1:
             raise _Damage(f"{what} points at {pages} overflow pages from page {pgno}, outside "
                           f"pages 2..{self.last}")
-        data = self.page(pgno, what)
-        flags = _HEADER.unpack_from(data)[2]
+        data, (_, _, flags, _, _) = self.page(pgno, what)
         if flags & _KIND != _OVERFLOW or _PAGES.unpack_from(data, 12)[0] != pages:
             raise _Damage(f"overflow page {pgno} has flags {flags:#x} and "
                           f"{_PAGES.unpack_from(data, 12)[0]} pages, expected {pages}")
@@ -278,6 +287,8 @@ def _check_file(path: Path, *, txnid: int | None = None,
                     walker.tree(db, name.decode(errors="replace"))
         except _Damage as exc:
             return str(exc)
+        finally:
+            walker.map.close()
         return None
     finally:
         os.close(fd)
@@ -390,8 +401,11 @@ class _LMDBRead(ReadTxn):
     def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
              ) -> Iterator[tuple[int, bytes]]:
         if every:  # what verify needs: every key, past the head too (it checked pages first)
-            yield from self._cursor_scan(session, start, stop)
-            return
+            return self._cursor_scan(session, start, stop)
+        return self._scan_to_head(session, start, stop)
+
+    def _scan_to_head(self, session: str, start: int, stop: int | None,
+                      ) -> Iterator[tuple[int, bytes]]:
         # Events are fetched key by key up to the head: an exact lookup that meets
         # a damaged page gets MDB_CORRUPTED (StoreCorruptError), where a cursor
         # moving to the next page fails an LMDB assertion on it and aborts the
@@ -758,7 +772,7 @@ class LMDBStore(Store):
     def check_structure(self) -> str | None:
         """The first structural problem of data.mdb, or None (see `Store.check_structure`).
 
-        Walks every page of every database with plain reads, inside a read
+        Walks every page of every database with its own reads, inside a read
         transaction so that no writer reuses the pages walked.
         """
         self._check_process()
