@@ -191,6 +191,44 @@ def test_decisions_are_those_of_the_pack_even_when_read_after_more_events() -> N
     assert {d.decision for d in early.decisions} >= {"trimmed", "pruned", "verbatim"}
 
 
+def test_references_made_after_the_pack_are_not_in_its_decisions() -> None:
+    # Each turn reads its own file and the next turns name the files read before, so
+    # every pruned read gains references after the pack: its decision keeps the count
+    # the pack used.
+    from turnlog import (
+        AssistantMessageAdded,
+        TextPart,
+        ToolCall,
+        ToolResultAdded,
+        UserMessageAdded,
+    )
+    items: list[SessionItem] = []
+    for t in range(40):
+        items.append(UserMessageAdded(text=f"turn {t}: read the next module"))
+        items.append(AssistantMessageAdded(parts=(ToolCall(
+            id=f"c{t}", name="read_file", arguments=f'{{"path": "src/mod{t}.py"}}'),)))
+        items.append(ToolResultAdded(call_id=f"c{t}", tool_name="read_file", output="\n".join(
+            f"def function_{t}_{i}(): return {i}" for i in range(60))))
+        named = " ".join(f"src/mod{k}.py" for k in range(t + 1))
+        items.append(AssistantMessageAdded(parts=(TextPart(text=f"Read so far: {named}"),)))
+    lineage = _lineage(items)
+    policy = Policy(context_window=4_000, output_reserve=500, prune_min_savings=0,
+                    prune_protect_tokens=0, prune_protect_turns=1, warning_buffer=None,
+                    warning_ratio=0.5, blocking_buffer=None, blocking_ratio=0.6)
+    half = len(lineage) // 2
+    view = _view(lineage[:half])
+    early = pack(view, policy, index=_index(view))  # one index, as a `Packer` keeps it
+    expected = pack(_view(lineage[:half]), policy, stages=STAGE_BY_STAGE)
+    view.extend(lineage[half:half + 8])  # type: ignore[arg-type]  # two more turns
+    later = pack(view, policy, index=_index(view))
+    assert early.decisions == expected.decisions
+    pruned = {d.pos: d.detail for d in early.decisions if d.decision == "pruned"}
+    assert pruned
+    grown = {d.pos: d.detail for d in later.decisions
+             if d.pos in pruned and d.decision == "pruned" and d.detail != pruned[d.pos]}
+    assert grown, "no pruned result gained references after the pack"
+
+
 def _turns(n: int) -> list[SessionItem]:
     from turnlog import AssistantMessageAdded, TextPart, ToolCall, ToolResultAdded, UserMessageAdded
     out: list[SessionItem] = []

@@ -42,7 +42,7 @@ from ._explain import Common, Facts
 from ._index import PackIndex, PolicyIndex
 from ._ledger import Protection
 from ._model import Budget, Decision
-from ._prune import Prune, PruneFacts
+from ._prune import Prune, PruneFacts, RefsAsOf
 from ._summaries import Summaries, SummaryPlan, run_of, shown_budget
 from ._trim import Marker
 from ._truncate import Truncate
@@ -413,7 +413,7 @@ class Kept:
     def __init__(self, ledger: IndexedLedger) -> None:
         self.ledger = ledger
         self.forms: dict[int, int] = {}
-        self.refs: dict[int, tuple[int, bool]] = {}
+        self.refs: RefsAsOf | None = None  # of pruned items, as of the pack (`freeze`)
         self.used: list[int] = []
         self.facts: Facts | None = None
         coverage = ledger._pack_index.coverage
@@ -435,7 +435,7 @@ class Kept:
         points, shielded, saving = ledger.points, ledger.shielded, index.saving
         prune_before = ledger.boundary if ledger.pruned_all else -1
         clipped, truncated = index.clipped, index.truncated
-        facts, forms, refs, used = ledger.prune_facts, self.forms, self.refs, self.used.append
+        forms, used = self.forms, self.used.append
         message_in = ledger.message
 
         def add_unit(unit: Unit, messages: list[Message], tokens: list[int]) -> None:
@@ -447,7 +447,6 @@ class Kept:
                     form, count = _DEDUPLICATED, index.dedup_tokens[i]
                 elif i in points or (prunable and saving[i] > 0 and i not in shielded):
                     form, count = _PRUNED, index.tokens[i] - saving[i]
-                    refs[i] = (facts.refs(i), i in facts.decided)
                 elif i in clipped:
                     form, count = _CLIPPED, index.tokens[i]
                 elif i in truncated:
@@ -473,6 +472,8 @@ class Kept:
     def freeze(self) -> None:
         """Snapshot the projection's facts for decisions built later."""
         self.facts = Facts(self.ledger.view)
+        if _PRUNED in self.forms.values():
+            self.refs = self.ledger.prune_facts.as_of_now()
 
     def decision(self, i: int, common: Common) -> Decision:
         """The decision of an item of a unit, as of the pack."""
@@ -515,9 +516,10 @@ class Kept:
                             detail=f"superseded by position {self.facts.items[by].pos}",
                             tokens=index.dedup_tokens[i], original_tokens=original)
         if form == _PRUNED:
-            refs, decided = self.refs[i]
+            assert self.refs is not None
             return Decision(**common, decision="pruned", rule="prune.score",
-                            detail=Prune.detail(item, ledger.policy, refs, decided),
+                            detail=Prune.detail(item, ledger.policy, self.refs.refs(i),
+                                                self.refs.decided(i)),
                             tokens=index.tokens[i] - index.saving[i], original_tokens=original)
         return Decision(**common, decision="verbatim",
                         rule="verbatim.protected" if protected else "verbatim",

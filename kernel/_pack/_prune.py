@@ -144,6 +144,12 @@ class PruneFacts:
             named = self._mentions[base[0]] - base[1]
         return named + self._quoted.get(index, 0)
 
+    def as_of_now(self) -> RefsAsOf:
+        """The references and decision language of every result so far, frozen: later
+        items change what `refs` says, not what this says."""
+        return RefsAsOf(self._base, dict(self._mentions), dict(self._quoted), self.decided,
+                        frozenset(self._since))
+
     def catch_up(self, items: Sequence[Item]) -> None:
         """Fold in the items appended since the last call."""
         for index in range(self.done, len(items)):
@@ -187,6 +193,31 @@ class PruneFacts:
             base = self._base.get(index)
             if base is None or base[0] not in named:
                 self._quoted[index] = self._quoted.get(index, 0) + 1
+
+
+class RefsAsOf:
+    """`PruneFacts` as of one moment (see `PruneFacts.as_of_now`). A result's base
+    name entry is written once; ``decided`` only grows, and only with results that
+    were still waiting for an assistant message (``since``) then."""
+
+    __slots__ = ("_base", "_decided", "_mentions", "_quoted", "_since")
+
+    def __init__(self, base: dict[int, tuple[str, int]], mentions: dict[str, int],
+                 quoted: dict[int, int], decided: set[int], since: frozenset[int]) -> None:
+        self._base, self._mentions, self._quoted = base, mentions, quoted
+        self._decided, self._since = decided, since
+
+    def refs(self, index: int) -> int:
+        """References to result ``index`` then."""
+        named = 0
+        base = self._base.get(index)
+        if base is not None:
+            named = self._mentions[base[0]] - base[1]
+        return named + self._quoted.get(index, 0)
+
+    def decided(self, index: int) -> bool:
+        """Whether decision language followed result ``index`` then."""
+        return index in self._decided and index not in self._since
 
 
 class Prune:
