@@ -299,7 +299,8 @@ class Projection:
                 wire = f"{call}_{n}"
             seen.add(wire)
             out.append(wire)
-        return tuple(out)
+        # Usually every id is its own: then the very tuple (`assemble` checks identity).
+        return calls if out == list(calls) else tuple(out)
 
     def _tool_result(self, pos: int, event: Event, body: ToolResultAdded) -> None:
         unit_index = self._call_unit.get(body.call_id)

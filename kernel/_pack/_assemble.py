@@ -49,19 +49,21 @@ __all__: list[str] = []
 
 #: An item's message and its tokens in the prompt (None: the item is not in it).
 MessageOf = Callable[[int], "tuple[Message, int] | None"]
-#: Appends a kept unit's messages and their tokens (what an engine puts in the prompt).
-AddUnit = Callable[[Unit, list[Message], list[int]], None]
+#: Appends the messages of a run of kept units, in order, and their tokens (what an
+#: engine puts in the prompt).
+AddUnits = Callable[[list[Unit], list[Message], list[int]], None]
 
 
-def unit_adder(message_of: MessageOf) -> AddUnit:
-    """An `AddUnit` from a per-item `MessageOf` (None: the item is not in the prompt)."""
-    def add_unit(unit: Unit, messages: list[Message], tokens: list[int]) -> None:
-        for i in unit.items:
-            found = message_of(i)
-            if found is not None:
-                messages.append(found[0])
-                tokens.append(found[1])
-    return add_unit
+def unit_adder(message_of: MessageOf) -> AddUnits:
+    """An `AddUnits` from a per-item `MessageOf` (None: the item is not in the prompt)."""
+    def add_units(units: list[Unit], messages: list[Message], tokens: list[int]) -> None:
+        for unit in units:
+            for i in unit.items:
+                found = message_of(i)
+                if found is not None:
+                    messages.append(found[0])
+                    tokens.append(found[1])
+    return add_units
 
 
 def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
@@ -92,14 +94,14 @@ def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
 
 
 def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iterable[int],
-             add_unit: AddUnit, summary: tuple[str, int], tail_unit: int,
+             add_units: AddUnits, summary: tuple[str, int], tail_unit: int,
              marker: Marker | None = None,
              ) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
     """The prompt from the kept units, with its message and section tokens.
 
     Parameters:
         kept: the units in the prompt, ascending.
-        add_unit: appends a kept unit's messages and tokens (see `unit_adder`).
+        add_units: appends kept units' messages and tokens (see `unit_adder`).
         summary: the summary section's text ("" for none) and tokens.
         tail_unit: where the current turn starts (for the "older history" breakpoint).
         marker: the message a trimmed run leaves (rules 2), and where it goes.
@@ -115,22 +117,35 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
     tail_message = -1
     units = view.units
     wire = policy.rules >= 2
+    # Most units only add their messages: they are added in runs (one call per run);
+    # a unit where the marker goes, the tail starts, a call is renamed or answered
+    # by a placeholder is added on its own.
+    special = {tail_unit} if marker is None else {tail_unit, marker.before}
+    run: list[Unit] = []
     for u in kept:
+        unit = units[u]
+        renamed = wire and unit.wire_ids is not unit.calls
+        if u not in special and not renamed and not unit.open_calls:
+            run.append(unit)
+            continue
+        if run:
+            add_units(run, messages, tokens)
+            run = []
         if marker is not None and u == marker.before:
             messages.append(marker.message)
             tokens.append(marker.tokens)
             marker = None
         if u == tail_unit:
             tail_message = len(messages)
-        unit = units[u]
-        rename = dict(zip(unit.calls, unit.wire_ids, strict=True)) \
-            if wire and unit.wire_ids != unit.calls else None
+        rename = dict(zip(unit.calls, unit.wire_ids, strict=True)) if renamed else None
         start = len(messages)
-        add_unit(unit, messages, tokens)
+        add_units([unit], messages, tokens)
         if rename is not None:
             messages[start:] = [_renamed(m, rename) for m in messages[start:]]
         if unit.open_calls:
             _answer_open_calls(view, u, counter, messages, tokens, rename)
+    if run:
+        add_units(run, messages, tokens)
     if marker is not None:
         messages.append(marker.message)
         tokens.append(marker.tokens)

@@ -421,8 +421,8 @@ class Kept:
                      else ([], []))
         self._details: dict[int, str] | None = None
 
-    def adder(self) -> Callable[[Unit, list[Message], list[int]], None]:
-        """The function that appends a kept unit's messages in their forms and their
+    def adder(self) -> Callable[[list[Unit], list[Message], list[int]], None]:
+        """The function that appends kept units' messages in their forms and their
         tokens, recording the forms for the decisions: the hot loop of a re-pack, so
         what it reads is bound once here (the stages are done) and the cheap tests come
         first (most items are in none of the sets)."""
@@ -438,30 +438,33 @@ class Kept:
         forms, used = self.forms, self.used.append
         message_in = ledger.message
 
-        def add_unit(unit: Unit, messages: list[Message], tokens: list[int]) -> None:
-            u = unit.index
-            protected = u >= tail or u in older  # `u in ledger.protection`, inlined
-            prunable = not protected and u < prune_before
-            for i in unit.items:
-                if i in superseded and not protected:
-                    form, count = _DEDUPLICATED, index.dedup_tokens[i]
-                elif i in points or (prunable and saving[i] > 0 and i not in shielded):
-                    form, count = _PRUNED, index.tokens[i] - saving[i]
-                elif i in clipped:
-                    form, count = _CLIPPED, index.tokens[i]
-                elif i in truncated:
-                    form, count = _TRUNCATED, index.tokens[i]
-                else:
-                    form, count = _VERBATIM, items[i].tokens
-                if form:  # not _VERBATIM, which is 0
-                    forms[i] = form
-                key = i * 5 + form
-                used(key)
-                found = cache.get(key)  # the usual case: built by an earlier pack
-                messages.append(found if found is not None else message_in(items[i], form))
-                tokens.append(count)
+        def add_units(units: list[Unit], messages: list[Message], tokens: list[int],
+                      ) -> None:
+            append_message, append_tokens = messages.append, tokens.append
+            for unit in units:
+                u = unit.index
+                protected = u >= tail or u in older  # `u in ledger.protection`, inlined
+                prunable = not protected and u < prune_before
+                for i in unit.items:
+                    if i in superseded and not protected:
+                        form, count = _DEDUPLICATED, index.dedup_tokens[i]
+                    elif i in points or (prunable and saving[i] > 0 and i not in shielded):
+                        form, count = _PRUNED, index.tokens[i] - saving[i]
+                    elif i in clipped:
+                        form, count = _CLIPPED, index.tokens[i]
+                    elif i in truncated:
+                        form, count = _TRUNCATED, index.tokens[i]
+                    else:
+                        form, count = _VERBATIM, items[i].tokens
+                    if form:  # not _VERBATIM, which is 0
+                        forms[i] = form
+                    key = i * 5 + form
+                    used(key)
+                    found = cache.get(key)  # the usual case: built by an earlier pack
+                    append_message(found if found is not None else message_in(items[i], form))
+                    append_tokens(count)
 
-        return add_unit
+        return add_units
 
     def trim_cache(self) -> None:
         """Keep the message cache to recent messages."""
