@@ -132,7 +132,7 @@ class _Walker:
         # size (a copy each; a pread per page costs four times as much): nothing
         # past that size is touched, every page number is checked against the meta
         # page's last page, and the file was checked to hold that many pages.
-        self.map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        self.map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
         self.psize = meta.page_size
         self.last = meta.last
         self.size = size
