@@ -48,17 +48,12 @@ def _plan(cls: type[msgspec.Struct]) -> _Plan:
         if isinstance(default, int) and -5 <= default <= 256:
             continue  # CPython caches these ints
         compare.append((name, default))
-    nested = tuple(name for name in fields if _may_hold_struct(cls, name))
-    return tuple(compare), nested
-
-
-def _may_hold_struct(cls: type[msgspec.Struct], name: str) -> bool:
+    # One type_info per class (it translates the whole schema under the class).
     info = msgspec.inspect.type_info(cls)
     assert isinstance(info, msgspec.inspect.StructType)
-    for field in info.fields:
-        if field.name == name:
-            return _holds_struct(field.type)
-    return False
+    holds = {field.name for field in info.fields if _holds_struct(field.type)}
+    nested = tuple(name for name in fields if name in holds)
+    return tuple(compare), nested
 
 
 def _holds_struct(info: msgspec.inspect.Type) -> bool:
