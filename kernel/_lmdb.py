@@ -500,11 +500,9 @@ class _LMDBRead(ReadTxn):
 
 
 class _LMDBWrite(_LMDBRead, WriteTxn):
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database],
-                 data_file: Path) -> None:
-        super().__init__(txn, dbs, data_file)
-        #: Whether anything was put (then a failed write must be aborted, not committed).
-        self.wrote = False
+    #: Whether anything was put (then a failed write must be aborted, not committed);
+    #: a class default, so that beginning a write runs no constructor of its own.
+    wrote = False
 
     def put_event(self, session: str, seq: int, record: bytes) -> None:
         self.put_events(session, seq, (record,))
