@@ -16,11 +16,12 @@ through nested structs and tuples of structs. Encoding a normalized struct
 omits exactly the fields equal to their defaults, so the bytes depend only on
 the value. Per class the work is planned once: only fields whose defaults are
 not singletons are compared, and only fields that can hold structs are
-descended into.
+descended into; the plan is then compiled into straight-line code.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -47,17 +48,12 @@ def _plan(cls: type[msgspec.Struct]) -> _Plan:
         if isinstance(default, int) and -5 <= default <= 256:
             continue  # CPython caches these ints
         compare.append((name, default))
-    nested = tuple(name for name in fields if _may_hold_struct(cls, name))
-    return tuple(compare), nested
-
-
-def _may_hold_struct(cls: type[msgspec.Struct], name: str) -> bool:
+    # One type_info per class (it translates the whole schema under the class).
     info = msgspec.inspect.type_info(cls)
     assert isinstance(info, msgspec.inspect.StructType)
-    for field in info.fields:
-        if field.name == name:
-            return _holds_struct(field.type)
-    return False
+    holds = {field.name for field in info.fields if _holds_struct(field.type)}
+    nested = tuple(name for name in fields if name in holds)
+    return tuple(compare), nested
 
 
 def _holds_struct(info: msgspec.inspect.Type) -> bool:
@@ -82,23 +78,72 @@ def normalize(obj: msgspec.Struct) -> bool:
     anything changed, i.e. when encoding ``obj`` before would have written a
     field that its value says must be omitted.
     """
-    cls = type(obj)
+    fn = _NORMALIZERS[type(obj)]
+    return fn(obj) if fn is not None else False
+
+
+class _Normalizers(dict[type, "Callable[[Any], bool] | None"]):
+    """Type -> the normalizer of its values (None: nothing to do), made on first use.
+
+    A struct class gets its own (`_compile`), any other type None, except that
+    in the table of field values (``with_tuples``) a tuple gets one that
+    normalizes the structs among its items.
+    """
+
+    def __init__(self, *, with_tuples: bool) -> None:
+        super().__init__()
+        self.with_tuples = with_tuples
+
+    def __missing__(self, cls: type) -> Callable[[Any], bool] | None:
+        fn: Callable[[Any], bool] | None = None
+        if issubclass(cls, msgspec.Struct):
+            fn = _NORMALIZERS[cls] if self.with_tuples else _compile(cls)
+        elif self.with_tuples and issubclass(cls, tuple):
+            fn = _normalize_items
+        self[cls] = fn
+        return fn
+
+
+_NORMALIZERS = _Normalizers(with_tuples=False)
+_FIELD_NORMALIZERS = _Normalizers(with_tuples=True)
+
+
+def _normalize_items(items: tuple[Any, ...]) -> bool:
+    changed = False
+    for item in items:
+        fn = _NORMALIZERS[type(item)]
+        if fn is not None and fn(item):
+            changed = True
+    return changed
+
+
+def _compile(cls: type[msgspec.Struct]) -> Callable[[Any], bool] | None:
+    """The normalizer of one class: its plan as straight-line code, each value
+    dispatched on its exact type (every event is normalized on append and on a
+    strict verify, so the loop over the plan, the isinstance checks and the call
+    for a class with nothing to normalize are worth saving). None when the class
+    has no field to compare and none to descend into."""
     plan = _PLANS.get(cls)
     if plan is None:
         plan = _PLANS[cls] = _plan(cls)
     compare, nested = plan
-    changed = False
-    for name, default in compare:
-        value = getattr(obj, name)
-        if value is not default and type(value) is type(default) and value == default:
-            msgspec.structs.force_setattr(obj, name, default)
-            changed = True
+    if not compare and not nested:
+        return None
+    scope: dict[str, Any] = {"_set": msgspec.structs.force_setattr,
+                             "_table": _FIELD_NORMALIZERS}
+    lines = ["def normalize(obj):", "    changed = False"]
+    for i, (name, default) in enumerate(compare):
+        scope[f"_d{i}"], scope[f"_t{i}"] = default, type(default)
+        lines += [f"    v = obj.{name}",
+                  f"    if v is not _d{i} and type(v) is _t{i} and v == _d{i}:",
+                  f"        _set(obj, {name!r}, _d{i})",
+                  "        changed = True"]
     for name in nested:
-        value = getattr(obj, name)
-        if isinstance(value, msgspec.Struct):
-            changed = normalize(value) or changed
-        elif isinstance(value, tuple):
-            for item in value:
-                if isinstance(item, msgspec.Struct):
-                    changed = normalize(item) or changed
-    return changed
+        lines += [f"    v = obj.{name}",
+                  "    f = _table[type(v)]",
+                  "    if f is not None and f(v):",
+                  "        changed = True"]
+    lines.append("    return changed")
+    exec("\n".join(lines), scope)  # the source is built above from field names
+    fn: Callable[[Any], bool] = scope["normalize"]
+    return fn

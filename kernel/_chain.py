@@ -55,6 +55,28 @@ def pack_record(prev: bytes, digest: bytes, canonical: bytes) -> bytes:
     return prev + digest + canonical
 
 
+def chain_records(prev: bytes, events: Iterable[bytes], offset: int, first_seq: int,
+                  ) -> tuple[list[bytes], bytes]:
+    """The records of consecutive events of one session, and the last one's hash.
+
+    ``events`` are canonical bytes encoded at seq 0 (see `with_seq`; ``offset``
+    is `seq_offset` of the session); they are moved to ``first_seq``,
+    ``first_seq + 1``... and linked after ``prev``. `with_seq`, `link` and
+    `pack_record` of each, in one loop (no call per event).
+    """
+    hasher, encode = blake3.blake3, encode_seq
+    records = []
+    seq = first_seq
+    after = offset + 1
+    for data in events:
+        canonical = data[:offset] + encode(seq) + data[after:] if seq else data
+        digest = hasher(prev + canonical).digest()
+        records.append(prev + digest + canonical)
+        prev = digest
+        seq += 1
+    return records, prev
+
+
 def record_hash(record: bytes) -> bytes:
     """The event hash a stored record holds (its second field)."""
     return bytes(record[HASH_SIZE:2 * HASH_SIZE])

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import blake3
@@ -160,7 +160,9 @@ def encode_event(event: Event) -> tuple[Event, bytes]:
     if normalize(checked) or not same:
         data = _ENCODER.encode(checked)
     body = checked.body
-    if type(body) is AssistantMessageAdded and len(body.parts) > 1:
+    # Only a message with two calls or more can repeat an id (of two parts, both calls).
+    if type(body) is AssistantMessageAdded and len(parts := body.parts) > 1 and (
+            len(parts) > 2 or (type(parts[0]) is ToolCall and type(parts[1]) is ToolCall)):
         _check_call_ids(body)
     return checked, data
 
@@ -193,9 +195,8 @@ def position_prefix(session: str) -> bytes:
     return _ENCODER.encode("session") + _ENCODER.encode(session) + _ENCODER.encode("seq")
 
 
-def encode_seq(seq: int) -> bytes:
-    """The canonical bytes of a seq value."""
-    return _ENCODER.encode(seq)
+#: The canonical bytes of a seq value (the encoder's method itself: no Python call per event).
+encode_seq: Callable[[int], bytes] = _ENCODER.encode
 
 
 def with_seq(data: bytes, offset: int, seq: int) -> bytes:
@@ -390,7 +391,8 @@ def make_preview(text: str, *, head: int, tail: int, ref: BlobRef) -> str:
 # Payload kinds whose large text moves to a blob -> the field holding that text.
 _BLOB_TEXT: dict[type[Any], str] = {
     ToolResultAdded: "output", NotificationAdded: "text", UserMessageAdded: "text"}
-_BLOB_FIELD = {cls: _BLOB_TEXT.get(cls, "") for cls in _PAYLOAD_TYPES}
+#: Payload kind -> the field whose large text `extract_blobs` moves ("" for none).
+BLOB_FIELDS = {cls: _BLOB_TEXT.get(cls, "") for cls in _PAYLOAD_TYPES}
 
 
 def extract_blobs(body: Body, *, threshold: int, preview_head: int, preview_tail: int,
@@ -401,7 +403,7 @@ def extract_blobs(body: Body, *, threshold: int, preview_head: int, preview_tail
     write as ``(hex hash, bytes)`` pairs. Tool outputs, notifications and user
     messages larger than ``threshold`` UTF-8 bytes are moved.
     """
-    field = _BLOB_FIELD.get(type(body))
+    field = BLOB_FIELDS.get(type(body))
     if field is None:  # not exactly a payload kind: a subclass?
         field = next((f for cls, f in _BLOB_TEXT.items() if isinstance(body, cls)), "")
     if not field:

@@ -330,7 +330,10 @@ class _MapLock:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # Taken directly (not through the Condition's Python-level __enter__) where no
+        # wait is needed: every transaction passes here twice.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._shared = 0  # transactions open, all threads
         self._waiting = 0  # threads waiting to change the map
         self._changing = False
@@ -341,7 +344,7 @@ class _MapLock:
     def acquire_shared(self) -> None:
         mine = self._mine
         held = getattr(mine, "held", 0)
-        with self._cond:
+        with self._lock:
             while self._changing or (self._waiting and not held):
                 self._cond.wait()
             self._shared += 1
@@ -349,7 +352,7 @@ class _MapLock:
 
     def release_shared(self) -> None:
         self._mine.held -= 1
-        with self._cond:
+        with self._lock:
             self._shared -= 1
             if self._waiting:
                 self._cond.notify_all()
@@ -497,11 +500,9 @@ class _LMDBRead(ReadTxn):
 
 
 class _LMDBWrite(_LMDBRead, WriteTxn):
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database],
-                 data_file: Path) -> None:
-        super().__init__(txn, dbs, data_file)
-        #: Whether anything was put (then a failed write must be aborted, not committed).
-        self.wrote = False
+    #: Whether anything was put (then a failed write must be aborted, not committed);
+    #: a class default, so that beginning a write runs no constructor of its own.
+    wrote = False
 
     def put_event(self, session: str, seq: int, record: bytes) -> None:
         self.put_events(session, seq, (record,))
@@ -511,18 +512,31 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
             return
         self.wrote = True
         prefix = session.encode() + b"\x00"
-        pack = _U64.pack
-        items = [(prefix + pack(seq), record) for seq, record in enumerate(records, first_seq)]
-        cursor = self._txn.cursor(db=self._dbs[b"events"])
+        db = self._dbs[b"events"]
         # Keys past the last one of the database are appended: LMDB then fills pages
         # instead of splitting them in half, and a batch writes a third fewer pages.
-        # That is the common case (the session written last); others insert.
-        append = not cursor.last() or bytes(cursor.key()) < items[0][0]
-        added = cursor.putmulti(items, overwrite=False, append=append)[1]
-        if added != len(items):
-            raise StoreCorruptError(f"session {session!r} has events beyond its head (from seq "
-                                    f"{first_seq}); run `turnlog verify {session}` (Python: "
-                                    f"`Log.verify({session!r})`)")
+        # That is the common case (the session written last). LMDB refuses to append
+        # a key that is not past the last one (MDB_KEYEXIST, nothing written), and
+        # such keys are inserted instead. The keys of a batch rise, so the appends
+        # succeed all or none unless the session has events beyond its head.
+        if len(records) == 1:
+            key, record = prefix + _U64.pack(first_seq), records[0]
+            put = self._txn.put
+            if put(key, record, db=db, append=True) or put(key, record, db=db,
+                                                             overwrite=False):
+                return
+        else:
+            pack = _U64.pack
+            items = [(prefix + pack(seq), record) for seq, record in enumerate(records, first_seq)]
+            cursor = self._txn.cursor(db=db)
+            added = cursor.putmulti(items, overwrite=False, append=True)[1]
+            if added == 0:
+                added = cursor.putmulti(items, overwrite=False)[1]
+            if added == len(items):
+                return
+        raise StoreCorruptError(f"session {session!r} has events beyond its head (from seq "
+                                f"{first_seq}); run `turnlog verify {session}` (Python: "
+                                f"`Log.verify({session!r})`)")
 
     def set_head(self, session: str, seq: int, digest: bytes) -> None:
         self.wrote = True
@@ -650,36 +664,40 @@ class LMDBStore(Store):
     def _guard(self) -> Iterator[None]:
         try:
             yield
-        except lmdb.MapFullError as exc:
-            raise StoreFullError(f"the store's map is full at {self._env.info()['map_size']} "
-                                 f"bytes (limit {self._max_map}); nothing was written: open "
-                                 "it with a larger limit, Log(LMDBStore(path, "
-                                 "max_map_size=...))") from exc
-        except lmdb.DiskError as exc:
-            raise StoreFullError(f"the disk under {self.location!r} is full: {exc}; free space "
-                                 "and retry: nothing was written") from exc
-        except lmdb.ReadonlyError as exc:
-            raise StoreReadOnlyError(f"store {self.location!r} is read-only") from exc
-        except lmdb.CorruptedError as exc:
-            raise StoreCorruptError(f"store {self.location!r} is corrupted: {exc}; run "
-                                    "`turnlog verify` (Python: `Log.verify()`) on a copy") from exc
-        except lmdb.Error as exc:
+        except (lmdb.Error, OSError) as exc:
+            raise self._store_error(exc) from exc
+
+    def _store_error(self, exc: lmdb.Error | OSError) -> StoreError:
+        """The `StoreError` that an LMDB or OS error of this store becomes."""
+        if isinstance(exc, lmdb.MapFullError):
+            return StoreFullError(f"the store's map is full at {self._env.info()['map_size']} "
+                                  f"bytes (limit {self._max_map}); nothing was written: open "
+                                  "it with a larger limit, Log(LMDBStore(path, "
+                                  "max_map_size=...))")
+        if isinstance(exc, lmdb.DiskError):
+            return StoreFullError(f"the disk under {self.location!r} is full: {exc}; free space "
+                                  "and retry: nothing was written")
+        if isinstance(exc, lmdb.ReadonlyError):
+            return StoreReadOnlyError(f"store {self.location!r} is read-only")
+        if isinstance(exc, lmdb.CorruptedError):
+            return StoreCorruptError(f"store {self.location!r} is corrupted: {exc}; run "
+                                     "`turnlog verify` (Python: `Log.verify()`) on a copy")
+        if isinstance(exc, lmdb.Error):
             if "closed" in str(exc).lower() or "deleted" in str(exc).lower():
-                raise StoreError(f"the store {self.location!r} is closed") from exc
+                return StoreError(f"the store {self.location!r} is closed")
             if _disk_full(self.location):
                 # A write that ran out of space is a short write, which LMDB reports
                 # as EIO, not ENOSPC: the free space tells the two apart.
-                raise StoreFullError(f"the disk under {self.location!r} is full ({exc}); free "
-                                     "space and retry: nothing was written") from exc
+                return StoreFullError(f"the disk under {self.location!r} is full ({exc}); free "
+                                      "space and retry: nothing was written")
             if isinstance(exc, lmdb.InvalidError) or "MDB_PAGE_NOTFOUND" in str(exc) \
                     or "MDB_BAD" in str(exc):
-                raise StoreCorruptError(f"store {self.location!r} is corrupted: {exc}") from exc
-            raise StoreError(f"store {self.location!r} failed: {exc}") from exc
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise StoreFullError(f"the disk under {self.location!r} is full; free space "
-                                     "and retry: nothing was written") from exc
-            raise StoreError(f"store {self.location!r} failed: {exc}") from exc
+                return StoreCorruptError(f"store {self.location!r} is corrupted: {exc}")
+            return StoreError(f"store {self.location!r} failed: {exc}")
+        if exc.errno == errno.ENOSPC:
+            return StoreFullError(f"the disk under {self.location!r} is full; free space "
+                                  "and retry: nothing was written")
+        return StoreError(f"store {self.location!r} failed: {exc}")
 
     # -- Store -------------------------------------------------------------------
     @contextmanager
@@ -720,26 +738,32 @@ class LMDBStore(Store):
                 self._env.set_mapsize(0)
 
     def write(self, fn: Callable[[WriteTxn], T]) -> T:
-        self._check_process()
+        if os.getpid() != self._pid:
+            self._check_process()
         if self.readonly:
             raise StoreReadOnlyError(f"store {self.location!r} was opened read-only; open it "
                                      "for writing to append")
-        with self._write_lock, self._guard():
-            while True:
-                txn = self._begin(write=True)
-                handle = _LMDBWrite(txn, self._dbs, self._data_file)
-                try:
-                    result = fn(handle)
-                    txn.commit()
-                except lmdb.MapFullError:
-                    self._end_failed(txn, handle)
-                    self._grow()  # and write it all again
-                    continue
-                except BaseException:
-                    self._end_failed(txn, handle)
-                    raise
-                self._map.release_shared()
-                return result
+        # Errors are converted as `_guard` does, without a context manager per write:
+        # this is the fixed cost of every append.
+        with self._write_lock:
+            try:
+                while True:
+                    txn = self._begin(write=True)
+                    handle = _LMDBWrite(txn, self._dbs, self._data_file)
+                    try:
+                        result = fn(handle)
+                        txn.commit()
+                    except lmdb.MapFullError:
+                        self._end_failed(txn, handle)
+                        self._grow()  # and write it all again
+                        continue
+                    except BaseException:
+                        self._end_failed(txn, handle)
+                        raise
+                    self._map.release_shared()
+                    return result
+            except (lmdb.Error, OSError) as exc:
+                raise self._store_error(exc) from exc
 
     def _end_failed(self, txn: lmdb.Transaction, handle: _LMDBWrite) -> None:
         """End a write transaction that failed, writing nothing, and release the map lock.

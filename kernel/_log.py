@@ -36,10 +36,9 @@ import msgspec
 from ._chain import (
     GENESIS,
     Checkpoint,
+    chain_records,
     check_record,
-    link,
     link_checker,
-    pack_record,
     record_canonical,
     record_event,
     record_hash,
@@ -47,6 +46,7 @@ from ._chain import (
     sign_checkpoint,
 )
 from ._codec import (
+    BLOB_FIELDS,
     MAX_KEY_BYTES,
     MAX_SESSION_BYTES,
     check_id_bytes,
@@ -204,10 +204,31 @@ def _is_seq(value: object) -> bool:
 # canonical bytes as if at seq 0 (`with_seq` moves them to the real seq).
 _Prepared = tuple[Body, "str | None", bytes]
 
+
+class _Batch:
+    """A validated batch: its events, the blobs to write, and whether any event has
+    an idempotency key or must be checked against its position (most have neither)."""
+
+    __slots__ = ("blobs", "events", "keyed", "positional")
+
+    def __init__(self, events: list[_Prepared], blobs: list[tuple[str, bytes]], *,
+                 keyed: bool, positional: bool) -> None:
+        self.events = events
+        self.blobs = blobs
+        self.keyed = keyed
+        self.positional = positional
+
+
+#: Session ids an append has checked are remembered (with their `seq_offset`) up to
+#: this many per log, so that appending to a known session checks nothing again.
+_KNOWN_SESSIONS = 4096
+
 _PAYLOAD_TYPES = tuple(KINDS.values())
 _PAYLOAD_SET = frozenset(_PAYLOAD_TYPES)
 # Kinds whose fields must be checked against the position they land at.
-_POSITIONAL = (SessionForked, SessionRewound, EventsPinned, CompactionCommitted)
+_POSITIONAL = frozenset((SessionForked, SessionRewound, EventsPinned, CompactionCommitted))
+# What `append` takes as one event rather than a sequence of them.
+_ONE_EVENT: tuple[type[Any], ...] = (Draft, *_PAYLOAD_TYPES)
 # Payload kind -> its fields that may hold blob refs.
 _REF_FIELDS: dict[type[Any], tuple[str, ...]] = {
     cls: tuple(f for f in ("blob", "images", "parts") if f in cls.__struct_fields__)
@@ -373,6 +394,8 @@ class Log:
         self.preview_head = preview_chars
         self.preview_tail = preview_chars // 4
         self.max_event_bytes = max_event_bytes
+        # Session ids appended to -> their seq_offset (see _KNOWN_SESSIONS).
+        self._known: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
@@ -522,15 +545,23 @@ class Log:
             IdempotencyError: the batch reuses keys inconsistently.
             StoreError: the store failed. In every case nothing was written.
         """
-        validate_session_id(session)
-        check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
+        known = self._known
+        offset = known.get(session) if type(session) is str else None
+        if offset is None:
+            validate_session_id(session)
+            check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
+            offset = seq_offset(session)
+            if type(session) is str:
+                if len(known) >= _KNOWN_SESSIONS:
+                    known.clear()
+                known[session] = offset
         if expected_seq is not None and (not isinstance(expected_seq, int)
                                          or isinstance(expected_seq, bool)
                                          or not NEW_SESSION <= expected_seq < 2**63):
             raise InvalidEventError(f"expected_seq must be None or an int from -1 to 2**63 - 1, "
                                     f"found {expected_seq!r}")
-        batch, blobs = self._prepare(session, events)
-        return self.store.write(lambda txn: self._append_txn(txn, session, batch, blobs,
+        batch = self._prepare(session, events)
+        return self.store.write(lambda txn: self._append_txn(txn, session, offset, batch,
                                                              expected_seq))
 
     def validate(self, session: str, events: Sequence[Body | Draft] | Body | Draft) -> int:
@@ -545,7 +576,7 @@ class Log:
         """
         validate_session_id(session)
         check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
-        return len(self._prepare(session, events)[1])
+        return len(self._prepare(session, events).blobs)
 
     def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
              key: str | None = None) -> Appended:
@@ -561,12 +592,11 @@ class Log:
         return self.append(new_session, [Draft(body=body, time=time, key=key)],
                            expected_seq=NEW_SESSION)
 
-    def _prepare(self, session: str, events: Sequence[Body | Draft] | Body | Draft,
-                 ) -> tuple[list[_Prepared], list[tuple[str, bytes]]]:
+    def _prepare(self, session: str, events: Sequence[Body | Draft] | Body | Draft) -> _Batch:
         """Validate a batch and encode it: the prepared events and the blobs to write."""
-        if isinstance(events, (Draft, *_PAYLOAD_TYPES)):
-            events = [events]  # type: ignore[list-item]
-        if not isinstance(events, Sequence) or isinstance(events, (str, bytes)):
+        if isinstance(events, _ONE_EVENT):
+            events = [events]
+        elif not isinstance(events, Sequence) or isinstance(events, (str, bytes)):
             raise InvalidEventError(f"events must be a payload, a Draft or a sequence of them, "
                                     f"found {type(events).__name__}")
         if not events:
@@ -577,6 +607,10 @@ class Log:
         blobs: list[tuple[str, bytes]] = []
         keys: set[str] = set()
         no_meta: dict[str, Any] = {}
+        positional = False
+        # Text shorter than a quarter of the threshold in characters is shorter than
+        # the threshold in UTF-8 bytes: only longer text goes to `extract_blobs`.
+        quarter, blob_fields = self.blob_threshold // 4, BLOB_FIELDS
         for i, item in enumerate(events):
             # The schema checks types and ranges of the whole event in `encode_event`;
             # only on failure do the field-by-field checks run, to name the field (and
@@ -607,22 +641,29 @@ class Log:
                     raise InvalidEventError(f"{_where(session, i)}: idempotency key {key!r} "
                                             "appears twice in the batch")
                 keys.add(key)
-            body, found = extract_blobs(event.body, threshold=self.blob_threshold,
-                                        preview_head=self.preview_head,
-                                        preview_tail=self.preview_tail)
-            if found:
-                blobs.extend(found)
-                data = encode_canonical(msgspec.structs.replace(event, body=body))
-            if i != 0 and isinstance(body, SessionForked):
-                raise InvalidEventError(f"{_where(session, i)}: SessionForked can only start a "
-                                        "session; use Log.fork")
+            # The decoded payload is of a kind exactly, never a subclass.
+            body = event.body
+            kind = type(body)
+            field = blob_fields[kind]
+            if field and len(getattr(body, field)) > quarter:
+                body, found = extract_blobs(body, threshold=self.blob_threshold,
+                                            preview_head=self.preview_head,
+                                            preview_tail=self.preview_tail)
+                if found:
+                    blobs.extend(found)
+                    data = encode_canonical(msgspec.structs.replace(event, body=body))
+            if kind in _POSITIONAL:
+                positional = True
+                if i != 0 and kind is SessionForked:
+                    raise InvalidEventError(f"{_where(session, i)}: SessionForked can only "
+                                            "start a session; use Log.fork")
             if len(data) > self.max_event_bytes:
                 raise EventTooLargeError(
                     f"{_where(session, i)} is {len(data)} bytes after moving large text to "
                     f"blobs; the limit is {self.max_event_bytes}. Put bulky data in a blob "
                     "(Log.put_blob) or split it")
             prepared.append((body, key, data))
-        return prepared, blobs
+        return _Batch(prepared, blobs, keyed=bool(keys), positional=positional)
 
     def _check_envelope(self, draft: Draft, session: str, index: int) -> None:
         time = draft.time
@@ -646,14 +687,15 @@ class Log:
             validate_meta(draft.meta, where=_where(session, index),
                           max_bytes=self.max_event_bytes)
 
-    def _append_txn(self, txn: WriteTxn, session: str, batch: list[_Prepared],
-                    blobs: list[tuple[str, bytes]], expected_seq: int | None) -> Appended:
+    def _append_txn(self, txn: WriteTxn, session: str, offset: int, batch: _Batch,
+                    expected_seq: int | None) -> Appended:
         head = txn.head(session)
         head_seq = head[0] if head is not None else NEW_SESSION
-        offset = seq_offset(session)
-        retry = self._idempotent_retry(txn, session, batch, offset)
-        if retry is not None:
-            return retry
+        events = batch.events
+        if batch.keyed:
+            retry = self._idempotent_retry(txn, session, events, offset)
+            if retry is not None:
+                return retry
         if expected_seq is not None and expected_seq != head_seq:
             raise AppendConflictError(
                 f"session {session!r} head is at seq {head_seq}, the append expected "
@@ -661,32 +703,32 @@ class Log:
                 f"with expected_seq={head_seq}",
                 session=session, expected=expected_seq, actual=head_seq)
         prev = head[1] if head is not None else GENESIS
-        seq = first = head_seq + 1
-        records: list[bytes] = []
-        base: int | None = None  # lineage position of this session's seq 0
-        for body, key, data in batch:
-            if isinstance(body, _POSITIONAL):
+        first = head_seq + 1
+        if batch.positional:
+            base: int | None = None  # lineage position of this session's seq 0
+            for seq, (body, _, _) in enumerate(events, first):
+                if type(body) not in _POSITIONAL:
+                    continue
                 if isinstance(body, SessionForked):
                     if seq != 0:
                         raise InvalidEventError(f"SessionForked must be the first event of a "
                                                 f"session; {session!r} already has events")
                     prev = self._fork_source(txn, body)
                 if base is None:
-                    base = self._lineage_base(txn, session, batch[0][0] if first == 0 else None)
+                    base = self._lineage_base(txn, session, events[0][0] if first == 0 else None)
                 self._check_references(body, session, seq, base + seq)
-            canonical = with_seq(data, offset, seq) if seq else data
-            digest = link(prev, canonical)
-            records.append(pack_record(prev, digest, canonical))
-            if key is not None:
-                txn.put_idempotency(session, key, seq)
-            prev = digest
-            seq += 1
+        records, prev = chain_records(prev, [data for _, _, data in events], offset, first)
+        if batch.keyed:
+            for seq, (_, key, _) in enumerate(events, first):
+                if key is not None:
+                    txn.put_idempotency(session, key, seq)
         txn.put_events(session, first, records)
-        for digest_hex, blob in blobs:
+        for digest_hex, blob in batch.blobs:
             if txn.blob(digest_hex) is None:
                 txn.put_blob(digest_hex, blob)
-        txn.set_head(session, seq - 1, prev)
-        return Appended(session, first, seq - 1, prev)
+        last = first + len(records) - 1
+        txn.set_head(session, last, prev)
+        return Appended(session, first, last, prev)
 
     @staticmethod
     def _fork_source(txn: ReadTxn, body: SessionForked) -> bytes:
@@ -741,8 +783,6 @@ class Log:
 
     def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[_Prepared],
                           offset: int) -> Appended | None:
-        if all(key is None for _, key, _ in batch):
-            return None
         found = [txn.idempotency(session, key) if key is not None else None
                  for _, key, _ in batch]
         known = sum(f is not None for f in found)

@@ -325,6 +325,15 @@ CASES: list[Case] = [
          InvalidEventError, "UTF-8"),
     Case("lone surrogate deep in meta", "Log.append", meta({"a": [{"b": "\ud800"}]}),
          InvalidEventError, "UTF-8"),
+    # -- tool call ids (a result names its call by id) ------------------------------------
+    Case("a message of two calls with one id", "Log.append",
+         body(AssistantMessageAdded(parts=(ToolCall(id="c", name="a"),
+                                           ToolCall(id="c", name="b")))),
+         InvalidEventError, "several tool calls with id 'c'"),
+    Case("two calls with one id around a text part", "Log.append",
+         body(AssistantMessageAdded(parts=(ToolCall(id="c", name="a"), TextPart(text="and"),
+                                           ToolCall(id="c", name="b")))),
+         InvalidEventError, "several tool calls with id 'c'"),
     # -- envelope fields -------------------------------------------------------------------
     Case("time is a str", "Log.append", envelope(time="now"), InvalidEventError, "time"),
     Case("time is a float", "Log.append", envelope(time=1.5), InvalidEventError, "time"),

@@ -1,5 +1,5 @@
-"""LMDB-specific behaviour of the batch put: appending past the last key, inserting
-before it, and refusing to overwrite an event beyond the head."""
+"""LMDB-specific behaviour of the event puts (batches and single events): appending past
+the last key, inserting before it, and refusing to overwrite an event beyond the head."""
 
 from __future__ import annotations
 
@@ -26,41 +26,58 @@ def _leaf_pages(log: turnlog.Log) -> int:
         return int(txn.stat(store._dbs[b"events"])["leaf_pages"])
 
 
-def test_batches_at_the_end_of_the_database_fill_whole_pages(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch", [50, 1])
+def test_batches_at_the_end_of_the_database_fill_whole_pages(tmp_path: Path,
+                                                             batch: int) -> None:
     with turnlog.open(tmp_path / "store", sync=False) as log:
-        for i in range(20):
-            log.append("s", [UserMessageAdded(text=f"{i}-{j}-" + "x" * 1000) for j in range(50)])
+        for i in range(1000 // batch):
+            events = [UserMessageAdded(text=f"{i}-{j}-" + "x" * 1000) for j in range(batch)]
+            log.append("s", events if batch > 1 else events[0])
         # About three 1 KiB records fit a 4 KiB page; split pages would hold two.
         assert _leaf_pages(log) < 1000 / 2.5
+        assert log.verify().ok
 
 
-def test_sessions_written_in_turns_read_back_in_order(tmp_path: Path) -> None:
+@pytest.mark.parametrize("batch", [3, 1])
+def test_sessions_written_in_turns_read_back_in_order(tmp_path: Path, batch: int) -> None:
     with turnlog.open(tmp_path / "store", sync=False) as log:
         expected: dict[str, list[str]] = {}
         for round_ in range(5):
             # "a" and "b" sort before sessions written after them: their batches are
             # inserted, the others appended.
             for name in ["b", "a", "b 1", "b1", "c", "a"]:
-                texts = [f"{name} {round_} {len(expected.get(name, [])) + j}" for j in range(3)]
-                log.append(name, [UserMessageAdded(text=t) for t in texts])
+                texts = [f"{name} {round_} {len(expected.get(name, [])) + j}"
+                         for j in range(batch)]
+                events = [UserMessageAdded(text=t) for t in texts]
+                log.append(name, events if batch > 1 else events[0])
                 expected.setdefault(name, []).extend(texts)
         for name, texts in expected.items():
             events = log.read(name)
             assert [e.body.text for e in events] == texts  # type: ignore[union-attr]
             assert [e.seq for e in events] == list(range(len(texts)))
-            assert [e.seq for e in log.read(name, 2, 7)] == [2, 3, 4, 5, 6]
+            assert [e.seq for e in log.read(name, 2, 7)] == list(range(2, min(7, len(texts))))
         assert log.verify().ok
 
 
+@pytest.mark.parametrize(("stray", "batch", "after"), [
+    (1, 1, None),  # the next event's key is the database's last: not appended, not inserted
+    (1, 3, None),  # the batch's first key
+    (2, 3, None),  # a key inside the batch: its first is inserted, then the stray refuses
+    (1, 1, "t"),   # another session's keys follow: inserted, and refused
+    (2, 3, "t"),
+])
 def test_an_event_beyond_the_head_makes_the_append_fail_and_change_nothing(
-        tmp_path: Path) -> None:
+        tmp_path: Path, stray: int, batch: int, after: str | None) -> None:
     with turnlog.open(tmp_path / "store", sync=False) as log:
         log.append("s", UserMessageAdded(text="one"))
-        # A record at seq 1 that the head does not know about (a damaged store).
-        log.store.write(lambda txn: txn.put_event("s", 1, b"\x00" * 64 + b"stray"))
+        # A record that the head does not know about (a damaged store).
+        log.store.write(lambda txn: txn.put_event("s", stray, b"\x00" * 64 + b"stray"))
+        if after is not None:
+            log.append(after, UserMessageAdded(text="later"))
         before = dump(log)
+        events = [UserMessageAdded(text=f"two {i}") for i in range(batch)]
         with pytest.raises(StoreCorruptError, match="beyond its head"):
-            log.append("s", UserMessageAdded(text="two"))
+            log.append("s", events if batch > 1 else events[0])
         assert dump(log) == before
 
 
