@@ -407,6 +407,12 @@ class _LMDBRead(ReadTxn):
             return self._cursor_scan(session, start, stop)
         return self._scan_to_head(session, start, stop)
 
+    def _last(self, session: str, stop: int | None) -> int:
+        """The last seq to read: the head's, or below ``stop`` (-1: none)."""
+        head = self.head(session)
+        last = -1 if head is None else head[0]
+        return last if stop is None else min(last, stop - 1)
+
     def _scan_to_head(self, session: str, start: int, stop: int | None,
                       ) -> Iterator[tuple[int, bytes]]:
         # Events are fetched key by key up to the head: an exact lookup that meets
@@ -414,10 +420,7 @@ class _LMDBRead(ReadTxn):
         # moving to the next page fails an LMDB assertion on it and aborts the
         # process. Only a session with a gap below its head is walked with a
         # cursor from the gap on, as before.
-        head = self.head(session)
-        last = -1 if head is None else head[0]
-        if stop is not None:
-            last = min(last, stop - 1)
+        last = self._last(session, stop)
         get, db, pack = self._txn.get, self._dbs[b"events"], _U64.pack
         prefix = session.encode() + b"\x00"
         seq = max(start, 0)
@@ -432,10 +435,7 @@ class _LMDBRead(ReadTxn):
     def records(self, session: str, start: int, stop: int | None) -> list[bytes]:
         # `scan` without a generator step per event: the same exact lookups, in
         # one comprehension; a gap below the head (damage) goes the slow way.
-        head = self.head(session)
-        last = -1 if head is None else head[0]
-        if stop is not None:
-            last = min(last, stop - 1)
+        last = self._last(session, stop)
         get, db, pack = self._txn.get, self._dbs[b"events"], _U64.pack
         prefix = session.encode() + b"\x00"
         found = [get(prefix + pack(seq), db=db) for seq in range(max(start, 0), last + 1)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -408,8 +409,12 @@ def test_prompt_of_request_n_is_a_prefix_of_request_n_plus_1(items: list[Session
         view = packer.projection(session, counter)
         packed = _pack_or_none(view, policy)
         # At the warning level (pruning runs from it on; a threshold counts as crossed
-        # only above it) the history may be reduced: no prefix to compare.
-        if packed is None or _tokens_before(packed) >= packed.budget.warning:
+        # only above it) the history may be reduced, and under rules 2 summaries replace
+        # what they cover from the summary gate on: no prefix to compare.
+        reduced_from = packed.budget.warning if packed is not None else 0
+        if packed is not None and policy.rules_version >= 2:
+            reduced_from = min(reduced_from, math.ceil(policy.summary_gate * policy.usable))
+        if packed is None or _tokens_before(packed) >= reduced_from:
             previous = None
             continue
         if previous is not None and isinstance(_body(item), _CONVERSATION):

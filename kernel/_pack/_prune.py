@@ -119,6 +119,17 @@ def quote_keys(text: str) -> tuple[int, ...]:
         size *= 4
 
 
+def _refs(base: dict[int, tuple[str, int]], mentions: dict[str, int], quoted: dict[int, int],
+          index: int) -> int:
+    """A result's references: the mentions of its target's base name since it arrived,
+    plus the messages that quoted it without naming its target."""
+    named = 0
+    found = base.get(index)
+    if found is not None:
+        named = mentions[found[0]] - found[1]
+    return named + quoted.get(index, 0)
+
+
 class PruneFacts:
     """References to tool results by later assistant messages, and decision language.
 
@@ -138,11 +149,7 @@ class PruneFacts:
 
     def refs(self, index: int) -> int:
         """References to result ``index`` so far."""
-        named = 0
-        base = self._base.get(index)
-        if base is not None:
-            named = self._mentions[base[0]] - base[1]
-        return named + self._quoted.get(index, 0)
+        return _refs(self._base, self._mentions, self._quoted, index)
 
     def as_of_now(self) -> RefsAsOf:
         """The references and decision language of every result so far, frozen: later
@@ -209,11 +216,7 @@ class RefsAsOf:
 
     def refs(self, index: int) -> int:
         """References to result ``index`` then."""
-        named = 0
-        base = self._base.get(index)
-        if base is not None:
-            named = self._mentions[base[0]] - base[1]
-        return named + self._quoted.get(index, 0)
+        return _refs(self._base, self._mentions, self._quoted, index)
 
     def decided(self, index: int) -> bool:
         """Whether decision language followed result ``index`` then."""
