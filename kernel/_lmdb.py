@@ -23,11 +23,11 @@ memory map under every transaction of the process (LMDB requires that none is
 open), so threads sharing a handle hold a map lock: every transaction is begun
 and ended under it shared, and growing or adopting a size takes it exclusively,
 waiting for the other threads' transactions to end (new ones wait meanwhile,
-except in a thread that already holds one).
-A write that fails is ended without
-LMDB's abort where it can be (see `LMDBStore._end_failed`). A handle is bound to the process
-that opened it; LMDB forbids using it after ``fork()``, so that is refused
-with a clear error instead of corrupting the lock table.
+except in a thread that already holds one). A write that fails is ended
+without LMDB's abort where it can be (see `LMDBStore._end_failed`). A handle
+is bound to the process that opened it; LMDB forbids using it after
+``fork()``, so that is refused with a clear error instead of corrupting the
+lock table.
 
 Every ``lmdb.Error`` is converted to a `StoreError` subclass at this boundary.
 """
