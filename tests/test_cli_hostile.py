@@ -104,6 +104,16 @@ def test_sessions_and_errors_show_c1_controls_and_bidi_overrides_in_session_ids(
     assert "\x85" not in result.stderr
 
 
+def test_an_abbreviated_flag_is_a_usage_error_not_raw_json(store: Path) -> None:
+    # `--j` was taken as `--json`, which prints session ids unescaped (found by the CLI
+    # fuzz harness); flags are spelled in full.
+    for argv in (("sessions", "--j"), ("sessions", "--js"), ("log", SESSION, "--jso"),
+                 ("--sto", str(store), "sessions")):
+        result = cli(store, *argv)
+        assert result.returncode == 2, argv
+        assert "turnlog: error:" in result.stderr and "\u202e" not in result.stdout
+
+
 def test_json_output_keeps_the_text_exactly(store: Path) -> None:
     result = cli(store, "log", SESSION, "--json")
     assert result.returncode == 0

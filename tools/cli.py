@@ -1079,6 +1079,14 @@ def _cmd_recall(args: argparse.Namespace) -> int:
 # -- parser ----------------------------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
+    """Flags are spelled in full: an abbreviation (``--j`` for ``--json``) is a usage
+    error, so what a script asks for never changes when a verb gains a flag, and no
+    abbreviated ``--json`` turns escaped human output into raw JSON unnoticed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
