@@ -545,16 +545,7 @@ class Log:
             IdempotencyError: the batch reuses keys inconsistently.
             StoreError: the store failed. In every case nothing was written.
         """
-        known = self._known
-        offset = known.get(session) if type(session) is str else None
-        if offset is None:
-            validate_session_id(session)
-            check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
-            offset = seq_offset(session)
-            if type(session) is str:
-                if len(known) >= _KNOWN_SESSIONS:
-                    known.clear()
-                known[session] = offset
+        offset = self._session_offset(session)
         if expected_seq is not None and (not isinstance(expected_seq, int)
                                          or isinstance(expected_seq, bool)
                                          or not NEW_SESSION <= expected_seq < 2**63):
@@ -574,9 +565,27 @@ class Log:
             InvalidEventError: what `append` would raise for the batch itself (the
                 session's state, idempotency keys and ``expected_seq`` are not checked).
         """
-        validate_session_id(session)
-        check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
+        self._session_offset(session)
         return len(self._prepare(session, events).blobs)
+
+    def _session_offset(self, session: str) -> int:
+        """Check a session id an append names (once per log: see `_KNOWN_SESSIONS`) and
+        return its `seq_offset`.
+
+        Raises:
+            InvalidEventError: the id is not a valid session id, or is too long.
+        """
+        known = self._known
+        offset = known.get(session) if type(session) is str else None
+        if offset is None:
+            validate_session_id(session)
+            check_id_bytes("session id", session, MAX_SESSION_BYTES, _LONG_SESSION)
+            offset = seq_offset(session)
+            if type(session) is str:
+                if len(known) >= _KNOWN_SESSIONS:
+                    known.clear()
+                known[session] = offset
+        return offset
 
     def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
              key: str | None = None) -> Appended:
