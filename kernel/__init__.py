@@ -92,7 +92,7 @@ from ._pack import (
     StageReport,
     pack,
 )
-from ._pack._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
+from ._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
 from ._policy import POLICY_PARTS, Policy
 from ._postgres import PostgresStore
 from ._projection import Item, Projection, Unit, notification_text, recall_text

@@ -65,7 +65,7 @@ from ._pack import Packed
 from ._pack._assemble import message
 from ._pack._engine import pack_stored
 from ._pack._ledger import Protection
-from ._pack._packer import Packer
+from ._packer import Packer
 from ._policy import Policy
 from ._projection import Item, Projection, Unit
 from ._prompt import Message

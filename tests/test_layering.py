@@ -10,6 +10,9 @@ Rules (checked on the source with `ast`, so an import inside a function or an
 * only ``kernel/_lmdb.py`` imports the ``lmdb`` package;
 * only ``kernel/_postgres.py`` imports ``psycopg`` and ``psycopg_pool`` (the server
   backend's connections are the kernel's only sockets, and only through them);
+* no module of ``kernel/_pack/`` (the pure packing core) imports the log or a store
+  (``turnlog._log``, ``turnlog._store`` and the backends): the I/O shell around it,
+  `Packer`, lives in ``kernel/_packer.py``;
 * ``kernel/`` never imports networking: ``http``, ``socket``, ``urllib``, ``requests``
   (nor ``httpx``, ``aiohttp``, ``urllib3``, ``ssl``, ``websockets``).
 """
@@ -24,6 +27,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"kernel": "turnlog", "adapters": "turnlog.adapters", "tools": "turnlog.tools"}
+#: What the pure packing core must not import: the log and every store.
+IO_MODULES = ("turnlog._log", "turnlog._store", "turnlog._memstore", "turnlog._lmdb",
+              "turnlog._postgres", "turnlog._copy", "turnlog._packer")
 NETWORK = ("http", "socket", "urllib", "requests", "httpx", "aiohttp", "urllib3", "ssl",
            "websockets")
 
@@ -84,6 +90,10 @@ def violations(source: str, folder: str, filename: str) -> list[str]:
         if (within(module, "psycopg") or within(module, "psycopg_pool")) \
                 and (folder, filename) != ("kernel", "_postgres.py"):
             found.append(f"{where}: only kernel/_postgres.py may import psycopg")
+        if folder == "kernel" and filename.startswith("_pack/") \
+                and any(within(module, io) for io in IO_MODULES):
+            found.append(f"{where}: the packing core does no I/O (the Packer shell is "
+                         "kernel/_packer.py)")
         if folder == "kernel" and any(within(module, net) for net in NETWORK):
             found.append(f"{where}: the kernel does no network I/O")
     return found
@@ -137,6 +147,10 @@ def test_lmdb_backend_is_found_importing_lmdb() -> None:
     ("tools", "cli.py", "import lmdb"),
     ("adapters", "session.py", "from turnlog._log import backoff"),
     ("tools", "cli.py", "import turnlog._packer"),
+    ("kernel", "_pack/_engine.py", "from .._log import Log"),
+    ("kernel", "_pack/_stage.py", "from turnlog._store import ReadTxn"),
+    ("kernel", "_pack/_engine.py", "from .. import _lmdb"),
+    ("kernel", "_pack/_engine.py", "if TYPE_CHECKING:\n    from .._packer import Packer\n"),
 ], ids=lambda value: value if isinstance(value, str) and "\n" not in value else None)
 def test_checker_catches_a_forbidden_import(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename)
@@ -151,6 +165,9 @@ def test_checker_catches_a_forbidden_import(folder: str, filename: str, source: 
     ("tools", "cli.py", "from turnlog.adapters import openai"),
     ("tools", "cli.py", "import socket"),
     ("kernel", "view.py", "import httpcore_like_name_but_not_http"),
+    ("kernel", "_pack/_engine.py", "from .._projection import Projection"),
+    ("kernel", "_packer.py", "from ._log import Log"),
 ])
 def test_checker_allows_a_permitted_import(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename) == []
+

@@ -502,7 +502,7 @@ def test_generated_sessions_reach_every_decision_and_stage() -> None:
 
 
 def test_turnlog_does_not_import_hypothesis() -> None:
-    code = ("import sys, turnlog, turnlog._pack, turnlog._pack._packer; "
+    code = ("import sys, turnlog, turnlog._pack, turnlog._packer; "
             "assert 'hypothesis' not in sys.modules and 'turnlog.testing' not in sys.modules")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)

@@ -479,7 +479,7 @@ def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyP
         return packed
 
     monkeypatch.setattr(Packer, "pack", pack_then_someone_appends)
-    monkeypatch.setattr(turnlog._pack._packer, "backoff", slept.append)
+    monkeypatch.setattr(turnlog._packer, "backoff", slept.append)
     request = session.prepare()
     monkeypatch.undo()
     assert slept == [0, 1, 2, 3]  # each re-pack waits first (attempt 0 does not sleep)

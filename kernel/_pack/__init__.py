@@ -5,8 +5,9 @@ The package's modules, one job each: ``_model`` (what a pack returns), ``_budget
 ``_dedup``, ``_prune``, ``_trim``), ``_ledger`` (what a stage acts through),
 ``_state`` (the reference engine, `PackState`), ``_index`` and ``_indexed`` (the
 incremental engine), ``_assemble`` (the prompt and its cache breakpoints),
-``_explain`` (the decisions), ``_engine`` (`pack`) and ``_packer`` (`Packer`: the
-I/O shell that packs sessions of a log, records requests and replays them).
+``_explain`` (the decisions) and ``_engine`` (`pack`). The package is pure: no
+module of it reads the log or a store; `Packer`, the I/O shell that packs the
+sessions of a log, is ``turnlog._packer``.
 """
 
 from ._engine import DEFAULT_STAGES, Stage, pack

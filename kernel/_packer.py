@@ -37,20 +37,23 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import blake3
 import msgspec
 
-from .._errors import (
+from ._errors import (
     AppendConflictError,
     InvalidArgumentError,
     ReplayMismatchError,
     TokenizerError,
     UnknownSessionError,
 )
-from .._events import Event, PolicySet, RequestIssued
-from .._log import Log, backoff
-from .._policy import Policy
-from .._projection import Projection
-from .._prompt import Prompt
-from .._store import WriteTxn
-from .._tokens import (
+from ._events import Event, PolicySet, RequestIssued
+from ._log import Log, backoff
+from ._pack._engine import Stage, pack_stored
+from ._pack._index import PackIndex
+from ._pack._model import Decision, Packed
+from ._policy import Policy
+from ._projection import Projection
+from ._prompt import Prompt
+from ._store import WriteTxn
+from ._tokens import (
     CACHE_NAMESPACE,
     CalibratedCounter,
     TiktokenCounter,
@@ -64,9 +67,6 @@ from .._tokens import (
     open_index,
     seal_chunk,
 )
-from ._engine import Stage, pack_stored
-from ._index import PackIndex
-from ._model import Decision, Packed
 
 __all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
 
@@ -392,7 +392,7 @@ class Packer:
         Raises:
             AppendConflictError: the head kept moving for ``attempts`` tries.
         """
-        from .._log import Draft
+        from ._log import Draft
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
         for attempt in range(attempts):
