@@ -102,6 +102,37 @@ def test_pack_format_without_a_recorded_model_names_the_model_flag(fresh: Path) 
     assert "--model" in done.stderr and "model must be" not in done.stderr
 
 
+CLAUDE_CODE = (CORPUS / "claude_code_jsonl" / "Durban-Designer__vsla" / "docs" / "history"
+               / "raw_sessions" / "-home-kenth56-vsla"
+               / "069508a5-1193-487c-a9b5-a6f5f3ae4f98.jsonl")
+CODEX = (CORPUS / "codex_rollout_jsonl" / "MoonLadderStudios__MoonMind" / "codex" / "sessions"
+         / "2025" / "11" / "13" / "rollout-2025-11-13T18-21-11-019a802a-aab1-7c31-9831-"
+         "d2510c7a74a2.jsonl")
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
+
+
+@needs_corpus
+@pytest.mark.parametrize(("path", "model"), [(CLAUDE_CODE, "claude-opus-4-20250514"),
+                                             (CODEX, "gpt-5.1-codex")],
+                         ids=["claude_code", "codex"])
+def test_pack_format_takes_the_model_an_imported_transcript_names(fresh: Path, path: Path,
+                                                                  model: str) -> None:
+    # No request is recorded; the transcript names the model on its assistant messages.
+    assert cli(fresh, "import", str(path)).returncode == 0
+    session = json.loads(cli(fresh, "sessions", "--json").stdout)["sessions"][0]["session"]
+    for fmt in ("anthropic", "openai-chat", "openai-responses"):
+        done = cli(fresh, "pack", session, "--format", fmt, "--budget", "32000")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["model"] == model
+
+
+def test_pack_max_tokens_zero_is_a_usage_error_naming_the_flag(demo: Path) -> None:
+    done = cli(demo, "pack", "demo", "--format", "anthropic", "--max-tokens", "0")
+    assert done.returncode == 2, done.stderr
+    assert "--max-tokens" in done.stderr and "expected an integer >= 1, found 0" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_pack_format_is_indented_on_a_terminal_and_exact_in_a_pipe(demo: Path) -> None:
     piped = cli(demo, "pack", "demo", "--format", "anthropic").stdout
     assert piped.count("\n") == 1

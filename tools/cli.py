@@ -672,12 +672,22 @@ def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
     return policy
 
 
-def _recorded_model(log: turnlog.Log, session: str) -> str:
-    """The model of the session's latest recorded request that names one ("" if none)."""
-    for event in reversed(log.read(session, kinds=["request"])):
-        if isinstance(event.body, turnlog.RequestIssued) and event.body.model:
-            return event.body.model
+def _session_model(log: turnlog.Log, session: str) -> str:
+    """The session's most recent model ("" if none): the model named by the latest of its
+    recorded requests, responses and assistant messages (an imported transcript names the
+    model on each assistant message), through the sessions it forked from."""
+    for event in reversed(log.lineage(session)):
+        body = event.body
+        if isinstance(body, (turnlog.RequestIssued, turnlog.ResponseReceived,
+                             turnlog.AssistantMessageAdded)) and _model_name(body.model):
+            return body.model
     return ""
+
+
+def _model_name(name: str) -> bool:
+    # Claude Code writes "<synthetic>" on the messages it makes up itself (an API error
+    # shown as a reply): not a model a request can name.
+    return bool(name) and not name.startswith("<")
 
 
 def _request_seq(log: turnlog.Log, packer: Packer, session: str, value: int) -> int:
@@ -735,11 +745,11 @@ def _cmd_pack(args: argparse.Namespace) -> int:
             if log.head(args.session) is None:
                 raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
                                                   "list sessions with `turnlog sessions`")
-            model = model or _recorded_model(log, args.session)
+            model = model or _session_model(log, args.session)
             if not model:
                 raise _UsageError(f"--format {args.format} needs a model name for the request "
                                   f"body: pass --model NAME ({args.session!r} has no recorded "
-                                  "request naming one)")
+                                  "request, response or assistant message naming one)")
             render = renderer(args.format, model=model, max_tokens=max_tokens,
                               blobs=log.blob)
         if args.record:
@@ -1102,6 +1112,13 @@ def _nonneg(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    value = _nonneg(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {value}")
+    return value
+
+
 #: The largest context window a policy takes (`turnlog.Policy` fields are at most 2**40).
 _MAX_BUDGET = 2**40
 
@@ -1220,9 +1237,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="print the provider request body exactly as it would be sent, as "
                         "JSON (default: the neutral prompt and its accounting)")
     p.add_argument("--model", default="", help="model name put in the request body and record "
-                   "(default with --format: the model of the session's last recorded request "
-                   "that names one)")
-    p.add_argument("--max-tokens", type=_nonneg, default=None, metavar="N",
+                   "(default with --format: the session's most recent model, named by a "
+                   "recorded request or an assistant message)")
+    p.add_argument("--max-tokens", type=_positive, default=None, metavar="N",
                    help="max output tokens in the request body (default: the policy's "
                         "output reserve)")
 
