@@ -76,7 +76,18 @@ from ._events import (
     UserMessageAdded,
 )
 from ._lmdb import LMDBStore
-from ._log import NEW_SESSION, Appended, Draft, Head, Log, Problem, Snapshot, VerifyReport, backoff
+from ._log import (
+    NEW_SESSION,
+    Appended,
+    Draft,
+    Head,
+    Log,
+    Problem,
+    Retries,
+    Snapshot,
+    VerifyReport,
+    backoff,
+)
 from ._memories import MEMORY_SECTION, Memory, MemoryBook, MemoryManager
 from ._memstore import MemoryStore
 from ._pack import (
@@ -180,6 +191,7 @@ __all__ = [
     "RequestDiff",
     "RequestIssued",
     "ResponseReceived",
+    "Retries",
     "SUMMARY_SECTION",
     "Section",
     "SessionForked",

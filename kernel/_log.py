@@ -50,6 +50,7 @@ from ._codec import (
     MAX_KEY_BYTES,
     MAX_SESSION_BYTES,
     check_id_bytes,
+    decode_event,
     encode_canonical,
     encode_event,
     extract_blobs,
@@ -95,6 +96,7 @@ __all__ = [
     "Log",
     "NEW_SESSION",
     "Problem",
+    "Retries",
     "Snapshot",
     "VerifyReport",
     "backoff",
@@ -107,12 +109,109 @@ _FOLLOW_CHUNK = 1000  # events read per snapshot while following
 _FOLLOW_SLICE = 60.0  # seconds of one wait when following without a timeout
 
 
+#: Tries of a conditional append (`Log.update`, `Retries`) before it gives up.
+DEFAULT_ATTEMPTS = 8
+
+
+def _delay(attempt: int, draw: Callable[[], float]) -> float:
+    """Seconds to wait before try ``attempt`` (0, 1, 2...): none before the first,
+    then a random time up to 1 ms, doubled per try, at most 50 ms."""
+    return 0.0 if attempt <= 0 else draw() * min(0.05, 0.001 * 2 ** (attempt - 1))
+
+
 def backoff(attempt: int) -> None:
     """Sleep before retry ``attempt`` (1, 2...) of an append that conflicted: a
     random time up to 1 ms, doubled per attempt (at most 50 ms), so writers that
-    keep colliding spread out. Attempt 0 (the first try) does not sleep."""
+    keep colliding spread out. Attempt 0 (the first try) does not sleep.
+    `Retries` is the same schedule without the sleep."""
     if attempt > 0:
-        sleep(random.uniform(0, min(0.05, 0.001 * 2 ** (attempt - 1))))
+        sleep(_delay(attempt, random.random))
+
+
+class Retries:
+    """What to do between the tries of a conditional append, without doing it.
+
+    "Read the head, decide, append with ``expected_seq``, retry on a conflict"
+    is one rule with one implementation: this object holds its bookkeeping
+    (the try count, the backoff schedule, the last conflict, the final error)
+    and does no I/O, so a synchronous loop (`Log.update`) and an asynchronous
+    one drive the same decisions and differ only in how they wait and read.
+    An async caller (with an async store or the sync one in a thread)::
+
+        retries = Retries(session, attempts=8)
+        while True:
+            delay = retries.next()          # the final AppendConflictError when spent
+            if delay:
+                await asyncio.sleep(delay)
+            head = await read_head(session)
+            events = decide(head)           # None or [] when nothing is to be appended
+            if not events:
+                return None
+            try:
+                return await append(session, events, expected_seq=retries.expect(head))
+            except AppendConflictError as exc:
+                retries.conflict(exc)
+
+    An append whose idempotency keys are all stored returns the stored positions
+    (``duplicate=True``) before ``expected_seq`` is checked, so a retried keyed
+    write comes back as a duplicate however far the head has moved.
+
+    Parameters:
+        session: the session written to (named in the final error).
+        attempts: tries in all, the first included (at least 1).
+        draw: a random number in [0, 1) for the jitter of each wait.
+
+    Raises:
+        InvalidArgumentError: ``attempts`` is not an int >= 1.
+    """
+
+    __slots__ = ("_draw", "attempts", "expected", "last", "session", "tries")
+
+    def __init__(self, session: str, *, attempts: int = DEFAULT_ATTEMPTS,
+                 draw: Callable[[], float] = random.random) -> None:
+        if type(attempts) is not int or attempts < 1:
+            raise InvalidArgumentError(f"attempts must be an int >= 1, found {attempts!r}")
+        self.session = session
+        self.attempts = attempts
+        self._draw = draw
+        #: Tries started so far.
+        self.tries = 0
+        #: The head seq the latest try expected (`NEW_SESSION` before the first).
+        self.expected = NEW_SESSION
+        #: The latest conflict (None while there was none).
+        self.last: AppendConflictError | None = None
+
+    def next(self) -> float:
+        """Start a try: returns the seconds to wait before it (0.0 for the first).
+
+        Raises:
+            AppendConflictError: every try conflicted; the error names the head seq
+                the last try expected and the one it found.
+        """
+        if self.tries >= self.attempts:
+            raise self.error()
+        self.tries += 1
+        return _delay(self.tries - 1, self._draw)
+
+    def expect(self, head: Head | None) -> int:
+        """The ``expected_seq`` of a try decided at ``head`` (remembered for the error)."""
+        self.expected = head.seq if head is not None else NEW_SESSION
+        return self.expected
+
+    def conflict(self, exc: AppendConflictError) -> None:
+        """Record that the current try conflicted (the next `next` decides what follows)."""
+        self.last = exc
+
+    def error(self) -> AppendConflictError:
+        """The error a write that ran out of tries raises (nothing of it was written)."""
+        last = self.last
+        expected = last.expected if last is not None else self.expected
+        actual = last.actual if last is not None else self.expected
+        return AppendConflictError(
+            f"session {self.session!r} kept moving: {self.tries} attempts conflicted with "
+            f"other writers (the last expected the head at seq {expected} and found it at "
+            f"{actual}); nothing was written. Retry later or with more attempts",
+            session=self.session, expected=expected, actual=actual)
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):
@@ -255,6 +354,13 @@ class Snapshot:
     def sessions(self) -> list[Head]:
         """Every session with its head, ordered by session id."""
         return [Head(s, seq, h) for s, seq, h in self._txn.sessions()]
+
+    def find_key(self, session: str, key: str) -> int | None:
+        """The seq of the session's event stored under idempotency ``key`` (None if none)."""
+        validate_session_id(session)
+        if not isinstance(key, str) or not key:
+            raise InvalidArgumentError(f"key must be a non-empty str, found {key!r}")
+        return self._txn.idempotency(session, key)
 
     def read(self, session: str, start: int = 0, stop: int | None = None, *,
              kinds: Iterable[str] | None = None) -> list[Event]:
@@ -587,6 +693,62 @@ class Log:
                 known[session] = offset
         return offset
 
+    def update(self, session: str,
+               decide: Callable[[Head | None], Sequence[Body | Draft] | Body | Draft | None],
+               *, attempts: int = DEFAULT_ATTEMPTS) -> Appended | None:
+        """Append what ``decide`` makes of the session's head, atomically with respect to
+        that head: read the head, decide, append with ``expected_seq``, and when another
+        writer appended in between, wait (`Retries`) and do it all again.
+
+        ``decide(head)`` gets the session's head (None for a session that does not
+        exist yet) and returns the events to append, or None (or nothing) when there is
+        nothing to append. Whatever it reads besides (the events, a projection) it must
+        read after it was called: that state is then at ``head`` or later, and the
+        append lands only if nothing came after ``head``, so the events were decided
+        on exactly what precedes them. ``decide`` may raise (a precondition that no
+        longer holds): the error goes to the caller and nothing is written. It runs
+        once per try, so it must not write.
+
+        An append whose idempotency keys are all stored is a retry of a write that
+        landed: its stored positions come back (``duplicate=True``) whatever the head.
+        A ``decide`` whose precondition the first write used up (a tool call it
+        answered) checks `find_key` first and, when the key is stored, returns the
+        same events without the check. An append that needs no precondition has
+        nothing to conflict with: call `append` without ``expected_seq`` instead.
+
+        Parameters:
+            session: the session written to.
+            decide: the events for a head (see above).
+            attempts: tries in all before the final `AppendConflictError`.
+
+        Returns:
+            Where the events landed, or None when ``decide`` returned nothing.
+
+        Raises:
+            AppendConflictError: every try conflicted; ``actual`` is the head the last
+                one found. Nothing was written.
+            Whatever ``append`` and ``decide`` raise (nothing was written).
+        """
+        self._session_offset(session)
+        retries = Retries(session, attempts=attempts)
+        while True:
+            delay = retries.next()
+            if delay:
+                sleep(delay)
+            head = self.head(session)
+            events = decide(head)
+            if events is None or (isinstance(events, Sequence) and not events):
+                return None
+            try:
+                return self.append(session, events, expected_seq=retries.expect(head))
+            except AppendConflictError as exc:
+                retries.conflict(exc)
+
+    def find_key(self, session: str, key: str) -> int | None:
+        """The seq of the session's event stored under idempotency ``key`` (None if none)."""
+        with self.snapshot() as snap:
+            return snap.find_key(session, key)
+
     def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
              key: str | None = None) -> Appended:
         """Start ``new_session`` as a continuation of ``source`` after event ``at_seq``.
@@ -816,8 +978,11 @@ class Log:
                 raise StoreCorruptError(f"idempotency key {key!r} points at missing "
                                         f"event {session}#{seq}; run `turnlog verify` (Python: "
                                         "`Log.verify()`)")
-            # Same content iff same canonical bytes at that seq.
-            if with_seq(data, offset, seq) != record_canonical(record):
+            # Same content iff same canonical bytes at that seq, but for the time: a
+            # retry stamped later (a clock) is the same write. The stored event, its
+            # time and its hash stay as they are.
+            ours, stored = with_seq(data, offset, seq), record_canonical(record)
+            if ours != stored and not _same_but_time(ours, stored):
                 raise IdempotencyError(
                     f"idempotency key {key!r} was used at {session}#{seq} for different "
                     "content; use a new key for a new event. Nothing was written")
@@ -1102,6 +1267,16 @@ class _Progress:
     def report(self) -> None:
         if self._call is not None:
             self._call(self.events)
+
+
+def _same_but_time(ours: bytes, stored: bytes) -> bool:
+    """True when two canonical events differ in their ``time`` only."""
+    try:
+        theirs = decode_event(stored)
+    except DecodeError:
+        return False  # not ours to judge here: verify names a damaged record
+    return encode_canonical(msgspec.structs.replace(decode_event(ours),
+                                                    time=theirs.time)) == stored
 
 
 def _blob_refs(body: Body) -> list[BlobRef]:

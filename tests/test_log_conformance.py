@@ -16,6 +16,7 @@ from collections.abc import Callable
 import msgspec
 import pytest
 import turnlog
+import turnlog._log
 from support import GENESIS_HASH, LogFactory, dump, keyed_batch, recompute_hash
 from turnlog import (
     GENESIS,
@@ -26,11 +27,14 @@ from turnlog import (
     Checkpoint,
     Draft,
     EventsPinned,
+    Head,
     IdempotencyError,
     ImagePart,
+    InvalidArgumentError,
     InvalidEventError,
     Log,
     NotificationAdded,
+    Retries,
     SessionForked,
     SessionRewound,
     TextPart,
@@ -183,6 +187,110 @@ def test_append_rejects_an_expected_head_on_a_new_session(log: Log) -> None:
     assert dump(log) == before
 
 
+# -- conditional appends (Log.update) ------------------------------------------------------
+def test_update_appends_what_decide_makes_of_the_head(log: Log) -> None:
+    seen: list[Head | None] = []
+
+    def decide(head: Head | None) -> list[UserMessageAdded]:
+        seen.append(head)
+        return [UserMessageAdded(text=f"after {head.seq if head else -1}")]
+
+    first = log.update("s", decide)
+    second = log.update("s", decide)
+    assert first is not None and second is not None
+    assert (first.last_seq, second.last_seq) == (0, 1)
+    assert seen == [None, Head("s", 0, first.head_hash)]
+    assert [e.body.text for e in log.read("s")] == ["after -1", "after 0"]
+
+
+def test_update_with_nothing_to_append_writes_nothing(log: Log) -> None:
+    fill(log, "s", 1)
+    before = dump(log)
+    assert log.update("s", lambda head: None) is None
+    assert log.update("s", lambda head: []) is None
+    assert dump(log) == before
+
+
+def test_update_decides_again_when_another_writer_moved_the_head(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(turnlog._log, "sleep", waits.append)
+    fill(log, "s", 1)
+    heads: list[int] = []
+
+    def decide(head: Head | None) -> UserMessageAdded:
+        assert head is not None
+        heads.append(head.seq)
+        if len(heads) <= 2:  # another writer lands between each of the first two decisions
+            log.append("s", NotificationAdded(source="other", text=f"meanwhile {len(heads)}"))
+        return UserMessageAdded(text=f"decided at {head.seq}")
+
+    done = log.update("s", decide)
+    assert heads == [0, 1, 2] and done is not None and done.last_seq == 3
+    assert log.get("s", 3).body == UserMessageAdded(text="decided at 2")
+    assert len(waits) == 2 and all(0 <= w <= 0.002 for w in waits)  # the first try waits not
+    assert log.verify().ok
+
+
+def test_update_that_keeps_conflicting_reports_the_real_head(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(turnlog._log, "sleep", lambda seconds: None)
+    fill(log, "s", 1)
+
+    def decide(head: Head | None) -> UserMessageAdded:
+        log.append("s", NotificationAdded(source="other", text="meanwhile"))
+        return UserMessageAdded(text="never lands")
+
+    with pytest.raises(AppendConflictError) as info:
+        log.update("s", decide, attempts=3)
+    assert (info.value.session, info.value.expected, info.value.actual) == ("s", 2, 3)
+    assert "3 attempts" in str(info.value)
+    assert log.head("s").seq == 3  # three others landed, never ours
+    assert not any(e.kind == "user" and e.seq > 0 for e in log.read("s"))
+
+
+def test_update_passes_on_what_decide_raises_and_writes_nothing(log: Log) -> None:
+    fill(log, "s", 1)
+    before = dump(log)
+
+    def decide(head: Head | None) -> UserMessageAdded:
+        raise InvalidEventError("the precondition no longer holds")
+
+    with pytest.raises(InvalidEventError, match="precondition"):
+        log.update("s", decide)
+    assert dump(log) == before
+
+
+def test_update_of_a_stored_key_is_a_duplicate_wherever_the_head_is(log: Log) -> None:
+    original = log.update("s", lambda head: keyed_batch("b", 2))
+    fill(log, "s", 3)
+    before = dump(log)
+    retry = log.update("s", lambda head: keyed_batch("b", 2, time=7))
+    assert original is not None
+    assert retry == msgspec.structs.replace(original, duplicate=True)
+    assert log.find_key("s", "b-1") == 1 and log.find_key("s", "b-2") is None
+    assert log.find_key("nobody", "b-1") is None
+    assert dump(log) == before
+
+
+def test_retries_wait_a_doubling_random_time_and_end_with_the_last_conflict() -> None:
+    retries = Retries("s", attempts=9, draw=lambda: 1.0)
+    waits = []
+    for _ in range(9):
+        waits.append(retries.next())
+        retries.expect(Head("s", 4, b""))
+        retries.conflict(AppendConflictError("x", session="s", expected=4, actual=6))
+    assert waits == [0.0, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05]
+    with pytest.raises(AppendConflictError) as info:
+        retries.next()
+    assert (info.value.expected, info.value.actual) == (4, 6)
+    assert "9 attempts" in str(info.value)
+    assert Retries("s", draw=lambda: 0.5).next() == 0.0
+    for bad in (0, -1, 1.5, True, "3"):
+        with pytest.raises(InvalidArgumentError, match="attempts"):
+            Retries("s", attempts=bad)  # type: ignore[arg-type]
+
+
 # -- idempotency -------------------------------------------------------------------------
 def test_full_retry_returns_original_positions_and_writes_nothing(log: Log) -> None:
     fill(log, "s", 2)
@@ -230,9 +338,30 @@ def test_same_key_with_different_content_is_an_idempotency_error(log: Log) -> No
     with pytest.raises(IdempotencyError) as info:
         log.append("s", changed)
     assert "b-1" in str(info.value)
+    causes = [Draft(body=d.body, key=d.key, causation="other") for d in keyed_batch("b", 2)]
     with pytest.raises(IdempotencyError):
-        log.append("s", keyed_batch("b", 2, time=5))  # only the envelope differs
+        log.append("s", causes)  # only the envelope differs
+    meta = [Draft(body=d.body, key=d.key, meta={"x": 1}) for d in keyed_batch("b", 2)]
+    with pytest.raises(IdempotencyError):
+        log.append("s", meta)
     assert dump(log) == before
+
+
+def test_a_retry_stamped_with_another_time_is_a_duplicate(log: Log) -> None:
+    # A clock stamps every try anew: the time of a keyed retry is not its identity.
+    original = log.append("s", keyed_batch("b", 2, time=1_000))
+    fill(log, "s", 1)
+    before = dump(log)
+    for stamp in (2_000, None):
+        retry = log.append("s", keyed_batch("b", 2, time=stamp))
+        assert retry == msgspec.structs.replace(original, duplicate=True)
+    assert [e.time for e in log.read("s", 0, 2)] == [1_000, 1_000]  # as first stored
+    assert dump(log) == before
+    changed = [keyed_batch("b", 2, time=3_000)[0],
+               Draft(body=UserMessageAdded(text="changed"), key="b-1", time=3_000)]
+    with pytest.raises(IdempotencyError, match="b-1"):
+        log.append("s", changed)
+    assert dump(log) == before and log.verify().ok
 
 
 def test_keys_out_of_their_stored_order_are_an_idempotency_error(log: Log) -> None:
