@@ -13,6 +13,7 @@ Rules (checked on the source with `ast`, so an import inside a function or an
 * no module of ``kernel/_pack/`` (the pure packing core) imports the log or a store
   (``turnlog._log``, ``turnlog._store`` and the backends): the I/O shell around it,
   `Packer`, lives in ``kernel/_packer.py``;
+* the kernel's import graph has no cycle, type-only imports included;
 * ``kernel/`` never imports networking: ``http``, ``socket``, ``urllib``, ``requests``
   (nor ``httpx``, ``aiohttp``, ``urllib3``, ``ssl``, ``websockets``).
 """
@@ -171,3 +172,87 @@ def test_checker_catches_a_forbidden_import(folder: str, filename: str, source: 
 def test_checker_allows_a_permitted_import(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename) == []
 
+
+def kernel_graph(modules: list[tuple[str, str, str]]) -> dict[str, set[str]]:
+    """Which kernel module imports which, by file (``_pack/_engine.py``...).
+
+    Every import counts, type-only ones and those inside functions too. A name such
+    as ``turnlog._pack.Packed`` is the module its longest prefix names; importing a
+    submodule runs its package's ``__init__`` as well, but that is not counted (every
+    module would then import the top-level ``turnlog`` and all would be one cycle).
+    """
+    files = {filename for folder, filename, _ in modules if folder == "kernel"}
+
+    def module_file(module: str) -> str | None:
+        parts = module.split(".")
+        if parts[0] != "turnlog":
+            return None
+        for end in range(len(parts), 0, -1):
+            path = "/".join(parts[1:end])
+            for name in (f"{path}.py", f"{path}/__init__.py" if path else "__init__.py"):
+                if name in files:
+                    return name
+        return None
+
+    graph: dict[str, set[str]] = {name: set() for name in files}
+    for folder, filename, source in modules:
+        if folder != "kernel":
+            continue
+        package = ".".join(["turnlog", *Path(filename).parent.parts])
+        for _, module in imported_modules(source, package):
+            target = module_file(module)
+            if target is not None and target != filename:
+                graph[filename].add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_the_kernel_has_no_import_cycle() -> None:
+    assert cycles(kernel_graph(MODULES)) == []
+
+
+def test_cycle_finder_sees_a_type_only_import_cycle() -> None:
+    modules = [
+        ("kernel", "_pack/_ledger.py", "if TYPE_CHECKING:\n    from ._trim import Marker\n"),
+        ("kernel", "_pack/_trim.py", "from ._ledger import Ledger\n"),
+        ("kernel", "_pack/__init__.py", "from ._trim import Trim\n"),
+        ("kernel", "_pack/_model.py", "from .._prompt import Prompt\n"),
+        ("kernel", "_prompt.py", ""),
+    ]
+    assert cycles(kernel_graph(modules)) == [["_pack/_ledger.py", "_pack/_trim.py"]]
+    modules[0] = ("kernel", "_pack/_ledger.py", "from .._prompt import Prompt\n")
+    assert cycles(kernel_graph(modules)) == []

@@ -43,7 +43,7 @@ from ._budget import placeholder_result
 from ._model import SUMMARY_SECTION, StageReport
 
 if TYPE_CHECKING:
-    from ._trim import Marker
+    from ._ledger import Marker
 
 __all__: list[str] = []
 

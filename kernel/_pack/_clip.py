@@ -198,7 +198,7 @@ class Clip:
         if ledger.policy.rules < 2:
             return None
         before = ledger.total
-        count = ledger.clip(self)
+        count = ledger.clip()
         return StageReport(name="clip", fired=count > 0,
                            detail=f"{count} texts clipped to {ledger.clip_limit} tokens",
                            tokens_before=before, tokens_after=ledger.total, events=count)

@@ -125,8 +125,8 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
     before = ledger.total
     reports = opening_reports(view, policy, ledger.budget, before, recovering)
     pre_trim = before
-    for _, stage in DEFAULT_STAGES:
-        if isinstance(stage, Trim):
+    for name, stage in DEFAULT_STAGES:
+        if name == "trim":
             pre_trim = ledger.total
         report = stage(ledger)  # type: ignore[arg-type]
         ledger.settle()

@@ -36,15 +36,13 @@ from .._prompt import Message
 from .._tokens import REPLY_OVERHEAD, TokenCounter
 from ._assemble import message
 from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
-from ._clip import Clip
 from ._dedup import Dedup, DedupIndex
 from ._explain import Common, Facts
 from ._index import PackIndex, PolicyIndex
-from ._ledger import Protection
+from ._ledger import CutRule, Marker, Protection, Replacer, Shrinker, SummarySection
 from ._model import Budget, Decision
 from ._prune import Prune, PruneFacts, RefsAsOf
-from ._summaries import Summaries, SummaryPlan, run_of, shown_budget
-from ._trim import Marker
+from ._summaries import Summaries, run_of, shown_budget
 from ._truncate import Truncate
 
 __all__: list[str] = []
@@ -71,7 +69,7 @@ class IndexedLedger:
         self.total = (self.system + view.tools_tokens + self.synthetic + REPLY_OVERHEAD
                       + view.unit_tokens)
         # what was decided
-        self.plan: SummaryPlan | None = None  # summaries shown (covered units left out)
+        self.plan: SummarySection | None = None  # summaries shown (covered units left out)
         self.deduped = False
         self.pruned_all = False
         self.boundary = 0  # prune applies to units before it
@@ -82,7 +80,7 @@ class IndexedLedger:
         self.why: Callable[[Unit], tuple[str, str]] | None = None
         self.tail_why: Callable[[Unit], tuple[str, str]] | None = None
         self.marker: Marker | None = None
-        self.summary_why: dict[int, str] = {}  # compaction -> why it is not shown
+        self.summary_why: Mapping[int, str] = {}  # compaction -> why it is not shown
         self._unanswered: set[int] = set()  # open units left out: no placeholder counted
 
     # -- what the stages read --------------------------------------------------------
@@ -114,11 +112,11 @@ class IndexedLedger:
                 and unit not in self.protection)
 
     # -- the moves ----------------------------------------------------------------------
-    def truncate(self, stage: Truncate) -> int:
+    def truncate(self, stage: CutRule) -> int:
         self.total += self.index.trunc_delta
         return len(self.index.truncated)
 
-    def clip(self, stage: Clip) -> int:
+    def clip(self) -> int:
         self.total += self.index.clip_delta
         return len(self.index.clipped)
 
@@ -126,7 +124,7 @@ class IndexedLedger:
         raw = self.index.raw
         return self.synthetic + sum(raw[u] for u in self.protection.units(self.n_units))
 
-    def summarize_covered(self, plan: SummaryPlan) -> int:
+    def summarize_covered(self, plan: SummarySection) -> int:
         coverage = self._pack_index.coverage
         index = self.index
         covered = [u for u in self.protection.units(self.n_units) if u in coverage.covered]
@@ -144,7 +142,7 @@ class IndexedLedger:
     def keep_originals(self, why: str) -> None:
         self.summary_why = {pos: why for pos in self.view.compactions}
 
-    def deduplicate(self, stage: Dedup) -> int:
+    def deduplicate(self, stage: Replacer) -> int:
         index, held = self.index, self.held
         saved = index.dsave.prefix(self.n_units, held)
         count = index.dcount.prefix(self.n_units, held)
@@ -178,12 +176,12 @@ class IndexedLedger:
                 if items[i].kind == "tool" and i not in superseded:
                     yield i, index.tokens[i]
 
-    def prune_candidates(self, stage: Prune, end: int, shielded: Sequence[int]) -> list[int]:
+    def prune_candidates(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> list[int]:
         skip = set(shielded)
         saving = self.index.saving
         return [i for i, _ in self.prunable_newest_first(end) if i not in skip and saving[i] > 0]
 
-    def prune_potential(self, stage: Prune, end: int,
+    def prune_potential(self, stage: Shrinker, end: int,
                         shielded: Sequence[int]) -> tuple[int, int, int]:
         index, held = self.index, self.held
         potential = index.ptokens.prefix(end, held)
@@ -201,7 +199,7 @@ class IndexedLedger:
                 saved -= index.saving[i]
         return potential, count, saved
 
-    def prune_all(self, stage: Prune, end: int, shielded: Sequence[int]) -> int:
+    def prune_all(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> int:
         _, count, saved = self.prune_potential(stage, end, shielded)
         self.total -= saved
         self.pruned_all = True
@@ -209,7 +207,7 @@ class IndexedLedger:
         self.shielded = set(shielded)
         return count
 
-    def prune_one(self, stage: Prune, index: int) -> bool:
+    def prune_one(self, stage: Shrinker, index: int) -> bool:
         saving = self.index.saving[index]
         self.points[index] = saving
         self.total -= saving

@@ -23,26 +23,27 @@ session with both and requires the same bytes, reports and decisions.
 Protection (the mandatory tail, pinned events, calls awaiting a result) is the
 ledger's, not the stages': no move ever changes a protected unit, except
 truncation, which only cuts inside one event and says where the rest is.
+
+The ledger speaks no stage's language: a move takes what it needs of a stage as
+a small protocol defined here (`CutRule`, `Replacer`, `Shrinker`, `Superseded`,
+`References`, `SummarySection`) or a neutral value (`Marker`, `Replacement`), so
+this module imports no stage and a stage imports the ledger, never the reverse.
+A new built-in stage that acts through these moves is one module plus its place
+in ``DEFAULT_STAGES``.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence, Set
+from typing import NamedTuple, Protocol
 
+from .._events import TextPart
 from .._policy import Policy
 from .._projection import Item, Projection, Unit
-from .._tokens import TokenCounter
+from .._prompt import Message
+from .._tokens import MESSAGE_OVERHEAD, TokenCounter
 from ._model import Budget
-
-if TYPE_CHECKING:
-    from ._clip import Clip
-    from ._dedup import Dedup, DedupIndex
-    from ._prune import Prune, PruneFacts
-    from ._summaries import SummaryPlan
-    from ._trim import Marker
-    from ._truncate import Truncate
 
 __all__: list[str] = []
 
@@ -55,6 +56,87 @@ class Replacement(NamedTuple):
     tokens: int
     rule: str
     detail: str
+
+
+class Marker:
+    """The message a trimmed run leaves in the prompt (rules 2).
+
+    Attributes:
+        before: the first kept unit after the gap (the marker goes before it;
+            ``-1``: at the end).
+        message: the marker message; tokens: its tokens.
+    """
+
+    __slots__ = ("before", "message", "tokens")
+
+    def __init__(self, before: int, text: str, counter: TokenCounter) -> None:
+        self.before = before
+        self.message = Message(role="user", parts=(TextPart(text=text),))
+        self.tokens = MESSAGE_OVERHEAD + counter.count(text)
+
+
+class CutRule(Protocol):
+    """A stage that cuts oversized items: it words where the rest of a cut item is."""
+
+    def detail(self, item: Item, rule: str) -> str:
+        """The decision's detail for ``item`` cut under ``rule``."""
+        ...
+
+
+class Replacer(Protocol):
+    """A stage that puts a shorter text in place of an item."""
+
+    def replacement(self, item: Item, ledger: Ledger) -> Replacement:
+        """What replaces ``item``, and the rule and numbers in words."""
+        ...
+
+
+class Shrinker(Replacer, Protocol):
+    """A `Replacer` that knows its replacement's tokens before making it."""
+
+    def tokens(self, item: Item, policy: Policy, counter: TokenCounter) -> int:
+        """Tokens of the message that would replace ``item``."""
+        ...
+
+
+class Superseded(Protocol):
+    """Which results a later one makes redundant: item index -> ``(tier, by item
+    index, note)``."""
+
+    @property
+    def superseded(self) -> Mapping[int, tuple[int, int, str]]: ...
+
+
+class References(Protocol):
+    """How later messages refer to tool results."""
+
+    @property
+    def decided(self) -> Set[int]:
+        """Results followed by decision language."""
+
+    def refs(self, index: int) -> int:
+        """References to result ``index`` so far."""
+        ...
+
+
+class SummarySection(Protocol):
+    """Which committed summaries the prompt shows, and the section showing them."""
+
+    @property
+    def shown(self) -> Sequence[int]:
+        """Positions of the summaries shown, oldest span first."""
+    @property
+    def text(self) -> str:
+        """The summary section ("" when none is shown)."""
+    @property
+    def tokens(self) -> int:
+        """The section's tokens."""
+    @property
+    def framing(self) -> int:
+        """System-message framing the section adds when it opens it."""
+    @property
+    def why(self) -> Mapping[int, str]:
+        """Why a compaction is not shown ("" when it is), by position."""
 
 
 class Protection:
@@ -148,9 +230,9 @@ class Ledger(Protocol):
     @property
     def protection(self) -> Protection: ...
     @property
-    def dedup_index(self) -> DedupIndex: ...
+    def dedup_index(self) -> Superseded: ...
     @property
-    def prune_facts(self) -> PruneFacts: ...
+    def prune_facts(self) -> References: ...
     @property
     def summary_tokens(self) -> MutableMapping[int, int]:
         """A cache of each summary block's tokens, by compaction position."""
@@ -159,31 +241,31 @@ class Ledger(Protocol):
     def clip_limit(self) -> int:
         """The most tokens one item may take (0: no clipping)."""
 
-    def truncate(self, stage: Truncate) -> int:
+    def truncate(self, stage: CutRule) -> int:
         """Cut every oversized item; the number cut."""
-    def clip(self, stage: Clip) -> int:
+    def clip(self) -> int:
         """Clip every item over the clip limit (protected ones too); the number."""
     def protected_tokens(self) -> int:
         """Tokens of the protected units and the placeholder results."""
-    def summarize_covered(self, plan: SummaryPlan) -> int:
+    def summarize_covered(self, plan: SummarySection) -> int:
         """Summarize the covered units that are not protected and show the plan's
         section; the number of items inside the summaries' spans summarized."""
     def keep_originals(self, why: str) -> None:
         """Show the covered events instead of their summaries (rules 2), saying why."""
-    def deduplicate(self, stage: Dedup) -> int:
+    def deduplicate(self, stage: Replacer) -> int:
         """Replace every superseded result outside the protected units; the number."""
     def prunable_newest_first(self, end: int) -> Iterator[tuple[int, int]]:
         """``(item, tokens)`` of the tool results prune may consider in units before
         ``end`` (live, not protected, not deduplicated), newest first."""
-    def prune_potential(self, stage: Prune, end: int,
+    def prune_potential(self, stage: Shrinker, end: int,
                         shielded: Sequence[int]) -> tuple[int, int, int]:
         """``(tokens, count, saving)`` of the prune candidates: the results of
         `prunable_newest_first` that are not shielded and that pruning shrinks."""
-    def prune_candidates(self, stage: Prune, end: int, shielded: Sequence[int]) -> list[int]:
+    def prune_candidates(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> list[int]:
         """The prune candidates' item indexes."""
-    def prune_all(self, stage: Prune, end: int, shielded: Sequence[int]) -> int:
+    def prune_all(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> int:
         """Prune every candidate; the number."""
-    def prune_one(self, stage: Prune, index: int) -> bool:
+    def prune_one(self, stage: Shrinker, index: int) -> bool:
         """Prune one candidate."""
     def drop_oldest(self, ends: Sequence[int], target: int,
                     why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:

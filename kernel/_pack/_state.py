@@ -18,16 +18,14 @@ from .._projection import Projection, Unit
 from .._prompt import Message
 from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
 from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
-from ._clip import Clip
-from ._dedup import Dedup, DedupIndex
+from ._dedup import DedupIndex
 from ._explain import Common
 from ._index import PackIndex, PolicyIndex
-from ._ledger import Protection
+from ._ledger import CutRule, Marker, Protection, Replacer, Shrinker, SummarySection
 from ._model import Decision, DecisionName, StageReport
-from ._prune import Prune, PruneFacts
-from ._summaries import SummaryPlan, compactions, covering, shown_budget
-from ._trim import Marker
-from ._truncate import REPLACEABLE, Truncate
+from ._prune import PruneFacts
+from ._summaries import compactions, covering, shown_budget
+from ._truncate import REPLACEABLE
 
 __all__ = ["PackState"]
 
@@ -212,7 +210,7 @@ class PackState:
     def summary_tokens(self) -> MutableMapping[int, int]:
         return self._index.summary_tokens
 
-    def truncate(self, stage: Truncate) -> int:
+    def truncate(self, stage: CutRule) -> int:
         count = 0
         for index, cut in sorted(self.policy_index.truncated.items()):
             item = self.view.items[index]
@@ -221,7 +219,7 @@ class PackState:
                 count += 1
         return count
 
-    def clip(self, stage: Clip) -> int:
+    def clip(self) -> int:
         count = 0
         for index, cut in sorted(self.policy_index.clipped.items()):
             if self.is_live(index):
@@ -234,7 +232,7 @@ class PackState:
         return self.synthetic_tokens + sum(
             self.tokens_of(i) for u in self.protected_units for i in units[u].items)
 
-    def summarize_covered(self, plan: SummaryPlan) -> int:
+    def summarize_covered(self, plan: SummarySection) -> int:
         self.summary_shown.update(plan.why)
         view = self.view
         before = len(self.summarized)
@@ -258,7 +256,7 @@ class PackState:
         for pos in self.view.compactions:
             self.summary_shown[pos] = why
 
-    def deduplicate(self, stage: Dedup) -> int:
+    def deduplicate(self, stage: Replacer) -> int:
         count = 0
         items = self.view.items
         for index in sorted(self.dedup_index.superseded):
@@ -283,14 +281,14 @@ class PackState:
                     continue
                 yield index, self.tokens_of(index)
 
-    def prune_candidates(self, stage: Prune, end: int, shielded: Sequence[int]) -> list[int]:
+    def prune_candidates(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> list[int]:
         skip = set(shielded)
         items, policy, counter = self.view.items, self.policy, self.counter
         return [index for index, tokens in self.prunable_newest_first(end)
                 if index not in skip
                 and tokens - stage.tokens(items[index], policy, counter) > 0]
 
-    def prune_potential(self, stage: Prune, end: int,
+    def prune_potential(self, stage: Shrinker, end: int,
                         shielded: Sequence[int]) -> tuple[int, int, int]:
         candidates = self.prune_candidates(stage, end, shielded)
         items, policy, counter = self.view.items, self.policy, self.counter
@@ -299,11 +297,11 @@ class PackState:
                      for i in candidates)
         return tokens, len(candidates), saving
 
-    def prune_all(self, stage: Prune, end: int, shielded: Sequence[int]) -> int:
+    def prune_all(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> int:
         return sum(self.prune_one(stage, index)
                    for index in self.prune_candidates(stage, end, shielded))
 
-    def prune_one(self, stage: Prune, index: int) -> bool:
+    def prune_one(self, stage: Shrinker, index: int) -> bool:
         text, tokens, rule, detail = stage.replacement(self.view.items[index], self)
         return self.replace(index, text, decision="pruned", rule=rule, detail=detail,
                             tokens=tokens)

@@ -26,7 +26,7 @@ import msgspec
 from .._events import CompactionCommitted, Event
 from .._projection import Item, Projection
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
-from ._ledger import Ledger
+from ._ledger import Ledger, SummarySection
 from ._model import Budget, StageReport
 
 __all__: list[str] = []
@@ -206,7 +206,7 @@ class SummaryPlan:
         return ""
 
 
-def shown_budget(budget: Budget, plan: SummaryPlan) -> tuple[Budget, int]:
+def shown_budget(budget: Budget, plan: SummarySection) -> tuple[Budget, int]:
     """The budget once the plan's section is in the prompt, and the framing it adds."""
     framing = plan.framing if plan.shown else 0
     summary = plan.tokens if plan.shown else 0

@@ -20,31 +20,12 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from .._events import TextPart
 from .._projection import Unit
-from .._prompt import Message
-from .._tokens import MESSAGE_OVERHEAD, TokenCounter
-from ._ledger import Ledger
+from .._tokens import MESSAGE_OVERHEAD
+from ._ledger import Ledger, Marker
 from ._model import StageReport
 
 __all__: list[str] = []
-
-
-class Marker:
-    """The message a trimmed run leaves in the prompt (rules 2).
-
-    Attributes:
-        before: the first kept unit after the gap (the marker goes before it;
-            ``-1``: at the end).
-        message: the marker message; tokens: its tokens.
-    """
-
-    __slots__ = ("before", "message", "tokens")
-
-    def __init__(self, before: int, text: str, counter: TokenCounter) -> None:
-        self.before = before
-        self.message = Message(role="user", parts=(TextPart(text=text),))
-        self.tokens = MESSAGE_OVERHEAD + counter.count(text)
 
 
 class Trim:
