@@ -37,8 +37,6 @@ from ._chain import (
     GENESIS,
     Checkpoint,
     chain_records,
-    check_record,
-    link_checker,
     record_canonical,
     record_event,
     record_hash,
@@ -54,8 +52,6 @@ from ._codec import (
     encode_canonical,
     encode_event,
     extract_blobs,
-    may_hold_blob_refs,
-    position_prefix,
     seq_offset,
     validate_body,
     validate_meta,
@@ -86,8 +82,7 @@ from ._events import (
     UserMessageAdded,
 )
 from ._store import ReadTxn, Store, WriteTxn
-from ._tokens import CACHE_NAMESPACE as COUNTS_NAMESPACE
-from ._tokens import check_count_cache
+from ._verify import Problem, VerifyReport, fsck
 
 __all__ = [
     "Appended",
@@ -253,43 +248,6 @@ class Head(msgspec.Struct, frozen=True):
     hash: bytes
 
 
-class Problem(msgspec.Struct, frozen=True):
-    """The first thing `verify` found wrong."""
-
-    session: str
-    seq: int | None
-    reason: str
-    blob: str | None = None
-
-    def __str__(self) -> str:
-        where = f"{self.session}#{self.seq}" if self.seq is not None else self.session
-        if self.blob:
-            where += f" (blob {self.blob[:16]})"
-        return f"{where}: {self.reason}"
-
-
-class VerifyReport(msgspec.Struct, frozen=True):
-    """Result of `Log.verify`.
-
-    Attributes:
-        ok: True when everything checked is intact.
-        problem: the first bad event or blob (None when ok).
-        sessions: sessions checked.
-        events: events checked.
-        blobs: blobs checked.
-        warnings: what is wrong with derived data (the persisted token counts, which
-            are checked where they are read and rebuilt): reported by a verify of
-            the whole log, without making it fail.
-    """
-
-    ok: bool
-    problem: Problem | None
-    sessions: int
-    events: int
-    blobs: int
-    warnings: tuple[str, ...] = ()
-
-
 _LONG_SESSION = ("use a shorter id. A session stored under a longer id (possible before "
                  "the limit) still reads and verifies; Log.fork continues it under a shorter one")
 
@@ -328,11 +286,6 @@ _PAYLOAD_SET = frozenset(_PAYLOAD_TYPES)
 _POSITIONAL = frozenset((SessionForked, SessionRewound, EventsPinned, CompactionCommitted))
 # What `append` takes as one event rather than a sequence of them.
 _ONE_EVENT: tuple[type[Any], ...] = (Draft, *_PAYLOAD_TYPES)
-# Payload kind -> its fields that may hold blob refs.
-_REF_FIELDS: dict[type[Any], tuple[str, ...]] = {
-    cls: tuple(f for f in ("blob", "images", "parts") if f in cls.__struct_fields__)
-    for cls in _PAYLOAD_TYPES
-}
 
 
 def _where(session: str, index: int) -> str:
@@ -1014,6 +967,8 @@ class Log:
             progress: called with the number of events checked so far, every
                 10,000 events and once at the end.
 
+        The checks themselves are ``_verify.fsck``, over one read snapshot.
+
         Returns a `VerifyReport` naming the first bad event; never raises for
         a damaged store (a store that cannot be read at all raises
         `StoreCorruptError`).
@@ -1044,192 +999,8 @@ class Log:
                                         f"not {session!r}")
         if session is not None:
             validate_session_id(session)
-        # Below the events: files the store's library would crash on rather than report.
-        damage = self.store.check_structure()
-        if damage is not None:
-            return VerifyReport(False, Problem("", None, f"the {self.store.name} store's files "
-                                               f"are damaged: {damage}"), 0, 0, 0)
-        events = blobs = 0
-        with self.store.read() as txn:
-            heads = list(txn.sessions())
-            if session is not None:
-                heads = [h for h in heads if h[0] == session]
-                if not heads:
-                    if checkpoint is not None:
-                        return VerifyReport(False, Problem(session, checkpoint.seq,
-                                            "the session is gone: the log was truncated or "
-                                            "replaced since the checkpoint"), 0, 0, 0)
-                    raise UnknownSessionError(f"no session {session!r} to verify; list sessions "
-                                              "with `turnlog sessions` (Python: "
-                                              "`Log.sessions()`)")
-            checked_blobs: set[str] = set()
-            # The events checked so far, for ``progress`` (a list: the sessions add to it).
-            done = _Progress(progress)
-            for name, head_seq, head_hash in heads:
-                problem, count, nblobs = self._verify_session(txn, name, head_seq, head_hash,
-                                                              checked_blobs, strict=strict,
-                                                              done=done)
-                events += count
-                blobs += nblobs
-                if problem is not None:
-                    return VerifyReport(False, problem, len(heads), events, blobs)
-            nsessions = len(heads)
-            if session is not None:
-                # A fork's history (its prompts, its head hash) includes its source's
-                # events up to the fork point, recursively: check those too.
-                problem, count, nblobs, nsources = self._verify_lineage(
-                    txn, session, checked_blobs, strict=strict, done=done)
-                events += count
-                blobs += nblobs
-                nsessions += nsources
-                if problem is not None:
-                    return VerifyReport(False, problem, nsessions, events, blobs)
-            if checkpoint is not None:
-                problem = self._verify_checkpoint(txn, checkpoint)
-                if problem is not None:
-                    return VerifyReport(False, problem, nsessions, events, blobs)
-            done.report()
-            warnings: tuple[str, ...] = ()
-            if session is None:
-                for digest, data in txn.blobs():
-                    if digest in checked_blobs:
-                        continue
-                    blobs += 1
-                    if blake3.blake3(data).hexdigest() != digest:
-                        return VerifyReport(False, Problem("", None, "blob content does not "
-                                            "match its hash (no event references it)", digest),
-                                            len(heads), events, blobs)
-                warnings = tuple(check_count_cache(
-                    lambda key: txn.cached(COUNTS_NAMESPACE, key)))
-        return VerifyReport(True, None, nsessions, events, blobs, warnings)
-
-    def _verify_lineage(self, txn: ReadTxn, session: str, checked_blobs: set[str], *,
-                        strict: bool, done: _Progress) -> tuple[Problem | None, int, int, int]:
-        """Check the events a (verified) fork continues: each source session up to
-        its fork point, recursively. Returns the problem and the events, blob refs
-        and sessions checked."""
-        count = nblobs = sources = 0
-        fork, seen = session, {session}
-        while True:
-            record = txn.get(session, 0)
-            body = record_event(record).body if record is not None else None
-            if not isinstance(body, SessionForked):
-                return None, count, nblobs, sources
-            source, stop = body.from_session, body.from_seq + 1
-            if source in seen:
-                return (Problem(session, 0, f"the fork chain loops back to {source!r}"), count,
-                        nblobs, sources)
-            seen.add(source)
-            sources += 1
-            problem, n, b = self._verify_session(txn, source, stop - 1, None, checked_blobs,
-                                                 stop=stop, strict=strict, done=done)
-            count += n
-            nblobs += b
-            if problem is not None:
-                return (Problem(problem.session, problem.seq, f"{problem.reason} (in the history "
-                                f"{fork!r} was forked from)", problem.blob), count, nblobs,
-                        sources)
-            session = source
-
-    def _verify_session(self, txn: ReadTxn, session: str, head_seq: int,
-                        head_hash: bytes | None, checked_blobs: set[str], *,
-                        stop: int | None = None, strict: bool = False,
-                        done: _Progress | None = None) -> tuple[Problem | None, int, int]:
-        """Check a session's events (those below ``stop`` only, when given: then
-        ``head_hash`` is not known and the events must reach ``head_seq``)."""
-        prev = GENESIS
-        expected_seq = 0
-        count = nblobs = 0
-        linked = link_checker(position_prefix(session))
-        step = done.step if done is not None and done.wanted else None
-        blob_key = may_hold_blob_refs
-        for seq, record in txn.scan(session, 0, stop, every=True):
-            if seq != expected_seq:
-                return Problem(session, expected_seq, "event is missing (seqs jump to "
-                               f"{seq})"), count, nblobs
-            count += 1
-            if step is not None:
-                step()
-            event: Event | None = None
-            if strict or seq == 0 or not linked(record, seq, prev):
-                # In full, and on any doubt: check_record names what is wrong. Seq 0's
-                # prev is the genesis or a fork's source: _check_first checks the link.
-                event, reason = check_record(record, session=session, seq=seq,
-                                             prev=prev if seq else None)
-                if reason is not None or event is None:
-                    return Problem(session, seq, reason or "unreadable"), count, nblobs
-                if seq == 0:
-                    reason = self._check_first(txn, event)
-                    if reason is not None:
-                        return Problem(session, 0, reason), count, nblobs
-            if blob_key(record):
-                if event is None:
-                    try:
-                        event = record_event(record)
-                    except DecodeError:
-                        reason = check_record(record, session=session, seq=seq, prev=prev)[1]
-                        return Problem(session, seq, reason or "unreadable"), count, nblobs
-                for ref in _blob_refs(event.body):
-                    nblobs += 1
-                    reason = self._check_blob(txn, ref, checked_blobs)
-                    if reason is not None:
-                        return Problem(session, seq, reason, ref.hash), count, nblobs
-            prev = record[32:64]
-            expected_seq += 1
-        if stop is not None:
-            if expected_seq != stop:
-                return Problem(session, expected_seq, "event is missing (the events end at "
-                               f"seq {expected_seq - 1})"), count, nblobs
-            return None, count, nblobs
-        if expected_seq != head_seq + 1:
-            return Problem(session, expected_seq, f"the head says seq {head_seq} but the "
-                           f"events end at seq {expected_seq - 1}"), count, nblobs
-        if prev != head_hash:
-            return Problem(session, head_seq, "the head hash does not match the last "
-                           "event"), count, nblobs
-        return None, count, nblobs
-
-    @staticmethod
-    def _check_first(txn: ReadTxn, event: Event) -> str | None:
-        if isinstance(event.body, SessionForked):
-            source = txn.get(event.body.from_session, event.body.from_seq)
-            if source is None:
-                return (f"fork source {event.body.from_session}#{event.body.from_seq} is "
-                        "missing")
-            if record_hash(source).hex() != event.body.from_hash or event.prev.hex() != \
-                    event.body.from_hash:
-                return "fork does not link to its source event's hash"
-            return None
-        if event.prev != GENESIS:
-            return "first event of the session does not start from the genesis hash"
-        return None
-
-    @staticmethod
-    def _check_blob(txn: ReadTxn, ref: BlobRef, checked: set[str]) -> str | None:
-        if ref.hash in checked:
-            return None
-        data = txn.blob(ref.hash)
-        if data is None:
-            return "references a blob that is missing"
-        if len(data) != ref.size:
-            return f"blob has {len(data)} bytes, the ref says {ref.size}"
-        if blake3.blake3(data).hexdigest() != ref.hash:
-            return "blob content does not match its hash"
-        checked.add(ref.hash)
-        return None
-
-    @staticmethod
-    def _verify_checkpoint(txn: ReadTxn, checkpoint: Checkpoint) -> Problem | None:
-        head = txn.head(checkpoint.session)
-        if head is None or head[0] < checkpoint.seq:
-            return Problem(checkpoint.session, checkpoint.seq,
-                           f"the log ends at seq {head[0] if head else -1}, before the "
-                           "checkpoint: it was truncated")
-        record = txn.get(checkpoint.session, checkpoint.seq)
-        if record is None or record_hash(record).hex() != checkpoint.hash:
-            return Problem(checkpoint.session, checkpoint.seq,
-                           "the event's hash differs from the checkpoint: the log was rewritten")
-        return None
+        return fsck(self.store, session, checkpoint=checkpoint, strict=strict,
+                    progress=progress)
 
     def checkpoint(self, session: str, *, key: bytes | None = None) -> Checkpoint:
         """A record of the session's current head to keep outside the log.
@@ -1249,26 +1020,6 @@ class Log:
         return cp
 
 
-class _Progress:
-    """Counts the events a verify checked and reports every 10,000 (and at the end)."""
-
-    __slots__ = ("_call", "events", "wanted")
-
-    def __init__(self, call: Callable[[int], None] | None) -> None:
-        self._call = call
-        self.events = 0
-        self.wanted = call is not None
-
-    def step(self) -> None:
-        self.events += 1
-        if self._call is not None and self.events % 10_000 == 0:
-            self._call(self.events)
-
-    def report(self) -> None:
-        if self._call is not None:
-            self._call(self.events)
-
-
 def _same_but_time(ours: bytes, stored: bytes) -> bool:
     """True when two canonical events differ in their ``time`` only."""
     try:
@@ -1277,17 +1028,3 @@ def _same_but_time(ours: bytes, stored: bytes) -> bool:
         return False  # not ours to judge here: verify names a damaged record
     return encode_canonical(msgspec.structs.replace(decode_event(ours),
                                                     time=theirs.time)) == stored
-
-
-def _blob_refs(body: Body) -> list[BlobRef]:
-    refs: list[BlobRef] = []
-    for name in _REF_FIELDS.get(type(body), ("blob", "images", "parts")):
-        value = getattr(body, name, None)
-        if isinstance(value, BlobRef):
-            refs.append(value)
-        elif isinstance(value, tuple):  # images, or parts of which images hold blobs
-            for part in value:
-                if type(part) is ImagePart and part.blob is not None:
-                    refs.append(part.blob)
-    return refs
-

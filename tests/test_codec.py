@@ -82,5 +82,5 @@ def test_a_record_without_a_blob_key_holds_no_blob_ref(body: object, seq: int) -
     for payload in (body, ToolResultAdded(call_id="c", tool_name="t", output="x", blob=ref),
                     UserMessageAdded(text="x", images=(ImagePart(media_type="i", blob=ref),))):
         data = encode_canonical(Event(session="s", seq=seq, body=payload))  # type: ignore[arg-type]
-        refs = turnlog._log._blob_refs(decode_event(data).body)
+        refs = turnlog._verify._blob_refs(decode_event(data).body)
         assert may_hold_blob_refs(data) or not refs

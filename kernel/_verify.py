@@ -1,0 +1,327 @@
+"""Verify: an fsck of the log over one read snapshot of a store.
+
+Theory of operation
+-------------------
+`fsck` checks what `Log.verify` promises, reading one `ReadTxn` and writing
+nothing. Under the events it first asks the store whether its files are sound
+(`Store.check_structure`: what the store's library would crash on rather than
+report). Then, session by session, every record's position, prev link and hash
+are checked from its bytes (``_chain.link_checker``, with ``check_record`` naming
+what is wrong on any doubt); the records that may reference blobs (and each
+session's first) are decoded to find their refs, and every referenced blob is
+read back and hashed once. ``strict`` decodes every record against the schema
+and proves it canonical. A fork is checked with its lineage: the source
+sessions up to the fork point, recursively, since its prompts hold those events
+and its hashes chain to them. A verify of the whole log also hashes the blobs no
+event references, and reports damaged persisted token counts as warnings
+(derived data, rebuilt where it is read, so it never fails the verify).
+
+The first problem found ends the check and is reported with its position; a
+damaged store is an answer (`VerifyReport` with ``ok`` False), never an
+exception. The records are streamed: memory does not grow with the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import blake3
+import msgspec
+
+from ._chain import GENESIS, Checkpoint, check_record, link_checker, record_event, record_hash
+from ._codec import may_hold_blob_refs, position_prefix
+from ._errors import DecodeError, UnknownSessionError
+from ._events import KINDS, BlobRef, Body, Event, ImagePart, SessionForked
+from ._store import ReadTxn, Store
+from ._tokens import CACHE_NAMESPACE as COUNTS_NAMESPACE
+from ._tokens import check_count_cache
+
+__all__ = ["Problem", "VerifyReport", "fsck"]
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """The first thing `verify` found wrong."""
+
+    session: str
+    seq: int | None
+    reason: str
+    blob: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.session}#{self.seq}" if self.seq is not None else self.session
+        if self.blob:
+            where += f" (blob {self.blob[:16]})"
+        return f"{where}: {self.reason}"
+
+
+class VerifyReport(msgspec.Struct, frozen=True):
+    """Result of `Log.verify`.
+
+    Attributes:
+        ok: True when everything checked is intact.
+        problem: the first bad event or blob (None when ok).
+        sessions: sessions checked.
+        events: events checked.
+        blobs: blobs checked.
+        warnings: what is wrong with derived data (the persisted token counts, which
+            are checked where they are read and rebuilt): reported by a verify of
+            the whole log, without making it fail.
+    """
+
+    ok: bool
+    problem: Problem | None
+    sessions: int
+    events: int
+    blobs: int
+    warnings: tuple[str, ...] = ()
+
+
+# Payload kind -> its fields that may hold blob refs.
+_REF_FIELDS: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(f for f in ("blob", "images", "parts") if f in cls.__struct_fields__)
+    for cls in KINDS.values()
+}
+
+
+def fsck(store: Store, session: str | None = None, *, checkpoint: Checkpoint | None = None,
+         strict: bool = False, progress: Callable[[int], None] | None = None,
+         ) -> VerifyReport:
+    """Check one session (or every one) of ``store``; see `Log.verify`, which checks
+    the arguments (and a checkpoint's MAC) and calls this.
+
+    Parameters:
+        store: the store to check (read only).
+        session: the session to check with its lineage; every session when None.
+        checkpoint: also check that the log still extends it (its session is
+            ``session``).
+        strict: also prove every record decodes and is canonical.
+        progress: called with the number of events checked so far, every 10,000
+            events and once at the end.
+
+    Returns the report naming the first problem.
+
+    Raises:
+        UnknownSessionError: ``session`` is not in the store (and no checkpoint says
+            it was).
+        StoreCorruptError: the store cannot be read at all.
+    """
+    damage = store.check_structure()
+    if damage is not None:
+        return VerifyReport(False, Problem("", None, f"the {store.name} store's files "
+                                           f"are damaged: {damage}"), 0, 0, 0)
+    with store.read() as txn:
+        return _Fsck(txn, strict, _Progress(progress)).run(session, checkpoint)
+
+
+class _Fsck:
+    """One verify over one snapshot: what it checked so far."""
+
+    def __init__(self, txn: ReadTxn, strict: bool, done: _Progress) -> None:
+        self.txn = txn
+        self.strict = strict
+        self.done = done
+        self.checked_blobs: set[str] = set()
+        self.events = 0
+        self.blobs = 0
+
+    def run(self, session: str | None, checkpoint: Checkpoint | None) -> VerifyReport:
+        txn = self.txn
+        heads = list(txn.sessions())
+        if session is not None:
+            heads = [h for h in heads if h[0] == session]
+            if not heads:
+                if checkpoint is not None:
+                    return VerifyReport(False, Problem(session, checkpoint.seq,
+                                        "the session is gone: the log was truncated or "
+                                        "replaced since the checkpoint"), 0, 0, 0)
+                raise UnknownSessionError(f"no session {session!r} to verify; list sessions "
+                                          "with `turnlog sessions` (Python: "
+                                          "`Log.sessions()`)")
+        for name, head_seq, head_hash in heads:
+            problem = self.session(name, head_seq, head_hash)
+            if problem is not None:
+                return self.report(problem, len(heads))
+        nsessions = len(heads)
+        if session is not None:
+            # A fork's history (its prompts, its head hash) includes its source's
+            # events up to the fork point, recursively: check those too.
+            problem, nsources = self.lineage(session)
+            nsessions += nsources
+            if problem is not None:
+                return self.report(problem, nsessions)
+        if checkpoint is not None:
+            problem = self.checkpoint(checkpoint)
+            if problem is not None:
+                return self.report(problem, nsessions)
+        self.done.report()
+        warnings: tuple[str, ...] = ()
+        if session is None:
+            for digest, data in txn.blobs():
+                if digest in self.checked_blobs:
+                    continue
+                self.blobs += 1
+                if blake3.blake3(data).hexdigest() != digest:
+                    return self.report(Problem("", None, "blob content does not match its "
+                                               "hash (no event references it)", digest),
+                                       len(heads))
+            warnings = tuple(check_count_cache(
+                lambda key: txn.cached(COUNTS_NAMESPACE, key)))
+        return VerifyReport(True, None, nsessions, self.events, self.blobs, warnings)
+
+    def report(self, problem: Problem, sessions: int) -> VerifyReport:
+        return VerifyReport(False, problem, sessions, self.events, self.blobs)
+
+    def lineage(self, session: str) -> tuple[Problem | None, int]:
+        """Check the events a (verified) fork continues: each source session up to
+        its fork point, recursively. Returns the problem and the sessions checked."""
+        txn = self.txn
+        sources = 0
+        fork, seen = session, {session}
+        while True:
+            record = txn.get(session, 0)
+            body = record_event(record).body if record is not None else None
+            if not isinstance(body, SessionForked):
+                return None, sources
+            source, stop = body.from_session, body.from_seq + 1
+            if source in seen:
+                return Problem(session, 0, f"the fork chain loops back to {source!r}"), sources
+            seen.add(source)
+            sources += 1
+            problem = self.session(source, stop - 1, None, stop=stop)
+            if problem is not None:
+                return (Problem(problem.session, problem.seq, f"{problem.reason} (in the history "
+                                f"{fork!r} was forked from)", problem.blob), sources)
+            session = source
+
+    def session(self, session: str, head_seq: int, head_hash: bytes | None, *,
+                stop: int | None = None) -> Problem | None:
+        """Check a session's events (those below ``stop`` only, when given: then
+        ``head_hash`` is not known and the events must reach ``head_seq``)."""
+        txn, strict = self.txn, self.strict
+        prev = GENESIS
+        expected_seq = 0
+        linked = link_checker(position_prefix(session))
+        step = self.done.step if self.done.wanted else None
+        blob_key = may_hold_blob_refs
+        for seq, record in txn.scan(session, 0, stop, every=True):
+            if seq != expected_seq:
+                return Problem(session, expected_seq, "event is missing (seqs jump to "
+                               f"{seq})")
+            self.events += 1
+            if step is not None:
+                step()
+            event: Event | None = None
+            if strict or seq == 0 or not linked(record, seq, prev):
+                # In full, and on any doubt: check_record names what is wrong. Seq
+                # 0's prev is the genesis or a fork's source: first() checks the link.
+                event, reason = check_record(record, session=session, seq=seq,
+                                             prev=prev if seq else None)
+                if reason is not None or event is None:
+                    return Problem(session, seq, reason or "unreadable")
+                if seq == 0:
+                    reason = self.first(event)
+                    if reason is not None:
+                        return Problem(session, 0, reason)
+            if blob_key(record):
+                if event is None:
+                    try:
+                        event = record_event(record)
+                    except DecodeError:
+                        reason = check_record(record, session=session, seq=seq,
+                                              prev=prev)[1]
+                        return Problem(session, seq, reason or "unreadable")
+                for ref in _blob_refs(event.body):
+                    self.blobs += 1
+                    reason = self.blob(ref)
+                    if reason is not None:
+                        return Problem(session, seq, reason, ref.hash)
+            prev = record[32:64]
+            expected_seq += 1
+        if stop is not None:
+            if expected_seq != stop:
+                return Problem(session, expected_seq, "event is missing (the events end at "
+                               f"seq {expected_seq - 1})")
+            return None
+        if expected_seq != head_seq + 1:
+            return Problem(session, expected_seq, f"the head says seq {head_seq} but the "
+                           f"events end at seq {expected_seq - 1}")
+        if prev != head_hash:
+            return Problem(session, head_seq, "the head hash does not match the last event")
+        return None
+
+    def first(self, event: Event) -> str | None:
+        """What is wrong with a session's first event's link (None: nothing)."""
+        if isinstance(event.body, SessionForked):
+            source = self.txn.get(event.body.from_session, event.body.from_seq)
+            if source is None:
+                return (f"fork source {event.body.from_session}#{event.body.from_seq} is "
+                        "missing")
+            if record_hash(source).hex() != event.body.from_hash or event.prev.hex() != \
+                    event.body.from_hash:
+                return "fork does not link to its source event's hash"
+            return None
+        if event.prev != GENESIS:
+            return "first event of the session does not start from the genesis hash"
+        return None
+
+    def blob(self, ref: BlobRef) -> str | None:
+        """What is wrong with a referenced blob (None: nothing, or checked before)."""
+        checked = self.checked_blobs
+        if ref.hash in checked:
+            return None
+        data = self.txn.blob(ref.hash)
+        if data is None:
+            return "references a blob that is missing"
+        if len(data) != ref.size:
+            return f"blob has {len(data)} bytes, the ref says {ref.size}"
+        if blake3.blake3(data).hexdigest() != ref.hash:
+            return "blob content does not match its hash"
+        checked.add(ref.hash)
+        return None
+
+    def checkpoint(self, checkpoint: Checkpoint) -> Problem | None:
+        """What shows the log no longer extends ``checkpoint`` (None: it does)."""
+        head = self.txn.head(checkpoint.session)
+        if head is None or head[0] < checkpoint.seq:
+            return Problem(checkpoint.session, checkpoint.seq,
+                           f"the log ends at seq {head[0] if head else -1}, before the "
+                           "checkpoint: it was truncated")
+        record = self.txn.get(checkpoint.session, checkpoint.seq)
+        if record is None or record_hash(record).hex() != checkpoint.hash:
+            return Problem(checkpoint.session, checkpoint.seq,
+                           "the event's hash differs from the checkpoint: the log was rewritten")
+        return None
+
+
+class _Progress:
+    """Counts the events a verify checked and reports every 10,000 (and at the end)."""
+
+    __slots__ = ("_call", "events", "wanted")
+
+    def __init__(self, call: Callable[[int], None] | None) -> None:
+        self._call = call
+        self.events = 0
+        self.wanted = call is not None
+
+    def step(self) -> None:
+        self.events += 1
+        if self._call is not None and self.events % 10_000 == 0:
+            self._call(self.events)
+
+    def report(self) -> None:
+        if self._call is not None:
+            self._call(self.events)
+
+
+def _blob_refs(body: Body) -> list[BlobRef]:
+    refs: list[BlobRef] = []
+    for name in _REF_FIELDS.get(type(body), ("blob", "images", "parts")):
+        value = getattr(body, name, None)
+        if isinstance(value, BlobRef):
+            refs.append(value)
+        elif isinstance(value, tuple):  # images, or parts of which images hold blobs
+            for part in value:
+                if type(part) is ImagePart and part.blob is not None:
+                    refs.append(part.blob)
+    return refs
