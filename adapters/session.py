@@ -86,6 +86,7 @@ from turnlog import (
     ImagePart,
     InvalidEventError,
     Log,
+    ModelTable,
     NotificationAdded,
     Outcome,
     Packed,
@@ -242,9 +243,14 @@ class Session:
         session_id: the session; created by its first write.
         model: the model named in every request body.
         format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
-        max_tokens: the output cap of every request (required for ``anthropic``).
+        max_tokens: the output cap of every request (required for ``anthropic``
+            unless the model is in the model table: then the policy's
+            ``output_reserve``, at most the model's output limit).
         policy: the packing policy (appended as ``PolicySet`` by the first `prepare`
-            when it is not the one in force); the one in force when None.
+            when it is not the one in force). When None: the one in force, and for a
+            session with none yet, ``Policy.for_model(model)`` when the model is in
+            the model table (window, output reserve and tokenizer of the model), else
+            the default `Policy`.
         stream: ask for a streamed reply (``"stream": true``; for ``openai-chat``
             also ``stream_options.include_usage``).
         extra: further top-level body fields (``temperature``, ``tool_choice``...).
@@ -255,10 +261,11 @@ class Session:
         clock: called for ``time`` when a call gives none (microseconds since the
             epoch); no time is recorded when None.
         attempts: tries per write when the head keeps moving (see the module docstring).
+        models: the model table ``model`` is looked up in (the shipped one when None).
 
     Raises:
         RenderError: an unknown format, an empty model, or ``anthropic`` without
-            ``max_tokens``.
+            ``max_tokens`` for a model the table does not know.
         InvalidEventError: a bad session id.
     """
 
@@ -268,13 +275,24 @@ class Session:
                  stream: bool = False, extra: Mapping[str, object] | None = None,
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8) -> None:
+                 attempts: int = 8, models: ModelTable | None = None) -> None:
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         if not isinstance(model, str) or not model:
             raise RenderError(f"model must be a non-empty str, found {model!r}")
+        table = models if models is not None else ModelTable.shipped()
+        info = table.lookup(model)
+        #: The policy of a new session that names no policy: the model's, when known.
+        self._model_policy = Policy.for_model(model, models=table) if info is not None \
+            else None
+        if wire.max_tokens_required and max_tokens is None and info is not None:
+            sized = policy if policy is not None else self._model_policy
+            assert sized is not None
+            max_tokens = min(sized.output_reserve, info.output_limit)
         if wire.max_tokens_required and max_tokens is None:
-            raise RenderError(f"the {format} format needs max_tokens (the API requires it)")
+            raise RenderError(f"the {format} format needs max_tokens (the API requires it) and "
+                              f"model {model!r} is not in the model table; pass max_tokens= "
+                              "or a models= table that has the model")
         if not isinstance(attempts, int) or attempts < 1:
             raise InvalidEventError(f"attempts must be an int >= 1, found {attempts!r}")
         self.log = log
@@ -405,12 +423,13 @@ class Session:
                     return self._stored_request(stored)
             compaction: Outcome | None = None
             view = self._view()
+            policy = self._policy()
             if view.overflow_pending and not _recovered(view):
-                compaction = self.compactor.recover(self.id, policy=self.policy, time=time)
+                compaction = self.compactor.recover(self.id, policy=policy, time=time)
             elif self.auto_compact:
-                outcome = self.compactor.maybe_compact(self.id, policy=self.policy, time=time)
+                outcome = self.compactor.maybe_compact(self.id, policy=policy, time=time)
                 compaction = outcome if outcome.status != "skipped" else None
-            recorded = self.packer.record(self.id, policy=self.policy, model=self.model,
+            recorded = self.packer.record(self.id, policy=policy, model=self.model,
                                           time=time, format=self.format, render=self._render,
                                           attempts=self._attempts, key=key,
                                           render_args=render_args(max_tokens=self.max_tokens,
@@ -477,7 +496,7 @@ class Session:
     def compact(self, *, time: int | None = None) -> Outcome:
         """Compact now (a manual compaction, with the session's summarizer)."""
         with self._lock:
-            return self.compactor.compact(self.id, policy=self.policy, reason="manual",
+            return self.compactor.compact(self.id, policy=self._policy(), reason="manual",
                                           time=self._time(time))
 
     # -- reading back -------------------------------------------------------------------------
@@ -519,9 +538,19 @@ class Session:
             return time
         return self._clock()
 
+    def _policy(self) -> Policy | None:
+        """The policy to pack with: this session's, else None (the one in force) for a
+        session that has one, else the model's (None when the table has no entry)."""
+        if self.policy is not None or self._model_policy is None:
+            return self.policy
+        if self.log.head(self.id) is not None and self.packer.policy_in_force(self.id):
+            return None
+        return self._model_policy
+
     def _view(self) -> Projection:
         """The session's projection, at its head or later (the packer's, shared)."""
-        policy = self.policy or self.packer.policy_in_force(self.id) or _DEFAULT_POLICY
+        policy = self.policy or self.packer.policy_in_force(self.id) or self._model_policy \
+            or _DEFAULT_POLICY
         return self.packer.projection(self.id, self.packer.counter_for(policy))
 
     def _stored(self, key: str) -> int | None:

@@ -90,6 +90,7 @@ from ._log import (
 )
 from ._memories import MEMORY_SECTION, Memory, MemoryBook, MemoryManager
 from ._memstore import MemoryStore
+from ._models import ModelInfo, ModelTable
 from ._pack import (
     DECISIONS,
     DEFAULT_STAGES,
@@ -161,6 +162,8 @@ __all__ = [
     "MemoryManager",
     "MemoryStore",
     "Message",
+    "ModelInfo",
+    "ModelTable",
     "NEW_SESSION",
     "NotificationAdded",
     "Outcome",

@@ -42,6 +42,7 @@ import msgspec
 
 from ._canonical import normalize
 from ._errors import PolicyError
+from ._models import ModelTable
 
 __all__ = ["POLICY_PARTS", "Policy"]
 
@@ -232,6 +233,41 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                               f"{list(REFRESH_POINTS)}, found {self.memory_refresh!r}")
         if not self.tokenizer:
             raise PolicyError("policy field 'tokenizer' must name an encoding, e.g. 'cl100k_base'")
+
+    # -- made for a model -------------------------------------------------------------
+    @classmethod
+    def for_model(cls, model: str, *, models: ModelTable | None = None,
+                  **fields: Any) -> Policy:
+        """The default policy sized for a model of the model table.
+
+        ``context_window`` and ``tokenizer`` are the model's; ``output_reserve`` is
+        its output limit, at most a quarter of the window and at most 32,000; when
+        the usable budget is smaller than the default one (112,000), the warning,
+        compaction and blocking buffers shrink in the same proportion. Fields given
+        as keyword arguments win over all of these.
+
+        Parameters:
+            model: the model name (see `ModelTable.lookup` for how it matches).
+            models: the table to look it up in (the shipped one when None).
+            fields: policy fields to set explicitly.
+
+        Raises:
+            PolicyError: the model is not in the table (the message says what to
+                pass instead), or a field is invalid.
+        """
+        info = (models if models is not None else ModelTable.shipped())[model]
+        window = info.context_window
+        reserve = max(1, min(info.output_limit, window // 4, 32_000))
+        derived: dict[str, Any] = {"context_window": window, "output_reserve": reserve,
+                                   "tokenizer": info.tokenizer}
+        default = cls()
+        usable = window - reserve
+        if usable < default.usable:
+            for name in ("warning_buffer", "compact_buffer", "blocking_buffer"):
+                buffer = getattr(default, name)
+                assert buffer is not None
+                derived[name] = buffer * usable // default.usable
+        return cls.from_dict({**derived, **fields})
 
     # -- derived -----------------------------------------------------------------
     @property

