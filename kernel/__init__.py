@@ -110,7 +110,7 @@ from ._postgres import PostgresStore
 from ._projection import Item, Projection, Unit, notification_text, recall_text
 from ._prompt import Breakpoint, Message, Prompt, Section
 from ._recall import Embedder, Recaller
-from ._store import ReadTxn, Store, WriteTxn
+from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 from ._summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
 from ._tokens import TokenCounter, get_counter
 
@@ -233,6 +233,7 @@ __all__ = [
     "event_from_json",
     "event_to_json",
     "get_counter",
+    "hide_credentials",
     "notification_text",
     "open",
     "pack",

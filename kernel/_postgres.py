@@ -54,6 +54,8 @@ only for waking followers (without them followers poll).
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import re
 import threading
@@ -84,6 +86,12 @@ except ImportError:  # the optional extra is not installed: PostgresStore says s
     _HAVE_PSYCOPG = False
 else:
     _HAVE_PSYCOPG = True
+    # psycopg_pool logs every failed connection attempt as a warning; where the
+    # application configured no logging, Python would print those on stderr
+    # (logging.lastResort) above turnlog's own one-line error. With a handler of
+    # their own they stay out of that output and still reach the handlers of an
+    # application that configures logging.
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
     from psycopg import Connection
@@ -443,6 +451,7 @@ class PostgresStore(Store):
         self.readonly = readonly
         self.notify = notify
         self.location = self._public_url(params, schema)
+        self._params = params
         self._conninfo = make_conninfo("", **params)
         self._channel = f"turnlog.{schema}"
         self._pid = os.getpid()
@@ -459,8 +468,11 @@ class PostgresStore(Store):
             reconnect_timeout=self._timeout)
         try:
             with self._guard("open the store"):
-                self._pool.open(wait=True, timeout=self._timeout)
-                self._check_format()
+                # The pool connects in the background while a connection of our own
+                # learns at once whether the server refuses us for good.
+                self._pool.open(wait=False)
+                with self._connect_first() as conn:
+                    self._check_format(conn)
         except BaseException:
             self._pool.close()
             raise
@@ -482,31 +494,64 @@ class PostgresStore(Store):
         return f"<PostgresStore {self.location!r}>"
 
     # -- setup ---------------------------------------------------------------------
-    def _check_format(self) -> None:
-        with self._connection() as conn:
+    def _connect(self, timeout: float) -> Connection[TupleRow]:
+        """A connection outside the pool (its connect_timeout the URL's, else
+        ``timeout``)."""
+        if "connect_timeout" in self._params:
+            return psycopg.Connection.connect(self._conninfo, autocommit=True)
+        return psycopg.Connection.connect(self._conninfo, autocommit=True,
+                                          connect_timeout=max(2, math.ceil(timeout)))
+
+    def _connect_first(self) -> Connection[TupleRow]:
+        """The first connection: a refusal for good (no such database or role, a
+        failed authentication) fails at once with the server's reason; a server
+        that is down or busy is retried until ``pool_timeout``."""
+        deadline = time.monotonic() + self._timeout
+        pause = 0.05
+        while True:
             try:
-                row = conn.execute(self._q["format"]).fetchone()
-            except pg_errors.UndefinedTable:
-                row = None
-                if self.readonly:
-                    raise StoreError(f"no turnlog store at {self.location} (schema "
-                                     f"{self.schema!r} has no turnlog tables); check the URL "
-                                     "or create the store by opening it for writing") from None
-                self._create(conn)
-                row = conn.execute(self._q["format"]).fetchone()
-            if row is None:
-                if conn.execute(self._q["any_event"]).fetchone() is not None:
-                    raise StoreFormatError(f"{self.location} has events but no schema version; "
-                                           "it was not written by turnlog")
-                if self.readonly:
-                    return
-                conn.execute(self._q["set_format"], (SCHEMA,))
-                row = conn.execute(self._q["format"]).fetchone()
-            if self.notify and not self.readonly:  # (a replica refuses NOTIFY)
-                try:
-                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
-                except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
-                    self.notify = False  # a database without NOTIFY: followers poll
+                return self._connect(deadline - time.monotonic())
+            except psycopg.OperationalError as exc:
+                reason = self._say(str(exc)) or type(exc).__name__
+                if _refused(reason):
+                    raise StoreError(
+                        f"cannot open the store: the server of {self.location} refused the "
+                        f"connection ({_server_words(reason)}); check the user, the password "
+                        "and the database name of the URL, or the server's pg_hba.conf: "
+                        "retrying will not help. Nothing was written") from None
+                if time.monotonic() + pause >= deadline:
+                    raise StoreUnavailableError(
+                        f"cannot open the store: no connection to {self.location} within "
+                        f"{self._timeout:g} s ({reason}); check that the server is up and "
+                        "reachable (pool_timeout=SECONDS in the URL waits longer). Nothing "
+                        "was written") from None
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+    def _check_format(self, conn: Connection[TupleRow]) -> None:
+        try:
+            row = conn.execute(self._q["format"]).fetchone()
+        except pg_errors.UndefinedTable:
+            row = None
+            if self.readonly:
+                raise StoreError(f"no turnlog store at {self.location} (schema "
+                                 f"{self.schema!r} has no turnlog tables); check the URL "
+                                 "or create the store by opening it for writing") from None
+            self._create(conn)
+            row = conn.execute(self._q["format"]).fetchone()
+        if row is None:
+            if conn.execute(self._q["any_event"]).fetchone() is not None:
+                raise StoreFormatError(f"{self.location} has events but no schema version; "
+                                       "it was not written by turnlog")
+            if self.readonly:
+                return
+            conn.execute(self._q["set_format"], (SCHEMA,))
+            row = conn.execute(self._q["format"]).fetchone()
+        if self.notify and not self.readonly:  # (a replica refuses NOTIFY)
+            try:
+                conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
+                self.notify = False  # a database without NOTIFY: followers poll
         found = str(row[0]) if row is not None else SCHEMA
         if found != SCHEMA:
             raise StoreFormatError(
@@ -546,7 +591,8 @@ class PostgresStore(Store):
                 "Open the log again in the child (turnlog.open(url))")
 
     def _say(self, text: str) -> str:
-        return redact(text, self._secrets)
+        """A server's or libpq's message as one line, without the password."""
+        return _one_line(redact(text, self._secrets))
 
     @contextmanager
     def _guard(self, doing: str, *, committing: Callable[[], bool] | None = None,
@@ -554,11 +600,8 @@ class PostgresStore(Store):
         """Convert psycopg's errors to turnlog's (see the module docstring)."""
         try:
             yield
-        except psycopg_pool.PoolTimeout as exc:
-            raise StoreUnavailableError(
-                f"cannot {doing}: no connection to {self.location} within {self._timeout:g} s "
-                f"({self._say(str(exc))}); check that the server is up and reachable, or "
-                "raise pool_size if every connection is busy. Nothing was written") from None
+        except psycopg_pool.PoolTimeout:
+            raise self._pool_timeout(doing) from None
         except pg_errors.QueryCanceled as exc:
             raise StoreUnavailableError(
                 f"cannot {doing}: a statement on {self.location} ran past its timeout "
@@ -594,6 +637,29 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise StoreError(f"cannot {doing}: {self.location} failed "
                              f"({self._say(str(exc).strip())})") from None
+
+    def _pool_timeout(self, doing: str) -> StoreError:
+        """The error for a pool that gave no connection in time: one connection of
+        our own says whether the server refuses, cannot be reached, or is fine (and
+        every connection of the pool was busy)."""
+        try:
+            self._connect(min(self._timeout, 5.0)).close()
+        except psycopg.OperationalError as exc:
+            reason = self._say(str(exc)) or type(exc).__name__
+            if _refused(reason):
+                return StoreError(
+                    f"cannot {doing}: the server of {self.location} refuses the connection "
+                    f"({_server_words(reason)}); check the user, the password and the "
+                    "database name of the URL, or the server's pg_hba.conf. Nothing was "
+                    "written")
+            return StoreUnavailableError(
+                f"cannot {doing}: no connection to {self.location} within {self._timeout:g} s "
+                f"({reason}); check that the server is up and reachable, then retry. Nothing "
+                "was written")
+        return StoreUnavailableError(
+            f"cannot {doing}: every connection to {self.location} stayed busy for "
+            f"{self._timeout:g} s (pool_size {self._pool.max_size}); raise pool_size, or "
+            "close snapshots sooner. Nothing was written")
 
     @contextmanager
     def _connection(self, begin: LiteralString | None = None,
@@ -760,6 +826,32 @@ class PostgresStore(Store):
         with self._listeners_lock:
             self._listeners[me.ident or 0] = (me, conn)
         return conn
+
+
+# What a server (or libpq) says when it refuses a connection for good: retrying
+# cannot help. A server whose messages are translated (lc_messages) is not
+# recognised, and is waited for up to pool_timeout as a server that is down.
+_REFUSALS = ("does not exist", "authentication failed", "no pg_hba.conf entry",
+             "not permitted to log in", "permission denied for database",
+             "no password supplied", "not currently accepting connections",
+             "does not allow connections", "but ssl was required",
+             "server does not support ssl")
+
+
+def _refused(reason: str) -> bool:
+    """True for a connection refused for good (see `_REFUSALS`)."""
+    lowered = reason.lower()
+    return any(words in lowered for words in _REFUSALS)
+
+
+def _server_words(reason: str) -> str:
+    """The server's own words in libpq's report of a refused connection."""
+    return reason.rpartition("FATAL:")[2].strip() or reason
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (libpq's continuation lines) as one line."""
+    return "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 def _own_params(url: str) -> tuple[str, dict[str, str]]:

@@ -26,6 +26,7 @@ a backend.
 
 from __future__ import annotations
 
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +35,7 @@ from typing import TypeVar
 
 from ._errors import StoreError
 
-__all__ = ["ReadTxn", "Store", "WriteTxn"]
+__all__ = ["ReadTxn", "Store", "WriteTxn", "hide_credentials"]
 
 T = TypeVar("T")
 
@@ -177,3 +178,44 @@ class Store(ABC):
         can report the damage instead. The default has nothing to check.
         """
         return None
+
+
+# libpq's secret parameters, in a URL's query or a "key=value" connection string.
+_SECRET_PARAMS = frozenset({"password", "sslpassword"})
+_CONNINFO_SECRET = re.compile(r"(?<![\w.])(?:ssl)?password\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)\s*",
+                              re.IGNORECASE)
+
+
+def hide_credentials(location: str) -> str:
+    """A store location as it may be shown: without the passwords it carries.
+
+    Everything turnlog prints about a store (messages, reprs, ``--json``, the
+    command's hints) goes through this one function. A URL loses the password
+    of its user info (``postgresql://agent:pw@db/x`` becomes
+    ``postgresql://agent@db/x``) and its ``password`` and ``sslpassword``
+    query parameters; a ``key=value`` connection string loses those
+    parameters. A directory path is returned unchanged.
+
+    Parameters:
+        location: a store directory, a URL or a libpq connection string.
+
+    Returns:
+        The location without credentials (unchanged when it has none).
+    """
+    scheme, sep, rest = location.partition("://")
+    if not sep or not scheme or not scheme.replace("+", "").isalnum():
+        return _CONNINFO_SECRET.sub("", location).rstrip() if "=" in location else location
+    # The user info ends at the last "@" before the path: like libpq, a "/" ends the
+    # authority; an "@" or "?" inside a password are hidden with it.
+    slash = rest.find("/")
+    authority = rest if slash < 0 else rest[:slash]
+    at = authority.rfind("@")
+    if at >= 0:
+        user = authority[:at].partition(":")[0]
+        rest = f"{user}@{rest[at + 1:]}" if user else rest[at + 1:]
+    head, qsep, query = rest.partition("?")
+    if qsep:
+        kept = [part for part in query.split("&")
+                if part.partition("=")[0].strip().lower() not in _SECRET_PARAMS]
+        rest = f"{head}?{'&'.join(kept)}" if kept else head
+    return f"{scheme}://{rest}"

@@ -11,6 +11,7 @@ and followers woken by NOTIFY. A fault test starts a server of its own.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -155,8 +156,167 @@ def test_the_password_appears_in_no_error_repr_log_or_cli_output(
         log.close()
         with admin(shared) as conn:
             conn.execute("DROP SCHEMA secret_test CASCADE")
-    assert caplog.records  # the pool did log its failed connections...
-    assert SECRET not in caplog.text  # ...without the password
+    assert SECRET not in caplog.text  # the pool's log records, if any, lack the password
+
+
+def _no_secret_in_any_verb(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                           ) -> list[tuple[list[str], int]]:
+    """Run every verb of the command on ``url`` (and on a copy of it); each one's
+    stdout and stderr must lack `SECRET`. Returns the verbs with their exit codes."""
+    shared = pgserver.shared()
+    transcript = tmp_path / "t.jsonl"
+    transcript.write_text(json.dumps({
+        "type": "user", "sessionId": "imported", "uuid": "u1", "timestamp":
+        "2025-01-01T00:00:00Z", "message": {"role": "user", "content": "hi"}}) + "\n")
+    lmdb = str(tmp_path / "copy")
+    demo = [["demo"], ["demo", "--json"]]
+    ran: list[tuple[list[str], int]] = []
+
+    def run(argv: list[str]) -> int:
+        code = main(argv)
+        out, err = capsys.readouterr()
+        assert SECRET not in out + err, (argv, out + err)
+        ran.append((argv, code))
+        return code
+
+    for argv in demo:
+        assert run(["--store", url, *argv]) == 0
+    with turnlog.open(url.replace(SECRET, "x")) as log, log.store.read() as txn:
+        digest = next(txn.blobs())[0]
+        requests = [e.seq for e in log.read("demo") if e.kind == "request"]
+    verbs = [
+        ["sessions"], ["sessions", "--json"], ["log", "demo"], ["log", "demo", "--json"],
+        ["show", "demo", "-1"], ["show", "demo", "-1", "--json"], ["verify"],
+        ["verify", "--json"], ["verify", "demo", "--progress"], ["checkpoint", "demo"],
+        ["export", "demo", "--output", str(tmp_path / "out.jsonl")], ["blob", digest[:12]],
+        ["pack", "demo"], ["explain", "demo", str(requests[-1])], ["replay", "demo"],
+        ["replay", "demo", "--json"], ["diff", "demo", str(requests[-2]), str(requests[-1])],
+        ["compact", "demo"], ["compact", "demo", "--json"], ["memories", "demo"],
+        ["recall", "demo", "test"], ["import", str(transcript)],
+        ["import", str(transcript), "--json"], ["log", "no-such-session"],
+        ["show", "demo", "100000"]]
+    for argv in verbs:
+        run(["--store", url, *argv])
+    run(["copy", url, lmdb])
+    run(["copy", "--json", lmdb, url.replace("schema=", "schema=c")])
+    run(["copy", lmdb, url.replace("schema=", "schema=c")])  # refused: the target has them
+    # Unreachable, no such database, a read verb on a schema without tables.
+    dead = url.replace(f"host={shared.root}", "host=127.0.0.1").replace(
+        f"port={shared.port}", "port=1") + "&pool_timeout=1"
+    for bad in (dead, url.replace("/postgres?", "/no_such_db?"),
+                url.replace("schema=", "schema=missing")):
+        assert run(["--store", bad, "sessions"]) == 3
+        assert run(["--store", bad, "log", "s", "--json"]) == 3
+    assert run(["copy", dead, lmdb + "2"]) == 3
+    assert run(["copy", lmdb, dead]) == 3
+    return ran
+
+
+@pytest.mark.parametrize("where", ["user info", "query"])
+def test_no_verb_prints_the_password_of_a_store_url(
+        where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test server trusts local users: any password is accepted, and none may be
+    shown, in human output, --json, hints (the demo's "try next") or errors."""
+    shared = pgserver.shared()
+    schema = "every_verb_" + where.replace(" ", "_")
+    url = (f"postgresql://postgres:{SECRET}@/postgres?host={shared.root}&port={shared.port}"
+           f"&schema={schema}" if where == "user info" else
+           f"postgresql://postgres@/postgres?host={shared.root}&password={SECRET}"
+           f"&port={shared.port}&schema={schema}")
+    monkeypatch.setenv("TURNLOG_STORE", url)  # also where a message could find it
+    try:
+        ran = _no_secret_in_any_verb(url, tmp_path, capsys)
+        assert len({argv[2] if argv[0] == "--store" else argv[0] for argv, _ in ran}) == 17
+        hint = main(["--store", url, "demo"])
+        out = capsys.readouterr().out
+        assert hint == 0 and out.count("turnlog --store 'postgresql://postgres@/postgres?") == 5
+    finally:
+        with admin(shared) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS c{schema} CASCADE")
+
+
+@pytest.mark.parametrize("location", [
+    "postgresql://agent:SECRET@db.internal:5432/agents",
+    "postgres://agent:SEC@RET@db/agents?sslmode=require",
+    "postgresql://agent:SEC?RET@db/agents",
+    "postgresql://:SECRET@db/agents",
+    "postgresql://agent@/agents?host=/run/pg&password=SECRET&schema=x",
+    "postgresql://agent@db/agents?sslpassword=SECRET&PASSWORD=SECRET",
+    "host=db user=agent password=SECRET dbname=agents",
+    "host=db password = 'SE CRET' dbname=agents user=agent",
+])
+def test_hide_credentials_leaves_no_password_and_keeps_the_rest(location: str) -> None:
+    hidden = turnlog.hide_credentials(location)
+    assert "SEC" not in hidden and "RET" not in hidden
+    assert "agents" in hidden and "agent" in hidden
+    assert turnlog.hide_credentials(hidden) == hidden
+    assert turnlog.hide_credentials("/srv/turnlog/store") == "/srv/turnlog/store"
+
+
+# -- connection errors ----------------------------------------------------------------------
+@pytest.mark.parametrize("wrong", ["database", "role"])
+def test_a_wrong_database_or_role_fails_at_once_with_the_servers_reason(wrong: str) -> None:
+    """A refusal for good is not waited on (pool_timeout is an hour here: the old
+    code waited it out) and names the server's reason, not reachability."""
+    shared = pgserver.shared()
+    url = shared.url("no_such_db" if wrong == "database" else "postgres", pool_timeout="5")
+    if wrong == "role":
+        url = url.replace("postgres@", "no_such_role@")
+    with pytest.raises(StoreError) as caught:
+        turnlog.open(url)
+    message = str(caught.value)
+    assert not isinstance(caught.value, StoreUnavailableError)
+    assert f'"no_such_{"db" if wrong == "database" else "role"}" does not exist' in message
+    assert "retrying will not help" in message and "\n" not in message
+
+
+def test_a_wrong_password_fails_at_once_with_the_servers_reason(
+        server: pgserver.Server) -> None:
+    with admin(server) as conn:
+        conn.execute("CREATE ROLE agent LOGIN PASSWORD 'right-password'")
+        conn.execute("GRANT CREATE ON DATABASE postgres TO agent")
+    (server.data / "pg_hba.conf").write_text("local all postgres trust\n"
+                                             "local all all scram-sha-256\n")
+    with admin(server) as conn:
+        conn.execute("SELECT pg_reload_conf()")
+    base = server.url(pool_timeout="5")
+    good = base.replace("postgres@", "agent:right-password@")
+    with turnlog.open(good) as log:
+        log.append("s", UserMessageAdded(text="hi"))
+    with pytest.raises(StoreError) as caught:
+        turnlog.open(base.replace("postgres@", f"agent:{SECRET}@"))
+    assert not isinstance(caught.value, StoreUnavailableError)
+    assert 'password authentication failed for user "agent"' in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def _stderr_of(code: str, url: str) -> str:
+    """The stderr of a fresh interpreter running ``code`` with ``URL`` set."""
+    env = {**os.environ, "URL": url}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120, check=False)
+    assert done.stdout == "" or "turnlog" not in code, done.stdout
+    return done.stderr
+
+
+@pytest.mark.parametrize("case", ["unreachable", "no database"])
+def test_a_connection_error_is_one_line_on_the_cli_and_nothing_for_a_library_user(
+        case: str) -> None:
+    """No psycopg_pool log records and no libpq continuation lines reach stderr."""
+    shared = pgserver.shared()
+    url = (f"postgresql://agent:{SECRET}@127.0.0.1:1/db?pool_timeout=2" if case == "unreachable"
+           else shared.url("no_such_db", pool_timeout="2"))
+    cli = _stderr_of("import os, sys; from turnlog.tools.cli import main; "
+                     "sys.exit(main(['--store', os.environ['URL'], 'sessions']))", url)
+    assert cli.count("\n") == 1 and cli.startswith("turnlog: error: cannot open the store"), cli
+    assert SECRET not in cli
+    library = _stderr_of("import os, turnlog\n"
+                         "try:\n    turnlog.open(os.environ['URL'])\n"
+                         "except turnlog.StoreError as exc:\n    assert '\\n' not in str(exc)\n"
+                         "else:\n    raise SystemExit('opened')", url)
+    assert library == ""
 
 
 # -- many writers --------------------------------------------------------------------------
@@ -382,7 +542,6 @@ def test_a_full_disk_fails_the_append_cleanly(tmp_path: Path) -> None:
     server = pgserver.Server(file_limit=24 * 2**20 + 4096)
     log = turnlog.open(server.url(schema="faults"))
     try:
-        import os
         written = 0
         with pytest.raises(StoreFullError, match="disk is full") as caught:
             for n in range(100):

@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -146,14 +147,15 @@ def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
     if _is_url(value):
         return turnlog.open(value, readonly=not write)
     path = Path(value)
+    where = turnlog.hide_credentials(str(path))
     try:
         missing = not write and not (path / "data.mdb").is_file()
     except OSError as exc:  # a name too long, a loop of links...
-        raise _NoStoreError(f"no turnlog store at {str(path)!r}: {exc.strerror or exc}; pass "
+        raise _NoStoreError(f"no turnlog store at {where!r}: {exc.strerror or exc}; pass "
                             "--store PATH or set TURNLOG_STORE") from None
     if missing:
         raise _NoStoreError(
-            f"no turnlog store at {str(path)!r}; pass --store PATH or set TURNLOG_STORE "
+            f"no turnlog store at {where!r}; pass --store PATH or set TURNLOG_STORE "
             "(create a store with `turnlog demo` or by appending to it)")
     return turnlog.open(path, readonly=not write)
 
@@ -622,7 +624,7 @@ def _spans(numbers: list[int]) -> str:
 
 def _next_steps(args: argparse.Namespace, steps: list[tuple[str, str]]) -> None:
     """What to try next, as commands that work on this store."""
-    store = f"--store {args.store} " if args.store else ""
+    store = f"--store {shlex.quote(turnlog.hide_credentials(args.store))} " if args.store else ""
     session = getattr(args, "session", None) or demo.DEFAULT_SESSION
     commands = [f"turnlog {store}{command.format(s=session)}" for command, _ in steps]
     width = max(len(c) for c in commands)
@@ -1331,17 +1333,28 @@ def _escaped(*, stdout: bool) -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
+def _error_line(message: str, args: argparse.Namespace) -> str:
+    """An error message as the one line the command prints: without the credentials
+    of any store location it repeats (`turnlog.hide_credentials`)."""
+    for value in (getattr(args, "store", None), os.environ.get("TURNLOG_STORE"),
+                  getattr(args, "source", None), getattr(args, "target", None)):
+        if value and (hidden := turnlog.hide_credentials(value)) != value:
+            message = message.replace(value, hidden)
+    return "turnlog: error: " + " ".join(
+        line.strip() for line in message.splitlines() if line.strip())
+
+
 def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
     try:
         return run(args)
     except _UsageError as exc:
-        print(f"turnlog: error: {exc}", file=sys.stderr)
+        print(_error_line(str(exc), args), file=sys.stderr)
         return EXIT_USAGE
     except _NoStoreError as exc:
-        print(f"turnlog: error: {exc}", file=sys.stderr)
+        print(_error_line(str(exc), args), file=sys.stderr)
         return EXIT_NO_STORE
     except turnlog.KernelError as exc:
-        print(f"turnlog: error: {_cli_words(str(exc))}", file=sys.stderr)
+        print(_error_line(_cli_words(str(exc)), args), file=sys.stderr)
         return EXIT_ERROR
     except (BrokenPipeError, _PipeClosedError):
         # The reader went away (``turnlog log s | head``): stop quietly, and keep
