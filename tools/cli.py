@@ -1088,6 +1088,30 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from . import web
+    except ImportError as exc:
+        print(f"turnlog: error: `turnlog serve` needs the web extra (missing {exc.name}): "
+              "pip install 'turnlog[web]'", file=sys.stderr)
+        return EXIT_ERROR
+    if not 0 <= args.port <= 65535:
+        raise _UsageError(f"--port must be 0 to 65535, found {args.port}")
+    token = args.token
+    if token is None and not web.is_loopback(args.host):
+        token = web.new_token()
+    with _open(args) as log:
+        try:
+            server = web.Server(log, host=args.host, port=args.port, token=token)
+        except OSError as exc:
+            raise _UsageError(f"cannot listen on {args.host}:{args.port}: "
+                              f"{exc.strerror or exc}; pass another --port") from None
+        print(f"turnlog inspector (read-only) on {server.url}", flush=True)
+        print(f"store {log.store.location}; Ctrl-C to stop", flush=True)
+        server.run()
+    return EXIT_OK
+
+
 # -- parser ----------------------------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
@@ -1295,6 +1319,17 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit", metavar="SESSION", default=None,
                    help="append the results to SESSION as a recall event")
     policy_options(p)
+
+    p = verb("serve", _cmd_serve, "serve a read-only web inspector of the store (sessions, "
+             "timelines, request receipts, diffs, summaries, memories; JSON under /api/)",
+             prints=False)
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default "
+                   "127.0.0.1; any other address requires the token)")
+    p.add_argument("--port", type=int, default=8765, metavar="N",
+                   help="the port (default 8765; 0 picks a free one)")
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help="the access token every request must carry (default: none on "
+                        "loopback, a new random one printed with the address otherwise)")
     return parser
 
 
