@@ -21,8 +21,11 @@ carries the hash of the exact body returned in `Request.body`.
 
 Writes and concurrency
 ----------------------
-Every write works the same way (``system``, ``tools``, ``user``, ``notify``,
-``tool_result``, ``record``):
+``user`` and ``notify`` have no precondition: they append without
+``expected_seq`` and never conflict, however many writers share the session.
+The writes that decide from the session's state (``system``, ``tools``,
+``tool_result``, ``record``) go through `Log.update`, the kernel's one loop
+for "read the head, decide, append with ``expected_seq``, retry":
 
 1. read the session head *h*, then the session's state at *h* or later;
 2. compute the events from that state and check the write's precondition
@@ -33,20 +36,17 @@ Every write works the same way (``system``, ``tools``, ``user``, ``notify``,
 
 When another writer appended in between (another `Session` object on the
 same session, another thread using the log directly, another process on the
-same LMDB store), step 3 raises `AppendConflictError` inside the store's
-write transaction and nothing is written; the facade goes back to step 1 and
-re-reads, re-computes and re-checks. A re-check can fail: if the other
-writer answered the same call, ``tool_result`` raises `InvalidEventError`
-naming the event that answered it. After ``attempts`` conflicts in a row the
-`AppendConflictError` is raised; nothing of the failed call was written.
-``prepare`` gets the same guarantee from `Packer.record`: the prompt is
-packed at the head the record names, and a conflict re-packs. A write whose
-precondition holds is never lost and never duplicated; concurrent writers'
-events are kept in commit order.
-
-Between attempts the facade (and `Packer.record`) sleeps a random time (up
-to 1 ms, doubled per attempt, at most 50 ms; ``turnlog._log.backoff``) so
-writers that keep colliding spread out.
+same store), step 3 raises `AppendConflictError` inside the store's write
+transaction and nothing is written; `Log.update` waits a random, doubling
+time (`turnlog.Retries`) and goes back to step 1. A re-check can fail: if
+the other writer answered the same call, ``tool_result`` raises
+`InvalidEventError` naming the event that answered it. After ``attempts``
+conflicts in a row the `AppendConflictError` is raised (naming the head the
+last try found); nothing of the failed call was written. ``prepare`` gets the
+same guarantee from `Packer.record`: the prompt is packed at the head the
+record names, and a conflict re-packs. A write whose precondition holds is
+never lost and never duplicated; concurrent writers' events are kept in
+commit order.
 
 One `Session` object serializes its own calls with a lock, so threads
 sharing it never conflict with each other. LMDB lets any number of
@@ -57,12 +57,29 @@ Idempotency: every write takes ``key=``. The first call with a key appends
 its events under that key (a batch of *n* > 1 events uses ``KEY/0`` ...
 ``KEY/n-1``). A repeated call with the same key, after a crash or a lost
 answer, skips the precondition (the call it answered is closed by the first
-call) and returns the stored positions with ``duplicate=True``;
+call) and returns the stored positions with ``duplicate=True``, whatever
+time the clock gives the retry (a key names the content, not the time);
 ``prepare(key=...)`` returns the stored request, re-rendered and checked
 against its recorded hash. The same key with different content raises
-`IdempotencyError`. Nothing here reads a clock: ``time=`` (microseconds since
-the epoch) is data, taken from the caller or from the ``clock`` callable the
-caller supplies.
+`IdempotencyError`.
+
+Two writes key themselves when no ``key=`` is given, because what they
+append names itself: ``record`` of a response with an id (the provider's
+``chatcmpl-...``, ``msg_...``, ``resp_...``) uses
+``turnlog:response:REQUEST_SEQ:ID``, and ``tool_result`` uses
+``turnlog:result:POS:CALL_ID``, where POS is the position of the message that
+made the call (providers reuse call ids such as ``call_0`` across turns, so
+the id alone would make a later result look like a retry of an earlier one).
+Recording the same response, or the same result for the same call, again
+returns the stored events with ``duplicate=True``; different content for an
+answered request or call raises `InvalidEventError` saying so. ``user``,
+``notify``, ``system``, ``tools``, ``prepare`` and errors without an id have
+no natural key: pass ``key=`` to make their retries safe (a ``user`` call
+retried without a key appends the message twice).
+
+Nothing here reads a clock: ``time=`` (microseconds since the epoch) is
+data, taken from the caller or from the ``clock`` callable the caller
+supplies.
 """
 
 from __future__ import annotations
@@ -75,14 +92,13 @@ from typing import Protocol
 import blake3
 import msgspec
 from turnlog import (
-    NEW_SESSION,
-    AppendConflictError,
     Appended,
     AssistantMessageAdded,
     Body,
     Compactor,
     Draft,
     Head,
+    IdempotencyError,
     ImagePart,
     InvalidEventError,
     Log,
@@ -108,7 +124,6 @@ from turnlog import (
     ToolsSet,
     UnknownSessionError,
     UserMessageAdded,
-    backoff,
 )
 
 from .providers import (
@@ -363,18 +378,13 @@ class Session:
     def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
              time: int | None = None, key: str | None = None) -> Appended:
         """Append a user message (it starts a new turn)."""
-        body = UserMessageAdded(text=text, images=tuple(images), name=name)
-        done = self._write(lambda view, check: [body], time=time, key=key)
-        assert done is not None
-        return done
+        return self._append([UserMessageAdded(text=text, images=tuple(images), name=name)],
+                            time=time, key=key)
 
     def notify(self, source: str, text: str, *, time: int | None = None,
                key: str | None = None) -> Appended:
         """Append a notification: something the runtime tells the model between turns."""
-        body = NotificationAdded(source=source, text=text)
-        done = self._write(lambda view, check: [body], time=time, key=key)
-        assert done is not None
-        return done
+        return self._append([NotificationAdded(source=source, text=text)], time=time, key=key)
 
     def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
                     exit_code: int | None = None, time: int | None = None,
@@ -385,16 +395,33 @@ class Session:
             InvalidEventError: no call ``call_id`` is waiting for a result (unknown,
                 rewound, or already answered: the message names the answer).
         """
-        def build(view: Projection | None, check: bool) -> list[Body]:
-            call = _find_call(view, call_id, open_only=check)
-            if call is None:
-                raise InvalidEventError(_no_open_call(view, self.id, call_id))
-            return [ToolResultAdded(call_id=call_id, tool_name=call.name, output=output,
-                                    is_error=is_error, exit_code=exit_code)]
+        with self._lock:
+            stamp = self._time(time)
 
-        done = self._write(build, time=time, key=key)
-        assert done is not None
-        return done
+            def decide(head: Head | None) -> list[Draft]:
+                view = self._view() if head is not None else None
+                found = _find_call(view, call_id, open_only=True)
+                use = key if key is not None or found is None else _result_key(*found)
+                if found is None:
+                    # Answered already: by this result (a retry, under its key) or not.
+                    found = _find_call(view, call_id, open_only=False)
+                    if key is None and found is not None:
+                        use = _result_key(*found)
+                    if found is None or use is None or not self._keyed(use):
+                        raise InvalidEventError(_no_open_call(view, self.id, call_id))
+                body = ToolResultAdded(call_id=call_id, tool_name=found[1].name, output=output,
+                                       is_error=is_error, exit_code=exit_code)
+                return _drafts([body], stamp, use)
+
+            try:
+                done = self.log.update(self.id, decide, attempts=self._attempts)
+            except IdempotencyError as exc:
+                if key is not None:
+                    raise
+                raise InvalidEventError(_answered_differently(self.id, f"call {call_id!r}",
+                                                              exc)) from exc
+            assert done is not None
+            return done
 
     def open_calls(self) -> tuple[ToolCall, ...]:
         """The tool calls in the session's view still waiting for a result, oldest first."""
@@ -484,7 +511,17 @@ class Session:
                     self._check_request(view, seq, answering=reply.error is None)
                 return bodies
 
-            done = self._write(build, time=time, key=key)
+            natural = key is None and reply.response is not None \
+                and bool(reply.response.response_id)
+            use = _response_key(seq, reply.response.response_id) \
+                if natural and reply.response is not None else key
+            try:
+                done = self._write(build, time=time, key=use)
+            except IdempotencyError as exc:
+                if not natural:
+                    raise
+                raise InvalidEventError(_answered_differently(self.id, f"request {seq}",
+                                                              exc)) from exc
             assert done is not None
             message = next((b for b in bodies if isinstance(b, AssistantMessageAdded)), None)
             answer = next((b for b in bodies if isinstance(b, ResponseReceived)), None)
@@ -554,36 +591,29 @@ class Session:
         return self.packer.projection(self.id, self.packer.counter_for(policy))
 
     def _stored(self, key: str) -> int | None:
-        with self.log.store.read() as txn:
-            return txn.idempotency(self.id, key)
+        return self.log.find_key(self.id, key)
+
+    def _keyed(self, key: str) -> bool:
+        """True when a write under ``key`` (one event, or a batch: ``KEY/0``...) is stored."""
+        return self._stored(key) is not None or self._stored(f"{key}/0") is not None
+
+    def _append(self, bodies: Sequence[Body], *, time: int | None, key: str | None) -> Appended:
+        """Append events that need no precondition: nothing to conflict with."""
+        with self._lock:
+            return self.log.append(self.id, _drafts(bodies, self._time(time), key))
 
     def _write(self, build: _Build, *, time: int | None, key: str | None) -> Appended | None:
+        """Append what ``build`` makes of the session's view, by `Log.update`."""
         with self._lock:
-            time = self._time(time)
-            retry = key is not None and (self._stored(key) is not None
-                                         or self._stored(f"{key}/0") is not None)
-            expected = NEW_SESSION
-            for attempt in range(self._attempts):
-                backoff(attempt)
-                head = self.log.head(self.id)
-                expected = head.seq if head is not None else NEW_SESSION
+            stamp = self._time(time)
+
+            def decide(head: Head | None) -> list[Draft]:
+                # A stored key is a retry: its precondition was used up by the first call.
+                retry = key is not None and self._keyed(key)
                 view = self._view() if head is not None else None
-                bodies = build(view, not retry)
-                if not bodies:
-                    return None
-                drafts = [Draft(body=body, time=time, key=_batch_key(key, i, len(bodies)))
-                          for i, body in enumerate(bodies)]
-                try:
-                    return self.log.append(self.id, drafts,
-                                           expected_seq=None if retry else expected)
-                except AppendConflictError:
-                    continue
-            actual = self.log.head(self.id)
-            raise AppendConflictError(
-                f"session {self.id!r} kept moving: {self._attempts} attempts conflicted with "
-                "other writers; nothing was written. Retry later or with more attempts",
-                session=self.id, expected=expected,
-                actual=actual.seq if actual is not None else NEW_SESSION)
+                return _drafts(build(view, not retry), stamp, key)
+
+            return self.log.update(self.id, decide, attempts=self._attempts)
 
     def _check_request(self, view: Projection | None, seq: int, *, answering: bool) -> None:
         try:
@@ -656,6 +686,35 @@ def _batch_key(key: str | None, index: int, size: int) -> str | None:
     return key if size == 1 else f"{key}/{index}"
 
 
+def _drafts(bodies: Sequence[Body], time: int | None, key: str | None) -> list[Draft]:
+    return [Draft(body=body, time=time, key=_batch_key(key, i, len(bodies)))
+            for i, body in enumerate(bodies)]
+
+
+def _natural_key(kind: str, scope: str, ident: str) -> str:
+    """The key the facade gives a write that names itself: ``turnlog:KIND:SCOPE:ID``,
+    with a long id replaced by its hash (a key holds at most 254 UTF-8 bytes)."""
+    if len(ident.encode()) > 160:
+        ident = "blake3:" + blake3.blake3(ident.encode()).hexdigest()[:40]
+    return f"turnlog:{kind}:{scope}:{ident}"
+
+
+def _result_key(pos: int, call: ToolCall) -> str:
+    # Scoped by the call's position: providers reuse call ids (``call_0``) across turns.
+    return _natural_key("result", str(pos), call.id)
+
+
+def _response_key(request_seq: int | None, response_id: str) -> str:
+    # Scoped by the request: a response id names one answer to one request.
+    return _natural_key("response", "-" if request_seq is None else str(request_seq),
+                        response_id)
+
+
+def _answered_differently(session: str, what: str, exc: IdempotencyError) -> str:
+    return (f"{what} of session {session!r} was already answered with different content "
+            f"({exc}); a repeated call with the same content returns the stored events")
+
+
 def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
     if isinstance(tool, ToolSpec):
         return tool
@@ -694,17 +753,21 @@ def _open_calls(view: Projection) -> dict[str, ToolCall]:
     return found
 
 
-def _find_call(view: Projection | None, call_id: str, *, open_only: bool) -> ToolCall | None:
+def _find_call(view: Projection | None, call_id: str, *,
+               open_only: bool) -> tuple[int, ToolCall] | None:
+    """The latest call ``call_id`` in the view (an open one only, when asked) and the
+    lineage position of the message that made it."""
     if view is None:
         return None
     for unit in reversed(view.units):
         if call_id not in unit.calls or (open_only and call_id not in unit.open_calls):
             continue
-        body = view.items[unit.items[0]].event.body
+        item = view.items[unit.items[0]]
+        body = item.event.body
         assert isinstance(body, AssistantMessageAdded)
         for part in body.parts:
             if isinstance(part, ToolCall) and part.id == call_id:
-                return part
+                return item.pos, part
     return None
 
 

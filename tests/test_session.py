@@ -11,9 +11,11 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pgserver
 import pytest
 import turnlog
 import turnlog.adapters
+from support import LogFactory, backend_params
 from turnlog import (
     AppendConflictError,
     AssistantMessageAdded,
@@ -185,6 +187,76 @@ def test_tool_result_takes_the_name_from_the_open_call_and_refuses_others(log: L
     assert retried.duplicate and retried.last_seq == done.last_seq
     with pytest.raises(IdempotencyError):
         session.tool_result("c1", "other content", key="r1")
+
+
+def ticking() -> Callable[[], int]:
+    """A clock that moves on by a second at every reading."""
+    now = iter(range(1_700_000_000_000_000, 2**62, 1_000_000))
+    return lambda: next(now)
+
+
+def test_keyed_retries_with_a_clock_return_what_was_stored(log: Log) -> None:
+    session = make(log, clock=ticking())
+    first = session.user("hi", key="k1")
+    again = session.user("hi", key="k1")
+    after_crash = make(log, clock=ticking()).user("hi", key="k1")
+    assert not first.duplicate and again.duplicate and after_crash.duplicate
+    assert again.head_hash == after_crash.head_hash == first.head_hash
+    request = session.prepare(key="p1")
+    assert session.prepare(key="p1").duplicate
+    answer = session.record(chat_body("hello"), key="r1")
+    retried = session.record(chat_body("hello"), key="r1")
+    fresh = make(log, clock=ticking()).record(chat_body("hello"), key="r1")
+    assert retried.duplicate and fresh.duplicate and not answer.duplicate
+    assert (fresh.first_seq, fresh.last_seq) == (answer.first_seq, answer.last_seq)
+    assert answer.request_seq == request.request_seq
+    events = log.read("s1")
+    assert [e.kind for e in events].count("user") == 1 and len(session.requests()) == 1
+    assert events[first.last_seq].time == 1_700_000_000_000_000  # the stored time stays
+    with pytest.raises(IdempotencyError):
+        session.user("something else", key="k1")
+    assert log.verify().ok
+
+
+def test_a_response_keys_itself_by_its_id_and_request(log: Log) -> None:
+    session = make(log)
+    session.user("hi")
+    session.prepare()
+    first = session.record(chat_body("hello", ident="chatcmpl-9"))
+    again = make(log).record(chat_body("hello", ident="chatcmpl-9"))  # after a crash
+    assert again.duplicate and (again.first_seq, again.last_seq) == (first.first_seq,
+                                                                     first.last_seq)
+    with pytest.raises(InvalidEventError, match="already answered"):
+        session.record(chat_body("something else", ident="chatcmpl-9"))
+    session.user("more")
+    session.prepare()
+    # A fake (or a test) reusing an id for another request is another response.
+    later = session.record(chat_body("hello", ident="chatcmpl-9"))
+    assert not later.duplicate and later.request_seq != first.request_seq
+    keys = [e.key for e in log.read("s1") if e.kind in ("assistant", "response")]
+    assert keys == [f"turnlog:response:{first.request_seq}:chatcmpl-9/0",
+                    f"turnlog:response:{first.request_seq}:chatcmpl-9/1",
+                    f"turnlog:response:{later.request_seq}:chatcmpl-9/0",
+                    f"turnlog:response:{later.request_seq}:chatcmpl-9/1"]
+
+
+def test_a_tool_result_keys_itself_by_its_call_and_where_the_call_was_made(log: Log) -> None:
+    session = make(log)
+    calls = [{"id": "call_0", "type": "function", "function": {
+        "name": "read_file", "arguments": "{}"}}]
+    results = []
+    for turn in range(2):  # the provider numbers its calls from call_0 every turn
+        session.user(f"turn {turn}")
+        session.prepare()
+        made = session.record(chat_body("", tool_calls=calls, ident=f"c{turn}"))
+        done = session.tool_result("call_0", f"contents {turn}")
+        again = make(log).tool_result("call_0", f"contents {turn}")  # a retry
+        assert not done.duplicate and again.duplicate and again.last_seq == done.last_seq
+        assert log.get("s1", done.last_seq).key == f"turnlog:result:{made.first_seq}:call_0"
+        results.append(done.last_seq)
+    with pytest.raises(InvalidEventError, match="already answered"):
+        session.tool_result("call_0", "different contents")
+    assert [e.seq for e in log.read("s1", kinds=["tool_result"])] == results
 
 
 def test_system_and_tools_append_only_what_changes(log: Log) -> None:
@@ -435,11 +507,31 @@ def test_a_session_gives_up_after_its_attempts(log: Log, monkeypatch: pytest.Mon
         return real(session_id, events, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(log, "append", append_after_someone_else)
-    with pytest.raises(AppendConflictError, match="2 attempts"):
-        session.user("lost")
+    with pytest.raises(AppendConflictError, match="2 attempts") as info:
+        session.system("base", "lost")
     monkeypatch.undo()
-    assert not any(isinstance(e.body, UserMessageAdded) and e.body.text == "lost"
+    head = log.head("s1")
+    assert head is not None and (info.value.expected, info.value.actual) == (1, head.seq)
+    assert not any(isinstance(e.body, SystemSectionSet) and e.body.text == "lost"
                    for e in log.read("s1"))
+
+
+def test_user_and_notify_have_no_precondition_to_conflict_with(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = make(log, attempts=1)
+    session.user("go")
+    real = log.append
+
+    def append_after_someone_else(session_id: str, events: object, **kw: object) -> object:
+        real(session_id, NotificationAdded(source="other", text="meanwhile"))
+        return real(session_id, events, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(log, "append", append_after_someone_else)
+    session.user("lands")
+    session.notify("me", "lands too")
+    monkeypatch.undo()
+    texts = [getattr(e.body, "text", "") for e in log.read("s1")]
+    assert texts == ["go", "meanwhile", "lands", "meanwhile", "lands too"]
 
 
 def test_prepare_repacks_when_another_writer_appends_during_the_pack(
@@ -534,6 +626,53 @@ def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
         session = Session(log, "shared", model="fake-model", max_tokens=512)
         assert all(session.replay(seq).ok for seq in sorted(requests))
         assert sum(isinstance(e.body, SystemSectionSet) for e in events) == 1
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    import turnlog
+    from turnlog.adapters import Session
+
+    store, worker, calls, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    with turnlog.open(store, **({} if "://" in store else {"sync": False})) as log:
+        session = Session(log, "shared", model="fake-model")
+        while not go.exists():
+            time.sleep(0.005)
+        for i in range(calls):
+            session.user(f"{worker} says {i}")
+            session.notify(worker, f"{worker} note {i}")
+""")
+
+
+@pytest.mark.parametrize("backend", [b for b in backend_params() if b != "memory"])
+def test_two_processes_writing_one_session_never_conflict(backend: str, tmp_path: Path) -> None:
+    # user() and notify() have no precondition: two writers racing on one session's
+    # head have nothing to conflict with, however often they collide.
+    logs = LogFactory(backend, tmp_path, sync=False)
+    try:
+        log = logs.open()
+        location = str(log.store.location) if backend == "lmdb" else \
+            pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+        go, calls = tmp_path / "go", 300
+        workers = [subprocess.Popen([sys.executable, "-c", WRITER, location, name, str(calls),
+                                     str(go)], stderr=subprocess.PIPE, text=True)
+                   for name in ("A", "B")]
+        go.touch()
+        errors = [worker.communicate(timeout=300)[1] for worker in workers]
+        assert [worker.returncode for worker in workers] == [0, 0], errors
+        events = log.read("shared")
+        assert len(events) == 4 * calls
+        for worker in "AB":  # every call landed once, in each writer's own order
+            said = [e.body.text for e in events if isinstance(e.body, UserMessageAdded)
+                    and e.body.text.startswith(worker)]
+            assert said == [f"{worker} says {i}" for i in range(calls)]
+            noted = [e.body.text for e in events if isinstance(e.body, NotificationAdded)
+                     and e.body.source == worker]
+            assert noted == [f"{worker} note {i}" for i in range(calls)]
+        assert log.verify().ok
+    finally:
+        logs.close_all()
 
 
 def test_http_errors_other_than_overflow_are_recorded_as_errors(log: Log,
