@@ -107,12 +107,13 @@ def _blob_ref_keys(info: msgspec.inspect.Type, key: str | None, seen: set[type],
 
 _REF_KEYS: set[str | None] = set()
 _blob_ref_keys(msgspec.inspect.type_info(Event), None, set(), _REF_KEYS)
-# Every ref of the schema is the value of a field named "blob", and every ref holds
-# its "hash" as 64 hex digits (a msgpack str8 of 64), so canonical bytes without that
-# key and value header hold no ref (if the schema ever changes that, every event is
-# searched). The longer needle is found faster than the key "blob" alone.
-_REF_KEY = b"" if _REF_KEYS - {"blob"} or "hash" not in BlobRef.__struct_fields__ else (
-    _ENCODER.encode("hash") + _ENCODER.encode("0" * 64)[:2])
+# Every ref of the schema is the value of a field named "blob" or an item of an array
+# of refs (None: StateSaved.blobs), and wherever it sits a ref holds its "hash" as 64
+# hex digits (a msgpack str8 of 64), so canonical bytes without that key and value
+# header hold no ref (if the schema ever changes that, every event is searched). The
+# longer needle is found faster than the key "blob" alone.
+_REF_KEY = b"" if _REF_KEYS - {"blob", None} or "hash" not in BlobRef.__struct_fields__ \
+    else (_ENCODER.encode("hash") + _ENCODER.encode("0" * 64)[:2])
 
 
 def may_hold_blob_refs(data: bytes) -> bool:

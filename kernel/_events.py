@@ -49,6 +49,7 @@ __all__ = [
     "ResponseReceived",
     "SessionForked",
     "SessionRewound",
+    "StateSaved",
     "SystemSectionSet",
     "TextPart",
     "ToolCall",
@@ -384,6 +385,19 @@ class EventsPinned(_Payload, tag="pin", frozen=True):
     pinned: bool = True
 
 
+class StateSaved(_Payload, tag="state", frozen=True):
+    """An orchestrator's own state, kept in the session beside the conversation and
+    never packed into a prompt: a framework's checkpoint, a pending write, a marker
+    that hides earlier ones. ``source`` names the framework and the item
+    (``langgraph.checkpoint``); ``data`` describes it as JSON text; ``blobs`` hold its
+    values, content-addressed, so a value two states share is stored once, and
+    ``verify`` checks each one like any other blob."""
+
+    source: Name
+    data: str = ""
+    blobs: tuple[BlobRef, ...] = ()
+
+
 Body = (
     UserMessageAdded
     | AssistantMessageAdded
@@ -402,6 +416,7 @@ Body = (
     | SessionForked
     | SessionRewound
     | EventsPinned
+    | StateSaved
 )
 
 #: tag -> payload class, for every payload kind.

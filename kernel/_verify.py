@@ -79,7 +79,7 @@ class VerifyReport(msgspec.Struct, frozen=True):
 
 # Payload kind -> its fields that may hold blob refs.
 _REF_FIELDS: dict[type[Any], tuple[str, ...]] = {
-    cls: tuple(f for f in ("blob", "images", "parts") if f in cls.__struct_fields__)
+    cls: tuple(f for f in ("blob", "blobs", "images", "parts") if f in cls.__struct_fields__)
     for cls in KINDS.values()
 }
 
@@ -320,8 +320,10 @@ def _blob_refs(body: Body) -> list[BlobRef]:
         value = getattr(body, name, None)
         if isinstance(value, BlobRef):
             refs.append(value)
-        elif isinstance(value, tuple):  # images, or parts of which images hold blobs
+        elif isinstance(value, tuple):  # blobs, images, or parts of which images hold blobs
             for part in value:
-                if type(part) is ImagePart and part.blob is not None:
+                if type(part) is BlobRef:
+                    refs.append(part)
+                elif type(part) is ImagePart and part.blob is not None:
                     refs.append(part.blob)
     return refs

@@ -39,6 +39,7 @@ from turnlog import (
     RequestIssued,
     ResponseReceived,
     SessionRewound,
+    StateSaved,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -298,6 +299,8 @@ def _every_kind(log: turnlog.Log) -> None:
         ProviderErrorReceived(request_seq=13, status=413, code="too_long",
                               error_type="invalid_request", message="too long", overflow=True),
         EventsPinned(seqs=(0, 3), pinned=False),
+        StateSaved(source="langgraph.checkpoint", data='{"id": "1"}', blobs=(
+            BlobRef(hash=hexa, size=3, media_type="application/vnd.langgraph.msgpack"),)),
         SessionRewound(to_seq=-1, reason="undo"),
     ]
     log.append("kinds", [Draft(body=body, time=i * 1_000_003 - 5, key=f"k{i}",
@@ -329,7 +332,7 @@ def test_independent_encoder_verifies_an_export_of_every_kind() -> None:
     _every_kind(log)
     kinds = {event.kind for event in log.read("kinds")}
     assert kinds | {"user", "fork"} >= set(BY_TAG) - {"text", "reasoning", "tool_call", "image"}
-    assert _check_export(log, "kinds") == 19
+    assert _check_export(log, "kinds") == 20
     assert _check_export(log, "kinds-fork") == 2
 
 

@@ -185,6 +185,12 @@ MEANINGS: dict[str, str] = {
     "SessionRewound.reason": "Why.",
     "EventsPinned.seqs": "Seqs of earlier events.",
     "EventsPinned.pinned": "True pins (never pruned, trimmed or summarized away); false unpins.",
+    "StateSaved.source": "The framework and the item (`langgraph.checkpoint`, "
+                         "`langgraph.writes`, `langgraph.hidden`).",
+    "StateSaved.data": "The item described as JSON text (ids, versions, which blob holds "
+                       "which value).",
+    "StateSaved.blobs": "The item's values, content-addressed (a value two states share is "
+                        "stored once); checked by `verify`.",
 }
 
 _NESTED = ("BlobRef", "TextPart", "ReasoningPart", "ToolCall", "ImagePart", "ToolSpec",
