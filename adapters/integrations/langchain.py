@@ -48,10 +48,10 @@ results answered by a placeholder as every provider requires. With
 ``record=True`` (the default) the request is recorded first (``RequestIssued``,
 format ``neutral``), so it can be replayed and explained like any other.
 
-Writes follow the facade's rule (see ``turnlog.adapters.session``): read the
-head, build the events, append with ``expected_seq``, and on a conflict with
-another writer re-read and rebuild (tool names, system section numbers),
-up to ``attempts`` times.
+Writes go through `Log.update`, the kernel's one rule for writers that
+decide from what is stored: read the head, build the events, append with
+``expected_seq``, and on a conflict with another writer wait, re-read and
+rebuild (tool names, system section numbers), up to ``attempts`` times.
 """
 
 from __future__ import annotations
@@ -74,12 +74,11 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 from turnlog import (
-    NEW_SESSION,
-    AppendConflictError,
     AssistantMessageAdded,
     Body,
     Draft,
     Event,
+    Head,
     ImagePart,
     InvalidEventError,
     Log,
@@ -100,7 +99,6 @@ from turnlog import (
     ToolResultAdded,
     Usage,
     UserMessageAdded,
-    backoff,
     notification_text,
     recall_text,
 )
@@ -226,28 +224,17 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
                     "; a log never deletes: use clear() to empty the history")
         with self._lock:
             time = self._time()
-            expected = NEW_SESSION
-            for attempt in range(self._attempts):
-                backoff(attempt)
-                head = self.log.head(self.session_id)
-                expected = head.seq if head is not None else NEW_SESSION
+            appended: list[tuple[Body, dict[str, Any]]] = []
+
+            def decide(head: Head | None) -> list[Draft]:
                 view = self._view() if head is not None else None
-                bodies = self._bodies(messages, view, clear=clear)
-                if not bodies:
-                    return
-                try:
-                    self.log.append(self.session_id, [Draft(body=b, time=time, meta=m)
-                                                      for b, m in bodies],
-                                    expected_seq=expected)
-                except AppendConflictError:
-                    continue
-                if any(isinstance(b, ResponseReceived) for b, _ in bodies) or clear:
-                    self._request = None
+                appended[:] = self._bodies(messages, view, clear=clear)
+                return [Draft(body=b, time=time, meta=m) for b, m in appended]
+
+            if self.log.update(self.session_id, decide, attempts=self._attempts) is None:
                 return
-            raise AppendConflictError(
-                f"session {self.session_id!r} kept moving: {self._attempts} attempts "
-                "conflicted with other writers; nothing was written",
-                session=self.session_id, expected=expected, actual=expected)
+            if any(isinstance(b, ResponseReceived) for b, _ in appended) or clear:
+                self._request = None
 
     def _bodies(self, messages: list[BaseMessage], view: Projection | None, *,
                 clear: bool) -> list[tuple[Body, dict[str, Any]]]:

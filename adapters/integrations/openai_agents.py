@@ -38,9 +38,10 @@ them: requests, responses, the policy) leave the session's view but stay in
 the log, replayable and explainable.
 
 The SDK's methods are coroutines; the work runs in a worker thread
-(``asyncio.to_thread``) under a lock. Writes use the facade's rule (see
-``turnlog.adapters.session``): read the head, build the events, append with
-``expected_seq``, and rebuild on a conflict with another writer.
+(``asyncio.to_thread``) under a lock. Writes go through `Log.update`
+(the kernel's one rule for writers that decide from what is stored): read
+the head, build the events, append with ``expected_seq``, and wait and
+rebuild on a conflict with another writer.
 """
 
 from __future__ import annotations
@@ -56,13 +57,12 @@ import msgspec
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
 from turnlog import (
-    NEW_SESSION,
-    AppendConflictError,
     AssistantMessageAdded,
     BlobRef,
     Body,
     Draft,
     Event,
+    Head,
     ImagePart,
     Log,
     NotificationAdded,
@@ -76,7 +76,6 @@ from turnlog import (
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
-    backoff,
 )
 
 from ..importers import ItemMapper
@@ -202,26 +201,12 @@ class TurnlogSession:
                                      list[tuple[Body, dict[str, Any]]]]) -> None:
         with self._lock:
             time = self._clock() if self._clock is not None else None
-            expected = NEW_SESSION
-            for attempt in range(self._attempts):
-                backoff(attempt)
-                head = self.log.head(self.session_id)
-                expected = head.seq if head is not None else NEW_SESSION
+
+            def decide(head: Head | None) -> list[Draft]:
                 view = self._view() if head is not None else None
-                bodies = build(view)
-                if not bodies:
-                    return
-                try:
-                    self.log.append(self.session_id, [Draft(body=b, time=time, meta=m)
-                                                      for b, m in bodies],
-                                    expected_seq=expected)
-                    return
-                except AppendConflictError:
-                    continue
-            raise AppendConflictError(
-                f"session {self.session_id!r} kept moving: {self._attempts} attempts "
-                "conflicted with other writers; nothing was written",
-                session=self.session_id, expected=expected, actual=expected)
+                return [Draft(body=b, time=time, meta=m) for b, m in build(view)]
+
+            self.log.update(self.session_id, decide, attempts=self._attempts)
 
     def _items_of(self, event: Event) -> list[dict[str, Any]]:
         body = event.body
