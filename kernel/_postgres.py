@@ -36,15 +36,23 @@ committing ``NOTIFY`` holds a database-wide lock until its commit record is
 on disk, so it is sent in a transaction of its own, after the append's, with
 ``synchronous_commit`` off: inside the append's transaction, or waiting for
 its own flush, it would serialize every writer behind one fsync at a time. A
-follower that misses a notification (a crash between the two commits) still
-re-reads the head every second.
+failure of that second transaction (the lock past ``lock_timeout``, a full
+notification queue, the connection lost after the append's COMMIT) never fails
+the committed append: the notification is dropped. A follower that misses a
+notification still re-reads the head every second. Opening the store checks
+that NOTIFY works in a transaction it rolls back, which takes no lock.
 
-Failures map onto `StoreError` subclasses at this boundary: a lost connection,
-a server shutting down or a statement timeout is `StoreUnavailableError`,
-which says whether the batch may have been committed (only when the
-connection failed during ``COMMIT``); a full disk is `StoreFullError`. The
-password of the URL never appears in a message or a repr: `location` is the
-URL without it.
+Failures map onto `StoreError` subclasses at this boundary, each message one
+line: a lost connection, a server shutting down, a statement or lock timeout
+is `StoreUnavailableError`, which says whether the batch may have been
+committed (only when the connection failed during ``COMMIT``); a full disk is
+`StoreFullError`. A server that refuses the first connection for good (no
+such database or role, failed authentication) is a `StoreError` at once with
+the server's reason; one that cannot be reached is retried for
+``pool_timeout``. The password of the URL never appears in a message or a
+repr: `location` is the URL without it (`hide_credentials`), and psycopg's
+log records get a handler of their own so that they reach stderr only
+through an application's logging configuration.
 
 The backend relies on: transactions with ``READ COMMITTED`` and ``REPEATABLE
 READ``, ``SELECT ... FOR UPDATE``, primary keys, ``INSERT ... ON CONFLICT``,
@@ -82,6 +90,7 @@ try:
     from psycopg import errors as pg_errors
     from psycopg import sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.pq import TransactionStatus
 except ImportError:  # the optional extra is not installed: PostgresStore says so
     _HAVE_PSYCOPG = False
 else:
@@ -94,7 +103,7 @@ else:
     logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
-    from psycopg import Connection
+    from psycopg import Connection, Cursor
     from psycopg.rows import TupleRow
 
 __all__ = ["PostgresStore"]
@@ -267,6 +276,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._cache: dict[tuple[str, bytes], bytes] = {}
         self.begun = False
         self.committing = False
+        self.unnotified = False  # committed, but its notification failed
 
     def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
         if self.begun:
@@ -344,7 +354,26 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
 
     def commit(self, channel: str | None) -> None:
         """Send every buffered write, the COMMIT and (with a ``channel``) the
-        notifications, in one pipeline: one round trip."""
+        notifications, in one pipeline: one round trip.
+
+        Once the COMMIT succeeded, nothing that follows it can fail the write: a
+        notification that fails (the notify lock past ``lock_timeout``, a full
+        notification queue, the connection lost after the COMMIT) is dropped,
+        and followers find the batch when they re-read the head.
+        """
+        committed: list[Cursor[TupleRow]] = []  # the COMMIT's cursor, once sent
+        try:
+            self._send(channel, committed)
+        except psycopg.Error:
+            if not committed or committed[0].statusmessage != "COMMIT":
+                raise
+            self.unnotified = True
+            if not self._conn.closed and self._conn.info.transaction_status in (
+                    TransactionStatus.INTRANS, TransactionStatus.INERROR):
+                with suppress(psycopg.Error):  # the pool discards a broken connection
+                    self._conn.execute(b"ROLLBACK")
+
+    def _send(self, channel: str | None, committed: list[Cursor[TupleRow]]) -> None:
         q = self._q
         with self._conn.pipeline():
             if not self.begun:
@@ -367,7 +396,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             for session, (head_seq, head_hash) in self._new_heads.items():
                 self._conn.execute(q["set_head"], (session, head_seq, head_hash))
             self.committing = True
-            self._conn.execute(b"COMMIT")
+            committed.append(self._conn.execute(b"COMMIT"))
             # After the COMMIT, in a transaction of their own that does not wait for
             # the disk (module docstring).
             if channel is not None and self._new_heads:
@@ -549,7 +578,10 @@ class PostgresStore(Store):
             row = conn.execute(self._q["format"]).fetchone()
         if self.notify and not self.readonly:  # (a replica refuses NOTIFY)
             try:
-                conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+                # Rolled back: nothing is queued, and the database-wide lock a
+                # committing NOTIFY takes (which lock_timeout could fail) is not asked for.
+                with conn.transaction(force_rollback=True):
+                    conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
             except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
                 self.notify = False  # a database without NOTIFY: followers poll
         found = str(row[0]) if row is not None else SCHEMA
@@ -607,6 +639,13 @@ class PostgresStore(Store):
                 f"cannot {doing}: a statement on {self.location} ran past its timeout "
                 f"({self._say(str(exc).strip())}); nothing was written. Retry, or raise "
                 "statement_timeout (options=-c statement_timeout=MS in the URL)") from None
+        except pg_errors.LockNotAvailable as exc:
+            # Raised by a statement before the COMMIT (the pipeline skips the COMMIT);
+            # the notification after it never fails a write (_PostgresWrite.commit).
+            raise StoreUnavailableError(
+                f"cannot {doing}: a statement on {self.location} waited past lock_timeout "
+                f"({self._say(str(exc).strip())}); nothing was written. Retry, or raise "
+                "lock_timeout (options=-c lock_timeout=MS in the URL)") from None
         except pg_errors.DiskFull as exc:
             raise StoreFullError(
                 f"cannot {doing}: the database server's disk is full "

@@ -10,6 +10,7 @@ and followers woken by NOTIFY. A fault test starts a server of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -490,6 +491,72 @@ def test_a_statement_timeout_is_a_clear_error_and_writes_nothing(server: pgserve
         assert log.append("s", keyed(1)).first_seq == 3
     finally:
         log.close()
+
+
+def test_a_lock_timeout_before_the_commit_writes_nothing_and_says_so(
+        server: pgserver.Server) -> None:
+    log = turnlog.open(server.url(schema="faults", options="-c%20lock_timeout%3D300"))
+    try:
+        log.append("s", keyed(0))
+        before = dump_rows(server)
+        blocker = hold_head_lock(server, "faults", "s")
+        with pytest.raises(StoreUnavailableError, match="lock_timeout") as caught:
+            log.append("s", keyed(1))
+        assert "nothing was written" in str(caught.value)
+        assert "may or may not" not in str(caught.value)
+        blocker.close()
+        assert dump_rows(server) == before
+        assert log.append("s", keyed(1)).first_seq == 3
+    finally:
+        log.close()
+
+
+def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
+        server: pgserver.Server) -> None:
+    """Another session holds PostgreSQL's database-wide notify lock: it committed a
+    write and a NOTIFY and waits for a synchronous standby that never answers (as a
+    slow fsync or a busy notify queue would hold it). Writers with lock_timeout
+    (docs/deployment.md recommends one) must still open and append, and a follower
+    still sees the batch."""
+    with admin(server) as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'never_there'")
+        conn.execute("SELECT pg_reload_conf()")
+    # This store's own commits wait for the local disk only.
+    url = server.url(schema="n", options="-c%20synchronous_commit%3Dlocal%20"
+                                         "-c%20lock_timeout%3D200")
+    early = turnlog.open(url)  # opened before the lock is held
+    early.append("s", keyed(0))
+    blocker = admin(server)
+
+    def hold() -> None:
+        with contextlib.suppress(psycopg.OperationalError):  # terminated at the end
+            blocker.execute("CREATE TABLE hold (x int); INSERT INTO hold VALUES (1); "
+                            "NOTIFY elsewhere")
+
+    held = threading.Thread(target=hold)
+    held.start()
+    try:
+        with admin(server) as conn:
+            for _ in range(500):  # until the blocker waits for its standby, lock held
+                row = conn.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                                   (blocker.info.backend_pid,)).fetchone()
+                if row == ("SyncRep",):
+                    break
+                threading.Event().wait(0.01)
+            assert row == ("SyncRep",)
+        results = [early.append("s", keyed(n)) for n in range(1, 4)]
+        assert [r.first_seq for r in results] == [3, 6, 9]
+        with turnlog.open(url) as late:  # opens (it failed 13 of 20 times)
+            assert late.append("s", keyed(4)).first_seq == 12
+            assert [e.seq for e in late.follow("s", after_seq=10, timeout=0.1)][:4] == \
+                [11, 12, 13, 14]
+        assert batches_stored(early, "s") == {n: 3 for n in range(5)}
+    finally:
+        with admin(server) as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (blocker.info.backend_pid,))
+        held.join()
+        blocker.close()
+        early.close()
 
 
 def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
