@@ -60,7 +60,7 @@ from ._events import (
     TextPart,
     ToolResultAdded,
 )
-from ._log import Draft, Log, backoff
+from ._log import Draft, Head, Log
 from ._pack import Packed
 from ._pack._assemble import message
 from ._pack._engine import pack_stored
@@ -439,20 +439,26 @@ class Compactor:
                 view.counter.count(c) for c in request.children),
             tokens_after=view.counter.count(summary.text),
             costs=cost.describe() if cost is not None else "")
-        expected = head.seq
-        for attempt in range(5):
-            backoff(attempt)
-            try:
-                done = self.log.append(session, Draft(body=body, time=time),
-                                       expected_seq=expected)
-                return done.last_seq, True, ""
-            except AppendConflictError as exc:
-                new = self.log.read(session, expected + 1)
-                if any(isinstance(e.body, SessionRewound) for e in new):
-                    raise CompactionError("the session was rewound while summarizing; the "
-                                          "compaction was not committed") from exc
-                expected = exc.actual
-        raise CompactionError(f"session {session!r} kept moving; compaction not committed")
+        summarized = head.seq
+
+        def decide(now: Head | None) -> Draft:
+            # What others appended since the span was chosen (read after ``now``, so
+            # it covers up to ``now`` at least) keeps the compaction valid unless it
+            # rewinds the session: the summary may cover events no longer in view.
+            if now is not None and now.seq > summarized and any(
+                    isinstance(e.body, SessionRewound)
+                    for e in self.log.read(session, summarized + 1)):
+                raise CompactionError("the session was rewound while summarizing; the "
+                                      "compaction was not committed")
+            return Draft(body=body, time=time)
+
+        try:
+            landed = self.log.update(session, decide)
+        except AppendConflictError as exc:
+            raise CompactionError(f"session {session!r} kept moving; compaction not "
+                                  f"committed ({exc})") from exc
+        assert landed is not None
+        return landed.last_seq, True, ""
 
     def _rollups(self, session: str, policy: Policy, summarizer: Summarizer, *,
                  time: int | None) -> list[int]:

@@ -203,7 +203,8 @@ class Retries:
         expected = last.expected if last is not None else self.expected
         actual = last.actual if last is not None else self.expected
         return AppendConflictError(
-            f"session {self.session!r} kept moving: {self.tries} attempts conflicted with "
+            f"session {self.session!r} kept moving: {self.tries} "
+            f"attempt{'s' if self.tries != 1 else ''} conflicted with "
             f"other writers (the last expected the head at seq {expected} and found it at "
             f"{actual}); nothing was written. Retry later or with more attempts",
             session=self.session, expected=expected, actual=actual)

@@ -66,7 +66,6 @@ from typing import Literal
 import msgspec
 
 from ._errors import (
-    AppendConflictError,
     InvalidArgumentError,
     UnknownSessionError,
 )
@@ -77,7 +76,7 @@ from ._events import (
     SessionRewound,
     SystemSectionSet,
 )
-from ._log import NEW_SESSION, Appended, Draft, Log, backoff
+from ._log import NEW_SESSION, Appended, Draft, Head, Log
 from ._policy import REFRESH_POINTS, Policy
 from ._projection import Projection
 
@@ -102,7 +101,6 @@ _HEADER = "# Memories"
 _TYPE_SECTION = {"project": 1, "user": 2, "decision": 3}
 _DATED_SECTIONS = (1, 3)  # Project Knowledge and Key Decisions show the date
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ATTEMPTS = 8
 
 MemoryType = Literal["project", "user", "decision"]
 Retention = Literal["priority", "durable", "working"]
@@ -668,43 +666,32 @@ class MemoryManager:
         return self._change(build, time)
 
     def _change(self, build: _Builder, time: int | None) -> Changed:
-        """Validate against the current book and append; redo if the head moved."""
-        for attempt in range(_ATTEMPTS):
-            backoff(attempt)
-            with self._lock:
-                book = self.book()
-                mid, bodies = build(book)
-                try:
-                    appended = self.log.append(
-                        self.memory_session, [Draft(body=b, time=time) for b in bodies],
-                        expected_seq=self._seen)
-                except AppendConflictError:
-                    if attempt == _ATTEMPTS - 1:
-                        raise
-                    continue
-                return Changed(mid, appended)
-        raise AssertionError("unreachable")  # pragma: no cover
+        """Validate against the current book and append, by `Log.update` (it redoes
+        both when another writer moved the memory session's head)."""
+        made: list[str] = []
+
+        def decide(head: Head | None) -> list[Draft]:
+            with self._lock:  # the book read after ``head``: at it or later
+                mid, bodies = build(self.book())
+            made[:] = [mid]
+            return [Draft(body=b, time=time) for b in bodies]
+
+        appended = self.log.update(self.memory_session, decide)
+        assert appended is not None
+        return Changed(made[0], appended)
 
     def _forget_all(self, pick: _Picker, time: int | None,
                     ) -> tuple[tuple[tuple[str, str], ...], Appended | None]:
-        for attempt in range(_ATTEMPTS):
-            backoff(attempt)
+        due: list[tuple[str, str]] = []
+
+        def decide(head: Head | None) -> list[Draft]:
             with self._lock:
-                book = self.book()
-                due = pick(book)
-                if not due:
-                    return (), None
-                drafts = [Draft(body=MemoryChanged(op="forget", memory_id=mid, reason=why),
-                                time=time) for mid, why in due]
-                try:
-                    appended = self.log.append(self.memory_session, drafts,
-                                               expected_seq=self._seen)
-                except AppendConflictError:
-                    if attempt == _ATTEMPTS - 1:
-                        raise
-                    continue
-                return tuple(due), appended
-        raise AssertionError("unreachable")  # pragma: no cover
+                due[:] = pick(self.book())
+            return [Draft(body=MemoryChanged(op="forget", memory_id=mid, reason=why), time=time)
+                    for mid, why in due]
+
+        appended = self.log.update(self.memory_session, decide)
+        return (tuple(due), appended) if appended is not None else ((), None)
 
     # -- consolidation -------------------------------------------------------------------
     def consolidate(self, *, now: int | None = None, policy: Policy | None = None,
@@ -807,26 +794,21 @@ class MemoryManager:
                                     f"found {point!r}")
         if point not in policy.memory_refresh:
             return None
-        for attempt in range(_ATTEMPTS):
-            backoff(attempt)
-            with self._lock:
+
+        def decide(head: Head | None) -> Draft | None:
+            with self._lock:  # the view read after ``head``: at it or later
                 block = self.render(policy, now=now)
-                view, head_seq = self._view(agent_session)
-                found = view.sections.get(MEMORY_SECTION) if view is not None else None
-                if found is None:
-                    if not block:
-                        return None
-                elif found[0] == block and found[1] == MEMORY_SECTION_POSITION:
+                view, _ = self._view(agent_session)
+            found = view.sections.get(MEMORY_SECTION) if view is not None else None
+            if found is None:
+                if not block:
                     return None
-                body = SystemSectionSet(name=MEMORY_SECTION, text=block,
-                                        position=MEMORY_SECTION_POSITION)
-                try:
-                    return self.log.append(agent_session, Draft(body=body, time=now),
-                                           expected_seq=head_seq)
-                except AppendConflictError:
-                    if attempt == _ATTEMPTS - 1:
-                        raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            elif found[0] == block and found[1] == MEMORY_SECTION_POSITION:
+                return None
+            return Draft(body=SystemSectionSet(name=MEMORY_SECTION, text=block,
+                                               position=MEMORY_SECTION_POSITION), time=now)
+
+        return self.log.update(agent_session, decide)
 
     def repair(self, agent_session: str, *, time: int | None = None) -> Repaired:
         """Forget memories derived from events a rewind took out of a session's view.

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from turnlog import (
     AssistantMessageAdded,
     CompactionCommitted,
+    CompactionError,
     CompactionFailed,
     Compactor,
     EventsPinned,
@@ -20,6 +21,7 @@ from turnlog import (
     Packer,
     Policy,
     ProviderErrorReceived,
+    SessionRewound,
     Summary,
     SummaryRequest,
     SystemSectionSet,
@@ -362,3 +364,44 @@ def test_compaction_properties_hold_over_generated_sessions(
             inside = [body.first_seq <= view.items[i].pos <= body.last_seq for i in unit.items]
             assert all(inside) or not any(inside)
     pack(view, policy)  # the final state packs deterministically
+
+
+class Meanwhile:
+    """The extractive summarizer, while another writer appends ``body`` to the session."""
+
+    def __init__(self, log: turnlog.Log, body: turnlog.Body) -> None:
+        self.log = log
+        self.body = body
+        self.inner = ExtractiveSummarizer(get_counter("cl100k_base"))
+
+    @property
+    def id(self) -> str:
+        return self.inner.id
+
+    def summarize(self, request: SummaryRequest) -> Summary:
+        self.log.append("s", self.body)
+        return self.inner.summarize(request)
+
+
+def test_a_compaction_commits_after_what_others_appended_while_it_summarized() -> None:
+    log, packer, _ = fresh()
+    for t in range(12):
+        turn(log, t)
+    other = UserMessageAdded(text="a message that arrives during the summary")
+    compactor = Compactor(log, packer, summarizer=Meanwhile(log, other))
+    outcome = compactor.compact("s", policy=SMALL)
+    assert outcome.status == "committed", outcome
+    seqs = [e.seq for e in log.read("s") if e.body == other]
+    assert seqs and all(seq > seqs[0] for seq, _ in compactions(log))
+    assert log.verify().ok
+
+
+def test_a_rewind_while_summarizing_keeps_the_compaction_out() -> None:
+    log, packer, _ = fresh()
+    for t in range(12):
+        turn(log, t)
+    compactor = Compactor(log, packer,
+                          summarizer=Meanwhile(log, SessionRewound(to_seq=3, reason="undo")))
+    with pytest.raises(CompactionError, match="rewound while summarizing"):
+        compactor.compact("s", policy=SMALL)
+    assert compactions(log) == [] and log.verify().ok

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -493,6 +494,34 @@ def test_the_memory_section_changes_only_when_a_refresh_was_appended(
 
 
 # -- repairs ----------------------------------------------------------------------------
+def test_managers_racing_on_one_memory_session_lose_nothing(tmp_path: Path) -> None:
+    # Each save picks the next free id from the book it read: a save that another
+    # manager beat to the head is decided again (Log.update), never lost or doubled.
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        errors: list[BaseException] = []
+
+        def work(worker: int) -> None:
+            mm = MemoryManager(log)  # its own book and lock: its appends can conflict
+            try:
+                for n in range(15):
+                    mm.save(f"w{worker}", f"note {n}")
+                    mm.refresh("agent", policy=Policy(memory_refresh=("manual",)))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        saved = [m for m in MemoryManager(log).memories()]
+        assert sorted(m.memory_id for m in saved) == sorted(f"m{i}" for i in range(60))
+        assert sorted((m.title, m.content) for m in saved) == sorted(
+            (f"w{w}", f"note {n}") for w in range(4) for n in range(15))
+        assert log.verify().ok
+
+
 def test_repair_forgets_memories_derived_from_rewound_events(log: turnlog.Log) -> None:
     chat(log, "agent", 3)  # seqs 0..5
     mm = MemoryManager(log)
