@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
+import blake3
 import msgspec
 import openai
 import pytest
@@ -59,17 +62,28 @@ from turnlog import (
     UserMessageAdded,
     pack,
 )
+from turnlog.adapters.importers import import_file
 from turnlog.adapters.providers import (
     EMPTY_TEXT,
     FIRST_TURN_TEXT,
     PROVIDERS,
+    RENDER_LATEST,
     RenderError,
     canonical,
+    derived_tool_names,
     render,
+    render_args,
     render_body,
     renderer,
+    renderer_for,
+    send,
 )
-from turnlog.adapters.providers.fakeserver import FakeServer
+from turnlog.adapters.providers.fakeserver import (
+    TOOLS_REQUIRED_MESSAGE,
+    FakeReply,
+    FakeServer,
+    anthropic_problems,
+)
 
 try:  # the shared session generator (the local one below runs in any case)
     from turnlog import testing
@@ -84,73 +98,6 @@ SETTINGS = settings(deadline=None, max_examples=max(150, settings().max_examples
 
 
 # -- invariants of each wire format ------------------------------------------------------------
-def anthropic_problems(body: dict[str, Any]) -> list[str]:
-    """Everything the Messages API would refuse in ``body`` (empty when valid)."""
-    out: list[str] = []
-    messages = body["messages"]
-    if not messages:
-        out.append("no messages")
-    if messages and messages[0]["role"] != "user":
-        out.append("the first message is not from the user")
-    markers = 0
-    for block in body.get("system", []) + body.get("tools", []):
-        markers += "cache_control" in block
-        if "text" in block and not block["text"].strip():
-            out.append("an empty system block")
-    for i, message in enumerate(messages):
-        role = message["role"]
-        if i and messages[i - 1]["role"] == role:
-            out.append(f"messages {i - 1} and {i} are both {role}")
-        content = message["content"]
-        if not isinstance(content, list) or not content:
-            out.append(f"message {i} has no content blocks")
-            continue
-        previous_uses = set()
-        if i and messages[i - 1]["role"] == "assistant":
-            previous_uses = {b["id"] for b in messages[i - 1]["content"]
-                             if b["type"] == "tool_use"}
-        answered = set()
-        seen_other = False
-        for j, block in enumerate(content):
-            markers += "cache_control" in block
-            kind = block["type"]
-            if kind == "text" and not block["text"].strip():
-                out.append(f"message {i} block {j}: empty text")
-            if kind == "tool_result":
-                if role != "user":
-                    out.append(f"message {i}: tool_result in an assistant turn")
-                if seen_other:
-                    out.append(f"message {i} block {j}: tool_result after other content")
-                if block["tool_use_id"] not in previous_uses:
-                    out.append(f"message {i}: tool_result {block['tool_use_id']} answers no "
-                               "tool_use of the preceding assistant turn")
-                answered.add(block["tool_use_id"])
-                result = block["content"]
-                if isinstance(result, str) and not result.strip():
-                    out.append(f"message {i} block {j}: empty tool_result")
-            else:
-                seen_other = True
-            if kind in ("tool_use", "thinking", "redacted_thinking") and role != "assistant":
-                out.append(f"message {i}: {kind} in a user turn")
-            if kind in ("thinking", "redacted_thinking") and "cache_control" in block:
-                out.append(f"message {i}: cache_control on a thinking block")
-        if i and messages[i - 1]["role"] == "assistant" and role == "user":
-            missing = previous_uses - answered
-            if missing:
-                out.append(f"message {i}: tool_use {sorted(missing)} not answered")
-        if role == "assistant" and i + 1 < len(messages):
-            uses = {b["id"] for b in content if b["type"] == "tool_use"}
-            if uses and messages[i + 1]["role"] != "user":
-                out.append(f"message {i}: tool_use not followed by a user turn")
-    if messages and messages[-1]["role"] == "assistant":
-        last = messages[-1]["content"][-1]
-        if last["type"] == "text" and last["text"] != last["text"].rstrip():
-            out.append("the final assistant turn ends in whitespace")
-    if markers > 4:
-        out.append(f"{markers} cache_control markers (at most 4)")
-    return out
-
-
 def chat_problems(body: dict[str, Any]) -> list[str]:
     """Call/answer problems of a Chat Completions body."""
     out: list[str] = []
@@ -744,3 +691,119 @@ def test_a_recorded_rendering_replays_and_a_different_renderer_is_caught(name: s
     result = packer.replay("s", recorded.request_seq, render=render_b)
     assert not result.ok
     assert f"the {name} rendering differs" in result.difference
+
+
+# -- calls without recorded tools (sessions imported from transcripts) -------------------------
+def _imported_session(log: turnlog.Log) -> None:
+    """Calls and results but no ToolsSet, as an importer writes them; one tool name the
+    Messages API would refuse as a definition name."""
+    log.append("s", [
+        UserMessageAdded(text="fix it"),
+        AssistantMessageAdded(parts=(TextPart(text="looking"),
+                                     ToolCall(id="toolu_1", name="Read",
+                                              arguments='{"path":"a.py"}'),
+                                     ToolCall(id="toolu_2", name="mcp.files/list",
+                                              arguments="{}"))),
+        ToolResultAdded(call_id="toolu_1", tool_name="Read", output="print(1)"),
+        ToolResultAdded(call_id="toolu_2", tool_name="mcp.files/list", output="a.py"),
+        AssistantMessageAdded(parts=(ToolCall(id="toolu_3", name="Read",
+                                              arguments='{"path":"b.py"}'),)),
+        ToolResultAdded(call_id="toolu_3", tool_name="Read", output="print(2)")])
+
+
+def test_anthropic_derives_tool_definitions_for_calls_when_none_were_recorded() -> None:
+    log = turnlog.open(":memory:")
+    _imported_session(log)
+    prompt = Packer(log).pack("s").prompt
+    assert prompt.tools == ()
+    body = render_body(prompt, "anthropic", model=MODEL, max_tokens=100)
+    assert anthropic_problems(body) == []
+    hashed = "tool_" + blake3.blake3(b"mcp.files/list").hexdigest()[:32]
+    assert [t["name"] for t in body["tools"]] == ["Read", hashed]
+    assert body["tools"][0]["input_schema"] == {"type": "object", "properties": {},
+                                                "additionalProperties": True}
+    assert "derived from the calls" in body["tools"][0]["description"]
+    uses = [b["name"] for m in body["messages"] for b in m["content"] if b["type"] == "tool_use"]
+    assert uses == ["Read", hashed, "Read"]
+    check(body, SDK_TYPES["anthropic"])
+    # Render version 1 (what requests recorded before versions hold) keeps the old bytes,
+    # which the API refuses.
+    old = render_body(prompt, "anthropic", model=MODEL, max_tokens=100, version=1)
+    assert "tools" not in old
+    assert TOOLS_REQUIRED_MESSAGE in anthropic_problems(old)
+    # The OpenAI formats take calls without definitions: nothing is derived for them.
+    for name in ("openai-chat", "openai-responses"):
+        assert "tools" not in render_body(prompt, name, model=MODEL, max_tokens=100)
+    # A recorded ToolsSet is sent as it is, with no derived definition beside it.
+    log.append("s", ToolsSet(tools=(ToolSpec(name="Read"),)))
+    recorded = render_body(Packer(log).pack("s").prompt, "anthropic", model=MODEL,
+                           max_tokens=100)
+    assert [t["name"] for t in recorded["tools"]] == ["Read"]
+
+
+def test_the_fake_server_refuses_tool_blocks_without_tools_as_the_messages_api_does() -> None:
+    log = turnlog.open(":memory:")
+    _imported_session(log)
+    prompt = Packer(log).pack("s").prompt
+    with FakeServer([FakeReply(text="done")]) as server:
+        refused = send("anthropic", render(prompt, "anthropic", model=MODEL, max_tokens=100,
+                                           version=1),
+                       api_key="k", base_url=server.base_url("anthropic"))
+        assert refused.error is not None and refused.error.status == 400
+        assert refused.error.message == TOOLS_REQUIRED_MESSAGE
+        assert json.loads(server.requests[-1].body)["messages"]  # recorded, then refused
+        accepted = send("anthropic", render(prompt, "anthropic", model=MODEL, max_tokens=100),
+                        api_key="k", base_url=server.base_url("anthropic"))
+        assert accepted.error is None and accepted.message is not None
+        # the refusal used no scripted reply
+        assert accepted.message.parts == (TextPart(text="done"),)
+
+
+def test_a_request_records_its_render_version_and_replays_with_it() -> None:
+    log = turnlog.open(":memory:")
+    _imported_session(log)
+    packer = Packer(log)
+    new = packer.record("s", format="anthropic", model=MODEL,
+                        render=renderer("anthropic", model=MODEL, max_tokens=100),
+                        render_args=render_args(max_tokens=100))
+    request = log.get("s", new.request_seq).body
+    assert json.loads(request.render_args) == {"max_tokens": 100, "version": RENDER_LATEST}
+    assert anthropic_problems(json.loads(new.rendered)) == []
+    assert packer.replay("s", new.request_seq, render=renderer_for(request)).ok
+    assert derived_tool_names(request, new.packed.prompt) == ("Read", "mcp.files/list")
+    # A record without a version (all that turnlog 0.2.0 wrote) replays with version 1.
+    old = packer.record("s", format="anthropic", model=MODEL,
+                        render=renderer("anthropic", model=MODEL, max_tokens=100, version=1),
+                        render_args='{"max_tokens":100}')
+    old_request = log.get("s", old.request_seq).body
+    assert "tools" not in json.loads(old.rendered)
+    assert packer.replay("s", old.request_seq, render=renderer_for(old_request)).ok
+    assert derived_tool_names(old_request, old.packed.prompt) == ()
+    with pytest.raises(RenderError, match="version must be an int from 1 to"):
+        renderer("anthropic", model=MODEL, max_tokens=100, version=RENDER_LATEST + 1)
+
+
+CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
+              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
+_TRANSCRIPTS = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name != "SOURCES.md"
+                      ) if CORPUS.is_dir() else []
+
+
+@pytest.mark.skipif(not _TRANSCRIPTS, reason=f"no transcript corpus at {CORPUS}")
+@pytest.mark.parametrize("path", _TRANSCRIPTS, ids=[p.name[:60] for p in _TRANSCRIPTS])
+def test_every_corpus_transcript_renders_anthropic_bodies_the_api_accepts(path: Path) -> None:
+    # Imported sessions record calls without a ToolsSet; every session of the file, at
+    # every budget, must render to a body the Messages API accepts.
+    log = turnlog.open(":memory:")
+    summary = import_file(log, path, skip_bad=True)
+    packer = Packer(log)
+    for session in summary.sessions:
+        for window in (8_000, 32_000, 128_000):
+            policy = Policy(context_window=window, output_reserve=window // 8)
+            try:
+                prompt = packer.pack(session, policy=policy).prompt
+            except BudgetExceededError:
+                continue
+            body = render_body(prompt, "anthropic", model=MODEL,
+                               max_tokens=policy.output_reserve)
+            assert anthropic_problems(body) == [], (session, window)

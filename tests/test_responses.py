@@ -677,9 +677,14 @@ def server() -> Iterator[FakeServer]:
 
 
 def fetch(server: FakeServer, name: str, body: dict[str, Any]) -> tuple[int, bytes, str]:
-    """POST ``body`` to the fake server's endpoint for ``name``: (status, body, type)."""
+    """POST ``body`` to the fake server's endpoint for ``name``: (status, body, type).
+
+    An Anthropic body gets the fields the Messages API requires where it lacks them (the
+    fake server refuses what the API refuses)."""
     path = {"openai-chat": "/v1/chat/completions", "openai-responses": "/v1/responses",
             "anthropic": "/v1/messages"}[name]
+    if name == "anthropic":
+        body = {"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **body}
     request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(),
                                      headers={"content-type": "application/json"})
     try:

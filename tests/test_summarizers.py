@@ -198,8 +198,9 @@ def test_an_unreachable_endpoint_raises_provider_error() -> None:
 
 def test_send_returns_http_errors_as_replies(server: FakeServer) -> None:
     server.script(overflow_error())
-    reply = send("anthropic", b'{"model":"m","max_tokens":5,"messages":[]}', api_key="k",
-                 base_url=server.base_url("anthropic"), request_seq=4)
+    body = b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}'
+    reply = send("anthropic", body, api_key="k", base_url=server.base_url("anthropic"),
+                 request_seq=4)
     assert reply.error is not None and reply.error.overflow and reply.error.request_seq == 4
     server.script(FakeReply(text="hi"))
     reply = send("openai-responses", b'{"model":"m","input":"x","stream":true}', api_key="k",

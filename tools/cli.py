@@ -50,6 +50,7 @@ from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, i
 from turnlog.adapters.providers import (
     PROVIDERS,
     RenderError,
+    derived_tool_names,
     render_args,
     renderer,
     renderer_for,
@@ -812,14 +813,23 @@ def _print_stages(packed: Packed) -> None:
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _open(args) as log:
         packer = Packer(log)
-        packed = packer.explain(args.session,
-                                _request_seq(log, packer, args.session, args.request_seq))
+        seq = _request_seq(log, packer, args.session, args.request_seq)
+        packed = packer.explain(args.session, seq)
+        request = log.get(args.session, seq).body
+        fmt = request.format if isinstance(request, turnlog.RequestIssued) else ""
+        derived = derived_tool_names(request, packed.prompt) \
+            if isinstance(request, turnlog.RequestIssued) else ()
     if args.json:
         out = _packed_json(packed)
+        out["derived_tools"] = list(derived)
         out["decisions"] = [msgspec.to_builtins(d) for d in packed.decisions]
         _emit(out, sys.stdout)
         return EXIT_OK
     _print_packed_header(packed)
+    if derived:
+        print(f"tools: {_plural(len(derived), 'definition')} derived for the "
+              f"{fmt} body from the calls in the history (no tools recorded; "
+              f"each a permissive schema): {', '.join(visible(n) for n in derived)}")
     styles = {"verbatim": "green", "trimmed": "red", "dropped": "red", "pruned": "yellow",
               "truncated": "yellow", "deduplicated": "yellow", "summarized": "cyan"}
     print_table(_out(), [("SEQ", "right"), ("KIND", "left"), ("DECISION", "left"),

@@ -20,13 +20,21 @@ from ._anthropic import ANTHROPIC_CACHE_LIMIT, ANTHROPIC_VERSION
 from ._client import DEFAULT_BASE_URLS, ProviderError, ProviderTimeoutError, endpoint, send
 from ._parse import parse_http, parse_response, parse_stream
 from ._registry import PROVIDERS, provider
-from ._render import render, render_args, render_body, renderer, renderer_for
+from ._render import (
+    derived_tool_names,
+    render,
+    render_args,
+    render_body,
+    renderer,
+    renderer_for,
+)
 from ._replies import OVERFLOW_CODES, OVERFLOW_PATTERNS, Reply, is_overflow, parse_error
 from ._summarizers import AnthropicSummarizer, EmptySummaryError, OpenAISummarizer
 from ._wire import (
     EMPTY_TEXT,
     FIRST_TURN_TEXT,
     MISSING_RESULT_TEXT,
+    RENDER_LATEST,
     BlobReader,
     Provider,
     RenderError,
@@ -44,6 +52,7 @@ __all__ = [
     "OVERFLOW_CODES",
     "OVERFLOW_PATTERNS",
     "PROVIDERS",
+    "RENDER_LATEST",
     "AnthropicSummarizer",
     "BlobReader",
     "EmptySummaryError",
@@ -55,6 +64,7 @@ __all__ = [
     "RenderOptions",
     "Reply",
     "canonical",
+    "derived_tool_names",
     "endpoint",
     "is_overflow",
     "parse_error",

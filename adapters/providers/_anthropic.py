@@ -10,7 +10,11 @@ breakpoints become ``cache_control`` (at most four). Tool-call arguments that
 are not a JSON object go as ``{"_raw_arguments": TEXT}``, a freeform call's text as
 ``{"input": TEXT}`` (``input`` must be an
 object); call ids outside ``[A-Za-z0-9_-]`` are replaced by ``toolu_`` plus a
-blake3 digest. The API requires ``max_tokens``. Replies: ``input_tokens`` is
+blake3 digest. The API requires ``max_tokens``. From render version 2 a prompt with
+calls but no tool definitions gets definitions derived from its calls (the API
+refuses ``tool_use`` and ``tool_result`` blocks in a request without ``tools``),
+and tool names outside ``[a-zA-Z0-9_-]{1,64}`` are replaced by ``tool_`` plus a
+blake3 digest, in the definitions and the calls alike. Replies: ``input_tokens`` is
 made the whole prompt (the cache reads and writes are added), so usage means
 the same on every provider.
 """
@@ -73,6 +77,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 _ANTHROPIC_ID = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 
+_ANTHROPIC_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
 
 _ANTHROPIC_MEDIA = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
@@ -82,6 +88,12 @@ _EPHEMERAL: dict[str, object] = {"type": "ephemeral"}
 
 def _anthropic_id(call_id: str) -> str:
     return call_id if _ANTHROPIC_ID.match(call_id) else hashed_id("toolu_", call_id)
+
+
+def _tool_name(name: str, opts: RenderOptions) -> str:
+    if opts.version < 2 or _ANTHROPIC_TOOL_NAME.match(name):
+        return name
+    return hashed_id("tool_", name)
 
 
 def _anthropic_image(part: ImagePart, opts: RenderOptions) -> dict[str, Any]:
@@ -145,7 +157,8 @@ def _anthropic_blocks(message: Message, opts: RenderOptions) -> list[dict[str, A
                     part, "assistant messages carry no images")})
         elif isinstance(part, ToolCall):
             # a freeform call's raw text goes as the object {"input": TEXT}
-            blocks.append({"type": "tool_use", "id": _anthropic_id(part.id), "name": part.name,
+            blocks.append({"type": "tool_use", "id": _anthropic_id(part.id),
+                           "name": _tool_name(part.name, opts),
                            "input": {"input": part.arguments} if part.freeform
                            else _tool_input(part.arguments)})
         elif isinstance(part, ReasoningPart) and part.opaque:
@@ -187,8 +200,8 @@ def _build_anthropic(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
         tail = final["content"][-1]
         tail["text"] = tail["text"].rstrip() or EMPTY_TEXT
     system = [{"type": "text", "text": text_or_empty(s.text, strict=True)} for s in prompt.system]
-    tools = [{"name": t.name, "description": t.description, "input_schema": tool_schema(t)}
-             for t in prompt.tools]
+    tools = [{"name": _tool_name(t.name, opts), "description": t.description,
+              "input_schema": tool_schema(t)} for t in prompt.tools]
     _place_cache_control(prompt, system, tools, last_block)
     body: dict[str, Any] = {"model": opts.model, "max_tokens": opts.max_tokens,
                             "messages": turns}
@@ -380,4 +393,5 @@ def _headers(api_key: str) -> dict[str, str]:
 PROVIDER = Provider(
     name="anthropic", description="Anthropic Messages", path="/v1/messages",
     base_url="https://api.anthropic.com", headers=_headers, build=_build_anthropic,
-    parse=_parse_anthropic, parse_stream=_parse_anthropic_stream, max_tokens_required=True)
+    parse=_parse_anthropic, parse_stream=_parse_anthropic_stream, max_tokens_required=True,
+    tools_required=True)

@@ -47,7 +47,15 @@ Rules shared by all formats, so every body is valid on the wire:
   call and its result, by a prefix plus a blake3 digest of the id;
 * images go as URLs, or as base64 data read with ``blobs``; an image the
   format cannot carry (in an assistant or tool message, an unsupported media
-  type) becomes a text note.
+  type) becomes a text note;
+* from render version 2, a prompt with tool calls but no tool definitions
+  (a session imported from a transcript) gets definitions derived from its
+  calls (`derived_tools`) for a format whose API refuses calls without them
+  (``Provider.tools_required``: Anthropic).
+
+A request record names its render version in ``render_args`` (`render_args`
+writes it, `renderer_for` reads it; a record without one is version 1), so an
+old record re-renders to its old bytes.
 
 The prompt must satisfy `Prompt.problems` (every packed prompt
 does); a prompt that does not is refused with `RenderError` rather than sent.
@@ -61,14 +69,25 @@ from collections.abc import Callable, Mapping
 from turnlog import Message, Prompt, RequestIssued, TextPart
 
 from ._registry import provider
-from ._wire import MISSING_RESULT_TEXT, BlobReader, RenderError, RenderOptions, canonical
+from ._wire import (
+    MISSING_RESULT_TEXT,
+    RENDER_LATEST,
+    BlobReader,
+    Provider,
+    RenderError,
+    RenderOptions,
+    canonical,
+    derived_tools,
+)
 
-__all__ = ["render", "render_args", "render_body", "renderer", "renderer_for"]
+__all__ = ["derived_tool_names", "render", "render_args", "render_body", "renderer",
+           "renderer_for"]
 
 
 def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
                 max_tokens: int | None, blobs: BlobReader | None = None,
-                extra: Mapping[str, object] | None = None) -> dict[str, object]:
+                extra: Mapping[str, object] | None = None,
+                version: int = RENDER_LATEST) -> dict[str, object]:
     """Render ``prompt`` as the request body of ``format`` (a dict of JSON values).
 
     Parameters:
@@ -81,12 +100,15 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
         blobs: reads the bytes of images stored as blobs (``Log.blob``).
         extra: further top-level fields (``stream``, ``temperature``, ``thinking``,
             ``include``...); they may not replace a rendered field.
+        version: the render version (1 to `RENDER_LATEST`; see the module docstring);
+            a recorded request names its own, which `renderer_for` reads.
 
     Raises:
         RenderError: unknown format, bad arguments, a malformed prompt, a tool schema
             that is not a JSON object, a blob image without ``blobs``.
     """
     spec = provider(format)
+    _check_version(version)
     if not isinstance(model, str) or not model:
         raise RenderError(f"model must be a non-empty str, found {model!r}")
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
@@ -98,7 +120,8 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
     if problems:
         raise RenderError(f"the prompt is malformed ({len(problems)} problem(s)): "
                           f"{'; '.join(problems[:3])}. Render only prompts that the packer made")
-    body = spec.build(_answer_pending(prompt), RenderOptions(model, max_tokens, blobs))
+    prompt = _answer_pending(_with_tools(prompt, spec, version))
+    body = spec.build(prompt, RenderOptions(model, max_tokens, blobs, version))
     for key, value in (extra or {}).items():
         if key in body:
             raise RenderError(f"extra field {key!r} would replace a rendered field; "
@@ -108,7 +131,8 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
 
 
 def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  # noqa: A002
-           blobs: BlobReader | None = None, extra: Mapping[str, object] | None = None) -> bytes:
+           blobs: BlobReader | None = None, extra: Mapping[str, object] | None = None,
+           version: int = RENDER_LATEST) -> bytes:
     """Render ``prompt`` as the canonical bytes of a ``format`` request body.
 
     The same arguments always give the same bytes. See `render_body` for the
@@ -119,7 +143,7 @@ def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  
         RenderError: as `render_body`, or the body cannot be encoded.
     """
     return canonical(render_body(prompt, format, model=model, max_tokens=max_tokens,
-                                 blobs=blobs, extra=extra))
+                                 blobs=blobs, extra=extra, version=version))
 
 
 def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
@@ -146,21 +170,70 @@ def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
     if extra is not None and not isinstance(extra, dict):
         raise RenderError("render_args.extra must be a JSON object")
     return renderer(request.format, model=request.model, max_tokens=max_tokens,
-                    blobs=blobs, extra=extra)
+                    blobs=blobs, extra=extra, version=_recorded_version(args))
 
 
-def render_args(*, max_tokens: int | None, extra: Mapping[str, object] | None = None) -> str:
+def _recorded_version(args: Mapping[str, object]) -> int:
+    # A record without a version was rendered before versions existed: version 1.
+    version = args.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) \
+            or not 1 <= version <= RENDER_LATEST:
+        raise RenderError(f"render_args.version must be an int from 1 to {RENDER_LATEST}, "
+                          f"found {version!r}; a newer turnlog recorded this request")
+    return version
+
+
+def _check_version(version: int) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) \
+            or not 1 <= version <= RENDER_LATEST:
+        raise RenderError(f"version must be an int from 1 to {RENDER_LATEST}, found "
+                          f"{version!r}")
+
+
+def render_args(*, max_tokens: int | None, extra: Mapping[str, object] | None = None,
+                version: int = RENDER_LATEST) -> str:
     """The ``render_args`` to record with a request rendered with these arguments
-    (`renderer_for` reads them back)."""
+    (`renderer_for` reads them back). Pass the ``version`` the renderer was made with
+    (both default to `RENDER_LATEST`).
+
+    Raises:
+        RenderError: a version outside 1 to `RENDER_LATEST`.
+    """
+    _check_version(version)
     args: dict[str, object] = {"max_tokens": max_tokens}
     if extra:
         args["extra"] = dict(extra)
+    if version > 1:
+        args["version"] = version
     return canonical(args).decode()
+
+
+def derived_tool_names(request: RequestIssued, prompt: Prompt) -> tuple[str, ...]:
+    """The tools whose definitions the rendered body of ``request`` derives from the
+    calls of its (re-packed) ``prompt`` because none were recorded (empty for a neutral
+    record, a format that needs none, a record of render version 1 or a prompt that
+    defines its tools). ``turnlog explain`` lists them.
+
+    Raises:
+        RenderError: the record names a format or render version this version does
+            not know.
+    """
+    if request.format == "neutral" or not request.rendered_hash:
+        return ()
+    try:
+        args = json.loads(request.render_args) if request.render_args else {}
+    except ValueError as exc:
+        raise RenderError(f"the record's render_args are not JSON: {exc}") from exc
+    if not isinstance(args, dict):
+        raise RenderError("the record's render_args must be a JSON object")
+    derived = _with_tools(prompt, provider(request.format), _recorded_version(args))
+    return tuple(t.name for t in derived.tools) if derived is not prompt else ()
 
 
 def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
              blobs: BlobReader | None = None,
-             extra: Mapping[str, object] | None = None) -> Callable[[Prompt], bytes]:
+             extra: Mapping[str, object] | None = None,
+             version: int = RENDER_LATEST) -> Callable[[Prompt], bytes]:
     """A pure ``Prompt -> bytes`` function for ``Packer.record`` / ``Packer.replay``.
 
     Example::
@@ -168,17 +241,34 @@ def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
         render = renderer("anthropic", model="claude-sonnet-4-5", max_tokens=8192)
         recorded = packer.record(session, format="anthropic", render=render)
 
+    Record it with ``render_args=render_args(max_tokens=..., extra=..., version=...)``
+    of the same arguments, so that `renderer_for` rebuilds it.
+
     Raises:
-        RenderError: ``format`` is unknown (checked now, not at the first call).
+        RenderError: ``format`` or ``version`` is unknown (checked now, not at the
+            first call).
     """
     provider(format)
+    _check_version(version)
     frozen = dict(extra or {})
 
     def render_prompt(prompt: Prompt) -> bytes:
         return render(prompt, format, model=model, max_tokens=max_tokens, blobs=blobs,
-                      extra=frozen)
+                      extra=frozen, version=version)
 
     return render_prompt
+
+
+def _with_tools(prompt: Prompt, spec: Provider, version: int) -> Prompt:
+    """``prompt`` with `derived_tools` when its format needs definitions for its calls
+    and the render version derives them (from 2); else ``prompt`` itself."""
+    if version < 2 or not spec.tools_required or prompt.tools:
+        return prompt
+    tools = derived_tools(prompt)
+    if not tools:
+        return prompt
+    return Prompt(system=prompt.system, tools=tools, messages=prompt.messages,
+                  breakpoints=prompt.breakpoints)
 
 
 def _answer_pending(prompt: Prompt) -> Prompt:

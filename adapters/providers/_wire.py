@@ -13,6 +13,24 @@ all look a provider up there and never branch on its name.
 Renderers are pure functions of the prompt and `RenderOptions`: no clock, no
 environment, no randomness. The helpers below are the rules every format
 applies the same way (empty text, tool schemas, images, hashed call ids).
+
+Render versions
+---------------
+A rule that changes the bytes a renderer makes is a new *render version*, never a
+new meaning for old bytes: a request record names the version it was rendered
+with in its ``render_args`` (absent: version 1, everything recorded before
+versions existed), and replay renders with that version. New renderings use
+`RENDER_LATEST`.
+
+* 1: the rules of turnlog 0.2.0.
+* 2: a prompt with tool calls or results but no tool definitions (a session
+  imported from a transcript records no ``ToolsSet``) gets definitions derived
+  from the calls it holds (`derived_tools`: each name once, sorted, with a
+  permissive schema) where the API requires them (Anthropic refuses
+  ``tool_use``/``tool_result`` blocks in a request without ``tools``); and a
+  tool name Anthropic would refuse (outside ``[a-zA-Z0-9_-]{1,64}``) is
+  replaced, consistently in the definitions and the calls, by ``tool_`` plus a
+  blake3 digest of the name.
 """
 
 from __future__ import annotations
@@ -37,9 +55,11 @@ from turnlog import (
 from ._replies import Reply
 
 __all__ = [
+    "DERIVED_TOOL_DESCRIPTION",
     "EMPTY_TEXT",
     "FIRST_TURN_TEXT",
     "MISSING_RESULT_TEXT",
+    "RENDER_LATEST",
     "BlobReader",
     "Provider",
     "RenderError",
@@ -59,6 +79,20 @@ FIRST_TURN_TEXT = "(continued)"
 MISSING_RESULT_TEXT = "[no result was recorded for this call]"
 
 
+#: The newest render version (see the module docstring): what a rendering gets unless
+#: it names another, and what a request record without one means is version 1.
+RENDER_LATEST = 2
+
+
+#: The description of a tool definition derived from the calls of a history.
+DERIVED_TOOL_DESCRIPTION = ("No definition of this tool was recorded; this one is derived "
+                            "from the calls in the conversation.")
+
+
+#: The schema of a derived tool definition: any object.
+DERIVED_TOOL_SCHEMA = '{"type":"object","properties":{},"additionalProperties":true}'
+
+
 #: Reads a blob's bytes (e.g. ``Log.blob``).
 BlobReader = Callable[[BlobRef], bytes]
 
@@ -72,11 +106,13 @@ class RenderError(InvalidArgumentError):
 
 
 class RenderOptions(NamedTuple):
-    """What a renderer needs besides the prompt."""
+    """What a renderer needs besides the prompt (``version``: the render version,
+    see the module docstring)."""
 
     model: str
     max_tokens: int | None
     blobs: BlobReader | None
+    version: int = RENDER_LATEST
 
 
 class Provider(NamedTuple):
@@ -96,6 +132,9 @@ class Provider(NamedTuple):
         max_tokens_required: the API refuses a request without an output cap.
         stream_fields: further top-level fields a streamed request needs (the
             Chat Completions API reports usage in a stream only when asked).
+        tools_required: the API refuses tool calls or results in a request that
+            defines no tools; from render version 2 such a prompt gets
+            `derived_tools`.
     """
 
     name: str
@@ -108,6 +147,7 @@ class Provider(NamedTuple):
     parse_stream: Callable[[list[object], int | None], Reply]
     max_tokens_required: bool = False
     stream_fields: Mapping[str, object] = {}
+    tools_required: bool = False
 
     def endpoint(self, base_url: str | None = None) -> str:
         """The URL a request is posted to (``base_url`` or the public root, plus `path`)."""
@@ -140,6 +180,25 @@ def text_or_empty(text: str, *, strict: bool = False) -> str:
 #: string field, ``input`` (a freeform call's text is sent as ``{"input": TEXT}``).
 FREEFORM_SCHEMA: dict[str, Any] = {
     "type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+
+
+def derived_tools(prompt: Prompt) -> tuple[ToolSpec, ...]:
+    """Tool definitions for a prompt that has tool calls or results but defines no tools:
+    one per tool name its calls use, sorted by name, each with a permissive
+    schema and `DERIVED_TOOL_DESCRIPTION`. Empty when the prompt defines tools or has no
+    call or result.
+
+    A session imported from a transcript records calls without a ``ToolsSet``; an API
+    that refuses calls in a request without definitions (``Provider.tools_required``)
+    gets these from render version 2.
+    """
+    if prompt.tools:
+        return ()
+    # Every result answers a call of the prompt (`Prompt.problems`), so the calls name
+    # every tool the request uses.
+    names = {call.name for message in prompt.messages for call in message.tool_calls}
+    return tuple(ToolSpec(name=name, description=DERIVED_TOOL_DESCRIPTION,
+                          parameters=DERIVED_TOOL_SCHEMA) for name in sorted(names))
 
 
 def tool_format(tool: ToolSpec) -> dict[str, Any] | None:

@@ -22,6 +22,12 @@ answers). Scripted replies are used in order; when none is left the
 and usage are derived from a counter and the request's size, so a run is
 deterministic.
 
+A request the real API refuses is refused here too, with the real status and
+error body, before any scripted reply is used: for Anthropic, every rule of
+`anthropic_problems` (among them, that ``tool_use`` and ``tool_result``
+blocks need ``tools``). Tests hold every rendered Anthropic body to the same
+function.
+
 Only 127.0.0.1 is ever bound; a request loop against it stays on this machine.
 """
 
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,9 +50,11 @@ from turnlog import ToolCall, Usage
 from ._registry import PROVIDERS
 
 __all__ = [
+    "TOOLS_REQUIRED_MESSAGE",
     "FakeReply",
     "FakeServer",
     "Received",
+    "anthropic_problems",
     "http_error",
     "malformed",
     "overflow_error",
@@ -71,6 +80,165 @@ _OVERFLOW_MESSAGES = {
                          "your input and try again."),
     "anthropic": "prompt is too long: 210000 tokens > 200000 maximum",
 }
+
+
+#: The Messages API's answer (HTTP 400, ``invalid_request_error``) to a request whose
+#: messages hold ``tool_use`` or ``tool_result`` blocks and which defines no tools.
+TOOLS_REQUIRED_MESSAGE = ("Requests which include `tool_use` or `tool_result` blocks must "
+                          "define tools.")
+
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def anthropic_problems(body: object) -> list[str]:
+    """What the Messages API refuses in a request ``body`` (empty when it accepts it).
+
+    Each problem is one message, in the API's words where they are known (the first is
+    what the fake server answers with, as HTTP 400 ``invalid_request_error``). Checked:
+    ``model``, ``max_tokens`` and ``messages`` present; the first message from the user
+    and roles alternating; no empty content and no empty or whitespace-only text;
+    ``tool_use`` and ``tool_result`` blocks only with ``tools`` defined; tool names
+    unique and matching ``[a-zA-Z0-9_-]{1,64}``; each ``tool_result`` first in its
+    turn and answering a ``tool_use`` of the assistant turn just before, and each
+    ``tool_use`` answered in the next turn; tool-use ids well formed and unique;
+    thinking blocks only from the assistant and without ``cache_control``; a final
+    assistant turn not ending in whitespace; at most four ``cache_control`` markers.
+    """
+    if not isinstance(body, dict):
+        return ["the request body must be a JSON object"]
+    out: list[str] = []
+    for field in ("model", "max_tokens", "messages"):
+        if field not in body:
+            out.append(f"{field}: Field required")
+    max_tokens = body.get("max_tokens")
+    if "max_tokens" in body and (isinstance(max_tokens, bool) or not isinstance(
+            max_tokens, int) or max_tokens < 1):
+        out.append("max_tokens: Input should be greater than or equal to 1")
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return out + (["messages: Input should be a valid list"] if "messages" in body else [])
+    system = body.get("system", [])
+    tools = body.get("tools", [])
+    system_blocks = system if isinstance(system, list) else []
+    tool_defs = tools if isinstance(tools, list) else []
+    markers = sum(isinstance(b, dict) and "cache_control" in b
+                  for b in system_blocks + tool_defs)
+    for i, block in enumerate(system_blocks):
+        if isinstance(block, dict) and block.get("type") == "text" and not str(
+                block.get("text", "")).strip():
+            out.append(f"system.{i}.text: text content blocks must contain non-whitespace "
+                       "text")
+    names = [t.get("name") for t in tool_defs if isinstance(t, dict)]
+    for k, name in enumerate(names):
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            out.append(f"tools.{k}.custom.name: String should match pattern "
+                       f"'^[a-zA-Z0-9_-]{{1,64}}$'")
+    if len(set(map(str, names))) != len(names):
+        out.append("tools: Tool names must be unique.")
+    if not messages:
+        out.append("messages: at least one message is required")
+    uses_tools = False
+    ids: set[str] = set()
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            out.append(f"messages.{i}: Input should be a valid dictionary")
+            continue
+        role = message.get("role")
+        if role not in ("user", "assistant"):
+            out.append(f"messages.{i}.role: Input should be 'user' or 'assistant'")
+            continue
+        if i == 0 and role != "user":
+            out.append('messages: first message must use the "user" role')
+        before = messages[i - 1] if i and isinstance(messages[i - 1], dict) else {}
+        if i and before.get("role") == role:
+            out.append(f'messages: roles must alternate between "user" and "assistant", '
+                       f'but found multiple "{role}" roles in a row')
+        content = message.get("content")
+        if isinstance(content, str):
+            if not content.strip():
+                out.append(f"messages.{i}: all messages must have non-empty content")
+            content = []
+        if not isinstance(content, list) or (not content and not isinstance(
+                message.get("content"), str)):
+            out.append(f"messages.{i}: all messages must have non-empty content")
+            continue
+        previous = before.get("content") if before.get("role") == "assistant" else None
+        previous_uses = {b.get("id") for b in previous if isinstance(b, dict)
+                         and b.get("type") == "tool_use"} if isinstance(previous, list) else set()
+        answered: set[object] = set()
+        seen_other = False
+        for j, block in enumerate(content):
+            where = f"messages.{i}.content.{j}"
+            if not isinstance(block, dict):
+                out.append(f"{where}: Input should be a valid dictionary")
+                continue
+            markers += "cache_control" in block
+            kind = block.get("type")
+            if kind == "text" and not str(block.get("text", "")).strip():
+                out.append(f"{where}.text: text content blocks must contain non-whitespace "
+                           "text")
+            if kind in ("tool_use", "tool_result"):
+                uses_tools = True
+            if kind == "tool_result":
+                use_id = block.get("tool_use_id")
+                if role != "user":
+                    out.append(f"{where}: tool_result blocks are only allowed in user "
+                               "messages")
+                if seen_other:
+                    out.append(f"{where}: tool_result blocks must come before any other "
+                               "content in a user message")
+                if use_id not in previous_uses:
+                    out.append(f"{where}: unexpected `tool_use_id` found in `tool_result` "
+                               f"blocks: {use_id}. Each `tool_result` block must have a "
+                               "corresponding `tool_use` block in the previous message.")
+                answered.add(use_id)
+                result = block.get("content")
+                if isinstance(result, str) and not result.strip():
+                    out.append(f"{where}.content: text content blocks must contain "
+                               "non-whitespace text")
+            else:
+                seen_other = True
+            if kind == "tool_use":
+                use_id = block.get("id")
+                if not isinstance(use_id, str) or not _TOOL_USE_ID.match(use_id):
+                    out.append(f"{where}.tool_use.id: String should match pattern "
+                               "'^[a-zA-Z0-9_-]+$'")
+                elif use_id in ids:
+                    out.append(f"{where}: `tool_use` ids must be unique")
+                else:
+                    ids.add(use_id)
+                if not isinstance(block.get("input"), dict):
+                    out.append(f"{where}.tool_use.input: Input should be a valid dictionary")
+            if kind in ("tool_use", "thinking", "redacted_thinking") and role != "assistant":
+                out.append(f"{where}: {kind} blocks are only allowed in assistant messages")
+            if kind in ("thinking", "redacted_thinking") and "cache_control" in block:
+                out.append(f"{where}.{kind}.cache_control: Extra inputs are not permitted")
+        missing = previous_uses - answered
+        if missing and role == "user":
+            out.append(f"messages.{i - 1}: `tool_use` ids were found without `tool_result` "
+                       f"blocks immediately after: {', '.join(sorted(map(str, missing)))}. "
+                       "Each `tool_use` block must have a corresponding `tool_result` block "
+                       "in the next message.")
+        if role == "assistant" and i + 1 < len(messages):
+            nxt = messages[i + 1] if isinstance(messages[i + 1], dict) else {}
+            if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content) \
+                    and nxt.get("role") != "user":
+                out.append(f"messages.{i}: `tool_use` blocks must be followed by a user "
+                           "message with their `tool_result` blocks")
+    if uses_tools and not tool_defs:
+        out.append(TOOLS_REQUIRED_MESSAGE)
+    last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+    tail = last.get("content") if last.get("role") == "assistant" else None
+    if isinstance(tail, list) and tail and isinstance(tail[-1], dict) \
+            and tail[-1].get("type") == "text":
+        text = str(tail[-1].get("text", ""))
+        if text != text.rstrip():
+            out.append("messages: final assistant content cannot end with trailing whitespace")
+    if markers > 4:
+        out.append(f"A maximum of 4 blocks with cache_control may be provided. Found "
+                   f"{markers}.")
+    return out
 
 
 class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
@@ -249,6 +417,12 @@ class FakeServer:
         with self._lock:
             return list(self._requests)
 
+    def _record(self, received: Received) -> int:
+        with self._lock:
+            self._requests.append(received)
+            self._count += 1
+            return self._count
+
     def _next(self, received: Received) -> tuple[int, FakeReply]:
         with self._lock:
             self._requests.append(received)
@@ -280,6 +454,14 @@ class _Handler(BaseHTTPRequestHandler):
         fmt = _PATHS.get(path, "")
         received = Received(path=path, format=fmt, body=body,
                             headers={k.lower(): v for k, v in self.headers.items()})
+        refusal = _refusal(fmt, received)
+        if refusal:
+            # What the real API refuses uses no scripted reply.
+            n = self.server_owner._record(received)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._send(400, _error_body(fmt, 400, "invalid_request_error", "", refusal, n),
+                           "application/json")
+            return
         n, reply = self.server_owner._next(received)
         self.server_owner._wait(reply.delay)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -340,6 +522,21 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # -- shared --------------------------------------------------------------------------------
+def _refusal(fmt: str, received: Received) -> str:
+    """The message of the 400 the real API answers ``received`` with ("" if it accepts it).
+
+    Only the Anthropic rules are checked; a body that is not a JSON object is answered
+    by `_Handler._answer` in every format.
+    """
+    if fmt != "anthropic":
+        return ""
+    request = received.json()
+    if not request:
+        return ""
+    problems = anthropic_problems(request)
+    return problems[0] if problems else ""
+
+
 def _dump(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 

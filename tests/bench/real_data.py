@@ -7,7 +7,8 @@ store (idempotently: a second import must append nothing), then for each window
 (4k, 8k, 16k, 32k, 128k) and each format (neutral, OpenAI Chat, OpenAI
 Responses, Anthropic) record a request for the main session with the default
 policy (packing rules 2), check every packing invariant of ``turnlog.testing``
-and the rendered body against the official SDK's request type, and finally
+and the rendered body against the official SDK's request type and what the
+provider's API refuses (`REFUSALS`: Anthropic's rules, `anthropic_problems`), and finally
 replay every request, neutral prompt and rendered body both. A refusal
 (`BudgetExceededError`) counts as *refused below the floor* when
 ``check_overflow`` confirms that the floor alone does not fit; anything else
@@ -37,6 +38,7 @@ from turnlog.adapters.providers import (
     renderer,
     renderer_for,
 )
+from turnlog.adapters.providers.fakeserver import anthropic_problems
 from turnlog.testing import check_overflow, check_packed
 
 from tests.sdkcheck import check
@@ -47,6 +49,9 @@ CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
 # window -> output reserve
 WINDOWS = {4_000: 500, 8_000: 1_000, 16_000: 2_000, 32_000: 4_000, 128_000: 16_000}
 FORMATS = ("neutral", *sorted(PROVIDERS))
+#: What each provider's API refuses in a body, beyond its SDK's request type (the rules
+#: the fake server enforces too).
+REFUSALS = {"anthropic": anthropic_problems}
 #: The files of ``--sample`` (and of the default test run): one hard case per importer,
 #: by name: two compactions and abandoned calls, freeform calls, reused call ids.
 SAMPLE = ("3af9b1a7-6512-4883-ad18-320658ced099.jsonl", "agent-a00ad96.jsonl",
@@ -136,7 +141,10 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
                 try:
                     check_packed(view, packed, policy)
                     if render is not None:
-                        check(json.loads(recorded.rendered), types[fmt])
+                        body = json.loads(recorded.rendered)
+                        check(body, types[fmt])
+                        refused = REFUSALS.get(fmt, lambda _: [])(body)
+                        assert not refused, f"the API refuses the body: {refused[:3]}"
                 except AssertionError as bad:
                     count("invalid", window)
                     problems.append(f"{window} {fmt}: {str(bad)[:300]}")
