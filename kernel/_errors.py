@@ -10,6 +10,7 @@ Hierarchy::
     │   └── PolicyError                     a policy is malformed or inconsistent
     ├── AppendConflictError                 the session head moved (optimistic concurrency)
     ├── IdempotencyError                    a retried batch does not match what was stored
+    ├── HistoryMismatchError                the store lacks or differs from what a follower saw
     ├── StoreError                          the backing store failed
     │   ├── StoreFormatError                store written by another format version
     │   ├── StoreCorruptError               unreadable or inconsistent store contents
@@ -46,6 +47,7 @@ __all__ = [
     "DecodeError",
     "EventTooLargeError",
     "ForkedProcessError",
+    "HistoryMismatchError",
     "IdempotencyError",
     "ImportFormatError",
     "InvalidArgumentError",
@@ -115,6 +117,27 @@ class IdempotencyError(KernelError):
     Raised when only some keys of a batch are already stored, or when a key is
     stored with different content or at a different position.
     """
+
+
+class HistoryMismatchError(KernelError):
+    """The store does not hold the history a follower has seen (`Log.follow`).
+
+    Its head is behind the seq the follower resumes after and no hash was given
+    to check the events that will fill the gap, or the event there (or the one
+    after it) has another hash: a store restored from an older backup and written
+    since, or a replica that serves a different history. Nothing was skipped.
+
+    Attributes:
+        session: the session followed.
+        seq: the last seq the follower saw.
+        head: the seq of the store's head (-1 when the session does not exist).
+    """
+
+    def __init__(self, message: str, *, session: str, seq: int, head: int) -> None:
+        super().__init__(message)
+        self.session = session
+        self.seq = seq
+        self.head = head
 
 
 class StoreError(KernelError):

@@ -10,7 +10,8 @@ with named databases:
 * ``idem``: ``session || 0x00 || key`` -> ``seq (u64 BE)``
 * ``blobs``: ``hash (32 bytes)`` -> bytes
 * ``cache``: ``namespace || 0x00 || key`` -> bytes (derived, droppable)
-* ``meta``: ``format`` -> the store format version
+* ``meta``: ``format`` -> the store format version; ``mark:NAME`` -> a store
+  mark (``mark:copy``: an unfinished copy, see `turnlog.copy_log`)
 
 LMDB gives what the log needs: MVCC snapshots (readers never block and never
 see half a transaction), one writer at a time across processes (a robust
@@ -498,6 +499,10 @@ class _LMDBRead(ReadTxn):
             namespace, _, name = key.partition(b"\x00")
             yield namespace.decode(errors="replace"), name, value
 
+    def mark(self, name: str) -> str | None:
+        value = self._txn.get(b"mark:" + name.encode(), db=self._dbs[b"meta"])
+        return None if value is None else bytes(value).decode("utf-8", "replace")
+
 
 class _LMDBWrite(_LMDBRead, WriteTxn):
     #: Whether anything was put (then a failed write must be aborted, not committed);
@@ -554,6 +559,13 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         self.wrote = True
         self._txn.put(namespace.encode() + b"\x00" + key, value, db=self._dbs[b"cache"])
+
+    def set_mark(self, name: str, value: str | None) -> None:
+        self.wrote = True
+        if value is None:
+            self._txn.delete(b"mark:" + name.encode(), db=self._dbs[b"meta"])
+        else:
+            self._txn.put(b"mark:" + name.encode(), value.encode(), db=self._dbs[b"meta"])
 
 
 class LMDBStore(Store):

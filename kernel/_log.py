@@ -27,7 +27,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from time import sleep
+from time import monotonic, sleep
 from typing import Any
 
 import blake3
@@ -63,10 +63,12 @@ from ._errors import (
     BlobNotFoundError,
     DecodeError,
     EventTooLargeError,
+    HistoryMismatchError,
     IdempotencyError,
     InvalidArgumentError,
     InvalidEventError,
     StoreCorruptError,
+    StoreUnavailableError,
     UnknownSessionError,
 )
 from ._events import (
@@ -102,6 +104,9 @@ NEW_SESSION = -1
 
 _FOLLOW_CHUNK = 1000  # events read per snapshot while following
 _FOLLOW_SLICE = 60.0  # seconds of one wait when following without a timeout
+_FOLLOW_RETRY_MAX = 1.0  # the longest pause between reconnection attempts (seconds)
+#: Seconds `Log.follow` waits out an unreachable store by default before raising.
+FOLLOW_OUTAGE = 60.0
 
 
 #: Tries of a conditional append (`Log.update`, `Retries`) before it gives up.
@@ -523,55 +528,136 @@ class Log:
             return snap.blob(digest)
 
     def follow(self, session: str, after_seq: int = NEW_SESSION, *,
-               timeout: float | None = None, limit: int | None = None) -> Iterator[Event]:
+               after_hash: bytes | str | None = None, timeout: float | None = None,
+               limit: int | None = None, outage: float = FOLLOW_OUTAGE) -> Iterator[Event]:
         """Yield the session's events after ``after_seq`` as they are appended.
 
         Events already stored come first, then each new one as soon as the store
         reports it: PostgreSQL wakes the follower with LISTEN/NOTIFY, the embedded
-        stores poll the head every 20 ms (`Store.wait`). A session that does not
+        stores poll the head every 20 ms (`Store.listen`). A session that does not
         exist yet is waited for.
+
+        A store that cannot be reached (a server restart, a failover, a dropped
+        connection) is waited out: the follower reconnects, listens again and
+        re-reads from the last event it yielded, so nothing is missed or
+        repeated; only a store unreachable for ``outage`` seconds raises.
+
+        Each event read must continue the last one yielded (its ``prev`` is that
+        event's hash), and ``after_hash`` checks where a follow resumes: a store
+        whose head is behind ``after_seq`` (a lagging replica, a store restored
+        from a backup) is waited for when ``after_hash`` is given and refused
+        without it, since the events that will fill the gap could not be told
+        from the ones the caller saw. Nothing is ever skipped silently.
+
+        Closing the generator (or its end) releases what it waits with (the
+        PostgreSQL LISTEN connection).
 
         Parameters:
             session: the session to follow.
             after_seq: the last seq already seen (-1: from the start).
+            after_hash: the hash of the event at ``after_seq`` (bytes or hex), checked
+                against the store before anything is yielded.
             timeout: stop after this many seconds without a new event (None:
                 follow until the caller stops iterating).
             limit: stop after this many events.
+            outage: seconds the store may stay unreachable before
+                `StoreUnavailableError` is raised (default 60).
 
         Raises:
-            InvalidArgumentError: a bad session id, seq, timeout or limit.
+            InvalidArgumentError: a bad session id, seq, hash, timeout, limit or outage.
+            HistoryMismatchError: the store's head is behind ``after_seq`` and no
+                ``after_hash`` was given, or the store holds another event there
+                (or after the last event yielded).
+            StoreUnavailableError: the store stayed unreachable for ``outage`` seconds.
         """
         validate_session_id(session)
         if not isinstance(after_seq, int) or not _is_seq(after_seq + 1):
             raise InvalidArgumentError(f"after_seq must be an int >= -1, found {after_seq!r}")
-        if timeout is not None and (isinstance(timeout, bool)
-                                    or not isinstance(timeout, (int, float)) or timeout < 0):
-            raise InvalidArgumentError(f"timeout must be None or a number >= 0, found "
-                                       f"{timeout!r}")
+        for name, value in (("timeout", timeout), ("outage", outage)):
+            if (value is not None or name == "outage") and (
+                    isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not value >= 0):
+                raise InvalidArgumentError(f"{name} must be {'None or ' * (name == 'timeout')}"
+                                           f"a number >= 0, found {value!r}")
         if limit is not None and (not _is_seq(limit) or limit < 1):
             raise InvalidArgumentError(f"limit must be None or an int >= 1, found {limit!r}")
-        return self._follow(session, after_seq, timeout, limit)
+        digest = None if after_hash is None else _hash_argument(after_hash)
+        if digest is not None and after_seq < 0:
+            raise InvalidArgumentError("after_hash is the hash of the event at after_seq; "
+                                       "give after_seq >= 0 with it")
+        return self._follow(session, after_seq, digest, timeout, limit, float(outage))
 
-    def _follow(self, session: str, last: int, timeout: float | None,
-                limit: int | None) -> Iterator[Event]:
+    def _follow(self, session: str, last: int, last_hash: bytes | None,
+                timeout: float | None, limit: int | None, outage: float) -> Iterator[Event]:
         left = limit
-        while True:
-            with self.snapshot() as snap:
-                head = snap.head(session)
-                events = [] if head is None or head.seq <= last else \
-                    snap.read(session, last + 1, min(head.seq + 1, last + 1 + _FOLLOW_CHUNK))
-            for event in events:
-                yield event
-                last = event.seq
-                if left is not None:
-                    left -= 1
-                    if left == 0:
+        check = last_hash is not None  # the event at `last` must have `last_hash`
+        idle_until = None if timeout is None else monotonic() + timeout
+        down_since: float | None = None
+        failures = 0
+        with self.store.listen() as wait:
+            while True:
+                try:
+                    events = self._follow_read(session, last, last_hash, check)
+                    check = False
+                    if not events:
+                        span = _FOLLOW_SLICE if idle_until is None \
+                            else max(0.0, idle_until - monotonic())
+                        if not wait(session, last, span) and idle_until is not None:
+                            return
+                        down_since = None
+                        continue
+                except StoreUnavailableError:
+                    # Waited out (module docstring of follow): reconnect and re-read from
+                    # `last`; after it, the store may be another server, so check again.
+                    now = monotonic()
+                    down_since = now if down_since is None else down_since
+                    if now - down_since >= outage:
+                        raise
+                    if idle_until is not None and now >= idle_until:
                         return
-            if events:
-                continue
-            if not self.store.wait(session, last, _FOLLOW_SLICE if timeout is None
-                                   else float(timeout)) and timeout is not None:
-                return
+                    failures += 1
+                    check = last_hash is not None
+                    sleep(min(_FOLLOW_RETRY_MAX, 0.05 * 2 ** min(failures, 5)))
+                    continue
+                down_since = None
+                failures = 0
+                for event in events:
+                    yield event
+                    last, last_hash = event.seq, event.hash
+                    if left is not None:
+                        left -= 1
+                        if left == 0:
+                            return
+                if idle_until is not None:
+                    idle_until = monotonic() + (timeout or 0.0)
+
+    def _follow_read(self, session: str, last: int, last_hash: bytes | None,
+                     check: bool) -> list[Event]:
+        """The next events after ``last`` (none when there are none yet, or while the
+        store is behind ``last`` and ``last_hash`` can check what fills the gap)."""
+        with self.snapshot() as snap:
+            head = snap.head(session)
+            head_seq = -1 if head is None else head.seq
+            if head_seq < last:
+                if last_hash is None:
+                    raise HistoryMismatchError(
+                        f"session {session!r} ends at seq {head_seq} in "
+                        f"{self.store.location or self.store.name}, behind seq {last} that "
+                        "follow resumes after: the store was restored from an older backup or "
+                        "is a replica behind. Pass after_hash (the hash of the event at "
+                        "after_seq) to wait for it and check the events that fill the gap, or "
+                        "follow from an earlier seq", session=session, seq=last, head=head_seq)
+                return []
+            if check and last_hash is not None and last >= 0:
+                found = snap.get(session, last).hash
+                if found != last_hash:
+                    raise _diverged(self.store, session, last, head_seq, found, last_hash)
+            if head_seq == last:
+                return []
+            events = snap.read(session, last + 1, min(head_seq + 1, last + 1 + _FOLLOW_CHUNK))
+            if last_hash is not None and events and events[0].prev != last_hash:
+                raise _diverged(self.store, session, last, head_seq, events[0].prev, last_hash)
+            return events
 
     # -- writing -----------------------------------------------------------------
     def put_blob(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
@@ -1029,3 +1115,30 @@ def _same_but_time(ours: bytes, stored: bytes) -> bool:
         return False  # not ours to judge here: verify names a damaged record
     return encode_canonical(msgspec.structs.replace(decode_event(ours),
                                                     time=theirs.time)) == stored
+
+
+def _hash_argument(value: object) -> bytes:
+    """An event hash given as 32 bytes or 64 hex digits."""
+    if isinstance(value, str):
+        try:
+            digest = bytes.fromhex(value)
+        except ValueError:
+            digest = b""
+    elif isinstance(value, (bytes, bytearray)):
+        digest = bytes(value)
+    else:
+        digest = b""
+    if len(digest) != 32:
+        raise InvalidArgumentError(f"after_hash must be an event hash (32 bytes or 64 hex "
+                                   f"digits), found {value!r:.80}")
+    return digest
+
+
+def _diverged(store: Store, session: str, seq: int, head: int, found: bytes,
+              expected: bytes) -> HistoryMismatchError:
+    return HistoryMismatchError(
+        f"{session}#{seq} in {store.location or store.name} has hash {found.hex()[:16]}, "
+        f"not {expected.hex()[:16]} as the follower saw: the store holds another history "
+        "(restored from an older backup and written since, or another server). Nothing was "
+        "skipped; run `turnlog verify` on it and re-read the session from an earlier seq",
+        session=session, seq=seq, head=head)

@@ -75,6 +75,9 @@ class _MemoryRead(ReadTxn):
             found = sorted((n, k, v) for (n, k), v in self._store._cache.items())
         yield from found
 
+    def mark(self, name: str) -> str | None:
+        return self._store._marks.get(name)
+
 
 class _MemoryWrite(_MemoryRead, WriteTxn):
     def __init__(self, store: MemoryStore) -> None:
@@ -84,6 +87,7 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
         self.new_blobs: dict[str, bytes] = {}
         self.cache: dict[tuple[str, bytes], bytes] = {}
         self._pending: dict[tuple[str, int], bytes] = {}
+        self.marks: dict[str, str | None] = {}
 
     def get(self, session: str, seq: int) -> bytes | None:
         pending = self._pending.get((session, seq))
@@ -125,6 +129,12 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         self.cache[(namespace, key)] = value
 
+    def mark(self, name: str) -> str | None:
+        return self.marks[name] if name in self.marks else super().mark(name)
+
+    def set_mark(self, name: str, value: str | None) -> None:
+        self.marks[name] = value
+
 
 class MemoryStore(Store):
     """Keeps everything in process memory; gone when the object is."""
@@ -138,6 +148,7 @@ class MemoryStore(Store):
         self._idem: dict[tuple[str, str], int] = {}
         self._blobs: dict[str, bytes] = {}
         self._cache: dict[tuple[str, bytes], bytes] = {}
+        self._marks: dict[str, str] = {}
         self._closed = False
         self._pid = os.getpid()
 
@@ -168,6 +179,11 @@ class MemoryStore(Store):
             self._idem.update(txn.idem)
             self._blobs.update(txn.new_blobs)
             self._cache.update(txn.cache)
+            for name, value in txn.marks.items():
+                if value is None:
+                    self._marks.pop(name, None)
+                else:
+                    self._marks[name] = value
             self._heads = txn._heads
             return result
 

@@ -115,7 +115,7 @@ SCHEMA = "turnlog-postgres/1"
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
 _PAGE = 1000  # rows fetched per query when scanning a session
-_BLOB_PAGE = 64
+_BLOB_BYTES = 8 * 2**20  # blob bytes fetched per query when listing blobs (or one larger blob)
 _RETRIES = 64  # write attempts lost to a racing writer before giving up
 _RECHECK = 1.0  # a follower re-reads the head at least this often (seconds)
 _SECRET_KEYS = ("password", "sslpassword")
@@ -152,7 +152,13 @@ _QUERIES = {
     "sessions": "SELECT session, seq, hash FROM {s}.heads WHERE session > %s "
                 "ORDER BY session LIMIT %s",
     "blob": "SELECT data FROM {s}.blobs WHERE hash = %s",
-    "blobs": "SELECT hash, data FROM {s}.blobs WHERE hash > %s ORDER BY hash LIMIT %s",
+    "blob_sizes": "SELECT hash, octet_length(data) FROM {s}.blobs WHERE hash > %s "
+                  "ORDER BY hash LIMIT %s",
+    "blobs_in": "SELECT hash, data FROM {s}.blobs WHERE hash = ANY(%s) ORDER BY hash",
+    "mark": "SELECT value FROM {s}.meta WHERE key = %s",
+    "set_mark": "INSERT INTO {s}.meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+    "del_mark": "DELETE FROM {s}.meta WHERE key = %s",
     "idem": "SELECT seq FROM {s}.idem WHERE session = %s AND key = %s",
     "cached": "SELECT value FROM {s}.cache WHERE namespace = %s AND key = %s",
     "cache_items": "SELECT namespace, key, value FROM {s}.cache ORDER BY namespace, key",
@@ -242,14 +248,37 @@ class _PostgresRead(ReadTxn):
         return None if row is None else bytes(row[0])
 
     def blobs(self) -> Iterator[tuple[str, bytes]]:
+        # Paged by bytes, not rows: the sizes first (octet_length reads no blob), then
+        # the blobs of each run of at most _BLOB_BYTES (or one larger blob), so what
+        # is held at once does not grow with the blobs' size (verify, copy).
         after = b""
         while True:
-            rows = self._rows("blobs", (after, _BLOB_PAGE))
-            for digest, data in rows:
-                yield bytes(digest).hex(), bytes(data)
-            if len(rows) < _BLOB_PAGE:
+            sizes = self._rows("blob_sizes", (after, _PAGE))
+            run: list[bytes] = []
+            total = 0
+            for digest, size in sizes:
+                if run and total + int(size) > _BLOB_BYTES:
+                    yield from self._blob_run(run)
+                    run, total = [], 0
+                run.append(bytes(digest))
+                total += int(size)
+            yield from self._blob_run(run)
+            if len(sizes) < _PAGE:
                 return
-            after = bytes(rows[-1][0])
+            after = bytes(sizes[-1][0])
+
+    def _blob_run(self, digests: list[bytes]) -> Iterator[tuple[str, bytes]]:
+        if not digests:
+            return
+        rows = self._rows("blobs_in", (digests,))
+        rows.reverse()
+        while rows:  # each blob released as soon as it is yielded
+            digest, data = rows.pop()
+            yield bytes(digest).hex(), bytes(data)
+
+    def mark(self, name: str) -> str | None:
+        row = self._one("mark", ("mark:" + name,))
+        return None if row is None else str(row[0])
 
     def idempotency(self, session: str, key: str) -> int | None:
         row = self._one("idem", (session, key))
@@ -274,6 +303,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._idem: dict[tuple[str, str], int] = {}
         self._blobs: dict[str, bytes] = {}
         self._cache: dict[tuple[str, bytes], bytes] = {}
+        self._marks: dict[str, str | None] = {}
         self.begun = False
         self.committing = False
         self.unnotified = False  # committed, but its notification failed
@@ -352,6 +382,12 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         self._cache[(namespace, key)] = value
 
+    def mark(self, name: str) -> str | None:
+        return self._marks[name] if name in self._marks else super().mark(name)
+
+    def set_mark(self, name: str, value: str | None) -> None:
+        self._marks[name] = value
+
     def commit(self, channel: str | None) -> None:
         """Send every buffered write, the COMMIT and (with a ``channel``) the
         notifications, in one pipeline: one round trip.
@@ -395,6 +431,11 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 self._conn.execute(q["put_cached"], (namespace, cache_key, value))
             for session, (head_seq, head_hash) in self._new_heads.items():
                 self._conn.execute(q["set_head"], (session, head_seq, head_hash))
+            for name, mark in self._marks.items():
+                if mark is None:
+                    self._conn.execute(q["del_mark"], ("mark:" + name,))
+                else:
+                    self._conn.execute(q["set_mark"], ("mark:" + name, mark))
             self.committing = True
             committed.append(self._conn.execute(b"COMMIT"))
             # After the COMMIT, in a transaction of their own that does not wait for
@@ -486,8 +527,8 @@ class PostgresStore(Store):
         self._pid = os.getpid()
         self._closed = False
         self._timeout = float(pool_timeout)
-        # One LISTENing connection per following thread (see `wait`).
-        self._listeners: dict[int, tuple[threading.Thread, Connection[TupleRow]]] = {}
+        # The LISTENing connections of the followers now waiting (see `listen`).
+        self._listeners: set[Connection[TupleRow]] = set()
         self._listeners_lock = threading.Lock()
         self._q = {name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
                    for name, text in _QUERIES.items()}
@@ -799,7 +840,7 @@ class PostgresStore(Store):
             return
         self._closed = True
         with self._listeners_lock:
-            listeners = [conn for _, conn in self._listeners.values()]
+            listeners = list(self._listeners)
             self._listeners.clear()
         if os.getpid() == self._pid:
             for conn in listeners:
@@ -809,62 +850,100 @@ class PostgresStore(Store):
     # -- following --------------------------------------------------------------------
     def wait(self, session: str, after_seq: int, timeout: float) -> bool:
         """Block until the session's head is past ``after_seq`` (True) or ``timeout``
-        seconds pass (False).
+        seconds pass (False); one `listen` for one wait."""
+        with self.listen() as wait:
+            return wait(session, after_seq, timeout)
 
-        LISTENs on the schema's channel on a connection of its own (one per
-        thread, outside the pool), so it wakes when a writer commits rather
-        than polling; it still re-reads the head every second, in case a
-        notification was lost (a writer dying between commit and NOTIFY).
+    @contextmanager
+    def listen(self) -> Iterator[Callable[[str, int, float], bool]]:
+        """A `wait` for one follower (`Log.follow`), on a connection of its own.
+
+        The connection (outside the pool) LISTENs on the schema's channel, so a
+        wait wakes when a writer commits rather than polling; it still re-reads
+        the head every second, in case a notification was lost (a writer dying
+        between commit and NOTIFY). A connection the server dropped is replaced
+        on the next wait (LISTEN again, then re-read the head: nothing is
+        missed). When the context ends the connection UNLISTENs and closes: a
+        LISTENing connection nobody reads would block its backend and hold the
+        cluster-wide notification queue.
         """
         self._check()
-        deadline = time.monotonic() + max(timeout, 0.0)
-        with self._guard("follow the session"):
-            try:
-                listener: Connection[TupleRow] | None = self._listener()
-            except (pg_errors.FeatureNotSupported, pg_errors.ReadOnlySqlTransaction,
-                    pg_errors.ObjectNotInPrerequisiteState):
-                listener = None  # no LISTEN here (a replica): re-read the head each second
-            while True:
-                head = self._head_now(session)
-                if head is not None and head > after_seq:
-                    return True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                if listener is None:
-                    time.sleep(min(left, _RECHECK))
-                    continue
-                for note in listener.notifies(timeout=min(left, _RECHECK)):
-                    if note.payload == session:
-                        break
+        listener = _Listener(self)
+        try:
+            yield listener.wait
+        finally:
+            listener.close()
 
     def _head_now(self, session: str) -> int | None:
         with self.read() as txn:
             head = txn.head(session)
         return None if head is None else head[0]
 
-    def _listener(self) -> Connection[TupleRow]:
-        me = threading.current_thread()
-        with self._listeners_lock:
-            found = self._listeners.get(me.ident or 0)
-            # Threads that followed and ended leave a connection: close it.
-            gone = [k for k, (thread, _) in self._listeners.items() if not thread.is_alive()]
-            stale = [self._listeners.pop(k)[1] for k in gone]
-        for conn in stale:
-            conn.close()
-        if found is not None and found[0] is me and not found[1].closed \
-                and not found[1].broken:
-            return found[1]
-        conn = psycopg.Connection.connect(self._conninfo, autocommit=True,
-                                          connect_timeout=max(1, int(self._timeout)))
+
+class _Listener:
+    """The LISTENing connection of one follower (see `PostgresStore.listen`)."""
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+        self._conn: Connection[TupleRow] | None = None
+        self._polling = False  # the server refuses LISTEN (a replica): re-read each second
+
+    def wait(self, session: str, after_seq: int, timeout: float) -> bool:
+        store = self._store
+        store._check()
+        deadline = time.monotonic() + max(timeout, 0.0)
+        with store._guard("follow the session"):
+            conn = self._connect()
+            while True:
+                head = store._head_now(session)
+                if head is not None and head > after_seq:
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if conn is None:
+                    time.sleep(min(left, _RECHECK))
+                    continue
+                for note in conn.notifies(timeout=min(left, _RECHECK)):
+                    if note.payload == session:
+                        break
+
+    def _connect(self) -> Connection[TupleRow] | None:
+        if self._polling:
+            return None
+        conn = self._conn
+        if conn is not None and not conn.closed and not conn.broken:
+            return conn
+        self._release()
+        store = self._store
+        conn = psycopg.Connection.connect(store._conninfo, autocommit=True,
+                                          connect_timeout=max(1, int(store._timeout)))
+        with store._listeners_lock:
+            store._listeners.add(conn)
+        self._conn = conn
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
-        except BaseException:
-            conn.close()
-            raise
-        with self._listeners_lock:
-            self._listeners[me.ident or 0] = (me, conn)
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
+        except (pg_errors.FeatureNotSupported, pg_errors.ReadOnlySqlTransaction,
+                pg_errors.ObjectNotInPrerequisiteState):
+            self._polling = True
+            self._release()
+            return None
         return conn
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        with self._store._listeners_lock:
+            self._store._listeners.discard(conn)
+        if not conn.closed and not conn.broken:
+            with suppress(psycopg.Error):
+                conn.execute("UNLISTEN *")
+        conn.close()
+
+    def close(self) -> None:
+        if os.getpid() == self._store._pid:
+            self._release()
 
 
 # What a server (or libpq) says when it refuses a connection for good: retrying

@@ -30,7 +30,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
 from ._errors import StoreError
@@ -92,6 +92,14 @@ class ReadTxn(ABC):
         the cache is rebuilt on use)."""
         raise StoreError(f"{type(self).__name__} cannot list its cache")
 
+    def mark(self, name: str) -> str | None:
+        """A store-wide mark (e.g. ``copy``: the store is an unfinished copy), or None.
+
+        Marks are kept beside the store's format version, never in a session;
+        a backend without them has none.
+        """
+        return None
+
 
 class WriteTxn(ReadTxn):
     """A read view plus buffered writes, committed atomically."""
@@ -123,6 +131,14 @@ class WriteTxn(ReadTxn):
     @abstractmethod
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         """Store a derived-cache value."""
+
+    def set_mark(self, name: str, value: str | None) -> None:
+        """Set a store-wide mark (see `ReadTxn.mark`), or remove it (None).
+
+        Raises:
+            StoreError: the backend keeps no marks.
+        """
+        raise StoreError(f"{type(self).__name__} keeps no store marks")
 
 
 class Store(ABC):
@@ -169,6 +185,12 @@ class Store(ABC):
             if left <= 0:
                 return False
             time.sleep(min(left, 0.02))
+
+    def listen(self) -> AbstractContextManager[Callable[[str, int, float], bool]]:
+        """A `wait` for one follower, for as long as the context lasts: what
+        `Log.follow` waits with. A server backend holds a connection of its own
+        for it and releases it when the context ends; the default is `wait`."""
+        return nullcontext(self.wait)
 
     def check_structure(self) -> str | None:
         """The first problem of the store's own structure (below the events), or None.

@@ -876,8 +876,45 @@ def test_follow_stops_after_its_timeout_without_new_events(log: Log) -> None:
     assert list(log.follow("nothing", timeout=0)) == []
 
 
+def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
+        logs: LogFactory) -> None:
+    # The follower saw five events; the store it resumes on holds three of them
+    # (restored from an older backup, or a replica behind).
+    seen, restored = logs.open(), logs.open()
+    fill(seen, "s", 5)
+    fill(restored, "s", 3)
+    last = seen.get("s", 4)
+    with pytest.raises(turnlog.HistoryMismatchError, match="behind seq 4") as caught:
+        next(restored.follow("s", 4, timeout=0))
+    assert (caught.value.seq, caught.value.head) == (4, 2)
+    # With the hash, it waits for the store to catch up; here others fill the gap.
+    outcome: list[object] = []
+
+    def follow() -> None:
+        try:
+            outcome.extend(e.body.text for e in restored.follow(
+                "s", 4, after_hash=last.hash, timeout=30, limit=1))
+        except turnlog.HistoryMismatchError as exc:
+            outcome.append(exc)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    restored.append("s", [UserMessageAdded(text="other3"), UserMessageAdded(text="other4"),
+                          UserMessageAdded(text="new")])
+    follower.join(timeout=60)
+    assert len(outcome) == 1 and isinstance(outcome[0], turnlog.HistoryMismatchError), outcome
+    assert "s#4" in str(outcome[0]) and "another history" in str(outcome[0])
+    # The same history caught up: the follower goes on after its last event.
+    fill(seen, "s", 1, prefix="next")
+    assert [e.body.text for e in seen.follow("s", 4, after_hash=last.hash.hex(),
+                                             timeout=0)] == ["next0"]
+    with pytest.raises(turnlog.HistoryMismatchError, match="another history"):
+        next(restored.follow("s", 4, after_hash=last.hash, timeout=0))
+
+
 @pytest.mark.parametrize("bad", [{"after_seq": -2}, {"after_seq": "0"}, {"timeout": -1},
-                                 {"limit": 0}, {"timeout": True}])
+                                 {"limit": 0}, {"timeout": True}, {"outage": -1},
+                                 {"after_hash": "00"}, {"after_hash": bytes(32)}])
 def test_follow_rejects_bad_arguments(log: Log, bad: dict[str, object]) -> None:
     with pytest.raises(turnlog.InvalidArgumentError):
         log.follow("s", **bad)  # type: ignore[arg-type]

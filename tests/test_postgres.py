@@ -664,6 +664,120 @@ def test_a_follower_is_woken_by_a_writer_on_another_connection(
     assert seen == ["1", "2", "3"]
 
 
+def listening(server: pgserver.Server) -> list[tuple[object, ...]]:
+    """The backends of ``server`` whose last statement was a LISTEN."""
+    with admin(server) as conn:
+        return conn.execute("SELECT pid, state, wait_event FROM pg_stat_activity "
+                            "WHERE query LIKE 'LISTEN%'").fetchall()
+
+
+def test_a_finished_or_closed_follow_unlistens_and_closes_its_connection(
+        server: pgserver.Server) -> None:
+    log = turnlog.open(server.url(schema="follow"))
+    try:
+        log.append("s", UserMessageAdded(text="0"))
+        # A follow that ends by its timeout, having waited on its LISTEN connection.
+        assert list(log.follow("s", 0, timeout=0.3)) == []
+        assert listening(server) == []
+        # A follow closed by its caller while it waits for more.
+        follower = log.follow("s", 0, timeout=3600)
+        got: list[turnlog.Event] = []
+        reader = threading.Thread(target=lambda: got.append(next(follower)))
+        reader.start()
+        while not listening(server) and reader.is_alive():
+            threading.Event().wait(0.01)
+        log.append("s", UserMessageAdded(text="1"))
+        reader.join(timeout=60)
+        assert [e.body.text for e in got] == ["1"]  # type: ignore[attr-defined]
+        follower.close()
+        assert listening(server) == []
+        # Nobody holds the cluster-wide notification queue: it does not grow.
+        with admin(server) as conn:
+            usage = []
+            for batch in range(3):
+                log.append("s", UserMessageAdded(text=f"more {batch}"))
+                conn.execute("SELECT pg_notify('turnlog.follow', n::text) "
+                             "FROM generate_series(1, 20000) AS n")
+                row = conn.execute("SELECT pg_notification_queue_usage()").fetchone()
+                usage.append(float(row[0]))  # type: ignore[index, arg-type]
+        assert usage[2] <= usage[0], usage
+    finally:
+        log.close()
+
+
+def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothing(
+        server: pgserver.Server) -> None:
+    url = server.url(schema="follow", pool_timeout="5")
+    writer, reader = turnlog.open(url), turnlog.open(url)
+    seen: list[turnlog.Event] = []
+    errors: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            for event in reader.follow("s", outage=120):
+                seen.append(event)
+                if event.body.text == "end":  # type: ignore[attr-defined]
+                    return
+        except BaseException as exc:
+            errors.append(exc)
+
+    def append(text: str) -> None:
+        while True:  # the writer retries with its key; the follower must not need to
+            try:
+                writer.append("s", Draft(body=UserMessageAdded(text=text), key=text))
+                return
+            except StoreUnavailableError:
+                threading.Event().wait(0.05)
+
+    try:
+        append("first")
+        follower = threading.Thread(target=follow, daemon=True)
+        follower.start()
+        n = 0
+        for _ in range(3):
+            for _ in range(15):
+                append(f"m{n}")
+                n += 1
+            while len(seen) < n // 2 and follower.is_alive():
+                threading.Event().wait(0.01)
+            server.kill()
+            server.start()
+        while not listening(server) and follower.is_alive():
+            append(f"m{n}")
+            n += 1
+        with admin(server) as conn:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE query LIKE 'LISTEN%'")
+        for _ in range(15):
+            append(f"m{n}")
+            n += 1
+        append("end")
+        follower.join(timeout=300)
+        assert errors == []
+        head = writer.head("s")
+        assert head is not None
+        assert [e.seq for e in seen] == list(range(head.seq + 1))
+        assert [e.body.text for e in seen] == [  # type: ignore[attr-defined]
+            "first", *(f"m{i}" for i in range(n)), "end"]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_follower_raises_once_the_store_stays_unreachable_past_its_outage(
+        server: pgserver.Server) -> None:
+    log = turnlog.open(server.url(schema="follow", pool_timeout="1"))
+    try:
+        log.append("s", UserMessageAdded(text="0"))
+        follower = log.follow("s", timeout=3600, outage=2)
+        assert next(follower).seq == 0
+        server.kill()
+        with pytest.raises(StoreUnavailableError):
+            next(follower)
+    finally:
+        log.close()
+
+
 # -- copy ----------------------------------------------------------------------------------
 GOLDEN = Path(__file__).parent / "golden" / "v0.1.0" / "store"
 
