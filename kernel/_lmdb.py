@@ -489,6 +489,23 @@ class _LMDBRead(ReadTxn):
         value = self._txn.get(session.encode() + b"\x00" + key.encode(), db=self._dbs[b"idem"])
         return None if value is None else int(_U64.unpack_from(value)[0])
 
+    def idempotency_seqs(self, session: str, keys: Sequence[str]) -> list[int | None]:
+        get, db, unpack = self._txn.get, self._dbs[b"idem"], _U64.unpack_from
+        prefix = session.encode() + b"\x00"
+        return [None if (value := get(prefix + key.encode(), db=db)) is None
+                else int(unpack(value)[0]) for key in keys]
+
+    def idempotency_keys(self, session: str) -> Iterator[tuple[str, int]]:
+        prefix = session.encode() + b"\x00"
+        cursor = self._txn.cursor(db=self._dbs[b"idem"])
+        if not cursor.set_range(prefix):
+            return
+        for key, value in cast(Iterator[tuple[bytes, bytes]], cursor):
+            if not key.startswith(prefix):
+                return
+            yield key[len(prefix):].decode(errors="surrogateescape"), \
+                int(_U64.unpack_from(value)[0])
+
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         value = self._txn.get(namespace.encode() + b"\x00" + key, db=self._dbs[b"cache"])
         return None if value is None else bytes(value)

@@ -67,6 +67,11 @@ class _MemoryRead(ReadTxn):
     def idempotency(self, session: str, key: str) -> int | None:
         return self._store._idem.get((session, key))
 
+    def idempotency_keys(self, session: str) -> Iterator[tuple[str, int]]:
+        with self._store._lock:
+            found = sorted((k, seq) for (s, k), seq in self._store._idem.items() if s == session)
+        return iter(found)
+
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         return self._store._cache.get((namespace, key))
 

@@ -160,6 +160,9 @@ _QUERIES = {
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
     "del_mark": "DELETE FROM {s}.meta WHERE key = %s",
     "idem": "SELECT seq FROM {s}.idem WHERE session = %s AND key = %s",
+    "idem_many": "SELECT key, seq FROM {s}.idem WHERE session = %s AND key = ANY(%s)",
+    "idem_keys": "SELECT key, seq FROM {s}.idem WHERE session = %s AND key > %s "
+                 "ORDER BY key LIMIT %s",
     "cached": "SELECT value FROM {s}.cache WHERE namespace = %s AND key = %s",
     "cache_items": "SELECT namespace, key, value FROM {s}.cache ORDER BY namespace, key",
     "put_events": "INSERT INTO {s}.events (session, seq, record) "
@@ -283,6 +286,20 @@ class _PostgresRead(ReadTxn):
     def idempotency(self, session: str, key: str) -> int | None:
         row = self._one("idem", (session, key))
         return None if row is None else int(row[0])
+
+    def idempotency_seqs(self, session: str, keys: Sequence[str]) -> list[int | None]:
+        found = {str(k): int(seq) for k, seq in self._rows("idem_many", (session, list(keys)))}
+        return [found.get(key) for key in keys]
+
+    def idempotency_keys(self, session: str) -> Iterator[tuple[str, int]]:
+        after = ""
+        while True:
+            rows = self._rows("idem_keys", (session, after, _PAGE))
+            for key, seq in rows:
+                yield str(key), int(seq)
+            if len(rows) < _PAGE:
+                return
+            after = str(rows[-1][0])
 
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         row = self._one("cached", (namespace, key))

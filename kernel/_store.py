@@ -81,6 +81,17 @@ class ReadTxn(ABC):
     def idempotency(self, session: str, key: str) -> int | None:
         """The seq stored under an idempotency key of a session."""
 
+    def idempotency_seqs(self, session: str, keys: Sequence[str]) -> list[int | None]:
+        """`idempotency` of each of ``keys``, in order (what `Log.verify` checks a
+        session's keyed events against). A server backend looks them up at once."""
+        return [self.idempotency(session, key) for key in keys]
+
+    def idempotency_keys(self, session: str) -> Iterator[tuple[str, int]] | None:
+        """Every ``(key, seq)`` of a session's idempotency index, ordered by key, or
+        None for a backend that cannot list it (`Log.verify` then checks only that
+        each keyed event is indexed at its seq)."""
+        return None
+
     @abstractmethod
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         """A derived-cache value (e.g. a token count)."""

@@ -40,6 +40,21 @@ from ._tokens import check_count_cache
 __all__ = ["Problem", "VerifyReport", "fsck"]
 
 
+
+class _Key(msgspec.Struct):
+    """An event's key alone: decoding skips the rest of the event."""
+
+    key: str | None = None
+
+
+_KEY_DECODER = msgspec.msgpack.Decoder(_Key)
+_KEY_FIELD = msgspec.msgpack.encode("key")  # a record without these bytes has no key
+_KEY_BATCH = 512  # keys looked up in the index at once
+_REINDEX = ("a retry with that key would be taken for a new event, or another event for "
+            "a duplicate. Restore the store from a backup, or copy it (`turnlog copy`) into a "
+            "new store, which rebuilds the index from the events")
+
+
 class Problem(msgspec.Struct, frozen=True):
     """The first thing `verify` found wrong."""
 
@@ -204,6 +219,7 @@ class _Fsck:
         linked = link_checker(position_prefix(session))
         step = self.done.step if self.done.wanted else None
         blob_key = may_hold_blob_refs
+        keys = _Keys(txn, session) if stop is None else None
         for seq, record in txn.scan(session, 0, stop, every=True):
             if seq != expected_seq:
                 return Problem(session, expected_seq, "event is missing (seqs jump to "
@@ -236,6 +252,12 @@ class _Fsck:
                     reason = self.blob(ref)
                     if reason is not None:
                         return Problem(session, seq, reason, ref.hash)
+            if keys is not None and _KEY_FIELD in record:
+                key = _event_key(record)
+                if key is not None:
+                    problem = keys.add(key, seq)
+                    if problem is not None:
+                        return problem
             prev = record[32:64]
             expected_seq += 1
         if stop is not None:
@@ -248,7 +270,7 @@ class _Fsck:
                            f"events end at seq {expected_seq - 1}")
         if prev != head_hash:
             return Problem(session, head_seq, "the head hash does not match the last event")
-        return None
+        return None if keys is None else keys.finish()
 
     def first(self, event: Event) -> str | None:
         """What is wrong with a session's first event's link (None: nothing)."""
@@ -291,6 +313,68 @@ class _Fsck:
         if record is None or record_hash(record).hex() != checkpoint.hash:
             return Problem(checkpoint.session, checkpoint.seq,
                            "the event's hash differs from the checkpoint: the log was rewritten")
+        return None
+
+
+def _event_key(record: bytes) -> str | None:
+    """The key of the event a stored record holds (None: none, or unreadable, which
+    the chain checks report)."""
+    try:
+        return _KEY_DECODER.decode(memoryview(record)[64:]).key
+    except msgspec.DecodeError:
+        return None
+
+
+class _Keys:
+    """The check of a session's idempotency index against its keyed events: each
+    event's key must be indexed at its seq (looked up in batches), and the index
+    must hold no other key."""
+
+    def __init__(self, txn: ReadTxn, session: str) -> None:
+        self.txn = txn
+        self.session = session
+        self.pending: list[tuple[str, int]] = []
+        self.keyed = 0
+
+    def add(self, key: str, seq: int) -> Problem | None:
+        self.keyed += 1
+        self.pending.append((key, seq))
+        return self.flush() if len(self.pending) >= _KEY_BATCH else None
+
+    def flush(self) -> Problem | None:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return None
+        found = self.txn.idempotency_seqs(self.session, [key for key, _ in pending])
+        for (key, seq), indexed in zip(pending, found, strict=True):
+            if indexed is None:
+                return Problem(self.session, seq, f"the idempotency index has no entry for "
+                               f"the event's key {key!r} (deleted or changed behind turnlog's "
+                               f"back): {_REINDEX}")
+            if indexed != seq:
+                return Problem(self.session, seq, f"the idempotency index maps the event's "
+                               f"key {key!r} to seq {indexed} (changed behind turnlog's "
+                               f"back): {_REINDEX}")
+        return None
+
+    def finish(self) -> Problem | None:
+        problem = self.flush()
+        if problem is not None:
+            return problem
+        entries = self.txn.idempotency_keys(self.session)
+        if entries is None or sum(1 for _ in entries) == self.keyed:
+            return None
+        # More entries than keyed events (each of which is indexed at its seq): name
+        # the first entry whose event does not hold its key.
+        for key, seq in self.txn.idempotency_keys(self.session) or ():
+            record = self.txn.get(self.session, seq)
+            held = None if record is None else _event_key(record)
+            if held != key:
+                what = ("no event" if record is None else
+                        "an event without a key" if held is None else f"an event keyed {held!r}")
+                return Problem(self.session, seq, f"the idempotency index holds the key "
+                               f"{key!r} at seq {seq}, where the session has {what} (added or "
+                               f"changed behind turnlog's back): {_REINDEX}")
         return None
 
 

@@ -850,3 +850,32 @@ def test_verify_names_the_first_row_changed_behind_turnlogs_back(logs: LogFactor
     report = log.verify()
     assert not report.ok
     assert (report.problem.session, report.problem.seq) == ("s", 2)
+
+
+@pytest.mark.parametrize(("sql", "seq", "reason"), [
+    ("DELETE FROM {s}.idem WHERE key = 'b1-1'", 4, "has no entry for the event's key 'b1-1'"),
+    ("UPDATE {s}.idem SET seq = 0 WHERE key = 'b1-1'", 4, "maps the event's key 'b1-1' to seq 0"),
+    ("UPDATE {s}.idem SET key = 'other' WHERE key = 'b1-1'", 4, "has no entry"),
+    ("INSERT INTO {s}.idem VALUES ('s', 'stray', 1)", 1,
+     "holds the key 'stray' at seq 1, where the session has an event keyed 'b0-1'"),
+], ids=["delete", "move", "rename", "add"])
+def test_verify_names_an_idempotency_row_changed_with_sql(
+        logs: LogFactory, capsys: pytest.CaptureFixture[str], sql: str, seq: int,
+        reason: str) -> None:
+    log = logs.open()
+    log.append("s", keyed(0))
+    log.append("s", keyed(1))
+    schema = log.store.schema  # type: ignore[attr-defined]
+    with admin(pgserver.shared()) as conn:
+        conn.execute(sql.format(s=schema))
+    report = log.verify()
+    assert not report.ok and report.problem is not None
+    assert (report.problem.session, report.problem.seq) == ("s", seq)
+    assert reason in report.problem.reason and "turnlog copy" in report.problem.reason
+    url = pgserver.shared().url(schema=schema)
+    assert main(["--store", url, "verify", "s"]) == 1
+    assert f"s#{seq}: the idempotency index" in capsys.readouterr().out
+    if "DELETE" in sql:  # what goes unreported otherwise: a retry appends the key again
+        again = log.append("s", Draft(body=UserMessageAdded(text="batch 1 message 1"),
+                                      key="b1-1"))
+        assert not again.duplicate and again.first_seq == 6

@@ -428,3 +428,37 @@ def test_either_level_names_every_changed_byte_of_every_record() -> None:
                 report = log.verify("x", strict=strict)
                 assert not report.ok and report.problem is not None, (seq, at, strict)
                 assert report.problem.seq == seq, (seq, at, strict, report.problem)
+
+
+@pytest.mark.parametrize(("damage", "seq", "reason"), [
+    ("delete", 2, "has no entry for the event's key 'k2'"),
+    ("move", 2, "maps the event's key 'k2' to seq 0"),
+    ("add", 1, "holds the key 'stray' at seq 1, where the session has an event without a key"),
+    ("alias", 3, "holds the key 'k9' at seq 3, where the session has an event keyed 'k3'"),
+])
+def test_verify_names_an_idempotency_index_entry_changed_behind_turnlogs_back(
+        tmp_path: Path, damage: str, seq: int, reason: str) -> None:
+    """A deleted entry would let a retry append its key twice; a wrong one would take
+    another event for a duplicate."""
+    log, store = _lmdb_log(tmp_path)
+    with log:
+        log.append("x", [UserMessageAdded(text="a"), UserMessageAdded(text="b")])
+        log.append("x", [turnlog.Draft(body=UserMessageAdded(text=t), key=f"k{n}")
+                         for n, t in ((2, "c"), (3, "d"))])
+        log.append("y", turnlog.Draft(body=UserMessageAdded(text="y"), key="k2"))
+        assert log.verify().ok
+        with store._env.begin(write=True) as txn:  # damage no append can do
+            idem = store._dbs[b"idem"]
+            if damage == "delete":
+                assert txn.delete(b"x\x00k2", db=idem)
+            elif damage == "move":
+                txn.put(b"x\x00k2", (0).to_bytes(8, "big"), db=idem)
+            elif damage == "add":
+                txn.put(b"x\x00stray", (1).to_bytes(8, "big"), db=idem)
+            else:
+                txn.put(b"x\x00k9", (3).to_bytes(8, "big"), db=idem)
+        for report in (log.verify(), log.verify("x")):
+            assert not report.ok and report.problem is not None
+            assert (report.problem.session, report.problem.seq) == ("x", seq)
+            assert reason in report.problem.reason and "turnlog copy" in report.problem.reason
+        assert log.verify("y").ok
