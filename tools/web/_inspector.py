@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
@@ -72,6 +72,8 @@ DECISION_PAGE = 500
 TEXT_LIMIT = 20_000
 #: Sessions per page of the index.
 SESSION_PAGE = 200
+#: Receipts whose packs are kept (re-reading a receipt or paging its decisions).
+_KEPT_RECEIPTS = 8
 
 
 class NotFoundError(Exception):
@@ -197,6 +199,8 @@ class Inspector:
         self._stats: dict[str, tuple[bytes, dict[str, Any]]] = {}
         self._managers: dict[str, MemoryManager] = {}
         self._recaller = Recaller(log)
+        self._receipts: OrderedDict[tuple[str, int], tuple[Packed, dict[str, Any] | None]] = \
+            OrderedDict()
 
     # -- helpers -----------------------------------------------------------------------
     def _head(self, session: str) -> turnlog.Head:
@@ -316,18 +320,7 @@ class Inspector:
         with self._lock:
             requests = self.packer.requests(session)
             index = requests.index(seq)
-            previous = None
-            if index > 0:
-                before = requests[index - 1]
-                diff = self.packer.diff(session, before, seq)
-                previous = {"seq": before, "shared_messages": diff.shared_messages,
-                            "shared_tokens": diff.shared_tokens,
-                            "system_changed": diff.system_changed,
-                            "tools_changed": diff.tools_changed,
-                            "changes": len(diff.changes),
-                            "href": session_href(session, "requests", before),
-                            "diff_href": session_href(session, "diff", before, seq)}
-            packed = self._packed(session, seq)
+            packed, previous = self._receipt_packs(session, seq, requests, index)
         decisions = packed.decisions
         by_pos = {d.pos: d for d in decisions}
         prompt = packed.prompt
@@ -390,6 +383,33 @@ class Inspector:
                          "prev": requests[index - 1] if index > 0 else None,
                          "next": requests[index + 1] if index + 1 < len(requests) else None},
         }
+
+    def _receipt_packs(self, session: str, seq: int, requests: list[int], index: int
+                       ) -> tuple[Packed, dict[str, Any] | None]:
+        """The request re-packed and its prefix shared with the previous request, kept
+        for the last few receipts (a record never changes, so neither do they)."""
+        key = (session, seq)
+        found = self._receipts.get(key)
+        if found is not None:
+            self._receipts.move_to_end(key)
+            return found
+        previous = None
+        if index > 0:
+            # The previous request first: the packer then grows its projection to this
+            # one instead of folding the lineage again.
+            before = requests[index - 1]
+            diff = self.packer.diff(session, before, seq)
+            previous = {"seq": before, "shared_messages": diff.shared_messages,
+                        "shared_tokens": diff.shared_tokens,
+                        "system_changed": diff.system_changed,
+                        "tools_changed": diff.tools_changed, "changes": len(diff.changes),
+                        "href": session_href(session, "requests", before),
+                        "diff_href": session_href(session, "diff", before, seq)}
+        packed = self._packed(session, seq)
+        self._receipts[key] = (packed, previous)
+        while len(self._receipts) > _KEPT_RECEIPTS:
+            self._receipts.popitem(last=False)
+        return packed, previous
 
     def _body(self, request: RequestIssued, packed: Packed) -> dict[str, Any]:
         """The request body as the provider got it (the neutral prompt for ``neutral``)."""
