@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("starlette", reason="the web extra: pip install 'turnlog[web]'")
 
 import httpx
+import msgspec
 import pgserver
 import turnlog
 from support import dump
@@ -81,7 +82,11 @@ def test_the_receipt_holds_the_prompt_budget_decisions_and_body(served: Server) 
     assert receipt["previous"]["seq"] == 406 and receipt["previous"]["shared_tokens"] > 0
     sources = [s for m in receipt["messages"] for s in m["sources"]]
     assert sources and all(s["href"].startswith("/sessions/demo/events/") for s in sources)
-    assert json.loads(receipt["body"]["text"])["messages"]
+    body = get(served, receipt["body"]["href"]).json()
+    assert json.loads(body["text"])["messages"] and body["format"] == "neutral"
+    assert body["bytes"] == \
+        len(msgspec.json.encode(packed.prompt))
+    assert receipt["requests"] == {"prev": 406, "next": None}
     pruned = get(served, "/api/sessions/demo/requests/413?decision=pruned").json()
     assert pruned["decisions"] and {d["decision"] for d in pruned["decisions"]} == {"pruned"}
     replay = get(served, "/api/sessions/demo/requests/413/replay").json()

@@ -11,6 +11,7 @@ the ones in docs/inspector/).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,12 +26,12 @@ pytest.importorskip("starlette", reason="the web extra: pip install 'turnlog[web
 import turnlog
 from turnlog.tools.web import Server
 from turnlog.tools.web._inspector import session_href
-from web_support import TRANSCRIPT, corpus_store, demo_store, hostile_store
+from web_support import HOSTILE, TRANSCRIPT, corpus_store, demo_store, hostile_store
 
 CHROMIUM = os.environ.get("TURNLOG_CHROMIUM") or shutil.which("chromium") \
     or shutil.which("chromium-browser")
 try:
-    from playwright.sync_api import Browser, Page, sync_playwright
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
 except ImportError:  # pragma: no cover - the test extra installs it
     sync_playwright = None  # type: ignore[assignment]
 
@@ -130,8 +131,10 @@ def test_click_through_a_receipt_its_replay_a_diff_and_the_summaries(
     assert page.locator("#budget rect").count() >= 5
     assert page.locator("#budget line").count() == 3  # warning, compact, blocking
     page.locator("#replay").click()
-    page.wait_for_function(
-        "document.getElementById('replay-result').textContent.startsWith('identical')")
+    expect(page.locator("#replay-result")).to_have_text(re.compile("^identical"), timeout=60_000)
+    page.locator("#body summary").click()
+    expect(page.locator("#body-text")).to_have_text(re.compile(r"^\{"), timeout=60_000)
+    page.locator("#body summary").click()
     shot(page, tmp_path, "receipt-replayed")
     page.locator("#decision-filter a", has_text="pruned").click()
     page.wait_for_url("**decision=pruned**")
@@ -166,9 +169,12 @@ def test_an_imported_corpus_transcript_opens_on_every_page(
             assert response is not None and response.status == 200, target
         page.goto(server.base + session_href(session, "requests", request))
         assert "anthropic" in page.locator("h2", has_text="Request body").inner_text()
+        page.locator("#body summary").click()
+        expect(page.locator("#body-text")).to_contain_text('"max_tokens": 2000',
+                                                          timeout=60_000)
         page.locator("#replay").click()
-        page.wait_for_function(
-            "document.getElementById('replay-result').textContent.startsWith('identical')")
+        expect(page.locator("#replay-result")).to_have_text(re.compile("^identical"),
+                                                            timeout=60_000)
         shot(page, tmp_path, "corpus-receipt")
         page.goto(server.base + session_href(session) + "?from=0")
         assert page.locator("#events tbody tr").count() > 20
@@ -206,8 +212,8 @@ def test_hostile_content_runs_nothing_in_any_page(watched: Watched, tmp_path: Pa
         assert "\\x1b[31m" in page.locator("#messages").inner_text()
         assert "<script>" in page.locator("#messages").inner_text()  # shown as text
         page.locator("#replay").click()
-        page.wait_for_function(
-            "document.getElementById('replay-result').textContent.startsWith('identical')")
+        expect(page.locator("#replay-result")).to_have_text(re.compile("^identical"),
+                                                            timeout=60_000)
         assert page.evaluate("window.pwned") is None
         shot(page, tmp_path, "hostile-receipt")
     assert watched.dialogs == []
@@ -225,11 +231,15 @@ def test_the_live_timeline_shows_an_appended_event(watched: Watched, tmp_path: P
         assert page.locator("#events tbody tr").count() == 5
         # Another process appends, as an agent would while the inspector is open.
         code = ("import sys, turnlog; log = turnlog.open(sys.argv[1]); "
-                "log.append('live', turnlog.UserMessageAdded(text='<b>appended</b> live'))")
-        subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=60)
+                "log.append('live', turnlog.UserMessageAdded(text=sys.argv[2]))")
+        subprocess.run([sys.executable, "-c", code, str(path),
+                        "\x1b[31m<b>appended</b> " + HOSTILE],
+                       check=True, timeout=60)
         row = page.wait_for_selector("#e5", timeout=30_000)
-        assert row is not None and "<b>appended</b> live" in row.inner_text()
+        assert row is not None and "\\x1b[31m<b>appended</b> <script>" in row.inner_text()
+        assert "\x1b" not in row.inner_text()
         assert page.locator("#events tbody tr").count() == 6
-        assert page.locator("#events b").count() == 0
+        assert page.locator("#events b, #events img, #events script").count() == 0
+        assert page.evaluate("window.pwned") is None
         assert "#5" in page.locator("#live").inner_text()
     assert watched.errors == []

@@ -99,6 +99,7 @@ ROUTES = (
     _Route(("sessions", S, "events", N), "event", "event.html"),
     _Route(("sessions", S, "requests", N), "receipt", "receipt.html"),
     _Route(("sessions", S, "requests", N, "replay"), "replay", api_only=True),
+    _Route(("sessions", S, "requests", N, "body"), "body", api_only=True),
     _Route(("sessions", S, "diff", N, N), "diff", "diff.html"),
     _Route(("sessions", S, "summaries"), "summaries", "summaries.html"),
     _Route(("sessions", S, "memories"), "memories", "memories.html"),
@@ -292,6 +293,8 @@ class _App:
             return ins.receipt(session, numbers[0], decision=params.get("decision", ""),
                                kind=params.get("kind", ""),
                                page=_int(params.get("page", "0"), "page"))
+        if route.method == "body":
+            return ins.body(session, numbers[0])
         if route.method == "replay":
             return ins.replay(session, numbers[0])
         if route.method == "diff":

@@ -58,6 +58,7 @@ from turnlog import (
 from turnlog.adapters.providers import RenderError, renderer_for
 
 from ..summary import format_size, format_time, summarize
+from ..terminal import visible
 
 __all__ = ["DECISION_PAGE", "TEXT_LIMIT", "WINDOW", "Inspector", "NotFoundError",
            "session_href"]
@@ -221,6 +222,22 @@ class Inspector:
             raise NotFoundError(f"{session}#{seq} is not a request record")
         return body
 
+    def _neighbour(self, session: str, seq: int, step: int) -> int | None:
+        """The seq of the request record before (``step`` -1) or after (+1) ``seq``,
+        read a window at a time (a long session is not read whole for it)."""
+        head = self._head(session)
+        window = 512
+        at = seq
+        while True:
+            start, stop = (max(0, at - window), at) if step < 0 else \
+                (at + 1, min(head.seq + 1, at + 1 + window))
+            if start >= stop:
+                return None
+            found = [e.seq for e in self.log.read(session, start, stop, kinds=["request"])]
+            if found:
+                return found[-1] if step < 0 else found[0]
+            at = start if step < 0 else stop - 1
+
     def _packed(self, session: str, seq: int) -> Packed:
         with self._lock:
             return self.packer.explain(session, seq)
@@ -317,10 +334,10 @@ class Inspector:
         filtered by ``decision`` and ``kind``), stages, cache breakpoints, the prefix
         shared with the previous request and the rendered body."""
         request = self._request(session, seq)
+        before = self._neighbour(session, seq, -1)
+        after = self._neighbour(session, seq, +1)
         with self._lock:
-            requests = self.packer.requests(session)
-            index = requests.index(seq)
-            packed, previous = self._receipt_packs(session, seq, requests, index)
+            packed, previous = self._receipt_packs(session, seq, before)
         decisions = packed.decisions
         by_pos = {d.pos: d for d in decisions}
         prompt = packed.prompt
@@ -377,14 +394,13 @@ class Inspector:
             "filter": {"decision": decision, "kind": kind, "page": page, "pages": pages,
                        "matching": len(chosen)},
             "decisions": [_decision(d) for d in shown],
-            "body": self._body(request, packed),
+            "body": {"format": request.format if request.rendered_hash else "neutral",
+                     "href": "/api" + session_href(session, "requests", seq, "body")},
             "replay_href": "/api" + session_href(session, "requests", seq, "replay"),
-            "requests": {"all": len(requests), "index": index,
-                         "prev": requests[index - 1] if index > 0 else None,
-                         "next": requests[index + 1] if index + 1 < len(requests) else None},
+            "requests": {"prev": before, "next": after},
         }
 
-    def _receipt_packs(self, session: str, seq: int, requests: list[int], index: int
+    def _receipt_packs(self, session: str, seq: int, before: int | None
                        ) -> tuple[Packed, dict[str, Any] | None]:
         """The request re-packed and its prefix shared with the previous request, kept
         for the last few receipts (a record never changes, so neither do they)."""
@@ -394,10 +410,9 @@ class Inspector:
             self._receipts.move_to_end(key)
             return found
         previous = None
-        if index > 0:
+        if before is not None:
             # The previous request first: the packer then grows its projection to this
             # one instead of folding the lineage again.
-            before = requests[index - 1]
             diff = self.packer.diff(session, before, seq)
             previous = {"seq": before, "shared_messages": diff.shared_messages,
                         "shared_tokens": diff.shared_tokens,
@@ -411,8 +426,15 @@ class Inspector:
             self._receipts.popitem(last=False)
         return packed, previous
 
+    def body(self, session: str, seq: int) -> dict[str, Any]:
+        """The request body as the provider got it (the neutral prompt for a request
+        recorded without a provider format), indented; the receipt loads it on demand."""
+        request = self._request(session, seq)
+        with self._lock:
+            packed, _ = self._receipt_packs(session, seq, self._neighbour(session, seq, -1))
+        return {"session": session, "seq": seq, **self._body(request, packed)}
+
     def _body(self, request: RequestIssued, packed: Packed) -> dict[str, Any]:
-        """The request body as the provider got it (the neutral prompt for ``neutral``)."""
         try:
             render = renderer_for(request, blobs=self.log.blob)
         except RenderError as exc:
@@ -424,8 +446,9 @@ class Inspector:
             pretty = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
         except (ValueError, RecursionError):
             pretty = data.decode("utf-8", "replace")
+        # Shown as text: control and bidi characters as escapes, like every page.
         return {"format": request.format if render is not None else "neutral",
-                "bytes": len(data), "error": "", **_cut(pretty, 200_000)}
+                "bytes": len(data), "error": "", **_cut(visible(pretty), 200_000)}
 
     def replay(self, session: str, seq: int) -> dict[str, Any]:
         """Re-pack a recorded request and compare it with its record."""
@@ -453,18 +476,18 @@ class Inspector:
                           for c in out["changes"]]
         out["a_href"] = session_href(session, "requests", a)
         out["b_href"] = session_href(session, "requests", b)
-        out["requests"] = self.packer.requests(session)
+        out["pairs"] = {"prev": self._neighbour(session, a, -1), "next":
+                        self._neighbour(session, b, +1)}
         return out
 
     def _latest_decisions(self, session: str) -> tuple[int | None, dict[int, dict[str, Any]]]:
         """The latest request's seq and its decisions of this session's events by seq."""
+        latest = self._neighbour(session, self._head(session).seq + 1, -1)
+        if latest is None:
+            return None, {}
         with self._lock:
-            requests = self.packer.requests(session)
-            if not requests:
-                return None, {}
-            packed = self._packed(session, requests[-1])
-        return requests[-1], {d.seq: _decision(d) for d in packed.decisions
-                              if d.session == session}
+            packed = self._packed(session, latest)
+        return latest, {d.seq: _decision(d) for d in packed.decisions if d.session == session}
 
     def summaries(self, session: str) -> dict[str, Any]:
         """The summary tree: each compaction with what it covers and its children, and

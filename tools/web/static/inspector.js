@@ -2,10 +2,21 @@
 // Everything from the log is put into the page with textContent, never as HTML.
 "use strict";
 
+// Control, C1 and bidi characters shown as escapes, as the server shows them.
+const CONTROLS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+
+function visible(text) {
+  return String(text).replace(CONTROLS, function (c) {
+    const code = c.charCodeAt(0);
+    return code < 0x100 ? "\\x" + code.toString(16).padStart(2, "0")
+                        : "\\u" + code.toString(16).padStart(4, "0");
+  });
+}
+
 function el(tag, cls, text) {
   const node = document.createElement(tag);
   if (cls) node.className = cls;
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = visible(text);
   return node;
 }
 
@@ -55,7 +66,7 @@ function follow(table) {
     try { row = JSON.parse(message.data); } catch (e) { return; }
     if (document.getElementById("e" + row.seq)) return;
     tbody.appendChild(eventRow(row));
-    if (live) live.textContent = "live: #" + row.seq;
+    if (live) live.textContent = "live: #" + visible(row.seq);
   });
 }
 
@@ -81,7 +92,31 @@ function replay(button) {
   });
 }
 
+// The request body is loaded when its section is first opened (it can be large).
+function body(details) {
+  const out = document.getElementById("body-text");
+  details.addEventListener("toggle", function () {
+    if (!details.open || details.dataset.loaded) return;
+    details.dataset.loaded = "1";
+    fetch(safePath(details.dataset.href), { credentials: "same-origin" })
+      .then(function (r) { return r.json(); })
+      .then(function (result) {
+        out.className = "";
+        let text = result.error ? "cannot render: " + result.error : String(result.text);
+        if (result.more) text += "\n… " + result.more + " more characters";
+        out.textContent = visible(text);
+        const summary = details.querySelector("summary");
+        if (summary && result.bytes !== undefined) {
+          summary.appendChild(document.createTextNode(" · " + result.bytes + " bytes"));
+        }
+      })
+      .catch(function (e) { out.textContent = "loading failed: " + e; });
+  });
+}
+
 document.addEventListener("DOMContentLoaded", function () {
+  const details = document.getElementById("body");
+  if (details && details.dataset.href) body(details);
   const table = document.getElementById("events");
   if (table && table.dataset.follow) follow(table);
   const button = document.getElementById("replay");
