@@ -263,9 +263,11 @@ class Compactor:
         Rules 1: the units before the ``keep_recent_turns`` most recent turns (never
         the current turn). Rules 2: those, and the older steps of the current turn
         (before the ``tail_steps`` protected ones, after its opening message): a long
-        autonomous turn compacts too. Either way at least ``keep_recent_messages``
-        messages stay, the split falls between turns (rules 2: between steps), never
-        inside a unit, and never past a call awaiting its result.
+        autonomous turn compacts too. The older turns go first; once everything before
+        the opening is covered or stays verbatim (the kept turns, or what came before a
+        session's only instruction), the older steps do. Either way at least
+        ``keep_recent_messages`` messages stay, the split falls between turns (rules 2:
+        between steps), never inside a unit, and never past a call awaiting its result.
         """
         units = view.units
         if not units:
@@ -293,6 +295,12 @@ class Compactor:
                     break
                 before.append(unit)
             chosen = before or [u for u in chosen if u.index > opening]
+            if not chosen:
+                # Everything before the opening is covered or stays verbatim (the kept
+                # turns; in a one-instruction session, what came before the instruction):
+                # the current turn's older steps are ordinary history.
+                stop = _stop_v2(view, policy, keep_turns=False)
+                chosen = [u for u in units[opening + 1:stop] if _first_pos(view, u) > covered]
         if not chosen:
             return None, _nothing(view, policy, stop, covered)
         first = _first_pos(view, chosen[0])
@@ -532,10 +540,11 @@ def _stop_v1(view: Projection, policy: Policy) -> int:
     return stop
 
 
-def _stop_v2(view: Projection, policy: Policy) -> int:
-    """The first unit kept verbatim (rules 2): the kept turns, except that the current
-    turn's older steps may go; the protected steps, a call awaiting its result; moved
-    back to keep ``keep_recent_messages`` messages and snapped to a step start."""
+def _stop_v2(view: Projection, policy: Policy, *, keep_turns: bool = True) -> int:
+    """The first unit kept verbatim (rules 2): the kept turns (unless not ``keep_turns``:
+    the end of the current turn's older steps), except that the current turn's older
+    steps may go; the protected steps, a call awaiting its result; moved back to keep
+    ``keep_recent_messages`` messages and snapped to a step start."""
     units = view.units
     turns = view.turn_starts
     protection = Protection(view, policy)
@@ -544,7 +553,7 @@ def _stop_v2(view: Projection, policy: Policy) -> int:
     stop = len(units)
     for unit in units:
         if unit.index >= protection.tail_unit or unit.open_calls or (
-                keep_turn <= unit.turn < current):
+                keep_turns and keep_turn <= unit.turn < current):
             stop = unit.index
             break
     kept_messages = sum(len(u.items) for u in units[stop:])

@@ -381,3 +381,29 @@ def test_library_errors_that_name_a_command_name_the_api_call_too(demo: Path) ->
     done = cli(demo, "log", "nosuch")  # the command names only itself
     assert done.returncode == 3 and "`turnlog sessions`" in done.stderr
     assert "Python" not in done.stderr
+
+
+@needs_corpus
+def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(
+        fresh: Path) -> None:
+    # A Codex rollout: its instructions and environment as notifications, one user
+    # message, then 41 tool calls; the default policy keeps the last 3 turns verbatim.
+    assert cli(fresh, "import", str(CODEX)).returncode == 0
+    session = "019a802a-aab1-7c31-9831-d2510c7a74a2"
+    due = cli(fresh, "pack", session, "--budget", "32000", "--json")
+    assert json.loads(due.stdout)["compaction_due"] is True
+    done = cli(fresh, "compact", session, "--json")
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout)
+    assert outcome["status"] == "committed", outcome
+    with turnlog.open(fresh, readonly=True) as log:
+        events = log.read(session)
+        user = next(e.seq for e in events if isinstance(e.body, turnlog.UserMessageAdded))
+        compactions = [e.body for e in events
+                       if isinstance(e.body, turnlog.CompactionCommitted)]
+    assert len(compactions) == 1
+    # the older steps after the instruction, not what came before it or the instruction
+    assert compactions[0].first_seq > user
+    after = json.loads(cli(fresh, "pack", session, "--budget", "32000", "--json").stdout)
+    assert [s["name"] for s in after["prompt"]["system"]] == ["conversation_summary"]
+    assert after["tokens"] < json.loads(due.stdout)["tokens"]
