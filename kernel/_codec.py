@@ -276,6 +276,10 @@ MAX_SESSION_BYTES = 256
 #: a key make one key of the LMDB store's index, and LMDB keys hold at most 511 bytes;
 #: the limits are the log's, so that what one backend stores every backend stores.
 MAX_KEY_BYTES = 254
+#: The most bytes one append (or `Log.put_blob`) stores: its events' records and the
+#: blobs it moves out of them, on every backend. PostgreSQL takes no value (the
+#: array of a batch's records, a blob) of 1 GiB or more.
+MAX_BATCH_BYTES = 2**29
 
 
 def check_id_bytes(what: str, value: str, limit: int, advice: str) -> None:

@@ -45,6 +45,7 @@ from ._chain import (
 )
 from ._codec import (
     BLOB_FIELDS,
+    MAX_BATCH_BYTES,
     MAX_KEY_BYTES,
     MAX_SESSION_BYTES,
     check_id_bytes,
@@ -665,6 +666,9 @@ class Log:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise InvalidEventError(f"blob data must be bytes, found {type(data).__name__}")
         data = bytes(data)
+        if len(data) > MAX_BATCH_BYTES:
+            raise EventTooLargeError(f"a blob holds at most {MAX_BATCH_BYTES} bytes on every "
+                                     f"backend, found {len(data)}; split the data")
         ref = BlobRef(hash=blake3.blake3(data).hexdigest(), size=len(data),
                       media_type=media_type)
         validate_body(UserMessageAdded(text="", images=(ImagePart(media_type="x", blob=ref),)),
@@ -817,6 +821,7 @@ class Log:
         prepared: list[_Prepared] = []
         blobs: list[tuple[str, bytes]] = []
         keys: set[str] = set()
+        size = 0  # bytes of the records (and below, of the blobs)
         no_meta: dict[str, Any] = {}
         positional = False
         # Text shorter than a quarter of the threshold in characters is shorter than
@@ -851,6 +856,11 @@ class Log:
                 if key in keys:
                     raise InvalidEventError(f"{_where(session, i)}: idempotency key {key!r} "
                                             "appears twice in the batch")
+                if "\x00" in key:
+                    raise InvalidEventError(
+                        f"{_where(session, i)}: idempotency key {key!r} holds a NUL "
+                        "character, which no backend takes (PostgreSQL text cannot hold it); "
+                        "use a key without NUL")
                 keys.add(key)
             # The decoded payload is of a kind exactly, never a subclass.
             body = event.body
@@ -874,6 +884,14 @@ class Log:
                     f"blobs; the limit is {self.max_event_bytes}. Put bulky data in a blob "
                     "(Log.put_blob) or split it")
             prepared.append((body, key, data))
+            size += len(data)
+        if blobs:
+            size += sum(len(blob) for _, blob in blobs)
+        if size > MAX_BATCH_BYTES:
+            raise EventTooLargeError(
+                f"a batch stores at most {MAX_BATCH_BYTES} bytes on every backend (its "
+                f"events and the blobs it moves out of them), found {size} in "
+                f"{len(prepared)} events for {session!r}; split it into smaller appends")
         return _Batch(prepared, blobs, keyed=bool(keys), positional=positional)
 
     def _check_envelope(self, draft: Draft, session: str, index: int) -> None:

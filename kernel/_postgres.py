@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, LiteralString, TypeVar
 from ._errors import (
     ForkedProcessError,
     InvalidArgumentError,
+    InvalidEventError,
     StoreCorruptError,
     StoreError,
     StoreFormatError,
@@ -113,7 +114,9 @@ T = TypeVar("T")
 #: The schema version this turnlog reads and writes.
 SCHEMA = "turnlog-postgres/1"
 
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}\Z")
+# At most 55 characters: the NOTIFY channel, "turnlog." and the schema, is an
+# identifier of at most 63 bytes.
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,54}\Z")
 _PAGE = 1000  # rows fetched per query when scanning a session
 _BLOB_BYTES = 8 * 2**20  # blob bytes fetched per query when listing blobs (or one larger blob)
 _RETRIES = 64  # write attempts lost to a racing writer before giving up
@@ -284,11 +287,14 @@ class _PostgresRead(ReadTxn):
         return None if row is None else str(row[0])
 
     def idempotency(self, session: str, key: str) -> int | None:
+        if "\x00" in key:  # text cannot hold it: no such key is stored
+            return None
         row = self._one("idem", (session, key))
         return None if row is None else int(row[0])
 
     def idempotency_seqs(self, session: str, keys: Sequence[str]) -> list[int | None]:
-        found = {str(k): int(seq) for k, seq in self._rows("idem_many", (session, list(keys)))}
+        stored = [key for key in keys if "\x00" not in key]
+        found = {str(k): int(seq) for k, seq in self._rows("idem_many", (session, stored))}
         return [found.get(key) for key in keys]
 
     def idempotency_keys(self, session: str) -> Iterator[tuple[str, int]]:
@@ -391,6 +397,11 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._new_heads[session] = (seq, digest)
 
     def put_idempotency(self, session: str, key: str, seq: int) -> None:
+        if "\x00" in key:  # (an append refuses such keys; a copy may bring one)
+            raise InvalidEventError(
+                f"{session}#{seq}: idempotency key {key!r} holds a NUL character, which "
+                f"PostgreSQL text cannot hold; nothing was written. A store written before "
+                "turnlog refused such keys keeps them readable where it is (LMDB)")
         self._idem[(session, key)] = seq
 
     def put_blob(self, digest: str, data: bytes) -> None:
@@ -514,7 +525,9 @@ class PostgresStore(Store):
         schema = schema if schema is not None else str(url_schema or "turnlog")
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
             raise InvalidArgumentError(f"schema must be a lowercase identifier (letters, digits, "
-                                       f"_; at most 63), found {schema!r}")
+                                       f"_; at most 55, so that the notification channel "
+                                       f"'turnlog.SCHEMA' fits PostgreSQL's 63 bytes), found "
+                                       f"{schema!r}")
         if pool_size is None:
             try:
                 pool_size = int(str(url_pool)) if url_pool is not None else 8

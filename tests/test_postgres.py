@@ -879,3 +879,82 @@ def test_verify_names_an_idempotency_row_changed_with_sql(
         again = log.append("s", Draft(body=UserMessageAdded(text="batch 1 message 1"),
                                       key="b1-1"))
         assert not again.duplicate and again.first_seq == 6
+
+
+# -- one validation on every backend ------------------------------------------------------------
+def _old_store_with_a_nul_key(path: Path) -> turnlog.Log:
+    """An LMDB store as turnlog wrote it before keys with a NUL were refused."""
+    import blake3
+    import msgspec
+    log = turnlog.open(path)
+    log.append("s", Draft(body=UserMessageAdded(text="first"), key="a"))
+    prev = log.head("s").hash  # type: ignore[union-attr]
+    event = turnlog.Event(session="s", seq=1, body=UserMessageAdded(text="nul"), key="k\x00")
+    canonical = msgspec.msgpack.Encoder(order="deterministic").encode(event)
+    digest = blake3.blake3(prev + canonical).digest()
+
+    def put(txn: turnlog.WriteTxn) -> None:
+        txn.put_event("s", 1, prev + digest + canonical)
+        txn.put_idempotency("s", "k\x00", 1)
+        txn.set_head("s", 1, digest)
+
+    log.store.write(put)
+    return log
+
+
+def test_a_nul_in_a_key_is_refused_on_every_backend_and_old_lmdb_keys_still_read(
+        tmp_path: Path, logs: LogFactory) -> None:
+    target = logs.open()
+    with _old_store_with_a_nul_key(tmp_path / "old") as old:
+        assert [e.key for e in old.read("s")] == ["a", "k\x00"]
+        assert old.verify().ok and old.find_key("s", "k\x00") == 1
+        for log in (old, target, turnlog.open(":memory:")):
+            with pytest.raises(turnlog.InvalidEventError, match="NUL"):
+                log.append("s", Draft(body=UserMessageAdded(text="x"), key="b\x00"))
+        assert target.find_key("s", "k\x00") is None  # a lookup, not a StoreError
+        # A copy to PostgreSQL names the key instead of failing with a generic error.
+        with pytest.raises(turnlog.InvalidEventError,
+                           match=r"s#1: idempotency key 'k\\x00' holds a NUL"):
+            turnlog.copy_log(old, target)
+        assert target.sessions() == []
+        with turnlog.open(tmp_path / "new") as lmdb:  # LMDB still takes it
+            turnlog.copy_log(old, lmdb)
+            assert lmdb.verify().ok and lmdb.find_key("s", "k\x00") == 1
+
+
+def test_a_batch_over_the_size_limit_is_refused_alike_before_anything_is_sent(
+        tmp_path: Path, logs: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit (512 MiB; PostgreSQL takes no value of 1 GiB) is lowered to 1 MiB here
+    so the test holds a few MiB, not gigabytes."""
+    import turnlog._log
+    assert turnlog._log.MAX_BATCH_BYTES == 2**29
+    monkeypatch.setattr(turnlog._log, "MAX_BATCH_BYTES", 2**20)
+    big = [UserMessageAdded(text=f"{n} " + "x" * 300_000) for n in range(4)]  # as blobs
+    for log in (logs.open(), turnlog.open(tmp_path / "lmdb"), turnlog.open(":memory:")):
+        before = dump(log)
+        with pytest.raises(turnlog.EventTooLargeError, match="at most 1048576 bytes") as caught:
+            log.append("s", big)
+        assert "split it" in str(caught.value)
+        with pytest.raises(turnlog.EventTooLargeError, match="at most 1048576 bytes"):
+            log.put_blob(b"x" * (2**20 + 1))
+        assert dump(log) == before
+        assert log.append("s", big[:3]).last_seq == 2  # under the limit
+
+
+def test_a_schema_name_too_long_for_the_notify_channel_is_refused_before_connecting() -> None:
+    shared = pgserver.shared()
+    longest = "s" * 55
+    for name in ("s" * 56, "s" * 63):
+        with pytest.raises(turnlog.InvalidArgumentError, match="at most 55"):
+            turnlog.open(shared.url(schema=name))
+    with admin(shared) as conn:
+        found = conn.execute("SELECT count(*) FROM information_schema.schemata "
+                             "WHERE schema_name LIKE 'sssss%'").fetchone()
+    assert found == (0,)  # nothing was created
+    try:
+        with turnlog.open(shared.url(schema=longest)) as log:
+            log.append("s", UserMessageAdded(text="hi"))
+            assert [e.seq for e in log.follow("s", timeout=0.1)] == [0]
+    finally:
+        with admin(shared) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {longest} CASCADE")
