@@ -32,7 +32,9 @@ Defaults are the documented defaults of those systems (see docs/packing.md).
 
 from __future__ import annotations
 
+import difflib
 import math
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
@@ -363,11 +365,21 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Policy:
-        """Build a policy from a plain mapping, validating every field."""
+        """Build a policy from a plain mapping, validating every field.
+
+        Raises:
+            PolicyError: an unknown field or table (with the closest known name and the
+                tables a policy file may have), a wrong type or an out-of-range value
+                (naming the field, what was expected and what was found).
+        """
+        if isinstance(raw, dict):
+            for key, value in raw.items():
+                if key not in cls.__struct_fields__:
+                    raise PolicyError(_unknown(str(key), value))
         try:
             return msgspec.convert(raw, cls, strict=True)
         except msgspec.ValidationError as exc:
-            raise PolicyError(f"invalid policy: {exc}") from exc
+            raise PolicyError(_invalid(str(exc), raw)) from exc
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
@@ -379,6 +391,66 @@ def tool_kind(kinds: Mapping[str, str], tool_name: str) -> str:
     if kind is None and tool_name.lower() != tool_name:
         kind = kinds.get(tool_name.lower())
     return kind or "other"
+
+
+#: The tables a policy file may have, for error messages.
+_TABLES = ", ".join([*(f"[{part}]" for part in POLICY_PARTS), "[agents.NAME]"])
+
+#: What msgspec calls a type, as a policy file's reader would say it.
+_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false",
+               "str": "a string", "array": "an array", "object": "a table", "null": "nothing"}
+
+_EXPECTED = re.compile(r"^Expected `([^`]+)`, got `([^`]+)` - at `\$\.([A-Za-z_]\w*)")
+_AT = re.compile(r" - at `\$\.([A-Za-z_]\w*)([^`]*)`$")
+
+
+def _did_you_mean(name: str, choices: tuple[str, ...] | list[str], otherwise: str) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else otherwise
+
+
+def _unknown(key: str, value: object) -> str:
+    """The message for a key that is no policy field: an unknown table or field."""
+    if isinstance(value, dict):
+        close = difflib.get_close_matches(key, [*POLICY_PARTS, "agents"], n=1, cutoff=0.6)
+        hint = f"did you mean [{close[0]}]? " if close else ""
+        return (f"unknown policy table [{key}]; {hint}the tables are {_TABLES} (or every "
+                "field at the top level)")
+    fields = sorted(f for names in POLICY_PARTS.values() for f in names)
+    close = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+    home = next((p for p, names in POLICY_PARTS.items() if close and close[0] in names), "")
+    hint = f"did you mean '{close[0]}' (in [{home}])? " if close else ""
+    return (f"unknown policy field '{key}'; {hint}fields go at the top level or in the "
+            f"table of their part: {_TABLES}; see docs/policy.md for every field")
+
+
+def _invalid(message: str, raw: object) -> str:
+    """msgspec's validation message as a policy file's reader needs it: the field, what
+    is expected there and what was found."""
+    expected = _EXPECTED.match(message)
+    if expected and isinstance(raw, dict):
+        want, got, field = expected.groups()
+        found = raw.get(field)
+        shown = f"the string {found!r}" if isinstance(found, str) else (
+            f"{_TYPE_WORDS.get(got, got)} ({found!r})" if not isinstance(found, dict)
+            else "a table")
+        hint = ""
+        if want == "int" and isinstance(found, str) and re.fullmatch(
+                r"\s*\d+(\.\d+)?\s*[kKmM]\s*", found):
+            scale = 1_000 if found.strip()[-1] in "kK" else 1_000_000
+            hint = f" (write {round(float(found.strip()[:-1]) * scale)}, without quotes)"
+        return (f"invalid policy: {_TYPE_WORDS.get(want, want)} is expected at "
+                f"{field}, found {shown}{hint}")
+    at = _AT.search(message)
+    if at:
+        field, rest = at.group(1), at.group(2)
+        head = re.sub(r"^Expected `([^`]+)`", lambda m: _TYPE_WORDS.get(m[1], m[1]),
+                      message[:at.start()])
+        found = raw.get(field) if isinstance(raw, dict) and not rest else None
+        shown = f", found {found!r}" if found is not None and not isinstance(
+            found, (dict, list)) else ""
+        return f"invalid policy: {head} is expected at {field}{rest}{shown}"
+    return f"invalid policy: {message}"
 
 
 def _flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
@@ -398,7 +470,8 @@ def _flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
         for key, value in table.items():
             if key not in names:
                 home = next((p for p, fields in POLICY_PARTS.items() if key in fields), None)
-                hint = f"; it belongs in [{home}]" if home else ""
+                hint = f"; it belongs in [{home}]" if home else _did_you_mean(
+                    str(key), names, f"; the {part} fields are {', '.join(names)}")
                 raise PolicyError(f"policy field '{key}' is not a {part} field{hint}")
             if key in flat:
                 raise PolicyError(f"policy field '{key}' is given twice: at the top level "

@@ -407,3 +407,17 @@ def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(
     after = json.loads(cli(fresh, "pack", session, "--budget", "32000", "--json").stdout)
     assert [s["name"] for s in after["prompt"]["system"]] == ["conversation_summary"]
     assert after["tokens"] < json.loads(due.stdout)["tokens"]
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("context_windw = 32000\n", "did you mean 'context_window'"),
+    ("[budgt]\ncontext_window = 32000\n", "did you mean [budget]? the tables are [budget]"),
+    ("context_window = \"32k\"\n", "an integer is expected at context_window"),
+])
+def test_a_policy_file_mistake_is_a_usage_error_that_says_what_to_write(
+        demo: Path, tmp_path: Path, text: str, words: str) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(text)
+    done = cli(demo, "pack", "demo", "--policy", str(policy))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr

@@ -65,3 +65,26 @@ def test_the_stored_form_stays_flat() -> None:
     assert set(decoded) <= set(Policy.__struct_fields__)
     assert not set(decoded) & set(POLICY_PARTS)
     assert turnlog.Policy.from_dict(decoded) == policy
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("context_windw = 32000\n", "unknown policy field 'context_windw'; did you mean "
+                                "'context_window' (in [budget])?"),
+    ("[budgt]\ncontext_window = 32000\n", "unknown policy table [budgt]; did you mean "
+                                          "[budget]? the tables are [budget], [truncation]"),
+    ("[budget]\ncontext_windw = 32000\n", "not a budget field; did you mean "
+                                          "'context_window'?"),
+    ("[agents.small]\ncontext_windw = 8000\n", "did you mean 'context_window'"),
+    ("context_window = \"32k\"\n", "an integer is expected at context_window, found the "
+                                   "string '32k' (write 32000, without quotes)"),
+    ("truncate = \"yes\"\n", "true or false is expected at truncate, found the string 'yes'"),
+    ("context_window = -5\n", "an integer >= 0 is expected at context_window, found -5"),
+    ("zzz = 1\n", "unknown policy field 'zzz'; fields go at the top level or in the table of "
+                  "their part: [budget]"),
+])
+def test_a_policy_file_mistake_names_the_field_and_what_to_write(text: str, words: str) -> None:
+    with pytest.raises(PolicyError) as caught:
+        Policy.from_toml(text, agent="small" if "agents" in text else None)
+    assert words in str(caught.value)
+    assert "[agents.NAME]" in str(caught.value) or "expected" in str(caught.value) \
+        or "did you mean" in str(caught.value)
