@@ -16,7 +16,7 @@ a recorded context-overflow error and no recovery has been recorded since:
 `Compactor.recover`, whose extractive summary and the recovery pack that
 follows are deterministic and recorded), automatic compaction when enabled
 (`Compactor.maybe_compact`: the policy's triggers decide), then
-`Packer.record` with the format's renderer, so the ``RequestIssued`` event
+`Replayer.record` with the format's renderer, so the ``RequestIssued`` event
 carries the hash of the exact body returned in `Request.body`.
 
 Writes and concurrency
@@ -43,7 +43,7 @@ the other writer answered the same call, ``tool_result`` raises
 `InvalidEventError` naming the event that answered it. After ``attempts``
 conflicts in a row the `AppendConflictError` is raised (naming the head the
 last try found); nothing of the failed call was written. ``prepare`` gets the
-same guarantee from `Packer.record`: the prompt is packed at the head the
+same guarantee from `Replayer.record`: the prompt is packed at the head the
 record names, and a conflict re-packs. A write whose precondition holds is
 never lost and never duplicated; concurrent writers' events are kept in
 commit order.
@@ -111,6 +111,7 @@ from turnlog import (
     Projection,
     ProviderErrorReceived,
     Renderer,
+    Replayer,
     ReplayMismatchError,
     ReplayResult,
     RequestIssued,
@@ -323,6 +324,7 @@ class Session:
         fields.update(extra or {})
         self.extra: Mapping[str, object] = fields
         self.packer = packer if packer is not None else Packer(log)
+        self.replayer = Replayer(self.packer)
         self.compactor = Compactor(log, self.packer, summarizer=summarizer)
         self.auto_compact = auto_compact
         self._clock = clock
@@ -456,11 +458,11 @@ class Session:
             elif self.auto_compact:
                 outcome = self.compactor.maybe_compact(self.id, policy=policy, time=time)
                 compaction = outcome if outcome.status != "skipped" else None
-            recorded = self.packer.record(self.id, policy=policy, model=self.model,
-                                          time=time, format=self.format, render=self._render,
-                                          attempts=self._attempts, key=key,
-                                          render_args=render_args(max_tokens=self.max_tokens,
-                                                                  extra=self.extra))
+            recorded = self.replayer.record(self.id, policy=policy, model=self.model,
+                                            time=time, format=self.format, render=self._render,
+                                            attempts=self._attempts, key=key,
+                                            render_args=render_args(max_tokens=self.max_tokens,
+                                                                    extra=self.extra))
             self._last_request = recorded.request_seq
             return Request(body=recorded.rendered, request_seq=recorded.request_seq,
                            packed=recorded.packed, format=self.format, model=self.model,
@@ -546,13 +548,14 @@ class Session:
         """Seqs of the session's request records, oldest first."""
         if self.log.head(self.id) is None:
             return []
-        return self.packer.requests(self.id)
+        return self.replayer.requests(self.id)
 
     def replay(self, request_seq: int) -> ReplayResult:
         """Re-pack and re-render a recorded request and compare both hashes with the
         record (the renderer is rebuilt from the record's format, model and
         ``max_tokens`` and this session's ``stream`` and ``extra``)."""
-        return self.packer.replay(self.id, request_seq, render=self._renderer_for(request_seq))
+        return self.replayer.replay(self.id, request_seq,
+                                    render=self._renderer_for(request_seq))
 
     def explain(self, request_seq: int | None = None) -> Packed:
         """A recorded request (the latest when None) re-packed with its per-event
@@ -567,7 +570,7 @@ class Session:
                 raise InvalidEventError(f"session {self.id!r} has no request to explain; "
                                         "call prepare() first")
             request_seq = seqs[-1]
-        return self.packer.explain(self.id, request_seq)
+        return self.replayer.explain(self.id, request_seq)
 
     # -- internals ----------------------------------------------------------------------------
     def _time(self, time: int | None) -> int | None:
@@ -641,7 +644,7 @@ class Session:
         if not isinstance(event.body, RequestIssued):
             raise InvalidEventError(f"the key of this prepare() is stored at {self.id}#{seq}, "
                                     f"a {event.kind!r} event; use a new key for a request")
-        packed = self.packer.repack(self.id, seq)
+        packed = self.replayer.repack(self.id, seq)
         render = self._renderer_for(seq) or self._render
         body = render(packed.prompt)
         if blake3.blake3(body).hexdigest() != event.body.rendered_hash:

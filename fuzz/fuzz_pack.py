@@ -44,6 +44,7 @@ with instrumented(__name__ == "__main__"):
         ReasoningPart,
         RecallAdded,
         RecallHit,
+        Replayer,
         SessionRewound,
         SystemSectionSet,
         TextPart,
@@ -228,6 +229,7 @@ def TestOneInput(data: bytes) -> None:
         return
     log = memory_log()
     packer = Packer(log)
+    replayer = Replayer(packer)
     cuts = sorted(set(session.requests) | {len(session.items)})
     name = "s"
     recorded: list[tuple[str, int]] = []
@@ -239,7 +241,7 @@ def TestOneInput(data: bytes) -> None:
                 done = cut
             if cut < len(session.items):  # a request recorded half-way
                 with contextlib.suppress(BudgetExceededError):
-                    recorded.append((name, packer.record(name, policy=policy).request_seq))
+                    recorded.append((name, replayer.record(name, policy=policy).request_seq))
     except InvalidEventError:
         return  # the log refused an item (e.g. a pin of a position that was rewound)
     fresh = check_all(lambda: project(log, name), policy)
@@ -256,7 +258,7 @@ def TestOneInput(data: bytes) -> None:
         for fmt in sorted(PROVIDERS):
             render(fresh.prompt, fmt, model="m", max_tokens=1024)
     for sess, seq in recorded:
-        result = packer.replay(sess, seq)
+        result = replayer.replay(sess, seq)
         if not result.ok:
             raise AssertionError(f"request {sess}#{seq} does not replay: {result.difference}")
 

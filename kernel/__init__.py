@@ -106,12 +106,13 @@ from ._pack import (
     StageReport,
     pack,
 )
-from ._packer import DecisionChange, Packer, Recorded, Renderer, ReplayResult, RequestDiff
+from ._packer import Packer
 from ._policy import POLICY_PARTS, Policy
 from ._postgres import PostgresStore
 from ._projection import Item, Projection, Unit, notification_text, recall_text
 from ._prompt import Breakpoint, Message, Prompt, Section
 from ._recall import Embedder, Recaller
+from ._replay import DecisionChange, Recorded, Renderer, Replayer, ReplayResult, RequestDiff
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 from ._summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
 from ._tokens import TokenCounter, get_counter
@@ -194,6 +195,7 @@ __all__ = [
     "Renderer",
     "ReplayMismatchError",
     "ReplayResult",
+    "Replayer",
     "RequestDiff",
     "RequestIssued",
     "ResponseReceived",

@@ -1,57 +1,35 @@
-"""Requests as records: pack from the log, record, replay, explain, diff.
+"""The packer: packs the sessions of a log, the I/O shell around the pure `pack`.
 
 Theory of operation
 -------------------
-This is the I/O shell around the pure packer. A `Packer` keeps one
-`Projection` per session and tokenizer and feeds it only the events appended
-since its last use, so re-packing a long session costs O(new events). Token
-counts are persisted in the store's derived cache, so a new process does not
-re-tokenize history either.
+A `Packer` keeps one `Projection` per session and tokenizer and feeds it only
+the events appended since its last use, so re-packing a long session costs
+O(new events); each projection keeps its incremental packing index. Token
+counts are persisted in the store's derived cache (`Packer.flush`), so a new
+process does not re-tokenize history either. Both caches are bounded.
 
-Recording a request (`Packer.record`) makes sure the policy used is the one
-in force in the log (appending a ``PolicySet`` when it is not), packs, and
-appends a ``RequestIssued`` event that names the log head it packed
-(seq and hash), the policy hash, the tokenizer id and the prompt hash, with
-``expected_seq`` set to that head: if anything was appended in between, the
-record is refused and the pack is redone, so a record always describes
-exactly the prompt that is returned.
-
-`replay` rebuilds the projection from the lineage up to the recorded head,
-packs with the recorded policy and tokenizer, and compares prompt hashes.
-The projection it folded is kept (a few, least recently used dropped first)
-with its packing index, so a later request of the same session only folds
-the events in between: `replay_all` checks a session's requests in order
-and folds its lineage once. The log never changes an event, so a projection
-of the lineage up to a seq stays the projection of that prefix; a request
-whose head lies before the kept fold is projected afresh. Packing a grown
-projection with its kept index gives the bytes a fresh pack gives (the
-incremental engine's contract, which `record` relies on too).
+The packer reads the log and calls the pure `pack`; it records nothing. Work on
+recorded requests (record, replay, check, explain, diff) is the `Replayer`'s
+(``_replay``), which borrows these caches.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-
-import blake3
-import msgspec
+from collections.abc import Sequence
 
 from ._errors import (
-    AppendConflictError,
     InvalidArgumentError,
-    ReplayMismatchError,
-    TokenizerError,
     UnknownSessionError,
 )
-from ._events import Event, PolicySet, RequestIssued
-from ._log import Log, backoff
+from ._events import Event, PolicySet
+from ._log import Log
 from ._pack._engine import Stage, pack_stored
 from ._pack._index import PackIndex
-from ._pack._model import Decision, Packed
+from ._pack._model import Packed
 from ._policy import Policy
 from ._projection import Projection
-from ._prompt import Prompt
 from ._store import WriteTxn
 from ._tokens import (
     CACHE_NAMESPACE,
@@ -68,90 +46,9 @@ from ._tokens import (
     seal_chunk,
 )
 
-__all__ = ["DecisionChange", "Packer", "Recorded", "Renderer", "ReplayResult", "RequestDiff"]
+__all__ = ["Packer"]
 
 _CACHE_NS = CACHE_NAMESPACE
-#: Replay projections kept per packer (one per session and tokenizer).
-_REPLAY_VIEWS = 4
-
-
-#: Renders a neutral prompt to a provider request body (bytes); must be pure.
-Renderer = Callable[[Prompt], bytes]
-
-
-class Recorded(msgspec.Struct, frozen=True):
-    """A recorded request: the packed prompt, the seq of its record, and the
-    rendered request body when a renderer was given."""
-
-    packed: Packed
-    request_seq: int
-    rendered: bytes = b""
-
-
-class ReplayResult(msgspec.Struct, frozen=True):
-    """The outcome of replaying one request."""
-
-    session: str
-    request_seq: int
-    ok: bool
-    recorded_hash: str
-    replayed_hash: str
-    difference: str = ""
-
-
-class DecisionChange(msgspec.Struct, frozen=True):
-    """An event whose packing decision differs between two requests."""
-
-    pos: int
-    seq: int
-    kind: str
-    before: str
-    after: str
-    rule: str
-    detail: str
-
-
-class RequestDiff(msgspec.Struct, frozen=True):
-    """How two requests of a session differ.
-
-    Attributes:
-        shared_messages: messages the second prompt shares, in order, from
-            the start of the first (same system and tools required).
-        shared_tokens: tokens of that shared prefix (system and tools included):
-            what a provider prompt cache can reuse.
-        tokens_a / tokens_b: the two prompts' totals.
-        system_changed / tools_changed: whether those differ.
-        changes: events whose decision changed, with the new rule.
-    """
-
-    request_a: int
-    request_b: int
-    shared_messages: int
-    shared_tokens: int
-    tokens_a: int
-    tokens_b: int
-    system_changed: bool
-    tools_changed: bool
-    changes: tuple[DecisionChange, ...]
-
-
-class _ReplayView:
-    """A projection of a session's lineage up to own seq ``seq``, for replay."""
-
-    __slots__ = ("index", "policy", "seq", "view")
-
-    def __init__(self, view: Projection, seq: int, policy: Policy | None) -> None:
-        self.view = view
-        self.seq = seq
-        self.policy = policy  # of the last PolicySet folded (rewound or not), as replay reads it
-        self.index = PackIndex()
-
-    def extend(self, events: Iterable[Event]) -> None:
-        for event in events:
-            self.view.apply(event)
-            if isinstance(event.body, PolicySet):
-                self.policy = event.body.policy
-            self.seq = event.seq
 
 
 class Packer:
@@ -187,9 +84,6 @@ class Packer:
         # damaged when loading (rewritten first).
         self._next_chunk: dict[str, int] = {}
         self._damaged_chunks: dict[str, list[int]] = {}
-        self._replays: OrderedDict[tuple[str, str], _ReplayView] = OrderedDict()
-        # Replays have their own lock: a long replay does not hold up packing.
-        self._replay_lock = threading.Lock()
 
     # -- counters -----------------------------------------------------------------
     def counter_for(self, policy: Policy, view: Projection | None = None) -> TokenCounter:
@@ -330,7 +224,7 @@ class Packer:
         view = self._any_projection(session)
         if view is not None:
             return view.policy
-        return _policy_at(self.log.lineage(session))
+        return policy_at(self.log.lineage(session))
 
     def _any_projection(self, session: str) -> Projection | None:
         for (name, _), (view, _, _) in list(self._projections.items()):
@@ -369,255 +263,9 @@ class Packer:
         return self.projection(session, get_counter(policy.tokenizer.removeprefix(
             "calibrated:")))
 
-    def record(self, session: str, *, policy: Policy | None = None, model: str = "",
-               time: int | None = None, format: str = "neutral",  # noqa: A002
-               render: Renderer | None = None, attempts: int = 5,
-               key: str | None = None, render_args: str = "") -> Recorded:
-        """Pack the session and append the ``RequestIssued`` record, atomically
-        with respect to the log head (see the module docstring).
-
-        Parameters:
-            policy: the policy, resolved (`Policy.resolved`) and appended as
-                ``PolicySet`` when not in force; the one in force when None.
-            model: the model the request goes to (recorded).
-            time: caller-supplied time of the record.
-            format: the name of ``render`` (recorded; replay needs the same one).
-            render: a pure function from the neutral prompt to the request body;
-                its bytes are hashed into the record and returned.
-            render_args: the parameters ``render`` was built with besides format and
-                model, as a string its adapter can read back (recorded, so replay can
-                build the same renderer again).
-            key: idempotency key of the ``RequestIssued`` event.
-
-        Raises:
-            AppendConflictError: the head kept moving for ``attempts`` tries.
-        """
-        from ._log import Draft
-        if self.log.head(session) is None:
-            raise UnknownSessionError(f"no session {session!r} to pack")
-        for attempt in range(attempts):
-            backoff(attempt)
-            with self._lock:
-                in_force = self._policy_event(session)
-                use = self._policy_to_use(session, policy)
-                if in_force is None or in_force.hash != use.hash:
-                    self.log.append(session, Draft(body=PolicySet(policy=use), time=time))
-                # Read the head before packing: if another writer appends while we
-                # pack, the prompt may hold events past this head, and the append
-                # below then conflicts (and we re-pack) instead of recording a head
-                # that does not match the prompt.
-                head = self.log.head(session)
-                assert head is not None
-                # `use` is in force now: pack with the policy in force, as recorded
-                packed = self.pack(session)
-                rendered = render(packed.prompt) if render is not None else b""
-                body = RequestIssued(
-                    head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
-                    tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
-                    tokens=packed.tokens, format=format, model=model, recovery=packed.recovery,
-                    stages=self._names, calibration=packed.tokenizer.partition("*")[2],
-                    digests=packed.prompt.part_digests(),
-                    rendered_hash=blake3.blake3(rendered).hexdigest() if render else "",
-                    render_args=render_args if render is not None else "")
-                try:
-                    done = self.log.append(session, Draft(body=body, time=time, key=key),
-                                           expected_seq=head.seq)
-                except AppendConflictError:
-                    if attempt == attempts - 1:
-                        raise
-                    continue
-                self.flush()
-                return Recorded(packed, done.last_seq, rendered)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    # -- replay and explain ------------------------------------------------------------
-    def _request(self, session: str, request_seq: int) -> RequestIssued:
-        event = self.log.get(session, request_seq)
-        if not isinstance(event.body, RequestIssued):
-            raise InvalidArgumentError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
-                                    "request record; list requests with `turnlog log "
-                                    f"{session} --kind request` (Python: "
-                                    f"`Packer.requests({session!r})`)")
-        return event.body
-
-    def repack(self, session: str, request_seq: int) -> Packed:
-        """Re-pack a recorded request from its recorded head, policy and tokenizer."""
-        return self._repack(session, request_seq, explain=True)
-
-    def _repack(self, session: str, request_seq: int, *, explain: bool) -> Packed:
-        request = self._request(session, request_seq)
-        if request.stages != self._names:
-            raise ReplayMismatchError(
-                f"request {session}#{request_seq} was packed with stages "
-                f"{request.stages or '(built-in)'!r}; this packer has "
-                f"{self._names or '(built-in)'!r}. Replay with the same custom stages")
-        head = self.log.get(session, request.head_seq)
-        if head.hash.hex() != request.head_hash:
-            raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
-                                      "has the recorded hash; run `turnlog verify` (Python: "
-                                      "`Log.verify()`)")
-        with self._replay_lock:
-            try:
-                counter = get_counter(request.tokenizer)
-            except TokenizerError:
-                # The policy check comes first, as it always has.
-                policy = _policy_at(self.log.lineage(session, request.head_seq + 1))
-                if policy is None or policy.hash != request.policy_hash:
-                    raise ReplayMismatchError(self._policy_differs(session, request)) from None
-                raise
-            self._load_counts(counter)
-            state = self._replay_view(session, request.head_seq, counter)
-            policy = state.policy
-            if policy is None or policy.hash != request.policy_hash:
-                raise ReplayMismatchError(self._policy_differs(session, request))
-            try:
-                return pack_stored(state.view, policy, stages=self.stages, explain=explain,
-                                   index=state.index)
-            except BaseException:
-                # A pack that fails part-way may leave the index half caught up.
-                self._replays.pop((session, counter.id), None)
-                raise
-
-    @staticmethod
-    def _policy_differs(session: str, request: RequestIssued) -> str:
-        return (f"the policy in force at {session}#{request.head_seq} is not the recorded "
-                f"one ({request.policy_hash[:16]})")
-
-    def _replay_view(self, session: str, head_seq: int, counter: TokenCounter) -> _ReplayView:
-        """The lineage up to own seq ``head_seq`` folded with ``counter`` (the kept
-        projection grown when it ends at or before ``head_seq``, else a fresh one)."""
-        key = (session, counter.id)
-        state = self._replays.get(key)
-        if state is not None and state.seq <= head_seq:
-            self._replays.move_to_end(key)
-            if state.seq < head_seq:
-                state.extend(self.log.read(session, state.seq + 1, head_seq + 1))
-            if state.seq == head_seq:
-                return state
-        lineage = self.log.lineage(session, head_seq + 1)
-        view = Projection(counter)
-        state = _ReplayView(view, -1, None)
-        for event in lineage:
-            view.apply(event)
-            if isinstance(event.body, PolicySet):
-                state.policy = event.body.policy
-        state.seq = lineage[-1].seq if lineage else -1
-        self._replays[key] = state
-        self._replays.move_to_end(key)
-        while len(self._replays) > _REPLAY_VIEWS:
-            self._replays.popitem(last=False)
-        return state
-
-    def replay(self, session: str, request_seq: int, *,
-               render: Renderer | None = None) -> ReplayResult:
-        """Re-pack a recorded request and compare it with the record.
-
-        Parameters:
-            render: the renderer named by the record's ``format``; when the
-                record holds a rendered hash, the re-rendered body must match
-                it too (without a renderer only the neutral prompt is checked).
-
-        Returns a `ReplayResult`; ``ok`` is False with ``difference`` naming
-        the first differing part when the bytes differ.
-        """
-        request = self._request(session, request_seq)
-        try:
-            packed = self._repack(session, request_seq, explain=False)
-        except ReplayMismatchError as exc:
-            return ReplayResult(session, request_seq, False, request.prompt_hash, "", str(exc))
-        replayed = packed.prompt.hash  # encodes the whole prompt: once
-        ok = replayed == request.prompt_hash
-        difference = ""
-        if not ok:
-            difference = _first_difference(request.digests, packed)
-        elif request.rendered_hash and render is not None:
-            rendered = blake3.blake3(render(packed.prompt)).hexdigest()
-            if rendered != request.rendered_hash:
-                ok = False
-                difference = (f"the neutral prompt matches but the {request.format} rendering "
-                              f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})")
-        return ReplayResult(session, request_seq, ok, request.prompt_hash, replayed, difference)
-
-    def replay_all(self, session: str, request_seqs: Iterable[int] | None = None, *,
-                   render: Callable[[RequestIssued], Renderer | None] | None = None,
-                   ) -> Iterator[ReplayResult]:
-        """Replay a session's recorded requests, folding its lineage once.
-
-        Each result is the one `replay` gives for that request; requests in
-        ascending order (the default) cost one fold of the lineage plus one
-        incremental pack each.
-
-        Parameters:
-            request_seqs: the requests to replay, in this order (every request
-                record of the session, oldest first, when None).
-            render: gives the renderer for a request record (its ``format`` and
-                ``render_args`` name it), or None to check the neutral prompt only.
-
-        Raises:
-            UnknownSessionError: no such session or seq.
-            InvalidArgumentError: a seq that is not a request record.
-        """
-        seqs = self.requests(session) if request_seqs is None else list(request_seqs)
-        for seq in seqs:
-            renderer = render(self._request(session, seq)) if render is not None else None
-            yield self.replay(session, seq, render=renderer)
-
-    def check(self, session: str, request_seq: int) -> Packed:
-        """Like `replay`, but raise `ReplayMismatchError` on a mismatch."""
-        result = self.replay(session, request_seq)
-        if not result.ok:
-            raise ReplayMismatchError(f"replay of {session}#{request_seq} differs: "
-                                      f"{result.difference}")
-        return self.repack(session, request_seq)
-
-    def requests(self, session: str) -> list[int]:
-        """Seqs of the session's request records."""
-        return [e.seq for e in self.log.read(session, kinds=["request"])]
-
-    def explain(self, session: str, request_seq: int) -> Packed:
-        """The packed request with its per-event decisions and stage reports."""
-        return self.repack(session, request_seq)
-
-    def diff(self, session: str, request_a: int, request_b: int) -> RequestDiff:
-        """Compare two recorded requests (shared prefix, changed decisions)."""
-        a = self.repack(session, request_a)
-        b = self.repack(session, request_b)
-        system_changed = a.prompt.system != b.prompt.system
-        tools_changed = a.prompt.tools != b.prompt.tools
-        shared = 0
-        shared_tokens = 0
-        if not system_changed and not tools_changed:
-            shared_tokens = sum(a.section_tokens) + a.budget.tools
-            for ma, mb, ta in zip(a.prompt.messages, b.prompt.messages, a.message_tokens,
-                                  strict=False):
-                if ma != mb:
-                    break
-                shared += 1
-                shared_tokens += ta
-        changes = tuple(_changes(a.decisions, b.decisions))
-        return RequestDiff(request_a, request_b, shared, shared_tokens, a.tokens, b.tokens,
-                           system_changed, tools_changed, changes)
-
-
-def _first_difference(recorded: bytes, packed: Packed) -> str:
-    replayed = packed.prompt.part_digests()
-    for i in range(0, max(len(recorded), len(replayed)), 8):
-        if recorded[i:i + 8] != replayed[i:i + 8]:
-            return f"first difference at {packed.prompt.describe_part(i // 8)}"
-    return "the parts match but the breakpoints differ"
-
-
-def _policy_at(lineage: list[Event]) -> Policy | None:
+def policy_at(lineage: list[Event]) -> Policy | None:
+    """The policy of the last ``PolicySet`` in ``lineage`` (None when it has none)."""
     for event in reversed(lineage):
         if isinstance(event.body, PolicySet):
             return event.body.policy
     return None
-
-
-def _changes(a: tuple[Decision, ...], b: tuple[Decision, ...]) -> list[DecisionChange]:
-    out = []
-    for da, db in zip(a, b, strict=False):
-        if da.decision != db.decision:
-            out.append(DecisionChange(pos=db.pos, seq=db.seq, kind=db.kind, before=da.decision,
-                                      after=db.decision, rule=db.rule, detail=db.detail))
-    return out

@@ -125,7 +125,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     event (recording a request does that for you when needed).
 
     Packing rules: ``rules`` defaults to 0, *unset*. A policy handed in by the
-    caller (to `pack`, `Packer.pack` and `Packer.record`, the `Compactor`, a
+    caller (to `pack`, `Packer.pack` and `Replayer.record`, the `Compactor`, a
     session, the CLI) with rules unset is packed and recorded as `resolved`:
     with the newest rules (2), written out explicitly in its ``PolicySet``. A
     policy read back from the log with rules unset (every ``PolicySet`` written

@@ -37,7 +37,7 @@ from ._store import ReadTxn, Store
 from ._tokens import CACHE_NAMESPACE as COUNTS_NAMESPACE
 from ._tokens import check_count_cache
 
-__all__ = ["Problem", "VerifyReport", "fsck"]
+__all__ = ["Problem", "VerifyReport"]
 
 
 

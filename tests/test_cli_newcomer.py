@@ -257,7 +257,7 @@ def test_compact_says_why_it_skipped(fresh: Path) -> None:
 
 def test_negative_request_seqs_count_requests_from_the_end(demo: Path) -> None:
     with turnlog.open(demo, readonly=True) as log:
-        requests = turnlog.Packer(log).requests("demo")
+        requests = turnlog.Replayer(turnlog.Packer(log)).requests("demo")
     latest = cli(demo, "explain", "demo", "-1", "--json")
     assert latest.returncode == 0, latest.stderr
     same = cli(demo, "explain", "demo", str(requests[-1]), "--json")
@@ -376,8 +376,8 @@ def test_library_errors_that_name_a_command_name_the_api_call_too(demo: Path) ->
             log.read("nosuch")
         with pytest.raises(turnlog.UnknownSessionError, match=r"Log\.read\('demo'\)"):
             log.get("demo", 10**6)
-        with pytest.raises(turnlog.InvalidArgumentError, match=r"Packer\.requests\('demo'\)"):
-            turnlog.Packer(log).explain("demo", 0)
+        with pytest.raises(turnlog.InvalidArgumentError, match=r"Replayer\.requests\('demo'\)"):
+            turnlog.Replayer(turnlog.Packer(log)).explain("demo", 0)
     done = cli(demo, "log", "nosuch")  # the command names only itself
     assert done.returncode == 3 and "`turnlog sessions`" in done.stderr
     assert "Python" not in done.stderr

@@ -21,6 +21,7 @@ from turnlog import (
     Packer,
     Policy,
     ProviderErrorReceived,
+    Replayer,
     SessionRewound,
     Summary,
     SummaryRequest,
@@ -135,7 +136,7 @@ def test_next_pack_fits_and_earlier_replays_are_unchanged() -> None:
     requests = []
     for t in range(14):
         turn(log, t)
-        requests.append(packer.record("s", policy=SMALL).request_seq)
+        requests.append(Replayer(packer).record("s", policy=SMALL).request_seq)
         outcome = compactor.maybe_compact("s", policy=SMALL)
         if outcome.status == "committed":
             assert outcome.fits
@@ -144,7 +145,7 @@ def test_next_pack_fits_and_earlier_replays_are_unchanged() -> None:
             assert packed.prompt.problems() == []
     assert compactions(log), "the threshold never fired"
     for seq in requests:
-        assert packer.replay("s", seq).ok
+        assert Replayer(packer).replay("s", seq).ok
 
 
 def test_no_event_is_summarized_twice_at_the_same_level() -> None:
@@ -235,7 +236,7 @@ def test_failing_oversize_and_hanging_summarizers_are_recorded_and_the_session_g
     assert compactor.compact("s", policy=SMALL, reason="threshold").status == "skipped"
     # Packing falls back to trimming and still fits; the session goes on.
     turn(log, 12)
-    packed = packer.record("s", policy=SMALL).packed
+    packed = Replayer(packer).record("s", policy=SMALL).packed
     assert packed.tokens <= SMALL.usable
     # A manual compaction is still allowed and now succeeds.
     assert compactor.compact("s", policy=SMALL).status == "committed"
@@ -252,7 +253,7 @@ def test_breaker_resets_once_a_request_is_below_the_warning_level() -> None:
     compactor = Compactor(log, packer)
     view = packer.projection("s", get_counter("cl100k_base"))
     assert compactor.breaker_open(view, SMALL)
-    packer.record("s", policy=SMALL)  # a small prompt: well below the warning level
+    Replayer(packer).record("s", policy=SMALL)  # a small prompt: well below the warning level
     assert not compactor.breaker_open(packer.projection("s", get_counter("cl100k_base")), SMALL)
 
 
@@ -268,7 +269,7 @@ def test_overflow_recovery_compacts_without_a_model_and_records_a_recovery_pack(
     compactor = Compactor(log, packer, summarizer=Refusing())
     for t in range(10):
         turn(log, t)
-    request = packer.record("s", policy=SMALL)
+    request = Replayer(packer).record("s", policy=SMALL)
     log.append("s", ProviderErrorReceived(request_seq=request.request_seq, status=400,
                                           code="context_length_exceeded", overflow=True,
                                           message="This model's maximum context length is 8192"))
@@ -276,12 +277,12 @@ def test_overflow_recovery_compacts_without_a_model_and_records_a_recovery_pack(
     assert outcome.status == "committed" and outcome.reason == "overflow"
     body = compactions(log)[-1][1]
     assert body.reason == "overflow" and body.summarizer == "extractive"
-    recovered = packer.record("s", policy=SMALL)
+    recovered = Replayer(packer).record("s", policy=SMALL)
     assert recovered.packed.recovery
     assert log.get("s", recovered.request_seq).body.recovery  # type: ignore[union-attr]
     assert any(s.name == "recovery" for s in recovered.packed.stages)
-    assert packer.replay("s", recovered.request_seq).ok
-    assert packer.replay("s", request.request_seq).ok
+    assert Replayer(packer).replay("s", recovered.request_seq).ok
+    assert Replayer(packer).replay("s", request.request_seq).ok
     # Once a request is recorded after the error, packing is normal again.
     turn(log, 10)
     assert not packer.pack("s", policy=SMALL).recovery

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog import Packer, RequestIssued, ToolCall
+from turnlog import Packer, Replayer, RequestIssued, ToolCall
 from turnlog.adapters import example_agent
 from turnlog.adapters.providers import renderer_for
 
@@ -28,13 +28,14 @@ def test_the_example_answers_and_replays_every_request(capsys: pytest.CaptureFix
     assert "tool_result  verbatim" in out  # the explanation of the last request
     with turnlog.open(tmp_path / "store", readonly=True) as log:
         packer = Packer(log)
-        seqs = packer.requests("example")
+        replayer = Replayer(packer)
+        seqs = replayer.requests("example")
         assert len(seqs) == 3
         for seq in seqs:  # as `turnlog replay` does: the renderer from the record alone
             record = log.get("example", seq).body
             assert isinstance(record, RequestIssued) and record.format == "openai-chat"
             render = renderer_for(record, blobs=log.blob)
-            assert render is not None and packer.replay("example", seq, render=render).ok
+            assert render is not None and replayer.replay("example", seq, render=render).ok
 
 
 def test_the_example_runs_as_a_module() -> None:
@@ -106,7 +107,8 @@ def test_the_example_runs_twice_on_the_same_store(capsys: pytest.CaptureFixture[
         assert "answer: Invoice 2024-117 comes to 70.5" in out and "verify: ok" in out
     with turnlog.open(tmp_path / "store", readonly=True) as log:
         packer = Packer(log)
-        for seq in packer.requests("example"):
+        replayer = Replayer(packer)
+        for seq in replayer.requests("example"):
             record = log.get("example", seq).body
             assert isinstance(record, RequestIssued)
-            assert packer.replay("example", seq, render=renderer_for(record, blobs=log.blob)).ok
+            assert replayer.replay("example", seq, render=renderer_for(record, blobs=log.blob)).ok

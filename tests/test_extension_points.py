@@ -29,6 +29,7 @@ from turnlog import (
     PackState,
     Policy,
     ReadTxn,
+    Replayer,
     StageReport,
     Store,
     TextPart,
@@ -64,12 +65,13 @@ def test_a_custom_stage_needs_no_change_to_turnlog(tmp_path: Path) -> None:
     stages = list(DEFAULT_STAGES)
     stages.insert(3, ("toy-notifications", drop_notifications))
     packer = Packer(log, stages=stages)
-    recorded = packer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
+    replayer = Replayer(packer)
+    recorded = replayer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
     assert not any("build finished" in json.dumps(m.parts, default=str)
                    for m in recorded.packed.prompt.messages)
     assert [d.rule for d in recorded.packed.decisions if d.kind == "notification"] == \
         ["toy.notifications"]
-    assert packer.replay("s", recorded.request_seq).ok
+    assert replayer.replay("s", recorded.request_seq).ok
     log.close()
 
 
@@ -144,7 +146,7 @@ def test_a_new_importer_is_one_module_and_one_registry_entry(
     assert [type(e.body).__name__ for e in log.read("toy")] == \
         ["UserMessageAdded", "AssistantMessageAdded"]
     assert import_file(log, path, format="toy").appended == 0  # idempotent by its keys
-    assert Packer(log).record("toy", policy=Policy(context_window=8_000,
+    assert Replayer(Packer(log)).record("toy", policy=Policy(context_window=8_000,
                                                    output_reserve=1_000)).packed.tokens > 0
     log.close()
 
@@ -251,6 +253,7 @@ def test_a_new_store_backend_needs_nothing_above_the_store_interface() -> None:
     assert isinstance(result.body, ToolResultAdded) and result.body.blob is not None
     assert log.blob(result.body.blob) == b"x" * 20_000
     packer = Packer(log)
-    recorded = packer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
-    assert packer.replay("s", recorded.request_seq).ok
-    assert Packer(log).replay("s", recorded.request_seq).ok  # a cold projection agrees
+    replayer = Replayer(packer)
+    recorded = replayer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
+    assert replayer.replay("s", recorded.request_seq).ok
+    assert Replayer(Packer(log)).replay("s", recorded.request_seq).ok  # a cold projection agrees

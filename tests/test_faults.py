@@ -3,7 +3,7 @@ hostile content. docs/reliability.md tabulates what each test tried and what hel
 
 * **SIGKILL** of a child process at random moments while it appends batches with
   blob-sized outputs, compacts (`Compactor.compact`) or records requests
-  (`Packer.record`): afterwards the store opens, verifies, holds every batch whole
+  (`Replayer.record`): afterwards the store opens, verifies, holds every batch whole
   or not at all, references no missing blob, and every recorded request replays.
 * **Disk full** (a 2 MiB tmpfs, when this process may mount one) and **map full**
   (`LMDBStore(max_map_size=...)`): the append fails with `StoreFullError`, the
@@ -50,6 +50,7 @@ from turnlog import (
     NotificationAdded,
     Packer,
     Policy,
+    Replayer,
     RequestIssued,
     StoreFullError,
     StoreReadOnlyError,
@@ -88,12 +89,13 @@ WORKER = textwrap.dedent('''
     from turnlog import (AssistantMessageAdded, Draft, Policy, TextPart, ToolCall,
                          ToolResultAdded, UserMessageAdded)
     from turnlog import Compactor
-    from turnlog import Packer
+    from turnlog import Packer, Replayer
 
     path, workload, i = sys.argv[1], sys.argv[2], int(sys.argv[3])
     POLICY = Policy(context_window=16_000, output_reserve=2_000, keep_recent_turns=1)
     log = turnlog.open(path)
     packer = Packer(log)
+    replayer = Replayer(packer)
     compactor = Compactor(log, packer)
 
     def output(i):
@@ -123,7 +125,7 @@ WORKER = textwrap.dedent('''
             compactor.compact("fault", policy=POLICY)
         else:
             log.append("fault", turn(i, big=False))
-            packer.record("fault", policy=POLICY, model="m")
+            replayer.record("fault", policy=POLICY, model="m")
         print(f"ack {i}", flush=True)
         i += 1
 ''')
@@ -153,6 +155,7 @@ def check_after_kill(path: Path, acked: set[int], workload: str, replayed: set[i
         assert acked <= set(batches), f"acknowledged batches missing: {acked - set(batches)}"
         lineage = log.lineage(SESSION)
         packer = Packer(log)
+        replayer = Replayer(packer)
         for event in events:
             body = event.body
             if isinstance(body, CompactionCommitted):
@@ -163,7 +166,7 @@ def check_after_kill(path: Path, acked: set[int], workload: str, replayed: set[i
             elif isinstance(body, RequestIssued):
                 seen["requests"] += 1
                 if event.seq not in replayed:
-                    result = packer.replay(SESSION, event.seq)
+                    result = replayer.replay(SESSION, event.seq)
                     assert result.ok, f"request #{event.seq} does not replay: {result.difference}"
                     replayed.add(event.seq)
             elif isinstance(body, ToolResultAdded) and body.blob is not None:
@@ -346,7 +349,7 @@ def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
                                     output=(BLOB_MARK + f"{s}.{i} ".encode() * 20_000).decode()
                                     if i % 10 == 3 else f"listing {i}\n" * 30)])
-            Packer(log).record(f"s{s}", policy=POLICY)
+            Replayer(Packer(log)).record(f"s{s}", policy=POLICY)
         log.fork("s0", 20, "s0-fork")
         log.append("s0-fork", UserMessageAdded(text="on the fork"))
     return path
@@ -511,13 +514,14 @@ def test_verify_reports_damaged_files_without_crashing_over_many_rounds(
 def _recorded_store(path: Path) -> list[int]:
     with turnlog.open(path) as log:
         packer = Packer(log)
+        replayer = Replayer(packer)
         seqs = []
         for i in range(8):
             log.append(SESSION, [UserMessageAdded(text=f"question {i} " * 40),
                                  AssistantMessageAdded(parts=(TextPart(text=f"answer {i} " * 40),
                                                               ))])
             if i % 3 == 0:
-                seqs.append(packer.record(SESSION, policy=POLICY, model="m").request_seq)
+                seqs.append(replayer.record(SESSION, policy=POLICY, model="m").request_seq)
         return seqs
 
 
@@ -525,15 +529,16 @@ def _reads_work_and_writes_are_refused(log: Log, requests: list[int]) -> None:
     assert log.verify().ok
     assert len(log.read(SESSION)) > 16
     packer = Packer(log)
+    replayer = Replayer(packer)
     for seq in requests:
-        assert packer.replay(SESSION, seq).ok
-        assert packer.explain(SESSION, seq).decisions
+        assert replayer.replay(SESSION, seq).ok
+        assert replayer.explain(SESSION, seq).decisions
     packer.pack(SESSION, policy=POLICY)
     attempts = {
         "append": lambda: log.append(SESSION, UserMessageAdded(text="no")),
         "fork": lambda: log.fork(SESSION, 0, "other"),
         "put_blob": lambda: log.put_blob(b"data"),
-        "record": lambda: packer.record(SESSION, policy=POLICY),
+        "record": lambda: replayer.record(SESSION, policy=POLICY),
         "compact": lambda: Compactor(log, packer).compact(SESSION, policy=POLICY),
     }
     for name, attempt in attempts.items():
@@ -658,13 +663,14 @@ def test_a_50_mb_tool_output_goes_to_a_blob_and_the_prompt_holds_a_preview(
         assert len(event.body.output) < 64_000  # the event holds a head/tail preview
         assert log.blob(event.body.blob).decode() == output
         packer = Packer(log)
+        replayer = Replayer(packer)
         packed = packer.pack(SESSION, policy=Policy())
         tool = next(m for m in packed.prompt.messages if m.role == "tool")
         text = "".join(p.text for p in tool.parts if isinstance(p, TextPart))
         assert len(text) < 60_000 and text.startswith(output[:200])
         assert event.body.blob.hash in text  # the preview names the blob holding it all
-        recorded = packer.record(SESSION, policy=Policy())
-        assert packer.replay(SESSION, recorded.request_seq).ok
+        recorded = replayer.record(SESSION, policy=Policy())
+        assert replayer.replay(SESSION, recorded.request_seq).ok
         assert log.verify().ok
 
 

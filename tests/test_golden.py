@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog import Packer
+from turnlog import Packer, Replayer
 from turnlog.adapters.providers import renderer_for
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -50,6 +50,7 @@ def test_every_golden_request_replays_byte_for_byte(golden: tuple[Path, turnlog.
     folder, log = golden
     manifest = json.loads((folder / "manifest.json").read_text())
     packer = Packer(log)
+    replayer = Replayer(packer)
     formats: set[str] = set()
     replayed = 0
     for head in log.sessions():
@@ -57,7 +58,7 @@ def test_every_golden_request_replays_byte_for_byte(golden: tuple[Path, turnlog.
             request = event.body
             assert isinstance(request, turnlog.RequestIssued)
             render = renderer_for(request, blobs=log.blob)
-            result = packer.replay(head.session, event.seq, render=render)
+            result = replayer.replay(head.session, event.seq, render=render)
             assert result.ok, (head.session, event.seq, result.difference)
             formats.add(request.format)
             replayed += 1
@@ -71,9 +72,10 @@ def test_every_golden_session_replays_in_one_pass(golden: tuple[Path, turnlog.Lo
     # What `turnlog replay SESSION --all` does: one Packer, one fold of each lineage.
     _, log = golden
     packer = Packer(log)
+    replayer = Replayer(packer)
     for head in log.sessions():
         seqs = [e.seq for e in log.read(head.session, kinds=["request"])]
-        results = list(packer.replay_all(
+        results = list(replayer.replay_all(
             head.session, render=lambda request: renderer_for(request, blobs=log.blob)))
         assert [r.request_seq for r in results] == seqs
         assert all(r.ok for r in results), [(r.request_seq, r.difference) for r in results

@@ -28,6 +28,7 @@ from turnlog import (
     Log,
     Packer,
     Policy,
+    Replayer,
     RequestIssued,
     ResponseReceived,
     SessionRewound,
@@ -176,7 +177,7 @@ def test_packed_messages_are_budgeted_recorded_and_replayable(log: Log) -> None:
     requests = [e for e in log.read("chat") if isinstance(e.body, RequestIssued)]
     assert len(requests) == 1 and requests[0].body.model == "gpt-test"
     assert requests[0].body.tokens <= policy.usable
-    assert Packer(log).replay("chat", requests[0].seq).ok
+    assert Replayer(Packer(log)).replay("chat", requests[0].seq).ok
     history.add_messages([AIMessage("fine", usage_metadata={
         "input_tokens": 900, "output_tokens": 2, "total_tokens": 902,
         "input_token_details": {"cache_read": 600}})])

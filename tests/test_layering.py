@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"kernel": "turnlog", "adapters": "turnlog.adapters", "tools": "turnlog.tools"}
 #: What the pure packing core must not import: the log and every store.
 IO_MODULES = ("turnlog._log", "turnlog._store", "turnlog._memstore", "turnlog._lmdb",
-              "turnlog._postgres", "turnlog._copy", "turnlog._packer")
+              "turnlog._postgres", "turnlog._copy", "turnlog._verify", "turnlog._packer",
+              "turnlog._replay")
 NETWORK = ("http", "socket", "urllib", "requests", "httpx", "aiohttp", "urllib3", "ssl",
            "websockets")
 

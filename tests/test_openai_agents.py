@@ -24,6 +24,7 @@ from turnlog import (
     NotificationAdded,
     Packer,
     ReasoningPart,
+    Replayer,
     SessionRewound,
     TextPart,
     ToolCall,
@@ -164,13 +165,14 @@ def test_items_of_every_kind_are_kept_and_pack_for_the_responses_api(log: Log) -
     assert result.tool_name == "query"
     assert isinstance(bodies[4], NotificationAdded)
     packer = Packer(log)
+    replayer = Replayer(packer)
     render = renderer("openai-responses", model="fake-model", max_tokens=256, blobs=log.blob)
-    recorded = packer.record("agent", format="openai-responses", model="fake-model",
+    recorded = replayer.record("agent", format="openai-responses", model="fake-model",
                              render=render)
     sent = json.loads(recorded.rendered)
     assert [i["type"] for i in sent["input"]][2:6] == ["reasoning", "message",
                                                        "function_call", "function_call_output"]
-    assert packer.replay("agent", recorded.request_seq, render=render).ok
+    assert replayer.replay("agent", recorded.request_seq, render=render).ok
 
 
 def test_events_from_the_facade_read_back_as_items(log: Log) -> None:

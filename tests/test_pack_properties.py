@@ -29,6 +29,7 @@ from turnlog import (
     CompactionCommitted,
     Draft,
     Event,
+    InvalidArgumentError,
     Log,
     NotificationAdded,
     Packed,
@@ -37,6 +38,7 @@ from turnlog import (
     Policy,
     PolicyError,
     Projection,
+    Replayer,
     StageReport,
     ToolResultAdded,
     UserMessageAdded,
@@ -312,19 +314,20 @@ def test_replay_of_an_earlier_request_survives_later_appends(
     log = memory_log()
     session = build(log, "s", items[:split])
     packer = Packer(log)
+    replayer = Replayer(packer)
     try:
-        recorded = packer.record(session, policy=policy)
+        recorded = replayer.record(session, policy=policy)
     except BudgetExceededError:
         assume(False)
         return
     build(log, session, items[split:])
     later = data.draw(policies(max_window=64_000))
     with contextlib.suppress(BudgetExceededError):
-        packer.record(session, policy=later)  # a second request on the grown log
-    for replayer in (packer, Packer(log)):
-        result = replayer.replay(session, recorded.request_seq)
+        replayer.record(session, policy=later)  # a second request on the grown log
+    for fresh in (replayer, Replayer(Packer(log))):
+        result = fresh.replay(session, recorded.request_seq)
         assert result.ok, result.difference
-    assert Packer(log).repack(session, recorded.request_seq).prompt.encode() == (
+    assert Replayer(Packer(log)).repack(session, recorded.request_seq).prompt.encode() == (
         recorded.packed.prompt.encode())
 
 
@@ -347,16 +350,18 @@ def test_a_packer_replaying_many_requests_packs_each_like_a_fresh_packer(
         if log.head(session) is None:
             continue
         with contextlib.suppress(BudgetExceededError):
-            done = Packer(log).record(session, policy=data.draw(policies(max_window=64_000)))
+            done = Replayer(Packer(log)).record(
+                session, policy=data.draw(policies(max_window=64_000)))
             recorded.setdefault(session, []).append(done.request_seq)
     assume(recorded)
     for name, seqs in recorded.items():
-        results = list(Packer(log).replay_all(name))
+        results = list(Replayer(Packer(log)).replay_all(name))
         assert [r.request_seq for r in results] == seqs
         assert all(r.ok for r in results), [r.difference for r in results]
         packer = Packer(log)
+        replayer = Replayer(packer)
         for seq in data.draw(st.permutations(seqs)):
-            kept, fresh = packer.repack(name, seq), Packer(log).repack(name, seq)
+            kept, fresh = replayer.repack(name, seq), Replayer(Packer(log)).repack(name, seq)
             assert kept.prompt.encode() == fresh.prompt.encode()
             assert kept.decisions == fresh.decisions
             assert kept.stages == fresh.stages
@@ -507,3 +512,16 @@ def test_turnlog_does_not_import_hypothesis() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_replayer_borrows_a_packers_caches_and_refuses_anything_else() -> None:
+    log = memory_log()
+    log.append("s", UserMessageAdded(text="hello"))
+    packer = Packer(log)
+    replayer = Replayer(packer)
+    recorded = replayer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
+    assert replayer.packer is packer and replayer.log is log
+    assert replayer.replay("s", recorded.request_seq).ok
+    assert not hasattr(packer, "record")  # recorded requests are the replayer's job
+    with pytest.raises(InvalidArgumentError, match="needs a Packer"):
+        Replayer(log)  # type: ignore[arg-type]

@@ -785,12 +785,13 @@ GOLDEN = Path(__file__).parent / "golden" / "v0.1.0" / "store"
 def replay_all(log: turnlog.Log) -> int:
     """Replay every recorded request of ``log``; return how many (all must match)."""
     packer = turnlog.Packer(log)
+    replayer = turnlog.Replayer(packer)
     replayed = 0
     for head in log.sessions():
         for event in log.read(head.session, kinds=["request"]):
             request = event.body
             assert isinstance(request, turnlog.RequestIssued)
-            result = packer.replay(head.session, event.seq,
+            result = replayer.replay(head.session, event.seq,
                                    render=renderer_for(request, blobs=log.blob))
             assert result.ok, (head.session, event.seq, result.difference)
             replayed += 1

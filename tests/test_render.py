@@ -52,6 +52,7 @@ from turnlog import (
     Policy,
     Prompt,
     ReasoningPart,
+    Replayer,
     Section,
     SystemSectionSet,
     TextPart,
@@ -681,14 +682,15 @@ def test_a_recorded_rendering_replays_and_a_different_renderer_is_caught(name: s
     log.append("s", [SystemSectionSet(name="base", text="Be brief."),
                      UserMessageAdded(text="hello")])
     packer = Packer(log)
+    replayer = Replayer(packer)
     render_a = renderer(name, model="model-a", max_tokens=100)
-    recorded = packer.record("s", format=name, render=render_a, model="model-a")
+    recorded = replayer.record("s", format=name, render=render_a, model="model-a")
     assert recorded.rendered == render_a(recorded.packed.prompt)
     request = log.get("s", recorded.request_seq).body
     assert request.format == name and request.rendered_hash
-    assert packer.replay("s", recorded.request_seq, render=render_a).ok
+    assert replayer.replay("s", recorded.request_seq, render=render_a).ok
     render_b = renderer(name, model="model-b", max_tokens=100)
-    result = packer.replay("s", recorded.request_seq, render=render_b)
+    result = replayer.replay("s", recorded.request_seq, render=render_b)
     assert not result.ok
     assert f"the {name} rendering differs" in result.difference
 
@@ -762,22 +764,22 @@ def test_the_fake_server_refuses_tool_blocks_without_tools_as_the_messages_api_d
 def test_a_request_records_its_render_version_and_replays_with_it() -> None:
     log = turnlog.open(":memory:")
     _imported_session(log)
-    packer = Packer(log)
-    new = packer.record("s", format="anthropic", model=MODEL,
-                        render=renderer("anthropic", model=MODEL, max_tokens=100),
-                        render_args=render_args(max_tokens=100))
+    replayer = Replayer(Packer(log))
+    new = replayer.record("s", format="anthropic", model=MODEL,
+                          render=renderer("anthropic", model=MODEL, max_tokens=100),
+                          render_args=render_args(max_tokens=100))
     request = log.get("s", new.request_seq).body
     assert json.loads(request.render_args) == {"max_tokens": 100, "version": RENDER_LATEST}
     assert anthropic_problems(json.loads(new.rendered)) == []
-    assert packer.replay("s", new.request_seq, render=renderer_for(request)).ok
+    assert replayer.replay("s", new.request_seq, render=renderer_for(request)).ok
     assert derived_tool_names(request, new.packed.prompt) == ("Read", "mcp.files/list")
     # A record without a version (all that turnlog 0.2.0 wrote) replays with version 1.
-    old = packer.record("s", format="anthropic", model=MODEL,
-                        render=renderer("anthropic", model=MODEL, max_tokens=100, version=1),
-                        render_args='{"max_tokens":100}')
+    old = replayer.record("s", format="anthropic", model=MODEL,
+                          render=renderer("anthropic", model=MODEL, max_tokens=100, version=1),
+                          render_args='{"max_tokens":100}')
     old_request = log.get("s", old.request_seq).body
     assert "tools" not in json.loads(old.rendered)
-    assert packer.replay("s", old.request_seq, render=renderer_for(old_request)).ok
+    assert replayer.replay("s", old.request_seq, render=renderer_for(old_request)).ok
     assert derived_tool_names(old_request, old.packed.prompt) == ()
     with pytest.raises(RenderError, match="version must be an int from 1 to"):
         renderer("anthropic", model=MODEL, max_tokens=100, version=RENDER_LATEST + 1)

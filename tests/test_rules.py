@@ -17,6 +17,7 @@ from turnlog import (
     Packer,
     Policy,
     PolicySet,
+    Replayer,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -71,14 +72,15 @@ def test_recording_writes_the_resolved_rules_once() -> None:
     log = turnlog.open(":memory:")
     log.append("s", UserMessageAdded(text="hello"))
     packer = Packer(log)
+    replayer = Replayer(packer)
     for _ in range(3):
-        packer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
+        replayer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
         log.append("s", AssistantMessageAdded(parts=(TextPart(text="ok"),)))
         log.append("s", UserMessageAdded(text="again"))
     sets = [e.body for e in log.read("s", kinds=["policy"])]
     assert len(sets) == 1
     assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 2
-    assert all(packer.replay("s", seq).ok for seq in packer.requests("s"))
+    assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))
 
 
 def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
@@ -88,11 +90,12 @@ def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
     log.append("s", [PolicySet(policy=Policy(context_window=8_000, output_reserve=1_000)),
                      UserMessageAdded(text="hello")])
     packer = Packer(log)
+    replayer = Replayer(packer)
     assert packer.pack("s").rules == 1
-    first = packer.record("s")
+    first = replayer.record("s")
     assert first.packed.rules == 1
     assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 2
-    assert packer.replay("s", first.request_seq).ok
+    assert replayer.replay("s", first.request_seq).ok
 
 
 # -- long autonomous turns --------------------------------------------------------------------

@@ -27,6 +27,7 @@ from turnlog import (
     Packer,
     Policy,
     ProviderErrorReceived,
+    Replayer,
     RequestIssued,
     ResponseReceived,
     SystemSectionSet,
@@ -571,7 +572,7 @@ def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyP
         return packed
 
     monkeypatch.setattr(Packer, "pack", pack_then_someone_appends)
-    monkeypatch.setattr(turnlog._packer, "backoff", slept.append)
+    monkeypatch.setattr(turnlog._replay, "backoff", slept.append)
     request = session.prepare()
     monkeypatch.undo()
     assert slept == [0, 1, 2, 3]  # each re-pack waits first (attempt 0 does not sleep)
@@ -723,5 +724,5 @@ def test_turnlog_replay_re_renders_a_streamed_request_from_its_record(tmp_path: 
     assert isinstance(record, turnlog.RequestIssued) and record.render_args
     render = renderer_for(record, blobs=log.blob)
     assert render is not None
-    assert Packer(log).replay("s", request.request_seq, render=render).ok
+    assert Replayer(Packer(log)).replay("s", request.request_seq, render=render).ok
     log.close()

@@ -19,6 +19,7 @@ from turnlog import (
     Packer,
     RecallAdded,
     RecallHit,
+    Replayer,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -85,10 +86,11 @@ def corpus_store(path: Path) -> tuple[Path, str, int]:
         summary = import_path(log, str(TRANSCRIPT))
         session = summary.sessions[0]
         packer = Packer(log)
+        replayer = Replayer(packer)
         policy = turnlog.Policy(context_window=16000, output_reserve=2000)
         render = renderer("anthropic", model="claude-sonnet-4-5", max_tokens=2000,
                           blobs=log.blob)
-        recorded = packer.record(session, policy=policy, model="claude-sonnet-4-5",
+        recorded = replayer.record(session, policy=policy, model="claude-sonnet-4-5",
                                  format="anthropic", render=render,
                                  render_args=render_args(max_tokens=2000))
     return path, session, recorded.request_seq
@@ -121,9 +123,10 @@ def hostile_store(path: Path) -> tuple[Path, str, int]:
             op="save", memory_id="m<i>1</i>", memory_type="project", retention="durable",
             title=HOSTILE, content=HOSTILE))
         packer = Packer(log)
+        replayer = Replayer(packer)
         policy = turnlog.Policy(context_window=16000, output_reserve=2000)
-        request = packer.record(session, policy=policy, model="m<script>").request_seq
+        request = replayer.record(session, policy=policy, model="m<script>").request_seq
         log.append(session, UserMessageAdded(text="third " + HOSTILE))
-        second = packer.record(session, policy=policy, model="m<script>").request_seq
+        second = replayer.record(session, policy=policy, model="m<script>").request_seq
         assert second > request
     return path, session, second

@@ -44,7 +44,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as ProgressBar
 from rich.text import Text
 from turnlog import EVENT_KINDS as KINDS
-from turnlog import Compactor, MemoryManager, Packed, Packer, Recaller, ReplayResult, event_to_json
+from turnlog import (
+    Compactor,
+    MemoryManager,
+    Packed,
+    Packer,
+    Recaller,
+    Replayer,
+    ReplayResult,
+    event_to_json,
+)
 from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
 from turnlog.adapters.providers import (
@@ -555,7 +564,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             raise turnlog.IdempotencyError(
                 f"session {args.session!r} already holds other events under the demo's "
                 f"keys: {exc}; use another --session") from exc
-        replays = [packer.replay(args.session, seq) for seq in packer.requests(args.session)]
+        replayer = Replayer(packer)
+        replays = [replayer.replay(args.session, seq)
+                   for seq in replayer.requests(args.session)]
         report = log.verify(args.session)
     last = result.head
     replay_ok = all(r.ok for r in replays)
@@ -693,11 +704,11 @@ def _model_name(name: str) -> bool:
     return bool(name) and not name.startswith("<")
 
 
-def _request_seq(log: turnlog.Log, packer: Packer, session: str, value: int) -> int:
+def _request_seq(log: turnlog.Log, replayer: Replayer, session: str, value: int) -> int:
     """A REQ_SEQ argument: a request's seq, or counted from the end (-1: the latest)."""
     if value >= 0:
         return value
-    requests = packer.requests(session)
+    requests = replayer.requests(session)
     if not requests:
         if log.head(session) is None:
             raise turnlog.UnknownSessionError(f"no session {session!r} in this log; list "
@@ -756,9 +767,9 @@ def _cmd_pack(args: argparse.Namespace) -> int:
             render = renderer(args.format, model=model, max_tokens=max_tokens,
                               blobs=log.blob)
         if args.record:
-            recorded = packer.record(args.session, policy=policy, model=model,
-                                     format=args.format, render=render,
-                                     render_args=render_args(max_tokens=max_tokens))
+            recorded = Replayer(packer).record(args.session, policy=policy, model=model,
+                                               format=args.format, render=render,
+                                               render_args=render_args(max_tokens=max_tokens))
             packed, request_seq = recorded.packed, recorded.request_seq
         else:
             packed = packer.pack(args.session, policy=policy)
@@ -812,9 +823,9 @@ def _print_stages(packed: Packed) -> None:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _open(args) as log:
-        packer = Packer(log)
-        seq = _request_seq(log, packer, args.session, args.request_seq)
-        packed = packer.explain(args.session, seq)
+        replayer = Replayer(Packer(log))
+        seq = _request_seq(log, replayer, args.session, args.request_seq)
+        packed = replayer.explain(args.session, seq)
         request = log.get(args.session, seq).body
         fmt = request.format if isinstance(request, turnlog.RequestIssued) else ""
         derived = derived_tool_names(request, packed.prompt) \
@@ -851,9 +862,9 @@ def _print_packed_header(packed: Packed) -> None:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     with _open(args) as log:
-        packer = Packer(log)
-        seqs = packer.requests(args.session) if args.all or args.request_seq is None \
-            else [_request_seq(log, packer, args.session, args.request_seq)]
+        replayer = Replayer(Packer(log))
+        seqs = replayer.requests(args.session) if args.all or args.request_seq is None \
+            else [_request_seq(log, replayer, args.session, args.request_seq)]
         if not seqs and log.head(args.session) is None:
             raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
                                               "list sessions with `turnlog sessions`")
@@ -863,7 +874,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             try:
                 render = renderer_for(request, blobs=log.blob) \
                     if isinstance(request, turnlog.RequestIssued) else None
-                results.append(packer.replay(args.session, seq, render=render))
+                results.append(replayer.replay(args.session, seq, render=render))
             except RenderError as exc:
                 results.append(ReplayResult(args.session, seq, False, "", "",
                                             f"cannot render the recorded format: {exc}"))
@@ -882,9 +893,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 def _cmd_diff(args: argparse.Namespace) -> int:
     with _open(args) as log:
-        packer = Packer(log)
-        diff = packer.diff(args.session, _request_seq(log, packer, args.session, args.request_a),
-                           _request_seq(log, packer, args.session, args.request_b))
+        replayer = Replayer(Packer(log))
+        diff = replayer.diff(args.session,
+                             _request_seq(log, replayer, args.session, args.request_a),
+                             _request_seq(log, replayer, args.session, args.request_b))
     if args.json:
         _emit(msgspec.to_builtins(diff), sys.stdout)
         return EXIT_OK

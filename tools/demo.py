@@ -33,6 +33,7 @@ from turnlog import (
     MemoryManager,
     Packer,
     ProviderErrorReceived,
+    Replayer,
     ResponseReceived,
     Usage,
     UserMessageAdded,
@@ -268,7 +269,7 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
         # block changes at the compaction point the policy names.
         memories.save_summary(session, outcome.seqs[0], time=time)
         memories.refresh(session, policy=policy, now=time, point="compaction")
-    recorded = packer.record(session, policy=policy, model=DEMO_MODEL, time=time)
+    recorded = Replayer(packer).record(session, policy=policy, model=DEMO_MODEL, time=time)
     log.append(session, Draft(body=ResponseReceived(
         request_seq=recorded.request_seq, model=DEMO_MODEL, stop_reason="tool_use",
         usage=Usage(input_tokens=recorded.packed.tokens, output_tokens=200)), time=time))
@@ -281,7 +282,8 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
                     "messages."), time=time))
         recovered = compactor.recover(session, policy=policy, time=time)
         compaction = f"overflow recovery: {recovered.status}"
-        recorded = packer.record(session, policy=policy, model=DEMO_MODEL, time=time)
+        recorded = Replayer(packer).record(session, policy=policy, model=DEMO_MODEL,
+                                           time=time)
     packed = recorded.packed
     fired = {s.name: s.events for s in packed.stages
              if s.name in ("truncate", "summaries", "dedup", "prune", "trim")}

@@ -91,6 +91,7 @@ from turnlog import (
     Prompt,
     ReasoningPart,
     RecallAdded,
+    Replayer,
     ResponseReceived,
     SessionRewound,
     SystemSectionSet,
@@ -134,6 +135,7 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         self.session_id = session_id
         self.policy = policy
         self.packer = packer if packer is not None else Packer(log)
+        self.replayer = Replayer(self.packer)
         self._clock = clock
         self._attempts = attempts
         self._lock = threading.RLock()
@@ -198,9 +200,9 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         with self._lock:
             policy = policy or self.policy
             if record:
-                recorded = self.packer.record(self.session_id, policy=policy, model=model,
-                                              time=time if time is not None else self._time(),
-                                              key=key)
+                recorded = self.replayer.record(self.session_id, policy=policy, model=model,
+                                                time=time if time is not None else self._time(),
+                                                key=key)
                 self._request = recorded.request_seq
                 prompt = recorded.packed.prompt
             else:

@@ -7,8 +7,8 @@ the output cap, the blob reader (content-addressed, so a blob's bytes are
 fixed by its hash) and any extra top-level fields. It reads no clock, no
 environment and no randomness, and the canonical bytes (`canonical`: JSON with
 sorted keys, no spaces, UTF-8) of the same arguments are always the same. That
-is what lets `Packer.record` hash the rendered body into the request record
-and `Packer.replay` re-render and compare.
+is what lets `Replayer.record` hash the rendered body into the request record
+and `Replayer.replay` re-render and compare.
 
 The formats (one `Provider` record each, in ``PROVIDERS``):
 
@@ -137,7 +137,7 @@ def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  
 
     The same arguments always give the same bytes. See `render_body` for the
     parameters; use `renderer` to get the one-argument function that
-    ``Packer.record(..., render=...)`` and ``Packer.replay`` take.
+    ``Replayer.record(..., render=...)`` and ``Replayer.replay`` take.
 
     Raises:
         RenderError: as `render_body`, or the body cannot be encoded.
@@ -150,7 +150,7 @@ def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
                  ) -> Callable[[Prompt], bytes] | None:
     """The renderer a recorded request was rendered with (None for ``neutral``).
 
-    Pass it to ``Packer.replay(..., render=...)`` to check the rendered body too.
+    Pass it to ``Replayer.replay(..., render=...)`` to check the rendered body too.
 
     Raises:
         RenderError: the record names a format this version does not know.
@@ -234,12 +234,12 @@ def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
              blobs: BlobReader | None = None,
              extra: Mapping[str, object] | None = None,
              version: int = RENDER_LATEST) -> Callable[[Prompt], bytes]:
-    """A pure ``Prompt -> bytes`` function for ``Packer.record`` / ``Packer.replay``.
+    """A pure ``Prompt -> bytes`` function for ``Replayer.record`` / ``Replayer.replay``.
 
     Example::
 
         render = renderer("anthropic", model="claude-sonnet-4-5", max_tokens=8192)
-        recorded = packer.record(session, format="anthropic", render=render)
+        recorded = replayer.record(session, format="anthropic", render=render)
 
     Record it with ``render_args=render_args(max_tokens=..., extra=..., version=...)``
     of the same arguments, so that `renderer_for` rebuilds it.

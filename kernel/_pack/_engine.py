@@ -77,7 +77,7 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         policy: the packing policy; with ``rules`` unset it packs as
             ``policy.resolved()`` (the newest rules). To pack a policy read
             from the log exactly as recorded, replay its request
-            (`Packer.repack`).
+            (`Replayer.repack`).
         stages: a custom pipeline (runs on the reference engine); the built-in one
             (`DEFAULT_STAGES`, on the incremental engine) when None.
         explain: keep the per-event decisions (built on first access of

@@ -81,6 +81,7 @@ from turnlog import (
     Packer,
     Policy,
     Projection,
+    Replayer,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -442,12 +443,12 @@ def measure_replay(x: Size, repeat: int) -> None:
     """Record a request at the current head, then replay it: with a new `Packer`
     (the lineage read from the store, projected and packed again, the prompt
     hash compared), median of ``repeat``."""
-    recorded = Packer(x.log).record(SESSION, policy=POLICY, model="bench")
+    recorded = Replayer(Packer(x.log)).record(SESSION, policy=POLICY, model="bench")
     times = []
     for _ in range(repeat):
         gc.collect()
         start = time.perf_counter()
-        result = Packer(x.log).replay(SESSION, recorded.request_seq)
+        result = Replayer(Packer(x.log)).replay(SESSION, recorded.request_seq)
         times.append(time.perf_counter() - start)
         assert result.ok
     x.results["replay"] = median_ms(times)

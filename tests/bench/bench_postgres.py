@@ -105,12 +105,13 @@ def tl_replay(url: str) -> tuple[float, int]:
         requests = [(h.session, e) for h in log.sessions()
                     for e in log.read(h.session, kinds=["request"])]
         packer = turnlog.Packer(log)
+        replayer = turnlog.Replayer(packer)
 
         def run() -> None:
             for session, event in requests:
                 body = event.body
                 assert isinstance(body, turnlog.RequestIssued)
-                assert packer.replay(session, event.seq,
+                assert replayer.replay(session, event.seq,
                                      render=renderer_for(body, blobs=log.blob)).ok
 
         return _timed(run), len(requests)

@@ -7,10 +7,10 @@ Run from the repository root:
     python -m tests.bench.bench_replay --profile       # cProfile of replay_all
 
 The session is the seeded agent history of ``bench_pack`` (same generator, same
-policy) with a request recorded (``Packer.record``) after every few events, so
+policy) with a request recorded (``Replayer.record``) after every few events, so
 that requests and history together make ``--events`` events. Measured, in one run:
 
-* **replay every request, folding once**: ``Packer.replay_all(session)`` with a
+* **replay every request, folding once**: ``Replayer.replay_all(session)`` with a
   new `Packer`; each request is packed from the projection grown from the previous
   one (what ``turnlog replay SESSION --all`` does).
 * **replay every request, a fresh projection each** (the baseline, the way replay
@@ -42,7 +42,7 @@ import time
 from typing import Any
 
 import turnlog
-from turnlog import Packer, Projection, RequestIssued, get_counter, pack
+from turnlog import Packer, Projection, Replayer, RequestIssued, get_counter, pack
 
 from tests.bench import docblock
 from tests.bench.bench_log import machine
@@ -63,12 +63,13 @@ def build(root: str, events: int, requests: int, seed: int) -> tuple[str, list[i
     seqs = []
     with turnlog.open(path) as log:
         packer = Packer(log)
+        replayer = Replayer(packer)
         at = 0
         while at < len(history):
             log.append(SESSION, history[at:at + every])
             at += every
             if len(seqs) < requests:
-                seqs.append(packer.record(SESSION, policy=POLICY, model="bench").request_seq)
+                seqs.append(replayer.record(SESSION, policy=POLICY, model="bench").request_seq)
     return path, seqs
 
 
@@ -102,12 +103,14 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         with turnlog.open(path, readonly=True) as log:
             r["events"] = len(log.read(SESSION))
             r["requests"] = len(seqs)
-            Packer(log).replay(SESSION, seqs[0])  # loads the tokenizer and the token counts
+            # loads the tokenizer and the token counts
+            Replayer(Packer(log)).replay(SESSION, seqs[0])
             times = []
             for _ in range(args.repeat):
                 results: list[turnlog.ReplayResult] = []
                 packer = Packer(log)
-                times.append(timed(lambda p=packer, out=results: out.extend(
+                replayer = Replayer(packer)
+                times.append(timed(lambda p=replayer, out=results: out.extend(
                     p.replay_all(SESSION))))
                 assert len(results) == len(seqs) and all(x.ok for x in results)
             r["all"] = statistics.median(times)
@@ -122,11 +125,13 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             cold, again, next_ = [], [], []
             for _ in range(args.repeat):
                 packer = Packer(log)
-                cold.append(timed(lambda p=packer: p.replay(SESSION, last)))
-                again.append(timed(lambda p=packer: p.replay(SESSION, last)))
+                replayer = Replayer(packer)
+                cold.append(timed(lambda p=replayer: p.replay(SESSION, last)))
+                again.append(timed(lambda p=replayer: p.replay(SESSION, last)))
                 packer = Packer(log)
-                packer.replay(SESSION, seqs[-2])
-                next_.append(timed(lambda p=packer: p.replay(SESSION, last)))
+                replayer = Replayer(packer)
+                replayer.replay(SESSION, seqs[-2])
+                next_.append(timed(lambda p=replayer: p.replay(SESSION, last)))
             r["cold"] = statistics.median(cold)
             r["fresh_last"] = statistics.median(
                 timed(lambda: fresh_replay(log, last)) for _ in range(args.repeat))
@@ -156,7 +161,7 @@ def report(args: argparse.Namespace, r: dict[str, float], load: tuple[float, flo
         f"{load[1]:.2f} after it; the run took {seconds:.0f} s.", "",
         "| measure | turnlog | baseline: a fresh projection per request |",
         "| --- | ---: | ---: |",
-        f"| replay all {k:,} requests (`Packer.replay_all`, `turnlog replay --all`) "
+        f"| replay all {k:,} requests (`Replayer.replay_all`, `turnlog replay --all`) "
         f"| {r['all']:,.2f} s ({r['all'] / k * 1e3:,.2f} ms per request) "
         f"| {r['fresh_all']:,.1f} s ({r['fresh_mean'] * 1e3:,.1f} ms per request) |",
         f"| replay the last request, new `Packer` (cold: read, project, pack, compare) "
@@ -177,11 +182,12 @@ def profile(args: argparse.Namespace) -> None:
     try:
         path, seqs = build(root, args.events, args.requests, args.seed)
         with turnlog.open(path, readonly=True) as log:
-            Packer(log).replay(SESSION, seqs[0])
+            Replayer(Packer(log)).replay(SESSION, seqs[0])
             profiler = cProfile.Profile()
             packer = Packer(log)
+            replayer = Replayer(packer)
             profiler.enable()
-            results = list(packer.replay_all(SESSION))
+            results = list(replayer.replay_all(SESSION))
             profiler.disable()
             assert all(x.ok for x in results)
             print(profile_table(pstats.Stats(profiler), "replay_all", args.events, len(seqs),

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import turnlog
-from turnlog import BudgetExceededError, Packer, Policy
+from turnlog import BudgetExceededError, Packer, Policy, Replayer
 from turnlog.adapters.importers import import_file
 from turnlog.adapters.providers import (
     PROVIDERS,
@@ -96,6 +96,7 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
         if not session:
             return row
         packer = Packer(log)
+        replayer = Replayer(packer)
         pack_seconds = 0.0
         types = sdk_types()
         problems: list[str] = row["problems"]  # type: ignore[assignment]
@@ -111,7 +112,7 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
                     fmt, model="check-model", max_tokens=policy.output_reserve, blobs=log.blob)
                 started = time.perf_counter()
                 try:
-                    recorded = packer.record(session, policy=policy, model="check-model",
+                    recorded = replayer.record(session, policy=policy, model="check-model",
                                              format=fmt, render=render,
                                              render_args=render_args(
                                                  max_tokens=policy.output_reserve)
@@ -151,14 +152,14 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
         view = packer.projection(session, packer.counter_for(policy_for(128_000)))
         row["tokens"] = (sum(it.tokens for it in view.items) + sum(view.section_tokens.values())
                          + view.tools_tokens)
-        seqs = packer.requests(session)
+        seqs = replayer.requests(session)
         row["requests"] = len(seqs)
         for seq in seqs:
             request = log.get(session, seq).body
             assert isinstance(request, turnlog.RequestIssued)
             render_back = renderer_for(request, blobs=log.blob) \
                 if request.format != "neutral" else None
-            if packer.replay(session, seq, render=render_back).ok:
+            if replayer.replay(session, seq, render=render_back).ok:
                 row["identical"] = int(str(row["identical"])) + 1
             else:
                 row["invalid"] = int(str(row["invalid"])) + 1

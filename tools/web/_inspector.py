@@ -7,7 +7,7 @@ JSON values; the HTML page renders that dict through its template and
 ``/api/...`` returns it as it is, so the API is exactly what the page shows.
 
 The inspector reads only through the kernel's public API (`Log.read`,
-`Log.sessions`, `Log.verify`, `Packer.explain`/`replay`/`diff`, `MemoryManager`,
+`Log.sessions`, `Log.verify`, `Replayer.explain`/`replay`/`diff`, `MemoryManager`,
 `Recaller`) on a log opened read-only: nothing here can append. A `Packer`
 keeps the projections it folded, so the receipts of one session cost one fold
 of its lineage plus one incremental pack each; all packing goes through one lock
@@ -45,6 +45,7 @@ from turnlog import (
     ReasoningPart,
     RecallAdded,
     Recaller,
+    Replayer,
     RequestIssued,
     ResponseReceived,
     SessionForked,
@@ -196,6 +197,7 @@ class Inspector:
     def __init__(self, log: turnlog.Log) -> None:
         self.log = log
         self.packer = Packer(log)
+        self.replayer = Replayer(self.packer)
         self._lock = threading.RLock()
         self._stats: dict[str, tuple[bytes, dict[str, Any]]] = {}
         self._managers: dict[str, MemoryManager] = {}
@@ -240,7 +242,7 @@ class Inspector:
 
     def _packed(self, session: str, seq: int) -> Packed:
         with self._lock:
-            return self.packer.explain(session, seq)
+            return self.replayer.explain(session, seq)
 
     def _session_stats(self, head: turnlog.Head) -> dict[str, Any]:
         """Counts, times, model and verify status of a session, cached by its head."""
@@ -413,7 +415,7 @@ class Inspector:
         if before is not None:
             # The previous request first: the packer then grows its projection to this
             # one instead of folding the lineage again.
-            diff = self.packer.diff(session, before, seq)
+            diff = self.replayer.diff(session, before, seq)
             previous = {"seq": before, "shared_messages": diff.shared_messages,
                         "shared_tokens": diff.shared_tokens,
                         "system_changed": diff.system_changed,
@@ -460,7 +462,7 @@ class Inspector:
                     "recorded_hash": request.prompt_hash, "replayed_hash": "",
                     "difference": f"cannot render the recorded format: {exc}"}
         with self._lock:
-            result = self.packer.replay(session, seq, render=render)
+            result = self.replayer.replay(session, seq, render=render)
         out: dict[str, Any] = msgspec.to_builtins(result)
         return out
 
@@ -469,7 +471,7 @@ class Inspector:
         self._request(session, a)
         self._request(session, b)
         with self._lock:
-            diff = self.packer.diff(session, a, b)
+            diff = self.replayer.diff(session, a, b)
         out: dict[str, Any] = msgspec.to_builtins(diff)
         out["session"] = session
         out["changes"] = [{**c, "href": session_href(session, "events", c["seq"])}
