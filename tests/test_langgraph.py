@@ -170,11 +170,11 @@ def test_every_model_call_is_packed_from_events_appended_before_it(tmp_path: Pat
     calls = [p for e in events if isinstance(e.body, AssistantMessageAdded)
              for p in e.body.parts if isinstance(p, ToolCall)]
     assert [c.name for c in calls] == ["hours_worked", "multiply", "multiply"]
-    packer = turnlog.Packer(log)
+    replayer = turnlog.Replayer(turnlog.Packer(log))
     for seq, body in zip(out["request_seqs"], out["bodies"], strict=True):
         record = log.get(session, seq).body
         assert isinstance(record, RequestIssued)
-        prompt = packer.repack(session, seq).prompt
+        prompt = replayer.repack(session, seq).prompt
         sent = body["messages"]
         assert isinstance(sent, list)
         # What the model got is the packed prompt, message for message: every message
@@ -184,7 +184,7 @@ def test_every_model_call_is_packed_from_events_appended_before_it(tmp_path: Pat
         answered = [e.body for e in events if isinstance(e.body, ResponseReceived)
                     and e.body.request_seq == seq]
         assert len(answered) == 1 and answered[0].usage.input_tokens > 0
-    policy = packer.policy_in_force(session)
+    policy = replayer.packer.policy_in_force(session)
     assert policy is not None and policy.tokenizer == "o200k_base"  # gpt-4o-mini's
     assert log.verify().ok
     log.close()

@@ -72,7 +72,7 @@ def test_every_page_and_its_json_answer_on_the_demo_store(served: Server) -> Non
 
 def test_the_receipt_holds_the_prompt_budget_decisions_and_body(served: Server) -> None:
     receipt = get(served, "/api/sessions/demo/requests/413").json()
-    packed = turnlog.Packer(served.log).explain("demo", 413)
+    packed = turnlog.Replayer(turnlog.Packer(served.log)).explain("demo", 413)
     assert receipt["tokens"] == packed.tokens
     assert len(receipt["messages"]) == len(packed.prompt.messages)
     assert [m["tokens"] for m in receipt["messages"]] == list(packed.message_tokens)

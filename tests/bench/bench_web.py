@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 import turnlog
-from turnlog import Packer
+from turnlog import Packer, Replayer
 from turnlog.tools.web import Server
 
 from tests.bench import docblock
@@ -53,7 +53,7 @@ def build(root: str, events: int, requests: int, seed: int) -> tuple[str, int]:
         packer = Packer(log)
         for at in range(0, len(history), every):
             log.append(SESSION, history[at:at + every])
-            last = packer.record(SESSION, policy=POLICY, model="bench").request_seq
+            last = Replayer(packer).record(SESSION, policy=POLICY, model="bench").request_seq
     return path, last
 
 
