@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import turnlog
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -124,6 +125,42 @@ def test_console_example_prints_what_the_page_shows(page: str, line: int, block:
         assert matches([text.rstrip() for text in expected], actual), (
             f"{page}:{line}: `{command}` printed (exit {done.returncode}):\n"
             + "\n".join(actual) + "\n\nthe page shows:\n" + "\n".join(expected))
+
+
+def run_python(page: str, line: int, block: str, namespace: dict[str, object]) -> None:
+    """Run one ``python`` block, its tracebacks naming the page and the line."""
+    exec(compile("\n" * line + block, str(ROOT / page), "exec"), namespace)
+
+
+def test_the_log_page_examples_run_in_order() -> None:
+    namespace: dict[str, object] = {}
+    ran = 0
+    for page, line, block in blocks("python"):
+        if page == "docs/log.md":
+            run_python(page, line, block, namespace)
+            ran += 1
+    assert ran >= 12
+
+
+class _Handled(Exception):
+    """Raised by the follow example's ``handle`` once it has every stored event."""
+
+
+def test_the_deployment_follow_example_resumes_after_the_last_event_handled() -> None:
+    [(page, line, block)] = [b for b in blocks("python") if b[0] == "docs/deployment.md"
+                              and "log.follow" in b[2]]
+    log = turnlog.open(":memory:")
+    log.append("s1", [turnlog.UserMessageAdded(text=f"m{i}") for i in range(3)])
+    handled: list[int] = []
+
+    def handle(event: turnlog.Event) -> None:
+        handled.append(event.seq)
+        if len(handled) == 3:
+            raise _Handled
+
+    with pytest.raises(_Handled):
+        run_python(page, line, block, {"log": log, "handle": handle})
+    assert handled == [0, 1, 2]
 
 
 def test_readme_shell_examples_run(tmp_path: Path) -> None:
