@@ -226,3 +226,54 @@ def test_a_reply_and_its_tool_results_go_in_once_across_calls(log: Log) -> None:
     kinds = [e.kind for e in log.read("t")]
     assert kinds.count("user") == kinds.count("assistant") == kinds.count("tool_result") == 1
     assert kinds.count("request") == 3 and kinds.count("response") == 1
+
+
+def test_a_copy_sees_what_the_source_sees_after_pruning(log: Log) -> None:
+    saver = TurnlogSaver(log)
+    config = {"configurable": {"thread_id": "src", "checkpoint_ns": ""}}
+    first = saver.put(config, _checkpoint("1", {"a": "kept", "b": 1}, {"a": 1, "b": 1}),
+                      {"step": 0}, {"a": 1, "b": 1})
+    second = saver.put(first, _checkpoint("2", {"a": "kept", "b": 2}, {"a": 1, "b": 2}),
+                       {"step": 1}, {"b": 2})
+    saver.put_writes(second, [("b", 3)], "task")
+    saver.prune(["src"])  # hides checkpoint 1, which holds a's value
+    saver.copy_thread("src", "dst")
+    copied = saver.get_tuple({"configurable": {"thread_id": "dst", "checkpoint_ns": ""}})
+    assert copied is not None
+    assert copied.checkpoint["channel_values"] == {"a": "kept", "b": 2}
+    assert copied.pending_writes == [("task", "b", 3)]
+    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "dst"}})] \
+        == ["2"]
+
+
+def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) -> None:
+    import warnings
+
+    from langchain_core.messages import HumanMessage as Human
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+    from turnlog.adapters.examples import langgraph as example
+    from turnlog.adapters.providers.fakeserver import FakeServer
+
+    log = turnlog.open(tmp_path / "store")
+    hooks = TurnlogModelHooks(log, model=example.MODEL)
+    with FakeServer(example.SCRIPT) as server:
+        model = ChatOpenAI(model=example.MODEL, base_url=server.base_url("openai-chat"),
+                           api_key="k", max_retries=0)  # type: ignore[arg-type]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            agent = create_react_agent(model, [example.hours_worked, example.multiply],
+                                       pre_model_hook=hooks.pre_model,
+                                       post_model_hook=hooks.post_model,
+                                       checkpointer=TurnlogSaver(log))
+        config = {"configurable": {"thread_id": "async"}}
+        result = asyncio.run(agent.ainvoke({"messages": [Human("Invoice 2024-117?")]}, config))
+        received = len(server.requests)
+    assert result["messages"][-1].content == example.SCRIPT[-1].text
+    packer = turnlog.Packer(log)
+    requests = packer.requests("async")
+    assert len(requests) == received == 3
+    assert all(packer.replay("async", seq).ok for seq in requests)
+    state = asyncio.run(agent.aget_state(config))
+    assert [m.content for m in state.values["messages"]] == \
+        [m.content for m in result["messages"]]

@@ -46,7 +46,7 @@ and replays; the thread starts afresh. Once turnlog can erase content (an
 erasure event that destroys blobs and leaves the chain verifiable),
 ``delete_thread`` will also erase the thread's blobs. ``delete_for_runs`` and
 ``prune`` hide checkpoints the same way (``langgraph.hidden``); ``copy_thread``
-appends the source's visible checkpoints and writes to the target session,
+appends the source's state events still in its view to the target session,
 sharing their blobs.
 
 The async methods run the same code in a worker thread
@@ -141,6 +141,8 @@ class _Thread:
     def fold(self, seq: int, body: object) -> None:
         if isinstance(body, SessionRewound):
             keep = body.to_seq
+            if keep < 0:  # a version written before the rewind is gone with it
+                self.versions.clear()
             self.checkpoints = {k: c for k, c in self.checkpoints.items() if c.seq <= keep}
             self.writes = {k: {t: w for t, w in ws.items() if w[0] <= keep}
                            for k, ws in self.writes.items()}
@@ -311,30 +313,26 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                              {"checkpoints": gone}, [])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        """Append the source thread's visible checkpoints and writes to the target
-        thread (their blobs are shared, not copied)."""
-        state = self._state(self._session(str(source_thread_id)))
-        if state is None:
+        """Append the source thread's state events still in its view (checkpoints,
+        writes, hidden markers, in their order) to the target thread, which then sees
+        what the source sees; their blobs are shared, not copied."""
+        source = self._session(str(source_thread_id))
+        if self.log.head(source) is None:
             return
-        events = self.log.read(self._session(str(source_thread_id)), kinds=["state"])
-        keep = {(c.ns, c.id): c.seq for c in state.checkpoints.values()}
-        drafts: list[Draft] = []
-        for event in events:
+        alive: list[StateSaved] = []
+        seqs: list[int] = []
+        for event in self.log.read(source, kinds=["state", "rewind"]):
             body = event.body
-            assert isinstance(body, StateSaved)
-            if body.source == _CHECKPOINT:
-                data = json.loads(body.data)
-                if keep.get((data["ns"], data["id"])) != event.seq:
-                    continue
-            elif body.source == _WRITES:
-                data = json.loads(body.data)
-                if (data["ns"], data["id"]) not in keep:
-                    continue
-            else:
-                continue
-            drafts.append(Draft(body=body, time=self._time()))
-        if drafts:
-            self.log.append(self._session(str(target_thread_id)), drafts)
+            if isinstance(body, SessionRewound):
+                while seqs and seqs[-1] > body.to_seq:
+                    seqs.pop()
+                    alive.pop()
+            elif isinstance(body, StateSaved) and body.source.startswith("langgraph."):
+                seqs.append(event.seq)
+                alive.append(body)
+        if alive:
+            self.log.append(self._session(str(target_thread_id)),
+                            [Draft(body=body, time=self._time()) for body in alive])
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Hide checkpoints: all but the latest of each namespace (``keep_latest``), or
