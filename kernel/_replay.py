@@ -44,7 +44,7 @@ from ._errors import (
     UnknownSessionError,
 )
 from ._events import Event, PolicySet, RequestIssued
-from ._log import Draft, Log, backoff
+from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log
 from ._pack import Decision, Packed, PackIndex
 from ._pack._engine import pack_stored
 from ._packer import Packer, policy_at
@@ -162,7 +162,7 @@ class Replayer:
 
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
                time: int | None = None, format: str = "neutral",  # noqa: A002
-               render: Renderer | None = None, attempts: int = 5,
+               render: Renderer | None = None, attempts: int = DEFAULT_ATTEMPTS,
                key: str | None = None, render_args: str = "") -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).
@@ -178,48 +178,61 @@ class Replayer:
             render_args: the parameters ``render`` was built with besides format and
                 model, as a string its adapter can read back (recorded, so replay can
                 build the same renderer again).
+            attempts: tries (`Log.update`) when other writers keep moving the head.
             key: idempotency key of the ``RequestIssued`` event.
 
         Raises:
-            AppendConflictError: the head kept moving for ``attempts`` tries.
+            AppendConflictError: the head kept moving for ``attempts`` tries, or
+                another writer put a different policy in force while recording
+                (nothing of the request was written).
         """
         packer = self.packer
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
-        for attempt in range(attempts):
-            backoff(attempt)
+
+        def in_force(use: Policy) -> bool:
+            found = packer._policy_event(session)
+            return found is not None and found.hash == use.hash
+
+        def decide_policy(head: Head | None) -> Draft | None:
             with packer._lock:
-                in_force = packer._policy_event(session)
                 use = packer._policy_to_use(session, policy)
-                if in_force is None or in_force.hash != use.hash:
-                    self.log.append(session, Draft(body=PolicySet(policy=use), time=time))
-                # Read the head before packing: if another writer appends while we
-                # pack, the prompt may hold events past this head, and the append
-                # below then conflicts (and we re-pack) instead of recording a head
-                # that does not match the prompt.
-                head = self.log.head(session)
-                assert head is not None
-                # `use` is in force now: pack with the policy in force, as recorded
+                return None if in_force(use) else Draft(body=PolicySet(policy=use), time=time)
+
+        self.log.update(session, decide_policy, attempts=attempts)
+        made: list[tuple[Packed, bytes]] = []
+
+        def decide(head: Head | None) -> Draft:
+            # Packed after ``head`` was read: if another writer appends while we pack,
+            # the prompt may hold events past it, and the append then conflicts (and
+            # we re-pack) instead of recording a head that does not match the prompt.
+            assert head is not None
+            with packer._lock:
+                use = packer._policy_to_use(session, policy)
+                if not in_force(use):
+                    raise AppendConflictError(
+                        f"another writer put a different policy in force in session "
+                        f"{session!r} while this request was being recorded; nothing of it "
+                        "was written. Record again (with the policy that should win)",
+                        session=session, expected=head.seq, actual=head.seq)
+                # `use` is in force: pack with the policy in force, as recorded
                 packed = packer.pack(session)
                 rendered = render(packed.prompt) if render is not None else b""
-                body = RequestIssued(
+                made[:] = [(packed, rendered)]
+                return Draft(body=RequestIssued(
                     head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
                     tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
                     tokens=packed.tokens, format=format, model=model, recovery=packed.recovery,
                     stages=packer._names, calibration=packed.tokenizer.partition("*")[2],
                     digests=packed.prompt.part_digests(),
                     rendered_hash=blake3.blake3(rendered).hexdigest() if render else "",
-                    render_args=render_args if render is not None else "")
-                try:
-                    done = self.log.append(session, Draft(body=body, time=time, key=key),
-                                           expected_seq=head.seq)
-                except AppendConflictError:
-                    if attempt == attempts - 1:
-                        raise
-                    continue
-                packer.flush()
-                return Recorded(packed, done.last_seq, rendered)
-        raise AssertionError("unreachable")  # pragma: no cover
+                    render_args=render_args if render is not None else ""), time=time, key=key)
+
+        done = self.log.update(session, decide, attempts=attempts)
+        assert done is not None
+        packer.flush()
+        packed, rendered = made[0]
+        return Recorded(packed, done.last_seq, rendered)
 
     # -- replay and explain --------------------------------------------------------------
     def _request(self, session: str, request_seq: int) -> RequestIssued:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pgserver
 import pytest
 import turnlog
+import turnlog._log
 import turnlog.adapters
 from support import LogFactory, backend_params
 from turnlog import (
@@ -561,7 +562,7 @@ def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyP
     session = make(log)
     session.user("first")
     real = Packer.pack
-    slept: list[int] = []
+    slept: list[float] = []
     landed: list[int] = []
 
     def pack_then_someone_appends(self: Packer, *args: object, **kw: object) -> object:
@@ -572,11 +573,33 @@ def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyP
         return packed
 
     monkeypatch.setattr(Packer, "pack", pack_then_someone_appends)
-    monkeypatch.setattr(turnlog._replay, "backoff", slept.append)
+    monkeypatch.setattr(turnlog._log, "sleep", slept.append)
     request = session.prepare()
     monkeypatch.undo()
-    assert slept == [0, 1, 2, 3]  # each re-pack waits first (attempt 0 does not sleep)
+    # Each re-pack waits first, up to 1, 2 and 4 ms (the first pack does not wait).
+    assert len(slept) == 3 and all(0 < w <= 0.001 * 2 ** i for i, w in enumerate(slept))
     assert b"meanwhile 2" in request.body and session.replay(request.request_seq).ok
+
+
+def test_prepare_refuses_when_another_writer_changes_the_policy_meanwhile(
+        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    session = make(log)
+    session.user("first")
+    session.prepare()
+    real = Packer.pack
+    other = Policy(context_window=20_000, output_reserve=1_000)
+
+    def pack_then_someone_sets_a_policy(self: Packer, *args: object, **kw: object) -> object:
+        packed = real(self, *args, **kw)  # type: ignore[arg-type]
+        log.append("s1", turnlog.PolicySet(policy=other.resolved()))
+        return packed
+
+    monkeypatch.setattr(Packer, "pack", pack_then_someone_sets_a_policy)
+    before = len(log.read("s1"))
+    with pytest.raises(AppendConflictError, match="different policy"):
+        session.prepare()
+    monkeypatch.undo()
+    assert [e.kind for e in log.read("s1", before)] == ["policy"]  # the other writer's only
 
 
 CHILD = textwrap.dedent("""
