@@ -83,7 +83,7 @@ from ._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
-from ._store import ReadTxn, Store, WriteTxn
+from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 
 try:
     import psycopg
@@ -550,7 +550,7 @@ class PostgresStore(Store):
         self.schema = schema
         self.readonly = readonly
         self.notify = notify
-        self.location = self._public_url(params, schema)
+        self.location = hide_credentials(self._public_url(params, schema))
         self._params = params
         self._conninfo = make_conninfo("", **params)
         self._channel = f"turnlog.{schema}"

@@ -233,7 +233,7 @@ def _write_output(path: str | None, data: bytes) -> None:
 def _cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as log:
         heads = log.sessions()
-        location = log.store.location  # for a URL: without its password
+        location = turnlog.hide_credentials(log.store.location)
     if args.json:
         _emit({"store": location, "sessions": [
             {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
@@ -399,7 +399,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
         copied = turnlog.copy_log(source, target)
         report = target.verify()
-        where = target.store.location
+        where = turnlog.hide_credentials(target.store.location)
     if args.json:
         _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
                "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
@@ -1129,7 +1129,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise _UsageError(f"cannot listen on {args.host}:{args.port}: "
                               f"{exc.strerror or exc}; pass another --port") from None
         print(f"turnlog inspector (read-only) on {server.url}", flush=True)
-        print(f"store {log.store.location}; Ctrl-C to stop", flush=True)
+        where = turnlog.hide_credentials(log.store.location)
+        print(f"store {where}; Ctrl-C to stop", flush=True)
         server.run()
     return EXIT_OK
 

@@ -284,8 +284,8 @@ class Inspector:
                    "head_hash": h.hash.hex(), "href": session_href(h.session)}
             row.update(self._session_stats(h))
             rows.append(row)
-        return {"store": self.log.store.location, "prefix": prefix, "sessions": rows,
-                "next_after": page[-1].session if more else None}
+        return {"store": turnlog.hide_credentials(self.log.store.location), "prefix": prefix,
+                "sessions": rows, "next_after": page[-1].session if more else None}
 
     def timeline(self, session: str, *, start: int | None = None,
                  limit: int = WINDOW) -> dict[str, Any]:
