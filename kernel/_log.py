@@ -774,6 +774,9 @@ class Log:
             Whatever ``append`` and ``decide`` raise (nothing was written).
         """
         self._session_offset(session)
+        if not callable(decide):
+            raise InvalidArgumentError(f"decide must be callable (a function of the head), "
+                                       f"found {type(decide).__name__}")
         retries = Retries(session, attempts=attempts)
         while True:
             delay = retries.next()

@@ -291,6 +291,17 @@ def test_retries_wait_a_doubling_random_time_and_end_with_the_last_conflict() ->
             Retries("s", attempts=bad)  # type: ignore[arg-type]
 
 
+def test_update_refuses_bad_arguments_before_reading_anything(log: Log) -> None:
+    before = dump(log)
+    with pytest.raises(InvalidArgumentError, match="decide must be callable"):
+        log.update("s", [UserMessageAdded(text="not a function")])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="attempts"):
+        log.update("s", lambda head: None, attempts=0)
+    with pytest.raises(InvalidEventError):
+        log.update("", lambda head: None)
+    assert dump(log) == before
+
+
 # -- idempotency -------------------------------------------------------------------------
 def test_full_retry_returns_original_positions_and_writes_nothing(log: Log) -> None:
     fill(log, "s", 2)
