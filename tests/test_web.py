@@ -93,6 +93,21 @@ def test_the_receipt_holds_the_prompt_budget_decisions_and_body(served: Server) 
     assert replay["ok"] is True and replay["replayed_hash"] == replay["recorded_hash"]
 
 
+def test_the_receipt_counts_the_shared_prefix_as_diff_does(served: Server) -> None:
+    replayer = turnlog.Replayer(turnlog.Packer(served.log))
+    requests = replayer.requests("demo")
+    for a, b in [(requests[0], requests[1]), (requests[20], requests[21]),
+                 (requests[-2], requests[-1])]:
+        receipt = get(served, f"/api/sessions/demo/requests/{b}").json()
+        diff = replayer.diff("demo", a, b)
+        assert receipt["previous"]["seq"] == a
+        assert receipt["previous"]["shared_messages"] == diff.shared_messages
+        assert receipt["previous"]["shared_tokens"] == diff.shared_tokens
+        assert receipt["previous"]["system_changed"] == diff.system_changed
+    first = get(served, f"/api/sessions/demo/requests/{requests[0]}").json()
+    assert first["previous"] is None and first["requests"]["prev"] is None
+
+
 def test_summaries_and_memories_show_the_tree_and_the_block(served: Server) -> None:
     summaries = get(served, "/api/sessions/demo/summaries").json()
     assert summaries["nodes"] and summaries["tree"]

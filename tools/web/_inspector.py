@@ -412,17 +412,14 @@ class Inspector:
             self._receipts.move_to_end(key)
             return found
         previous = None
-        if before is not None:
-            # The previous request first: the packer then grows its projection to this
-            # one instead of folding the lineage again.
-            diff = self.replayer.diff(session, before, seq)
-            previous = {"seq": before, "shared_messages": diff.shared_messages,
-                        "shared_tokens": diff.shared_tokens,
-                        "system_changed": diff.system_changed,
-                        "tools_changed": diff.tools_changed, "changes": len(diff.changes),
+        # The previous request first: the packer then grows its projection to this one
+        # instead of folding the lineage again. Its decisions are never built.
+        earlier = self._packed(session, before) if before is not None else None
+        packed = self._packed(session, seq)
+        if earlier is not None:
+            previous = {"seq": before, **_shared_prefix(earlier, packed),
                         "href": session_href(session, "requests", before),
                         "diff_href": session_href(session, "diff", before, seq)}
-        packed = self._packed(session, seq)
         self._receipts[key] = (packed, previous)
         while len(self._receipts) > _KEPT_RECEIPTS:
             self._receipts.popitem(last=False)
@@ -592,6 +589,25 @@ class Inspector:
         for event in self.log.follow(session, after, timeout=wait, limit=limit):
             events.append(event_view(event))
         return events
+
+
+def _shared_prefix(a: Packed, b: Packed) -> dict[str, Any]:
+    """What prompt ``b`` shares with prompt ``a`` from the start, as `Replayer.diff` counts
+    it (the same system and tools, then equal messages in order), without building
+    either pack's decisions."""
+    system_changed = a.prompt.system != b.prompt.system
+    tools_changed = a.prompt.tools != b.prompt.tools
+    messages = tokens = 0
+    if not system_changed and not tools_changed:
+        tokens = sum(a.section_tokens) + a.budget.tools
+        for ma, mb, ta in zip(a.prompt.messages, b.prompt.messages, a.message_tokens,
+                              strict=False):
+            if ma != mb:
+                break
+            messages += 1
+            tokens += ta
+    return {"shared_messages": messages, "shared_tokens": tokens,
+            "system_changed": system_changed, "tools_changed": tools_changed}
 
 
 def _budget_bar(packed: Packed) -> dict[str, Any]:
