@@ -270,10 +270,10 @@ def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) ->
         result = asyncio.run(agent.ainvoke({"messages": [Human("Invoice 2024-117?")]}, config))
         received = len(server.requests)
     assert result["messages"][-1].content == example.SCRIPT[-1].text
-    packer = turnlog.Packer(log)
-    requests = packer.requests("async")
+    replayer = turnlog.Replayer(turnlog.Packer(log))
+    requests = replayer.requests("async")
     assert len(requests) == received == 3
-    assert all(packer.replay("async", seq).ok for seq in requests)
+    assert all(replayer.replay("async", seq).ok for seq in requests)
     state = asyncio.run(agent.aget_state(config))
     assert [m.content for m in state.values["messages"]] == \
         [m.content for m in result["messages"]]

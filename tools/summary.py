@@ -29,6 +29,7 @@ from turnlog import (
     ResponseReceived,
     SessionForked,
     SessionRewound,
+    StateSaved,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -168,6 +169,10 @@ def summarize(event: turnlog.Event, width: int = 60) -> str:
         return f"to seq {body.to_seq}{': ' + body.reason if body.reason else ''}"
     if isinstance(body, EventsPinned):
         return f"{'pin' if body.pinned else 'unpin'} seq {', '.join(map(str, body.seqs))}"
+    if isinstance(body, StateSaved):
+        size = sum(ref.size for ref in body.blobs)
+        blobs = f", {len(body.blobs)} blobs {size} B" if body.blobs else ""
+        return head(f"{body.source}{blobs} {body.data}", width)
     raw = json.loads(event_to_json(event))["body"]
     raw.pop("type", None)
     return head(json.dumps(raw, ensure_ascii=False), width)

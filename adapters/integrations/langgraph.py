@@ -516,6 +516,7 @@ class TurnlogModelHooks:
         self.packer = packer if packer is not None else Packer(log)
         self._clock = clock
         self._histories: dict[str, TurnlogChatMessageHistory] = {}
+        self._ids: dict[str, tuple[int, set[str]]] = {}
         self._lock = threading.Lock()
 
     def history(self, thread_id: str) -> TurnlogChatMessageHistory:
@@ -542,16 +543,33 @@ class TurnlogModelHooks:
         self._sync(self.history(_thread(config)), state)
         return {}
 
-    @staticmethod
-    def _sync(history: TurnlogChatMessageHistory, state: Mapping[str, Any]) -> None:
+    def _sync(self, history: TurnlogChatMessageHistory, state: Mapping[str, Any]) -> None:
         messages: Sequence[AnyMessage] = state.get("messages", [])
-        known = {str(residual.get("id")) for event in history.log.read(history.session_id)
-                 if isinstance(residual := event.meta.get(META_KEY), dict)
-                 and residual.get("id")} if history.log.head(history.session_id) else set()
+        known = self._known(history)
         new = [m for m in messages if not isinstance(m, BaseMessage) or not m.id
                or m.id not in known]
         if new:
             history.add_messages(new)
+
+    def _known(self, history: TurnlogChatMessageHistory) -> set[str]:
+        """Ids of the messages the session holds (read incrementally: only the events
+        appended since the last call; a rewind of everything forgets them)."""
+        session = history.session_id
+        head = self.log.head(session)
+        with self._lock:
+            next_seq, ids = self._ids.get(session, (0, set()))
+            if head is None or head.seq < next_seq - 1:
+                next_seq, ids = 0, set()
+            if head is not None and head.seq >= next_seq:
+                for event in self.log.read(session, next_seq, head.seq + 1):
+                    residual = event.meta.get(META_KEY)
+                    if isinstance(event.body, SessionRewound) and event.body.to_seq < 0:
+                        ids = set()
+                    elif isinstance(residual, dict) and residual.get("id"):
+                        ids.add(str(residual["id"]))
+                next_seq = head.seq + 1
+            self._ids[session] = (next_seq, ids)
+            return set(ids)
 
 
 def _thread(config: RunnableConfig) -> str:
