@@ -277,3 +277,12 @@ def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) ->
     state = asyncio.run(agent.aget_state(config))
     assert [m.content for m in state.values["messages"]] == \
         [m.content for m in result["messages"]]
+
+
+def test_a_state_event_the_saver_did_not_write_is_named(log: Log) -> None:
+    log.append("t", StateSaved(source="langgraph.checkpoint", data='{"id": "1"}'))
+    log.append("u", StateSaved(source="another.framework", data="not json"))
+    saver = TurnlogSaver(log)
+    with pytest.raises(turnlog.StoreCorruptError, match=r"t#0 is a state event"):
+        saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
+    assert saver.get_tuple({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}) is None

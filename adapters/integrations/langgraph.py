@@ -73,6 +73,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import blake3
 from langchain_core.messages import AnyMessage, BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -96,6 +97,7 @@ from turnlog import (
     Policy,
     SessionRewound,
     StateSaved,
+    StoreCorruptError,
     UnknownSessionError,
 )
 
@@ -107,6 +109,7 @@ _MEDIA = "application/vnd.langgraph."
 _CHECKPOINT = "langgraph.checkpoint"
 _WRITES = "langgraph.writes"
 _HIDDEN = "langgraph.hidden"
+_SOURCES = frozenset({_CHECKPOINT, _WRITES, _HIDDEN})
 
 
 class _Saved:
@@ -147,7 +150,7 @@ class _Thread:
             self.writes = {k: {t: w for t, w in ws.items() if w[0] <= keep}
                            for k, ws in self.writes.items()}
             return
-        if not isinstance(body, StateSaved):
+        if not isinstance(body, StateSaved) or body.source not in _SOURCES:
             return
         data = json.loads(body.data)
         if body.source == _CHECKPOINT:
@@ -423,7 +426,14 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 except UnknownSessionError:
                     return None
                 for event in events:
-                    state.fold(event.seq, event.body)
+                    try:
+                        state.fold(event.seq, event.body)
+                    except (ValueError, KeyError, TypeError, IndexError) as exc:
+                        raise StoreCorruptError(
+                            f"event {session}#{event.seq} is a {event.kind} event this saver "
+                            f"cannot read ({type(exc).__name__}: {exc}); it was not written "
+                            "by TurnlogSaver. Run `turnlog log "
+                            f"{session}` to see it") from exc
                 state.next_seq = head.seq + 1
             return state
 
@@ -435,7 +445,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 blobs: Sequence[tuple[str, bytes]]) -> None:
         refs = []
         for kind, payload in blobs:
-            refs.append(BlobRef(hash=_blake3(payload), size=len(payload),
+            refs.append(BlobRef(hash=blake3.blake3(payload).hexdigest(), size=len(payload),
                                 media_type=_MEDIA + kind))
         if blobs:
             pairs = [(ref.hash, payload) for ref, (_, payload) in zip(refs, blobs, strict=True)]
@@ -479,12 +489,6 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             parent_config=parent,
             pending_writes=[(task, channel, self._load(ref))
                             for (task, _), (_, channel, ref, _) in writes.items()])
-
-
-def _blake3(data: bytes) -> str:
-    import blake3
-
-    return blake3.blake3(data).hexdigest()
 
 
 class TurnlogModelHooks:
