@@ -137,6 +137,70 @@ def test_a_long_session_is_served_a_window_at_a_time(tmp_path: Path) -> None:
             server.stop()
 
 
+def test_the_timeline_filters_by_kind(served: Server) -> None:
+    compactions = get(served, "/api/sessions/demo?kind=compaction").json()
+    assert compactions["events"] and {e["kind"] for e in compactions["events"]} == {
+        "compaction"}
+    assert compactions["follow"] is not None and "kind=compaction" in compactions["follow"]
+    two = get(served, "/api/sessions/demo?kind=request&kind=response&limit=5&from=0").json()
+    assert [e["kind"] for e in two["events"]] == ["request", "response"] * 2 + ["request"]
+    after = get(served, f"/api/sessions/demo?kind=request&kind=response&limit=5"
+                        f"&from={two['next_start']}").json()
+    assert after["events"][0]["seq"] == two["next_start"] > two["events"][-1]["seq"]
+    assert after["prev_start"] == two["events"][0]["seq"]
+    assert get(served, "/api/sessions/demo?kind=bogus").status_code == 400
+    assert get(served, "/sessions/demo?kind=tool_result").status_code == 200
+
+
+def test_the_follow_stream_sends_new_events_of_the_kinds_asked(tmp_path: Path) -> None:
+    path = tmp_path / "follow"
+    with turnlog.open(path) as log:
+        log.append("f", UserMessageAdded(text="first"))
+    with turnlog.open(path, readonly=True) as log:
+        server = Server(log).start()
+        try:
+            url = server.base + "/api/sessions/f/follow?after=0&kind=notification"
+            with httpx.stream("GET", url, timeout=60) as stream:
+                assert stream.headers["content-type"].startswith("text/event-stream")
+                code = ("import sys, turnlog; log = turnlog.open(sys.argv[1]); "
+                        "log.append('f', [turnlog.UserMessageAdded(text='skipped'), "
+                        "turnlog.NotificationAdded(source='ci', text='<b>shown</b>')])")
+                subprocess.run([sys.executable, "-c", code, str(path)], check=True,
+                               timeout=60)
+                lines = stream.iter_lines()
+                data = next(line for line in lines if line.startswith("data: "))
+            row = json.loads(data[6:])
+            assert row["seq"] == 2 and row["kind"] == "notification"
+            assert get(server, "/api/sessions/none/follow").status_code == 404
+            assert get(server, "/api/sessions/f/follow?after=-5").status_code == 400
+        finally:
+            server.stop()
+
+
+def test_a_request_that_does_not_replay_says_where_it_differs(tmp_path: Path) -> None:
+    path = tmp_path / "differs"
+    with turnlog.open(path) as log:
+        log.append("d", [UserMessageAdded(text="hello"), UserMessageAdded(text="again")])
+        replayer = turnlog.Replayer(turnlog.Packer(log))
+        real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
+                                                          output_reserve=1000))
+        body = log.get("d", real.request_seq).body
+        assert isinstance(body, turnlog.RequestIssued)
+        forged = msgspec.structs.replace(body, prompt_hash="0" * 64,
+                                         digests=bytes(8) + body.digests[8:])
+        seq = log.append("d", forged).last_seq
+    with turnlog.open(path, readonly=True) as log:
+        server = Server(log).start()
+        try:
+            good = get(server, f"/api/sessions/d/requests/{real.request_seq}/replay").json()
+            bad = get(server, f"/api/sessions/d/requests/{seq}/replay").json()
+            assert good["ok"] and not bad["ok"]
+            assert bad["difference"].startswith("first difference at"), bad
+            assert get(server, f"/sessions/d/requests/{seq}").status_code == 200
+        finally:
+            server.stop()
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
 def test_write_methods_are_refused_and_the_store_is_unchanged(demo_path: Path,
                                                               method: str) -> None:

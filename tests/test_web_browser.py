@@ -220,6 +220,33 @@ def test_hostile_content_runs_nothing_in_any_page(watched: Watched, tmp_path: Pa
     assert watched.errors == []  # nothing injected even tried to run (CSP reports none)
 
 
+def test_the_replay_button_names_the_first_difference(watched: Watched,
+                                                     tmp_path: Path) -> None:
+    import msgspec
+
+    path = tmp_path / "differs"
+    with turnlog.open(path) as log:
+        log.append("d", [turnlog.UserMessageAdded(text="hello")])
+        replayer = turnlog.Replayer(turnlog.Packer(log))
+        real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
+                                                          output_reserve=1000))
+        body = log.get("d", real.request_seq).body
+        forged = msgspec.structs.replace(body, prompt_hash="0" * 64,
+                                         digests=bytes(8) + body.digests[8:])
+        seq = log.append("d", forged).last_seq
+    for server in serve(path):
+        page = watched.page
+        page.goto(server.base + f"/sessions/d/requests/{seq}")
+        page.locator("#replay").click()
+        expect(page.locator("#replay-result")).to_have_text(
+            re.compile("^DIFFERS: first difference at"), timeout=60_000)
+        page.goto(server.base + "/sessions/d")
+        page.locator("#kind-filter a", has_text="request").click()
+        page.wait_for_url("**kind=request**")
+        assert page.locator("#events tbody tr").count() == 2
+    assert watched.errors == []
+
+
 def test_the_live_timeline_shows_an_appended_event(watched: Watched, tmp_path: Path) -> None:
     path = tmp_path / "live"
     with turnlog.open(path) as log:

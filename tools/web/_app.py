@@ -136,8 +136,8 @@ def _show(value: object) -> object:
 
 def _query(base: str, **params: object) -> str:
     """``base`` with the non-empty ``params`` as its query string."""
-    kept = {k: v for k, v in params.items() if v not in (None, "")}
-    return base + ("?" + urlencode(kept) if kept else "")
+    kept = {k: v for k, v in params.items() if v not in (None, "", [])}
+    return base + ("?" + urlencode(kept, doseq=True) if kept else "")
 
 
 def _environment() -> Environment:
@@ -286,7 +286,8 @@ class _App:
         if route.method == "timeline":
             start = params.get("from")
             return ins.timeline(session, start=None if not start else _int(start, "from"),
-                                limit=_int(params.get("limit", "200"), "limit"))
+                                limit=_int(params.get("limit", "200"), "limit"),
+                                kinds=params.getlist("kind"))
         if route.method == "event":
             return ins.event(session, numbers[0])
         if route.method == "receipt":
@@ -326,7 +327,9 @@ class _App:
                 after = max(after, _int(last_id, "Last-Event-ID"))
             if after < -1:
                 raise BadRequestError(f"after must be >= -1, found {after}")
-            await anyio.to_thread.run_sync(self.inspector.timeline, session)
+            kinds = request.query_params.getlist("kind")
+            await anyio.to_thread.run_sync(
+                functools.partial(self.inspector.timeline, session, limit=1, kinds=kinds))
         except NotFoundError as exc:
             return JSONResponse({"error": str(exc), "status": 404}, status_code=404)
         except BadRequestError as exc:
@@ -336,11 +339,13 @@ class _App:
             nonlocal after
             yield "retry: 1000\n\n"
             while True:  # until the client goes: the response then cancels this
-                events = await anyio.to_thread.run_sync(
-                    functools.partial(self.inspector.follow, session, after, wait=FOLLOW_WAIT))
+                events, last = await anyio.to_thread.run_sync(functools.partial(
+                    self.inspector.follow, session, after, wait=FOLLOW_WAIT, kinds=kinds))
                 for row in events:
-                    after = row["seq"]
-                    yield f"id: {after}\nevent: append\ndata: {json.dumps(row)}\n\n"
+                    yield f"id: {row['seq']}\nevent: append\ndata: {json.dumps(row)}\n\n"
+                if last != after and not events:
+                    yield f"id: {last}\n: skipped\n\n"  # resume after events not shown
+                after = last
                 if not events:
                     yield ": waiting\n\n"
                 await asyncio.sleep(0)

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import json
 import threading
+from bisect import bisect_left
 from collections import Counter, OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import msgspec
 import turnlog
 from turnlog import (
+    EVENT_KINDS,
     MEMORY_SECTION,
     SUMMARY_SECTION,
     AssistantMessageAdded,
@@ -287,26 +289,47 @@ class Inspector:
         return {"store": turnlog.hide_credentials(self.log.store.location), "prefix": prefix,
                 "sessions": rows, "next_after": page[-1].session if more else None}
 
-    def timeline(self, session: str, *, start: int | None = None,
-                 limit: int = WINDOW) -> dict[str, Any]:
-        """One window of a session's events (the latest when ``start`` is None)."""
+    def timeline(self, session: str, *, start: int | None = None, limit: int = WINDOW,
+                 kinds: Sequence[str] = ()) -> dict[str, Any]:
+        """One window of a session's events (the latest when ``start`` is None), of the
+        given ``kinds`` only when any are given."""
         head = self._head(session)
         if not 1 <= limit <= MAX_WINDOW:
             raise BadRequestError(f"limit must be 1 to {MAX_WINDOW}, found {limit}")
-        if start is None:
-            start = max(0, head.seq + 1 - limit)
-        if start < 0:
+        if start is not None and start < 0:
             raise BadRequestError(f"from must be >= 0, found {start}")
-        stop = min(head.seq + 1, start + limit)
-        events = self.log.read(session, start, stop) if start <= head.seq else []
-        requests = [e.seq for e in events if isinstance(e.body, RequestIssued)]
+        unknown = sorted(set(kinds) - set(EVENT_KINDS))
+        if unknown:
+            raise BadRequestError(f"unknown event kind {unknown[0]!r}; the kinds are "
+                                  f"{', '.join(sorted(EVENT_KINDS))}")
+        if kinds:
+            # A filtered window: the matching events are not contiguous, so page by
+            # position among them.
+            matching = self.log.read(session, kinds=list(kinds))
+            seqs = [e.seq for e in matching]
+            first = max(0, len(seqs) - limit) if start is None else bisect_left(seqs, start)
+            events = matching[first:first + limit]
+            start = events[0].seq if events else (start or 0)
+            prev_start = seqs[max(0, first - limit)] if first > 0 else None
+            next_start = seqs[first + limit] if first + limit < len(seqs) else None
+            latest = first + limit >= len(seqs)
+        else:
+            if start is None:
+                start = max(0, head.seq + 1 - limit)
+            stop = min(head.seq + 1, start + limit)
+            events = self.log.read(session, start, stop) if start <= head.seq else []
+            prev_start = max(0, start - limit) if start > 0 else None
+            next_start = stop if stop <= head.seq else None
+            latest = stop > head.seq
+        follow = None
+        if latest:
+            follow = "/api" + session_href(session, "follow") + "?" + urlencode(
+                [("after", head.seq), *(("kind", k) for k in kinds)])
         return {"session": session, "head_seq": head.seq, "head_hash": head.hash.hex(),
-                "events_total": head.seq + 1, "start": start, "stop": stop, "limit": limit,
-                "prev_start": max(0, start - limit) if start > 0 else None,
-                "next_start": stop if stop <= head.seq else None,
-                "events": [event_view(e) for e in events], "requests_in_window": requests,
-                "follow": "/api" + session_href(session, "follow") + f"?after={stop - 1}"
-                if stop > head.seq else None}
+                "events_total": head.seq + 1, "start": start, "limit": limit,
+                "kinds": list(kinds), "all_kinds": sorted(EVENT_KINDS),
+                "prev_start": prev_start, "next_start": next_start,
+                "events": [event_view(e) for e in events], "follow": follow}
 
     def event(self, session: str, seq: int) -> dict[str, Any]:
         """One event in full: its row, its JSON record and its blob's text."""
@@ -579,16 +602,18 @@ class Inspector:
                 "block_history": history, "recalls": recalls,
                 "latest_request": latest, "query": query, "results": results}
 
-    def follow(self, session: str, after: int, *, wait: float,
-               limit: int = 200) -> list[dict[str, Any]]:
-        """The events appended after ``after``, waiting up to ``wait`` seconds for the
-        first (`Log.follow`)."""
+    def follow(self, session: str, after: int, *, wait: float, kinds: Sequence[str] = (),
+               limit: int = 200) -> tuple[list[dict[str, Any]], int]:
+        """The events appended after ``after`` (of ``kinds`` only, when given), waiting
+        up to ``wait`` seconds for the first (`Log.follow`), and the last seq seen."""
         if after < -1:
             raise BadRequestError(f"after must be >= -1, found {after}")
         events = []
         for event in self.log.follow(session, after, timeout=wait, limit=limit):
-            events.append(event_view(event))
-        return events
+            after = event.seq
+            if not kinds or event.kind in kinds:
+                events.append(event_view(event))
+        return events, after
 
 
 def _shared_prefix(a: Packed, b: Packed) -> dict[str, Any]:
