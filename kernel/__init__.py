@@ -17,7 +17,7 @@ import os
 from ._chain import GENESIS, Checkpoint, covered_digest
 from ._codec import event_from_json, event_to_json
 from ._compact import Compactor, CostEstimate, Outcome
-from ._copy import Copied, copy_log
+from ._copy import Copied, copy_log, unfinished_copy
 from ._errors import (
     AppendConflictError,
     BlobNotFoundError,
@@ -244,6 +244,7 @@ __all__ = [
     "open",
     "pack",
     "recall_text",
+    "unfinished_copy",
 ]
 
 __version__ = "0.2.0"

@@ -1,4 +1,5 @@
-"""Copying a whole log from one store to another (LMDB, PostgreSQL, memory).
+"""Copying a log, or some of its sessions, from one store to another (LMDB,
+PostgreSQL, memory).
 
 Theory of operation
 -------------------
@@ -7,43 +8,72 @@ target exactly as the source holds it, so every hash, every chain link and
 every recorded request stays what it was, and `Log.verify` and replay pass on
 the copy as on the source. What is copied, from one snapshot of the source:
 
-1. every blob (first, so that no event of the target ever refers to a blob
-   it lacks);
+1. every blob, each hashed on the way (first, so that no event of the target
+   ever refers to a blob it lacks); a copy of some sessions takes only the
+   blobs their events refer to, each before the events that refer to it;
 2. every derived-cache entry (the Packer's token counts), when the source can
-   list them;
-3. every session up to its head, in chunks of whole records; each chunk's
-   write also moves the target's head to its last record, and stores the
-   idempotency key of each record (the event carries it), so a retry of an
-   old batch against the copy is still recognised as a duplicate.
+   list them (a copy of some sessions goes without: they are rebuilt on use);
+3. each session up to its head, sources of forks before the forks (a fork's
+   history continues its source's: `copy_log` with ``sessions`` takes the
+   lineage along). Before anything of a session is written, the session is
+   verified in the source as `Log.verify` would (every link and hash, rows past
+   the head, the blobs it refers to): a damaged source is refused with
+   `StoreCorruptError`, never laundered into a target that verifies. Then it is
+   written in chunks of whole records; each chunk's write checks that the
+   target's head is where the copy left it (another writer of the target is an
+   `AppendConflictError`, nothing of the chunk written), moves the head to its
+   last record and stores the idempotency key of each record (the event carries
+   it), so a retry of an old batch against the copy is still recognised as a
+   duplicate.
 
-A copy stopped half way leaves whole, verifiable prefixes of sessions; running
-it again refuses, naming the session that exists already: copy into an empty
-store (or one holding none of the source's sessions).
+Until the copy has finished, the target carries the store mark ``copy``
+(`ReadTxn.mark`), written before anything else and removed by the copy's last
+write: `Log.verify` fails on a marked store and ``turnlog sessions`` says so,
+so a copy killed half way never passes for a whole one. Running the copy again
+resumes it: a session the target holds is continued when its events are a
+prefix of the source's (same hash at the target's head), skipped when whole,
+and refused when it holds other events. The same rule lets a copy of some
+sessions bring a shard up to date.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Iterable
+
+import blake3
 import msgspec
 
 from ._chain import record_event, record_hash
-from ._errors import InvalidArgumentError, StoreError
+from ._codec import may_hold_blob_refs, validate_session_id
+from ._errors import (
+    AppendConflictError,
+    InvalidArgumentError,
+    StoreCorruptError,
+    StoreError,
+    UnknownSessionError,
+)
+from ._events import SessionForked
 from ._log import Log
-from ._store import WriteTxn
+from ._store import ReadTxn, WriteTxn, hide_credentials
+from ._verify import COPY_MARK, describe_copy_mark, fsck_session, referenced_blobs
 
-__all__ = ["Copied", "copy_log"]
+__all__ = ["Copied", "copy_log", "unfinished_copy"]
 
 _CHUNK_RECORDS = 1000
 _CHUNK_BYTES = 8 * 2**20
 
 
 class Copied(msgspec.Struct, frozen=True):
-    """What `copy` wrote.
+    """What `copy_log` wrote.
 
     Attributes:
-        sessions: sessions copied.
-        events: records copied.
-        blobs: blobs copied (those the target lacked).
-        cached: derived-cache entries copied (0 when the source cannot list them).
+        sessions: sessions copied (whole in the target now, including those a
+            resumed copy found whole already).
+        events: records written.
+        blobs: blobs written (those the target lacked).
+        cached: derived-cache entries copied (0 when the source cannot list them,
+            and for a copy of some sessions).
     """
 
     sessions: int
@@ -52,107 +82,266 @@ class Copied(msgspec.Struct, frozen=True):
     cached: int
 
 
-def copy_log(source: Log, target: Log) -> Copied:
-    """Copy every session, blob and cached token count of ``source`` into ``target``,
-    byte for byte (every hash preserved).
+def copy_log(source: Log, target: Log, *, sessions: Iterable[str] | None = None,
+             progress: Callable[[Copied], None] | None = None) -> Copied:
+    """Copy every session (or the given ones with their lineage), the blobs they
+    refer to and the cached token counts of ``source`` into ``target``, byte for
+    byte (every hash preserved).
 
     Parameters:
         source: the log to copy (it may be opened read-only).
-        target: the log to copy into; it must hold none of the source's sessions.
+        target: the log to copy into. A session it holds already must be a prefix
+            of the source's (a copy stopped half way, or a shard behind): it is
+            continued.
+        sessions: copy only these sessions, each with the sessions its history
+            continues (the sources of a fork, recursively), sources first.
+        progress: called with the counts so far after each session.
 
     Returns:
         `Copied`, the counts written.
 
     Raises:
-        InvalidArgumentError: the target already holds a session of the source,
-            or source and target are the same log.
-        StoreError: either store failed; sessions copied so far are whole and
-            verify (see the module docstring).
+        InvalidArgumentError: the target holds a session of the source with other
+            events, or source and target are the same store.
+        UnknownSessionError: a session of ``sessions`` is not in the source.
+        StoreCorruptError: the source fails verification for a session to copy
+            (nothing of that session was written).
+        AppendConflictError: another writer wrote a copied session of the target
+            during the copy.
+        StoreError: either store failed. In every case but success the target
+            keeps its ``copy`` mark (see the module docstring): run the copy again
+            to finish it.
     """
     if not isinstance(source, Log) or not isinstance(target, Log):
         raise InvalidArgumentError("copy takes two turnlog Logs (turnlog.open(...))")
     if source.store is target.store:
         raise InvalidArgumentError("source and target are the same store")
-    tstore = target.store
-    with source.store.read() as txn:
-        heads = list(txn.sessions())
-        with tstore.read() as there:
-            for session, _, _ in heads:
-                if there.head(session) is not None:
+    if progress is not None and not callable(progress):
+        raise InvalidArgumentError(f"progress must be callable or None, found "
+                                   f"{type(progress).__name__}")
+    wanted = None if sessions is None else _session_list(sessions)
+    return _Copy(source, target, progress).run(wanted)
+
+
+def unfinished_copy(log: Log) -> str | None:
+    """Why ``log`` is not a whole store yet: it is the target of a copy that has
+    not finished (`copy_log` stopped or killed half way), or None.
+
+    Returns a sentence naming the source and what to run, or None.
+    """
+    with log.store.read() as txn:
+        mark = txn.mark(COPY_MARK)
+    return None if mark is None else describe_copy_mark(mark)
+
+
+def _session_list(sessions: Iterable[str]) -> list[str]:
+    if isinstance(sessions, str):
+        raise InvalidArgumentError("sessions must be a list of session ids, found a str")
+    found = list(sessions)
+    for session in found:
+        validate_session_id(session)
+    if not found:
+        raise InvalidArgumentError("sessions is empty; give at least one session id, or None "
+                                   "to copy every session")
+    return found
+
+
+class _Copy:
+    """One copy run: the counts so far."""
+
+    def __init__(self, source: Log, target: Log,
+                 progress: Callable[[Copied], None] | None) -> None:
+        self.source = source
+        self.target = target
+        self.progress = progress
+        self.where = hide_credentials(target.store.location) or target.store.name
+        self.origin = hide_credentials(source.store.location) or source.store.name
+        self.sessions = self.events = self.blobs = self.cached = 0
+        self.have: set[str] = set()  # blobs hashed in the source and present in the target
+        self.checked: set[str] = set()  # blobs verified in the source
+
+    def counts(self) -> Copied:
+        return Copied(self.sessions, self.events, self.blobs, self.cached)
+
+    def run(self, wanted: list[str] | None) -> Copied:
+        with self.source.store.read() as txn:
+            heads = {name: (seq, digest) for name, seq, digest in txn.sessions()} \
+                if wanted is None else {}
+            order = list(heads) if wanted is None else self.lineage(txn, wanted, heads)
+            starts = self.preflight(txn, order, heads)
+            mark = json.dumps({"from": self.origin, "sessions": wanted}, ensure_ascii=False)
+            self.target.store.write(lambda t: t.set_mark(COPY_MARK, mark))
+            if wanted is None:
+                self.copy_blobs(txn)
+                self.copy_cache(txn)
+            for session in order:
+                self.copy_session(txn, session, heads[session], starts[session])
+                self.sessions += 1
+                if self.progress is not None:
+                    self.progress(self.counts())
+        self.target.store.write(lambda t: t.set_mark(COPY_MARK, None))
+        return self.counts()
+
+    def lineage(self, txn: ReadTxn, wanted: list[str],
+                heads: dict[str, tuple[int, bytes]]) -> list[str]:
+        """``wanted`` with the sessions their histories continue, sources first; fills
+        ``heads`` with each one's head."""
+        order: list[str] = []
+        for session in wanted:
+            chain: list[str] = []
+            name: str | None = session
+            while name is not None and name not in heads:
+                head = txn.head(name)
+                if head is None:
+                    if name == session:
+                        raise UnknownSessionError(
+                            f"no session {session!r} in the source {self.origin}; list its "
+                            "sessions with `turnlog sessions`")
+                    raise StoreCorruptError(f"the source lacks session {name!r}, which "
+                                            f"{chain[-1]!r} was forked from; run `turnlog "
+                                            "verify` on it")
+                heads[name] = head
+                chain.append(name)
+                first = txn.get(name, 0)
+                body = record_event(first).body if first is not None else None
+                name = body.from_session if isinstance(body, SessionForked) else None
+            order.extend(reversed(chain))
+        return order
+
+    def preflight(self, txn: ReadTxn, order: list[str],
+                  heads: dict[str, tuple[int, bytes]]) -> dict[str, int]:
+        """The first seq to copy of each session: 0, or past what the target holds
+        of it already (a prefix of the source's); anything else is refused before
+        anything is written."""
+        starts: dict[str, int] = {}
+        with self.target.store.read() as there:
+            for session in order:
+                held = there.head(session)
+                if held is None:
+                    starts[session] = 0
+                    continue
+                seq, digest = held
+                record = txn.get(session, seq) if seq <= heads[session][0] else None
+                if record is None or record_hash(record) != digest:
                     raise InvalidArgumentError(
-                        f"the target {tstore.location or tstore.name} already holds session "
-                        f"{session!r}; copy into an empty store")
-        blobs = 0
+                        f"the target {self.where} already holds session {session!r} with other "
+                        f"events (its seq {seq} is not the source's); copy into a store "
+                        "without it")
+                starts[session] = seq + 1
+        return starts
+
+    def copy_blobs(self, txn: ReadTxn) -> None:
         chunk: list[tuple[str, bytes]] = []
         size = 0
         for digest, data in txn.blobs():
+            if blake3.blake3(data).hexdigest() != digest:
+                raise StoreCorruptError(
+                    f"blob {digest[:16]} of the source does not match its hash; run `turnlog "
+                    "verify` on the source and restore it from a backup before copying")
+            self.have.add(digest)
+            self.checked.add(digest)
             chunk.append((digest, data))
             size += len(data)
             if size >= _CHUNK_BYTES or len(chunk) >= _CHUNK_RECORDS:
-                blobs += _write_blobs(target, chunk)
+                self.write_blobs(chunk)
                 chunk, size = [], 0
-        blobs += _write_blobs(target, chunk)
+        self.write_blobs(chunk)
+
+    def copy_cache(self, txn: ReadTxn) -> None:
         try:
             entries = list(txn.cache_items())
         except StoreError:
-            entries = []  # a backend that cannot list its cache: rebuilt on use
+            return  # a backend that cannot list its cache: rebuilt on use
         for start in range(0, len(entries), _CHUNK_RECORDS):
             part = entries[start:start + _CHUNK_RECORDS]
-            _write_cached(target, part)
-        events = 0
-        for session, head_seq, _ in heads:
-            records: list[bytes] = []
-            size = 0
-            first = 0
-            for seq, record in txn.scan(session, 0, head_seq + 1):
-                if seq != first + len(records):
-                    raise StoreError(f"the source lacks {session}#{first + len(records)}; run "
-                                     "`turnlog verify` on it before copying")
-                records.append(bytes(record))
-                size += len(record)
-                if size >= _CHUNK_BYTES or len(records) >= _CHUNK_RECORDS:
-                    _write_records(target, session, first, records)
-                    first += len(records)
-                    events += len(records)
-                    records, size = [], 0
-            _write_records(target, session, first, records)
-            events += len(records)
-    return Copied(sessions=len(heads), events=events, blobs=blobs, cached=len(entries))
 
+            def put(t: WriteTxn, part: list[tuple[str, bytes, bytes]] = part) -> None:
+                for namespace, key, value in part:
+                    t.put_cached(namespace, key, value)
 
-def _write_blobs(target: Log, chunk: list[tuple[str, bytes]]) -> int:
-    if not chunk:
-        return 0
+            self.target.store.write(put)
+        self.cached += len(entries)
 
-    def put(txn: WriteTxn) -> int:
-        added = 0
-        for digest, data in chunk:
-            if txn.blob(digest) is None:
-                txn.put_blob(digest, data)
-                added += 1
-        return added
+    def copy_session(self, txn: ReadTxn, session: str, head: tuple[int, bytes],
+                     first: int) -> None:
+        head_seq, head_hash = head
+        problem = fsck_session(txn, session, head_seq, head_hash, self.checked)
+        if problem is not None:
+            raise StoreCorruptError(
+                f"the source {self.origin} fails verification at {problem}; nothing of "
+                f"{session!r} was copied. Run `turnlog verify` on the source and restore it "
+                "from a backup before copying")
+        records: list[bytes] = []
+        size = 0
+        for seq, record in txn.scan(session, first, head_seq + 1):
+            if seq != first + len(records):
+                raise StoreCorruptError(f"the source lacks {session}#{first + len(records)} "
+                                        "(it changed during the copy?); run `turnlog verify` "
+                                        "on it")
+            records.append(bytes(record))
+            size += len(record)
+            if size >= _CHUNK_BYTES or len(records) >= _CHUNK_RECORDS:
+                self.write_records(txn, session, first, records)
+                first += len(records)
+                records, size = [], 0
+        self.write_records(txn, session, first, records)
 
-    return target.store.write(put)
+    def write_blobs(self, chunk: list[tuple[str, bytes]]) -> None:
+        if not chunk:
+            return
 
+        def put(t: WriteTxn) -> int:
+            added = 0
+            for digest, data in chunk:
+                if not t.has_blob(digest):
+                    t.put_blob(digest, data)
+                    added += 1
+            return added
 
-def _write_cached(target: Log, part: list[tuple[str, bytes, bytes]]) -> None:
-    def put(txn: WriteTxn) -> None:
-        for namespace, key, value in part:
-            txn.put_cached(namespace, key, value)
+        self.blobs += self.target.store.write(put)
 
-    target.store.write(put)
+    def write_records(self, txn: ReadTxn, session: str, first: int,
+                      records: list[bytes]) -> None:
+        if not records:
+            return
+        # The blobs these events refer to go first (a copy of some sessions only).
+        chunk: list[tuple[str, bytes]] = []
+        size = 0
+        for record in records:
+            if not may_hold_blob_refs(record):
+                continue
+            for digest in referenced_blobs(record_event(record).body):
+                if digest in self.have:
+                    continue
+                data = txn.blob(digest)
+                if data is None:  # verified a moment ago in this snapshot
+                    raise StoreCorruptError(f"the source lost blob {digest[:16]} during the "
+                                            "copy; run `turnlog verify` on it")
+                self.have.add(digest)
+                chunk.append((digest, data))
+                size += len(data)
+                if size >= _CHUNK_BYTES:
+                    self.write_blobs(chunk)
+                    chunk, size = [], 0
+        self.write_blobs(chunk)
+        keys = [(record_event(r).key, seq) for seq, r in enumerate(records, first)]
+        expected = first - 1
+        where = self.where
 
+        def put(t: WriteTxn) -> None:
+            held = t.head(session)
+            if (-1 if held is None else held[0]) != expected:
+                actual = -1 if held is None else held[0]
+                raise AppendConflictError(
+                    f"session {session!r} of the target {where} was written by another writer "
+                    f"during the copy (its head is at seq {actual}, the copy left it at "
+                    f"{expected}); nothing of this part was written. Copy into a store nobody "
+                    "writes to meanwhile", session=session, expected=expected, actual=actual)
+            t.put_events(session, first, records)
+            for key, seq in keys:
+                if key is not None:
+                    t.put_idempotency(session, key, seq)
+            t.set_head(session, first + len(records) - 1, record_hash(records[-1]))
 
-def _write_records(target: Log, session: str, first: int, records: list[bytes]) -> None:
-    if not records:
-        return
-    keys = [(record_event(r).key, seq) for seq, r in enumerate(records, first)]
-
-    def put(txn: WriteTxn) -> None:
-        txn.put_events(session, first, records)
-        for key, seq in keys:
-            if key is not None:
-                txn.put_idempotency(session, key, seq)
-        txn.set_head(session, first + len(records) - 1, record_hash(records[-1]))
-
-    target.store.write(put)
+        self.target.store.write(put)
+        self.events += len(records)

@@ -84,7 +84,7 @@ from ._events import (
     SessionRewound,
     UserMessageAdded,
 )
-from ._store import ReadTxn, Store, WriteTxn
+from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 from ._verify import Problem, VerifyReport, fsck
 
 __all__ = [
@@ -643,7 +643,8 @@ class Log:
                 if last_hash is None:
                     raise HistoryMismatchError(
                         f"session {session!r} ends at seq {head_seq} in "
-                        f"{self.store.location or self.store.name}, behind seq {last} that "
+                        f"{hide_credentials(self.store.location) or self.store.name}, behind "
+                        f"seq {last} that "
                         "follow resumes after: the store was restored from an older backup or "
                         "is a replica behind. Pass after_hash (the hash of the event at "
                         "after_seq) to wait for it and check the events that fill the gap, or "
@@ -1158,7 +1159,8 @@ def _hash_argument(value: object) -> bytes:
 def _diverged(store: Store, session: str, seq: int, head: int, found: bytes,
               expected: bytes) -> HistoryMismatchError:
     return HistoryMismatchError(
-        f"{session}#{seq} in {store.location or store.name} has hash {found.hex()[:16]}, "
+        f"{session}#{seq} in {hide_credentials(store.location) or store.name} has hash "
+        f"{found.hex()[:16]}, "
         f"not {expected.hex()[:16]} as the follower saw: the store holds another history "
         "(restored from an older backup and written since, or another server). Nothing was "
         "skipped; run `turnlog verify` on it and re-read the session from an earlier seq",

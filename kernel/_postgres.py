@@ -155,6 +155,7 @@ _QUERIES = {
     "sessions": "SELECT session, seq, hash FROM {s}.heads WHERE session > %s "
                 "ORDER BY session LIMIT %s",
     "blob": "SELECT data FROM {s}.blobs WHERE hash = %s",
+    "has_blob": "SELECT 1 FROM {s}.blobs WHERE hash = %s",
     "blob_sizes": "SELECT hash, octet_length(data) FROM {s}.blobs WHERE hash > %s "
                   "ORDER BY hash LIMIT %s",
     "blobs_in": "SELECT hash, data FROM {s}.blobs WHERE hash = ANY(%s) ORDER BY hash",
@@ -252,6 +253,13 @@ class _PostgresRead(ReadTxn):
             return None
         row = self._one("blob", (key,))
         return None if row is None else bytes(row[0])
+
+    def has_blob(self, digest: str) -> bool:
+        try:
+            key = bytes.fromhex(digest)
+        except ValueError:
+            return False
+        return self._one("has_blob", (key,)) is not None
 
     def blobs(self) -> Iterator[tuple[str, bytes]]:
         # Paged by bytes, not rows: the sizes first (octet_length reads no blob), then
@@ -373,6 +381,9 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
     def blob(self, digest: str) -> bytes | None:
         found = self._blobs.get(digest)
         return found if found is not None else super().blob(digest)
+
+    def has_blob(self, digest: str) -> bool:
+        return digest in self._blobs or super().has_blob(digest)
 
     def idempotency(self, session: str, key: str) -> int | None:
         found = self._idem.get((session, key))

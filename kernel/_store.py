@@ -73,6 +73,11 @@ class ReadTxn(ABC):
     def blob(self, digest: str) -> bytes | None:
         """The blob with this hex hash."""
 
+    def has_blob(self, digest: str) -> bool:
+        """Whether the blob with this hex hash is stored (without reading it, where
+        the backend can)."""
+        return self.blob(digest) is not None
+
     @abstractmethod
     def blobs(self) -> Iterator[tuple[str, bytes]]:
         """Every ``(hex hash, bytes)`` blob, ordered by hash."""

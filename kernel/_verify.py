@@ -40,7 +40,6 @@ from ._tokens import check_count_cache
 __all__ = ["Problem", "VerifyReport"]
 
 
-
 class _Key(msgspec.Struct):
     """An event's key alone: decoding skips the rest of the event."""
 
@@ -53,6 +52,10 @@ _KEY_BATCH = 512  # keys looked up in the index at once
 _REINDEX = ("a retry with that key would be taken for a new event, or another event for "
             "a duplicate. Restore the store from a backup, or copy it (`turnlog copy`) into a "
             "new store, which rebuilds the index from the events")
+
+#: The store mark of a copy that has not finished (`turnlog.copy_log`): its value
+#: is JSON naming the source (``from``) and the sessions copied (None: all).
+COPY_MARK = "copy"
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -142,6 +145,10 @@ class _Fsck:
 
     def run(self, session: str | None, checkpoint: Checkpoint | None) -> VerifyReport:
         txn = self.txn
+        copying = txn.mark(COPY_MARK)
+        if copying is not None:
+            # Whatever it holds may verify: it is still not the store it is a copy of.
+            return self.report(Problem("", None, describe_copy_mark(copying)), 0)
         heads = list(txn.sessions())
         if session is not None:
             heads = [h for h in heads if h[0] == session]
@@ -210,16 +217,17 @@ class _Fsck:
             session = source
 
     def session(self, session: str, head_seq: int, head_hash: bytes | None, *,
-                stop: int | None = None) -> Problem | None:
+                stop: int | None = None, index: bool = True) -> Problem | None:
         """Check a session's events (those below ``stop`` only, when given: then
-        ``head_hash`` is not known and the events must reach ``head_seq``)."""
+        ``head_hash`` is not known and the events must reach ``head_seq``), and
+        with ``index`` its idempotency index."""
         txn, strict = self.txn, self.strict
         prev = GENESIS
         expected_seq = 0
         linked = link_checker(position_prefix(session))
         step = self.done.step if self.done.wanted else None
         blob_key = may_hold_blob_refs
-        keys = _Keys(txn, session) if stop is None else None
+        keys = _Keys(txn, session) if stop is None and index else None
         for seq, record in txn.scan(session, 0, stop, every=True):
             if seq != expected_seq:
                 return Problem(session, expected_seq, "event is missing (seqs jump to "
@@ -376,6 +384,38 @@ class _Keys:
                                f"{key!r} at seq {seq}, where the session has {what} (added or "
                                f"changed behind turnlog's back): {_REINDEX}")
         return None
+
+
+def describe_copy_mark(mark: str) -> str:
+    """What the ``copy`` mark of a store says, as a sentence."""
+    try:
+        found = msgspec.json.decode(mark)
+    except msgspec.DecodeError:
+        found = {}
+    source = found.get("from") if isinstance(found, dict) else None
+    sessions = found.get("sessions") if isinstance(found, dict) else None
+    what = "the sessions " + ", ".join(repr(s) for s in sessions) + " of " \
+        if isinstance(sessions, list) and sessions else ""
+    return (f"the store is an unfinished copy of {what}{source or 'another store'}: the copy "
+            "stopped before it finished. Run the same `turnlog copy` again to finish it "
+            "(Python: turnlog.copy_log); it resumes where it stopped")
+
+
+def fsck_session(txn: ReadTxn, session: str, head_seq: int, head_hash: bytes,
+                 checked_blobs: set[str]) -> Problem | None:
+    """Check one session of a snapshot as `Log.verify` does (its events, rows past
+    its head, its fork link, the blobs it refers to), but not its idempotency
+    index, which a copy rebuilds from the events: what `copy_log` checks before
+    copying it. ``checked_blobs`` holds the blobs hashed already and gains those
+    this check hashes."""
+    fsck = _Fsck(txn, False, _Progress(None))
+    fsck.checked_blobs = checked_blobs
+    return fsck.session(session, head_seq, head_hash, index=False)
+
+
+def referenced_blobs(body: Body) -> list[str]:
+    """The hashes of the blobs an event's payload refers to."""
+    return [ref.hash for ref in _blob_refs(body)]
 
 
 class _Progress:

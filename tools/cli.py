@@ -234,11 +234,14 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as log:
         heads = log.sessions()
         location = turnlog.hide_credentials(log.store.location)
+        unfinished = turnlog.unfinished_copy(log)
     if args.json:
-        _emit({"store": location, "sessions": [
+        _emit({"store": location, "unfinished_copy": unfinished, "sessions": [
             {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
              "head_hash": h.hash.hex()} for h in heads]}, sys.stdout)
         return EXIT_OK
+    if unfinished is not None:
+        _say(f"warning: {unfinished}", "yellow")
     if not heads:
         print("no sessions")
         return EXIT_OK
@@ -397,16 +400,21 @@ def _verify_progress(events: int) -> None:
 
 def _cmd_copy(args: argparse.Namespace) -> int:
     with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
-        copied = turnlog.copy_log(source, target)
-        report = target.verify()
+        copied = turnlog.copy_log(source, target, sessions=args.session)
+        if args.session:  # the copied sessions (each with its lineage), not the whole target
+            reports = [target.verify(session) for session in dict.fromkeys(args.session)]
+            report = next((r for r in reports if not r.ok), reports[-1])
+        else:
+            report = target.verify()
         where = turnlog.hide_credentials(target.store.location)
     if args.json:
         _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
                "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
                "problem": _problem_json(report.problem)}, sys.stdout)
     else:
-        print(f"copied {copied.sessions} sessions, {copied.events} events, {copied.blobs} "
-              f"blobs and {copied.cached} cached counts to {where}")
+        print(f"copied {_plural(copied.sessions, 'session')}, {_plural(copied.events, 'event')}"
+              f", {_plural(copied.blobs, 'blob')} and {_plural(copied.cached, 'cached count')} "
+              f"to {where}")
         print("verify: ok" if report.ok else f"verify: FAILED: {report.problem}")
     return EXIT_OK if report.ok else EXIT_FAILED
 
@@ -1235,11 +1243,15 @@ def _build_parser() -> argparse.ArgumentParser:
                    "stderr as it goes")
 
     p = verb("copy", _cmd_copy, "copy every session, blob and cached count of store SRC "
-             "into store DST (a directory or a postgresql:// URL), hashes preserved, then "
-             "verify the copy")
+             "(or only the sessions given, with the sessions their forks continue) into "
+             "store DST (a directory or a postgresql:// URL), hashes preserved, after "
+             "verifying each session in SRC; then verify the copy. A copy stopped half way "
+             "leaves DST marked unfinished (verify fails) and resumes when run again")
     p.add_argument("source", metavar="SRC", help="the store to copy (opened read-only)")
     p.add_argument("target", metavar="DST", help="the store to copy into (created if "
-                   "missing; it must hold none of SRC's sessions)")
+                   "missing; a session it holds must be a prefix of SRC's: it is continued)")
+    p.add_argument("--session", action="append", metavar="ID", default=None,
+                   help="copy only this session, with its forks' lineage (repeatable)")
 
     p = verb("checkpoint", _cmd_checkpoint, "write a checkpoint (session, seq, hash, mac) of "
              "a session's head as JSON")
