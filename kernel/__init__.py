@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from . import _locations
 from ._chain import GENESIS, Checkpoint, covered_digest
 from ._codec import event_from_json, event_to_json
 from ._compact import Compactor, CostEstimate, Outcome
@@ -39,6 +40,7 @@ from ._errors import (
     StoreError,
     StoreFormatError,
     StoreFullError,
+    StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
     TokenizerError,
@@ -213,6 +215,7 @@ __all__ = [
     "StoreError",
     "StoreFormatError",
     "StoreFullError",
+    "StoreNotFoundError",
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "Summarizer",
@@ -256,6 +259,7 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
     readonly: bool = False,
     blob_threshold: int = 64 * 1024,
     sync: bool = True,
+    create: bool = True,
 ) -> Log:
     """Open (or create) a log.
 
@@ -263,27 +267,25 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
         path: a directory for the embedded LMDB store (created if missing),
             ``":memory:"`` for an in-memory log, or a PostgreSQL URL
             (``postgresql://user@host:port/dbname?...``, see `PostgresStore`;
-            needs ``pip install 'turnlog[postgres]'``).
+            needs ``pip install 'turnlog[postgres]'``). Which store a location
+            names is looked up in one table (``turnlog._locations.SCHEMES``).
         readonly: open an existing store for reading only.
         blob_threshold: text payloads above this many bytes are stored as blobs.
         sync: fsync every commit (LMDB only; PostgreSQL commits as the server
             is configured, durably by default).
+        create: create the store when there is none at ``path``; when False, a
+            missing store raises `StoreNotFoundError` and nothing is created.
 
     Raises:
+        StoreNotFoundError: no store at ``path``, opened ``readonly`` or with
+            ``create=False``.
         StoreError: the store cannot be opened (wrong format, corrupt, no access,
             server unreachable).
     """
-    if isinstance(path, str) and path == ":memory:":
-        if readonly:
-            raise InvalidArgumentError("an in-memory log cannot be read-only")
-        return Log(MemoryStore(), blob_threshold=blob_threshold)
-    if not isinstance(path, (str, os.PathLike)):
-        raise InvalidArgumentError(f"path must be a str or path-like, found {type(path).__name__}")
-    store: Store
-    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
-        store = PostgresStore(path, readonly=readonly)
-    else:
-        store = LMDBStore(path, readonly=readonly, sync=sync)
+    if not isinstance(create, bool):
+        raise InvalidArgumentError(f"create must be a bool, found {type(create).__name__}")
+    scheme, location = _locations.scheme_for(path)
+    store = scheme.open(location, readonly, sync, create)
     try:
         return Log(store, blob_threshold=blob_threshold)
     except BaseException:

@@ -17,6 +17,7 @@ Hierarchy::
     │   ├── StoreFullError                  the disk or map cannot grow
     │   ├── StoreReadOnlyError              a write on a read-only store
     │   ├── StoreUnavailableError           the database server cannot be reached in time
+    │   ├── StoreNotFoundError              no store at the location (opened with create=False)
     │   └── ForkedProcessError              a handle used in a child after fork()
     ├── BlobNotFoundError (KeyError)        no blob with that hash
     ├── VerificationError                   the chain or a checkpoint does not verify
@@ -60,6 +61,7 @@ __all__ = [
     "StoreError",
     "StoreFormatError",
     "StoreFullError",
+    "StoreNotFoundError",
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "TokenizerError",
@@ -154,6 +156,11 @@ class StoreCorruptError(StoreError):
 
 class StoreFullError(StoreError):
     """The store cannot grow (disk full or map size limit); nothing was written."""
+
+
+class StoreNotFoundError(StoreError):
+    """There is no store at the location, and it was opened to read or with
+    ``create=False``: nothing was created."""
 
 
 class StoreReadOnlyError(StoreError):

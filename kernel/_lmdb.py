@@ -54,6 +54,7 @@ from ._errors import (
     StoreError,
     StoreFormatError,
     StoreFullError,
+    StoreNotFoundError,
     StoreReadOnlyError,
 )
 from ._store import ReadTxn, Store, WriteTxn
@@ -589,8 +590,10 @@ class LMDBStore(Store):
     """A store in an LMDB environment directory.
 
     Parameters:
-        path: the directory (created unless ``readonly``).
+        path: the directory (created unless ``readonly`` or not ``create``).
         readonly: open for reading only; writes raise `StoreReadOnlyError`.
+        create: create the store when there is none at ``path``; when False (or
+            ``readonly``) a missing store raises `StoreNotFoundError`.
         map_size: initial map size in bytes (grows on demand).
         max_map_size: the map never grows beyond this.
         sync: fsync every commit (durable appends). Turning it off trades
@@ -602,7 +605,7 @@ class LMDBStore(Store):
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False,
                  map_size: int = _INITIAL_MAP, max_map_size: int = _MAX_MAP,
-                 sync: bool = True) -> None:
+                 sync: bool = True, create: bool = True) -> None:
         self.location = str(path)
         self.readonly = readonly
         self._max_map = max_map_size
@@ -611,9 +614,10 @@ class LMDBStore(Store):
         self._map = _MapLock()
         directory = Path(path)
         self._data_file = directory / "data.mdb"
-        if readonly and not self._data_file.exists():
-            raise StoreError(f"no turnlog store at {self.location!r} (no data.mdb); "
-                             "check the path or create the store by opening it for writing")
+        if (readonly or not create) and not self._data_file.exists():
+            how = "for writing" if readonly else "with create=True"
+            raise StoreNotFoundError(f"no turnlog store at {self.location!r} (no data.mdb); "
+                                     f"check the path or create the store by opening it {how}")
         _check_data_file(self._data_file)
         try:
             if not readonly:

@@ -80,6 +80,7 @@ from ._errors import (
     StoreError,
     StoreFormatError,
     StoreFullError,
+    StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
 )
@@ -501,6 +502,8 @@ class PostgresStore(Store):
             turnlog's own and removed before connecting: ``schema`` (default
             ``turnlog``), ``pool_size`` and ``pool_timeout``.
         readonly: refuse writes (and do not create the schema).
+        create: create the tables when the schema has none; when False (or
+            ``readonly``) a missing store raises `StoreNotFoundError`.
         schema: the PostgreSQL schema holding the tables (overrides the URL's).
         pool_size: the most connections this store opens (default 8).
         pool_timeout: seconds to wait for a free connection (or for the server
@@ -518,7 +521,7 @@ class PostgresStore(Store):
 
     def __init__(self, url: str, *, readonly: bool = False, schema: str | None = None,
                  pool_size: int | None = None, pool_timeout: float | None = None,
-                 notify: bool = True) -> None:
+                 notify: bool = True, create: bool = True) -> None:
         if not _HAVE_PSYCOPG:
             raise StoreError("the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
                              "pip install 'turnlog[postgres]'")
@@ -560,6 +563,7 @@ class PostgresStore(Store):
                                        f"3600, found {pool_timeout!r}")
         self.schema = schema
         self.readonly = readonly
+        self.create = create
         self.notify = notify
         self.location = hide_credentials(self._public_url(params, schema))
         self._params = params
@@ -644,10 +648,12 @@ class PostgresStore(Store):
             row = conn.execute(self._q["format"]).fetchone()
         except pg_errors.UndefinedTable:
             row = None
-            if self.readonly:
-                raise StoreError(f"no turnlog store at {self.location} (schema "
-                                 f"{self.schema!r} has no turnlog tables); check the URL "
-                                 "or create the store by opening it for writing") from None
+            if self.readonly or not self.create:
+                how = "for writing" if self.readonly else "with create=True"
+                raise StoreNotFoundError(f"no turnlog store at {self.location} (schema "
+                                         f"{self.schema!r} has no turnlog tables); check the "
+                                         f"URL or create the store by opening it {how}"
+                                         ) from None
             self._create(conn)
             row = conn.execute(self._q["format"]).fetchone()
         if row is None:
