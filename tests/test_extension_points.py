@@ -18,6 +18,8 @@ from typing import TypeVar
 
 import pytest
 import turnlog
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
 from turnlog import (
     DEFAULT_STAGES,
     AssistantMessageAdded,
@@ -43,6 +45,7 @@ from turnlog.adapters.importers import _transcripts, import_file
 from turnlog.adapters.importers._plan import Entry, ExportSession, Parsed, Plan
 from turnlog.adapters.providers import PROVIDERS, Provider, provider, renderer
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+from turnlog.testing import StoreConformance, agreement_machine
 
 T = TypeVar("T")
 
@@ -257,3 +260,87 @@ def test_a_new_store_backend_needs_nothing_above_the_store_interface() -> None:
     recorded = replayer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
     assert replayer.replay("s", recorded.request_seq).ok
     assert Replayer(Packer(log)).replay("s", recorded.request_seq).ok  # a cold projection agrees
+
+
+# The shipped store suite runs on the toy with one factory, as on any backend written
+# outside turnlog: the conformance cases, and the agreement machine beside memory.
+class TestToyStoreConforms(StoreConformance):
+    def make_store(self) -> Store:
+        return ToyStore()
+
+
+TestToyStoreAgreesWithMemory = agreement_machine(
+    {"memory": turnlog.MemoryStore, "toy": ToyStore}).TestCase
+TestToyStoreAgreesWithMemory.settings = settings(stateful_step_count=20)
+
+
+class _LeakyToyStore(ToyStore):
+    """Broken on purpose: a write that fails keeps what it wrote."""
+
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        txn = _ToyWrite(self._state)
+        return fn(txn)
+
+
+class _StaleToyStore(ToyStore):
+    """Broken on purpose: a snapshot sees later writes (it reads the live state)."""
+
+    @contextmanager
+    def read(self) -> Iterator[ReadTxn]:
+        store = self
+
+        class Live(_ToyRead):
+            @property  # type: ignore[override]
+            def s(self) -> dict[str, dict]:  # type: ignore[type-arg]
+                return store._state
+
+            @s.setter
+            def s(self, value: object) -> None:
+                pass
+
+        yield Live(self._state)
+
+
+@pytest.mark.parametrize(("broken", "case"), [
+    (_LeakyToyStore, "test_a_failed_append_leaves_the_store_as_it_was"),
+    (_StaleToyStore, "test_a_snapshot_does_not_see_later_writes"),
+])
+def test_the_shipped_suite_fails_a_store_that_breaks_its_contract(
+        broken: Callable[[], Store], case: str) -> None:
+    class Suite(StoreConformance):
+        def make_store(self) -> Store:
+            return broken()
+
+    suite = Suite()
+    suite.setup_method()
+    try:
+        with pytest.raises(AssertionError):
+            getattr(suite, case)()
+    finally:
+        suite.teardown_method()
+    fine = TestToyStoreConforms()  # the same case passes on the sound toy
+    fine.setup_method()
+    try:
+        getattr(fine, case)()
+    finally:
+        fine.teardown_method()
+
+
+class _ForgetfulToyStore(ToyStore):
+    """Broken on purpose: an idempotency key is never remembered."""
+
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        def forgetting(txn: WriteTxn) -> T:
+            txn.put_idempotency = lambda session, key, seq: None  # type: ignore[method-assign]
+            return fn(txn)
+
+        return super().write(forgetting)
+
+
+def test_the_agreement_machine_fails_stores_that_disagree() -> None:
+    machine = agreement_machine({"memory": turnlog.MemoryStore,
+                                 "forgetful": _ForgetfulToyStore})
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(machine, settings=settings(
+            max_examples=50, stateful_step_count=20, database=None, deadline=None))
+

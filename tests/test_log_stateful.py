@@ -1,9 +1,10 @@
 """Stateful tests: random sequences of log operations checked against a plain-list model.
 
 `LogMachine` drives one backend and compares it, after every step, with a
-model that is nothing but ``session -> [(kind, payload)]``. `AgreementMachine`
-drives the memory, LMDB and PostgreSQL backends side by side with the same
-operations and requires identical results, down to every hash and stored byte.
+model that is nothing but ``session -> [(kind, payload)]``. The machine that
+drives the memory, LMDB and PostgreSQL backends side by side and requires
+identical results, down to every hash and stored byte, is the one turnlog ships
+(`turnlog.testing.agreement_machine`), run in test_store_suite.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from support import LogFactory, bodies, dump, temp_factory
+from support import LogFactory, bodies, temp_factory
 from turnlog import (
     NEW_SESSION,
     AppendConflictError,
@@ -31,7 +32,6 @@ from turnlog import (
     Draft,
     Event,
     IdempotencyError,
-    KernelError,
     Log,
     NotificationAdded,
     SessionForked,
@@ -235,118 +235,6 @@ TestLMDBLogAgainstModel.settings = STEPS
 TestPostgresLogAgainstModel = pytest.mark.skipif(
     not pgserver.available(), reason=pgserver.SKIP_REASON)(_machine_for("postgres").TestCase)
 TestPostgresLogAgainstModel.settings = STEPS
-
-
-class AgreementMachine(RuleBasedStateMachine):
-    """Every backend, fed the same operations, must agree on everything."""
-
-    backends: ClassVar[tuple[str, ...]] = ("memory", "lmdb")
-
-    def __init__(self) -> None:
-        super().__init__()
-        made = [temp_factory(name) for name in self.backends]
-        self.factories = [factory for factory, _ in made]
-        self.tmps = [tmp for _, tmp in made]
-        self.logs = [factory.open() for factory in self.factories]
-        self.keyed: list[tuple[str, list[Draft]]] = []
-        self.sessions: set[str] = set()
-        self.counter = 0
-
-    def teardown(self) -> None:
-        for factory in self.factories:
-            factory.close_all()
-        for tmp in self.tmps:
-            tmp.cleanup()
-
-    def both(self, fn: Any) -> Any:
-        """Run ``fn(log)`` on every log; the results (or error types) must be equal."""
-        outcomes = []
-        for log in self.logs:
-            try:
-                outcomes.append(("ok", fn(log)))
-            except KernelError as exc:
-                outcomes.append(("error", type(exc)))
-        assert all(outcome == outcomes[0] for outcome in outcomes), outcomes
-        return outcomes[0]
-
-    @rule(session=st.sampled_from(SESSIONS), payloads=st.lists(bodies(), min_size=1, max_size=4),
-          keyed=st.booleans(), expected=st.one_of(st.none(), st.integers(-1, 6)))
-    def append(self, session: str, payloads: list[Any], keyed: bool,
-               expected: int | None) -> None:
-        self.counter += 1
-        batch = [Draft(body=p, time=self.counter, meta={"n": self.counter, "i": i},
-                       key=f"k{self.counter}-{i}" if keyed else None)
-                 for i, p in enumerate(payloads)]
-        status, _ = self.both(lambda log: log.append(session, batch, expected_seq=expected))
-        if status == "ok":
-            self.sessions.add(session)
-            if keyed:
-                self.keyed.append((session, batch))
-
-    @precondition(lambda self: self.keyed)
-    @rule(data=st.data(), cut=st.integers(0, 3))
-    def retry(self, data: st.DataObject, cut: int) -> None:
-        session, batch = data.draw(st.sampled_from(self.keyed))
-        again = batch[:cut] if cut else batch
-        self.both(lambda log: log.append(session, again))
-
-    @precondition(lambda self: self.sessions)
-    @rule(data=st.data())
-    def fork(self, data: st.DataObject) -> None:
-        source = data.draw(st.sampled_from(sorted(self.sessions)))
-        at = data.draw(st.integers(0, 8))
-        name = f"fork-{source}-{at}"
-        status, _ = self.both(lambda log: log.fork(source, at, name, time=at))
-        if status == "ok":
-            self.sessions.add(name)
-
-    @precondition(lambda self: self.sessions)
-    @rule(data=st.data())
-    def rewind(self, data: st.DataObject) -> None:
-        session = data.draw(st.sampled_from(sorted(self.sessions)))
-        to_seq = data.draw(st.integers(-2, 8))
-        self.both(lambda log: log.append(session, SessionRewound(to_seq=to_seq)))
-
-    @precondition(lambda self: self.sessions)
-    @rule(data=st.data())
-    def read(self, data: st.DataObject) -> None:
-        session = data.draw(st.sampled_from(sorted(self.sessions)))
-        start = data.draw(st.integers(0, 10))
-        stop = data.draw(st.one_of(st.none(), st.integers(0, 10)))
-        self.both(lambda log: log.read(session, start, stop))
-
-    @rule()
-    def reopen_the_stores(self) -> None:
-        self.logs = [factory.reopen(log) for factory, log in zip(self.factories, self.logs,
-                                                                  strict=True)]
-
-    @invariant()
-    def both_verify(self) -> None:
-        for log in self.logs:
-            assert log.verify().ok
-
-    @invariant()
-    def same_sessions_events_hashes_and_bytes(self) -> None:
-        first, *others = (dump(log) for log in self.logs)
-        for other in others:
-            for part in ("sessions", "events", "blobs"):
-                assert first[part] == other[part], part
-        self.both(lambda log: [log.read(h.session) for h in log.sessions()])
-
-
-TestMemoryAndLMDBAgree = AgreementMachine.TestCase
-TestMemoryAndLMDBAgree.settings = STEPS
-
-
-class AllBackendsAgreementMachine(AgreementMachine):
-    """Memory, LMDB and PostgreSQL agree on every hash and stored byte."""
-
-    backends = ("memory", "lmdb", "postgres")
-
-
-TestMemoryLMDBAndPostgresAgree = pytest.mark.skipif(
-    not pgserver.available(), reason=pgserver.SKIP_REASON)(AllBackendsAgreementMachine.TestCase)
-TestMemoryLMDBAndPostgresAgree.settings = STEPS
 
 
 def test_a_model_step_sequence_replays_on_a_fresh_log() -> None:

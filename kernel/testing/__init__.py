@@ -32,7 +32,9 @@ log. `check_stage` puts it together for a custom stage::
                     position="before:trim")
 
 The package's modules, one job each: ``_strategies`` (what to generate),
-``_checkers`` (what must hold of a pack).
+``_checkers`` (what must hold of a pack), ``_stores`` (what every store backend
+keeps: `StoreConformance` and `agreement_machine`, to run against a backend of
+your own with one factory).
 
 This package imports hypothesis, which the core library does not need: install it
 with ``pip install 'turnlog[testing]'`` and import this package explicitly
@@ -62,6 +64,13 @@ from ._checkers import (
     check_tool_pairs,
     with_stage,
 )
+from ._stores import (
+    StoreConformance,
+    StoreFactory,
+    agreement_machine,
+    payloads,
+    store_contents,
+)
 from ._strategies import (
     Compact,
     Fork,
@@ -78,6 +87,9 @@ __all__ = [
     "Compact",
     "Fork",
     "SessionItem",
+    "StoreConformance",
+    "StoreFactory",
+    "agreement_machine",
     "build",
     "check_all",
     "check_budget",
@@ -93,8 +105,10 @@ __all__ = [
     "check_tool_pairs",
     "long_turns",
     "memory_log",
+    "payloads",
     "policies",
     "project",
     "sessions",
+    "store_contents",
     "with_stage",
 ]
