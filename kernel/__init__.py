@@ -18,7 +18,7 @@ from . import _locations
 from ._chain import GENESIS, Checkpoint, covered_digest
 from ._codec import event_from_json, event_to_json
 from ._compact import Compactor, CostEstimate, Outcome
-from ._copy import Copied, copy_log, unfinished_copy
+from ._copy import Copied, copy_log, export_events, import_events, unfinished_copy
 from ._errors import (
     AppendConflictError,
     BlobNotFoundError,
@@ -241,8 +241,10 @@ __all__ = [
     "covered_digest",
     "event_from_json",
     "event_to_json",
+    "export_events",
     "get_counter",
     "hide_credentials",
+    "import_events",
     "notification_text",
     "open",
     "pack",

@@ -34,20 +34,40 @@ resumes it: a session the target holds is continued when its events are a
 prefix of the source's (same hash at the target's head), skipped when whole,
 and refused when it holds other events. The same rule lets a copy of some
 sessions bring a shard up to date.
+
+`export_events` writes one session as JSON lines that `import_events` (and
+``turnlog import``) read back: each event as `event_to_json` writes it, the
+sessions a fork continues first, and before the first event that refers to a
+blob, the blob as a line ``{"blob": hash, "data": base64}``. An import
+rebuilds each record from its line (its canonical bytes re-encoded, its
+``prev`` and ``hash`` as exported), verifies them all as `Log.verify` would (a
+changed line breaks its hash) and copies them in as above: every hash is the
+exported one, and importing the same file again writes nothing.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import blake3
 import msgspec
 
+from ._canonical import normalize
 from ._chain import record_event, record_hash
-from ._codec import may_hold_blob_refs, validate_session_id
+from ._codec import (
+    encode_canonical,
+    event_from_json,
+    event_to_json,
+    may_hold_blob_refs,
+    validate_session_id,
+)
 from ._errors import (
     AppendConflictError,
+    DecodeError,
+    ImportFormatError,
     InvalidArgumentError,
     StoreCorruptError,
     StoreError,
@@ -55,10 +75,11 @@ from ._errors import (
 )
 from ._events import SessionForked
 from ._log import Log
+from ._memstore import MemoryStore
 from ._store import ReadTxn, WriteTxn, hide_credentials
 from ._verify import COPY_MARK, describe_copy_mark, fsck_session, referenced_blobs
 
-__all__ = ["Copied", "copy_log", "unfinished_copy"]
+__all__ = ["Copied", "copy_log", "export_events", "import_events", "unfinished_copy"]
 
 _CHUNK_RECORDS = 1000
 _CHUNK_BYTES = 8 * 2**20
@@ -146,6 +167,158 @@ def _session_list(sessions: Iterable[str]) -> list[str]:
     return found
 
 
+def export_events(log: Log, session: str) -> Iterator[bytes]:
+    """One session as JSON lines (each ending in a newline) that `import_events`
+    reads back into any store with every hash unchanged: its lineage's events
+    first, each blob before the first event that refers to it (module docstring).
+
+    Raises:
+        UnknownSessionError: no such session.
+        StoreCorruptError: a fork's source session is missing.
+    """
+    validate_session_id(session)
+    sent: set[str] = set()
+    with log.snapshot() as snap, log.store.read() as txn:
+        heads: dict[str, tuple[int, bytes]] = {}
+        where = hide_credentials(log.store.location) or log.store.name
+        for name in _lineage(txn, [session], heads, where):
+            for event in snap.iter(name, 0, heads[name][0] + 1):
+                for digest in referenced_blobs(event.body):
+                    if digest in sent:
+                        continue
+                    data = txn.blob(digest)
+                    if data is None:
+                        raise StoreCorruptError(f"{name}#{event.seq} refers to blob "
+                                                f"{digest[:16]}, which is missing; run "
+                                                "`turnlog verify`")
+                    sent.add(digest)
+                    yield _BLOB_LINE.encode({"blob": digest,
+                                             "data": base64.b64encode(data).decode()}) + b"\n"
+                yield event_to_json(event) + b"\n"
+
+
+def import_events(target: Log, lines: Iterable[bytes | str], *, origin: str = "the export",
+                  ) -> Copied:
+    """Read what `export_events` wrote back into ``target``, every hash unchanged.
+
+    The lines are checked whole before anything is written: each must be an
+    exported event or blob, each session's events dense from seq 0, every record
+    rebuilt from its line must verify (a changed line breaks its hash). Then the
+    sessions are copied in as `copy_log` copies them: a session the target holds
+    as a prefix is continued, a whole one left alone (importing a file twice
+    writes nothing), one with other events refused.
+
+    Parameters:
+        target: the log to import into.
+        lines: the export's lines.
+        origin: the file's name, for messages.
+
+    Returns:
+        `Copied`, the counts written.
+
+    Raises:
+        ImportFormatError: a line is not an exported event or blob, the events are
+            not dense, or they do not verify; nothing was written.
+        InvalidArgumentError: the target holds a session of the export with other
+            events; nothing was written.
+    """
+    staging = Log(MemoryStore())
+    records: dict[str, list[bytes]] = {}
+    keys: dict[str, list[tuple[str, int]]] = {}
+    blobs: dict[str, bytes] = {}
+    for number, line in enumerate(lines, 1):
+        text = line.encode() if isinstance(line, str) else line
+        if not text.strip():
+            continue
+        where = f"{origin}: line {number}"
+        try:
+            raw = msgspec.json.decode(text)
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            raise ImportFormatError(f"{where} is not JSON; a turnlog export holds one JSON "
+                                    "object a line (`turnlog export SESSION`)") from None
+        if isinstance(raw, dict) and set(raw) == {"blob", "data"}:
+            digest, data = raw["blob"], _blob_data(raw["data"], where)
+            if not isinstance(digest, str) or blake3.blake3(data).hexdigest() != digest:
+                raise ImportFormatError(f"{where}: the blob's data does not match its hash "
+                                        f"{str(digest)[:16]}; the file was changed")
+            blobs[digest] = data
+            continue
+        try:
+            event = event_from_json(text)
+        except DecodeError as exc:
+            raise ImportFormatError(f"{where}: not an exported event or blob ({exc})") from None
+        held = records.setdefault(event.session, [])
+        if event.seq != len(held):
+            raise ImportFormatError(f"{where}: expected {event.session}#{len(held)}, found "
+                                    f"seq {event.seq}; the file was cut or reordered")
+        prev, digest = event.prev, event.hash
+        bare = msgspec.structs.replace(event)
+        msgspec.structs.force_setattr(bare, "prev", b"")
+        msgspec.structs.force_setattr(bare, "hash", b"")
+        normalize(bare)
+        held.append(prev + digest + encode_canonical(bare))
+        if event.key is not None:
+            keys.setdefault(event.session, []).append((event.key, event.seq))
+    if not records:
+        raise ImportFormatError(f"{origin}: no exported event in the file")
+
+    def stage(txn: WriteTxn) -> None:
+        for digest, data in blobs.items():
+            txn.put_blob(digest, data)
+        for session, held in records.items():
+            txn.put_events(session, 0, held)
+            for key, seq in keys.get(session, ()):
+                txn.put_idempotency(session, key, seq)
+            txn.set_head(session, len(held) - 1, record_hash(held[-1]))
+
+    staging.store.write(stage)
+    report = staging.verify()
+    if not report.ok:
+        raise ImportFormatError(f"{origin}: the exported events do not verify at "
+                                f"{report.problem}; the file was changed or is not whole. "
+                                "Nothing was imported")
+    copy = _Copy(staging, target, None)
+    copy.origin = origin
+    return copy.run(list(records))
+
+
+_BLOB_LINE = msgspec.json.Encoder(order="deterministic")
+
+
+def _blob_data(value: object, where: str) -> bytes:
+    try:
+        if isinstance(value, str):
+            return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        pass
+    raise ImportFormatError(f"{where}: a blob's data must be base64 text")
+
+
+def _lineage(txn: ReadTxn, wanted: list[str], heads: dict[str, tuple[int, bytes]],
+             where: str) -> list[str]:
+    """``wanted`` with the sessions their histories continue, sources first; fills
+    ``heads`` with each one's head."""
+    order: list[str] = []
+    for session in wanted:
+        chain: list[str] = []
+        name: str | None = session
+        while name is not None and name not in heads:
+            head = txn.head(name)
+            if head is None:
+                if name == session:
+                    raise UnknownSessionError(f"no session {session!r} in {where}; list its "
+                                              "sessions with `turnlog sessions`")
+                raise StoreCorruptError(f"{where} lacks session {name!r}, which {chain[-1]!r} "
+                                        "was forked from; run `turnlog verify` on it")
+            heads[name] = head
+            chain.append(name)
+            first = txn.get(name, 0)
+            body = record_event(first).body if first is not None else None
+            name = body.from_session if isinstance(body, SessionForked) else None
+        order.extend(reversed(chain))
+    return order
+
+
 class _Copy:
     """One copy run: the counts so far."""
 
@@ -167,7 +340,8 @@ class _Copy:
         with self.source.store.read() as txn:
             heads = {name: (seq, digest) for name, seq, digest in txn.sessions()} \
                 if wanted is None else {}
-            order = list(heads) if wanted is None else self.lineage(txn, wanted, heads)
+            order = list(heads) if wanted is None else _lineage(txn, wanted, heads,
+                                                                 f"the source {self.origin}")
             starts = self.preflight(txn, order, heads)
             mark = json.dumps({"from": self.origin, "sessions": wanted}, ensure_ascii=False)
             self.target.store.write(lambda t: t.set_mark(COPY_MARK, mark))
@@ -181,32 +355,6 @@ class _Copy:
                     self.progress(self.counts())
         self.target.store.write(lambda t: t.set_mark(COPY_MARK, None))
         return self.counts()
-
-    def lineage(self, txn: ReadTxn, wanted: list[str],
-                heads: dict[str, tuple[int, bytes]]) -> list[str]:
-        """``wanted`` with the sessions their histories continue, sources first; fills
-        ``heads`` with each one's head."""
-        order: list[str] = []
-        for session in wanted:
-            chain: list[str] = []
-            name: str | None = session
-            while name is not None and name not in heads:
-                head = txn.head(name)
-                if head is None:
-                    if name == session:
-                        raise UnknownSessionError(
-                            f"no session {session!r} in the source {self.origin}; list its "
-                            "sessions with `turnlog sessions`")
-                    raise StoreCorruptError(f"the source lacks session {name!r}, which "
-                                            f"{chain[-1]!r} was forked from; run `turnlog "
-                                            "verify` on it")
-                heads[name] = head
-                chain.append(name)
-                first = txn.get(name, 0)
-                body = record_event(first).body if first is not None else None
-                name = body.from_session if isinstance(body, SessionForked) else None
-            order.extend(reversed(chain))
-        return order
 
     def preflight(self, txn: ReadTxn, order: list[str],
                   heads: dict[str, tuple[int, bytes]]) -> dict[str, int]:

@@ -808,6 +808,19 @@ _SEEDS: dict[str, bytes] = {
 }
 
 
+def _native_seed() -> bytes:
+    """A turnlog export of a fork with its lineage and a blob."""
+    log = _fresh()
+    log.append("base", [UserMessageAdded(text="hi"),
+                        ToolResultAdded(call_id="c", tool_name="t", output="x" * 70_000)])
+    log.fork("base", 1, "fork")
+    log.append("fork", turnlog.Draft(body=UserMessageAdded(text="more"), key="k"))
+    return b"".join(turnlog.export_events(log, "fork"))
+
+
+_SEEDS["turnlog"] = _native_seed()
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @settings(max_examples=60, deadline=None)
 @given(data=st.data())
@@ -888,3 +901,23 @@ def test_custom_tool_declarations_import_as_freeform_tools(tmp_path: Path, store
                 if isinstance(e.body, AssistantMessageAdded) for p in e.body.parts)
     assert call == ToolCall(id="c1", name="apply_patch", arguments="*** Begin Patch",
                             freeform=True)
+
+
+@pytest.mark.parametrize("version", ["v0.1.0", "v0.2.0"])
+def test_every_golden_session_exports_and_imports_back_to_its_hashes(tmp_path: Path,
+                                                                     version: str) -> None:
+    import shutil
+    golden = tmp_path / "golden"
+    shutil.copytree(Path(__file__).parent / "golden" / version / "store", golden)
+    with turnlog.open(golden, readonly=True) as source:
+        for head in source.sessions():
+            path = tmp_path / f"{len(list(tmp_path.iterdir()))}.jsonl"
+            path.write_bytes(export_session(source, head.session, "turnlog"))
+            assert detect(path) == "turnlog"
+            again = _fresh()
+            summary = import_file(again, path)
+            assert summary.roots == (head.session,)
+            assert [e.hash for e in again.read(head.session)] == [
+                e.hash for e in source.read(head.session)]
+            assert again.verify(head.session).ok
+            assert import_file(again, path).appended == 0

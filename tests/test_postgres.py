@@ -1118,3 +1118,43 @@ def test_copy_of_some_sessions_brings_their_lineage_and_their_blobs_only(
     assert dump(shard) == before
     assert main(["copy", src, dst, "--session", "nothing"]) == 3
     assert "no session 'nothing'" in capsys.readouterr().err
+
+
+def test_an_export_of_one_session_imports_back_to_the_same_hashes(
+        logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = logs.open()
+    source.append("base", [UserMessageAdded(text="b0"),
+                           turnlog.ToolResultAdded(call_id="c", tool_name="t",
+                                                   output="y" * 100_000)])
+    source.fork("base", 1, "fork")
+    source.append("fork", Draft(body=UserMessageAdded(text="f1"), key="k1"))
+    source.append("other", UserMessageAdded(text="not exported"))
+    url = pgserver.shared().url(schema=source.store.schema)  # type: ignore[attr-defined]
+    backup = tmp_path / "fork.jsonl"
+    assert main(["--store", url, "export", "fork", "--complete", "-o", str(backup)]) == 0
+    capsys.readouterr()
+    shard = logs.open()
+    for where in (pgserver.shared().url(schema=shard.store.schema),  # type: ignore[attr-defined]
+                  str(tmp_path / "lmdb")):
+        assert main(["--store", where, "import", str(backup), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out.splitlines()[-1])
+        assert result["sessions"] == ["base", "fork"] and result["appended"] == 4
+        with turnlog.open(where) as target:
+            for name in ("base", "fork"):
+                assert [e.hash for e in target.read(name)] == [e.hash for e in
+                                                               source.read(name)]
+            assert target.verify().ok and target.head("other") is None
+            assert target.append("fork", Draft(body=UserMessageAdded(text="f1"),
+                                               key="k1")).duplicate  # its keys came along
+        assert main(["--store", where, "import", str(backup), "--json"]) == 0  # again: a no-op
+        assert json.loads(capsys.readouterr().out.splitlines()[-1])["appended"] == 0
+    # A changed line is refused, nothing written.
+    changed = tmp_path / "changed.jsonl"
+    changed.write_bytes(backup.read_bytes().replace(b'"text":"f1"', b'"text":"F1"'))
+    fresh = turnlog.open(tmp_path / "fresh")
+    before = dump(fresh)
+    fresh.close()
+    assert main(["--store", str(tmp_path / "fresh"), "import", str(changed)]) == 3
+    assert "do not verify at fork#1" in capsys.readouterr().err
+    with turnlog.open(tmp_path / "fresh") as again:
+        assert dump(again)["events"] == before["events"] == {}

@@ -473,20 +473,23 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     with _open(args) as log, log.snapshot() as snap:
+        lines: Iterable[bytes] = turnlog.export_events(log, args.session) if args.complete \
+            else (event_to_json(event) + b"\n" for event in snap.iter(args.session))
         if args.output is None:
             sys.stdout.flush()
-            for event in snap.iter(args.session):
-                _write_stdout_bytes(event_to_json(event) + b"\n")
+            for line in lines:
+                _write_stdout_bytes(line)
             return EXIT_OK
         try:
             with open(args.output, "wb") as handle:
                 count = 0
-                for event in snap.iter(args.session):
-                    handle.write(event_to_json(event) + b"\n")
-                    count += 1
+                for line in lines:
+                    handle.write(line)
+                    count += not line.startswith(b'{"blob"')
         except OSError as exc:
             raise _UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from exc
-    print(f"exported {count} events of {args.session!r} to {args.output}", file=sys.stderr)
+    print(f"exported {count} events{' with their blobs' if args.complete else ''} of "
+          f"{args.session!r} to {args.output}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -1263,6 +1266,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p = verb("export", _cmd_export, "write a session as JSON lines, one event a line, hashes "
              "included", prints=False)
     p.add_argument("session", metavar="SESSION")
+    p.add_argument("--complete", action="store_true", help="a backup `turnlog import` reads "
+                   "back with every hash: also the sessions a fork continues (first) and the "
+                   "blobs the events refer to")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
     p = verb("blob", _cmd_blob, "write a blob's raw bytes", prints=False)

@@ -50,6 +50,7 @@ from turnlog import (
     Event,
     IdempotencyError,
     ImportFormatError,
+    InvalidArgumentError,
     InvalidEventError,
     Log,
     NotificationAdded,
@@ -60,6 +61,8 @@ from turnlog import (
     Usage,
     UserMessageAdded,
     covered_digest,
+    export_events,
+    import_events,
 )
 
 from . import (
@@ -114,8 +117,12 @@ _REGISTRY: dict[str, _Format] = {
     "aider": _Format(_aider.parse, _aider.export),
 }
 
+#: turnlog's own export (`turnlog.export_events`, ``turnlog export --complete``): read
+#: back record for record, every hash unchanged, rather than parsed into a plan.
+_NATIVE = "turnlog"
+
 #: Every format name `detect` can return and `import_file` / `export_session` accept.
-FORMATS: tuple[str, ...] = tuple(sorted(_REGISTRY))
+FORMATS: tuple[str, ...] = tuple(sorted([*_REGISTRY, _NATIVE]))
 
 # A batch stays well under Log.append's limit of 100000 events.
 _BATCH = 50_000
@@ -193,9 +200,14 @@ _CODEX_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_co
                           "compacted"})
 
 
+_NATIVE_KEYS = frozenset({"session", "seq", "prev", "hash", "body"})
+
+
 def _line_format(obj: object) -> str | None:
     if not isinstance(obj, dict):
         return None
+    if obj.keys() >= _NATIVE_KEYS or set(obj) == {"blob", "data"}:
+        return _NATIVE
     kind = obj.get("type")
     if isinstance(kind, str):  # any JSON value may be there: a dict is not even hashable
         if kind in _CODEX_TYPES and "payload" in obj:
@@ -337,15 +349,53 @@ def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     name = os.fspath(path)
     data = _read(name)
     fmt = _choose_format(data, name, format)
+    if fmt == _NATIVE:
+        return _import_native(log, data, name, session)
     parsed = _parse(fmt, data, name, skip_bad)
     return _import_parsed(log, parsed, name, session=session, skip_bad=skip_bad,
                           progress=progress, files=(0, 1))
 
 
+class _Line(msgspec.Struct):
+    """The session an exported line belongs to (None: a blob line)."""
+
+    session: str | None = None
+
+
+_LINE = msgspec.json.Decoder(_Line)
+
+
+def _import_native(log: Log, data: bytes, name: str, session: str | None) -> ImportSummary:
+    """A turnlog export, read back record for record (`turnlog.import_events`)."""
+    lines = data.split(b"\n")
+    sessions: list[str] = []
+    events = 0
+    for line in lines:
+        try:
+            found = _LINE.decode(line).session if line.strip() else None
+        except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+            found = None  # import_events names the line
+        if found is not None:
+            events += 1
+            if found not in sessions:
+                sessions.append(found)
+    if session is not None and sessions and session != sessions[-1]:
+        raise ImportFormatError(
+            f"{name}: a turnlog export keeps its session ids ({sessions[-1]!r} here): they are "
+            "part of every hash. Import it without session=; nothing was imported")
+    try:
+        copied = import_events(log, lines, origin=name)
+    except InvalidArgumentError as exc:  # the store holds a session with other events
+        raise ImportFormatError(f"{name}: {exc}") from None
+    return ImportSummary(format=_NATIVE, sources=(name,), sessions=tuple(sessions),
+                         roots=tuple(sessions[-1:]), events=events, appended=copied.events,
+                         blobs=copied.blobs)
+
+
 def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: A002
     if format is None:
         return detect(data, name=name)
-    if format not in _REGISTRY:
+    if format not in FORMATS:
         raise ImportFormatError(f"{name}: unknown format {format!r}; known formats: "
                                 f"{', '.join(FORMATS)}")
     return format
@@ -729,6 +779,8 @@ def export_session(log: Log, session: str, format: str) -> bytes:  # noqa: A002
         ImportFormatError: unknown format.
         UnknownSessionError: no such session.
     """
+    if format == _NATIVE:
+        return b"".join(export_events(log, session))
     spec = _REGISTRY.get(format)
     if spec is None:
         raise ImportFormatError(f"unknown format {format!r}; known formats: "
