@@ -21,10 +21,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import turnlog
-from turnlog import Log, Policy, ToolCall
+from turnlog import Log, Policy
 from turnlog.adapters import Session
 from turnlog.adapters.providers import send
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+from turnlog.events import ToolCall
 
 __all__ = ["SCRIPT", "TOOLS", "calculate", "list_dir", "main", "read_file", "run", "run_tool"]
 

@@ -38,7 +38,7 @@ When another writer appended in between (another `Session` object on the
 same session, another thread using the log directly, another process on the
 same store), step 3 raises `AppendConflictError` inside the store's write
 transaction and nothing is written; `Log.update` waits a random, doubling
-time (`turnlog.Retries`) and goes back to step 1. A re-check can fail: if
+time (`turnlog.log.Retries`) and goes back to step 1. A re-check can fail: if
 the other writer answered the same call, ``tool_result`` raises
 `InvalidEventError` naming the event that answered it. After ``attempts``
 conflicts in a row the `AppendConflictError` is raised (naming the head the
@@ -91,41 +91,33 @@ from typing import Protocol
 
 import blake3
 import msgspec
-from turnlog import (
-    Appended,
+from turnlog import Compactor, Draft, Log, Packer, Policy, Replayer
+from turnlog.compaction import Outcome, Summarizer
+from turnlog.errors import (
+    IdempotencyError,
+    InvalidEventError,
+    ReplayMismatchError,
+    UnknownSessionError,
+)
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
-    Compactor,
-    Draft,
-    Head,
-    IdempotencyError,
     ImagePart,
-    InvalidEventError,
-    Log,
-    ModelTable,
     NotificationAdded,
-    Outcome,
-    Packed,
-    Packer,
-    Policy,
-    Projection,
     ProviderErrorReceived,
-    Renderer,
-    Replayer,
-    ReplayMismatchError,
-    ReplayResult,
     RequestIssued,
     ResponseReceived,
-    Summarizer,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     ToolSpec,
     ToolsSet,
-    UnknownSessionError,
     UserMessageAdded,
 )
+from turnlog.log import Appended, Head
+from turnlog.packing import ModelTable, Packed, Projection, Renderer
+from turnlog.replay import ReplayResult
 
 from .providers import (
     PROVIDERS,

@@ -57,14 +57,15 @@ def _build() -> None:
     assert code == 0, "the demo store could not be built"
     with turnlog.open(_PRISTINE) as log:
         log.append("hostile", [
-            turnlog.UserMessageAdded(text=HOSTILE),
-            turnlog.AssistantMessageAdded(parts=[
-                turnlog.TextPart(text=HOSTILE),
-                turnlog.ToolCall(id="c1", name=HOSTILE[:20], arguments='{"a": ' + "[" * 1000
-                                 + "]" * 1000 + "}")]),
-            turnlog.ToolResultAdded(call_id="c1", tool_name="t", output=HOSTILE)])
-        turnlog.MemoryManager(log, memory_session="hostile-memories").save(HOSTILE, HOSTILE)
-        log.append("evil\u202eid\x85", turnlog.UserMessageAdded(text="x"))
+            turnlog.events.UserMessageAdded(text=HOSTILE),
+            turnlog.events.AssistantMessageAdded(parts=[
+                turnlog.events.TextPart(text=HOSTILE),
+                turnlog.events.ToolCall(id="c1", name=HOSTILE[:20], arguments='{"a": ' + "[" * 1000
+                                        + "]" * 1000 + "}")]),
+            turnlog.events.ToolResultAdded(call_id="c1", tool_name="t", output=HOSTILE)])
+        memories = turnlog.memories.MemoryManager(log, memory_session="hostile-memories")
+        memories.save(HOSTILE, HOSTILE)
+        log.append("evil\u202eid\x85", turnlog.events.UserMessageAdded(text="x"))
 
 
 def _reset() -> None:

@@ -22,7 +22,7 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import msgspec
     import turnlog
-    from turnlog import DecodeError, Event, KernelError
+    from turnlog import KernelError
     from turnlog._canonical import normalize
     from turnlog._chain import GENESIS, check_record, link, pack_record, record_event
     from turnlog._codec import (
@@ -32,6 +32,8 @@ with instrumented(__name__ == "__main__"):
         event_from_json,
         event_to_json,
     )
+    from turnlog.errors import DecodeError
+    from turnlog.events import Event
 
 
 _DETERMINISTIC = msgspec.msgpack.Encoder(order="deterministic")

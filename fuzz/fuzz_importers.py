@@ -23,8 +23,9 @@ from pathlib import Path
 from _harness import instrumented, main
 
 with instrumented(__name__ == "__main__"):
-    from turnlog import ImportFormatError, KernelError
+    from turnlog import KernelError
     from turnlog.adapters.importers import FORMATS, detect, export_session, import_file
+    from turnlog.errors import ImportFormatError
     from turnlog.testing import memory_log
 
 _NAMES = {"codex": "rollout-2025-01-01T00-00-00-fuzz.jsonl", "aider": ".aider.chat.history.md",

@@ -30,21 +30,17 @@ from typing import Any
 from _harness import instrumented, main, provider
 
 with instrumented(__name__ == "__main__"):
-    from turnlog import (
+    from turnlog import Draft, Packer, Policy, Replayer
+    from turnlog.adapters.providers import PROVIDERS, render
+    from turnlog.errors import BudgetExceededError, InvalidEventError, PolicyError
+    from turnlog.events import (
         AssistantMessageAdded,
-        BudgetExceededError,
-        Draft,
         EventsPinned,
         ImagePart,
-        InvalidEventError,
         NotificationAdded,
-        Packer,
-        Policy,
-        PolicyError,
         ReasoningPart,
         RecallAdded,
         RecallHit,
-        Replayer,
         SessionRewound,
         SystemSectionSet,
         TextPart,
@@ -54,7 +50,6 @@ with instrumented(__name__ == "__main__"):
         ToolsSet,
         UserMessageAdded,
     )
-    from turnlog.adapters.providers import PROVIDERS, render
     from turnlog.testing import (
         Compact,
         Fork,

@@ -19,7 +19,9 @@ from _harness import instrumented, main
 with instrumented(__name__ == "__main__"):
     import msgspec
     import turnlog
-    from turnlog import Policy, PolicyError, PolicySet
+    from turnlog import Policy
+    from turnlog.errors import PolicyError
+    from turnlog.events import PolicySet
 
 
 def _check(policy: Policy) -> None:

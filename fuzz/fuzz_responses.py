@@ -18,7 +18,6 @@ from _harness import instrumented, main
 
 with instrumented(__name__ == "__main__"):
     import turnlog
-    from turnlog import DecodeError, ProviderErrorReceived
     from turnlog.adapters.providers import (
         PROVIDERS,
         Reply,
@@ -27,6 +26,8 @@ with instrumented(__name__ == "__main__"):
         parse_response,
         parse_stream,
     )
+    from turnlog.errors import DecodeError
+    from turnlog.events import ProviderErrorReceived
 
 _STATUSES = (200, 200, 400, 413, 429, 500, 529, 201)
 

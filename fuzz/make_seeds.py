@@ -18,9 +18,10 @@ from pathlib import Path
 
 import msgspec
 import turnlog
-from turnlog import GENESIS, Event, event_to_json
 from turnlog._chain import link, pack_record
 from turnlog._codec import encode_canonical
+from turnlog.events import Event, event_to_json
+from turnlog.log import GENESIS
 
 ROOT = Path(__file__).resolve().parent / "corpus"
 SHARED_CORPUS = Path("/work/shared/corpus")

@@ -6,251 +6,206 @@ any past request can be replayed byte for byte and explained event by event.
 
     >>> import turnlog
     >>> log = turnlog.open(":memory:")
-    >>> log.append("s1", turnlog.UserMessageAdded(text="hello")).last_seq
+    >>> log.append("s1", turnlog.events.UserMessageAdded(text="hello")).last_seq
     0
+
+The main path is at the top level (`open`, `Log`, `Draft`, `Policy`, `pack`,
+`Packer`, `Replayer`, `Compactor`, `KernelError`); the rest is in public submodules:
+``turnlog.events`` (the event kinds and their JSON form), ``turnlog.errors`` (every
+error), ``turnlog.log`` (what a `Log` returns and takes besides events),
+``turnlog.stores`` (the storage interface and backends), ``turnlog.packing``
+(stages, prompts, tokens), ``turnlog.replay`` (recorded requests and replays),
+``turnlog.compaction`` (summarizers), ``turnlog.memories`` (memories and recall)
+and ``turnlog.testing`` (strategies and checkers for tests).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
+from typing import TYPE_CHECKING
 
 from . import _locations
-from ._chain import GENESIS, Checkpoint, covered_digest
-from ._codec import event_from_json, event_to_json
-from ._compact import Compactor, CostEstimate, Outcome
-from ._copy import Copied, copy_log, export_events, import_events, unfinished_copy
-from ._errors import (
-    AppendConflictError,
-    BlobNotFoundError,
-    BudgetExceededError,
-    CompactionError,
-    DecodeError,
-    EventTooLargeError,
-    ForkedProcessError,
-    HistoryMismatchError,
-    IdempotencyError,
-    ImportFormatError,
-    InvalidArgumentError,
-    InvalidEventError,
-    KernelError,
-    PackError,
-    PolicyError,
-    ReplayMismatchError,
-    StoreCorruptError,
-    StoreError,
-    StoreFormatError,
-    StoreFullError,
-    StoreNotFoundError,
-    StoreReadOnlyError,
-    StoreUnavailableError,
-    TokenizerError,
-    UnknownSessionError,
-    VerificationError,
-)
-from ._events import (
-    EVENT_KINDS,
-    AssistantMessageAdded,
-    BlobRef,
-    Body,
-    CompactionCommitted,
-    CompactionFailed,
-    Event,
-    EventsPinned,
-    ImagePart,
-    MemoryChanged,
-    NotificationAdded,
-    Part,
-    PolicySet,
-    ProviderErrorReceived,
-    ReasoningPart,
-    RecallAdded,
-    RecallHit,
-    RequestIssued,
-    ResponseReceived,
-    SessionForked,
-    SessionRewound,
-    StateSaved,
-    SystemSectionSet,
-    TextPart,
-    ToolCall,
-    ToolResultAdded,
-    ToolSpec,
-    ToolsSet,
-    Usage,
-    UserMessageAdded,
-)
-from ._lmdb import LMDBStore
-from ._log import (
-    NEW_SESSION,
-    Appended,
-    Draft,
-    Head,
-    Log,
-    Problem,
-    Retries,
-    Snapshot,
-    VerifyReport,
-    backoff,
-)
-from ._memories import MEMORY_SECTION, Memory, MemoryBook, MemoryManager
-from ._memstore import MemoryStore
-from ._models import ModelInfo, ModelTable
-from ._pack import (
-    DECISIONS,
-    DEFAULT_STAGES,
-    SUMMARY_SECTION,
-    Budget,
-    Decision,
-    Packed,
-    PackIndex,
-    PackState,
-    Stage,
-    StageReport,
-    pack,
-)
+from . import compaction as compaction
+from . import errors as errors
+from . import events as events
+from . import log as log
+from . import memories as memories
+from . import packing as packing
+from . import replay as replay
+from . import stores as stores
+from ._compact import Compactor
+from ._errors import KernelError
+from ._log import Draft, Log
+from ._pack import pack
 from ._packer import Packer
-from ._policy import POLICY_PARTS, Policy
-from ._postgres import PostgresStore
-from ._projection import Item, Projection, Unit, notification_text, recall_text
-from ._prompt import Breakpoint, Message, Prompt, Section
-from ._recall import Embedder, Recaller
-from ._replay import DecisionChange, Recorded, Renderer, Replayer, ReplayResult, RequestDiff
-from ._store import ReadTxn, Store, WriteTxn, hide_credentials
-from ._summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
-from ._tokens import TokenCounter, get_counter
+from ._policy import Policy
+from ._replay import Replayer
 
 __all__ = [
-    "AppendConflictError",
-    "Appended",
-    "AssistantMessageAdded",
-    "BlobNotFoundError",
-    "BlobRef",
-    "Body",
-    "Breakpoint",
-    "Budget",
-    "BudgetExceededError",
-    "Checkpoint",
-    "CompactionCommitted",
-    "CompactionError",
-    "CompactionFailed",
     "Compactor",
-    "Copied",
-    "CostEstimate",
-    "DECISIONS",
-    "DEFAULT_STAGES",
-    "Decision",
-    "DecisionChange",
-    "DecodeError",
     "Draft",
-    "EVENT_KINDS",
-    "Embedder",
-    "Event",
-    "EventTooLargeError",
-    "EventsPinned",
-    "ExtractiveSummarizer",
-    "ForkedProcessError",
-    "GENESIS",
-    "Head",
-    "HistoryMismatchError",
-    "IdempotencyError",
-    "ImagePart",
-    "ImportFormatError",
-    "InvalidArgumentError",
-    "InvalidEventError",
-    "Item",
     "KernelError",
-    "LMDBStore",
     "Log",
-    "MEMORY_SECTION",
-    "Memory",
-    "MemoryBook",
-    "MemoryChanged",
-    "MemoryManager",
-    "MemoryStore",
-    "Message",
-    "ModelInfo",
-    "ModelTable",
-    "NEW_SESSION",
-    "NotificationAdded",
-    "Outcome",
-    "POLICY_PARTS",
-    "PackError",
-    "PackIndex",
-    "PackState",
-    "Packed",
     "Packer",
-    "Part",
     "Policy",
-    "PolicyError",
-    "PolicySet",
-    "PostgresStore",
-    "Problem",
-    "Projection",
-    "Prompt",
-    "ProviderErrorReceived",
-    "ReadTxn",
-    "ReasoningPart",
-    "RecallAdded",
-    "RecallHit",
-    "Recaller",
-    "Recorded",
-    "Renderer",
-    "ReplayMismatchError",
-    "ReplayResult",
     "Replayer",
-    "RequestDiff",
-    "RequestIssued",
-    "ResponseReceived",
-    "Retries",
-    "SUMMARY_SECTION",
-    "Section",
-    "SessionForked",
-    "SessionRewound",
-    "Snapshot",
-    "Stage",
-    "StageReport",
-    "StateSaved",
-    "Store",
-    "StoreCorruptError",
-    "StoreError",
-    "StoreFormatError",
-    "StoreFullError",
-    "StoreNotFoundError",
-    "StoreReadOnlyError",
-    "StoreUnavailableError",
-    "Summarizer",
-    "Summary",
-    "SummaryRequest",
-    "SystemSectionSet",
-    "TextPart",
-    "TokenCounter",
-    "TokenizerError",
-    "ToolCall",
-    "ToolResultAdded",
-    "ToolSpec",
-    "ToolsSet",
-    "Unit",
-    "UnknownSessionError",
-    "Usage",
-    "UserMessageAdded",
-    "VerificationError",
-    "VerifyReport",
-    "WriteTxn",
-    "backoff",
-    "copy_log",
-    "covered_digest",
-    "event_from_json",
-    "event_to_json",
-    "export_events",
-    "get_counter",
-    "hide_credentials",
-    "import_events",
-    "notification_text",
     "open",
     "pack",
-    "recall_text",
-    "unfinished_copy",
 ]
+
+#: Names the package exported in 0.2.0 (or added at the top level after it) and now
+#: exports from a submodule: the old path ``turnlog.NAME`` still resolves, with a
+#: `DeprecationWarning`, until the next release.
+_MOVED = {
+    "AppendConflictError": "errors",
+    "Appended": "log",
+    "AssistantMessageAdded": "events",
+    "BlobNotFoundError": "errors",
+    "BlobRef": "events",
+    "Body": "events",
+    "Breakpoint": "packing",
+    "Budget": "packing",
+    "BudgetExceededError": "errors",
+    "Checkpoint": "log",
+    "CompactionCommitted": "events",
+    "CompactionError": "errors",
+    "CompactionFailed": "events",
+    "Copied": "log",
+    "CostEstimate": "compaction",
+    "DECISIONS": "packing",
+    "DEFAULT_STAGES": "packing",
+    "Decision": "packing",
+    "DecisionChange": "replay",
+    "DecodeError": "errors",
+    "EVENT_KINDS": "events",
+    "Embedder": "memories",
+    "Event": "events",
+    "EventTooLargeError": "errors",
+    "EventsPinned": "events",
+    "ExtractiveSummarizer": "compaction",
+    "ForkedProcessError": "errors",
+    "GENESIS": "log",
+    "Head": "log",
+    "HistoryMismatchError": "errors",
+    "IdempotencyError": "errors",
+    "ImagePart": "events",
+    "ImportFormatError": "errors",
+    "InvalidArgumentError": "errors",
+    "InvalidEventError": "errors",
+    "LMDBStore": "stores",
+    "MEMORY_SECTION": "memories",
+    "Memory": "memories",
+    "MemoryBook": "memories",
+    "MemoryChanged": "events",
+    "MemoryManager": "memories",
+    "MemoryStore": "stores",
+    "Message": "packing",
+    "ModelInfo": "packing",
+    "ModelTable": "packing",
+    "NEW_SESSION": "log",
+    "NotificationAdded": "events",
+    "Outcome": "compaction",
+    "POLICY_PARTS": "packing",
+    "PackError": "errors",
+    "PackState": "packing",
+    "Packed": "packing",
+    "Part": "events",
+    "PolicyError": "errors",
+    "PolicySet": "events",
+    "PostgresStore": "stores",
+    "Problem": "log",
+    "Projection": "packing",
+    "Prompt": "packing",
+    "ProviderErrorReceived": "events",
+    "ReadTxn": "stores",
+    "ReasoningPart": "events",
+    "RecallAdded": "events",
+    "RecallHit": "events",
+    "Recaller": "memories",
+    "Recorded": "replay",
+    "Renderer": "packing",
+    "ReplayMismatchError": "errors",
+    "ReplayResult": "replay",
+    "RequestDiff": "replay",
+    "RequestIssued": "events",
+    "ResponseReceived": "events",
+    "Retries": "log",
+    "SUMMARY_SECTION": "packing",
+    "Section": "packing",
+    "SessionForked": "events",
+    "SessionRewound": "events",
+    "Snapshot": "log",
+    "Stage": "packing",
+    "StageReport": "packing",
+    "StateSaved": "events",
+    "Store": "stores",
+    "StoreCorruptError": "errors",
+    "StoreError": "errors",
+    "StoreFormatError": "errors",
+    "StoreFullError": "errors",
+    "StoreNotFoundError": "errors",
+    "StoreReadOnlyError": "errors",
+    "StoreUnavailableError": "errors",
+    "Summarizer": "compaction",
+    "Summary": "compaction",
+    "SummaryRequest": "compaction",
+    "SystemSectionSet": "events",
+    "TextPart": "events",
+    "TokenCounter": "packing",
+    "TokenizerError": "errors",
+    "ToolCall": "events",
+    "ToolResultAdded": "events",
+    "ToolSpec": "events",
+    "ToolsSet": "events",
+    "UnknownSessionError": "errors",
+    "Usage": "events",
+    "UserMessageAdded": "events",
+    "VerificationError": "errors",
+    "VerifyReport": "log",
+    "WriteTxn": "stores",
+    "backoff": "log",
+    "copy_log": "log",
+    "covered_digest": "events",
+    "event_from_json": "events",
+    "event_to_json": "events",
+    "export_events": "log",
+    "get_counter": "packing",
+    "hide_credentials": "stores",
+    "import_events": "log",
+    "notification_text": "packing",
+    "recall_text": "packing",
+    "unfinished_copy": "log",
+}
+
+#: Engine parts the package exported in 0.2.0 that leave the public API: the old
+#: path resolves, with a `DeprecationWarning`, until the next release.
+_INTERNAL = {
+    "Item": "_projection",
+    "PackIndex": "_pack._index",
+    "Unit": "_projection",
+}
+
+if not TYPE_CHECKING:  # type checkers see only the new paths
+
+    def __getattr__(name: str) -> object:
+        """Resolve a name moved out of the top level, warning of its new path."""
+        import importlib
+
+        if name in _MOVED:
+            where = f"turnlog.{_MOVED[name]}"
+            warnings.warn(f"turnlog.{name} has moved: import it from {where} "
+                          f"(from {where} import {name}); the old path goes in the next "
+                          "release", DeprecationWarning, stacklevel=2)
+        elif name in _INTERNAL:
+            where = f"turnlog.{_INTERNAL[name]}"
+            warnings.warn(f"turnlog.{name} is an internal part of the engine and leaves the "
+                          "public API in the next release; nothing replaces it",
+                          DeprecationWarning, stacklevel=2)
+        else:
+            raise AttributeError(f"module 'turnlog' has no attribute {name!r}")
+        return getattr(importlib.import_module(where), name)
+
 
 __version__ = "0.2.0"
 
@@ -285,7 +240,8 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
             server unreachable).
     """
     if not isinstance(create, bool):
-        raise InvalidArgumentError(f"create must be a bool, found {type(create).__name__}")
+        raise errors.InvalidArgumentError(
+            f"create must be a bool, found {type(create).__name__}")
     scheme, location = _locations.scheme_for(path)
     store = scheme.open(location, readonly, sync, create)
     try:

@@ -11,7 +11,7 @@ with named databases:
 * ``blobs``: ``hash (32 bytes)`` -> bytes
 * ``cache``: ``namespace || 0x00 || key`` -> bytes (derived, droppable)
 * ``meta``: ``format`` -> the store format version; ``mark:NAME`` -> a store
-  mark (``mark:copy``: an unfinished copy, see `turnlog.copy_log`)
+  mark (``mark:copy``: an unfinished copy, see `turnlog.log.copy_log`)
 
 LMDB gives what the log needs: MVCC snapshots (readers never block and never
 see half a transaction), one writer at a time across processes (a robust

@@ -156,7 +156,7 @@ class ModelTable:
         return len(self._entries)
 
     def __repr__(self) -> str:
-        return f"<turnlog.ModelTable {len(self._entries)} models>"
+        return f"<turnlog.packing.ModelTable {len(self._entries)} models>"
 
 
 #: The shipped table, read once (a list so that no global statement is needed).

@@ -53,7 +53,7 @@ _REINDEX = ("a retry with that key would be taken for a new event, or another ev
             "a duplicate. Restore the store from a backup, or copy it (`turnlog copy`) into a "
             "new store, which rebuilds the index from the events")
 
-#: The store mark of a copy that has not finished (`turnlog.copy_log`): its value
+#: The store mark of a copy that has not finished (`turnlog.log.copy_log`): its value
 #: is JSON naming the source (``from``) and the sessions copied (None: all).
 COPY_MARK = "copy"
 
@@ -398,7 +398,7 @@ def describe_copy_mark(mark: str) -> str:
         if isinstance(sessions, list) and sessions else ""
     return (f"the store is an unfinished copy of {what}{source or 'another store'}: the copy "
             "stopped before it finished. Run the same `turnlog copy` again to finish it "
-            "(Python: turnlog.copy_log); it resumes where it stopped")
+            "(Python: turnlog.log.copy_log); it resumes where it stopped")
 
 
 def fsck_session(txn: ReadTxn, session: str, head_seq: int, head_hash: bytes,

@@ -23,19 +23,16 @@ import psycopg
 import pytest
 import turnlog
 from hypothesis import strategies as st
-from turnlog import (
+from turnlog import Draft, Log
+from turnlog.events import (
     AssistantMessageAdded,
-    Draft,
     Event,
-    LMDBStore,
-    Log,
-    MemoryStore,
     NotificationAdded,
-    PostgresStore,
     TextPart,
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog.stores import LMDBStore, MemoryStore, PostgresStore
 
 __all__ = [
     "BACKENDS",

@@ -19,40 +19,38 @@ import msgspec
 import pytest
 import turnlog
 from support import LogFactory, backend_params, dump
-from turnlog import (
-    NEW_SESSION,
+from turnlog import Draft, KernelError, Log, Policy
+from turnlog.errors import (
     AppendConflictError,
-    AssistantMessageAdded,
     BlobNotFoundError,
-    Checkpoint,
-    CompactionCommitted,
-    Draft,
-    Event,
-    EventsPinned,
     EventTooLargeError,
     IdempotencyError,
     InvalidArgumentError,
     InvalidEventError,
-    KernelError,
-    Log,
-    MemoryChanged,
-    Policy,
     PolicyError,
+    StoreError,
+    UnknownSessionError,
+    VerificationError,
+)
+from turnlog.events import (
+    AssistantMessageAdded,
+    CompactionCommitted,
+    Event,
+    EventsPinned,
+    MemoryChanged,
     PolicySet,
     ResponseReceived,
     SessionForked,
     SessionRewound,
-    StoreError,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     ToolsSet,
-    UnknownSessionError,
     Usage,
     UserMessageAdded,
-    VerificationError,
 )
+from turnlog.log import NEW_SESSION, Checkpoint
 
 NAN = float("nan")
 INF = float("inf")
@@ -591,7 +589,7 @@ CASES: list[Case] = [
 ]
 
 
-def _in_snapshot(log: Log, fn: Callable[[turnlog.Snapshot], object]) -> object:
+def _in_snapshot(log: Log, fn: Callable[[turnlog.log.Snapshot], object]) -> object:
     """Run ``fn`` on a snapshot of ``log``."""
     with log.snapshot() as snap:
         return fn(snap)

@@ -16,21 +16,18 @@ import hypothesis.strategies as st
 import pytest
 import turnlog
 from hypothesis import given, settings
-from turnlog import (
+from turnlog import Packer, Policy
+from turnlog._tokens import TiktokenCounter, _load_encoding
+from turnlog.errors import InvalidArgumentError, TokenizerError
+from turnlog.events import (
     AssistantMessageAdded,
-    InvalidArgumentError,
-    Packer,
-    Policy,
     PolicySet,
-    Projection,
     TextPart,
-    TokenCounter,
-    TokenizerError,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog._tokens import TiktokenCounter, _load_encoding
+from turnlog.packing import Projection, TokenCounter
 
 POLICY = Policy(context_window=2_000, output_reserve=200)
 SESSIONS = ("a", "b", "c", "d")

@@ -12,18 +12,12 @@ from collections.abc import Callable
 
 import msgspec
 import pytest
-from turnlog import (
-    DEFAULT_STAGES,
+from turnlog import Policy, pack
+from turnlog.errors import BudgetExceededError
+from turnlog.events import (
     AssistantMessageAdded,
-    BudgetExceededError,
     EventsPinned,
     NotificationAdded,
-    Packed,
-    PackState,
-    Policy,
-    Projection,
-    Stage,
-    StageReport,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -31,8 +25,8 @@ from turnlog import (
     ToolSpec,
     ToolsSet,
     UserMessageAdded,
-    pack,
 )
+from turnlog.packing import DEFAULT_STAGES, Packed, PackState, Projection, Stage, StageReport
 from turnlog.testing import (
     Compact,
     SessionItem,

@@ -51,16 +51,17 @@ def fresh(tmp_path: Path) -> Path:
     return tmp_path / "store"
 
 
-def first_blob(path: Path) -> tuple[turnlog.Event, turnlog.BlobRef]:
+def first_blob(path: Path) -> tuple[turnlog.events.Event, turnlog.events.BlobRef]:
     """The first tool result of the demo whose output went to a blob, and its ref."""
     with turnlog.open(path, readonly=True) as log:
         for event in log.read(SESSION, kinds=["tool_result"]):
-            if isinstance(event.body, turnlog.ToolResultAdded) and event.body.blob is not None:
+            body = event.body
+            if isinstance(body, turnlog.events.ToolResultAdded) and body.blob is not None:
                 return event, event.body.blob
     raise AssertionError("the demo has no blob")
 
 
-def head_of(path: Path, session: str = SESSION) -> turnlog.Head:
+def head_of(path: Path, session: str = SESSION) -> turnlog.log.Head:
     with turnlog.open(path, readonly=True) as log:
         head = log.head(session)
     assert head is not None
@@ -94,7 +95,7 @@ def test_demo_default_session_is_long_and_has_blobs(store: Path) -> None:
     packing = {"policy", "request", "response", "provider_error", "compaction"}
     assert all(e.time is not None for e in events)
     generated = [e for e in events if e.kind not in packing and not (
-        isinstance(e.body, turnlog.SystemSectionSet) and e.body.name == "memories")]
+        isinstance(e.body, turnlog.events.SystemSectionSet) and e.body.name == "memories")]
     assert all(e.key and e.key.startswith("demo-") for e in generated)
     kinds = {e.kind for e in events}
     assert kinds >= {"system", "tools", "user", "assistant", "tool_result", "notification",
@@ -103,7 +104,7 @@ def test_demo_default_session_is_long_and_has_blobs(store: Path) -> None:
     assert len(requests) == 41 and any(e.body.recovery for e in requests)  # type: ignore[union-attr]
     assert report.ok and report.blobs >= 5
     assert sum(len(e.body.parts) > 2 for e in events if isinstance(
-        e.body, turnlog.AssistantMessageAdded)) >= 10  # parallel tool calls
+        e.body, turnlog.events.AssistantMessageAdded)) >= 10  # parallel tool calls
 
 
 def test_demo_rerun_appends_nothing(capsys: pytest.CaptureFixture[str], store: Path) -> None:
@@ -143,7 +144,7 @@ def test_demo_extends_a_shorter_run(capsys: pytest.CaptureFixture[str], tmp_path
 def test_demo_refuses_a_session_holding_other_events_under_its_keys(
         capsys: pytest.CaptureFixture[str], fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append(SESSION, [turnlog.Draft(body=turnlog.UserMessageAdded(text="mine"),
+        log.append(SESSION, [turnlog.Draft(body=turnlog.events.UserMessageAdded(text="mine"),
                                            key="demo-1-0")])
     code, _, err = run(capsys, "--store", str(fresh), "demo", "--turns", "2")
     assert code == 3
@@ -255,7 +256,7 @@ def test_verify_strict_and_progress(capsys: pytest.CaptureFixture[str], store: P
     many = tmp_path / "many"
     with turnlog.open(many) as log:
         for start in range(0, 25_000, 5_000):
-            log.append("s", [turnlog.UserMessageAdded(text=f"m{i}")
+            log.append("s", [turnlog.events.UserMessageAdded(text=f"m{i}")
                              for i in range(start, start + 5_000)])
     code, _, err = run(capsys, "--store", str(many), "verify", "--progress")
     assert code == 0
@@ -279,7 +280,7 @@ def test_verify_names_the_first_bad_event(capsys: pytest.CaptureFixture[str], st
                                           tmp_path: Path) -> None:
     with turnlog.open(store, readonly=True) as log:
         seq = next(e.seq for e in log.read(SESSION, kinds=["user"])
-                   if isinstance(e.body, turnlog.UserMessageAdded)
+                   if isinstance(e.body, turnlog.events.UserMessageAdded)
                    and e.body.text.startswith("Plan looks good"))
     bad = tmp_path / "bad"
     tamper(store, bad, b"Plan looks good, go ahead")
@@ -475,19 +476,19 @@ def test_compact_on_a_single_turn_session_compacts_older_steps_and_says_why_it_s
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "store"
     with turnlog.open(path) as log:
-        log.append("one", turnlog.UserMessageAdded(text="fix the failing tests"))
+        log.append("one", turnlog.events.UserMessageAdded(text="fix the failing tests"))
         for i in range(40):
             log.append("one", [
-                turnlog.AssistantMessageAdded(parts=(turnlog.ToolCall(
+                turnlog.events.AssistantMessageAdded(parts=(turnlog.events.ToolCall(
                     id=f"c{i}", name="Bash", arguments=json.dumps({"command": f"run {i}"})),)),
-                turnlog.ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
-                                        output="\n".join(f"line {j}" for j in range(60)))])
-        log.append("short", turnlog.UserMessageAdded(text="hi"))
+                turnlog.events.ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
+                                               output="\n".join(f"line {j}" for j in range(60)))])
+        log.append("short", turnlog.events.UserMessageAdded(text="hi"))
     code, out, _ = run(capsys, "--store", str(path), "compact", "one")
     assert code == 0 and out.startswith("committed"), out
     with turnlog.open(path, readonly=True) as log:
         compaction = log.read("one", kinds=["compaction"])[0].body
-        assert isinstance(compaction, turnlog.CompactionCommitted)
+        assert isinstance(compaction, turnlog.events.CompactionCommitted)
         assert compaction.first_seq >= 1  # the turn's opening message stays as it is
     code, out, _ = run(capsys, "--store", str(path), "compact", "short")
     assert code == 0 and out.startswith("skipped") and "; " in out, out

@@ -60,18 +60,19 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("hostile") / "store"
     with turnlog.open(path) as log:
         log.append(SESSION, [
-            turnlog.SystemSectionSet(name="base", text="You are a coding agent."),
-            turnlog.UserMessageAdded(text=HOSTILE),
-            turnlog.AssistantMessageAdded(parts=[
-                turnlog.TextPart(text=HOSTILE),
-                turnlog.ToolCall(id="c1", name="Bash", arguments=json.dumps({"cmd": HOSTILE})),
-                turnlog.ToolCall(id="c2", name="Deep", arguments=DEEP_ARGS)]),
-            turnlog.ToolResultAdded(call_id="c1", tool_name="Bash", output=HOSTILE),
-            turnlog.ToolResultAdded(call_id="c2", tool_name="Deep", output="ok"),
+            turnlog.events.SystemSectionSet(name="base", text="You are a coding agent."),
+            turnlog.events.UserMessageAdded(text=HOSTILE),
+            turnlog.events.AssistantMessageAdded(parts=[
+                turnlog.events.TextPart(text=HOSTILE),
+                turnlog.events.ToolCall(id="c1", name="Bash",
+                                        arguments=json.dumps({"cmd": HOSTILE})),
+                turnlog.events.ToolCall(id="c2", name="Deep", arguments=DEEP_ARGS)]),
+            turnlog.events.ToolResultAdded(call_id="c1", tool_name="Bash", output=HOSTILE),
+            turnlog.events.ToolResultAdded(call_id="c2", tool_name="Deep", output="ok"),
         ])
-        turnlog.MemoryManager(log, memory_session=f"{SESSION}-memories").save(
+        turnlog.memories.MemoryManager(log, memory_session=f"{SESSION}-memories").save(
             HOSTILE, HOSTILE)
-        log.append(BAD_ID, turnlog.UserMessageAdded(text="hello"))
+        log.append(BAD_ID, turnlog.events.UserMessageAdded(text="hello"))
     return path
 
 
@@ -182,8 +183,8 @@ def test_log_verify_of_a_checkpoint_with_a_non_ascii_mac_is_a_verification_error
     with turnlog.open(store, readonly=True) as log:
         cp = log.checkpoint(SESSION, key=b"k")
         for mac in ("é" * 64, "ü", "A" * 64):
-            forged = turnlog.Checkpoint(session=cp.session, seq=cp.seq, hash=cp.hash, mac=mac)
-            with pytest.raises(turnlog.VerificationError, match="64 lowercase hex"):
+            forged = turnlog.log.Checkpoint(session=cp.session, seq=cp.seq, hash=cp.hash, mac=mac)
+            with pytest.raises(turnlog.errors.VerificationError, match="64 lowercase hex"):
                 log.verify(SESSION, checkpoint=forged, key=b"k")
 
 

@@ -96,7 +96,7 @@ def test_pack_format_takes_the_model_the_session_recorded(demo: Path) -> None:
 
 def test_pack_format_without_a_recorded_model_names_the_model_flag(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append("chat", turnlog.UserMessageAdded(text="hello"))
+        log.append("chat", turnlog.events.UserMessageAdded(text="hello"))
     done = cli(fresh, "pack", "chat", "--format", "openai-chat")
     assert done.returncode == 2
     assert "--model" in done.stderr and "model must be" not in done.stderr
@@ -245,8 +245,8 @@ def test_a_failed_import_into_an_existing_directory_leaves_it_as_it_was(tmp_path
 
 def test_compact_says_why_it_skipped(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append("chat", [turnlog.UserMessageAdded(text="hello"),
-                            turnlog.AssistantMessageAdded(parts=[turnlog.TextPart(text="hi")])])
+        log.append("chat", [turnlog.events.UserMessageAdded(text="hello"),
+                            turnlog.events.AssistantMessageAdded(parts=[turnlog.events.TextPart(text="hi")])])
     done = cli(fresh, "compact", "chat")
     assert done.returncode == 0
     line = done.stdout.strip()
@@ -290,8 +290,9 @@ def test_agent_without_a_policy_file_is_a_usage_error(demo: Path, verb: tuple[st
 
 def test_recall_commit_brings_back_other_sessions_only(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append("old", turnlog.UserMessageAdded(text="the parser handles decimal amounts"))
-        log.append("new", turnlog.UserMessageAdded(text="fix the decimal amounts parser"))
+        log.append("old",
+                   turnlog.events.UserMessageAdded(text="the parser handles decimal amounts"))
+        log.append("new", turnlog.events.UserMessageAdded(text="fix the decimal amounts parser"))
     done = cli(fresh, "recall", "decimal amounts parser", "--commit", "new", "--json")
     assert done.returncode == 0, done.stderr
     hits = json.loads(done.stdout)["hits"]
@@ -329,7 +330,7 @@ def test_explain_diff_and_memories_print_column_headers(demo: Path) -> None:
 
 def test_counts_are_plural_aware(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append("one", turnlog.UserMessageAdded(text="hello"))
+        log.append("one", turnlog.events.UserMessageAdded(text="hello"))
     verified = cli(fresh, "verify")
     assert verified.stdout == "ok: 1 session, 1 event, 0 blob refs intact\n"
     for argv in (("demo", "--turns", "1"), ("verify",), ("replay", "demo")):
@@ -372,11 +373,12 @@ def test_colour_on_a_terminal_only_and_never_with_no_color(demo: Path) -> None:
 
 def test_library_errors_that_name_a_command_name_the_api_call_too(demo: Path) -> None:
     with turnlog.open(demo, readonly=True) as log:
-        with pytest.raises(turnlog.UnknownSessionError, match=r"Log\.sessions\(\)"):
+        with pytest.raises(turnlog.errors.UnknownSessionError, match=r"Log\.sessions\(\)"):
             log.read("nosuch")
-        with pytest.raises(turnlog.UnknownSessionError, match=r"Log\.read\('demo'\)"):
+        with pytest.raises(turnlog.errors.UnknownSessionError, match=r"Log\.read\('demo'\)"):
             log.get("demo", 10**6)
-        with pytest.raises(turnlog.InvalidArgumentError, match=r"Replayer\.requests\('demo'\)"):
+        with pytest.raises(turnlog.errors.InvalidArgumentError,
+                           match=r"Replayer\.requests\('demo'\)"):
             turnlog.Replayer(turnlog.Packer(log)).explain("demo", 0)
     done = cli(demo, "log", "nosuch")  # the command names only itself
     assert done.returncode == 3 and "`turnlog sessions`" in done.stderr
@@ -398,9 +400,9 @@ def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(
     assert outcome["status"] == "committed", outcome
     with turnlog.open(fresh, readonly=True) as log:
         events = log.read(session)
-        user = next(e.seq for e in events if isinstance(e.body, turnlog.UserMessageAdded))
+        user = next(e.seq for e in events if isinstance(e.body, turnlog.events.UserMessageAdded))
         compactions = [e.body for e in events
-                       if isinstance(e.body, turnlog.CompactionCommitted)]
+                       if isinstance(e.body, turnlog.events.CompactionCommitted)]
     assert len(compactions) == 1
     # the older steps after the instruction, not what came before it or the instruction
     assert compactions[0].first_seq > user

@@ -14,19 +14,7 @@ import turnlog
 from hypothesis import given
 from hypothesis import strategies as st
 from support import bodies
-from turnlog import (
-    AssistantMessageAdded,
-    BlobRef,
-    Event,
-    ImagePart,
-    InvalidEventError,
-    Policy,
-    PolicySet,
-    TextPart,
-    ToolCall,
-    ToolResultAdded,
-    UserMessageAdded,
-)
+from turnlog import Policy
 from turnlog._codec import (
     decode_event,
     encode_canonical,
@@ -34,6 +22,18 @@ from turnlog._codec import (
     may_hold_blob_refs,
     seq_offset,
     with_seq,
+)
+from turnlog.errors import InvalidEventError
+from turnlog.events import (
+    AssistantMessageAdded,
+    BlobRef,
+    Event,
+    ImagePart,
+    PolicySet,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
 )
 
 session_ids = st.text(st.characters(min_codepoint=0x20, exclude_categories=("Cs",)),

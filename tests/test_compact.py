@@ -10,30 +10,24 @@ import pytest
 import turnlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from turnlog import (
+from turnlog import Compactor, Packer, Policy, Replayer, pack
+from turnlog.compaction import ExtractiveSummarizer, Summary, SummaryRequest
+from turnlog.errors import CompactionError
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
-    CompactionError,
     CompactionFailed,
-    Compactor,
     EventsPinned,
-    ExtractiveSummarizer,
-    Packer,
-    Policy,
     ProviderErrorReceived,
-    Replayer,
     SessionRewound,
-    Summary,
-    SummaryRequest,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
     covered_digest,
-    get_counter,
-    pack,
 )
+from turnlog.packing import get_counter
 
 SMALL = Policy(context_window=12_000, output_reserve=1_000, warning_buffer=5_000,
                compact_buffer=4_000, blocking_buffer=1_000, prune=False,
@@ -349,7 +343,7 @@ def test_compaction_properties_hold_over_generated_sessions(
         compactor.maybe_compact("s", policy=policy)
         try:
             packed = packer.pack("s", policy=policy)
-        except turnlog.BudgetExceededError:
+        except turnlog.errors.BudgetExceededError:
             continue
         assert packed.tokens <= policy.usable
         assert packed.prompt.problems() == []
@@ -370,7 +364,7 @@ def test_compaction_properties_hold_over_generated_sessions(
 class Meanwhile:
     """The extractive summarizer, while another writer appends ``body`` to the session."""
 
-    def __init__(self, log: turnlog.Log, body: turnlog.Body) -> None:
+    def __init__(self, log: turnlog.Log, body: turnlog.events.Body) -> None:
         self.log = log
         self.body = body
         self.inner = ExtractiveSummarizer(get_counter("cl100k_base"))

@@ -17,20 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from turnlog import (
+from turnlog import Policy
+from turnlog.events import (
     AssistantMessageAdded,
     Event,
     Part,
-    Policy,
-    Projection,
     ReasoningPart,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
-    get_counter,
 )
+from turnlog.packing import Projection, get_counter
 from turnlog.testing import Compact, SessionItem, build, check_all, memory_log
 
 CORPUS = Path(os.environ.get("TURNLOG_CORPUS")

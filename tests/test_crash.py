@@ -30,7 +30,9 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog import Draft, ForkedProcessError, Log, UserMessageAdded
+from turnlog import Draft, Log
+from turnlog.errors import ForkedProcessError
+from turnlog.events import UserMessageAdded
 
 BATCH = 5
 SESSION = "crash"
@@ -49,7 +51,8 @@ APPENDER = "\n".join([
     "from __future__ import annotations",
     "import sys",
     "import turnlog",
-    "from turnlog import Draft, UserMessageAdded",
+    "from turnlog import Draft",
+    "from turnlog.events import UserMessageAdded",
     f"BATCH = {BATCH}",
     inspect.getsource(batch),
     textwrap.dedent(f"""
@@ -251,7 +254,7 @@ WRITER = textwrap.dedent("""
 
     print("started", flush=True)
     log = turnlog.open(sys.argv[1])
-    log.append("s", turnlog.UserMessageAdded(text="after the holder died"))
+    log.append("s", turnlog.events.UserMessageAdded(text="after the holder died"))
     print("done", flush=True)
 """)
 
@@ -349,7 +352,7 @@ APPENDER_ONCE = textwrap.dedent("""
     import turnlog
 
     with turnlog.open(sys.argv[1]) as log:
-        log.append("s", turnlog.UserMessageAdded(text="from another process"))
+        log.append("s", turnlog.events.UserMessageAdded(text="from another process"))
 """)
 
 

@@ -29,5 +29,5 @@ def test_a_shorter_demo_is_a_prefix_of_a_longer_one() -> None:
 
 @pytest.mark.parametrize("turns", [0, demo.MAX_TURNS + 1, True, "3"])
 def test_a_demo_length_out_of_range_says_the_range(turns: object) -> None:
-    with pytest.raises(turnlog.InvalidArgumentError, match=f"1 to {demo.MAX_TURNS}"):
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match=f"1 to {demo.MAX_TURNS}"):
         demo.demo_events(turns)  # type: ignore[arg-type]

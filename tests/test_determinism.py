@@ -18,7 +18,8 @@ import textwrap
 from pathlib import Path
 
 import turnlog
-from turnlog import Draft, UserMessageAdded
+from turnlog import Draft
+from turnlog.events import UserMessageAdded
 
 # The hash of `golden_event` at seq 0 of a new session. Stored events are permanent:
 # if this changes, every existing log stops verifying.
@@ -28,10 +29,9 @@ GOLDEN = "f81bd02d2def40ce55e591436e5af7530bf07a2af9cc41e2cd4618465484411b"
 def chain_hashes(directory: str) -> dict[str, list[str]]:
     """Append the same events to a memory and an LMDB log; return their hashes (hex)."""
     import turnlog
-    from turnlog import (
+    from turnlog import Draft, Policy
+    from turnlog.events import (
         AssistantMessageAdded,
-        Draft,
-        Policy,
         PolicySet,
         TextPart,
         ToolCall,

@@ -150,10 +150,10 @@ def test_the_deployment_follow_example_resumes_after_the_last_event_handled() ->
     [(page, line, block)] = [b for b in blocks("python") if b[0] == "docs/deployment.md"
                               and "log.follow" in b[2]]
     log = turnlog.open(":memory:")
-    log.append("s1", [turnlog.UserMessageAdded(text=f"m{i}") for i in range(3)])
+    log.append("s1", [turnlog.events.UserMessageAdded(text=f"m{i}") for i in range(3)])
     handled: list[int] = []
 
-    def handle(event: turnlog.Event) -> None:
+    def handle(event: turnlog.events.Event) -> None:
         handled.append(event.seq)
         if len(handled) == 3:
             raise _Handled

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog import Packer, Replayer, RequestIssued, ToolCall
+from turnlog import Packer, Replayer
 from turnlog.adapters import example_agent
 from turnlog.adapters.providers import renderer_for
+from turnlog.events import RequestIssued, ToolCall
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +79,7 @@ HOSTILE = ["9**9**9", "9**9**9**9", "(10**300)**(10**300)", "2**100000", "10.0**
 def test_calculate_refuses_what_it_cannot_compute_quickly() -> None:
     # In a child process: before the bounds, the first expression ran for hours.
     code = ("import json, sys\n"
-            "from turnlog import ToolCall\n"
+            "from turnlog.events import ToolCall\n"
             "from turnlog.adapters.example_agent import run_tool\n"
             "for i, e in enumerate(json.loads(sys.stdin.read())):\n"
             "    out, failed = run_tool(None, ToolCall(id=str(i), name='calculate',\n"

@@ -20,31 +20,23 @@ import pytest
 import turnlog
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
-from turnlog import (
-    DEFAULT_STAGES,
-    AssistantMessageAdded,
-    Body,
-    Draft,
-    Log,
-    NotificationAdded,
-    Packer,
-    PackState,
-    Policy,
-    ReadTxn,
-    Replayer,
-    StageReport,
-    Store,
-    TextPart,
-    ToolCall,
-    ToolResultAdded,
-    UserMessageAdded,
-    WriteTxn,
-)
+from turnlog import Draft, Log, Packer, Policy, Replayer
 from turnlog.adapters import Session
 from turnlog.adapters.importers import _transcripts, import_file
 from turnlog.adapters.importers._plan import Entry, ExportSession, Parsed, Plan
 from turnlog.adapters.providers import PROVIDERS, Provider, provider, renderer
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+from turnlog.events import (
+    AssistantMessageAdded,
+    Body,
+    NotificationAdded,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+from turnlog.packing import DEFAULT_STAGES, PackState, StageReport
+from turnlog.stores import ReadTxn, Store, WriteTxn
 from turnlog.testing import StoreConformance, agreement_machine
 
 T = TypeVar("T")
@@ -248,7 +240,7 @@ def test_a_new_store_backend_needs_nothing_above_the_store_interface() -> None:
                                                    output="x" * 20_000), key="r1")])
     assert log.append("s", [Draft(body=ToolResultAdded(call_id="c1", tool_name="Bash",
                                                   output="x" * 20_000), key="r1")]).duplicate
-    with pytest.raises(turnlog.AppendConflictError):
+    with pytest.raises(turnlog.errors.AppendConflictError):
         log.append("s", [Draft(body=UserMessageAdded(text="late"))], expected_seq=first.first_seq)
     log.fork("s", 1, "t")
     assert log.verify().ok
@@ -270,7 +262,7 @@ class TestToyStoreConforms(StoreConformance):
 
 
 TestToyStoreAgreesWithMemory = agreement_machine(
-    {"memory": turnlog.MemoryStore, "toy": ToyStore}).TestCase
+    {"memory": turnlog.stores.MemoryStore, "toy": ToyStore}).TestCase
 TestToyStoreAgreesWithMemory.settings = settings(stateful_step_count=20)
 
 
@@ -338,7 +330,7 @@ class _ForgetfulToyStore(ToyStore):
 
 
 def test_the_agreement_machine_fails_stores_that_disagree() -> None:
-    machine = agreement_machine({"memory": turnlog.MemoryStore,
+    machine = agreement_machine({"memory": turnlog.stores.MemoryStore,
                                  "forgetful": _ForgetfulToyStore})
     with pytest.raises(AssertionError):
         run_state_machine_as_test(machine, settings=settings(

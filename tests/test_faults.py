@@ -39,28 +39,21 @@ import pytest
 import turnlog
 from support import dump
 from test_crash import Child
-from turnlog import (
+from turnlog import Compactor, Draft, Log, Packer, Policy, Replayer
+from turnlog.adapters.providers import PROVIDERS, render
+from turnlog.errors import InvalidEventError, StoreFullError, StoreReadOnlyError
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
-    Compactor,
-    Draft,
-    InvalidEventError,
-    LMDBStore,
-    Log,
     NotificationAdded,
-    Packer,
-    Policy,
-    Replayer,
     RequestIssued,
-    StoreFullError,
-    StoreReadOnlyError,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.adapters.providers import PROVIDERS, render
+from turnlog.stores import LMDBStore
 
 FAST_KILLS = 2  # rounds per workload in the default run
 SLOW_KILLS = 120  # rounds per workload with -m slow (three workloads)
@@ -86,10 +79,9 @@ def logical(log: Log) -> dict[str, Any]:
 WORKER = textwrap.dedent('''
     import sys
     import turnlog
-    from turnlog import (AssistantMessageAdded, Draft, Policy, TextPart, ToolCall,
-                         ToolResultAdded, UserMessageAdded)
-    from turnlog import Compactor
-    from turnlog import Packer, Replayer
+    from turnlog import Compactor, Draft, Packer, Policy, Replayer
+    from turnlog.events import (AssistantMessageAdded, TextPart, ToolCall, ToolResultAdded,
+                                UserMessageAdded)
 
     path, workload, i = sys.argv[1], sys.argv[2], int(sys.argv[3])
     POLICY = Policy(context_window=16_000, output_reserve=2_000, keep_recent_turns=1)
@@ -495,7 +487,7 @@ def test_a_truncated_data_file_is_refused_at_open(pristine: Path, tmp_path: Path
     shutil.copytree(pristine, copy)
     data = (copy / "data.mdb").read_bytes()
     (copy / "data.mdb").write_bytes(data[:len(data) * 2 // 3])
-    with pytest.raises(turnlog.StoreCorruptError, match="truncated"):
+    with pytest.raises(turnlog.errors.StoreCorruptError, match="truncated"):
         turnlog.open(copy, readonly=True)
 
 

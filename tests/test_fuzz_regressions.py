@@ -18,21 +18,7 @@ import turnlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import dump
-from turnlog import (
-    GENESIS,
-    AssistantMessageAdded,
-    DecodeError,
-    Event,
-    ImportFormatError,
-    InvalidEventError,
-    Policy,
-    TextPart,
-    ToolCall,
-    ToolResultAdded,
-    UserMessageAdded,
-    WriteTxn,
-    event_from_json,
-)
+from turnlog import Policy
 from turnlog._chain import check_record
 from turnlog._codec import decode_event
 from turnlog._pack._prune import _DECISION, DECISION_PHRASES
@@ -41,6 +27,18 @@ from turnlog._pack._prune import pathish as _pathish
 from turnlog._pack._prune import quote_keys as _quote_keys
 from turnlog.adapters.importers import detect, export_session, import_file
 from turnlog.adapters.providers import parse_response
+from turnlog.errors import DecodeError, ImportFormatError, InvalidEventError
+from turnlog.events import (
+    AssistantMessageAdded,
+    Event,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+    event_from_json,
+)
+from turnlog.log import GENESIS
+from turnlog.stores import WriteTxn
 from turnlog.testing import check_packed, memory_log, project
 
 CORPUS = Path(__file__).resolve().parents[1] / "fuzz" / "corpus"
@@ -88,7 +86,7 @@ def test_verify_reports_a_stored_record_with_an_int_key_in_meta(log: turnlog.Log
     log.store.write(plant)
     report = log.verify()
     assert not report.ok and report.problem is not None and report.problem.seq == 0
-    with pytest.raises(turnlog.StoreCorruptError):
+    with pytest.raises(turnlog.errors.StoreCorruptError):
         log.read("x")
 
 

@@ -56,7 +56,7 @@ def test_every_golden_request_replays_byte_for_byte(golden: tuple[Path, turnlog.
     for head in log.sessions():
         for event in log.read(head.session, kinds=["request"]):
             request = event.body
-            assert isinstance(request, turnlog.RequestIssued)
+            assert isinstance(request, turnlog.events.RequestIssued)
             render = renderer_for(request, blobs=log.blob)
             result = replayer.replay(head.session, event.seq, render=render)
             assert result.ok, (head.session, event.seq, result.difference)

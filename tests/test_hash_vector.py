@@ -19,18 +19,18 @@ import blake3
 import msgspec
 import pytest
 import turnlog
-from turnlog import (
+from turnlog import Draft, Policy
+from turnlog._codec import encode_canonical
+from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
     Body,
     CompactionCommitted,
     CompactionFailed,
-    Draft,
     EventsPinned,
     ImagePart,
     MemoryChanged,
     NotificationAdded,
-    Policy,
     PolicySet,
     ProviderErrorReceived,
     ReasoningPart,
@@ -50,7 +50,6 @@ from turnlog import (
     UserMessageAdded,
     event_to_json,
 )
-from turnlog._codec import encode_canonical
 from turnlog.tools import demo, eventdoc
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "events.md"
@@ -397,8 +396,8 @@ def test_equal_events_built_differently_hash_the_same() -> None:
 
 
 def test_verify_rejects_an_event_that_spells_out_a_default() -> None:
-    from turnlog import Event
     from turnlog._chain import check_record, link, pack_record
+    from turnlog.events import Event
     event = Event(session="s", seq=0, body=AssistantMessageAdded(
         parts=(ToolCall(id="c", name="d", arguments="".join(["{", "}"])),)))
     spelled = msgspec.msgpack.Encoder(order="deterministic").encode(event)

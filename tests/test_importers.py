@@ -24,15 +24,22 @@ import turnlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import dump
-from turnlog import (
+from turnlog import Log, Packer, Policy
+from turnlog.adapters.importers import (
+    FORMATS,
+    ImportSummary,
+    Progress,
+    detect,
+    export_session,
+    import_file,
+    import_path,
+)
+from turnlog.errors import ImportFormatError
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
     Event,
-    ImportFormatError,
-    Log,
     NotificationAdded,
-    Packer,
-    Policy,
     ProviderErrorReceived,
     ReasoningPart,
     ResponseReceived,
@@ -43,15 +50,6 @@ from turnlog import (
     ToolResultAdded,
     ToolsSet,
     UserMessageAdded,
-)
-from turnlog.adapters.importers import (
-    FORMATS,
-    ImportSummary,
-    Progress,
-    detect,
-    export_session,
-    import_file,
-    import_path,
 )
 
 CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
@@ -815,7 +813,7 @@ def _native_seed() -> bytes:
                         ToolResultAdded(call_id="c", tool_name="t", output="x" * 70_000)])
     log.fork("base", 1, "fork")
     log.append("fork", turnlog.Draft(body=UserMessageAdded(text="more"), key="k"))
-    return b"".join(turnlog.export_events(log, "fork"))
+    return b"".join(turnlog.log.export_events(log, "fork"))
 
 
 _SEEDS["turnlog"] = _native_seed()

@@ -22,13 +22,16 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from turnlog import (
+from turnlog import Log, Packer, Policy, Replayer
+from turnlog.adapters import Session
+from turnlog.adapters.integrations.langchain import (
+    META_KEY,
+    TurnlogChatMessageHistory,
+    prompt_messages,
+)
+from turnlog.errors import InvalidEventError
+from turnlog.events import (
     AssistantMessageAdded,
-    InvalidEventError,
-    Log,
-    Packer,
-    Policy,
-    Replayer,
     RequestIssued,
     ResponseReceived,
     SessionRewound,
@@ -36,12 +39,6 @@ from turnlog import (
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
-)
-from turnlog.adapters import Session
-from turnlog.adapters.integrations.langchain import (
-    META_KEY,
-    TurnlogChatMessageHistory,
-    prompt_messages,
 )
 
 POLICY = Policy(context_window=16_000, output_reserve=1_000)

@@ -27,16 +27,16 @@ from langgraph.checkpoint.conformance.capabilities import (
     BASE_CAPABILITIES,
     EXTENDED_CAPABILITIES,
 )
-from turnlog import (
+from turnlog import Log
+from turnlog.adapters.integrations.langgraph import TurnlogModelHooks, TurnlogSaver
+from turnlog.events import (
     AssistantMessageAdded,
-    Log,
     RequestIssued,
     ResponseReceived,
     SessionRewound,
     StateSaved,
     ToolCall,
 )
-from turnlog.adapters.integrations.langgraph import TurnlogModelHooks, TurnlogSaver
 
 
 def _conformance(log: Log) -> Any:
@@ -202,7 +202,7 @@ def test_a_message_turnlog_cannot_represent_is_kept_and_rendered_back(log: Log) 
 
 def test_an_item_that_is_not_a_message_is_refused_naming_its_type(log: Log) -> None:
     hooks = TurnlogModelHooks(log, model="gpt-4o")
-    with pytest.raises(turnlog.InvalidEventError, match="found Fraction"):
+    with pytest.raises(turnlog.errors.InvalidEventError, match="found Fraction"):
         from fractions import Fraction
 
         hooks.pre_model({"messages": [HumanMessage("hi", id="m1"), Fraction(1, 3)]},
@@ -283,6 +283,6 @@ def test_a_state_event_the_saver_did_not_write_is_named(log: Log) -> None:
     log.append("t", StateSaved(source="langgraph.checkpoint", data='{"id": "1"}'))
     log.append("u", StateSaved(source="another.framework", data="not json"))
     saver = TurnlogSaver(log)
-    with pytest.raises(turnlog.StoreCorruptError, match=r"t#0 is a state event"):
+    with pytest.raises(turnlog.errors.StoreCorruptError, match=r"t#0 is a state event"):
         saver.get_tuple({"configurable": {"thread_id": "t", "checkpoint_ns": ""}})
     assert saver.get_tuple({"configurable": {"thread_id": "u", "checkpoint_ns": ""}}) is None

@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 import turnlog
 from support import dump
-from turnlog import (
-    AssistantMessageAdded,
-    LMDBStore,
-    StoreCorruptError,
-    ToolCall,
-    ToolResultAdded,
-    UserMessageAdded,
-)
+from turnlog.errors import StoreCorruptError
+from turnlog.events import AssistantMessageAdded, ToolCall, ToolResultAdded, UserMessageAdded
+from turnlog.stores import LMDBStore
 
 
 def _leaf_pages(log: turnlog.Log) -> int:
@@ -112,7 +107,7 @@ def test_threads_sharing_a_log_read_while_another_thread_grows_the_map(tmp_path:
                     AssistantMessageAdded(parts=(ToolCall(id=f"c{i}", name="dump"),)),
                     ToolResultAdded(call_id=f"c{i}", tool_name="dump",
                                     output=f"{i:08d}" + "x" * (1 << 20))]).last_seq
-                with pytest.raises(turnlog.AppendConflictError):
+                with pytest.raises(turnlog.errors.AppendConflictError):
                     log.append("chat", UserMessageAdded(text="late"), expected_seq=head - 1)
         except BaseException as exc:  # reported below
             errors.append(exc)
@@ -146,7 +141,7 @@ def test_a_session_stored_under_an_id_over_the_byte_limit_still_reads(
         assert len(log.read(old)) == 2 and log.get(old, 1).seq == 1
         assert log.verify(old).ok and log.verify(checkpoint=log.checkpoint(old)).ok
         before = dump(log)
-        with pytest.raises(turnlog.InvalidEventError, match=r"Log\.fork continues it"):
+        with pytest.raises(turnlog.errors.InvalidEventError, match=r"Log\.fork continues it"):
             log.append(old, UserMessageAdded(text="three"))
         assert dump(log) == before
         log.fork(old, 1, "short")

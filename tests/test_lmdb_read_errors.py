@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import turnlog
-from turnlog import UserMessageAdded
+from turnlog.events import UserMessageAdded
 
 
 def test_a_callers_error_inside_a_snapshot_passes_through_unchanged(tmp_path: Path) -> None:

@@ -9,16 +9,10 @@ from pathlib import Path
 import pgserver
 import pytest
 import turnlog
-from turnlog import (
-    InvalidArgumentError,
-    LMDBStore,
-    MemoryStore,
-    PostgresStore,
-    StoreError,
-    StoreNotFoundError,
-    UserMessageAdded,
-)
 from turnlog._locations import SCHEMES, scheme_for
+from turnlog.errors import InvalidArgumentError, StoreError, StoreNotFoundError
+from turnlog.events import UserMessageAdded
+from turnlog.stores import LMDBStore, MemoryStore, PostgresStore
 
 
 @pytest.mark.parametrize(("location", "backend"), [

@@ -18,31 +18,28 @@ import pytest
 import turnlog
 import turnlog._log
 from support import GENESIS_HASH, LogFactory, dump, keyed_batch, recompute_hash
-from turnlog import (
-    GENESIS,
-    NEW_SESSION,
+from turnlog import Draft, Log
+from turnlog.errors import (
     AppendConflictError,
-    AssistantMessageAdded,
-    BlobRef,
-    Checkpoint,
-    Draft,
-    EventsPinned,
-    Head,
     IdempotencyError,
-    ImagePart,
     InvalidArgumentError,
     InvalidEventError,
-    Log,
+    UnknownSessionError,
+    VerificationError,
+)
+from turnlog.events import (
+    AssistantMessageAdded,
+    BlobRef,
+    EventsPinned,
+    ImagePart,
     NotificationAdded,
-    Retries,
     SessionForked,
     SessionRewound,
     TextPart,
     ToolResultAdded,
-    UnknownSessionError,
     UserMessageAdded,
-    VerificationError,
 )
+from turnlog.log import GENESIS, NEW_SESSION, Checkpoint, Head, Retries
 
 BIG = 64 * 1024  # the default blob threshold
 
@@ -646,7 +643,7 @@ def test_put_blob_returns_a_ref_an_event_can_carry(log: Log) -> None:
 
 
 def test_blob_of_an_unknown_hash_raises(log: Log) -> None:
-    with pytest.raises(turnlog.BlobNotFoundError):
+    with pytest.raises(turnlog.errors.BlobNotFoundError):
         log.blob("0" * 64)
 
 
@@ -834,13 +831,13 @@ def test_log_is_usable_as_a_context_manager(logs: LogFactory) -> None:
     with logs.open() as log:
         fill(log, "s", 1)
         assert "turnlog.Log" in repr(log)
-    with pytest.raises(turnlog.StoreError):
+    with pytest.raises(turnlog.errors.StoreError):
         log.append("s", UserMessageAdded(text="after close"))
 
 
 def test_forks_take_rewinds_pins_and_compactions_by_lineage_position(log: Log) -> None:
     """In a fork, positions count the forked-from history first."""
-    from turnlog import CompactionCommitted, EventsPinned, SessionRewound
+    from turnlog.events import CompactionCommitted, EventsPinned, SessionRewound
     log.append("src", [UserMessageAdded(text=f"m{i}") for i in range(5)])
     log.fork("src", 3, "f")  # the fork's seq 0 is lineage position 4
     log.append("f", [UserMessageAdded(text="a"), UserMessageAdded(text="b")])  # positions 5, 6
@@ -895,7 +892,7 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
     fill(seen, "s", 5)
     fill(restored, "s", 3)
     last = seen.get("s", 4)
-    with pytest.raises(turnlog.HistoryMismatchError, match="behind seq 4") as caught:
+    with pytest.raises(turnlog.errors.HistoryMismatchError, match="behind seq 4") as caught:
         next(restored.follow("s", 4, timeout=0))
     assert (caught.value.seq, caught.value.head) == (4, 2)
     # With the hash, it waits for the store to catch up; here others fill the gap.
@@ -905,7 +902,7 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
         try:
             outcome.extend(e.body.text for e in restored.follow(
                 "s", 4, after_hash=last.hash, timeout=30, limit=1))
-        except turnlog.HistoryMismatchError as exc:
+        except turnlog.errors.HistoryMismatchError as exc:
             outcome.append(exc)
 
     follower = threading.Thread(target=follow)
@@ -913,13 +910,14 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
     restored.append("s", [UserMessageAdded(text="other3"), UserMessageAdded(text="other4"),
                           UserMessageAdded(text="new")])
     follower.join(timeout=60)
-    assert len(outcome) == 1 and isinstance(outcome[0], turnlog.HistoryMismatchError), outcome
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], turnlog.errors.HistoryMismatchError), outcome
     assert "s#4" in str(outcome[0]) and "another history" in str(outcome[0])
     # The same history caught up: the follower goes on after its last event.
     fill(seen, "s", 1, prefix="next")
     assert [e.body.text for e in seen.follow("s", 4, after_hash=last.hash.hex(),
                                              timeout=0)] == ["next0"]
-    with pytest.raises(turnlog.HistoryMismatchError, match="another history"):
+    with pytest.raises(turnlog.errors.HistoryMismatchError, match="another history"):
         next(restored.follow("s", 4, after_hash=last.hash, timeout=0))
 
 
@@ -927,7 +925,7 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
                                  {"limit": 0}, {"timeout": True}, {"outage": -1},
                                  {"after_hash": "00"}, {"after_hash": bytes(32)}])
 def test_follow_rejects_bad_arguments(log: Log, bad: dict[str, object]) -> None:
-    with pytest.raises(turnlog.InvalidArgumentError):
+    with pytest.raises(turnlog.errors.InvalidArgumentError):
         log.follow("s", **bad)  # type: ignore[arg-type]
 
 
@@ -939,7 +937,7 @@ def test_copy_log_to_another_store_keeps_every_hash_key_and_blob(logs: LogFactor
                         Draft(body=ToolResultAdded(call_id="c", tool_name="t",
                                                    output=big_output()))])
     source.fork("a", 1, "b")
-    copied = turnlog.copy_log(source, target)
+    copied = turnlog.log.copy_log(source, target)
     assert (copied.sessions, copied.events, copied.blobs) == (2, 6, 1)
     for part in ("sessions", "events", "blobs"):
         assert dump(target)[part] == dump(source)[part]

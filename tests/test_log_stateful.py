@@ -25,20 +25,17 @@ from hypothesis.stateful import (
     rule,
 )
 from support import LogFactory, bodies, temp_factory
-from turnlog import (
-    NEW_SESSION,
-    AppendConflictError,
-    Appended,
-    Draft,
+from turnlog import Draft, Log
+from turnlog.errors import AppendConflictError, IdempotencyError
+from turnlog.events import (
     Event,
-    IdempotencyError,
-    Log,
     NotificationAdded,
     SessionForked,
     SessionRewound,
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog.log import NEW_SESSION, Appended
 
 SESSIONS = ("a", "b", "c")
 Model = dict[str, list[tuple[str, Any]]]
@@ -249,6 +246,6 @@ def test_a_model_step_sequence_replays_on_a_fresh_log() -> None:
         machine.reopen()
         machine.verify_is_ok()
         machine.sessions_lengths_heads_and_events_match_the_model()
-        assert machine.log.get("a", 0).prev == turnlog.GENESIS
+        assert machine.log.get("a", 0).prev == turnlog.log.GENESIS
     finally:
         machine.teardown()

@@ -12,25 +12,21 @@ import pytest
 import turnlog
 from hypothesis import given
 from hypothesis import strategies as st
-from turnlog import (
-    MEMORY_SECTION,
+from turnlog import Packer, Policy
+from turnlog._memories import MEMORY_SECTION_POSITION, SUMMARY_TTL
+from turnlog.errors import InvalidArgumentError, PolicyError
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
-    InvalidArgumentError,
-    MemoryBook,
     MemoryChanged,
-    MemoryManager,
-    Packed,
-    Packer,
-    Policy,
-    PolicyError,
     SessionRewound,
     SystemSectionSet,
     TextPart,
     UserMessageAdded,
     covered_digest,
 )
-from turnlog._memories import MEMORY_SECTION_POSITION, SUMMARY_TTL
+from turnlog.memories import MEMORY_SECTION, MemoryBook, MemoryManager
+from turnlog.packing import Packed
 
 DAY = 24 * 3600 * 1_000_000
 T0 = 1_773_532_800_000_000  # 2026-03-15T00:00:00Z
@@ -541,7 +537,7 @@ def test_repair_forgets_memories_derived_from_rewound_events(log: turnlog.Log) -
     live = [m.memory_id for m in mm.memories()]
     assert live == [kept.memory_id, other.memory_id, plain.memory_id]
     assert mm.repair("agent").forgotten == ()  # idempotent
-    with pytest.raises(turnlog.UnknownSessionError):
+    with pytest.raises(turnlog.errors.UnknownSessionError):
         mm.repair("nobody")
 
 

@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 import tiktoken_ext.openai_public
 import turnlog
-from turnlog import ModelInfo, ModelTable, Policy, PolicyError, RequestIssued, TokenizerError
+from turnlog import Policy
 from turnlog._tokens import _VOCABULARY_SHA256, TiktokenCounter, get_counter
 from turnlog.adapters.providers import RenderError
 from turnlog.adapters.session import Session
+from turnlog.errors import PolicyError, TokenizerError
+from turnlog.events import RequestIssued
+from turnlog.packing import ModelInfo, ModelTable
 
 
 @pytest.fixture(autouse=True)

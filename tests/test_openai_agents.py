@@ -18,23 +18,21 @@ from agents.memory import Session as SessionProtocol
 from agents.memory import SessionSettings, SQLiteSession
 from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
-from turnlog import (
+from turnlog import Log, Packer, Replayer
+from turnlog.adapters import Session
+from turnlog.adapters.integrations.openai_agents import META_KEY, TurnlogSession
+from turnlog.adapters.providers import renderer
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+from turnlog.events import (
     AssistantMessageAdded,
-    Log,
     NotificationAdded,
-    Packer,
     ReasoningPart,
-    Replayer,
     SessionRewound,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.adapters import Session
-from turnlog.adapters.integrations.openai_agents import META_KEY, TurnlogSession
-from turnlog.adapters.providers import renderer
-from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 
 set_tracing_disabled(True)
 

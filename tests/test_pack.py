@@ -11,18 +11,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from turnlog import (
+from turnlog import Log, Policy, pack
+from turnlog._tokens import MESSAGE_OVERHEAD
+from turnlog.errors import BudgetExceededError, PolicyError
+from turnlog.events import (
     AssistantMessageAdded,
-    BudgetExceededError,
     EventsPinned,
-    Log,
-    MemoryStore,
-    Message,
     NotificationAdded,
-    Packed,
-    Policy,
-    PolicyError,
-    Projection,
     RecallAdded,
     RecallHit,
     SessionRewound,
@@ -31,10 +26,9 @@ from turnlog import (
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
-    get_counter,
-    pack,
 )
-from turnlog._tokens import MESSAGE_OVERHEAD
+from turnlog.packing import Message, Packed, Projection, get_counter
+from turnlog.stores import MemoryStore
 from turnlog.testing import (
     Compact,
     SessionItem,

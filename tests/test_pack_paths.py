@@ -15,18 +15,10 @@ from __future__ import annotations
 import msgspec
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from turnlog import (
-    DEFAULT_STAGES,
-    BudgetExceededError,
-    Packed,
-    PackState,
-    Policy,
-    PolicyError,
-    Projection,
-    get_counter,
-    pack,
-)
+from turnlog import Policy, pack
 from turnlog._pack import PackIndex
+from turnlog.errors import BudgetExceededError, PolicyError
+from turnlog.packing import DEFAULT_STAGES, Packed, PackState, Projection, get_counter
 from turnlog.testing import SessionItem, build, check_packed, memory_log, policies, sessions
 
 FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
@@ -195,7 +187,7 @@ def test_references_made_after_the_pack_are_not_in_its_decisions() -> None:
     # Each turn reads its own file and the next turns name the files read before, so
     # every pruned read gains references after the pack: its decision keeps the count
     # the pack used.
-    from turnlog import (
+    from turnlog.events import (
         AssistantMessageAdded,
         TextPart,
         ToolCall,
@@ -230,7 +222,13 @@ def test_references_made_after_the_pack_are_not_in_its_decisions() -> None:
 
 
 def _turns(n: int) -> list[SessionItem]:
-    from turnlog import AssistantMessageAdded, TextPart, ToolCall, ToolResultAdded, UserMessageAdded
+    from turnlog.events import (
+        AssistantMessageAdded,
+        TextPart,
+        ToolCall,
+        ToolResultAdded,
+        UserMessageAdded,
+    )
     out: list[SessionItem] = []
     for t in range(n):
         out.append(UserMessageAdded(text=f"turn {t}: look at the files and fix the failing test"))
@@ -251,10 +249,9 @@ def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> N
     import json
 
     import turnlog
-    from turnlog import (
+    from turnlog import Compactor, Packer
+    from turnlog.events import (
         AssistantMessageAdded,
-        Compactor,
-        Packer,
         SystemSectionSet,
         TextPart,
         ToolCall,

@@ -23,28 +23,17 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from turnlog import (
+from turnlog import Draft, Log, Packer, Policy, Replayer, pack
+from turnlog.errors import BudgetExceededError, InvalidArgumentError, PolicyError
+from turnlog.events import (
     AssistantMessageAdded,
-    BudgetExceededError,
     CompactionCommitted,
-    Draft,
     Event,
-    InvalidArgumentError,
-    Log,
     NotificationAdded,
-    Packed,
-    Packer,
-    PackState,
-    Policy,
-    PolicyError,
-    Projection,
-    Replayer,
-    StageReport,
     ToolResultAdded,
     UserMessageAdded,
-    get_counter,
-    pack,
 )
+from turnlog.packing import Packed, PackState, Projection, StageReport, get_counter
 from turnlog.testing import (
     SessionItem,
     build,
@@ -242,11 +231,12 @@ def test_a_projection_reused_under_another_policy_packs_like_a_fresh_one(
 # -- determinism across processes ---------------------------------------------------------------
 _CHILD = textwrap.dedent("""
     import sys, msgspec, blake3
-    from turnlog import Event, Policy
-    from turnlog import BudgetExceededError, PolicyError
+    from turnlog import Policy
+    from turnlog.events import Event
+    from turnlog.errors import BudgetExceededError, PolicyError
     from turnlog import pack
-    from turnlog import get_counter
-    from turnlog import Projection
+    from turnlog.packing import get_counter
+    from turnlog.packing import Projection
     cases = msgspec.msgpack.decode(open(sys.argv[1], "rb").read(),
                                    type=list[tuple[list[Event], list[Policy]]])
     for events, policies in cases:

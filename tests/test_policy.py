@@ -5,7 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 import turnlog
-from turnlog import POLICY_PARTS, Policy, PolicyError
+from turnlog import Policy
+from turnlog.errors import PolicyError
+from turnlog.packing import POLICY_PARTS
 
 
 def test_every_field_belongs_to_exactly_one_part() -> None:

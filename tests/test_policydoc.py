@@ -22,7 +22,7 @@ def test_the_reference_is_current() -> None:
 
 def test_every_field_is_described_and_in_one_part() -> None:
     fields = set(typing.get_type_hints(turnlog.Policy))
-    parted = [name for names in turnlog.POLICY_PARTS.values() for name in names]
+    parted = [name for names in turnlog.packing.POLICY_PARTS.values() for name in names]
     assert sorted(parted) == sorted(fields)
     assert sorted(fields - set(policydoc.MEANINGS)) == [], "describe them in MEANINGS"
     assert set(policydoc.MEANINGS) <= fields and set(policydoc.SOURCES) <= fields

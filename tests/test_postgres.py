@@ -25,17 +25,17 @@ import psycopg
 import pytest
 import turnlog
 from support import LogFactory, dump
-from turnlog import (
+from turnlog import Draft
+from turnlog.adapters.providers import renderer_for
+from turnlog.errors import (
     AppendConflictError,
-    Draft,
-    PostgresStore,
     StoreError,
     StoreFormatError,
     StoreFullError,
     StoreUnavailableError,
-    UserMessageAdded,
 )
-from turnlog.adapters.providers import renderer_for
+from turnlog.events import UserMessageAdded
+from turnlog.stores import PostgresStore
 from turnlog.tools.cli import main
 
 pytestmark = pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)
@@ -118,9 +118,9 @@ def test_a_missing_schema_opened_read_only_is_refused_and_not_created() -> None:
 
 
 def test_a_bad_schema_name_or_pool_size_is_an_argument_error() -> None:
-    with pytest.raises(turnlog.InvalidArgumentError, match="schema"):
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="schema"):
         turnlog.open(pgserver.shared().url(schema="Bad-Name"))
-    with pytest.raises(turnlog.InvalidArgumentError, match="pool_size"):
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="pool_size"):
         turnlog.open(pgserver.shared().url(schema="ok", pool_size="many"))
 
 
@@ -249,11 +249,11 @@ def test_no_verb_prints_the_password_of_a_store_url(
     "host=db password = 'SE CRET' dbname=agents user=agent",
 ])
 def test_hide_credentials_leaves_no_password_and_keeps_the_rest(location: str) -> None:
-    hidden = turnlog.hide_credentials(location)
+    hidden = turnlog.stores.hide_credentials(location)
     assert "SEC" not in hidden and "RET" not in hidden
     assert "agents" in hidden and "agent" in hidden
-    assert turnlog.hide_credentials(hidden) == hidden
-    assert turnlog.hide_credentials("/srv/turnlog/store") == "/srv/turnlog/store"
+    assert turnlog.stores.hide_credentials(hidden) == hidden
+    assert turnlog.stores.hide_credentials("/srv/turnlog/store") == "/srv/turnlog/store"
 
 
 # -- connection errors ----------------------------------------------------------------------
@@ -315,7 +315,8 @@ def test_a_connection_error_is_one_line_on_the_cli_and_nothing_for_a_library_use
     assert SECRET not in cli
     library = _stderr_of("import os, turnlog\n"
                          "try:\n    turnlog.open(os.environ['URL'])\n"
-                         "except turnlog.StoreError as exc:\n    assert '\\n' not in str(exc)\n"
+                         "except turnlog.errors.StoreError as exc:\n"
+                         "    assert '\\n' not in str(exc)\n"
                          "else:\n    raise SystemExit('opened')", url)
     assert library == ""
 
@@ -388,7 +389,7 @@ def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path
         "url, worker = sys.argv[1], int(sys.argv[2])\n"
         "log = turnlog.open(url)\n"
         "for n in range(20):\n"
-        "    drafts = [turnlog.Draft(body=turnlog.UserMessageAdded(text=str(i)),"
+        "    drafts = [turnlog.Draft(body=turnlog.events.UserMessageAdded(text=str(i)),"
         " key=f'b{worker * 1000 + n}-{i}') for i in range(3)]\n"
         "    log.append('shared', drafts)\n"
         "    log.append(f'own{worker}', drafts)\n"
@@ -425,7 +426,7 @@ def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applie
     try:
         log.append("s", keyed(0))
         blocker = hold_head_lock(server, "faults", "s")
-        outcome: list[BaseException | turnlog.Appended] = []
+        outcome: list[BaseException | turnlog.log.Appended] = []
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
         appender.start()
         with admin(server) as conn:
@@ -440,7 +441,7 @@ def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applie
         blocker.close()
         appender.join()
         done = outcome[0]
-        assert isinstance(done, turnlog.Appended), done
+        assert isinstance(done, turnlog.log.Appended), done
         assert (done.first_seq, done.duplicate) == (3, False)
         assert log.append("s", keyed(1)).duplicate
         assert batches_stored(log, "s") == {0: 3, 1: 3}
@@ -456,7 +457,7 @@ def test_a_connection_terminated_at_every_attempt_is_a_clear_error_and_writes_no
         log.append("s", keyed(0))
         before = dump_rows(server)
         blocker = hold_head_lock(server, "faults", "s")
-        outcome: list[BaseException | turnlog.Appended] = []
+        outcome: list[BaseException | turnlog.log.Appended] = []
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
         appender.start()
         with admin(server) as conn:
@@ -626,7 +627,7 @@ def test_a_full_disk_fails_the_append_cleanly(tmp_path: Path) -> None:
         server.stop()
 
 
-def _try(log: turnlog.Log, batch: list[Draft]) -> BaseException | turnlog.Appended:
+def _try(log: turnlog.Log, batch: list[Draft]) -> BaseException | turnlog.log.Appended:
     try:
         return log.append("s", batch)
     except BaseException as exc:
@@ -681,7 +682,7 @@ def test_a_finished_or_closed_follow_unlistens_and_closes_its_connection(
         assert listening(server) == []
         # A follow closed by its caller while it waits for more.
         follower = log.follow("s", 0, timeout=3600)
-        got: list[turnlog.Event] = []
+        got: list[turnlog.events.Event] = []
         reader = threading.Thread(target=lambda: got.append(next(follower)))
         reader.start()
         while not listening(server) and reader.is_alive():
@@ -709,7 +710,7 @@ def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothi
         server: pgserver.Server) -> None:
     url = server.url(schema="follow", pool_timeout="5")
     writer, reader = turnlog.open(url), turnlog.open(url)
-    seen: list[turnlog.Event] = []
+    seen: list[turnlog.events.Event] = []
     errors: list[BaseException] = []
 
     def follow() -> None:
@@ -790,7 +791,7 @@ def replay_all(log: turnlog.Log) -> int:
     for head in log.sessions():
         for event in log.read(head.session, kinds=["request"]):
             request = event.body
-            assert isinstance(request, turnlog.RequestIssued)
+            assert isinstance(request, turnlog.events.RequestIssued)
             result = replayer.replay(head.session, event.seq,
                                    render=renderer_for(request, blobs=log.blob))
             assert result.ok, (head.session, event.seq, result.difference)
@@ -836,8 +837,8 @@ def test_copy_refuses_a_target_holding_a_session_of_the_source(logs: LogFactory)
     source.append("s", UserMessageAdded(text="a"))
     target.append("s", UserMessageAdded(text="b"))
     before = dump(target)
-    with pytest.raises(turnlog.InvalidArgumentError, match="already holds session 's'"):
-        turnlog.copy_log(source, target)
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="already holds session 's'"):
+        turnlog.log.copy_log(source, target)
     assert dump(target) == before
 
 
@@ -890,11 +891,11 @@ def _old_store_with_a_nul_key(path: Path) -> turnlog.Log:
     log = turnlog.open(path)
     log.append("s", Draft(body=UserMessageAdded(text="first"), key="a"))
     prev = log.head("s").hash  # type: ignore[union-attr]
-    event = turnlog.Event(session="s", seq=1, body=UserMessageAdded(text="nul"), key="k\x00")
+    event = turnlog.events.Event(session="s", seq=1, body=UserMessageAdded(text="nul"), key="k\x00")
     canonical = msgspec.msgpack.Encoder(order="deterministic").encode(event)
     digest = blake3.blake3(prev + canonical).digest()
 
-    def put(txn: turnlog.WriteTxn) -> None:
+    def put(txn: turnlog.stores.WriteTxn) -> None:
         txn.put_event("s", 1, prev + digest + canonical)
         txn.put_idempotency("s", "k\x00", 1)
         txn.set_head("s", 1, digest)
@@ -910,16 +911,16 @@ def test_a_nul_in_a_key_is_refused_on_every_backend_and_old_lmdb_keys_still_read
         assert [e.key for e in old.read("s")] == ["a", "k\x00"]
         assert old.verify().ok and old.find_key("s", "k\x00") == 1
         for log in (old, target, turnlog.open(":memory:")):
-            with pytest.raises(turnlog.InvalidEventError, match="NUL"):
+            with pytest.raises(turnlog.errors.InvalidEventError, match="NUL"):
                 log.append("s", Draft(body=UserMessageAdded(text="x"), key="b\x00"))
         assert target.find_key("s", "k\x00") is None  # a lookup, not a StoreError
         # A copy to PostgreSQL names the key instead of failing with a generic error.
-        with pytest.raises(turnlog.InvalidEventError,
+        with pytest.raises(turnlog.errors.InvalidEventError,
                            match=r"s#1: idempotency key 'k\\x00' holds a NUL"):
-            turnlog.copy_log(old, target)
+            turnlog.log.copy_log(old, target)
         assert target.sessions() == []
         with turnlog.open(tmp_path / "new") as lmdb:  # LMDB still takes it
-            turnlog.copy_log(old, lmdb)
+            turnlog.log.copy_log(old, lmdb)
             assert lmdb.verify().ok and lmdb.find_key("s", "k\x00") == 1
 
 
@@ -933,10 +934,11 @@ def test_a_batch_over_the_size_limit_is_refused_alike_before_anything_is_sent(
     big = [UserMessageAdded(text=f"{n} " + "x" * 300_000) for n in range(4)]  # as blobs
     for log in (logs.open(), turnlog.open(tmp_path / "lmdb"), turnlog.open(":memory:")):
         before = dump(log)
-        with pytest.raises(turnlog.EventTooLargeError, match="at most 1048576 bytes") as caught:
+        with pytest.raises(turnlog.errors.EventTooLargeError,
+                           match="at most 1048576 bytes") as caught:
             log.append("s", big)
         assert "split it" in str(caught.value)
-        with pytest.raises(turnlog.EventTooLargeError, match="at most 1048576 bytes"):
+        with pytest.raises(turnlog.errors.EventTooLargeError, match="at most 1048576 bytes"):
             log.put_blob(b"x" * (2**20 + 1))
         assert dump(log) == before
         assert log.append("s", big[:3]).last_seq == 2  # under the limit
@@ -946,7 +948,7 @@ def test_a_schema_name_too_long_for_the_notify_channel_is_refused_before_connect
     shared = pgserver.shared()
     longest = "s" * 55
     for name in ("s" * 56, "s" * 63):
-        with pytest.raises(turnlog.InvalidArgumentError, match="at most 55"):
+        with pytest.raises(turnlog.errors.InvalidArgumentError, match="at most 55"):
             turnlog.open(shared.url(schema=name))
     with admin(shared) as conn:
         found = conn.execute("SELECT count(*) FROM information_schema.schemata "
@@ -966,9 +968,9 @@ def copy_source(path: Path, sessions: int, *, blobs: int = 0) -> turnlog.Log:
     ``blobs`` of them with a tool output large enough to be a blob."""
     log = turnlog.open(path, sync=False)
     for n in range(sessions):
-        batch: list[Draft | turnlog.Body] = list(keyed(n, 3))
+        batch: list[Draft | turnlog.events.Body] = list(keyed(n, 3))
         if n < blobs:
-            batch.append(turnlog.ToolResultAdded(call_id="c", tool_name="t",
+            batch.append(turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
                                                  output=f"{n} " * 40_000))
         else:
             batch.append(UserMessageAdded(text=f"session {n}"))
@@ -1012,7 +1014,7 @@ def test_a_killed_copy_is_reported_unfinished_and_resumes_where_it_stopped(
     copied = dump(target)
     for part in ("sessions", "events", "blobs"):
         assert copied[part] == expected[part], part
-    assert turnlog.unfinished_copy(target) is None
+    assert turnlog.log.unfinished_copy(target) is None
     assert main(["--store", url, "verify"]) == 0
 
 
@@ -1052,7 +1054,7 @@ def test_copy_and_verify_hold_a_bounded_share_of_the_blobs_at_once(
         verify_peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.reset_peak()
         with turnlog.open(tmp_path / "copy") as target:
-            copied = turnlog.copy_log(source, target)
+            copied = turnlog.log.copy_log(source, target)
             copy_peak = tracemalloc.get_traced_memory()[1]
             assert copied.blobs == 16
     finally:
@@ -1070,13 +1072,13 @@ def test_copy_racing_a_writer_of_the_target_is_a_conflict_not_corruption(
         source.append(name, [UserMessageAdded(text=f"{name}{i}") for i in range(3)])
     url = pgserver.shared().url(schema=target.store.schema)  # type: ignore[attr-defined]
 
-    def another_writer(done: turnlog.Copied) -> None:
+    def another_writer(done: turnlog.log.Copied) -> None:
         if done.sessions == 1:  # after "a", before "c" is copied: a writer creates it
             with turnlog.open(url) as other:
                 other.append("c", UserMessageAdded(text="written meanwhile"))
 
     with pytest.raises(AppendConflictError, match="written by another writer") as caught:
-        turnlog.copy_log(source, target, progress=another_writer)
+        turnlog.log.copy_log(source, target, progress=another_writer)
     assert (caught.value.session, caught.value.expected, caught.value.actual) == ("c", -1, 0)
     assert [e.body.text for e in target.read("c")] == [  # type: ignore[attr-defined]
         "written meanwhile"]
@@ -1088,12 +1090,13 @@ def test_copy_of_some_sessions_brings_their_lineage_and_their_blobs_only(
     source, shard = logs.open(), logs.open()
     big = "x" * 100_000
     source.append("base", [UserMessageAdded(text=f"b{i}") for i in range(4)])
-    source.append("base", turnlog.ToolResultAdded(call_id="c", tool_name="t", output=big + "base"))
+    source.append("base", turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
+                                                         output=big + "base"))
     source.fork("base", 2, "fork1")
     source.append("fork1", UserMessageAdded(text="f1"))
     source.fork("fork1", 1, "fork2")
     source.append("fork2", UserMessageAdded(text="f2"))
-    source.append("other", turnlog.ToolResultAdded(call_id="c", tool_name="t",
+    source.append("other", turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
                                                    output=big + "other"))
     src = pgserver.shared().url(schema=source.store.schema)  # type: ignore[attr-defined]
     dst = pgserver.shared().url(schema=shard.store.schema)  # type: ignore[attr-defined]
@@ -1124,7 +1127,7 @@ def test_an_export_of_one_session_imports_back_to_the_same_hashes(
         logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = logs.open()
     source.append("base", [UserMessageAdded(text="b0"),
-                           turnlog.ToolResultAdded(call_id="c", tool_name="t",
+                           turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
                                                    output="y" * 100_000)])
     source.fork("base", 1, "fork")
     source.append("fork", Draft(body=UserMessageAdded(text="f1"), key="k1"))

@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 
 from hypothesis import HealthCheck, given, settings
-from turnlog import AssistantMessageAdded, Projection, TextPart, ToolCall
 from turnlog._pack._dedup import basename as _basename
 from turnlog._pack._prune import PruneFacts, quote_keys
 from turnlog._pack._prune import line_key as _line_key
+from turnlog.events import AssistantMessageAdded, TextPart, ToolCall
+from turnlog.packing import Projection
 from turnlog.testing import SessionItem, build, memory_log, project, sessions
 
 FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
@@ -59,7 +60,7 @@ def test_reference_counts_match_a_direct_count(items: list[SessionItem]) -> None
 
 
 def test_a_message_that_names_and_quotes_a_result_counts_once() -> None:
-    from turnlog import ToolResultAdded, UserMessageAdded
+    from turnlog.events import ToolResultAdded, UserMessageAdded
     line = "def handle_request(self, request): return self.router(request)"
     log = memory_log()
     build(log, "s", [

@@ -15,15 +15,14 @@ import pytest
 import turnlog
 from hypothesis import event, given
 from hypothesis import strategies as st
-from turnlog import (
+from turnlog import Packer, Policy
+from turnlog._recall import capped_hits, tokenize
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
     MemoryChanged,
     NotificationAdded,
-    Packer,
-    Policy,
     RecallAdded,
-    Recaller,
     RecallHit,
     SessionRewound,
     SystemSectionSet,
@@ -32,9 +31,9 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
     covered_digest,
-    get_counter,
 )
-from turnlog._recall import capped_hits, tokenize
+from turnlog.memories import Recaller
+from turnlog.packing import get_counter
 
 
 @pytest.fixture
@@ -317,12 +316,12 @@ def test_search_results_reach_a_prompt_only_through_a_committed_recall(
 
 SCRIPT = """
 import json, sys, turnlog
-from turnlog import Recaller
+from turnlog.memories import Recaller
 log = turnlog.open(":memory:")
 words = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor"]
 for i in range(60):
     text = " ".join(words[(i * j + i) % len(words)] for j in range(1 + i % 7))
-    log.append(f"s{(i * 7) % 5}", turnlog.UserMessageAdded(text=text))
+    log.append(f"s{(i * 7) % 5}", turnlog.events.UserMessageAdded(text=text))
 def embed(text):
     return [float(text.count(w)) for w in words[:4]]
 out = []

@@ -40,29 +40,7 @@ from openai.types.responses.response_create_params import (
     ResponseCreateParamsNonStreaming as ResponsesParams,
 )
 from sdkcheck import check
-from turnlog import (
-    AssistantMessageAdded,
-    BlobRef,
-    Breakpoint,
-    BudgetExceededError,
-    ImagePart,
-    Message,
-    NotificationAdded,
-    Packer,
-    Policy,
-    Prompt,
-    ReasoningPart,
-    Replayer,
-    Section,
-    SystemSectionSet,
-    TextPart,
-    ToolCall,
-    ToolResultAdded,
-    ToolSpec,
-    ToolsSet,
-    UserMessageAdded,
-    pack,
-)
+from turnlog import Packer, Policy, Replayer, pack
 from turnlog.adapters.importers import import_file
 from turnlog.adapters.providers import (
     EMPTY_TEXT,
@@ -85,6 +63,22 @@ from turnlog.adapters.providers.fakeserver import (
     FakeServer,
     anthropic_problems,
 )
+from turnlog.errors import BudgetExceededError
+from turnlog.events import (
+    AssistantMessageAdded,
+    BlobRef,
+    ImagePart,
+    NotificationAdded,
+    ReasoningPart,
+    SystemSectionSet,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    ToolSpec,
+    ToolsSet,
+    UserMessageAdded,
+)
+from turnlog.packing import Breakpoint, Message, Prompt, Section
 
 try:  # the shared session generator (the local one below runs in any case)
     from turnlog import testing

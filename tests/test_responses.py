@@ -22,16 +22,6 @@ import pytest
 import turnlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from turnlog import (
-    AssistantMessageAdded,
-    DecodeError,
-    ProviderErrorReceived,
-    ReasoningPart,
-    ResponseReceived,
-    TextPart,
-    ToolCall,
-    Usage,
-)
 from turnlog.adapters.providers import (
     OVERFLOW_PATTERNS,
     PROVIDERS,
@@ -43,6 +33,16 @@ from turnlog.adapters.providers import (
     parse_stream,
 )
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error, overflow_error
+from turnlog.errors import DecodeError
+from turnlog.events import (
+    AssistantMessageAdded,
+    ProviderErrorReceived,
+    ReasoningPart,
+    ResponseReceived,
+    TextPart,
+    ToolCall,
+    Usage,
+)
 
 # -- recorded-shape fixtures -------------------------------------------------------------------
 CHAT_BODY: dict[str, Any] = {
@@ -812,7 +812,7 @@ def test_a_reply_repeating_a_tool_call_id_is_a_decode_error() -> None:
             "content": [{"type": "tool_use", "id": "toolu_02", "name": "a", "input": {}},
                         {"type": "tool_use", "id": "toolu_02", "name": "b", "input": {}}],
             "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
-    with pytest.raises(turnlog.DecodeError, match="several tool calls with id 'toolu_02'"):
+    with pytest.raises(turnlog.errors.DecodeError, match="several tool calls with id 'toolu_02'"):
         parse_response("anthropic", body)
 
 

@@ -11,19 +11,16 @@ import pytest
 import turnlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from turnlog import (
+from turnlog import Packer, Policy, Replayer, pack
+from turnlog.errors import BudgetExceededError
+from turnlog.events import (
     AssistantMessageAdded,
-    BudgetExceededError,
-    Packer,
-    Policy,
     PolicySet,
-    Replayer,
     SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
     UserMessageAdded,
-    pack,
 )
 from turnlog.testing import (
     Compact,
@@ -47,7 +44,7 @@ def policy_at(window: int, **fields: object) -> Policy:
 
 
 def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | None = None,
-              ) -> tuple[turnlog.Projection, turnlog.Packed]:
+              ) -> tuple[turnlog.packing.Projection, turnlog.packing.Packed]:
     log = log or memory_log()
     session = build(log, "s", items)
     view = project(log, session)
@@ -153,7 +150,7 @@ def test_calls_an_earlier_turn_abandoned_do_not_raise_the_floor() -> None:
 # -- clipping -------------------------------------------------------------------------------
 def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
     giant = "\n".join(f"{i}: some file content here" for i in range(40_000))
-    log = turnlog.Log(turnlog.MemoryStore(), blob_threshold=1 << 30)  # no blob previews
+    log = turnlog.Log(turnlog.stores.MemoryStore(), blob_threshold=1 << 30)  # no blob previews
     items: list[SessionItem] = [
         UserMessageAdded(text="write it"),
         AssistantMessageAdded(parts=(ToolCall(id="w", name="Write", arguments=json.dumps(

@@ -17,18 +17,16 @@ import turnlog
 import turnlog._log
 import turnlog.adapters
 from support import LogFactory, backend_params
-from turnlog import (
-    AppendConflictError,
+from turnlog import Log, Packer, Policy, Replayer
+from turnlog.adapters.providers import ProviderError, RenderError, parse_response, send
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error, overflow_error
+from turnlog.adapters.session import Answer, Request, Session
+from turnlog.errors import AppendConflictError, IdempotencyError, InvalidEventError
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
-    IdempotencyError,
-    InvalidEventError,
-    Log,
     NotificationAdded,
-    Packer,
-    Policy,
     ProviderErrorReceived,
-    Replayer,
     RequestIssued,
     ResponseReceived,
     SystemSectionSet,
@@ -38,9 +36,6 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.adapters.providers import ProviderError, RenderError, parse_response, send
-from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error, overflow_error
-from turnlog.adapters.session import Answer, Request, Session
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic")
 POLICY = Policy(context_window=16_000, output_reserve=1_000)
@@ -343,7 +338,7 @@ def test_the_session_checks_its_arguments(log: Log) -> None:
         Session(log, "s", model="")
     with pytest.raises(InvalidEventError):
         Session(log, "", model="m")
-    with pytest.raises(turnlog.UnknownSessionError):
+    with pytest.raises(turnlog.errors.UnknownSessionError):
         Session(log, "empty", model="m").prepare()
 
 
@@ -591,7 +586,7 @@ def test_prepare_refuses_when_another_writer_changes_the_policy_meanwhile(
 
     def pack_then_someone_sets_a_policy(self: Packer, *args: object, **kw: object) -> object:
         packed = real(self, *args, **kw)  # type: ignore[arg-type]
-        log.append("s1", turnlog.PolicySet(policy=other.resolved()))
+        log.append("s1", turnlog.events.PolicySet(policy=other.resolved()))
         return packed
 
     monkeypatch.setattr(Packer, "pack", pack_then_someone_sets_a_policy)
@@ -629,7 +624,7 @@ def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
     store, go, rounds = tmp_path / "store", tmp_path / "go", 15
     with turnlog.open(store) as log:
         Session(log, "shared", model="fake-model").system("base", "One agent, two workers.")
-        log.append("shared", turnlog.PolicySet(policy=POLICY))
+        log.append("shared", turnlog.events.PolicySet(policy=POLICY))
     workers = [subprocess.Popen([sys.executable, "-c", CHILD, str(store), name, str(rounds),
                                  str(go)], stderr=subprocess.PIPE, text=True)
                for name in ("A", "B")]
@@ -744,7 +739,7 @@ def test_turnlog_replay_re_renders_a_streamed_request_from_its_record(tmp_path: 
     session.user("hello")
     request = session.prepare()
     record = log.get("s", request.request_seq).body
-    assert isinstance(record, turnlog.RequestIssued) and record.render_args
+    assert isinstance(record, turnlog.events.RequestIssued) and record.render_args
     render = renderer_for(record, blobs=log.blob)
     assert render is not None
     assert Replayer(Packer(log)).replay("s", request.request_seq, render=render).ok

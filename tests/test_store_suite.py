@@ -20,7 +20,7 @@ from pathlib import Path
 import pgserver
 import pytest
 from hypothesis import settings
-from turnlog import LMDBStore, MemoryStore, PostgresStore, Store
+from turnlog.stores import LMDBStore, MemoryStore, PostgresStore, Store
 from turnlog.testing import StoreConformance, agreement_machine
 
 STEPS = settings(stateful_step_count=30)

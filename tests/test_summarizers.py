@@ -9,21 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import turnlog
-from turnlog import (
-    AssistantMessageAdded,
-    CompactionCommitted,
-    CompactionFailed,
-    Compactor,
-    DecodeError,
-    Message,
-    Policy,
-    Summarizer,
-    SummaryRequest,
-    SystemSectionSet,
-    TextPart,
-    ToolCall,
-    UserMessageAdded,
-)
+from turnlog import Compactor, Policy
 from turnlog.adapters.providers import (
     ANTHROPIC_VERSION,
     AnthropicSummarizer,
@@ -40,6 +26,18 @@ from turnlog.adapters.providers.fakeserver import (
     malformed,
     overflow_error,
 )
+from turnlog.compaction import Summarizer, SummaryRequest
+from turnlog.errors import DecodeError
+from turnlog.events import (
+    AssistantMessageAdded,
+    CompactionCommitted,
+    CompactionFailed,
+    SystemSectionSet,
+    TextPart,
+    ToolCall,
+    UserMessageAdded,
+)
+from turnlog.packing import Message
 
 SUMMARY = "## Goal\n- Fix the parser\n\n## Accomplished\n- Edited src/parser.py"
 

@@ -19,15 +19,9 @@ import blake3
 import msgspec
 import pytest
 import turnlog
-from turnlog import (
-    GENESIS,
-    Event,
-    LMDBStore,
-    ToolResultAdded,
-    UserMessageAdded,
-    VerifyReport,
-    WriteTxn,
-)
+from turnlog.events import Event, ToolResultAdded, UserMessageAdded
+from turnlog.log import GENESIS, VerifyReport
+from turnlog.stores import LMDBStore, WriteTxn
 
 EVENT_MARKER = b"EVENT-MARKER-5c1e9a"
 BLOB_MARKER = b"BLOB-MARKER-77d0b3"
@@ -150,7 +144,7 @@ def test_verify_names_the_event_that_references_a_changed_blob(tmp_path: Path) -
 def test_changed_event_reads_back_changed_or_raises_a_kernel_error(store: Path) -> None:
     # Reading does not verify, but it must never fail with anything but a KernelError.
     patch(store, EVENT_MARKER, set_byte(3, 0xFF))
-    with turnlog.open(store) as log, pytest.raises(turnlog.StoreCorruptError) as info:
+    with turnlog.open(store) as log, pytest.raises(turnlog.errors.StoreCorruptError) as info:
         log.read("s")
     assert "turnlog verify" in str(info.value)
 
@@ -192,7 +186,7 @@ def test_verify_reports_a_record_that_does_not_decode(log: turnlog.Log, kind: st
     assert (report.problem.session, report.problem.seq) == ("x", 0)
     assert "does not decode" in report.problem.reason
     assert log.verify("s").ok
-    with pytest.raises(turnlog.StoreCorruptError):
+    with pytest.raises(turnlog.errors.StoreCorruptError):
         log.read("x")
 
 
@@ -388,7 +382,7 @@ def test_only_strict_verify_reports_a_rehashed_record_that_is_not_what_turnlog_w
         assert (report.problem.session, report.problem.seq) == ("x", 1)
         assert reason in report.problem.reason
     if reason == "does not decode":  # reading it names it too
-        with pytest.raises(turnlog.StoreCorruptError, match=r"event x#1 is unreadable"):
+        with pytest.raises(turnlog.errors.StoreCorruptError, match=r"event x#1 is unreadable"):
             log.read("x")
         assert log.read("x", 0, 1)[0].seq == 0
 
@@ -397,7 +391,7 @@ def test_either_level_names_every_changed_byte_of_every_record() -> None:
     # Every byte of every stored record of a small log (one referencing a blob),
     # changed in turn and planted with the rest through the Store interface into a
     # fresh store: both levels name the changed record's seq.
-    source = turnlog.Log(turnlog.MemoryStore(), blob_threshold=4_096, preview_chars=1_024)
+    source = turnlog.Log(turnlog.stores.MemoryStore(), blob_threshold=4_096, preview_chars=1_024)
     source.append("x", [UserMessageAdded(text="zero"), UserMessageAdded(text="one"),
                         ToolResultAdded(call_id="c", tool_name="bash", output="o" * 6_000)])
     with source.store.read() as txn:
@@ -407,7 +401,7 @@ def test_either_level_names_every_changed_byte_of_every_record() -> None:
     assert head is not None and blobs
 
     def planted(changed: list[bytes]) -> turnlog.Log:
-        log = turnlog.Log(turnlog.MemoryStore())
+        log = turnlog.Log(turnlog.stores.MemoryStore())
 
         def plant(txn: WriteTxn) -> None:
             txn.put_events("x", 0, changed)

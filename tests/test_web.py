@@ -23,7 +23,7 @@ import msgspec
 import pgserver
 import turnlog
 from support import dump
-from turnlog import UserMessageAdded
+from turnlog.events import UserMessageAdded
 from turnlog.tools.cli import main
 from turnlog.tools.web import CSP, Server
 from turnlog.tools.web._inspector import session_href
@@ -163,8 +163,8 @@ def test_the_follow_stream_sends_new_events_of_the_kinds_asked(tmp_path: Path) -
             with httpx.stream("GET", url, timeout=60) as stream:
                 assert stream.headers["content-type"].startswith("text/event-stream")
                 code = ("import sys, turnlog; log = turnlog.open(sys.argv[1]); "
-                        "log.append('f', [turnlog.UserMessageAdded(text='skipped'), "
-                        "turnlog.NotificationAdded(source='ci', text='<b>shown</b>')])")
+                        "log.append('f', [turnlog.events.UserMessageAdded(text='skipped'), "
+                        "turnlog.events.NotificationAdded(source='ci', text='<b>shown</b>')])")
                 subprocess.run([sys.executable, "-c", code, str(path)], check=True,
                                timeout=60)
                 lines = stream.iter_lines()
@@ -185,7 +185,7 @@ def test_a_request_that_does_not_replay_says_where_it_differs(tmp_path: Path) ->
         real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
                                                           output_reserve=1000))
         body = log.get("d", real.request_seq).body
-        assert isinstance(body, turnlog.RequestIssued)
+        assert isinstance(body, turnlog.events.RequestIssued)
         forged = msgspec.structs.replace(body, prompt_hash="0" * 64,
                                          digests=bytes(8) + body.digests[8:])
         seq = log.append("d", forged).last_seq

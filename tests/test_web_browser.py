@@ -226,7 +226,7 @@ def test_the_replay_button_names_the_first_difference(watched: Watched,
 
     path = tmp_path / "differs"
     with turnlog.open(path) as log:
-        log.append("d", [turnlog.UserMessageAdded(text="hello")])
+        log.append("d", [turnlog.events.UserMessageAdded(text="hello")])
         replayer = turnlog.Replayer(turnlog.Packer(log))
         real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
                                                           output_reserve=1000))
@@ -250,7 +250,7 @@ def test_the_replay_button_names_the_first_difference(watched: Watched,
 def test_the_live_timeline_shows_an_appended_event(watched: Watched, tmp_path: Path) -> None:
     path = tmp_path / "live"
     with turnlog.open(path) as log:
-        log.append("live", [turnlog.UserMessageAdded(text=f"m{i}") for i in range(5)])
+        log.append("live", [turnlog.events.UserMessageAdded(text=f"m{i}") for i in range(5)])
     for server in serve(path):
         page = watched.page
         page.goto(server.base + "/sessions/live")
@@ -258,7 +258,7 @@ def test_the_live_timeline_shows_an_appended_event(watched: Watched, tmp_path: P
         assert page.locator("#events tbody tr").count() == 5
         # Another process appends, as an agent would while the inspector is open.
         code = ("import sys, turnlog; log = turnlog.open(sys.argv[1]); "
-                "log.append('live', turnlog.UserMessageAdded(text=sys.argv[2]))")
+                "log.append('live', turnlog.events.UserMessageAdded(text=sys.argv[2]))")
         subprocess.run([sys.executable, "-c", code, str(path),
                         "\x1b[31m<b>appended</b> " + HOSTILE],
                        check=True, timeout=60)

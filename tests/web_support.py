@@ -11,15 +11,16 @@ import shutil
 from pathlib import Path
 
 import turnlog
-from turnlog import (
+from turnlog import Packer, Replayer
+from turnlog.adapters.importers import import_path
+from turnlog.adapters.providers import render_args, renderer
+from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
     MemoryChanged,
     NotificationAdded,
-    Packer,
     RecallAdded,
     RecallHit,
-    Replayer,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -28,8 +29,6 @@ from turnlog import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.adapters.importers import import_path
-from turnlog.adapters.providers import render_args, renderer
 from turnlog.tools import demo
 
 CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
@@ -115,7 +114,7 @@ def hostile_store(path: Path) -> tuple[Path, str, int]:
             UserMessageAdded(text="again " + HOSTILE),
         ])
         log.append(session, CompactionCommitted(
-            first_seq=2, last_seq=4, covered_digest=turnlog.covered_digest(
+            first_seq=2, last_seq=4, covered_digest=turnlog.events.covered_digest(
                 [e.hash for e in log.read(session, 2, 5)]), summary="## Summary\n" + HOSTILE))
         log.append(session, RecallAdded(query=HOSTILE, hits=(
             RecallHit(session=session, seq=2, text=HOSTILE, score="1.000000"),)))

@@ -43,17 +43,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as ProgressBar
 from rich.text import Text
-from turnlog import EVENT_KINDS as KINDS
-from turnlog import (
-    Compactor,
-    MemoryManager,
-    Packed,
-    Packer,
-    Recaller,
-    Replayer,
-    ReplayResult,
-    event_to_json,
-)
+from turnlog import Compactor, Packer, Replayer
 from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
 from turnlog.adapters.providers import (
@@ -64,6 +54,11 @@ from turnlog.adapters.providers import (
     renderer,
     renderer_for,
 )
+from turnlog.events import EVENT_KINDS as KINDS
+from turnlog.events import event_to_json
+from turnlog.memories import MemoryManager, Recaller
+from turnlog.packing import Packed
+from turnlog.replay import ReplayResult
 
 from . import demo
 from .summary import format_size, format_time, head, loads_json, summarize
@@ -157,7 +152,7 @@ def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
     if _is_url(value):
         return turnlog.open(value, readonly=not write)
     path = Path(value)
-    where = turnlog.hide_credentials(str(path))
+    where = turnlog.stores.hide_credentials(str(path))
     try:
         missing = not write and not (path / "data.mdb").is_file()
     except OSError as exc:  # a name too long, a loop of links...
@@ -190,7 +185,7 @@ def _read_key(path: str | None) -> bytes | None:
     return key
 
 
-def _read_checkpoint(path: str) -> turnlog.Checkpoint:
+def _read_checkpoint(path: str) -> turnlog.log.Checkpoint:
     data = _read_bytes(path, "checkpoint file")
     try:
         raw = json.loads(data)
@@ -214,7 +209,7 @@ def _read_checkpoint(path: str) -> turnlog.Checkpoint:
             '{"session": str, "seq": int >= 0, "hash": 64 lowercase hex, '
             '"mac": "" or 64 lowercase hex}'
             + (f", found unknown keys {unknown}" if unknown else ""))
-    return turnlog.Checkpoint(session=session, seq=seq, hash=digest, mac=mac)
+    return turnlog.log.Checkpoint(session=session, seq=seq, hash=digest, mac=mac)
 
 
 def _write_output(path: str | None, data: bytes) -> None:
@@ -233,8 +228,8 @@ def _write_output(path: str | None, data: bytes) -> None:
 def _cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as log:
         heads = log.sessions()
-        location = turnlog.hide_credentials(log.store.location)
-        unfinished = turnlog.unfinished_copy(log)
+        location = turnlog.stores.hide_credentials(log.store.location)
+        unfinished = turnlog.log.unfinished_copy(log)
     if args.json:
         _emit({"store": location, "unfinished_copy": unfinished, "sessions": [
             {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
@@ -252,13 +247,13 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _log_record(event: turnlog.Event) -> dict[str, Any]:
+def _log_record(event: turnlog.events.Event) -> dict[str, Any]:
     record: dict[str, Any] = {"session": event.session, "seq": event.seq, "kind": event.kind,
                               "time": event.time, "key": event.key,
                               "causation": event.causation, "hash": event.hash.hex(),
                               "summary": summarize(event, 200)}
     blob = getattr(event.body, "blob", None)
-    if isinstance(blob, turnlog.BlobRef):
+    if isinstance(blob, turnlog.events.BlobRef):
         record["blob"] = blob.hash
     return record
 
@@ -349,8 +344,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if seq < 0:
             top = log.head(args.session)
             if top is None:
-                raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
-                                                  "list sessions with `turnlog sessions`")
+                raise turnlog.errors.UnknownSessionError(
+                    f"no session {args.session!r} in this log; "
+                    "list sessions with `turnlog sessions`")
             seq = top.seq + 1 + seq
             if seq < 0:
                 raise _UsageError(f"seq {args.seq} is before the first event "
@@ -387,7 +383,7 @@ def _refs(count: int) -> str:
     return f"{count} blob ref{'s' * (count != 1)}"
 
 
-def _problem_json(problem: turnlog.Problem | None) -> dict[str, Any] | None:
+def _problem_json(problem: turnlog.log.Problem | None) -> dict[str, Any] | None:
     if problem is None:
         return None
     return {"session": problem.session, "seq": problem.seq, "reason": problem.reason,
@@ -400,13 +396,13 @@ def _verify_progress(events: int) -> None:
 
 def _cmd_copy(args: argparse.Namespace) -> int:
     with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
-        copied = turnlog.copy_log(source, target, sessions=args.session)
+        copied = turnlog.log.copy_log(source, target, sessions=args.session)
         if args.session:  # the copied sessions (each with its lineage), not the whole target
             reports = [target.verify(session) for session in dict.fromkeys(args.session)]
             report = next((r for r in reports if not r.ok), reports[-1])
         else:
             report = target.verify()
-        where = turnlog.hide_credentials(target.store.location)
+        where = turnlog.stores.hide_credentials(target.store.location)
     if args.json:
         _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
                "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
@@ -432,7 +428,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             report = log.verify(args.session, checkpoint=checkpoint, key=key,
                                 strict=args.strict,
                                 progress=_verify_progress if args.progress else None)
-        except turnlog.VerificationError as exc:
+        except turnlog.errors.VerificationError as exc:
             if args.json:
                 _emit({"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
                       sys.stdout)
@@ -473,7 +469,7 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def _cmd_export(args: argparse.Namespace) -> int:
     with _open(args) as log, log.snapshot() as snap:
-        lines: Iterable[bytes] = turnlog.export_events(log, args.session) if args.complete \
+        lines: Iterable[bytes] = turnlog.log.export_events(log, args.session) if args.complete \
             else (event_to_json(event) + b"\n" for event in snap.iter(args.session))
         if args.output is None:
             sys.stdout.flush()
@@ -505,7 +501,7 @@ def _find_blob(log: turnlog.Log, prefix: str) -> str:
     with log.store.read() as txn:
         found = [d for d, _ in txn.blobs() if d.startswith(digest)]
     if not found:
-        raise turnlog.BlobNotFoundError(f"no blob starting with {prefix!r} in this log")
+        raise turnlog.errors.BlobNotFoundError(f"no blob starting with {prefix!r} in this log")
     if len(found) > 1:
         raise _UsageError(f"blob prefix {prefix!r} is ambiguous ({len(found)} blobs); "
                           "give more digits")
@@ -571,8 +567,8 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         try:
             result = demo.run_demo(log, session=args.session, turns=args.turns,
                                    on_turn=on_turn)
-        except turnlog.IdempotencyError as exc:
-            raise turnlog.IdempotencyError(
+        except turnlog.errors.IdempotencyError as exc:
+            raise turnlog.errors.IdempotencyError(
                 f"session {args.session!r} already holds other events under the demo's "
                 f"keys: {exc}; use another --session") from exc
         replayer = Replayer(packer)
@@ -647,7 +643,8 @@ def _spans(numbers: list[int]) -> str:
 
 def _next_steps(args: argparse.Namespace, steps: list[tuple[str, str]]) -> None:
     """What to try next, as commands that work on this store."""
-    store = f"--store {shlex.quote(turnlog.hide_credentials(args.store))} " if args.store else ""
+    shown = turnlog.stores.hide_credentials(args.store) if args.store else ""
+    store = f"--store {shlex.quote(shown)} " if args.store else ""
     session = getattr(args, "session", None) or demo.DEFAULT_SESSION
     commands = [f"turnlog {store}{command.format(s=session)}" for command, _ in steps]
     width = max(len(c) for c in commands)
@@ -680,7 +677,7 @@ def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
         try:
             policy = turnlog.Policy.from_toml(_read_bytes(args.policy, "policy file"),
                                               agent=args.agent)
-        except turnlog.PolicyError as exc:
+        except turnlog.errors.PolicyError as exc:
             raise _UsageError(f"--policy {args.policy}: {exc}") from None
     else:
         policy = None
@@ -692,7 +689,7 @@ def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
         try:
             policy = turnlog.Policy(**{**fields, "context_window": budget,
                                        "output_reserve": reserve})
-        except turnlog.PolicyError as exc:
+        except turnlog.errors.PolicyError as exc:
             raise _UsageError(f"--budget {budget} is too small: {exc}") from None
     return policy
 
@@ -703,8 +700,8 @@ def _session_model(log: turnlog.Log, session: str) -> str:
     model on each assistant message), through the sessions it forked from."""
     for event in reversed(log.lineage(session)):
         body = event.body
-        if isinstance(body, (turnlog.RequestIssued, turnlog.ResponseReceived,
-                             turnlog.AssistantMessageAdded)) and _model_name(body.model):
+        if isinstance(body, (turnlog.events.RequestIssued, turnlog.events.ResponseReceived,
+                             turnlog.events.AssistantMessageAdded)) and _model_name(body.model):
             return body.model
     return ""
 
@@ -722,9 +719,9 @@ def _request_seq(log: turnlog.Log, replayer: Replayer, session: str, value: int)
     requests = replayer.requests(session)
     if not requests:
         if log.head(session) is None:
-            raise turnlog.UnknownSessionError(f"no session {session!r} in this log; list "
+            raise turnlog.errors.UnknownSessionError(f"no session {session!r} in this log; list "
                                               "sessions with `turnlog sessions`")
-        raise turnlog.UnknownSessionError(
+        raise turnlog.errors.UnknownSessionError(
             f"session {session!r} has no recorded request; record one with `turnlog pack "
             f"{session} --record`")
     if -value > len(requests):
@@ -768,8 +765,9 @@ def _cmd_pack(args: argparse.Namespace) -> int:
             max_tokens = args.max_tokens if args.max_tokens is not None \
                 else in_force.output_reserve
             if log.head(args.session) is None:
-                raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
-                                                  "list sessions with `turnlog sessions`")
+                raise turnlog.errors.UnknownSessionError(
+                    f"no session {args.session!r} in this log; "
+                    "list sessions with `turnlog sessions`")
             model = model or _session_model(log, args.session)
             if not model:
                 raise _UsageError(f"--format {args.format} needs a model name for the request "
@@ -838,9 +836,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         seq = _request_seq(log, replayer, args.session, args.request_seq)
         packed = replayer.explain(args.session, seq)
         request = log.get(args.session, seq).body
-        fmt = request.format if isinstance(request, turnlog.RequestIssued) else ""
+        fmt = request.format if isinstance(request, turnlog.events.RequestIssued) else ""
         derived = derived_tool_names(request, packed.prompt) \
-            if isinstance(request, turnlog.RequestIssued) else ()
+            if isinstance(request, turnlog.events.RequestIssued) else ()
     if args.json:
         out = _packed_json(packed)
         out["derived_tools"] = list(derived)
@@ -877,14 +875,14 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         seqs = replayer.requests(args.session) if args.all or args.request_seq is None \
             else [_request_seq(log, replayer, args.session, args.request_seq)]
         if not seqs and log.head(args.session) is None:
-            raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; "
+            raise turnlog.errors.UnknownSessionError(f"no session {args.session!r} in this log; "
                                               "list sessions with `turnlog sessions`")
         results = []
         for seq in seqs:
             request = log.get(args.session, seq).body
             try:
                 render = renderer_for(request, blobs=log.blob) \
-                    if isinstance(request, turnlog.RequestIssued) else None
+                    if isinstance(request, turnlog.events.RequestIssued) else None
                 results.append(replayer.replay(args.session, seq, render=render))
             except RenderError as exc:
                 results.append(ReplayResult(args.session, seq, False, "", "",
@@ -976,7 +974,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                     summary = import_path(log, path, format=args.format, session=args.session,
                                           skip_bad=args.skip_bad, progress=progress,
                                           keep_going=args.keep_going)
-                except turnlog.ImportFormatError as exc:
+                except turnlog.errors.ImportFormatError as exc:
                     failed.append((path, _cli_words(str(exc))))
                     if args.json:
                         _emit({"type": "error", "path": path, "error": failed[-1][1]},
@@ -1058,10 +1056,10 @@ def _cli_words(message: str) -> str:
 def _cmd_memories(args: argparse.Namespace) -> int:
     with _open(args) as log:
         if log.head(args.session) is None:
-            raise turnlog.UnknownSessionError(f"no session {args.session!r} in this log; list "
-                                              "sessions with `turnlog sessions`")
+            raise turnlog.errors.UnknownSessionError(
+                f"no session {args.session!r} in this log; list sessions with `turnlog sessions`")
         if args.memory_session is not None and log.head(args.memory_session) is None:
-            raise turnlog.UnknownSessionError(
+            raise turnlog.errors.UnknownSessionError(
                 f"no memory session {args.memory_session!r} in this log (--memory-session); "
                 "list sessions with `turnlog sessions`")
         manager = MemoryManager(log, memory_session=args.memory_session
@@ -1093,7 +1091,7 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     with _open(args, write=args.commit is not None) as log:
         for name in [*(args.session or ()), *([args.commit] if args.commit else [])]:
             if log.head(name) is None:
-                raise turnlog.UnknownSessionError(f"no session {name!r} in this log; list "
+                raise turnlog.errors.UnknownSessionError(f"no session {name!r} in this log; list "
                                                   "sessions with `turnlog sessions`")
         recaller = Recaller(log)
         if args.commit is not None:
@@ -1140,7 +1138,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             raise _UsageError(f"cannot listen on {args.host}:{args.port}: "
                               f"{exc.strerror or exc}; pass another --port") from None
         print(f"turnlog inspector (read-only) on {server.url}", flush=True)
-        where = turnlog.hide_credentials(log.store.location)
+        where = turnlog.stores.hide_credentials(log.store.location)
         print(f"store {where}; Ctrl-C to stop", flush=True)
         server.run()
     return EXIT_OK
@@ -1411,10 +1409,10 @@ def _escaped(*, stdout: bool) -> Iterator[None]:
 
 def _error_line(message: str, args: argparse.Namespace) -> str:
     """An error message as the one line the command prints: without the credentials
-    of any store location it repeats (`turnlog.hide_credentials`)."""
+    of any store location it repeats (`turnlog.stores.hide_credentials`)."""
     for value in (getattr(args, "store", None), os.environ.get("TURNLOG_STORE"),
                   getattr(args, "source", None), getattr(args, "target", None)):
-        if value and (hidden := turnlog.hide_credentials(value)) != value:
+        if value and (hidden := turnlog.stores.hide_credentials(value)) != value:
             message = message.replace(value, hidden)
     return "turnlog: error: " + " ".join(
         line.strip() for line in message.splitlines() if line.strip())

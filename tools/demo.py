@@ -27,17 +27,9 @@ from importlib import resources
 
 import msgspec
 import turnlog
-from turnlog import (
-    Compactor,
-    Draft,
-    MemoryManager,
-    Packer,
-    ProviderErrorReceived,
-    Replayer,
-    ResponseReceived,
-    Usage,
-    UserMessageAdded,
-)
+from turnlog import Compactor, Draft, Packer, Replayer
+from turnlog.events import ProviderErrorReceived, ResponseReceived, Usage, UserMessageAdded
+from turnlog.memories import MemoryManager
 
 __all__ = [
     "DEFAULT_SESSION",
@@ -88,7 +80,7 @@ class TurnResult:
 
     turn: int
     drafts: list[Draft]
-    appended: turnlog.Appended
+    appended: turnlog.log.Appended
     blobs: int
     user_text: str
 
@@ -111,7 +103,7 @@ class DemoResult:
     appended: int
     present: int
     blobs: int
-    head: turnlog.Head
+    head: turnlog.log.Head
 
 
 @cache
@@ -131,7 +123,7 @@ def demo_events(turns: int = DEFAULT_TURNS) -> list[list[Draft]]:
         InvalidArgumentError: ``turns`` is below 1 or above `MAX_TURNS`.
     """
     if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_TURNS:
-        raise turnlog.InvalidArgumentError(
+        raise turnlog.errors.InvalidArgumentError(
             f"the demo has 1 to {MAX_TURNS} turns, found {turns!r}; pass a number in "
             "that range")
     return [_TURN.decode(line) for line in _lines()[:turns]]

@@ -23,9 +23,8 @@ import typing
 from collections.abc import Sequence
 from pathlib import Path
 
-import turnlog as events
-from turnlog import EVENT_KINDS as KINDS
-from turnlog import Policy
+from turnlog import Policy, events
+from turnlog.events import EVENT_KINDS as KINDS
 
 __all__ = ["BEGIN", "END", "MEANINGS", "main", "render_tables", "replace_tables",
            "factory_fields"]

@@ -1,6 +1,6 @@
 """Generate docs/policy.md's reference of the policy TOML from `turnlog.Policy`.
 
-For every part of a policy (`turnlog.POLICY_PARTS`, the TOML tables ``[budget]``,
+For every part of a policy (`turnlog.packing.POLICY_PARTS`, the TOML tables ``[budget]``,
 ``[truncation]``...) a table gives each field in the part's order with its type
 and allowed range (read from the class's annotations), its default (read from a
 default `Policy`), what it means and where its default comes from (`MEANINGS`
@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from turnlog import POLICY_PARTS, Policy
+from turnlog import Policy
+from turnlog.packing import POLICY_PARTS
 
 __all__ = ["BEGIN", "END", "MEANINGS", "SOURCES", "main", "render", "replace"]
 

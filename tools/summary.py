@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import turnlog
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
     CompactionCommitted,
@@ -108,7 +108,7 @@ def _call(call: ToolCall) -> str:
     return f"{call.name}({head(shown, 32)})"
 
 
-def summarize(event: turnlog.Event, width: int = 60) -> str:
+def summarize(event: turnlog.events.Event, width: int = 60) -> str:
     """A one-line summary of ``event`` (without its seq, kind or time)."""
     body = event.body
     if isinstance(body, UserMessageAdded):

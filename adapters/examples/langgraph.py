@@ -27,12 +27,18 @@ from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
-from turnlog import RequestIssued, ToolCall
+from turnlog.events import RequestIssued, ToolCall
 
 from ..integrations.langgraph import TurnlogModelHooks, TurnlogSaver
 from ..providers.fakeserver import FakeReply, FakeServer
 
-__all__ = ["MODEL", "SCRIPT", "THREAD", "main", "run"]
+__all__ = [
+    "MODEL",
+    "SCRIPT",
+    "THREAD",
+    "main",
+    "run",
+]
 
 THREAD = "langgraph-invoice"
 MODEL = "gpt-4o-mini"

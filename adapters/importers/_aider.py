@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
     Event,

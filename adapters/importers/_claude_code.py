@@ -50,7 +50,7 @@ from typing import Any
 
 import blake3
 import msgspec
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
     Body,

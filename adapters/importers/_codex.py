@@ -30,7 +30,7 @@ import copy
 from pathlib import Path
 
 import msgspec
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
     CompactionCommitted,

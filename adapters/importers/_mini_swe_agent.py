@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 
 import msgspec
-from turnlog import AssistantMessageAdded, Body, ResponseReceived, UserMessageAdded
+from turnlog.events import AssistantMessageAdded, Body, ResponseReceived, UserMessageAdded
 
 from ._openai_chat import Messages, export_messages, parse_messages
 from ._openai_responses import usage_of

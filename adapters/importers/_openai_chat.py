@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
     Event,
@@ -64,8 +64,15 @@ from ._plan import (
     without,
 )
 
-__all__ = ["NAME", "MessageMapper", "Messages", "export", "export_messages", "parse",
-           "parse_messages"]
+__all__ = [
+    "MessageMapper",
+    "Messages",
+    "NAME",
+    "export",
+    "export_messages",
+    "parse",
+    "parse_messages",
+]
 
 NAME = "openai_chat"
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
     Event,
@@ -71,8 +71,17 @@ from ._plan import (
     without,
 )
 
-__all__ = ["ITEM_TYPES", "NAME", "ItemMapper", "Sections", "export",
-           "parse", "restore_items", "tools_set", "usage_of"]
+__all__ = [
+    "ITEM_TYPES",
+    "ItemMapper",
+    "NAME",
+    "Sections",
+    "export",
+    "parse",
+    "restore_items",
+    "tools_set",
+    "usage_of",
+]
 
 NAME = "openai_responses"
 

@@ -35,7 +35,7 @@ import copy
 from typing import Any
 
 import msgspec
-from turnlog import (
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
     Event,

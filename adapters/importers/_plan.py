@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from turnlog import (
+from turnlog.events import (
     Body,
     CompactionCommitted,
     Event,
@@ -50,31 +50,31 @@ from turnlog import (
 __all__ = [
     "BadRecord",
     "CompactionEntry",
-    "JSON_ERRORS",
     "Entry",
     "ExportSession",
+    "JSON_ERRORS",
     "Obj",
-    "RawLine",
     "Parsed",
     "Plan",
+    "RawLine",
     "RecordSink",
     "SkippedRecord",
     "decode_or_text",
     "dumps",
     "dumps_sorted",
     "format_time",
-    "write_lines",
     "get_bool",
     "get_dict",
     "get_list",
     "get_str",
-    "load_document",
     "kind_of",
+    "load_document",
     "parse_time",
     "positioned",
     "session_slug",
     "text_of",
     "without",
+    "write_lines",
 ]
 
 #: A decoded JSON object.

@@ -17,7 +17,7 @@ third:
    ``_plan``): sessions, each a list of entries with idempotency
    keys derived from source ids, times from the transcript, and the rest of
    every source record in ``meta``. A malformed record raises
-   `turnlog.ImportFormatError` naming the file, the record and the field, or
+   `turnlog.errors.ImportFormatError` naming the file, the record and the field, or
    with ``skip_bad=True`` is listed in the summary and left out.
 2. **validate**: every entry is encoded exactly as `Log.append` will encode it
    (schema, UTF-8, meta shape, size after blob extraction), so a kernel
@@ -42,17 +42,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
-from turnlog import (
-    AssistantMessageAdded,
-    Body,
-    CompactionCommitted,
-    Draft,
-    Event,
+from turnlog import Draft, Log
+from turnlog.errors import (
     IdempotencyError,
     ImportFormatError,
     InvalidArgumentError,
     InvalidEventError,
-    Log,
+)
+from turnlog.events import (
+    AssistantMessageAdded,
+    Body,
+    CompactionCommitted,
+    Event,
     NotificationAdded,
     ResponseReceived,
     SessionForked,
@@ -61,9 +62,8 @@ from turnlog import (
     Usage,
     UserMessageAdded,
     covered_digest,
-    export_events,
-    import_events,
 )
+from turnlog.log import export_events, import_events
 
 from . import (
     _aider,
@@ -117,7 +117,7 @@ _REGISTRY: dict[str, _Format] = {
     "aider": _Format(_aider.parse, _aider.export),
 }
 
-#: turnlog's own export (`turnlog.export_events`, ``turnlog export --complete``): read
+#: turnlog's own export (`turnlog.log.export_events`, ``turnlog export --complete``): read
 #: back record for record, every hash unchanged, rather than parsed into a plan.
 _NATIVE = "turnlog"
 
@@ -366,7 +366,7 @@ _LINE = msgspec.json.Decoder(_Line)
 
 
 def _import_native(log: Log, data: bytes, name: str, session: str | None) -> ImportSummary:
-    """A turnlog export, read back record for record (`turnlog.import_events`)."""
+    """A turnlog export, read back record for record (`turnlog.log.import_events`)."""
     lines = data.split(b"\n")
     sessions: list[str] = []
     events = 0

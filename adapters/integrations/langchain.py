@@ -73,25 +73,17 @@ from langchain_core.messages import (
     ToolMessage,
     messages_from_dict,
 )
-from turnlog import (
+from turnlog import Draft, Log, Packer, Policy, Replayer
+from turnlog.errors import InvalidEventError
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
-    Draft,
     Event,
-    Head,
     ImagePart,
-    InvalidEventError,
-    Log,
-    Message,
     NotificationAdded,
-    Packer,
     Part,
-    Policy,
-    Projection,
-    Prompt,
     ReasoningPart,
     RecallAdded,
-    Replayer,
     ResponseReceived,
     SessionRewound,
     SystemSectionSet,
@@ -100,9 +92,9 @@ from turnlog import (
     ToolResultAdded,
     Usage,
     UserMessageAdded,
-    notification_text,
-    recall_text,
 )
+from turnlog.log import Head
+from turnlog.packing import Message, Projection, Prompt, notification_text, recall_text
 
 from ..providers import MISSING_RESULT_TEXT
 

@@ -87,23 +87,17 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from turnlog import (
-    BlobRef,
-    Draft,
-    InvalidArgumentError,
-    Log,
-    ModelTable,
-    Packer,
-    Policy,
-    SessionRewound,
-    StateSaved,
-    StoreCorruptError,
-    UnknownSessionError,
-)
+from turnlog import Draft, Log, Packer, Policy
+from turnlog.errors import InvalidArgumentError, StoreCorruptError, UnknownSessionError
+from turnlog.events import BlobRef, SessionRewound, StateSaved
+from turnlog.packing import ModelTable
 
 from .langchain import META_KEY, TurnlogChatMessageHistory
 
-__all__ = ["TurnlogModelHooks", "TurnlogSaver"]
+__all__ = [
+    "TurnlogModelHooks",
+    "TurnlogSaver",
+]
 
 _MEDIA = "application/vnd.langgraph."
 _CHECKPOINT = "langgraph.checkpoint"

@@ -56,20 +56,15 @@ import blake3
 import msgspec
 from agents.items import TResponseInputItem
 from agents.memory import SessionSettings
-from turnlog import (
+from turnlog import Draft, Log, Packer, Policy
+from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
     Body,
-    Draft,
     Event,
-    Head,
     ImagePart,
-    Log,
     NotificationAdded,
-    Packer,
     Part,
-    Policy,
-    Projection,
     ReasoningPart,
     SessionRewound,
     TextPart,
@@ -77,6 +72,8 @@ from turnlog import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog.log import Head
+from turnlog.packing import Projection
 
 from ..importers import ItemMapper
 

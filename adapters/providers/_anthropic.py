@@ -25,19 +25,17 @@ import json
 import re
 from typing import Any
 
-from turnlog import (
-    SUMMARY_SECTION,
-    DecodeError,
+from turnlog.errors import DecodeError
+from turnlog.events import (
     ImagePart,
-    Message,
     Part,
-    Prompt,
     ReasoningPart,
     ResponseReceived,
     TextPart,
     ToolCall,
     Usage,
 )
+from turnlog.packing import SUMMARY_SECTION, Message, Prompt
 
 from ._replies import (
     DONE,

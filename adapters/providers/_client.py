@@ -9,7 +9,7 @@ read to its end. An HTTP error status is not an exception here: it comes
 back as a `Reply` whose ``error`` is set, ready to append as
 ``ProviderErrorReceived``. Only failures that produce no answer raise:
 `ProviderTimeoutError` when the server is too slow, `ProviderError` when it
-cannot be reached, and ``turnlog.DecodeError`` for a 2xx answer that does not
+cannot be reached, and ``turnlog.errors.DecodeError`` for a 2xx answer that does not
 parse.
 
 Base URLs follow the official SDKs: an OpenAI base URL includes the version
@@ -25,7 +25,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 
-from turnlog import KernelError, ProviderErrorReceived
+from turnlog import KernelError
+from turnlog.events import ProviderErrorReceived
 
 from ._anthropic import ANTHROPIC_VERSION
 from ._parse import parse_http

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnlog import (
-    DecodeError,
+from turnlog.errors import DecodeError
+from turnlog.events import (
     ImagePart,
-    Message,
     Part,
-    Prompt,
     ReasoningPart,
     ResponseReceived,
     TextPart,
@@ -26,6 +24,7 @@ from turnlog import (
     ToolSpec,
     Usage,
 )
+from turnlog.packing import Message, Prompt
 
 from ._replies import (
     DONE,

@@ -9,7 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
-from turnlog import DecodeError, InvalidEventError, Log, MemoryStore
+from turnlog import Log
+from turnlog.errors import DecodeError, InvalidEventError
+from turnlog.stores import MemoryStore
 
 from ._registry import PROVIDERS
 from ._replies import Reply, load_json, obj, parse_error, sse_events

@@ -66,7 +66,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from turnlog import Message, Prompt, RequestIssued, TextPart
+from turnlog.events import RequestIssued, TextPart
+from turnlog.packing import Message, Prompt
 
 from ._registry import provider
 from ._wire import (

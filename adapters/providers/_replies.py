@@ -43,7 +43,7 @@ code ``request_too_large``, Anthropic's ``invalid_request_error`` saying the
 prompt is too long, or one of `OVERFLOW_PATTERNS` in the message (never for a
 rate limit). Error bodies that are not JSON (a proxy's HTML page) are kept as
 text. Anything else that does not have the provider's shape raises
-`turnlog.DecodeError` and nothing else.
+`turnlog.errors.DecodeError` and nothing else.
 """
 
 from __future__ import annotations
@@ -53,10 +53,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
-from turnlog import (
+from turnlog.errors import DecodeError
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
-    DecodeError,
     Part,
     ProviderErrorReceived,
     ResponseReceived,

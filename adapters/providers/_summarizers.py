@@ -15,7 +15,7 @@ The answer's text is the summary; its provenance is ``summarizer``
 They raise on every failure: `ProviderError` for an HTTP error (with the
 parsed ``ProviderErrorReceived``, ``overflow`` included),
 `ProviderTimeoutError` when the endpoint is too slow,
-``turnlog.DecodeError`` for an answer that is not the provider's shape,
+``turnlog.errors.DecodeError`` for an answer that is not the provider's shape,
 `EmptySummaryError` for an answer without text. The compactor records any
 of these as ``CompactionFailed`` and its circuit breaker counts them.
 Only the standard library is used (``urllib.request``).
@@ -25,16 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from turnlog import (
-    InvalidArgumentError,
-    Message,
-    Prompt,
-    ProviderErrorReceived,
-    Section,
-    Summary,
-    SummaryRequest,
-    TextPart,
-)
+from turnlog.compaction import Summary, SummaryRequest
+from turnlog.errors import InvalidArgumentError
+from turnlog.events import ProviderErrorReceived, TextPart
+from turnlog.packing import Message, Prompt, Section
 
 from ._client import DEFAULT_BASE_URLS, ProviderError, send
 from ._registry import provider

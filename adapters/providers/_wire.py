@@ -41,27 +41,21 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import blake3
-from turnlog import (
-    BlobRef,
-    ImagePart,
-    InvalidArgumentError,
-    KernelError,
-    Message,
-    Prompt,
-    TextPart,
-    ToolSpec,
-)
+from turnlog import KernelError
+from turnlog.errors import InvalidArgumentError
+from turnlog.events import BlobRef, ImagePart, TextPart, ToolSpec
+from turnlog.packing import Message, Prompt
 
 from ._replies import Reply
 
 __all__ = [
+    "BlobReader",
     "DERIVED_TOOL_DESCRIPTION",
     "EMPTY_TEXT",
     "FIRST_TURN_TEXT",
     "MISSING_RESULT_TEXT",
-    "RENDER_LATEST",
-    "BlobReader",
     "Provider",
+    "RENDER_LATEST",
     "RenderError",
     "RenderOptions",
     "canonical",

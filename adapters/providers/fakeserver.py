@@ -45,15 +45,15 @@ from urllib.parse import urlsplit
 
 import blake3
 import msgspec
-from turnlog import ToolCall, Usage
+from turnlog.events import ToolCall, Usage
 
 from ._registry import PROVIDERS
 
 __all__ = [
-    "TOOLS_REQUIRED_MESSAGE",
     "FakeReply",
     "FakeServer",
     "Received",
+    "TOOLS_REQUIRED_MESSAGE",
     "anthropic_problems",
     "http_error",
     "malformed",

@@ -59,7 +59,7 @@ def measure() -> dict[str, float]:
     try:
         def turnlog_run(name: str, events: list[turnlog.Draft], batch: int, sync: bool) -> None:
             path = os.path.join(root, name)
-            log = turnlog.Log(turnlog.LMDBStore(path, sync=sync))
+            log = turnlog.Log(turnlog.stores.LMDBStore(path, sync=sync))
             start = time.perf_counter()
             if batch == 1:
                 for event in events:

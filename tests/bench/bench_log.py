@@ -52,9 +52,9 @@ import blake3
 import lmdb
 import msgspec
 import turnlog
-from turnlog import (
+from turnlog import Draft
+from turnlog.events import (
     AssistantMessageAdded,
-    Draft,
     Event,
     TextPart,
     ToolCall,

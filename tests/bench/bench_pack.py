@@ -73,15 +73,12 @@ from langchain_core.messages import (
     ToolMessage,
     trim_messages,
 )
-from turnlog import (
+from turnlog import Draft, Packer, Policy, Replayer, pack
+from turnlog._tokens import TiktokenCounter
+from turnlog.events import (
     AssistantMessageAdded,
-    Draft,
     Event,
     NotificationAdded,
-    Packer,
-    Policy,
-    Projection,
-    Replayer,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -89,10 +86,8 @@ from turnlog import (
     ToolSpec,
     ToolsSet,
     UserMessageAdded,
-    notification_text,
-    pack,
 )
-from turnlog._tokens import TiktokenCounter
+from turnlog.packing import Projection, notification_text
 
 from tests.bench import docblock
 

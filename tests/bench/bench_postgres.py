@@ -14,7 +14,7 @@ each):
 
 * batched append (100 events per commit), one-event durable appends, a full
   read, verify and replay (every recorded request of the 0.1.0 golden store,
-  copied in with `turnlog.copy_log`), for turnlog on PostgreSQL and on LMDB;
+  copied in with `turnlog.log.copy_log`), for turnlog on PostgreSQL and on LMDB;
 * the same appends and read with eventsourcing's ``PostgresAggregateRecorder``
   (one stored event per turnlog event, its state the event's canonical bytes:
   no validation, no hash chain, no head table);
@@ -51,8 +51,9 @@ from typing import Any
 import msgspec
 import psycopg
 import turnlog
-from turnlog import Draft, UserMessageAdded
+from turnlog import Draft
 from turnlog.adapters.providers import renderer_for
+from turnlog.events import UserMessageAdded
 
 from tests import pgserver
 from tests.bench import docblock
@@ -110,7 +111,7 @@ def tl_replay(url: str) -> tuple[float, int]:
         def run() -> None:
             for session, event in requests:
                 body = event.body
-                assert isinstance(body, turnlog.RequestIssued)
+                assert isinstance(body, turnlog.events.RequestIssued)
                 assert replayer.replay(session, event.seq,
                                      render=renderer_for(body, blobs=log.blob)).ok
 
@@ -163,7 +164,7 @@ def es_append(server: pgserver.Server, records: list[bytes], batch: int,
 
 def es_read(server: pgserver.Server, stream: str) -> float:
     recorder = es_recorder(server)
-    decode = msgspec.msgpack.Decoder(turnlog.Event).decode
+    decode = msgspec.msgpack.Decoder(turnlog.events.Event).decode
 
     def run() -> None:
         for stored in recorder.select_events(uuid.UUID(stream)):
@@ -301,7 +302,7 @@ def run(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         shutil.copytree(GOLDEN, golden)
         with turnlog.open(golden, readonly=True) as source, \
                 turnlog.open(server.url(schema="golden")) as target:
-            turnlog.copy_log(source, target)
+            turnlog.log.copy_log(source, target)
         for system, where in (("turnlog PostgreSQL", server.url(schema="golden")),
                               ("turnlog LMDB", str(golden))):
             replays[system] = tl_replay(where)

@@ -42,7 +42,9 @@ import time
 from typing import Any
 
 import turnlog
-from turnlog import Packer, Projection, Replayer, RequestIssued, get_counter, pack
+from turnlog import Packer, Replayer, pack
+from turnlog.events import RequestIssued
+from turnlog.packing import Projection, get_counter
 
 from tests.bench import docblock
 from tests.bench.bench_log import machine
@@ -79,7 +81,7 @@ def fresh_replay(log: turnlog.Log, seq: int) -> bool:
     assert isinstance(request, RequestIssued)
     lineage = log.lineage(SESSION, request.head_seq + 1)
     policy = next(e.body.policy for e in reversed(lineage)
-                  if isinstance(e.body, turnlog.PolicySet))
+                  if isinstance(e.body, turnlog.events.PolicySet))
     view = Projection(get_counter(request.tokenizer))
     view.extend(lineage)
     return pack(view, policy).prompt.hash == request.prompt_hash
@@ -107,7 +109,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             Replayer(Packer(log)).replay(SESSION, seqs[0])
             times = []
             for _ in range(args.repeat):
-                results: list[turnlog.ReplayResult] = []
+                results: list[turnlog.replay.ReplayResult] = []
                 packer = Packer(log)
                 replayer = Replayer(packer)
                 times.append(timed(lambda p=replayer, out=results: out.extend(

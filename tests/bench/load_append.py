@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import turnlog
-from turnlog import AppendConflictError, Draft, UserMessageAdded
+from turnlog import Draft
+from turnlog.errors import AppendConflictError
+from turnlog.events import UserMessageAdded
 
 SESSION = "shared"
 
@@ -59,7 +61,7 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
             tries = 0
             while True:
                 head = log.head(SESSION)
-                expected = head.seq if head is not None else turnlog.NEW_SESSION
+                expected = head.seq if head is not None else turnlog.log.NEW_SESSION
                 attempts += 1
                 try:
                     done = log.append(SESSION, [draft], expected_seq=expected)
@@ -80,7 +82,7 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
                     Draft(body=UserMessageAdded(text=f"worker {wid} note {n}"), meta={"n": n}),
                     Draft(body=UserMessageAdded(text=f"worker {wid} note {n}, part 2"),
                           meta={"n": n})],
-                    expected_seq=head.seq if head is not None else turnlog.NEW_SESSION)
+                    expected_seq=head.seq if head is not None else turnlog.log.NEW_SESSION)
                 own.append((n, own_seq.first_seq))
             n += 1
     except Exception as exc:  # reported, not raised: the parent checks

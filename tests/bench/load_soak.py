@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any
 
 import turnlog
-from turnlog import (
+from turnlog import Packer, Policy
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
-    Packer,
-    Policy,
     TextPart,
     ToolCall,
     ToolResultAdded,

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import turnlog
-from turnlog import BudgetExceededError, Packer, Policy, Replayer
+from turnlog import Packer, Policy, Replayer
 from turnlog.adapters.importers import import_file
 from turnlog.adapters.providers import (
     PROVIDERS,
@@ -39,6 +39,7 @@ from turnlog.adapters.providers import (
     renderer_for,
 )
 from turnlog.adapters.providers.fakeserver import anthropic_problems
+from turnlog.errors import BudgetExceededError
 from turnlog.testing import check_overflow, check_packed
 
 from tests.sdkcheck import check
@@ -135,7 +136,7 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
                 count("packs", window)
                 # The invariants are checked on the history the request was packed from.
                 record = log.get(session, recorded.request_seq).body
-                assert isinstance(record, turnlog.RequestIssued)
+                assert isinstance(record, turnlog.events.RequestIssued)
                 view = packer.projection_at(session, record.head_seq, packer.counter_for(policy))
                 packed = recorded.packed
                 assert view.head == packed.head
@@ -156,7 +157,7 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
         row["requests"] = len(seqs)
         for seq in seqs:
             request = log.get(session, seq).body
-            assert isinstance(request, turnlog.RequestIssued)
+            assert isinstance(request, turnlog.events.RequestIssued)
             render_back = renderer_for(request, blobs=log.blob) \
                 if request.format != "neutral" else None
             if replayer.replay(session, seq, render=render_back).ok:

@@ -30,10 +30,10 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 import msgspec
-from turnlog import (
+from turnlog import Draft
+from turnlog.events import (
     AssistantMessageAdded,
     Body,
-    Draft,
     EventsPinned,
     MemoryChanged,
     NotificationAdded,

@@ -32,22 +32,17 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 import turnlog
-from turnlog import (
+from turnlog import Packer, Replayer
+from turnlog.adapters.providers import RenderError, renderer_for
+from turnlog.events import (
     EVENT_KINDS,
-    MEMORY_SECTION,
-    SUMMARY_SECTION,
     AssistantMessageAdded,
     BlobRef,
     CompactionCommitted,
     Event,
-    MemoryManager,
     NotificationAdded,
-    Packed,
-    Packer,
     ReasoningPart,
     RecallAdded,
-    Recaller,
-    Replayer,
     RequestIssued,
     ResponseReceived,
     SessionForked,
@@ -58,7 +53,8 @@ from turnlog import (
     UserMessageAdded,
     event_to_json,
 )
-from turnlog.adapters.providers import RenderError, renderer_for
+from turnlog.memories import MEMORY_SECTION, MemoryManager, Recaller
+from turnlog.packing import SUMMARY_SECTION, Packed
 
 from ..summary import format_size, format_time, summarize
 from ..terminal import visible
@@ -182,7 +178,7 @@ def event_view(event: Event, *, limit: int = 600) -> dict[str, Any]:
     return row
 
 
-def _decision(d: turnlog.Decision) -> dict[str, Any]:
+def _decision(d: turnlog.packing.Decision) -> dict[str, Any]:
     return {"pos": d.pos, "session": d.session, "seq": d.seq, "kind": d.kind,
             "decision": d.decision, "rule": d.rule, "detail": d.detail, "tokens": d.tokens,
             "original_tokens": d.original_tokens,
@@ -208,10 +204,10 @@ class Inspector:
             OrderedDict()
 
     # -- helpers -----------------------------------------------------------------------
-    def _head(self, session: str) -> turnlog.Head:
+    def _head(self, session: str) -> turnlog.log.Head:
         try:
             head = self.log.head(session)
-        except turnlog.InvalidEventError as exc:  # not a usable session id
+        except turnlog.errors.InvalidEventError as exc:  # not a usable session id
             raise NotFoundError(str(exc)) from None
         if head is None:
             raise NotFoundError(f"no session {session!r} in this store")
@@ -246,7 +242,7 @@ class Inspector:
         with self._lock:
             return self.replayer.explain(session, seq)
 
-    def _session_stats(self, head: turnlog.Head) -> dict[str, Any]:
+    def _session_stats(self, head: turnlog.log.Head) -> dict[str, Any]:
         """Counts, times, model and verify status of a session, cached by its head."""
         cached = self._stats.get(head.session)
         if cached is not None and cached[0] == head.hash:
@@ -286,7 +282,7 @@ class Inspector:
                    "head_hash": h.hash.hex(), "href": session_href(h.session)}
             row.update(self._session_stats(h))
             rows.append(row)
-        return {"store": turnlog.hide_credentials(self.log.store.location), "prefix": prefix,
+        return {"store": turnlog.stores.hide_credentials(self.log.store.location), "prefix": prefix,
                 "sessions": rows, "next_after": page[-1].session if more else None}
 
     def timeline(self, session: str, *, start: int | None = None, limit: int = WINDOW,
@@ -344,7 +340,7 @@ class Inspector:
         if isinstance(blob, BlobRef):
             try:
                 data = self.log.blob(blob)
-            except turnlog.BlobNotFoundError as exc:
+            except turnlog.errors.BlobNotFoundError as exc:
                 blob_text = {"text": f"(blob missing: {exc})", "more": 0}
             else:
                 blob_text = _cut(data.decode("utf-8", "replace"))
