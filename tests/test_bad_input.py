@@ -28,7 +28,7 @@ from turnlog.errors import (
     InvalidArgumentError,
     InvalidEventError,
     PolicyError,
-    StoreError,
+    StoreNotFoundError,
     UnknownSessionError,
     VerificationError,
 )
@@ -582,8 +582,11 @@ CASES: list[Case] = [
          lambda log, _: turnlog.open(":memory:", blob_threshold="big"),  # type: ignore[arg-type]
          InvalidArgumentError, "blob_threshold"),
     Case("read-only open of a missing store", "turnlog.open",
-         lambda log, tmp: turnlog.open(tmp / "missing", readonly=True), StoreError,
+         lambda log, tmp: turnlog.open(tmp / "missing", readonly=True), StoreNotFoundError,
          "no turnlog store"),
+    Case("open of a missing store without create", "turnlog.open",
+         lambda log, tmp: turnlog.open(tmp / "missing", create=False), StoreNotFoundError,
+         "create=True"),
     Case("store is not a Store", "Log", lambda log, _: Log("store"),  # type: ignore[arg-type]
          InvalidArgumentError, "Store"),
 ]
