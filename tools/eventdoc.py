@@ -162,7 +162,8 @@ MEANINGS: dict[str, str] = {
     "RequestIssued.rendered_hash": "blake3 of the rendered provider request body.",
     "RequestIssued.render_args": "The renderer's parameters besides format and model, as "
                                  "the adapter wrote them (canonical JSON for the built-in "
-                                 "renderers), so replay can render again.",
+                                 "renderers: max_tokens, extra, and the render version, "
+                                 "1 when absent), so replay can render again.",
     "ResponseReceived.request_seq": "Seq of the request this answers.",
     "ResponseReceived.usage": "Token usage as the provider reported it.",
     "ResponseReceived.stop_reason": "Provider's stop reason.",
