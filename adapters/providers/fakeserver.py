@@ -155,12 +155,11 @@ def anthropic_problems(body: object) -> list[str]:
             out.append(f'messages: roles must alternate between "user" and "assistant", '
                        f'but found multiple "{role}" roles in a row')
         content = message.get("content")
-        if isinstance(content, str):
+        if isinstance(content, str):  # the short form of one text block
             if not content.strip():
                 out.append(f"messages.{i}: all messages must have non-empty content")
             content = []
-        if not isinstance(content, list) or (not content and not isinstance(
-                message.get("content"), str)):
+        elif not isinstance(content, list) or not content:
             out.append(f"messages.{i}: all messages must have non-empty content")
             continue
         previous = before.get("content") if before.get("role") == "assistant" else None
