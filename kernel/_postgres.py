@@ -338,7 +338,6 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._marks: dict[str, str | None] = {}
         self.begun = False
         self.committing = False
-        self.unnotified = False  # committed, but its notification failed
 
     def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
         if self.begun:
@@ -443,7 +442,6 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         except psycopg.Error:
             if not committed or committed[0].statusmessage != "COMMIT":
                 raise
-            self.unnotified = True
             if not self._conn.closed and self._conn.info.transaction_status in (
                     TransactionStatus.INTRANS, TransactionStatus.INERROR):
                 with suppress(psycopg.Error):  # the pool discards a broken connection
