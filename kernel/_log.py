@@ -475,7 +475,7 @@ class Log:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<turnlog.Log {self.store.name} {self.store.location!r}>"
+        return f"<turnlog.Log {self.store.name} {hide_credentials(self.store.location)!r}>"
 
     # -- reading -----------------------------------------------------------------
     @contextmanager
