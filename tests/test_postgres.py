@@ -293,6 +293,24 @@ def test_a_wrong_password_fails_at_once_with_the_servers_reason(
     assert SECRET not in str(caught.value)
 
 
+def test_a_pool_with_every_connection_busy_says_so_rather_than_blaming_the_server(
+        logs: LogFactory) -> None:
+    log = logs.open()
+    log.append("s", UserMessageAdded(text="hi"))
+    schema = log.store.schema  # type: ignore[attr-defined]
+    busy = turnlog.open(pgserver.shared().url(schema=schema, pool_size="1", pool_timeout="1"))
+    try:
+        with busy.snapshot():  # holds the pool's one connection
+            with pytest.raises(StoreUnavailableError) as caught:
+                busy.append("s", UserMessageAdded(text="more"))
+        message = str(caught.value)
+        assert "every connection to" in message and "raise pool_size" in message
+        assert "reachable" not in message and "\n" not in message
+        assert busy.append("s", UserMessageAdded(text="more")).first_seq == 1
+    finally:
+        busy.close()
+
+
 def _stderr_of(code: str, url: str) -> str:
     """The stderr of a fresh interpreter running ``code`` with ``URL`` set."""
     env = {**os.environ, "URL": url}
