@@ -300,9 +300,9 @@ def test_a_pool_with_every_connection_busy_says_so_rather_than_blaming_the_serve
     schema = log.store.schema  # type: ignore[attr-defined]
     busy = turnlog.open(pgserver.shared().url(schema=schema, pool_size="1", pool_timeout="1"))
     try:
-        with busy.snapshot():  # holds the pool's one connection
-            with pytest.raises(StoreUnavailableError) as caught:
-                busy.append("s", UserMessageAdded(text="more"))
+        # The snapshot holds the pool's one connection.
+        with busy.snapshot(), pytest.raises(StoreUnavailableError) as caught:
+            busy.append("s", UserMessageAdded(text="more"))
         message = str(caught.value)
         assert "every connection to" in message and "raise pool_size" in message
         assert "reachable" not in message and "\n" not in message
