@@ -944,3 +944,20 @@ def test_copy_log_to_another_store_keeps_every_hash_key_and_blob(logs: LogFactor
     assert target.verify().ok
     again = target.append("a", Draft(body=UserMessageAdded(text="k"), key="key-1"))
     assert again.duplicate and again.first_seq == 3
+
+
+def test_the_idempotency_index_lists_and_looks_up_alike_on_every_backend(log: Log) -> None:
+    """What verify reads the index with: a session's keys in key order, and a batch of
+    lookups (unknown keys, and keys of another session, are None)."""
+    log.append("s", keyed_batch("b", 3))
+    log.append("s", UserMessageAdded(text="no key"))
+    log.append("s", Draft(body=UserMessageAdded(text="z"), key="a-first"))
+    log.append("t", Draft(body=UserMessageAdded(text="t"), key="t-only"))
+    with log.store.read() as txn:
+        listed = txn.idempotency_keys("s")
+        assert listed is not None
+        assert list(listed) == [("a-first", 4), ("b-0", 0), ("b-1", 1), ("b-2", 2)]
+        assert list(txn.idempotency_keys("none") or ()) == []
+        assert txn.idempotency_seqs("s", ["b-2", "t-only", "nope", "b-0"]) == [2, None, None, 0]
+        assert txn.idempotency_seqs("s", []) == []
+    assert log.verify().ok
