@@ -18,8 +18,9 @@ is written once and every backend passes the same conformance suite.
 Keys: a session id is a str without NUL; seqs are dense from 0. The backend
 keeps, per session, a head ``(seq, hash)``; per ``(session, key)`` an
 idempotency entry (which `Log.verify` checks against the keyed events, through
-``idempotency_seqs`` and, where the backend can list them, ``idempotency_keys``); per blob hash the blob bytes; and a small derived cache
-(token counts) that may be dropped at any time.
+``idempotency_seqs`` and, where the backend can list them, ``idempotency_keys``);
+per blob hash the blob bytes; and a small derived cache (token counts) that may
+be dropped at any time.
 
 Subclassing `Store`, `ReadTxn` and `WriteTxn` is the one supported way to add
 a backend.
