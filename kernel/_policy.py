@@ -424,6 +424,12 @@ def _unknown(key: str, value: object) -> str:
             f"table of their part: {_TABLES}; see docs/policy.md for every field")
 
 
+def _short(value: object) -> str:
+    """A value as an error message shows it: its repr, cut to 60 characters."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _invalid(message: str, raw: object) -> str:
     """msgspec's validation message as a policy file's reader needs it: the field, what
     is expected there and what was found."""
@@ -431,12 +437,12 @@ def _invalid(message: str, raw: object) -> str:
     if expected and isinstance(raw, dict):
         want, got, field = expected.groups()
         found = raw.get(field)
-        shown = f"the string {found!r}" if isinstance(found, str) else (
-            f"{_TYPE_WORDS.get(got, got)} ({found!r})" if not isinstance(found, dict)
+        shown = f"the string {_short(found)}" if isinstance(found, str) else (
+            f"{_TYPE_WORDS.get(got, got)} ({_short(found)})" if not isinstance(found, dict)
             else "a table")
         hint = ""
         if want == "int" and isinstance(found, str) and re.fullmatch(
-                r"\s*\d+(\.\d+)?\s*[kKmM]\s*", found):
+                r"\s*\d{1,9}(\.\d{1,6})?\s*[kKmM]\s*", found):
             scale = 1_000 if found.strip()[-1] in "kK" else 1_000_000
             hint = f" (write {round(float(found.strip()[:-1]) * scale)}, without quotes)"
         return (f"invalid policy: {_TYPE_WORDS.get(want, want)} is expected at "
@@ -447,7 +453,7 @@ def _invalid(message: str, raw: object) -> str:
         head = re.sub(r"^Expected `([^`]+)`", lambda m: _TYPE_WORDS.get(m[1], m[1]),
                       message[:at.start()])
         found = raw.get(field) if isinstance(raw, dict) and not rest else None
-        shown = f", found {found!r}" if found is not None and not isinstance(
+        shown = f", found {_short(found)}" if found is not None and not isinstance(
             found, (dict, list)) else ""
         return f"invalid policy: {head} is expected at {field}{rest}{shown}"
     return f"invalid policy: {message}"

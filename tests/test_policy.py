@@ -83,6 +83,8 @@ def test_the_stored_form_stays_flat() -> None:
     ("context_window = -5\n", "an integer >= 0 is expected at context_window, found -5"),
     ("zzz = 1\n", "unknown policy field 'zzz'; fields go at the top level or in the table of "
                   "their part: [budget]"),
+    (f"context_window = \"{'9' * 400}k\"\n", "an integer is expected at context_window, found "
+                                             "the string '999999999"),
 ])
 def test_a_policy_file_mistake_names_the_field_and_what_to_write(text: str, words: str) -> None:
     with pytest.raises(PolicyError) as caught:
