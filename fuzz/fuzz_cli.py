@@ -92,6 +92,8 @@ def _argv(line: bytes) -> list[str] | None:
         args.append(token.replace("/", "_"))
     if "demo" in args and any(_number(n) > 3 for t in args for n in re.findall(r"\d[\d_]*", t)):
         return None  # a long demo is slow by design, not a hang (int() takes 1_000, ٣)
+    if "serve" in args:
+        return None  # the web inspector serves until interrupted, by design
     return args
 
 
