@@ -233,11 +233,16 @@ def test_every_response_carries_the_security_headers(served: Server) -> None:
     assert get(served, "/api/sessions/none").json()["status"] == 404
     assert get(served, "/api/sessions/demo/requests/412").status_code == 404  # not a request
     assert get(served, "/static/../../pyproject.toml").status_code == 404
+    assert get(served, "/sessions/%ff%fe").status_code == 400
+    assert get(served, "/sessions/%2e%2e").status_code == 404
 
 
 def test_a_loopback_server_refuses_a_foreign_host_header(served: Server) -> None:
     assert get(served, "/", headers={"host": "attacker.example"}).status_code == 421
     assert get(served, "/", headers={"host": f"localhost:{served.port}"}).status_code == 200
+    assert get(served, "/", headers={"host": f"127.0.0.2:{served.port}"}).status_code == 200
+    assert get(served, "/", headers={"host": f"[::1]:{served.port}"}).status_code == 200
+    assert get(served, "/", headers={"host": "127.0.0.1.attacker.example"}).status_code == 421
 
 
 def test_a_server_on_another_address_needs_its_token(demo_path: Path) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import ipaddress
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -160,6 +161,15 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
+def _is_loopback_name(name: str) -> bool:
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 class _Guard:
     """Refuses writes, foreign hosts and requests without the token; adds the security
     headers to every response."""
@@ -191,7 +201,7 @@ class _Guard:
         if self.loopback:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-            if name.lower() not in _LOOPBACK_NAMES:
+            if not _is_loopback_name(name.lower()):
                 return PlainTextResponse("421 this inspector answers on a loopback address "
                                          "only\n", status_code=421)
         if self.token is None:
@@ -245,8 +255,11 @@ class _App:
     async def _respond(self, request: Request) -> Response:
         raw = request.scope.get("raw_path") or request.scope["path"].encode()
         path = raw.decode("latin-1").split("?", 1)[0]
-        segments = [unquote(s, errors="strict") for s in path.strip("/").split("/") if s] \
-            if path.strip("/") else []
+        try:
+            segments = [unquote(s, errors="strict") for s in path.strip("/").split("/") if s]
+        except UnicodeDecodeError:
+            return PlainTextResponse("400 the path is not percent-encoded UTF-8\n",
+                                     status_code=400)
         if segments[:1] == ["static"] and len(segments) == 2:
             found = self.static.get(segments[1])
             if found is None:
