@@ -194,6 +194,19 @@ CASES: list[Case] = [
     Case("source session id is an int", "Log.fork",
          lambda log, _: log.fork(7, 0, "f"),  # type: ignore[arg-type]
          InvalidEventError, "session id"),
+    Case("session id is an int", "Log.update",
+         lambda log, _: log.update(7, lambda head: um()),  # type: ignore[arg-type]
+         InvalidEventError, "session id"),
+    Case("decide is a list of events", "Log.update",
+         lambda log, _: log.update("s", [um()]),  # type: ignore[arg-type]
+         InvalidArgumentError, "callable"),
+    Case("attempts is 0", "Log.update", lambda log, _: log.update("s", lambda h: um(), attempts=0),
+         InvalidArgumentError, "attempts"),
+    Case("session id is None", "Log.find_key",
+         lambda log, _: log.find_key(None, "k"),  # type: ignore[arg-type]
+         InvalidEventError, "session id"),
+    Case("idempotency key is empty", "Log.find_key", lambda log, _: log.find_key("s", ""),
+         InvalidArgumentError, "key"),
     # -- what is appended ------------------------------------------------------------------
     Case("plain str instead of a payload", "Log.append", append("s", "hello"),
          InvalidEventError, "payload"),
