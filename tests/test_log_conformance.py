@@ -8,6 +8,7 @@ rewinds are events, and verify and checkpoints catch what they promise to.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
 import time
@@ -39,7 +40,7 @@ from turnlog.events import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from turnlog.log import GENESIS, NEW_SESSION, Checkpoint, Head, Retries
+from turnlog.log import GENESIS, NEW_SESSION, Appended, Checkpoint, Head, Retries
 
 BIG = 64 * 1024  # the default blob threshold
 
@@ -268,6 +269,39 @@ def test_update_of_a_stored_key_is_a_duplicate_wherever_the_head_is(log: Log) ->
     assert log.find_key("s", "b-1") == 1 and log.find_key("s", "b-2") is None
     assert log.find_key("nobody", "b-1") is None
     assert dump(log) == before
+
+
+def test_an_async_loop_drives_retries_as_its_docstring_shows(log: Log) -> None:
+    # The loop of the Retries docstring, with the sync log's calls in a thread.
+    fill(log, "s", 1)
+    decided: list[int] = []
+
+    def decide(head: Head | None) -> list[UserMessageAdded]:
+        assert head is not None
+        decided.append(head.seq)
+        if len(decided) == 1:  # another writer lands before the first append
+            log.append("s", NotificationAdded(source="other", text="meanwhile"))
+        return [UserMessageAdded(text=f"decided at {head.seq}")]
+
+    async def write() -> Appended | None:
+        retries = Retries("s", attempts=8)
+        while True:
+            delay = retries.next()
+            if delay:
+                await asyncio.sleep(delay)
+            head = await asyncio.to_thread(log.head, "s")
+            events = decide(head)
+            if not events:
+                return None
+            try:
+                return await asyncio.to_thread(log.append, "s", events,
+                                               expected_seq=retries.expect(head))
+            except AppendConflictError as exc:
+                retries.conflict(exc)
+
+    done = asyncio.run(write())
+    assert decided == [0, 1] and done is not None and done.last_seq == 2
+    assert log.get("s", 2).body == UserMessageAdded(text="decided at 1")
 
 
 def test_retries_wait_a_doubling_random_time_and_end_with_the_last_conflict() -> None:
