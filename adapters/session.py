@@ -118,6 +118,7 @@ from turnlog.events import (
 from turnlog.log import Appended, Head
 from turnlog.packing import ModelTable, Packed, Projection, Renderer
 from turnlog.replay import ReplayResult
+from turnlog.validation import check_integer, check_text, check_type, invalid
 
 from .providers import (
     PROVIDERS,
@@ -286,8 +287,7 @@ class Session:
                  attempts: int = 8, models: ModelTable | None = None) -> None:
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
-        if not isinstance(model, str) or not model:
-            raise RenderError(f"model must be a non-empty str, found {model!r}")
+        check_text(model, "model", error=RenderError)
         table = models if models is not None else ModelTable.shipped()
         info = table.lookup(model)
         #: The policy of a new session that names no policy: the model's, when known.
@@ -301,8 +301,7 @@ class Session:
             raise RenderError(f"the {format} format needs max_tokens (the API requires it) and "
                               f"model {model!r} is not in the model table; pass max_tokens= "
                               "or a models= table that has the model")
-        if not isinstance(attempts, int) or attempts < 1:
-            raise InvalidEventError(f"attempts must be an int >= 1, found {attempts!r}")
+        check_integer(attempts, "attempts", min_value=1)
         self.log = log
         self.id = session_id
         self.model = model
@@ -713,18 +712,16 @@ def _answered_differently(session: str, what: str, exc: IdempotencyError) -> str
 def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
     if isinstance(tool, ToolSpec):
         return tool
-    if not isinstance(tool, Mapping):
-        raise InvalidEventError(f"tool {index}: expected a ToolSpec or a mapping, found "
-                                f"{type(tool).__name__}")
+    check_type(tool, Mapping, f"tool {index}", what="a ToolSpec or a mapping",
+               error=InvalidEventError)
     spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
     assert isinstance(spec, Mapping)
     name = spec.get("name")
     description = spec.get("description") or ""
     schema = spec.get("parameters", spec.get("input_schema", {}))
     if not isinstance(name, str) or not name:
-        raise InvalidEventError(f"tool {index}: expected a non-empty name, found {name!r}")
-    if not isinstance(description, str):
-        raise InvalidEventError(f"tool {name!r}: description must be text")
+        invalid(f"tool {index}: the name", "a non-empty str", name, error=InvalidEventError)
+    check_type(description, str, f"tool {name!r}: the description", error=InvalidEventError)
     if isinstance(schema, str):
         parameters = schema
     elif isinstance(schema, Mapping):

@@ -15,8 +15,9 @@ The main path is at the top level (`open`, `Log`, `Draft`, `Policy`, `pack`,
 error), ``turnlog.log`` (what a `Log` returns and takes besides events),
 ``turnlog.stores`` (the storage interface and backends), ``turnlog.packing``
 (stages, prompts, tokens), ``turnlog.replay`` (recorded requests and replays),
-``turnlog.compaction`` (summarizers), ``turnlog.memories`` (memories and recall)
-and ``turnlog.testing`` (strategies and checkers for tests).
+``turnlog.compaction`` (summarizers), ``turnlog.memories`` (memories and recall),
+``turnlog.validation`` (argument checks) and ``turnlog.testing`` (strategies,
+checkers and the store suite for tests).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from . import memories as memories
 from . import packing as packing
 from . import replay as replay
 from . import stores as stores
+from . import validation as validation
 from ._compact import Compactor
 from ._errors import KernelError
 from ._log import Draft, Log
@@ -239,9 +241,7 @@ def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb
         StoreError: the store cannot be opened (wrong format, corrupt, no access,
             server unreachable).
     """
-    if not isinstance(create, bool):
-        raise errors.InvalidArgumentError(
-            f"create must be a bool, found {type(create).__name__}")
+    validation.check_type(create, bool, "create")
     scheme, location = _locations.scheme_for(path)
     store = scheme.open(location, readonly, sync, create)
     try:

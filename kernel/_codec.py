@@ -42,6 +42,7 @@ from ._events import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from ._validation import check_type, invalid
 
 __all__ = ["event_from_json", "event_to_json"]
 
@@ -300,9 +301,10 @@ def validate_session_id(session: object) -> str:
     Reading takes any id of 1 to 256 characters (a store written before the byte
     limit may hold longer ones); an append also checks `MAX_SESSION_BYTES`."""
     if not isinstance(session, str):
-        raise InvalidEventError(f"session id must be str, found {type(session).__name__}")
+        invalid("session id", "a str of 1 to 256 characters", session, with_type=True,
+                error=InvalidEventError)
     if not 1 <= len(session) <= 256:
-        raise InvalidEventError(f"session id must have 1 to 256 characters, found {len(session)}")
+        invalid("session id", "a str of 1 to 256 characters", session, error=InvalidEventError)
     if _CONTROL.search(session):
         raise InvalidEventError(f"session id {session!r} contains a control character")
     try:
@@ -320,10 +322,10 @@ def validate_body(body: object, *, where: str = "event") -> Body:
             non-finite float, or text that is not valid UTF-8 (lone surrogates).
     """
     if not isinstance(body, _PAYLOAD_TYPES):
-        raise InvalidEventError(
-            f"{where}: expected one of the payload kinds ({', '.join(sorted(KINDS))}), "
-            f"found {type(body).__name__}; wrap payloads in their event class, e.g. "
-            "UserMessageAdded(text=...)")
+        check_type(body, _PAYLOAD_TYPES, where,
+                   what=f"one of the payload kinds ({', '.join(sorted(KINDS))})",
+                   hint="wrap payloads in their event class, e.g. UserMessageAdded(text=...)",
+                   error=InvalidEventError)
     try:
         data = _ENCODER.encode(body)
     except UnicodeEncodeError as exc:
@@ -344,7 +346,7 @@ def validate_body(body: object, *, where: str = "event") -> Body:
 def validate_meta(meta: object, *, where: str = "event", max_bytes: int) -> dict[str, Any]:
     """Check ``meta``: str keys, JSON-like values, finite floats, bounded depth and size."""
     if not isinstance(meta, dict):
-        raise InvalidEventError(f"{where}: meta must be a dict, found {type(meta).__name__}")
+        invalid(f"{where}: meta", "a dict", meta, with_type=True, error=InvalidEventError)
     _walk_meta(meta, f"{where}.meta", 0)
     try:
         size = len(_ENCODER.encode(meta))
@@ -377,8 +379,7 @@ def _walk_meta(value: Any, path: str, depth: int) -> None:
         return
     if isinstance(value, dict):
         for k, item in value.items():
-            if not isinstance(k, str):
-                raise InvalidEventError(f"{path}: keys must be str, found {type(k).__name__}")
+            check_type(k, str, f"{path}: a key", error=InvalidEventError)
             _walk_meta(item, f"{path}.{k}", depth + 1)
         return
     raise InvalidEventError(f"{path}: unsupported type {type(value).__name__} (use JSON-like "

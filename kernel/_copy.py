@@ -77,6 +77,7 @@ from ._events import SessionForked
 from ._log import Log
 from ._memstore import MemoryStore
 from ._store import ReadTxn, WriteTxn, hide_credentials
+from ._validation import check_type, invalid
 from ._verify import COPY_MARK, describe_copy_mark, fsck_session, referenced_blobs
 
 __all__ = ["Copied", "copy_log", "export_events", "import_events", "unfinished_copy"]
@@ -133,8 +134,8 @@ def copy_log(source: Log, target: Log, *, sessions: Iterable[str] | None = None,
             keeps its ``copy`` mark (see the module docstring): run the copy again
             to finish it.
     """
-    if not isinstance(source, Log) or not isinstance(target, Log):
-        raise InvalidArgumentError("copy takes two turnlog Logs (turnlog.open(...))")
+    check_type(source, Log, "source", what="a turnlog Log (turnlog.open(...))")
+    check_type(target, Log, "target", what="a turnlog Log (turnlog.open(...))")
     if source.store is target.store:
         raise InvalidArgumentError("source and target are the same store")
     if progress is not None and not callable(progress):
@@ -157,7 +158,7 @@ def unfinished_copy(log: Log) -> str | None:
 
 def _session_list(sessions: Iterable[str]) -> list[str]:
     if isinstance(sessions, str):
-        raise InvalidArgumentError("sessions must be a list of session ids, found a str")
+        invalid("sessions", "a list of session ids", sessions, with_type=True)
     found = list(sessions)
     for session in found:
         validate_session_id(session)

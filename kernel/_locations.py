@@ -27,6 +27,7 @@ from ._lmdb import LMDBStore
 from ._memstore import MemoryStore
 from ._postgres import PostgresStore
 from ._store import Store
+from ._validation import invalid
 
 __all__: list[str] = []
 
@@ -83,9 +84,8 @@ def scheme_for(location: str | os.PathLike[str]) -> tuple[Scheme, str]:
         InvalidArgumentError: ``location`` is neither a string nor a path.
     """
     if not isinstance(location, (str, os.PathLike)):
-        raise InvalidArgumentError(f"path must be a str or path-like, found "
-                                   f"{type(location).__name__}")
+        invalid("path", "a str or path-like", location, with_type=True)
     text = location if isinstance(location, str) else os.fspath(location)
     if not isinstance(text, str):
-        raise InvalidArgumentError(f"path must name a str path, found {text!r}")
+        invalid("path", "a str path", text, with_type=True)
     return next(scheme for scheme in SCHEMES if scheme.claims(text)), text

@@ -85,6 +85,7 @@ from ._events import (
     UserMessageAdded,
 )
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
+from ._validation import check_integer, check_number, check_text, check_type, invalid
 from ._verify import Problem, VerifyReport, fsck
 
 __all__ = [
@@ -170,8 +171,7 @@ class Retries:
 
     def __init__(self, session: str, *, attempts: int = DEFAULT_ATTEMPTS,
                  draw: Callable[[], float] = random.random) -> None:
-        if type(attempts) is not int or attempts < 1:
-            raise InvalidArgumentError(f"attempts must be an int >= 1, found {attempts!r}")
+        check_integer(attempts, "attempts", min_value=1)
         self.session = session
         self.attempts = attempts
         self._draw = draw
@@ -259,6 +259,16 @@ _LONG_SESSION = ("use a shorter id. A session stored under a longer id (possible
                  "the limit) still reads and verifies; Log.fork continues it under a shorter one")
 
 
+#: The largest seq (and time): the stores keep both as signed 64-bit integers.
+_MAX_SEQ = 2**63 - 1
+
+
+def _check_key(key: object) -> None:
+    """A checkpoint key: None or non-empty bytes."""
+    if key is not None and (not isinstance(key, bytes) or not key):
+        invalid("the checkpoint key", "None or non-empty bytes", key, with_type=True)
+
+
 def _is_seq(value: object) -> bool:
     """True for an int (not a bool) usable as a position: ``0 <= value < 2**63``."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
@@ -318,8 +328,7 @@ class Snapshot:
     def find_key(self, session: str, key: str) -> int | None:
         """The seq of the session's event stored under idempotency ``key`` (None if none)."""
         validate_session_id(session)
-        if not isinstance(key, str) or not key:
-            raise InvalidArgumentError(f"key must be a non-empty str, found {key!r}")
+        check_text(key, "key")
         return self._txn.idempotency(session, key)
 
     def read(self, session: str, start: int = 0, stop: int | None = None, *,
@@ -358,11 +367,8 @@ class Snapshot:
                     kinds: Iterable[str] | None) -> frozenset[str] | None:
         """Check the arguments of a read and that the session exists; the kinds wanted."""
         validate_session_id(session)
-        if not _is_seq(start):
-            raise InvalidEventError(f"start must be an int from 0 to 2**63 - 1, found {start!r}")
-        if stop is not None and not _is_seq(stop):
-            raise InvalidEventError(f"stop must be None or an int from 0 to 2**63 - 1, "
-                                    f"found {stop!r}")
+        check_integer(start, "start", min_value=0, max_value=_MAX_SEQ)
+        check_integer(stop, "stop", min_value=0, max_value=_MAX_SEQ, optional=True)
         wanted: frozenset[str] | None = None
         if kinds is not None:
             try:
@@ -370,12 +376,11 @@ class Snapshot:
             except TypeError:
                 wanted = None
             if wanted is None or not all(isinstance(k, str) for k in wanted):
-                raise InvalidEventError(f"kinds must be a collection of kind names such as "
-                                        f"['user', 'tool_result'], found {kinds!r}")
+                invalid("kinds", "a collection of kind names such as ['user', 'tool_result']",
+                        kinds)
             unknown = wanted - KINDS.keys()
             if unknown:
-                raise InvalidEventError(f"unknown event kinds {sorted(unknown)}; known: "
-                                        f"{sorted(KINDS)}")
+                invalid("kinds", f"kind names out of {sorted(KINDS)}", sorted(unknown))
         if self._txn.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
                                       "with `turnlog sessions` (Python: `Log.sessions()`)")
@@ -388,8 +393,7 @@ class Snapshot:
             UnknownSessionError: no such session or seq.
         """
         validate_session_id(session)
-        if not _is_seq(seq):
-            raise InvalidEventError(f"seq must be an int from 0 to 2**63 - 1, found {seq!r}")
+        check_integer(seq, "seq", min_value=0, max_value=_MAX_SEQ)
         record = self._txn.get(session, seq)
         if record is None:
             raise UnknownSessionError(f"no event {session}#{seq}; see `turnlog log {session}` "
@@ -418,8 +422,7 @@ class Snapshot:
         Raises:
             BlobNotFoundError: no such blob.
         """
-        if not isinstance(digest, str):
-            raise InvalidEventError(f"blob hash must be a hex str, found {type(digest).__name__}")
+        check_type(digest, str, "blob hash", what="a hex str or a BlobRef")
         data = self._txn.blob(digest.lower())
         if data is None:
             raise BlobNotFoundError(f"no blob {digest!r} in this log")
@@ -445,16 +448,13 @@ class Log:
 
     def __init__(self, store: Store, *, blob_threshold: int = 64 * 1024,
                  preview_chars: int = 16 * 1024, max_event_bytes: int = 8 * 2**20) -> None:
-        if not isinstance(store, Store):
-            raise InvalidArgumentError(
-                f"store must be a turnlog Store, found {type(store).__name__}")
+        check_type(store, Store, "store", what="a turnlog Store")
         for name, value in (("blob_threshold", blob_threshold), ("preview_chars", preview_chars),
                             ("max_event_bytes", max_event_bytes)):
-            if not isinstance(value, int) or value < 1024:
-                raise InvalidArgumentError(f"{name} must be an int >= 1024, found {value!r}")
+            check_integer(value, name, min_value=1024)
         if preview_chars + preview_chars // 4 >= blob_threshold:
-            raise InvalidArgumentError("preview_chars must leave the preview smaller than "
-                                    "blob_threshold")
+            invalid("preview_chars", "small enough to leave the preview (preview_chars * 1.25) "
+                    f"below blob_threshold ({blob_threshold})", preview_chars)
         self.store = store
         self.blob_threshold = blob_threshold
         self.preview_head = preview_chars
@@ -572,16 +572,10 @@ class Log:
             StoreUnavailableError: the store stayed unreachable for ``outage`` seconds.
         """
         validate_session_id(session)
-        if not isinstance(after_seq, int) or not _is_seq(after_seq + 1):
-            raise InvalidArgumentError(f"after_seq must be an int >= -1, found {after_seq!r}")
-        for name, value in (("timeout", timeout), ("outage", outage)):
-            if (value is not None or name == "outage") and (
-                    isinstance(value, bool) or not isinstance(value, (int, float))
-                    or not value >= 0):
-                raise InvalidArgumentError(f"{name} must be {'None or ' * (name == 'timeout')}"
-                                           f"a number >= 0, found {value!r}")
-        if limit is not None and (not _is_seq(limit) or limit < 1):
-            raise InvalidArgumentError(f"limit must be None or an int >= 1, found {limit!r}")
+        check_integer(after_seq, "after_seq", min_value=NEW_SESSION, max_value=_MAX_SEQ - 1)
+        check_number(timeout, "timeout", min_value=0, optional=True)
+        check_number(outage, "outage", min_value=0)
+        check_integer(limit, "limit", min_value=1, max_value=_MAX_SEQ, optional=True)
         digest = None if after_hash is None else _hash_argument(after_hash)
         if digest is not None and after_seq < 0:
             raise InvalidArgumentError("after_hash is the hash of the event at after_seq; "
@@ -664,8 +658,7 @@ class Log:
     # -- writing -----------------------------------------------------------------
     def put_blob(self, data: bytes, media_type: str = "application/octet-stream") -> BlobRef:
         """Store bytes (e.g. an image) and return a ref to put in an event."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise InvalidEventError(f"blob data must be bytes, found {type(data).__name__}")
+        check_type(data, (bytes, bytearray, memoryview), "blob data", what="bytes")
         data = bytes(data)
         if len(data) > MAX_BATCH_BYTES:
             raise EventTooLargeError(f"a blob holds at most {MAX_BATCH_BYTES} bytes on every "
@@ -697,11 +690,8 @@ class Log:
             StoreError: the store failed. In every case nothing was written.
         """
         offset = self._session_offset(session)
-        if expected_seq is not None and (not isinstance(expected_seq, int)
-                                         or isinstance(expected_seq, bool)
-                                         or not NEW_SESSION <= expected_seq < 2**63):
-            raise InvalidEventError(f"expected_seq must be None or an int from -1 to 2**63 - 1, "
-                                    f"found {expected_seq!r}")
+        check_integer(expected_seq, "expected_seq", min_value=NEW_SESSION, max_value=_MAX_SEQ,
+                      optional=True)
         batch = self._prepare(session, events)
         return self.store.write(lambda txn: self._append_txn(txn, session, offset, batch,
                                                              expected_seq))
@@ -776,8 +766,7 @@ class Log:
         """
         self._session_offset(session)
         if not callable(decide):
-            raise InvalidArgumentError(f"decide must be callable (a function of the head), "
-                                       f"found {type(decide).__name__}")
+            invalid("decide", "callable (a function of the head)", decide, with_type=True)
         retries = Retries(session, attempts=attempts)
         while True:
             delay = retries.next()
@@ -816,8 +805,8 @@ class Log:
         if isinstance(events, _ONE_EVENT):
             events = [events]
         elif not isinstance(events, Sequence) or isinstance(events, (str, bytes)):
-            raise InvalidEventError(f"events must be a payload, a Draft or a sequence of them, "
-                                    f"found {type(events).__name__}")
+            invalid("events", "a payload, a Draft or a sequence of them", events,
+                    with_type=True, error=InvalidEventError)
         if not events:
             raise InvalidEventError("an append needs at least one event")
         if len(events) > 100_000:
@@ -900,17 +889,15 @@ class Log:
 
     def _check_envelope(self, draft: Draft, session: str, index: int) -> None:
         time = draft.time
-        if time is not None and not (type(time) is int and -(2**63) <= time < 2**63) and (
-                not isinstance(time, int) or isinstance(time, bool)
-                or not -(2**63) <= time < 2**63):
-            raise InvalidEventError(f"{_where(session, index)}: time must be an int "
-                                    f"(microseconds since the epoch) or None, found {time!r}")
+        if time is not None and not (type(time) is int and -(2**63) <= time < 2**63):
+            check_integer(time, f"{_where(session, index)}: time", min_value=-(2**63),
+                          max_value=_MAX_SEQ, hint="microseconds since the epoch, or None",
+                          error=InvalidEventError)
         for name, value in (("key", draft.key), ("causation", draft.causation)):
             if value is None:
                 continue
-            if not isinstance(value, str) or not 0 < len(value) <= 256:
-                raise InvalidEventError(f"{_where(session, index)}: {name} must be a str of 1 "
-                                        f"to 256 characters, found {value!r}")
+            check_text(value, f"{_where(session, index)}: {name}", max_chars=256,
+                       error=InvalidEventError)
             try:
                 value.encode()
             except UnicodeEncodeError as exc:
@@ -1085,27 +1072,22 @@ class Log:
         Raises:
             VerificationError: a signed checkpoint whose MAC does not match.
         """
-        if not isinstance(strict, bool):
-            raise InvalidArgumentError(f"strict must be a bool, found {type(strict).__name__}")
+        check_type(strict, bool, "strict")
         if progress is not None and not callable(progress):
-            raise InvalidArgumentError(f"progress must be callable or None, found "
-                                       f"{type(progress).__name__}")
-        if key is not None and (not isinstance(key, bytes) or not key):
-            raise InvalidEventError(f"the checkpoint key must be non-empty bytes, found "
-                                    f"{type(key).__name__}")
+            invalid("progress", "callable or None", progress, with_type=True)
+        _check_key(key)
         if checkpoint is not None:
             if not isinstance(checkpoint, Checkpoint) or not _is_seq(checkpoint.seq) \
                     or not isinstance(checkpoint.hash, str) or len(checkpoint.hash) != 64 \
                     or not isinstance(checkpoint.mac, str):
-                raise InvalidEventError(f"checkpoint must be a Checkpoint (as returned by "
-                                        f"Log.checkpoint) with an int seq and a 64-digit hex "
-                                        f"hash, found {checkpoint!r}")
+                invalid("checkpoint", "a Checkpoint (as returned by Log.checkpoint) with an int "
+                        "seq and a 64-digit hex hash", checkpoint, with_type=True)
             validate_session_id(checkpoint.session)
             checkpoint.check_mac(key)
             session = checkpoint.session if session is None else session
             if session != checkpoint.session:
-                raise InvalidEventError(f"the checkpoint is for session {checkpoint.session!r}, "
-                                        f"not {session!r}")
+                raise InvalidArgumentError(f"the checkpoint is for session "
+                                           f"{checkpoint.session!r}, not {session!r}")
         if session is not None:
             validate_session_id(session)
         return fsck(self.store, session, checkpoint=checkpoint, strict=strict,
@@ -1123,8 +1105,7 @@ class Log:
                                       "with `turnlog sessions` (Python: `Log.sessions()`)")
         cp = Checkpoint(session=session, seq=head.seq, hash=head.hash.hex())
         if key is not None:
-            if not isinstance(key, bytes) or not key:
-                raise InvalidEventError("the checkpoint key must be non-empty bytes")
+            _check_key(key)
             cp = sign_checkpoint(cp, key)
         return cp
 

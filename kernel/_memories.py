@@ -79,6 +79,7 @@ from ._events import (
 from ._log import NEW_SESSION, Appended, Draft, Head, Log
 from ._policy import REFRESH_POINTS, Policy
 from ._projection import Projection
+from ._validation import check_text, invalid
 
 __all__ = ["MEMORY_SECTION", "Memory", "MemoryBook", "MemoryManager"]
 
@@ -445,9 +446,7 @@ class MemoryManager:
     """
 
     def __init__(self, log: Log, memory_session: str = "memories") -> None:
-        if not isinstance(memory_session, str) or not memory_session:
-            raise InvalidArgumentError(f"memory_session must be a non-empty session id, found "
-                                    f"{memory_session!r}")
+        check_text(memory_session, "memory_session", what="a non-empty session id")
         self.log = log
         self.memory_session = memory_session
         self._book: MemoryBook | None = None
@@ -527,7 +526,8 @@ class MemoryManager:
             raise InvalidArgumentError(f"retention must be one of {list(RETENTIONS)}, found "
                                     f"{retention!r}")
         if not isinstance(content, str) or not content.strip():
-            raise InvalidArgumentError("a memory needs non-empty content")
+            invalid("content", "a str with more than white space (a memory needs non-empty "
+                    "content)", content, with_type=not isinstance(content, str))
         seqs = tuple(source_seqs)
 
         def build(book: MemoryBook) -> tuple[str, list[MemoryChanged]]:

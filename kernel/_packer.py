@@ -20,7 +20,6 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from ._errors import (
-    InvalidArgumentError,
     UnknownSessionError,
 )
 from ._events import Event, PolicySet
@@ -45,6 +44,7 @@ from ._tokens import (
     open_index,
     seal_chunk,
 )
+from ._validation import check_integer
 
 __all__ = ["Packer"]
 
@@ -68,10 +68,7 @@ class Packer:
 
     def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None,
                  cached_sessions: int = 64) -> None:
-        if not isinstance(cached_sessions, int) or isinstance(cached_sessions, bool) \
-                or cached_sessions < 1:
-            raise InvalidArgumentError(
-                f"cached_sessions must be a positive int, got {cached_sessions!r}")
+        check_integer(cached_sessions, "cached_sessions", min_value=1)
         self.log = log
         self.stages = tuple(stages) if stages is not None else None
         self._names = "" if stages is None else ",".join(name for name, _ in stages)

@@ -33,7 +33,6 @@ Defaults are the documented defaults of those systems (see docs/packing.md).
 from __future__ import annotations
 
 import difflib
-import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -45,6 +44,7 @@ import msgspec
 from ._canonical import normalize
 from ._errors import PolicyError
 from ._models import ModelTable
+from ._validation import check_number, check_type
 
 __all__ = ["POLICY_PARTS", "Policy"]
 
@@ -219,11 +219,8 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         for name in ("warning_ratio", "compact_ratio", "blocking_ratio", "truncate_head_ratio",
                      "summary_budget", "cache_write_price", "cache_read_price", "input_price",
                      "clip_ratio", "summary_gate"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, (int, float))
-                                      or math.isnan(value) or math.isinf(value) or value < 0):
-                raise PolicyError(f"policy field {name!r} must be a finite number >= 0, "
-                                  f"found {value!r}")
+            check_number(getattr(self, name), f"policy field {name!r}", min_value=0,
+                         optional=True, error=PolicyError)
         if self.output_reserve + self.safety_margin >= self.context_window:
             raise PolicyError(
                 f"output_reserve ({self.output_reserve}) + safety_margin "
@@ -344,16 +341,15 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         except tomllib.TOMLDecodeError as exc:
             raise PolicyError(f"policy is not valid TOML: {exc}") from exc
         agents = raw.pop("agents", {})
-        if not isinstance(agents, dict):
-            raise PolicyError("policy key 'agents' must be a table of per-agent tables")
+        check_type(agents, dict, "policy key 'agents'", what="a table of per-agent tables",
+                   error=PolicyError)
         raw = _flatten(raw, "")
         if agent is not None:
             override = agents.get(agent)
             if override is None:
                 raise PolicyError(f"policy has no [agents.{agent}] table; known agents: "
                                   f"{sorted(agents) or 'none'}")
-            if not isinstance(override, dict):
-                raise PolicyError(f"[agents.{agent}] must be a table")
+            check_type(override, dict, f"[agents.{agent}]", what="a table", error=PolicyError)
             raw = {**raw, **_flatten(override, f"agents.{agent}.")}
         return cls.from_dict(raw)
 
@@ -471,8 +467,8 @@ def _flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
         table = raw.get(part)
         if table is None:
             continue
-        if not isinstance(table, dict):
-            raise PolicyError(f"policy key '{where}{part}' must be a table of {part} fields")
+        check_type(table, dict, f"policy key '{where}{part}'", what=f"a table of {part} fields",
+                   error=PolicyError)
         for key, value in table.items():
             if key not in names:
                 home = next((p for p, fields in POLICY_PARTS.items() if key in fields), None)

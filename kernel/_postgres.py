@@ -85,6 +85,7 @@ from ._errors import (
     StoreUnavailableError,
 )
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
+from ._validation import check_integer, check_number, check_type, invalid
 
 try:
     import psycopg
@@ -523,8 +524,7 @@ class PostgresStore(Store):
         if not _HAVE_PSYCOPG:
             raise StoreError("the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
                              "pip install 'turnlog[postgres]'")
-        if not isinstance(url, str):
-            raise InvalidArgumentError(f"url must be a str, found {type(url).__name__}")
+        check_type(url, str, "url", what="a str (postgresql://user@host:port/dbname?...)")
         url, own = _own_params(url)
         try:
             params = conninfo_to_dict(url)
@@ -536,29 +536,24 @@ class PostgresStore(Store):
         url_pool = own.get("pool_size")
         schema = schema if schema is not None else str(url_schema or "turnlog")
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
-            raise InvalidArgumentError(f"schema must be a lowercase identifier (letters, digits, "
-                                       f"_; at most 55, so that the notification channel "
-                                       f"'turnlog.SCHEMA' fits PostgreSQL's 63 bytes), found "
-                                       f"{schema!r}")
+            invalid("schema", "a lowercase identifier (letters, digits, _; at most 55, so that "
+                    "the notification channel 'turnlog.SCHEMA' fits PostgreSQL's 63 bytes)",
+                    schema, with_type=not isinstance(schema, str))
         if pool_size is None:
             try:
                 pool_size = int(str(url_pool)) if url_pool is not None else 8
             except ValueError:
                 raise InvalidArgumentError(f"pool_size in the URL must be an integer, found "
                                            f"{url_pool!r}") from None
-        if not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
-            raise InvalidArgumentError(f"pool_size must be an int from 1 to 1000, found "
-                                       f"{pool_size!r}")
+        check_integer(pool_size, "pool_size", min_value=1, max_value=1000)
         if pool_timeout is None:
             try:
                 pool_timeout = float(own.get("pool_timeout", "30"))
             except ValueError:
                 raise InvalidArgumentError(f"pool_timeout in the URL must be a number of "
                                            f"seconds, found {own['pool_timeout']!r}") from None
-        if isinstance(pool_timeout, bool) or not isinstance(pool_timeout, (int, float)) \
-                or not 0 < pool_timeout <= 3600:
-            raise InvalidArgumentError(f"pool_timeout must be a number of seconds from 0 to "
-                                       f"3600, found {pool_timeout!r}")
+        check_number(pool_timeout, "pool_timeout", min_value=0, exclusive_min=True,
+                     max_value=3600, hint="a number of seconds")
         self.schema = schema
         self.readonly = readonly
         self.create = create

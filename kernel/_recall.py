@@ -42,7 +42,6 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 
-from ._errors import InvalidArgumentError
 from ._events import (
     AssistantMessageAdded,
     Event,
@@ -59,6 +58,7 @@ from ._pack._truncate import capped_recall
 from ._policy import Policy
 from ._projection import Projection
 from ._tokens import TokenCounter, get_counter
+from ._validation import check_integer
 
 __all__ = ["Embedder", "Recaller"]
 
@@ -181,9 +181,7 @@ class Recaller:
 
     def __init__(self, log: Log, *, embed: Embedder | None = None,
                  snippet_chars: int = 800) -> None:
-        if not isinstance(snippet_chars, int) or snippet_chars < 16:
-            raise InvalidArgumentError(f"snippet_chars must be an int >= 16, found "
-                                    f"{snippet_chars!r}")
+        check_integer(snippet_chars, "snippet_chars", min_value=16)
         self.log = log
         self.embed = embed
         self.snippet_chars = snippet_chars
@@ -260,8 +258,7 @@ class Recaller:
             ``snippet_chars`` characters) and the score as a fixed-precision
             string (6 decimals: BM25, or the fused score with ``embed``).
         """
-        if not isinstance(k, int) or k < 0:
-            raise InvalidArgumentError(f"k must be an int >= 0, found {k!r}")
+        check_integer(k, "k", min_value=0)
         terms = list(dict.fromkeys(tokenize(query)))
         with self._lock:
             names = self._names(sessions, exclude_session)

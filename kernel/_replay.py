@@ -29,6 +29,7 @@ incremental engine's contract, which `record` relies on too).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -40,6 +41,7 @@ from ._errors import (
     AppendConflictError,
     InvalidArgumentError,
     ReplayMismatchError,
+    StoreError,
     TokenizerError,
     UnknownSessionError,
 )
@@ -52,6 +54,7 @@ from ._policy import Policy
 from ._projection import Projection
 from ._prompt import Prompt
 from ._tokens import TokenCounter, get_counter
+from ._validation import check_type
 
 __all__ = ["DecisionChange", "Recorded", "Renderer", "ReplayResult", "Replayer", "RequestDiff"]
 
@@ -151,9 +154,7 @@ class Replayer:
     """
 
     def __init__(self, packer: Packer) -> None:
-        if not isinstance(packer, Packer):
-            raise InvalidArgumentError(f"a Replayer needs a Packer, found "
-                                       f"{type(packer).__name__}")
+        check_type(packer, Packer, "packer", what="a Packer (a Replayer borrows its caches)")
         self.packer = packer
         self.log: Log = packer.log
         self._replays: OrderedDict[tuple[str, str], _ReplayView] = OrderedDict()
@@ -230,7 +231,11 @@ class Replayer:
 
         done = self.log.update(session, decide, attempts=attempts)
         assert done is not None
-        packer.flush()
+        # The request is recorded: a failure to save the token counts must not tell the
+        # caller it was not (a retry would record it twice); the counts are derived data
+        # that a later pack counts, and saves, again.
+        with contextlib.suppress(StoreError):
+            packer.flush()
         packed, rendered = made[0]
         return Recorded(packed, done.last_seq, rendered)
 

@@ -49,6 +49,7 @@ import blake3
 import xxhash
 
 from ._errors import TokenizerError
+from ._validation import check_integer, check_number, check_text
 
 __all__ = ["TokenCounter", "get_counter"]
 
@@ -175,8 +176,7 @@ class TiktokenCounter:
 
     def __init__(self, name: str = "cl100k_base", *, path: str | os.PathLike[str] | None = None,
                  max_cached: int = 1_000_000) -> None:
-        if not isinstance(max_cached, int) or isinstance(max_cached, bool) or max_cached < 2:
-            raise TokenizerError(f"max_cached must be an int of at least 2, got {max_cached!r}")
+        check_integer(max_cached, "max_cached", min_value=2)
         self._name = name
         self._encoding: Any = _load_encoding(name, path)
         self._half = max_cached // 2
@@ -240,9 +240,8 @@ class CalibratedCounter:
     """Scales a base counter by a fixed ratio (rounded up per text)."""
 
     def __init__(self, base: TokenCounter, ratio: float) -> None:
-        if not (isinstance(ratio, (int, float)) and math.isfinite(ratio) and 0.1 <= ratio <= 10):
-            raise TokenizerError(f"calibration ratio must be a finite number in [0.1, 10], "
-                                 f"found {ratio!r}")
+        check_number(ratio, "the calibration ratio", min_value=0.1, max_value=10,
+                     error=TokenizerError)
         self._base = base
         self.ratio = float(f"{ratio:.4f}")
 
@@ -277,8 +276,7 @@ def get_counter(spec: str) -> TokenCounter:
     Raises:
         TokenizerError: the encoding cannot be loaded offline.
     """
-    if not isinstance(spec, str) or not spec:
-        raise TokenizerError(f"a tokenizer id is a non-empty str, found {spec!r}")
+    check_text(spec, "a tokenizer id", error=TokenizerError)
     name, _, ratio = spec.partition("*")
     with _COUNTERS_LOCK:
         base = _COUNTERS.get(name)

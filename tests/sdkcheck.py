@@ -20,7 +20,8 @@ import typing_extensions
 
 __all__ = ["check", "problems"]
 
-_TYPED_DICT_META = (type(typing.TypedDict("_A", {})), type(typing_extensions.TypedDict("_B", {})))
+_TYPED_DICT_META = (type(typing.TypedDict("_A", {})),  # type: ignore[operator]
+                    type(typing_extensions.TypedDict("_B", {})))
 
 
 def _is_typed_dict(tp: object) -> bool:

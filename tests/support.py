@@ -13,9 +13,9 @@ import hashlib
 import itertools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import pgserver
@@ -32,7 +32,10 @@ from turnlog.events import (
     ToolResultAdded,
     UserMessageAdded,
 )
+from turnlog.log import Problem, VerifyReport
 from turnlog.stores import LMDBStore, MemoryStore, PostgresStore
+
+T = TypeVar("T")
 
 __all__ = [
     "BACKENDS",
@@ -40,10 +43,14 @@ __all__ = [
     "LogFactory",
     "backend_params",
     "bodies",
+    "body_of",
     "dump",
+    "head_seq",
     "keyed_batch",
+    "problem_of",
     "recompute_hash",
     "safe_text",
+    "texts",
 ]
 
 #: Every backend the conformance suite runs against. A new backend adds one name here
@@ -219,7 +226,7 @@ def iter_all(log: Log) -> Iterator[Event]:
 
 
 #: Text without lone surrogates (valid UTF-8 once encoded).
-safe_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+safe_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 
 
 def bodies(*, big: bool = True) -> st.SearchStrategy[Any]:
@@ -238,3 +245,34 @@ def bodies(*, big: bool = True) -> st.SearchStrategy[Any]:
                   parts=st.lists(st.builds(TextPart, text=safe_text), min_size=1, max_size=3)
                   .map(tuple)),
     )
+
+
+# -- typed access (the tests are type-checked: these narrow what an assertion reads) ----
+def body_of(event: Event, kind: type[T]) -> T:
+    """``event``'s payload, which must be a ``kind``."""
+    body = event.body
+    assert isinstance(body, kind), f"{event.session}#{event.seq} is a {event.kind!r} event"
+    return body
+
+
+def texts(events: Iterable[Event]) -> list[str]:
+    """The ``text`` of each event's payload (user messages, notifications, sections)."""
+    found = []
+    for event in events:
+        text = getattr(event.body, "text", None)
+        assert isinstance(text, str), f"{event.session}#{event.seq} has no text"
+        found.append(text)
+    return found
+
+
+def head_seq(log: Log, session: str) -> int:
+    """The seq of ``session``'s head, which must exist."""
+    head = log.head(session)
+    assert head is not None, f"no session {session!r}"
+    return head.seq
+
+
+def problem_of(report: VerifyReport) -> Problem:
+    """The problem a failed verification names."""
+    assert report.problem is not None, report
+    return report.problem

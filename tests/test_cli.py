@@ -57,7 +57,7 @@ def first_blob(path: Path) -> tuple[turnlog.events.Event, turnlog.events.BlobRef
         for event in log.read(SESSION, kinds=["tool_result"]):
             body = event.body
             if isinstance(body, turnlog.events.ToolResultAdded) and body.blob is not None:
-                return event, event.body.blob
+                return event, body.blob
     raise AssertionError("the demo has no blob")
 
 

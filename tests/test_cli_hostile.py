@@ -62,11 +62,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         log.append(SESSION, [
             turnlog.events.SystemSectionSet(name="base", text="You are a coding agent."),
             turnlog.events.UserMessageAdded(text=HOSTILE),
-            turnlog.events.AssistantMessageAdded(parts=[
+            turnlog.events.AssistantMessageAdded(parts=(
                 turnlog.events.TextPart(text=HOSTILE),
                 turnlog.events.ToolCall(id="c1", name="Bash",
                                         arguments=json.dumps({"cmd": HOSTILE})),
-                turnlog.events.ToolCall(id="c2", name="Deep", arguments=DEEP_ARGS)]),
+                turnlog.events.ToolCall(id="c2", name="Deep", arguments=DEEP_ARGS))),
             turnlog.events.ToolResultAdded(call_id="c1", tool_name="Bash", output=HOSTILE),
             turnlog.events.ToolResultAdded(call_id="c2", tool_name="Deep", output="ok"),
         ])

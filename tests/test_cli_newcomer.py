@@ -246,7 +246,8 @@ def test_a_failed_import_into_an_existing_directory_leaves_it_as_it_was(tmp_path
 def test_compact_says_why_it_skipped(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
         log.append("chat", [turnlog.events.UserMessageAdded(text="hello"),
-                            turnlog.events.AssistantMessageAdded(parts=[turnlog.events.TextPart(text="hi")])])
+                            turnlog.events.AssistantMessageAdded(
+                                parts=(turnlog.events.TextPart(text="hi"),))])
     done = cli(fresh, "compact", "chat")
     assert done.returncode == 0
     line = done.stdout.strip()

@@ -36,7 +36,7 @@ from turnlog.events import (
     UserMessageAdded,
 )
 
-session_ids = st.text(st.characters(min_codepoint=0x20, exclude_categories=("Cs",)),
+session_ids = st.text(st.characters(min_codepoint=0x20, exclude_categories=["Cs"]),
                       min_size=1, max_size=256).filter(lambda s: "\x7f" not in s)
 seqs = st.one_of(st.integers(0, 300), st.integers(0, 2**62))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import turnlog
@@ -181,7 +182,7 @@ def test_rollups_summarize_children_and_packing_expands_breadth_first() -> None:
     assert expanded, "no rollup was expanded under the roomy budget"
 
 
-def _fields(policy: Policy) -> dict[str, object]:
+def _fields(policy: Policy) -> dict[str, Any]:
     return {f: getattr(policy, f) for f in policy.__struct_fields__}
 
 

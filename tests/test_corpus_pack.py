@@ -261,7 +261,7 @@ def load_openhands(path: Path) -> list[SessionItem]:
         last_action = ""
         for i, event in enumerate(events):
             ident = f"oh{n}-{event.get('id', i)}"
-            args = event.get("args") if isinstance(event.get("args"), dict) else {
+            args: dict[str, Any] = event["args"] if isinstance(event.get("args"), dict) else {
                 k: v for k, v in event.items() if k not in ("action", "observation")}
             action, observation = event.get("action"), event.get("observation")
             if action == "message":
@@ -287,7 +287,8 @@ def load_openhands(path: Path) -> list[SessionItem]:
             elif observation:
                 cause = event.get("cause")
                 call_id = f"oh{n}-{cause}" if cause is not None else last_action
-                extras = event.get("extras") if isinstance(event.get("extras"), dict) else {}
+                extras: dict[str, Any] = (event["extras"] if isinstance(event.get("extras"), dict)
+                                          else {})
                 code = extras.get("exit_code", event.get("exit_code"))
                 session.result(call_id, str(event.get("content", "")),
                                is_error=observation == "error",

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from turnlog.adapters.providers import PROVIDERS, render
 from turnlog.errors import InvalidEventError, StoreFullError, StoreReadOnlyError
 from turnlog.events import (
     AssistantMessageAdded,
+    Body,
     CompactionCommitted,
     NotificationAdded,
     RequestIssued,
@@ -621,7 +622,7 @@ def _strings(value: object) -> Iterator[str]:
             yield from _strings(item)
 
 
-SURROGATES = {
+SURROGATES: dict[str, Callable[[], Body]] = {
     "user text": lambda: UserMessageAdded(text="bad \ud800 text"),
     "tool output": lambda: ToolResultAdded(call_id="c", tool_name="Bash", output="\udfff"),
     "tool arguments": lambda: AssistantMessageAdded(parts=(ToolCall(

@@ -871,11 +871,12 @@ def test_codex_apply_patch_calls_import_as_freeform_and_render_natively(store: L
                          for c in calls)
     packed = Packer(store).pack(sid, policy=Policy(context_window=400_000,
                                                    output_reserve=8_000))
-    chat = render_body(packed.prompt, "openai-chat", model="m", max_tokens=100)
+    chat: dict[str, Any] = render_body(packed.prompt, "openai-chat", model="m", max_tokens=100)
     custom = [c for m in chat["messages"] for c in m.get("tool_calls", ())
               if c["type"] == "custom"]
     assert custom and custom[0]["custom"]["input"].startswith("*** Begin Patch")
-    responses = render_body(packed.prompt, "openai-responses", model="m", max_tokens=100)
+    responses: dict[str, Any] = render_body(packed.prompt, "openai-responses", model="m",
+                                            max_tokens=100)
     kinds = [i["type"] for i in responses["input"]]
     assert "custom_tool_call" in kinds and "custom_tool_call_output" in kinds
 

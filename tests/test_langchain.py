@@ -22,6 +22,7 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
+from support import body_of
 from turnlog import Log, Packer, Policy, Replayer
 from turnlog.adapters import Session
 from turnlog.adapters.integrations.langchain import (
@@ -73,7 +74,7 @@ def conversation() -> list[BaseMessage]:
                                                  "id": "call_3", "error": "bad json",
                                                  "type": "invalid_tool_call"}]),
         AIMessage("", tool_calls=[{"name": "look", "args": {}, "id": None}]),
-        ChatMessage("Looks fine to me.", role="critic"),
+        ChatMessage(content="Looks fine to me.", role="critic"),
     ]
 
 
@@ -171,9 +172,10 @@ def test_packed_messages_are_budgeted_recorded_and_replayable(log: Log) -> None:
     assert isinstance(packed[0], SystemMessage) and packed[0].content == "Be brief."
     assert packed[-1] == HumanMessage("last question")
     assert 2 < len(packed) < len(history.messages)  # old turns trimmed to the budget
-    requests = [e for e in log.read("chat") if isinstance(e.body, RequestIssued)]
-    assert len(requests) == 1 and requests[0].body.model == "gpt-test"
-    assert requests[0].body.tokens <= policy.usable
+    requests = log.read("chat", kinds=["request"])
+    assert len(requests) == 1
+    request = body_of(requests[0], RequestIssued)
+    assert request.model == "gpt-test" and request.tokens <= policy.usable
     assert Replayer(Packer(log)).replay("chat", requests[0].seq).ok
     history.add_messages([AIMessage("fine", usage_metadata={
         "input_tokens": 900, "output_tokens": 2, "total_tokens": 902,

@@ -18,7 +18,17 @@ import msgspec
 import pytest
 import turnlog
 import turnlog._log
-from support import GENESIS_HASH, LogFactory, dump, keyed_batch, recompute_hash
+from support import (
+    GENESIS_HASH,
+    LogFactory,
+    body_of,
+    dump,
+    head_seq,
+    keyed_batch,
+    problem_of,
+    recompute_hash,
+    texts,
+)
 from turnlog import Draft, Log
 from turnlog.errors import (
     AppendConflictError,
@@ -66,20 +76,21 @@ def test_append_assigns_dense_seqs_from_zero(log: Log) -> None:
     assert (last.first_seq, last.last_seq) == (3, 3)
     assert [e.seq for e in log.read("s")] == [0, 1, 2, 3]
     assert not any(a.duplicate for a in (first, batch, last))
-    assert last.head_hash == log.head("s").hash == log.get("s", 3).hash
+    head = log.head("s")
+    assert head is not None and last.head_hash == head.hash == log.get("s", 3).hash
 
 
 def test_append_returns_positions_of_the_whole_batch(log: Log) -> None:
     done = log.append("s", [UserMessageAdded(text=str(i)) for i in range(7)])
     assert (done.session, done.first_seq, done.last_seq) == ("s", 0, 6)
-    assert [e.body.text for e in log.read("s")] == [str(i) for i in range(7)]
+    assert texts(log.read("s")) == [str(i) for i in range(7)]
 
 
 def test_sessions_are_numbered_independently(log: Log) -> None:
     fill(log, "a", 3)
     fill(log, "b", 2)
-    assert log.head("a").seq == 2
-    assert log.head("b").seq == 1
+    assert head_seq(log, "a") == 2
+    assert head_seq(log, "b") == 1
     assert log.head("c") is None
 
 
@@ -163,7 +174,7 @@ def test_append_accepts_the_current_head(log: Log) -> None:
     log.append("s", UserMessageAdded(text="a"), expected_seq=NEW_SESSION)
     log.append("s", UserMessageAdded(text="b"), expected_seq=0)
     log.append("s", [UserMessageAdded(text="c"), UserMessageAdded(text="d")], expected_seq=1)
-    assert log.head("s").seq == 3
+    assert head_seq(log, "s") == 3
 
 
 @pytest.mark.parametrize("expected", [NEW_SESSION, 0, 1, 5])
@@ -198,7 +209,7 @@ def test_update_appends_what_decide_makes_of_the_head(log: Log) -> None:
     assert first is not None and second is not None
     assert (first.last_seq, second.last_seq) == (0, 1)
     assert seen == [None, Head("s", 0, first.head_hash)]
-    assert [e.body.text for e in log.read("s")] == ["after -1", "after 0"]
+    assert texts(log.read("s")) == ["after -1", "after 0"]
 
 
 def test_update_with_nothing_to_append_writes_nothing(log: Log) -> None:
@@ -243,7 +254,7 @@ def test_update_that_keeps_conflicting_reports_the_real_head(
         log.update("s", decide, attempts=3)
     assert (info.value.session, info.value.expected, info.value.actual) == ("s", 2, 3)
     assert "3 attempts" in str(info.value)
-    assert log.head("s").seq == 3  # three others landed, never ours
+    assert head_seq(log, "s") == 3  # three others landed, never ours
     assert not any(e.kind == "user" and e.seq > 0 for e in log.read("s"))
 
 
@@ -358,7 +369,7 @@ def test_retry_after_reopen_is_still_a_duplicate(log: Log, reopen: Callable[[Log
     log = reopen(log)
     retry = log.append("s", keyed_batch("b", 4))
     assert retry.duplicate and retry.first_seq == original.first_seq
-    assert log.head("s").seq == 3
+    assert head_seq(log, "s") == 3
 
 
 def test_partial_key_match_is_an_idempotency_error(log: Log) -> None:
@@ -367,7 +378,8 @@ def test_partial_key_match_is_an_idempotency_error(log: Log) -> None:
     mixed = [*keyed_batch("b", 3)[:2], Draft(body=UserMessageAdded(text="new"), key="fresh")]
     with pytest.raises(IdempotencyError):
         log.append("s", mixed)
-    unkeyed = [*keyed_batch("b", 1), UserMessageAdded(text="no key")]
+    unkeyed: list[Draft | UserMessageAdded] = [*keyed_batch("b", 1),
+                                               UserMessageAdded(text="no key")]
     with pytest.raises(IdempotencyError):
         log.append("s", unkeyed)
     assert dump(log) == before
@@ -429,7 +441,7 @@ def test_idempotency_keys_are_scoped_to_their_session(log: Log) -> None:
     log.append("a", keyed_batch("b", 2))
     other = log.append("b", keyed_batch("b", 2))
     assert not other.duplicate
-    assert log.head("b").seq == 1
+    assert head_seq(log, "b") == 1
 
 
 @pytest.mark.parametrize("session", ["s" * 256, "é" * 128, "🙂" * 64, "x" + "€" * 85],
@@ -446,7 +458,7 @@ def test_ids_and_keys_at_their_byte_limits_work_on_every_backend(log: Log,
     assert retry.duplicate and retry.head_hash == first.head_hash
     log.fork(session, 2, session[:-1] + "!", key=keys[0])
     assert [e.key for e in log.read(session)] == keys
-    assert log.head(session).seq == 2  # type: ignore[union-attr]
+    assert head_seq(log, session) == 2  # type: ignore[union-attr]
     assert log.verify().ok and log.verify(session).ok
 
 
@@ -486,7 +498,7 @@ def test_read_from_a_seq_onward_tails_the_session(log: Log) -> None:
     seen = log.read("s")
     fill(log, "s", 3, prefix="new")
     tail = log.read("s", seen[-1].seq + 1)
-    assert [e.body.text for e in tail] == ["new0", "new1", "new2"]
+    assert texts(tail) == ["new0", "new1", "new2"]
     assert log.read("s", 100) == []
 
 
@@ -543,7 +555,7 @@ def test_snapshot_does_not_see_a_concurrent_append(log: Log) -> None:
         assert [h.seq for h in snap.sessions()] == [2]
         with pytest.raises(UnknownSessionError):
             snap.get("s", 3)
-    assert log.head("s").seq == 7
+    assert head_seq(log, "s") == 7
 
 
 def test_snapshot_does_not_see_a_new_session(log: Log) -> None:
@@ -591,7 +603,7 @@ def test_reader_never_sees_half_a_batch(log: Log) -> None:
     writer.join()
     assert not errors
     assert len(seen) >= 2, f"the reader saw only heads {sorted(seen)}"
-    assert (log.head("s").seq + 1) % batch_size == 0
+    assert (head_seq(log, "s") + 1) % batch_size == 0
 
 
 # -- sessions ------------------------------------------------------------------------------
@@ -614,14 +626,14 @@ def test_session_ids_may_be_any_printable_unicode(log: Log) -> None:
         log.append(name, UserMessageAdded(text=name))
     assert sorted(h.session for h in log.sessions()) == sorted(names)
     for name in names:
-        assert log.read(name)[0].body.text == name
+        assert texts(log.read(name)[:1]) == [name]
 
 
 # -- blobs ---------------------------------------------------------------------------------
 def test_large_output_goes_to_a_blob_with_a_preview(log: Log) -> None:
     output = big_output()
     log.append("s", ToolResultAdded(call_id="c", tool_name="bash", output=output))
-    body = log.get("s", 0).body
+    body = body_of(log.get("s", 0), ToolResultAdded)
     assert isinstance(body.blob, BlobRef)
     data = output.encode()
     assert body.blob.size == len(data)
@@ -638,18 +650,19 @@ def test_blob_threshold_is_measured_in_utf8_bytes(log: Log) -> None:
     at_limit = "a" * BIG
     over = "é" * (BIG // 2 + 1)  # fewer characters than the limit, more bytes
     log.append("s", [UserMessageAdded(text=at_limit), UserMessageAdded(text=over)])
-    first, second = log.read("s")
-    assert first.body.blob is None and first.body.text == at_limit
-    assert second.body.blob is not None
-    assert log.blob(second.body.blob).decode() == over
+    first, second = (body_of(e, UserMessageAdded) for e in log.read("s"))
+    assert first.blob is None and first.text == at_limit
+    assert second.blob is not None
+    assert log.blob(second.blob).decode() == over
 
 
 def test_user_messages_and_notifications_move_to_blobs_too(log: Log) -> None:
     text = big_output("n")
     log.append("s", [UserMessageAdded(text=text), NotificationAdded(source="w", text=text)])
-    user, note = log.read("s")
-    assert user.body.blob is not None and user.body.blob == note.body.blob
-    assert log.blob(note.body.blob).decode() == text
+    user = body_of(log.get("s", 0), UserMessageAdded)
+    note = body_of(log.get("s", 1), NotificationAdded)
+    assert user.blob is not None and user.blob == note.blob
+    assert log.blob(note.blob).decode() == text
 
 
 def test_identical_outputs_share_one_blob(log: Log) -> None:
@@ -661,7 +674,9 @@ def test_identical_outputs_share_one_blob(log: Log) -> None:
     with log.store.read() as txn:
         stored = list(txn.blobs())
     assert len(stored) == 2
-    refs = {e.body.blob.hash for s in ("s", "t") for e in log.read(s)}
+    blobs = [body_of(e, ToolResultAdded).blob for s in ("s", "t") for e in log.read(s)]
+    refs = {blob.hash for blob in blobs if blob is not None}
+    assert len(blobs) == 4 and None not in blobs
     assert refs == {digest for digest, _ in stored}
 
 
@@ -671,7 +686,7 @@ def test_put_blob_returns_a_ref_an_event_can_carry(log: Log) -> None:
     assert ref.size == len(image) and ref.media_type == "image/png"
     log.append("s", UserMessageAdded(text="look", images=(ImagePart(media_type="image/png",
                                                                     blob=ref),)))
-    assert log.blob(log.get("s", 0).body.images[0].blob) == image
+    assert log.blob(body_of(log.get("s", 0), UserMessageAdded).images[0].blob) == image
     report = log.verify()
     assert report.ok and report.blobs == 1
 
@@ -748,7 +763,7 @@ def test_rewind_is_an_event_and_the_log_never_shrinks(log: Log) -> None:
     assert [e.hash for e in events[:4]] == hashes
     assert events[4].body == SessionRewound(to_seq=1, reason="user undo")
     log.append("s", SessionRewound(to_seq=-1))
-    assert log.head("s").seq == 5
+    assert head_seq(log, "s") == 5
     assert log.verify().ok
 
 
@@ -787,6 +802,7 @@ def test_checkpoint_records_the_head(log: Log) -> None:
     fill(log, "s", 3)
     cp = log.checkpoint("s")
     head = log.head("s")
+    assert head is not None
     assert cp == Checkpoint(session="s", seq=head.seq, hash=head.hash.hex())
     assert cp.mac == ""
 
@@ -827,8 +843,8 @@ def test_checkpoint_catches_a_truncated_log(logs: LogFactory) -> None:
     assert shorter.verify().ok  # the chain alone cannot tell
     for report in (shorter.verify(checkpoint=cp), shorter.verify(checkpoint=signed, key=b"k")):
         assert not report.ok
-        assert report.problem.session == "s" and report.problem.seq == 9
-        assert "truncated" in report.problem.reason
+        assert problem_of(report).session == "s" and problem_of(report).seq == 9
+        assert "truncated" in problem_of(report).reason
 
 
 def test_checkpoint_catches_a_session_that_is_gone(logs: LogFactory) -> None:
@@ -838,7 +854,7 @@ def test_checkpoint_catches_a_session_that_is_gone(logs: LogFactory) -> None:
     empty = logs.open()
     fill(empty, "other", 1)
     report = empty.verify(checkpoint=cp)
-    assert not report.ok and report.problem.session == "s"
+    assert not report.ok and problem_of(report).session == "s"
 
 
 def test_checkpoint_catches_a_rewritten_chain(logs: LogFactory) -> None:
@@ -852,8 +868,8 @@ def test_checkpoint_catches_a_rewritten_chain(logs: LogFactory) -> None:
     assert rewritten.verify().ok  # a consistent chain, rebuilt from seq 3
     report = rewritten.verify(checkpoint=cp, key=b"k")
     assert not report.ok
-    assert (report.problem.session, report.problem.seq) == ("s", 9)
-    assert "rewritten" in report.problem.reason
+    assert (problem_of(report).session, problem_of(report).seq) == ("s", 9)
+    assert "rewritten" in problem_of(report).reason
 
 
 def test_checkpoint_of_an_unknown_session_raises(log: Log) -> None:
@@ -891,7 +907,7 @@ def test_follow_yields_stored_events_then_new_ones_as_they_come(log: Log) -> Non
     seen: list[str] = []
 
     def follow() -> None:
-        seen.extend(e.body.text for e in log.follow("s", 0, timeout=30, limit=3))
+        seen.extend(texts(log.follow("s", 0, timeout=30, limit=3)))
 
     follower = threading.Thread(target=follow)
     follower.start()
@@ -949,8 +965,8 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
     assert "s#4" in str(outcome[0]) and "another history" in str(outcome[0])
     # The same history caught up: the follower goes on after its last event.
     fill(seen, "s", 1, prefix="next")
-    assert [e.body.text for e in seen.follow("s", 4, after_hash=last.hash.hex(),
-                                             timeout=0)] == ["next0"]
+    assert texts(seen.follow("s", 4, after_hash=last.hash.hex(),
+                                             timeout=0)) == ["next0"]
     with pytest.raises(turnlog.errors.HistoryMismatchError, match="another history"):
         next(restored.follow("s", 4, after_hash=last.hash, timeout=0))
 

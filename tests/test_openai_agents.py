@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -116,11 +116,16 @@ def test_pop_item_rewinds_and_keeps_the_rest_of_a_model_turn(log: Log) -> None:
     assert log.verify("agent").ok
 
 
+def contents(items: Iterable[Any]) -> list[object]:
+    """The ``content`` of each input item (a message)."""
+    return [item["content"] for item in items]
+
+
 def test_clear_session_and_limits(log: Log) -> None:
     session = TurnlogSession(log, "agent", session_settings=SessionSettings(limit=2))
     session.add([{"role": "user", "content": f"m{i}"} for i in range(5)])
-    assert [i["content"] for i in asyncio.run(session.get_items())] == ["m3", "m4"]
-    assert [i["content"] for i in asyncio.run(session.get_items(limit=3))] == ["m2", "m3", "m4"]
+    assert contents(asyncio.run(session.get_items())) == ["m3", "m4"]
+    assert contents(asyncio.run(session.get_items(limit=3))) == ["m2", "m3", "m4"]
     assert asyncio.run(session.get_items(limit=0)) == []
     asyncio.run(session.clear_session())
     assert session.items() == []

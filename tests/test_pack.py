@@ -43,7 +43,7 @@ COUNTER = get_counter("cl100k_base")
 ROOMY = Policy(context_window=200_000, output_reserve=16_000)
 #: Rules 1 (turnlog 0.1.0's), which every old record keeps: the tests of the whole-turn
 #: tail and of summaries that always replace their events (rules 2: tests/test_rules.py).
-RULES1 = {"rules": 1}
+RULES1: dict[str, Any] = {"rules": 1}
 #: Summaries shown at any pressure (rules 2 shows the originals below ``summary_gate``).
 SUMMARIES = msgspec.structs.replace(ROOMY, summary_gate=0.0)
 

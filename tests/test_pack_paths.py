@@ -21,7 +21,7 @@ from turnlog.errors import BudgetExceededError, PolicyError
 from turnlog.packing import DEFAULT_STAGES, Packed, PackState, Projection, get_counter
 from turnlog.testing import SessionItem, build, check_packed, memory_log, policies, sessions
 
-FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
+FAST = settings(deadline=None, max_examples=max(80, settings().max_examples),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 

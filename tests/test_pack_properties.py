@@ -57,7 +57,7 @@ from turnlog.testing import (
 # At least 150 examples; more under a bigger profile (HYPOTHESIS_PROFILE=thorough).
 # (The loaded profile is the parent: HYPOTHESIS_PROFILE=triage skips shrinking.)
 FAST = settings(settings.default, deadline=None,
-                max_examples=max(150, settings.default.max_examples),
+                max_examples=max(150, settings().max_examples),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 SLOW = settings(settings.default, deadline=None, max_examples=1_500,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -24,7 +24,7 @@ import pgserver
 import psycopg
 import pytest
 import turnlog
-from support import LogFactory, dump
+from support import LogFactory, dump, problem_of, texts
 from turnlog import Draft
 from turnlog.adapters.providers import renderer_for
 from turnlog.errors import (
@@ -396,7 +396,7 @@ def test_expected_seq_races_are_decided_by_the_database(logs: LogFactory) -> Non
         t.join()
     assert len(wins) == 1 and len(conflicts) == 7
     assert all((c.expected, c.actual) == (-1, 0) for c in conflicts)
-    assert [e.body.text for e in log.read("new")] == [str(wins[0])]
+    assert texts(log.read("new")) == [str(wins[0])]
 
 
 def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path: Path) -> None:
@@ -671,7 +671,7 @@ def test_a_follower_is_woken_by_a_writer_on_another_connection(
     log.append("s", UserMessageAdded(text="0"))
     seen: list[str] = []
     follower = threading.Thread(target=lambda: seen.extend(
-        e.body.text for e in log.follow("s", 0, timeout=3600, limit=3)), daemon=True)
+        texts(log.follow("s", 0, timeout=3600, limit=3))), daemon=True)
     follower.start()
     other = turnlog.open(url)
     try:
@@ -707,7 +707,7 @@ def test_a_finished_or_closed_follow_unlistens_and_closes_its_connection(
             threading.Event().wait(0.01)
         log.append("s", UserMessageAdded(text="1"))
         reader.join(timeout=60)
-        assert [e.body.text for e in got] == ["1"]  # type: ignore[attr-defined]
+        assert texts(got) == ["1"]  # type: ignore[attr-defined]
         follower.close()
         assert listening(server) == []
         # Nobody holds the cluster-wide notification queue: it does not grow.
@@ -776,7 +776,7 @@ def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothi
         head = writer.head("s")
         assert head is not None
         assert [e.seq for e in seen] == list(range(head.seq + 1))
-        assert [e.body.text for e in seen] == [  # type: ignore[attr-defined]
+        assert texts(seen) == [  # type: ignore[attr-defined]
             "first", *(f"m{i}" for i in range(n)), "end"]
     finally:
         writer.close()
@@ -869,7 +869,7 @@ def test_verify_names_the_first_row_changed_behind_turnlogs_back(logs: LogFactor
                      "'\\x4e'::bytea from length(record)) WHERE session = 's' AND seq IN (2, 4)")
     report = log.verify()
     assert not report.ok
-    assert (report.problem.session, report.problem.seq) == ("s", 2)
+    assert (problem_of(report).session, problem_of(report).seq) == ("s", 2)
 
 
 @pytest.mark.parametrize(("sql", "seq", "reason"), [
@@ -890,8 +890,8 @@ def test_verify_names_an_idempotency_row_changed_with_sql(
         conn.execute(sql.format(s=schema))
     report = log.verify()
     assert not report.ok and report.problem is not None
-    assert (report.problem.session, report.problem.seq) == ("s", seq)
-    assert reason in report.problem.reason and "turnlog copy" in report.problem.reason
+    assert (problem_of(report).session, problem_of(report).seq) == ("s", seq)
+    assert reason in problem_of(report).reason and "turnlog copy" in problem_of(report).reason
     url = pgserver.shared().url(schema=schema)
     assert main(["--store", url, "verify", "s"]) == 1
     assert f"s#{seq}: the idempotency index" in capsys.readouterr().out
@@ -1098,7 +1098,7 @@ def test_copy_racing_a_writer_of_the_target_is_a_conflict_not_corruption(
     with pytest.raises(AppendConflictError, match="written by another writer") as caught:
         turnlog.log.copy_log(source, target, progress=another_writer)
     assert (caught.value.session, caught.value.expected, caught.value.actual) == ("c", -1, 0)
-    assert [e.body.text for e in target.read("c")] == [  # type: ignore[attr-defined]
+    assert texts(target.read("c")) == [  # type: ignore[attr-defined]
         "written meanwhile"]
     assert "unfinished copy" in str(target.verify().problem)
 

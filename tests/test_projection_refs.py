@@ -19,7 +19,7 @@ from turnlog.events import AssistantMessageAdded, TextPart, ToolCall
 from turnlog.packing import Projection
 from turnlog.testing import SessionItem, build, memory_log, project, sessions
 
-FAST = settings(deadline=None, max_examples=max(80, settings.default.max_examples),
+FAST = settings(deadline=None, max_examples=max(80, settings().max_examples),
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 _PATHISH = re.compile(r"[\w./\\-]*\w\.\w{1,8}\b")
 

@@ -40,7 +40,9 @@ from openai.types.responses.response_create_params import (
     ResponseCreateParamsNonStreaming as ResponsesParams,
 )
 from sdkcheck import check
+from support import body_of
 from turnlog import Packer, Policy, Replayer, pack
+from turnlog.adapters import providers
 from turnlog.adapters.importers import import_file
 from turnlog.adapters.providers import (
     EMPTY_TEXT,
@@ -52,7 +54,6 @@ from turnlog.adapters.providers import (
     derived_tool_names,
     render,
     render_args,
-    render_body,
     renderer,
     renderer_for,
     send,
@@ -70,6 +71,7 @@ from turnlog.events import (
     ImagePart,
     NotificationAdded,
     ReasoningPart,
+    RequestIssued,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -79,6 +81,11 @@ from turnlog.events import (
     UserMessageAdded,
 )
 from turnlog.packing import Breakpoint, Message, Prompt, Section
+
+
+def render_body(prompt: Prompt, format: str, **options: Any) -> dict[str, Any]:  # noqa: A002
+    """The rendered body, typed for the indexing an assertion does."""
+    return providers.render_body(prompt, format, **options)
 
 try:  # the shared session generator (the local one below runs in any case)
     from turnlog import testing
@@ -680,7 +687,7 @@ def test_a_recorded_rendering_replays_and_a_different_renderer_is_caught(name: s
     render_a = renderer(name, model="model-a", max_tokens=100)
     recorded = replayer.record("s", format=name, render=render_a, model="model-a")
     assert recorded.rendered == render_a(recorded.packed.prompt)
-    request = log.get("s", recorded.request_seq).body
+    request = body_of(log.get("s", recorded.request_seq), RequestIssued)
     assert request.format == name and request.rendered_hash
     assert replayer.replay("s", recorded.request_seq, render=render_a).ok
     render_b = renderer(name, model="model-b", max_tokens=100)

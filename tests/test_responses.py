@@ -36,6 +36,7 @@ from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_er
 from turnlog.errors import DecodeError
 from turnlog.events import (
     AssistantMessageAdded,
+    Part,
     ProviderErrorReceived,
     ReasoningPart,
     ResponseReceived,
@@ -238,7 +239,7 @@ def _events(stream: str) -> list[dict[str, Any]]:
 
 
 # -- the fixtures are real shapes --------------------------------------------------------------
-STREAM_EVENT = {
+STREAM_EVENT: dict[str, pydantic.TypeAdapter[Any]] = {
     "anthropic": pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent),
     "openai-responses": pydantic.TypeAdapter(openai.types.responses.ResponseStreamEvent),
 }
@@ -776,7 +777,7 @@ def test_sdk_stream_accumulation_agrees_with_the_parser(server: FakeServer) -> N
     _, raw, _ = fetch(server, "anthropic", {"model": "m", "max_tokens": 50, "stream": True})
     parsed = parse_stream("anthropic", raw)
     assert parsed.message is not None
-    sdk_parts = []
+    sdk_parts: list[Part] = []
     for block in final.content:
         if block.type == "thinking":
             sdk_parts.append(ReasoningPart(text=block.thinking, opaque=block.signature,

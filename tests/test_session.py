@@ -262,7 +262,8 @@ def test_system_and_tools_append_only_what_changes(log: Log) -> None:
     assert session.system("base", "Be brief.") is None
     assert session.system("base", "Be brief.", position=5) is not None
     assert session.system("gone", "") is None  # removing what is not there
-    specs = [ToolSpec(name="a"), {"name": "b", "parameters": '{"type":"object"}'}]
+    specs: list[ToolSpec | dict[str, object]] = [
+        ToolSpec(name="a"), {"name": "b", "parameters": '{"type":"object"}'}]
     assert session.tools(specs) is not None
     assert session.tools(specs) is None
     tools = log.read("s1", kinds=["tools"])[-1].body
@@ -272,7 +273,7 @@ def test_system_and_tools_append_only_what_changes(log: Log) -> None:
     tools = log.read("s1", kinds=["tools"])[-1].body
     assert isinstance(tools, ToolsSet) and tools.tools[0].name == "read_file"
     assert json.loads(tools.tools[0].parameters)["properties"]["path"] == {"type": "string"}
-    with pytest.raises(InvalidEventError, match="non-empty name"):
+    with pytest.raises(InvalidEventError, match="name must be a non-empty str"):
         session.tools([{"description": "nameless"}])
     kinds = [e.kind for e in log.read("s1")]
     assert kinds == ["system", "system", "tools", "tools"]
@@ -443,7 +444,7 @@ def test_threads_sharing_one_session_append_everything(tmp_path: Path) -> None:
         session = make(log)
         session.user("go")
         session.prepare()
-        calls = [{"id": f"c{i}", "type": "function",
+        calls: list[dict[str, object]] = [{"id": f"c{i}", "type": "function",
                   "function": {"name": "read_file", "arguments": "{}"}} for i in range(8)]
         session.record(chat_body("", tool_calls=calls))
 
@@ -487,7 +488,10 @@ def test_racing_results_for_one_call_append_exactly_one(tmp_path: Path) -> None:
         first.prepare()
         first.record(chat_body("", tool_calls=[{"id": "c1", "type": "function", "function": {
             "name": "read_file", "arguments": "{}"}}]))
-        errors = run_threads(6, lambda i: make(log).tool_result("c1", f"result {i}"))
+        def answer(i: int) -> None:
+            make(log).tool_result("c1", f"result {i}")
+
+        errors = run_threads(6, answer)
         results = log.read("s1", kinds=["tool_result"])
         assert len(results) == 1 and len(errors) == 5
         assert all(isinstance(e, InvalidEventError) and "already answered" in str(e)
@@ -637,7 +641,8 @@ def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
         users = [e.body.text for e in events if isinstance(e.body, UserMessageAdded)]
         assert sorted(users) == sorted(f"{w} says {i}" for w in "AB" for i in range(rounds))
         requests = {e.seq for e in events if isinstance(e.body, RequestIssued)}
-        answered = [e.body.request_seq for e in events if isinstance(e.body, ResponseReceived)]
+        answered = [e.body.request_seq for e in events
+                    if isinstance(e.body, ResponseReceived) and e.body.request_seq is not None]
         assert len(requests) == 2 * rounds and sorted(answered) == sorted(requests)
         messages = [e for e in events if isinstance(e.body, AssistantMessageAdded)]
         assert len(messages) == 2 * rounds

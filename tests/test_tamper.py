@@ -45,6 +45,7 @@ def build(path: Path) -> dict[str, object]:
         log.append("t", [UserMessageAdded(text="other session")])
         assert done.first_seq == BLOB_SEQ
         body = log.get("s", BLOB_SEQ).body
+        assert isinstance(body, ToolResultAdded)
         assert body.blob is not None and BLOB_MARKER.decode() not in body.output
         events = log.read("s")
         assert log.verify().ok
@@ -270,6 +271,7 @@ def test_verify_reports_a_malformed_head_entry_instead_of_raising(tmp_path: Path
         log.append("y", [UserMessageAdded(text=t) for t in ("a", "b")])
         with store._env.begin(write=True) as txn:
             head = txn.get(b"y", db=store._dbs[b"heads"])
+            assert head is not None
             txn.put(b"y", head[:39], db=store._dbs[b"heads"])
         report = log.verify()
         assert not report.ok and report.problem is not None

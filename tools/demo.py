@@ -30,6 +30,7 @@ import turnlog
 from turnlog import Compactor, Draft, Packer, Replayer
 from turnlog.events import ProviderErrorReceived, ResponseReceived, Usage, UserMessageAdded
 from turnlog.memories import MemoryManager
+from turnlog.validation import check_integer
 
 __all__ = [
     "DEFAULT_SESSION",
@@ -122,10 +123,8 @@ def demo_events(turns: int = DEFAULT_TURNS) -> list[list[Draft]]:
     Raises:
         InvalidArgumentError: ``turns`` is below 1 or above `MAX_TURNS`.
     """
-    if isinstance(turns, bool) or not isinstance(turns, int) or not 1 <= turns <= MAX_TURNS:
-        raise turnlog.errors.InvalidArgumentError(
-            f"the demo has 1 to {MAX_TURNS} turns, found {turns!r}; pass a number in "
-            "that range")
+    check_integer(turns, "turns", min_value=1, max_value=MAX_TURNS,
+                  hint=f"the demo has 1 to {MAX_TURNS} turns")
     return [_TURN.decode(line) for line in _lines()[:turns]]
 
 

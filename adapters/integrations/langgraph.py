@@ -91,6 +91,7 @@ from turnlog import Draft, Log, Packer, Policy
 from turnlog.errors import InvalidArgumentError, StoreCorruptError, UnknownSessionError
 from turnlog.events import BlobRef, SessionRewound, StateSaved
 from turnlog.packing import ModelTable
+from turnlog.validation import check_type
 
 from .langchain import META_KEY, TurnlogChatMessageHistory
 
@@ -183,8 +184,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def __init__(self, log: Log, *, prefix: str = "", serde: SerializerProtocol | None = None,
                  clock: Callable[[], int] | None = None) -> None:
         super().__init__(serde=serde)
-        if not isinstance(log, Log):
-            raise InvalidArgumentError(f"log must be a turnlog Log, found {type(log).__name__}")
+        check_type(log, Log, "log", what="a turnlog Log")
         self.log = log
         self.prefix = prefix
         self._clock = clock

@@ -68,6 +68,7 @@ from collections.abc import Callable, Mapping
 
 from turnlog.events import RequestIssued, TextPart
 from turnlog.packing import Message, Prompt
+from turnlog.validation import check_integer, check_text, invalid
 
 from ._registry import provider
 from ._wire import (
@@ -110,11 +111,8 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
     """
     spec = provider(format)
     _check_version(version)
-    if not isinstance(model, str) or not model:
-        raise RenderError(f"model must be a non-empty str, found {model!r}")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(
-            max_tokens, int) or max_tokens < 1):
-        raise RenderError(f"max_tokens must be a positive int or None, found {max_tokens!r}")
+    check_text(model, "model", error=RenderError)
+    check_integer(max_tokens, "max_tokens", min_value=1, optional=True, error=RenderError)
     if max_tokens is None and spec.max_tokens_required:
         raise RenderError(f"the {format} format needs max_tokens (the API requires it)")
     problems = prompt.problems()
@@ -166,10 +164,10 @@ def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
         raise RenderError("the record's render_args must be a JSON object")
     max_tokens = args.get("max_tokens")
     extra = args.get("extra")
-    if max_tokens is not None and not isinstance(max_tokens, int):
-        raise RenderError(f"render_args.max_tokens must be an int, found {max_tokens!r}")
+    check_integer(max_tokens, "render_args.max_tokens", min_value=1, optional=True,
+                  error=RenderError)
     if extra is not None and not isinstance(extra, dict):
-        raise RenderError("render_args.extra must be a JSON object")
+        invalid("render_args.extra", "a JSON object", extra, with_type=True, error=RenderError)
     return renderer(request.format, model=request.model, max_tokens=max_tokens,
                     blobs=blobs, extra=extra, version=_recorded_version(args))
 

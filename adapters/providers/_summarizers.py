@@ -29,6 +29,7 @@ from turnlog.compaction import Summary, SummaryRequest
 from turnlog.errors import InvalidArgumentError
 from turnlog.events import ProviderErrorReceived, TextPart
 from turnlog.packing import Message, Prompt, Section
+from turnlog.validation import check_number, check_text
 
 from ._client import DEFAULT_BASE_URLS, ProviderError, send
 from ._registry import provider
@@ -61,11 +62,8 @@ def _text_of(reply: Reply, summarizer: str) -> str:
 
 
 def _check(model: str, timeout: float) -> None:
-    if not isinstance(model, str) or not model:
-        raise InvalidArgumentError(f"model must be a non-empty str, found {model!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise InvalidArgumentError(
-            f"timeout must be a positive number of seconds, found {timeout!r}")
+    check_text(model, "model")
+    check_number(timeout, "timeout", min_value=0, exclusive_min=True, hint="a number of seconds")
 
 
 def _body(format: str, model: str, request: SummaryRequest,  # noqa: A002
