@@ -39,6 +39,7 @@ import msgspec
 
 from ._errors import (
     AppendConflictError,
+    IdempotencyError,
     InvalidArgumentError,
     ReplayMismatchError,
     StoreError,
@@ -68,11 +69,13 @@ Renderer = Callable[[Prompt], bytes]
 
 class Recorded(msgspec.Struct, frozen=True):
     """A recorded request: the packed prompt, the seq of its record, and the
-    rendered request body when a renderer was given."""
+    rendered request body when a renderer was given; ``duplicate`` when the
+    record's key was stored already and this is the stored request."""
 
     packed: Packed
     request_seq: int
     rendered: bytes = b""
+    duplicate: bool = False
 
 
 class ReplayResult(msgspec.Struct, frozen=True):
@@ -180,9 +183,15 @@ class Replayer:
                 model, as a string its adapter can read back (recorded, so replay can
                 build the same renderer again).
             attempts: tries (`Log.update`) when other writers keep moving the head.
-            key: idempotency key of the ``RequestIssued`` event.
+            key: idempotency key of the ``RequestIssued`` event. A key already stored
+                is a retry (after a crash or a lost answer): the stored request comes
+                back, re-packed and re-rendered (``duplicate=True``), and nothing is
+                appended.
 
         Raises:
+            IdempotencyError: ``key`` is stored for an event that is not a request.
+            ReplayMismatchError: the stored request does not re-render to its
+                recorded hash with ``render``.
             AppendConflictError: the head kept moving for ``attempts`` tries, or
                 another writer put a different policy in force while recording
                 (nothing of the request was written).
@@ -190,6 +199,9 @@ class Replayer:
         packer = self.packer
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
+        stored = self.log.find_key(session, key) if key is not None else None
+        if stored is not None:
+            return self._stored(session, stored, render)
 
         def in_force(use: Policy) -> bool:
             found = packer._policy_event(session)
@@ -238,6 +250,20 @@ class Replayer:
             packer.flush()
         packed, rendered = made[0]
         return Recorded(packed, done.last_seq, rendered)
+
+    def _stored(self, session: str, seq: int, render: Renderer | None) -> Recorded:
+        """The request a retried `record` stored at ``seq``, re-packed and re-rendered."""
+        body = self.log.get(session, seq).body
+        if not isinstance(body, RequestIssued):
+            raise IdempotencyError(f"the key of this record is stored at {session}#{seq}, a "
+                                   f"{type(body).__name__} event; use a new key for a request")
+        packed = self.repack(session, seq)
+        rendered = render(packed.prompt) if render is not None else b""
+        if render is not None and blake3.blake3(rendered).hexdigest() != body.rendered_hash:
+            raise ReplayMismatchError(f"the request stored under this key ({session}#{seq}) "
+                                      "does not re-render to its recorded hash; was it "
+                                      "recorded with another renderer?")
+        return Recorded(packed, seq, rendered, duplicate=True)
 
     # -- replay and explain --------------------------------------------------------------
     def _request(self, session: str, request_seq: int) -> RequestIssued:

@@ -17,7 +17,7 @@ import turnlog
 import turnlog._log
 import turnlog.adapters
 from support import LogFactory, backend_params
-from turnlog import Log, Packer, Policy, Replayer
+from turnlog import Draft, Log, Packer, Policy, Replayer
 from turnlog.adapters.providers import ProviderError, RenderError, parse_response, send
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error, overflow_error
 from turnlog.adapters.session import Answer, Request, Session
@@ -295,6 +295,27 @@ def test_a_request_takes_errors_then_one_response(log: Log) -> None:
                                                                      answer.last_seq)
     with pytest.raises(InvalidEventError, match="not a request record"):
         session.record(chat_body("x"), request_seq=0)
+
+
+def test_a_keyed_record_retried_returns_the_stored_request(log: Log) -> None:
+    # As an integration's packed_messages(key=...) does after a crash: the request was
+    # recorded, and the head has moved since (the record itself, then a reply).
+    log.append("s", UserMessageAdded(text="hi"))
+    replayer = Replayer(Packer(log))
+    render = turnlog.adapters.providers.renderer("openai-chat", model="m", max_tokens=None,
+                                                 blobs=log.blob)
+    first = replayer.record("s", policy=POLICY, model="m", format="openai-chat", render=render,
+                            key="req-1")
+    log.append("s", NotificationAdded(source="other", text="meanwhile"))
+    before = len(log.read("s"))
+    again = replayer.record("s", policy=POLICY, model="m", format="openai-chat",
+                            render=render, key="req-1")
+    assert again.duplicate and not first.duplicate and len(log.read("s")) == before
+    assert (again.request_seq, again.rendered) == (first.request_seq, first.rendered)
+    assert again.packed.prompt == first.packed.prompt
+    log.append("s", Draft(body=NotificationAdded(source="x", text="y"), key="note-1"))
+    with pytest.raises(IdempotencyError, match="NotificationAdded"):
+        replayer.record("s", policy=POLICY, model="m", key="note-1")
 
 
 def test_prepare_with_a_used_key_returns_the_stored_request(log: Log) -> None:
