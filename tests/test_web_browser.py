@@ -231,7 +231,7 @@ def test_the_replay_button_names_the_first_difference(watched: Watched,
         real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
                                                           output_reserve=1000))
         body = log.get("d", real.request_seq).body
-        assert isinstance(body, turnlog.RequestIssued)
+        assert isinstance(body, turnlog.events.RequestIssued)
         forged = msgspec.structs.replace(body, prompt_hash="0" * 64,
                                          digests=bytes(8) + body.digests[8:])
         seq = log.append("d", forged).last_seq
