@@ -1,0 +1,107 @@
+"""The ``import`` verb: transcripts of other agents into the log."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+import turnlog
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+from rich.progress import Progress as ProgressBar
+from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
+
+from ..terminal import make_console, print_table, visible
+from ._common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    _cli_words,
+    _emit,
+    _open,
+    _out,
+    _plural,
+    _remove_store,
+    _say,
+    _store_path,
+)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    totals = {"events": 0, "appended": 0, "tool_calls": 0, "blobs": 0, "tokens": 0}
+    files: list[ImportSummary] = []
+    skipped: list[SkippedRecord] = []
+    failed: list[tuple[str, str]] = []
+    store = _store_path(args)
+    existed, had_store = store.exists(), (store / "data.mdb").exists()
+    console = make_console(sys.stderr)
+    show = console.is_terminal and not args.json
+    written = False
+    try:
+        with _open(args, write=True) as log, ProgressBar(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                console=console, transient=True, disable=not show) as bar:
+            task = bar.add_task("importing", total=None)
+
+            def progress(p: Progress) -> None:
+                bar.update(task, description=visible(f"importing {p.path[-60:]} (file "
+                                                     f"{p.files_done + 1} of {p.files_total})"),
+                           completed=p.events_done, total=p.events_total or None)
+
+            for path in args.paths:
+                try:
+                    summary = import_path(log, path, format=args.format, session=args.session,
+                                          skip_bad=args.skip_bad, progress=progress,
+                                          keep_going=args.keep_going)
+                except turnlog.errors.ImportFormatError as exc:
+                    failed.append((path, _cli_words(str(exc))))
+                    if args.json:
+                        _emit({"type": "error", "path": path, "error": failed[-1][1]},
+                              sys.stdout)
+                    if args.keep_going:
+                        continue
+                    break
+                for key in ("events", "appended", "tool_calls", "blobs"):
+                    totals[key] += getattr(summary, key)
+                totals["tokens"] += summary.tokens
+                files += summary.files or ([summary] if summary.sources else [])
+                skipped += summary.skipped
+                if args.json:
+                    _emit({"type": "file", "path": path, "format": summary.format,
+                           "sessions": list(summary.sessions), "events": summary.events,
+                           "appended": summary.appended, "tool_calls": summary.tool_calls,
+                           "blobs": summary.blobs, "tokens": summary.tokens,
+                           "skipped": [msgspec.to_builtins(s) for s in summary.skipped]},
+                          sys.stdout)
+            written = bool(log.sessions())
+    finally:
+        if not had_store and not written:
+            _remove_store(store, existed)  # an import that wrote nothing leaves no store
+    sessions = [x for f in files for x in f.sessions]
+    code = EXIT_OK if files and not failed else EXIT_ERROR
+    if args.json:
+        _emit({"type": "result", **totals, "sessions": sessions,
+               "skipped": len(skipped)}, sys.stdout)
+        return code
+    if files:
+        print_table(_out(), [("FILE", "left"), ("FORMAT", "left"), ("SESSIONS", "left"),
+                             ("EVENTS", "right"), ("NEW", "right"), ("SKIPPED", "right")],
+                    ([f.sources[0] if f.sources else "", f.format, ", ".join(f.sessions),
+                      f.events, f.appended, len(f.skipped) or ""] for f in files))
+    for record in skipped:
+        _say(f"skipped {_cli_words(str(record))}", "yellow")
+    if files:
+        print(f"imported {_plural(len(files), 'file')} into {_plural(len(sessions), 'session')}"
+              f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "
+              f"{_plural(totals['tool_calls'], 'tool call')}, {_plural(totals['blobs'], 'blob')}"
+              f", {_plural(totals['tokens'], 'token')} of reported usage")
+    for _, error in failed:
+        print(f"turnlog: error: {error}", file=sys.stderr)
+    if not files and not failed:
+        print(f"turnlog: error: nothing imported from {', '.join(args.paths)}: no transcript "
+              "of a known format found" + (f" ({_plural(len(skipped), 'file')} skipped, "
+                                           "listed above)" if skipped else "")
+              + "; give transcript files (or --format FORMAT to force one)", file=sys.stderr)
+    elif failed and files and not args.keep_going:
+        print("the paths before the failed one were imported; pass --keep-going to import the "
+              "rest (what was imported is not appended twice)", file=sys.stderr)
+    return code

@@ -1,0 +1,310 @@
+"""Verbs on a store: ``sessions``, ``log``, ``show``, ``verify``, ``copy``,
+``checkpoint``, ``export``, ``blob``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import turnlog
+from turnlog.events import event_to_json
+
+from ..summary import format_size, format_time, loads_json, summarize
+from ..terminal import Column, print_table
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    _emit,
+    _open,
+    _open_store,
+    _out,
+    _plural,
+    _problem_json,
+    _read_checkpoint,
+    _read_key,
+    _refs,
+    _say,
+    _UsageError,
+    _verify_progress,
+    _write_line,
+    _write_output,
+    _write_stdout_bytes,
+)
+
+
+def _cmd_sessions(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        heads = log.sessions()
+        location = turnlog.stores.hide_credentials(log.store.location)
+        unfinished = turnlog.log.unfinished_copy(log)
+    if args.json:
+        _emit({"store": location, "unfinished_copy": unfinished, "sessions": [
+            {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
+             "head_hash": h.hash.hex()} for h in heads]}, sys.stdout)
+        return EXIT_OK
+    if unfinished is not None:
+        _say(f"warning: {unfinished}", "yellow")
+    if not heads:
+        print("no sessions")
+        return EXIT_OK
+    columns: list[Column] = [("SESSION", "left"), ("HEAD", "right"), ("EVENTS", "right"),
+                             ("HEAD HASH", "left")]
+    print_table(_out(), columns, ([h.session, h.seq, h.seq + 1, h.hash.hex()[:16]]
+                                  for h in heads))
+    return EXIT_OK
+
+
+def _log_record(event: turnlog.events.Event) -> dict[str, Any]:
+    record: dict[str, Any] = {"session": event.session, "seq": event.seq, "kind": event.kind,
+                              "time": event.time, "key": event.key,
+                              "causation": event.causation, "hash": event.hash.hex(),
+                              "summary": summarize(event, 200)}
+    blob = getattr(event.body, "blob", None)
+    if isinstance(blob, turnlog.events.BlobRef):
+        record["blob"] = blob.hash
+    return record
+
+
+def _cmd_log(args: argparse.Namespace) -> int:
+    count = 0
+    with _open(args) as log, log.snapshot() as snap:
+        for event in snap.iter(args.session, args.start, kinds=args.kind):
+            if args.limit is not None and count >= args.limit:
+                break
+            count += 1
+            if args.json:
+                _emit(_log_record(event), sys.stdout)
+            else:
+                _write_line(f"{event.seq:>6}  {format_time(event.time)}  {event.kind:<14} "
+                            f"{summarize(event, 72)}", sys.stdout)
+    return EXIT_OK
+
+
+def _ordered(raw: Any, obj: object) -> Any:
+    """``raw`` (the JSON form of ``obj``) with struct keys in definition order, tag first."""
+    fields = getattr(type(obj), "__struct_fields__", None)
+    if fields is not None and isinstance(raw, dict):
+        keys = (["type"] if "type" in raw else []) + [f for f in fields if f in raw]
+        return {k: raw[k] if k == "type" else _ordered(raw[k], getattr(obj, k)) for k in keys}
+    if isinstance(raw, list) and isinstance(obj, (list, tuple)) and len(raw) == len(obj):
+        return [_ordered(r, o) for r, o in zip(raw, obj, strict=True)]
+    return raw
+
+
+def _is_block(value: object) -> bool:
+    return isinstance(value, str) and ("\n" in value or len(value) > 100)
+
+
+def _width(names: Iterable[object]) -> int:
+    """The name column of one level of `show`: the longest name, at least 10."""
+    return max([10, *(len(str(name)) for name in names)])
+
+
+def _render_value(name: str, value: object, indent: str, lines: list[str],
+                  width: int = 10) -> None:
+    if _is_block(value):
+        assert isinstance(value, str)
+        lines.append(f"{indent}{name}")
+        lines.extend(f"{indent}  | {line}" for line in value.split("\n"))
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        lines.append(f"{indent}{name}")
+        for i, item in enumerate(value):
+            skip = {"type"}
+            label = f"[{i}] {item.get('type', '')}".rstrip()
+            if item.get("type") == "tool_call":
+                label += f"  {item.get('name', '')}  {item.get('id', '')}"
+                skip |= {"name", "id"}
+            lines.append(f"{indent}  {label}")
+            level = _width(k for k in item if k not in skip)
+            for k, v in item.items():
+                if k in skip:
+                    continue
+                if k == "arguments" and item.get("type") == "tool_call":
+                    _render_arguments(v, indent + "      ", lines)
+                else:
+                    _render_value(k, v, indent + "      ", lines, level)
+    else:
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        lines.append(f"{indent}{name:<{width}} {shown}")
+
+
+def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
+    """A tool call's arguments: one line per argument when they are a JSON object."""
+    parsed = loads_json(text)
+    if not isinstance(parsed, dict) or not parsed:
+        _render_value("arguments", text, indent, lines)
+        return
+    rendered = [f"{indent}arguments"]
+    level = _width(parsed)
+    try:
+        for key, value in parsed.items():
+            _render_value(str(key), value, indent + "  ", rendered, level)
+    except RecursionError:  # parsed, but too deep to print again: show the text
+        _render_value("arguments", text, indent, lines)
+        return
+    lines.extend(rendered)
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        seq = args.seq
+        if seq < 0:
+            top = log.head(args.session)
+            if top is None:
+                raise turnlog.errors.UnknownSessionError(
+                    f"no session {args.session!r} in this log; "
+                    "list sessions with `turnlog sessions`")
+            seq = top.seq + 1 + seq
+            if seq < 0:
+                raise _UsageError(f"seq {args.seq} is before the first event "
+                                  f"(the session has {top.seq + 1})")
+        event = log.get(args.session, seq)
+    raw = json.loads(event_to_json(event))
+    if args.json:
+        _emit(raw, sys.stdout)
+        return EXIT_OK
+    lines = [f"{event.session}#{event.seq}  {event.kind}",
+             f"time       {format_time(event.time, precise=True)} UTC ({event.time})"
+             if event.time is not None else "time       -",
+             f"key        {event.key or '-'}", f"causation  {event.causation or '-'}",
+             f"prev       {event.prev.hex()}", f"hash       {event.hash.hex()}"]
+    if event.meta:
+        lines.append(f"meta       {json.dumps(raw['meta'], ensure_ascii=False)}")
+    lines.append("")
+    body = _ordered(raw["body"], event.body)
+    level = _width(name for name in body if name != "type")
+    for name, value in body.items():
+        if name == "type":
+            continue
+        if name == "blob" and isinstance(value, dict):
+            lines.append(f"{'blob':<{level}} {value['hash']} ({format_size(value['size'])}, "
+                         f"{value.get('media_type', 'text/plain; charset=utf-8')}); the text "
+                         "stored in the event is a preview, `turnlog blob HASH` prints it all")
+            continue
+        _render_value(name, value, "", lines, level)
+    _write_line("\n".join(lines), sys.stdout)
+    return EXIT_OK
+
+
+def _cmd_copy(args: argparse.Namespace) -> int:
+    with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
+        copied = turnlog.log.copy_log(source, target, sessions=args.session)
+        if args.session:  # the copied sessions (each with its lineage), not the whole target
+            reports = [target.verify(session) for session in dict.fromkeys(args.session)]
+            report = next((r for r in reports if not r.ok), reports[-1])
+        else:
+            report = target.verify()
+        where = turnlog.stores.hide_credentials(target.store.location)
+    if args.json:
+        _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
+               "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
+               "problem": _problem_json(report.problem)}, sys.stdout)
+    else:
+        print(f"copied {_plural(copied.sessions, 'session')}, {_plural(copied.events, 'event')}"
+              f", {_plural(copied.blobs, 'blob')} and {_plural(copied.cached, 'cached count')} "
+              f"to {where}")
+        print("verify: ok" if report.ok else f"verify: FAILED: {report.problem}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    if args.key_file is not None and args.checkpoint is None:
+        raise _UsageError("--key-file needs --checkpoint (the key checks the checkpoint's MAC)")
+    checkpoint = _read_checkpoint(args.checkpoint) if args.checkpoint is not None else None
+    key = _read_key(args.key_file)
+    cp_json = None if checkpoint is None else {
+        "session": checkpoint.session, "seq": checkpoint.seq, "hash": checkpoint.hash,
+        "signed": bool(checkpoint.mac)}
+    with _open(args) as log:
+        try:
+            report = log.verify(args.session, checkpoint=checkpoint, key=key,
+                                strict=args.strict,
+                                progress=_verify_progress if args.progress else None)
+        except turnlog.errors.VerificationError as exc:
+            if args.json:
+                _emit({"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
+                      sys.stdout)
+            else:
+                _say(f"FAILED: checkpoint: {exc}", "bold red")
+            return EXIT_FAILED
+    if args.json:
+        _emit({"ok": report.ok, "problem": _problem_json(report.problem),
+               "sessions": report.sessions, "events": report.events, "blobs": report.blobs,
+               "checkpoint": cp_json, "warnings": list(report.warnings)}, sys.stdout)
+    elif report.ok:
+        extra = ""
+        if checkpoint is not None:
+            extra = (f"; extends checkpoint {checkpoint.session}#{checkpoint.seq} "
+                     f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
+        _say(f"ok: {_plural(report.sessions, 'session')}, {_plural(report.events, 'event')}, "
+             f"{_refs(report.blobs)} intact{extra}", "green")
+        for warning in report.warnings:
+            _say(f"warning: {warning}", "yellow")
+    else:
+        _say(f"FAILED: {report.problem}", "bold red")
+        print(f"(checked {_plural(report.events, 'event')} in "
+              f"{_plural(report.sessions, 'session')} before stopping)", file=sys.stderr)
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _cmd_checkpoint(args: argparse.Namespace) -> int:
+    key = _read_key(args.key_file)
+    with _open(args) as log:
+        cp = log.checkpoint(args.session, key=key)
+    text = json.dumps({"session": cp.session, "seq": cp.seq, "hash": cp.hash, "mac": cp.mac})
+    _write_output(args.output, (text + "\n").encode())
+    if args.output is not None:
+        print(f"wrote checkpoint {cp.session}#{cp.seq} ({cp.hash[:16]}"
+              f"{', signed' if cp.mac else ''}) to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    with _open(args) as log, log.snapshot() as snap:
+        lines: Iterable[bytes] = turnlog.log.export_events(log, args.session) if args.complete \
+            else (event_to_json(event) + b"\n" for event in snap.iter(args.session))
+        if args.output is None:
+            sys.stdout.flush()
+            for line in lines:
+                _write_stdout_bytes(line)
+            return EXIT_OK
+        try:
+            with open(args.output, "wb") as handle:
+                count = 0
+                for line in lines:
+                    handle.write(line)
+                    count += not line.startswith(b'{"blob"')
+        except OSError as exc:
+            raise _UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from exc
+    print(f"exported {count} events{' with their blobs' if args.complete else ''} of "
+          f"{args.session!r} to {args.output}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _find_blob(log: turnlog.Log, prefix: str) -> str:
+    digest = prefix.lower()
+    if not digest or any(c not in "0123456789abcdef" for c in digest) or len(digest) > 64:
+        raise _UsageError(f"blob hash must be hex (a full 64-digit hash or a prefix of at "
+                          f"least 8 digits), found {prefix!r}")
+    if len(digest) == 64:
+        return digest
+    if len(digest) < 8:
+        raise _UsageError(f"blob hash prefix {prefix!r} is too short; give at least 8 hex digits")
+    with log.store.read() as txn:
+        found = [d for d, _ in txn.blobs() if d.startswith(digest)]
+    if not found:
+        raise turnlog.errors.BlobNotFoundError(f"no blob starting with {prefix!r} in this log")
+    if len(found) > 1:
+        raise _UsageError(f"blob prefix {prefix!r} is ambiguous ({len(found)} blobs); "
+                          "give more digits")
+    return found[0]
+
+
+def _cmd_blob(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        data = log.blob(_find_blob(log, args.hash))
+    _write_output(args.output, data)
+    return EXIT_OK
