@@ -11,9 +11,10 @@ Four jobs, one subpackage (or module) each; all depend on ``turnlog`` only:
 * ``turnlog.adapters.integrations``: orchestrator integrations (LangChain, the
   OpenAI Agents SDK), each imported on its own.
 * ``turnlog.adapters.session``: the `Session` facade an orchestrator drives,
-  re-exported here: ``from turnlog.adapters import Session``.
+  and its asyncio twin `AsyncSession`, re-exported here:
+  ``from turnlog.adapters import Session``.
 """
 
-from .session import Answer, Request, Session
+from .session import Answer, AsyncSession, Request, Session
 
-__all__ = ["Answer", "Request", "Session"]
+__all__ = ["Answer", "AsyncSession", "Request", "Session"]

@@ -1,6 +1,7 @@
 """An agent loop on turnlog: three tools, a scripted local model, every request replayed.
 
-Run it with ``python -m turnlog.adapters.example_agent [STORE_DIR]``. Nothing
+Run it with ``python -m turnlog.adapters.example_agent [--async] [STORE_DIR]``
+(``--async``: the same loop on `AsyncSession`, awaited on an event loop). Nothing
 leaves this machine: the model is a `FakeServer` on 127.0.0.1 speaking the
 OpenAI Chat Completions wire format, scripted to list a directory, then read a
 file and compute a total in parallel calls, then answer. The loop itself is
@@ -11,6 +12,7 @@ what a real orchestrator runs against a real endpoint (change ``base_url``,
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import math
 import operator
@@ -22,12 +24,13 @@ from pathlib import Path
 
 import turnlog
 from turnlog import Log, Policy
-from turnlog.adapters import Session
-from turnlog.adapters.providers import send
+from turnlog.adapters import AsyncSession, Session
+from turnlog.adapters.providers import asend, send
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 from turnlog.events import ToolCall
 
-__all__ = ["SCRIPT", "TOOLS", "calculate", "list_dir", "main", "read_file", "run", "run_tool"]
+__all__ = ["SCRIPT", "TOOLS", "arun", "calculate", "list_dir", "main", "read_file", "run",
+           "run_tool"]
 
 TOOLS = [
     {"name": "list_dir", "description": "List the entries of a workspace directory.",
@@ -156,9 +159,42 @@ def run(log: Log, workspace: Path, base_url: str, question: str, *,
     raise RuntimeError(f"no answer after {max_steps} steps")
 
 
+async def arun(log: Log, workspace: Path, base_url: str, question: str, *,
+               echo: Callable[[str], object] = print, max_steps: int = 10,
+               session_id: str = "example") -> tuple[AsyncSession, str]:
+    """`run` on asyncio: the same loop, every log and HTTP call awaited."""
+    session = AsyncSession(log, session_id, model="fake-model", format="openai-chat",
+                           max_tokens=1024,
+                           policy=Policy(context_window=16_000, output_reserve=1024),
+                           clock=lambda: time.time_ns() // 1000)
+    await session.system("base", "You are a careful assistant. Look at the workspace with "
+                         "the tools before you answer, and show how you computed any number.")
+    await session.tools(TOOLS)
+    await session.user(question)
+    for _ in range(max_steps):
+        request = await session.prepare()
+        reply = await asend(session.format, request.body, api_key="offline",
+                            base_url=base_url, request_seq=request.request_seq)
+        answer = await session.record(reply)
+        echo(f"request #{request.request_seq}: {request.packed.tokens} tokens -> "
+             f"{answer.text or answer.error!r}")
+        if answer.error is not None and not answer.overflow:
+            raise RuntimeError(f"the model failed: {answer.error.message}")
+        if answer.done:
+            return session, answer.text
+        for call in answer.tool_calls:
+            output, failed = run_tool(workspace, call)
+            await session.tool_result(call.id, output, is_error=failed)
+            echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
+    raise RuntimeError(f"no answer after {max_steps} steps")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the example (in ``argv[0]``, a store directory, or a temporary one)."""
+    """Run the example (in ``argv[0]``, a store directory, or a temporary one; with
+    ``--async`` first, on `AsyncSession`)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    use_async = "--async" in args
+    args = [a for a in args if a != "--async"]
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "workspace"
         workspace.mkdir()
@@ -167,8 +203,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         (workspace / "src").mkdir()
         with turnlog.open(args[0] if args else Path(tmp) / "store") as log, \
                 FakeServer(SCRIPT) as server:
-            session, final = run(log, workspace, server.base_url("openai-chat"),
-                                 "What does invoice 2024-117 come to?")
+            question = "What does invoice 2024-117 come to?"
+            before = log.head("example")  # a store used before holds earlier requests
+            start = before.seq if before is not None else -1
+            if use_async:
+                done, final = asyncio.run(arun(log, workspace, server.base_url("openai-chat"),
+                                               question))
+                session = Session(log, done.id, model=done.model, max_tokens=1024)  # read back
+            else:
+                session, final = run(log, workspace, server.base_url("openai-chat"), question)
             print(f"answer: {final}")
             results = [session.replay(seq) for seq in session.requests()]
             for result in results:
@@ -177,7 +220,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             for d in explained.decisions:
                 print(f"  {d.seq:>3} {d.kind:<12} {d.decision:<19} {d.rule} {d.detail}".rstrip())
             print(f"verify: {'ok' if log.verify(session.id).ok else 'FAILED'}")
-    return 0 if all(r.ok for r in results) else 1
+            recorded = sum(1 for r in results if r.request_seq > start)
+            received = len(server.requests)
+            print(f"requests: {recorded} recorded, {received} received")
+    return 0 if all(r.ok for r in results) and recorded == received else 1
 
 
 if __name__ == "__main__":

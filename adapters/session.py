@@ -77,6 +77,18 @@ answered request or call raises `InvalidEventError` saying so. ``user``,
 no natural key: pass ``key=`` to make their retries safe (a ``user`` call
 retried without a key appends the message twice).
 
+asyncio
+-------
+`AsyncSession` is the same facade awaited. `Session` and `AsyncSession` are two
+shells around one sans-I/O core (`_Core`): each verb is one generator that
+decides what to append, pack and render and yields the I/O it needs (a blocking
+call into the log, or a conditional append). `Session` performs the effects
+inline under its thread lock, with `Log.update` for the conditional appends;
+`AsyncSession` performs them in a worker thread under an `asyncio.Lock` and
+drives the conditional appends with `Retries`, waiting with ``asyncio.sleep``,
+so neither LMDB nor PostgreSQL (through the same synchronous store) blocks the
+event loop.
+
 Nothing here reads a clock: ``time=`` (microseconds since the epoch) is
 data, taken from the caller or from the ``clock`` callable the caller
 supplies.
@@ -84,16 +96,19 @@ supplies.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 import blake3
 import msgspec
 from turnlog import Compactor, Draft, Log, Packer, Policy, Replayer
 from turnlog.compaction import Outcome, Summarizer
 from turnlog.errors import (
+    AppendConflictError,
     IdempotencyError,
     InvalidEventError,
     ReplayMismatchError,
@@ -115,7 +130,7 @@ from turnlog.events import (
     ToolsSet,
     UserMessageAdded,
 )
-from turnlog.log import Appended, Head
+from turnlog.log import Appended, Head, Retries
 from turnlog.packing import ModelTable, Packed, Projection, Renderer
 from turnlog.replay import ReplayResult
 from turnlog.validation import check_integer, check_text, check_type, invalid
@@ -134,7 +149,8 @@ from .providers import (
     renderer_for,
 )
 
-__all__ = ["Answer", "Request", "ResponseLike", "SDKObject", "Session", "ToolLike"]
+__all__ = ["Answer", "AsyncSession", "Request", "ResponseLike", "SDKObject", "Session",
+           "ToolLike"]
 
 #: A tool definition: a `ToolSpec`, or a mapping with ``name``, ``description`` and
 #: ``parameters`` (a JSON Schema object or its text); OpenAI's ``{"type": "function",
@@ -242,40 +258,50 @@ class Answer(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _Build = Callable[[Projection | None, bool], Sequence[Body]]
+_T = TypeVar("_T")
 
 
-class Session:
-    """One agent session of a log, driven by an orchestrator (see the module docstring).
+class _Call(NamedTuple):
+    """An effect of a verb: a blocking call into the log (or the packer reading it)."""
 
-    Parameters:
-        log: the log (``turnlog.open(...)``).
-        session_id: the session; created by its first write.
-        model: the model named in every request body.
-        format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
-        max_tokens: the output cap of every request (required for ``anthropic``
-            unless the model is in the model table: then the policy's
-            ``output_reserve``, at most the model's output limit).
-        policy: the packing policy (appended as ``PolicySet`` by the first `prepare`
-            when it is not the one in force). When None: the one in force, and for a
-            session with none yet, ``Policy.for_model(model)`` when the model is in
-            the model table (window, output reserve and tokenizer of the model), else
-            the default `Policy`.
-        stream: ask for a streamed reply (``"stream": true``; for ``openai-chat``
-            also ``stream_options.include_usage``).
-        extra: further top-level body fields (``temperature``, ``tool_choice``...).
-        packer: a packer to share (one per log is best); a new one when None.
-        summarizer: the summarizer of automatic compaction (the offline extractive
-            one when None; overflow recovery always uses the extractive one).
-        auto_compact: run `Compactor.maybe_compact` before each pack.
-        clock: called for ``time`` when a call gives none (microseconds since the
-            epoch); no time is recorded when None.
-        attempts: tries per write when the head keeps moving (see the module docstring).
-        models: the model table ``model`` is looked up in (the shipped one when None).
+    run: Callable[[], object]
 
-    Raises:
-        RenderError: an unknown format, an empty model, or ``anthropic`` without
-            ``max_tokens`` for a model the table does not know.
-        InvalidEventError: a bad session id.
+
+class _Update(NamedTuple):
+    """An effect of a verb: a conditional append (read the head, decide, append with
+    ``expected_seq``, retry on a conflict: `Log.update`'s loop, `Retries`' rule)."""
+
+    decide: Callable[[Head | None], list[Draft]]
+    attempts: int
+
+
+_Effect = _Call | _Update
+#: A verb of the core: a generator that yields the I/O it needs and gets its results back.
+_Steps = Generator[_Effect, object, _T]
+
+
+def _io(fn: Callable[..., _T], *args: object, **kwargs: object) -> _Steps[_T]:
+    """Ask the shell to run ``fn(*args, **kwargs)`` (blocking I/O) and give back its result."""
+    result = yield _Call(functools.partial(fn, *args, **kwargs))
+    return cast(_T, result)
+
+
+def _update(decide: Callable[[Head | None], list[Draft]], attempts: int
+            ) -> _Steps[Appended | None]:
+    """Ask the shell for a conditional append of what ``decide`` makes of the head."""
+    result = yield _Update(decide, attempts)
+    return cast(Appended | None, result)
+
+
+class _Core:
+    """The sans-I/O core shared by `Session` and `AsyncSession`.
+
+    Every verb is written once, here, as a generator of effects (`_Call`: a
+    blocking read or write of the log; `_Update`: a conditional append). It
+    decides what to append, pack and render; the shells only perform the effects
+    and send their results (or raise their errors) back into the generator:
+    `Session` runs them inline under a thread lock, `AsyncSession` runs them in a
+    worker thread and drives `_Update` with `Retries` and ``asyncio.sleep``.
     """
 
     def __init__(self, log: Log, session_id: str, *, model: str,
@@ -322,21 +348,14 @@ class Session:
         self._attempts = attempts
         self._render = renderer(format, model=model, max_tokens=max_tokens, blobs=log.blob,
                                 extra=self.extra)
-        self._lock = threading.RLock()
         self._last_request: int | None = None
 
     def __repr__(self) -> str:
-        return f"<turnlog.adapters.Session {self.id!r} {self.format} {self.model}>"
+        return f"<turnlog.adapters.{type(self).__name__} {self.id!r} {self.format} {self.model}>"
 
-    # -- inputs -----------------------------------------------------------------------------
-    def system(self, name: str, text: str, *, position: int = 0, time: int | None = None,
-               key: str | None = None) -> Appended | None:
-        """Set one named section of the system prompt (empty ``text`` removes it).
-
-        Returns:
-            Where the ``SystemSectionSet`` landed, or None when that text at that
-            position is already in force (nothing appended).
-        """
+    # -- the verbs, as effects ----------------------------------------------------------------
+    def _system_steps(self, name: str, text: str, position: int, time: int | None,
+                      key: str | None) -> _Steps[Appended | None]:
         def build(view: Projection | None, check: bool) -> list[Body]:
             if check:
                 current = view.sections.get(name) if view is not None else None
@@ -345,20 +364,10 @@ class Session:
                     return []
             return [SystemSectionSet(name=name, text=text, position=position)]
 
-        return self._write(build, time=time, key=key)
+        return (yield from self._write_steps(build, time=time, key=key))
 
-    def tools(self, tools: Iterable[ToolLike], *, time: int | None = None,
-              key: str | None = None) -> Appended | None:
-        """Declare the full set of tools offered from now on.
-
-        Returns:
-            Where the ``ToolsSet`` landed, or None when these tools are already in
-            force (nothing appended).
-
-        Raises:
-            InvalidEventError: a tool definition without a name, or a schema that is
-                neither a JSON object nor its text.
-        """
+    def _tools_steps(self, tools: Iterable[ToolLike], time: int | None,
+                     key: str | None) -> _Steps[Appended | None]:
         specs = tuple(_tool_spec(tool, i) for i, tool in enumerate(tools))
 
         def build(view: Projection | None, check: bool) -> list[Body]:
@@ -366,197 +375,147 @@ class Session:
                 return []
             return [ToolsSet(tools=specs)]
 
-        return self._write(build, time=time, key=key)
+        return (yield from self._write_steps(build, time=time, key=key))
 
-    def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
-             time: int | None = None, key: str | None = None) -> Appended:
-        """Append a user message (it starts a new turn)."""
-        return self._append([UserMessageAdded(text=text, images=tuple(images), name=name)],
-                            time=time, key=key)
+    def _tool_result_steps(self, call_id: str, output: str, is_error: bool,
+                           exit_code: int | None, time: int | None,
+                           key: str | None) -> _Steps[Appended]:
+        stamp = self._time(time)
 
-    def notify(self, source: str, text: str, *, time: int | None = None,
-               key: str | None = None) -> Appended:
-        """Append a notification: something the runtime tells the model between turns."""
-        return self._append([NotificationAdded(source=source, text=text)], time=time, key=key)
+        def decide(head: Head | None) -> list[Draft]:
+            view = self._view() if head is not None else None
+            found = _find_call(view, call_id, open_only=True)
+            use = key if key is not None or found is None else _result_key(*found)
+            if found is None:
+                # Answered already: by this result (a retry, under its key) or not.
+                found = _find_call(view, call_id, open_only=False)
+                if key is None and found is not None:
+                    use = _result_key(*found)
+                if found is None or use is None or not self._keyed(use):
+                    raise InvalidEventError(_no_open_call(view, self.id, call_id))
+            body = ToolResultAdded(call_id=call_id, tool_name=found[1].name, output=output,
+                                   is_error=is_error, exit_code=exit_code)
+            return _drafts([body], stamp, use)
 
-    def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
-                    exit_code: int | None = None, time: int | None = None,
-                    key: str | None = None) -> Appended:
-        """Append the result of an open tool call; the tool's name is taken from the call.
-
-        Raises:
-            InvalidEventError: no call ``call_id`` is waiting for a result (unknown,
-                rewound, or already answered: the message names the answer).
-        """
-        with self._lock:
-            stamp = self._time(time)
-
-            def decide(head: Head | None) -> list[Draft]:
-                view = self._view() if head is not None else None
-                found = _find_call(view, call_id, open_only=True)
-                use = key if key is not None or found is None else _result_key(*found)
-                if found is None:
-                    # Answered already: by this result (a retry, under its key) or not.
-                    found = _find_call(view, call_id, open_only=False)
-                    if key is None and found is not None:
-                        use = _result_key(*found)
-                    if found is None or use is None or not self._keyed(use):
-                        raise InvalidEventError(_no_open_call(view, self.id, call_id))
-                body = ToolResultAdded(call_id=call_id, tool_name=found[1].name, output=output,
-                                       is_error=is_error, exit_code=exit_code)
-                return _drafts([body], stamp, use)
-
-            try:
-                done = self.log.update(self.id, decide, attempts=self._attempts)
-            except IdempotencyError as exc:
-                if key is not None:
-                    raise
-                raise InvalidEventError(_answered_differently(self.id, f"call {call_id!r}",
-                                                              exc)) from exc
-            assert done is not None
-            return done
-
-    def open_calls(self) -> tuple[ToolCall, ...]:
-        """The tool calls in the session's view still waiting for a result, oldest first."""
-        with self._lock:
-            if self.log.head(self.id) is None:
-                return ()
-            return tuple(_open_calls(self._view()).values())
-
-    # -- requests ---------------------------------------------------------------------------
-    def prepare(self, *, time: int | None = None, key: str | None = None) -> Request:
-        """Recover or compact when due, pack, record the request, render its body.
-
-        Returns:
-            The `Request`: ``body`` to send, ``request_seq`` to answer with `record`.
-
-        Raises:
-            UnknownSessionError: nothing was appended to the session yet.
-            BudgetExceededError: the mandatory tail does not fit the policy's window.
-            AppendConflictError: the head kept moving (see the module docstring).
-        """
-        with self._lock:
-            time = self._time(time)
+        try:
+            done = yield from _update(decide, self._attempts)
+        except IdempotencyError as exc:
             if key is not None:
-                stored = self._stored(key)
-                if stored is not None:
-                    return self._stored_request(stored)
-            compaction: Outcome | None = None
-            view = self._view()
-            policy = self._policy()
-            if view.overflow_pending and not _recovered(view):
-                compaction = self.compactor.recover(self.id, policy=policy, time=time)
-            elif self.auto_compact:
-                outcome = self.compactor.maybe_compact(self.id, policy=policy, time=time)
-                compaction = outcome if outcome.status != "skipped" else None
-            recorded = self.replayer.record(self.id, policy=policy, model=self.model,
-                                            time=time, format=self.format, render=self._render,
-                                            attempts=self._attempts, key=key,
-                                            render_args=render_args(max_tokens=self.max_tokens,
-                                                                    extra=self.extra))
-            self._last_request = recorded.request_seq
-            return Request(body=recorded.rendered, request_seq=recorded.request_seq,
-                           packed=recorded.packed, format=self.format, model=self.model,
-                           compaction=compaction)
+                raise
+            raise InvalidEventError(_answered_differently(self.id, f"call {call_id!r}",
+                                                          exc)) from exc
+        assert done is not None
+        return done
 
-    def record(self, response: ResponseLike, *, status: int | None = None,
-               stream: bool | None = None, request_seq: int | None = None,
-               time: int | None = None, key: str | None = None) -> Answer:
-        """Parse a provider answer and append it: ``AssistantMessageAdded`` and
-        ``ResponseReceived``, or ``ProviderErrorReceived``.
+    def _open_calls_steps(self) -> _Steps[tuple[ToolCall, ...]]:
+        head = yield from _io(self.log.head, self.id)
+        if head is None:
+            return ()
+        view = yield from _io(self._view)
+        return tuple(_open_calls(view).values())
 
-        Parameters:
-            response: see `ResponseLike`. Bytes and text are a JSON body, or an SSE
-                stream when ``stream`` is True (None guesses from the first bytes); an
-                SDK object (``completion``, ``response``, ``message``) is read with
-                its ``model_dump``.
-            status: the HTTP status of ``response`` (bytes or text); 400 and above
-                is an error body (kept as text when it is not JSON).
-            request_seq: the request answered; by default the one the reply names,
-                else the last one this object prepared, else the session's latest.
+    def _prepare_steps(self, time: int | None, key: str | None) -> _Steps[Request]:
+        time = self._time(time)
+        if key is not None:
+            stored = yield from _io(self._stored, key)
+            if stored is not None:
+                return (yield from _io(self._stored_request, stored))
+        compaction: Outcome | None = None
+        view = yield from _io(self._view)
+        policy = yield from _io(self._policy)
+        if view.overflow_pending and not _recovered(view):
+            compaction = yield from _io(self.compactor.recover, self.id, policy=policy,
+                                        time=time)
+        elif self.auto_compact:
+            outcome = yield from _io(self.compactor.maybe_compact, self.id, policy=policy,
+                                     time=time)
+            compaction = outcome if outcome.status != "skipped" else None
+        recorded = yield from _io(self.replayer.record, self.id, policy=policy,
+                                  model=self.model, time=time, format=self.format,
+                                  render=self._render, attempts=self._attempts, key=key,
+                                  render_args=render_args(max_tokens=self.max_tokens,
+                                                          extra=self.extra))
+        self._last_request = recorded.request_seq
+        return Request(body=recorded.rendered, request_seq=recorded.request_seq,
+                       packed=recorded.packed, format=self.format, model=self.model,
+                       compaction=compaction)
 
-        Returns:
-            The `Answer`; ``answer.tool_calls`` are the calls now waiting for results,
-            ``answer.overflow`` says the next `prepare` recovers.
+    def _record_steps(self, reply: Reply, request_seq: int | None, time: int | None,
+                      key: str | None) -> _Steps[Answer]:
+        time = self._time(time)
+        seq = request_seq
+        if seq is None:
+            seq = reply.error.request_seq if reply.error is not None else (
+                reply.response.request_seq if reply.response is not None else None)
+        if seq is None:
+            seq = self._last_request
+        if seq is None:
+            head = yield from _io(self.log.head, self.id)
+            if head is not None:
+                view = yield from _io(self._view)
+                seq = _latest_request(view, self.id)
+        bodies = _with_request(reply, seq)
 
-        Raises:
-            DecodeError: a successful answer that is not the provider's shape
-                (nothing is appended).
-            InvalidEventError: ``request_seq`` is not a request of this session, or it
-                was answered already (errors do not answer a request: a request can
-                meet errors and then one response).
-        """
-        reply = self._parse(response, status=status, stream=stream)
-        with self._lock:
-            time = self._time(time)
-            seq = request_seq
-            if seq is None:
-                seq = reply.error.request_seq if reply.error is not None else (
-                    reply.response.request_seq if reply.response is not None else None)
-            if seq is None:
-                seq = self._last_request
-            if seq is None and self.log.head(self.id) is not None:
-                seq = _latest_request(self._view(), self.id)
-            bodies = _with_request(reply, seq)
+        def build(view: Projection | None, check: bool) -> Sequence[Body]:
+            if check and seq is not None:
+                self._check_request(view, seq, answering=reply.error is None)
+            return bodies
 
-            def build(view: Projection | None, check: bool) -> Sequence[Body]:
-                if check and seq is not None:
-                    self._check_request(view, seq, answering=reply.error is None)
-                return bodies
+        natural = key is None and reply.response is not None \
+            and bool(reply.response.response_id)
+        use = _response_key(seq, reply.response.response_id) \
+            if natural and reply.response is not None else key
+        try:
+            done = yield from self._write_steps(build, time=time, key=use)
+        except IdempotencyError as exc:
+            if not natural:
+                raise
+            raise InvalidEventError(_answered_differently(self.id, f"request {seq}",
+                                                          exc)) from exc
+        assert done is not None
+        message = next((b for b in bodies if isinstance(b, AssistantMessageAdded)), None)
+        answer = next((b for b in bodies if isinstance(b, ResponseReceived)), None)
+        error = next((b for b in bodies if isinstance(b, ProviderErrorReceived)), None)
+        return Answer(request_seq=seq, message=message, response=answer, error=error,
+                      first_seq=done.first_seq, last_seq=done.last_seq,
+                      duplicate=done.duplicate)
 
-            natural = key is None and reply.response is not None \
-                and bool(reply.response.response_id)
-            use = _response_key(seq, reply.response.response_id) \
-                if natural and reply.response is not None else key
-            try:
-                done = self._write(build, time=time, key=use)
-            except IdempotencyError as exc:
-                if not natural:
-                    raise
-                raise InvalidEventError(_answered_differently(self.id, f"request {seq}",
-                                                              exc)) from exc
-            assert done is not None
-            message = next((b for b in bodies if isinstance(b, AssistantMessageAdded)), None)
-            answer = next((b for b in bodies if isinstance(b, ResponseReceived)), None)
-            error = next((b for b in bodies if isinstance(b, ProviderErrorReceived)), None)
-            return Answer(request_seq=seq, message=message, response=answer, error=error,
-                          first_seq=done.first_seq, last_seq=done.last_seq,
-                          duplicate=done.duplicate)
+    def _compact_steps(self, time: int | None) -> _Steps[Outcome]:
+        policy = yield from _io(self._policy)
+        return (yield from _io(self.compactor.compact, self.id, policy=policy,
+                               reason="manual", time=self._time(time)))
 
-    def compact(self, *, time: int | None = None) -> Outcome:
-        """Compact now (a manual compaction, with the session's summarizer)."""
-        with self._lock:
-            return self.compactor.compact(self.id, policy=self._policy(), reason="manual",
-                                          time=self._time(time))
+    def _append_steps(self, bodies: Sequence[Body], *, time: int | None,
+                      key: str | None) -> _Steps[Appended]:
+        """Append events that need no precondition: nothing to conflict with."""
+        return (yield from _io(self.log.append, self.id, _drafts(bodies, self._time(time), key)))
 
-    # -- reading back -------------------------------------------------------------------------
-    @property
-    def head(self) -> Head | None:
-        """The session's last event (None before the first write)."""
-        return self.log.head(self.id)
+    def _write_steps(self, build: _Build, *, time: int | None,
+                     key: str | None) -> _Steps[Appended | None]:
+        """Append what ``build`` makes of the session's view, conditionally."""
+        stamp = self._time(time)
 
-    def requests(self) -> list[int]:
-        """Seqs of the session's request records, oldest first."""
+        def decide(head: Head | None) -> list[Draft]:
+            # A stored key is a retry: its precondition was used up by the first call.
+            retry = key is not None and self._keyed(key)
+            view = self._view() if head is not None else None
+            return _drafts(build(view, not retry), stamp, key)
+
+        return (yield from _update(decide, self._attempts))
+
+    # -- reading back (blocking; the async shell runs these in a thread) ----------------------
+    def _requests(self) -> list[int]:
         if self.log.head(self.id) is None:
             return []
         return self.replayer.requests(self.id)
 
-    def replay(self, request_seq: int) -> ReplayResult:
-        """Re-pack and re-render a recorded request and compare both hashes with the
-        record (the renderer is rebuilt from the record's format, model and
-        ``max_tokens`` and this session's ``stream`` and ``extra``)."""
+    def _replay(self, request_seq: int) -> ReplayResult:
         return self.replayer.replay(self.id, request_seq,
                                     render=self._renderer_for(request_seq))
 
-    def explain(self, request_seq: int | None = None) -> Packed:
-        """A recorded request (the latest when None) re-packed with its per-event
-        decisions and stage reports.
-
-        Raises:
-            InvalidEventError: the session has no request.
-        """
+    def _explain(self, request_seq: int | None) -> Packed:
         if request_seq is None:
-            seqs = self.requests()
+            seqs = self._requests()
             if not seqs:
                 raise InvalidEventError(f"session {self.id!r} has no request to explain; "
                                         "call prepare() first")
@@ -590,24 +549,6 @@ class Session:
     def _keyed(self, key: str) -> bool:
         """True when a write under ``key`` (one event, or a batch: ``KEY/0``...) is stored."""
         return self._stored(key) is not None or self._stored(f"{key}/0") is not None
-
-    def _append(self, bodies: Sequence[Body], *, time: int | None, key: str | None) -> Appended:
-        """Append events that need no precondition: nothing to conflict with."""
-        with self._lock:
-            return self.log.append(self.id, _drafts(bodies, self._time(time), key))
-
-    def _write(self, build: _Build, *, time: int | None, key: str | None) -> Appended | None:
-        """Append what ``build`` makes of the session's view, by `Log.update`."""
-        with self._lock:
-            stamp = self._time(time)
-
-            def decide(head: Head | None) -> list[Draft]:
-                # A stored key is a retry: its precondition was used up by the first call.
-                retry = key is not None and self._keyed(key)
-                view = self._view() if head is not None else None
-                return _drafts(build(view, not retry), stamp, key)
-
-            return self.log.update(self.id, decide, attempts=self._attempts)
 
     def _check_request(self, view: Projection | None, seq: int, *, answering: bool) -> None:
         try:
@@ -671,6 +612,344 @@ class Session:
         if callable(dump):
             return parse_response(fmt, dump(mode="json"))
         return parse_stream(fmt, response)  # type: ignore[arg-type]
+
+
+
+
+class Session(_Core):
+    """One agent session of a log, driven by an orchestrator (see the module docstring).
+
+    Parameters:
+        log: the log (``turnlog.open(...)``).
+        session_id: the session; created by its first write.
+        model: the model named in every request body.
+        format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
+        max_tokens: the output cap of every request (required for ``anthropic``
+            unless the model is in the model table: then the policy's
+            ``output_reserve``, at most the model's output limit).
+        policy: the packing policy (appended as ``PolicySet`` by the first `prepare`
+            when it is not the one in force). When None: the one in force, and for a
+            session with none yet, ``Policy.for_model(model)`` when the model is in
+            the model table (window, output reserve and tokenizer of the model), else
+            the default `Policy`.
+        stream: ask for a streamed reply (``"stream": true``; for ``openai-chat``
+            also ``stream_options.include_usage``).
+        extra: further top-level body fields (``temperature``, ``tool_choice``...).
+        packer: a packer to share (one per log is best); a new one when None.
+        summarizer: the summarizer of automatic compaction (the offline extractive
+            one when None; overflow recovery always uses the extractive one).
+        auto_compact: run `Compactor.maybe_compact` before each pack.
+        clock: called for ``time`` when a call gives none (microseconds since the
+            epoch); no time is recorded when None.
+        attempts: tries per write when the head keeps moving (see the module docstring).
+        models: the model table ``model`` is looked up in (the shipped one when None).
+
+    Raises:
+        RenderError: an unknown format, an empty model, or ``anthropic`` without
+            ``max_tokens`` for a model the table does not know.
+        InvalidEventError: a bad session id.
+    """
+
+    def __init__(self, log: Log, session_id: str, *, model: str,
+                 format: str = "openai-chat",  # noqa: A002
+                 max_tokens: int | None = None, policy: Policy | None = None,
+                 stream: bool = False, extra: Mapping[str, object] | None = None,
+                 packer: Packer | None = None, summarizer: Summarizer | None = None,
+                 auto_compact: bool = False, clock: Callable[[], int] | None = None,
+                 attempts: int = 8, models: ModelTable | None = None) -> None:
+        super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
+                         policy=policy, stream=stream, extra=extra, packer=packer,
+                         summarizer=summarizer, auto_compact=auto_compact, clock=clock,
+                         attempts=attempts, models=models)
+        self._lock = threading.RLock()
+
+    def _run(self, steps: _Steps[_T]) -> _T:
+        """The synchronous shell: perform each effect inline, under this object's lock."""
+        with self._lock:
+            effect = next(steps)
+            while True:
+                try:
+                    if isinstance(effect, _Update):
+                        result: object = self.log.update(self.id, effect.decide,
+                                                         attempts=effect.attempts)
+                    else:
+                        result = effect.run()
+                except BaseException as exc:  # given back to the verb
+                    try:
+                        effect = steps.throw(exc)
+                    except StopIteration as stop:
+                        return cast(_T, stop.value)
+                    continue
+                try:
+                    effect = steps.send(result)
+                except StopIteration as stop:
+                    return cast(_T, stop.value)
+
+    # -- inputs -----------------------------------------------------------------------------
+    def system(self, name: str, text: str, *, position: int = 0, time: int | None = None,
+               key: str | None = None) -> Appended | None:
+        """Set (or with ``text=""`` clear) a named system section.
+
+        Returns:
+            Where the ``SystemSectionSet`` landed, or None when that text at that
+            position is already in force (nothing appended).
+        """
+        return self._run(self._system_steps(name, text, position, time, key))
+
+    def tools(self, tools: Iterable[ToolLike], *, time: int | None = None,
+              key: str | None = None) -> Appended | None:
+        """Declare the full set of tools offered from now on.
+
+        Returns:
+            Where the ``ToolsSet`` landed, or None when these tools are already in
+            force (nothing appended).
+
+        Raises:
+            InvalidEventError: a tool definition without a name, or a schema that is
+                neither a JSON object nor its text.
+        """
+        return self._run(self._tools_steps(tools, time, key))
+
+    def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
+             time: int | None = None, key: str | None = None) -> Appended:
+        """Append a user message (it starts a new turn)."""
+        return self._run(self._append_steps(
+            [UserMessageAdded(text=text, images=tuple(images), name=name)], time=time, key=key))
+
+    def notify(self, source: str, text: str, *, time: int | None = None,
+               key: str | None = None) -> Appended:
+        """Append a notification: something the runtime tells the model between turns."""
+        return self._run(self._append_steps([NotificationAdded(source=source, text=text)],
+                                            time=time, key=key))
+
+    def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
+                    exit_code: int | None = None, time: int | None = None,
+                    key: str | None = None) -> Appended:
+        """Append the result of an open tool call; the tool's name is taken from the call.
+
+        Raises:
+            InvalidEventError: no call ``call_id`` is waiting for a result (unknown,
+                rewound, or already answered: the message names the answer).
+        """
+        return self._run(self._tool_result_steps(call_id, output, is_error, exit_code, time,
+                                                  key))
+
+    def open_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls in the session's view still waiting for a result, oldest first."""
+        return self._run(self._open_calls_steps())
+
+    # -- requests ---------------------------------------------------------------------------
+    def prepare(self, *, time: int | None = None, key: str | None = None) -> Request:
+        """Recover or compact when due, pack, record the request, render its body.
+
+        Returns:
+            The `Request`: ``body`` to send, ``request_seq`` to answer with `record`.
+
+        Raises:
+            UnknownSessionError: nothing was appended to the session yet.
+            BudgetExceededError: the mandatory tail does not fit the policy's window.
+            AppendConflictError: the head kept moving (see the module docstring).
+        """
+        return self._run(self._prepare_steps(time, key))
+
+    def record(self, response: ResponseLike, *, status: int | None = None,
+               stream: bool | None = None, request_seq: int | None = None,
+               time: int | None = None, key: str | None = None) -> Answer:
+        """Parse a provider answer and append it: ``AssistantMessageAdded`` and
+        ``ResponseReceived``, or ``ProviderErrorReceived``.
+
+        Parameters:
+            response: see `ResponseLike`. Bytes and text are a JSON body, or an SSE
+                stream when ``stream`` is True (None guesses from the first bytes); an
+                SDK object (``completion``, ``response``, ``message``) is read with
+                its ``model_dump``.
+            status: the HTTP status of ``response`` (bytes or text); 400 and above
+                is an error body (kept as text when it is not JSON).
+            request_seq: the request answered; by default the one the reply names,
+                else the last one this object prepared, else the session's latest.
+
+        Returns:
+            The `Answer`; ``answer.tool_calls`` are the calls now waiting for results,
+            ``answer.overflow`` says the next `prepare` recovers.
+
+        Raises:
+            DecodeError: a successful answer that is not the provider's shape
+                (nothing is appended).
+            InvalidEventError: ``request_seq`` is not a request of this session, or it
+                was answered already (errors do not answer a request: a request can
+                meet errors and then one response).
+        """
+        reply = self._parse(response, status=status, stream=stream)
+        return self._run(self._record_steps(reply, request_seq, time, key))
+
+    def compact(self, *, time: int | None = None) -> Outcome:
+        """Compact now (a manual compaction, with the session's summarizer)."""
+        return self._run(self._compact_steps(time))
+
+    # -- reading back -------------------------------------------------------------------------
+    @property
+    def head(self) -> Head | None:
+        """The session's last event (None before the first write)."""
+        return self.log.head(self.id)
+
+    def requests(self) -> list[int]:
+        """Seqs of the session's request records, oldest first."""
+        return self._requests()
+
+    def replay(self, request_seq: int) -> ReplayResult:
+        """Re-pack and re-render a recorded request and compare both hashes with the
+        record (the renderer is rebuilt from the record's format, model and
+        ``max_tokens`` and this session's ``stream`` and ``extra``)."""
+        return self._replay(request_seq)
+
+    def explain(self, request_seq: int | None = None) -> Packed:
+        """A recorded request (the latest when None) re-packed with its per-event
+        decisions and stage reports.
+
+        Raises:
+            InvalidEventError: the session has no request.
+        """
+        return self._explain(request_seq)
+
+
+class AsyncSession(_Core):
+    """`Session` on asyncio: the same verbs, awaited (``await session.prepare()``).
+
+    It takes `Session`'s parameters and runs the same core: every decision (what
+    to append, the preconditions, natural keys, packing and rendering) is the one
+    `Session` makes. Only the I/O differs: each read or write of the log runs in
+    a worker thread (``asyncio.to_thread``), so neither LMDB nor PostgreSQL blocks
+    the event loop, and a conditional write waits between its tries with
+    ``asyncio.sleep`` (`turnlog.log.Retries` decides when and how often). The
+    pack-and-record of `prepare` and the compactions run whole in the worker
+    thread (their own conflict retries wait there, not on the loop).
+
+    One object serializes its own calls with an `asyncio.Lock`; any number of
+    `AsyncSession` objects (on one session or many, one log or several) run
+    concurrently on one loop. ``head`` is a coroutine method here, not a property.
+    """
+
+    def __init__(self, log: Log, session_id: str, *, model: str,
+                 format: str = "openai-chat",  # noqa: A002
+                 max_tokens: int | None = None, policy: Policy | None = None,
+                 stream: bool = False, extra: Mapping[str, object] | None = None,
+                 packer: Packer | None = None, summarizer: Summarizer | None = None,
+                 auto_compact: bool = False, clock: Callable[[], int] | None = None,
+                 attempts: int = 8, models: ModelTable | None = None) -> None:
+        super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
+                         policy=policy, stream=stream, extra=extra, packer=packer,
+                         summarizer=summarizer, auto_compact=auto_compact, clock=clock,
+                         attempts=attempts, models=models)
+        self._lock = asyncio.Lock()
+
+    async def _run(self, steps: _Steps[_T]) -> _T:
+        """The asyncio shell: each effect in a worker thread, one verb at a time."""
+        async with self._lock:
+            effect = next(steps)
+            while True:
+                try:
+                    if isinstance(effect, _Update):
+                        result: object = await self._update(effect)
+                    else:
+                        result = await asyncio.to_thread(effect.run)
+                except BaseException as exc:  # given back to the verb
+                    try:
+                        effect = steps.throw(exc)
+                    except StopIteration as stop:
+                        return cast(_T, stop.value)
+                    continue
+                try:
+                    effect = steps.send(result)
+                except StopIteration as stop:
+                    return cast(_T, stop.value)
+
+    async def _update(self, effect: _Update) -> Appended | None:
+        """`Log.update`'s loop with `Retries`, waiting on the event loop."""
+        retries = Retries(self.id, attempts=effect.attempts)
+
+        def attempt() -> tuple[Head | None, list[Draft]]:
+            head = self.log.head(self.id)
+            return head, effect.decide(head)
+
+        while True:
+            delay = retries.next()
+            if delay:
+                await asyncio.sleep(delay)
+            head, drafts = await asyncio.to_thread(attempt)
+            if not drafts:
+                return None
+            try:
+                return await asyncio.to_thread(self.log.append, self.id, drafts,
+                                               expected_seq=retries.expect(head))
+            except AppendConflictError as exc:
+                retries.conflict(exc)
+
+    # -- inputs -----------------------------------------------------------------------------
+    async def system(self, name: str, text: str, *, position: int = 0,
+                     time: int | None = None, key: str | None = None) -> Appended | None:
+        """`Session.system`, awaited."""
+        return await self._run(self._system_steps(name, text, position, time, key))
+
+    async def tools(self, tools: Iterable[ToolLike], *, time: int | None = None,
+                    key: str | None = None) -> Appended | None:
+        """`Session.tools`, awaited."""
+        return await self._run(self._tools_steps(tools, time, key))
+
+    async def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
+                   time: int | None = None, key: str | None = None) -> Appended:
+        """`Session.user`, awaited."""
+        return await self._run(self._append_steps(
+            [UserMessageAdded(text=text, images=tuple(images), name=name)], time=time, key=key))
+
+    async def notify(self, source: str, text: str, *, time: int | None = None,
+                     key: str | None = None) -> Appended:
+        """`Session.notify`, awaited."""
+        return await self._run(self._append_steps([NotificationAdded(source=source, text=text)],
+                                                  time=time, key=key))
+
+    async def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
+                          exit_code: int | None = None, time: int | None = None,
+                          key: str | None = None) -> Appended:
+        """`Session.tool_result`, awaited."""
+        return await self._run(self._tool_result_steps(call_id, output, is_error, exit_code,
+                                                        time, key))
+
+    async def open_calls(self) -> tuple[ToolCall, ...]:
+        """`Session.open_calls`, awaited."""
+        return await self._run(self._open_calls_steps())
+
+    # -- requests ---------------------------------------------------------------------------
+    async def prepare(self, *, time: int | None = None, key: str | None = None) -> Request:
+        """`Session.prepare`, awaited."""
+        return await self._run(self._prepare_steps(time, key))
+
+    async def record(self, response: ResponseLike, *, status: int | None = None,
+                     stream: bool | None = None, request_seq: int | None = None,
+                     time: int | None = None, key: str | None = None) -> Answer:
+        """`Session.record`, awaited (the reply is parsed on the loop: no I/O)."""
+        reply = self._parse(response, status=status, stream=stream)
+        return await self._run(self._record_steps(reply, request_seq, time, key))
+
+    async def compact(self, *, time: int | None = None) -> Outcome:
+        """`Session.compact`, awaited."""
+        return await self._run(self._compact_steps(time))
+
+    # -- reading back -------------------------------------------------------------------------
+    async def head(self) -> Head | None:
+        """The session's last event (None before the first write)."""
+        return await asyncio.to_thread(self.log.head, self.id)
+
+    async def requests(self) -> list[int]:
+        """`Session.requests`, awaited."""
+        return await asyncio.to_thread(self._requests)
+
+    async def replay(self, request_seq: int) -> ReplayResult:
+        """`Session.replay`, awaited."""
+        return await asyncio.to_thread(self._replay, request_seq)
+
+    async def explain(self, request_seq: int | None = None) -> Packed:
+        """`Session.explain`, awaited."""
+        return await asyncio.to_thread(self._explain, request_seq)
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ name and never branches on it:
   hashes (`render`, `renderer`, `renderer_for` to replay a record);
 * parsing replies, streams and HTTP errors into the events to append
   (`parse_response`, `parse_stream`, `parse_http`, `Reply`);
-* posting a request (`send`, standard library only);
+* posting a request (`send`, standard library only; `asend` for asyncio);
 * model summarizers for compaction (`OpenAISummarizer`, `AnthropicSummarizer`).
 
 ``turnlog.adapters.providers.fakeserver`` is a local server speaking every
@@ -17,7 +17,14 @@ format, for tests and offline runs.
 """
 
 from ._anthropic import ANTHROPIC_CACHE_LIMIT, ANTHROPIC_VERSION
-from ._client import DEFAULT_BASE_URLS, ProviderError, ProviderTimeoutError, endpoint, send
+from ._client import (
+    DEFAULT_BASE_URLS,
+    ProviderError,
+    ProviderTimeoutError,
+    asend,
+    endpoint,
+    send,
+)
 from ._parse import parse_http, parse_response, parse_stream
 from ._registry import PROVIDERS, provider
 from ._render import (
@@ -63,6 +70,7 @@ __all__ = [
     "RenderError",
     "RenderOptions",
     "Reply",
+    "asend",
     "canonical",
     "derived_tool_names",
     "endpoint",

@@ -20,6 +20,7 @@ Base URLs follow the official SDKs: an OpenAI base URL includes the version
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import urllib.error
 import urllib.request
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_BASE_URLS",
     "ProviderError",
     "ProviderTimeoutError",
+    "asend",
     "endpoint",
     "send",
 ]
@@ -124,6 +126,16 @@ def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,
     stream = "text/event-stream" in content_type.lower()
     return parse_http(format, status, data, stream=stream if status < 400 else False,
                       request_seq=request_seq)
+
+
+async def asend(format: str, body: bytes, *, api_key: str,  # noqa: A002
+                base_url: str | None = None, timeout: float = 120.0,
+                headers: Mapping[str, str] | None = None,
+                request_seq: int | None = None) -> Reply:
+    """`send` for asyncio: the same request, answer and errors, without blocking the
+    event loop (the blocking client runs in a worker thread)."""
+    return await asyncio.to_thread(send, format, body, api_key=api_key, base_url=base_url,
+                                   timeout=timeout, headers=headers, request_seq=request_seq)
 
 
 def _timeout(url: str, timeout: float, request_seq: int | None) -> ProviderTimeoutError:
