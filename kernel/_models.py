@@ -145,7 +145,7 @@ class ModelTable:
                 f"model {model!r} is not in the model table, so its context window, output "
                 "limit and tokenizer are unknown; pass a policy that names them, e.g. "
                 "Policy(context_window=128000, output_reserve=16000, tokenizer='cl100k_base'), "
-                "or add the model: ModelTable.shipped().merged({name: ModelInfo("
+                "or add the model: turnlog.packing.ModelTable.shipped().merged({name: ModelInfo("
                 "context_window=..., output_limit=..., tokenizer=...)}) (see docs/policy.md)")
         return found
 
