@@ -21,7 +21,7 @@ import typing_extensions
 __all__ = ["check", "problems"]
 
 _TYPED_DICT_META = (type(typing.TypedDict("_A", {})),  # type: ignore[operator]
-                    type(typing_extensions.TypedDict("_B", {})))
+                    type(typing_extensions.TypedDict("_B", {})))  # type: ignore[operator]
 
 
 def _is_typed_dict(tp: object) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import turnlog
 from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import (
@@ -61,7 +62,7 @@ def test_saver_passes_langgraphs_conformance_suite(log: Log) -> None:
 
 def test_checkpoint_values_are_blobs_shared_between_checkpoints(log: Log) -> None:
     saver = TurnlogSaver(log)
-    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     big = "x" * 10_000
     first = saver.put(config, _checkpoint("1", {"a": big, "b": 1}, {"a": 1, "b": 1}),
                       {"source": "input", "step": 0}, {"a": 1, "b": 1})
@@ -81,7 +82,7 @@ def test_checkpoint_values_are_blobs_shared_between_checkpoints(log: Log) -> Non
 
 def test_delete_thread_hides_and_keeps_everything(log: Log) -> None:
     saver = TurnlogSaver(log)
-    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     stored = saver.put(config, _checkpoint("1", {"a": 1}, {"a": 1}), {"step": 0}, {"a": 1})
     saver.put_writes(stored, [("a", 2)], "task")
     saver.delete_thread("t")
@@ -97,7 +98,7 @@ def test_delete_thread_hides_and_keeps_everything(log: Log) -> None:
 
 def test_a_value_the_serializer_cannot_keep_is_refused_naming_its_type(log: Log) -> None:
     saver = TurnlogSaver(log)
-    config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
     class Opaque:
         __slots__ = ()
@@ -122,7 +123,7 @@ def test_async_saver_calls_do_not_block_the_event_loop(tmp_path: Path) -> None:
 
     async def main() -> None:
         loop_thread.append(threading.get_ident())
-        config = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+        config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
         stored = await saver.aput(config, _checkpoint("1", {"a": 1}, {"a": 1}), {}, {"a": 1})
         await saver.aput_writes(stored, [("a", 2)], "task")
         assert await saver.aget_tuple(stored) is not None
@@ -192,7 +193,7 @@ def test_every_model_call_is_packed_from_events_appended_before_it(tmp_path: Pat
 
 def test_a_message_turnlog_cannot_represent_is_kept_and_rendered_back(log: Log) -> None:
     hooks = TurnlogModelHooks(log, model="gpt-4o")
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     critic = ChatMessage(role="critic", content="Check the fee.", id="m2")
     messages = [HumanMessage("hi", id="m1"), critic]
     packed = hooks.pre_model({"messages": messages}, config)["llm_input_messages"]
@@ -212,7 +213,7 @@ def test_an_item_that_is_not_a_message_is_refused_naming_its_type(log: Log) -> N
 
 def test_a_reply_and_its_tool_results_go_in_once_across_calls(log: Log) -> None:
     hooks = TurnlogModelHooks(log, model="gpt-4o")
-    config = {"configurable": {"thread_id": "t"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     state: dict[str, Any] = {"messages": [HumanMessage("hi", id="m1")]}
     hooks.pre_model(state, config)
     reply = AIMessage("", id="m2", tool_calls=[{"name": "f", "args": {}, "id": "c1"}],
@@ -230,7 +231,7 @@ def test_a_reply_and_its_tool_results_go_in_once_across_calls(log: Log) -> None:
 
 def test_a_copy_sees_what_the_source_sees_after_pruning(log: Log) -> None:
     saver = TurnlogSaver(log)
-    config = {"configurable": {"thread_id": "src", "checkpoint_ns": ""}}
+    config: RunnableConfig = {"configurable": {"thread_id": "src", "checkpoint_ns": ""}}
     first = saver.put(config, _checkpoint("1", {"a": "kept", "b": 1}, {"a": 1, "b": 1}),
                       {"step": 0}, {"a": 1, "b": 1})
     second = saver.put(first, _checkpoint("2", {"a": "kept", "b": 2}, {"a": 1, "b": 2}),
@@ -266,7 +267,7 @@ def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) ->
                                        pre_model_hook=hooks.pre_model,
                                        post_model_hook=hooks.post_model,
                                        checkpointer=TurnlogSaver(log))
-        config = {"configurable": {"thread_id": "async"}}
+        config: RunnableConfig = {"configurable": {"thread_id": "async"}}
         result = asyncio.run(agent.ainvoke({"messages": [Human("Invoice 2024-117?")]}, config))
         received = len(server.requests)
     assert result["messages"][-1].content == example.SCRIPT[-1].text

@@ -686,7 +686,8 @@ def test_put_blob_returns_a_ref_an_event_can_carry(log: Log) -> None:
     assert ref.size == len(image) and ref.media_type == "image/png"
     log.append("s", UserMessageAdded(text="look", images=(ImagePart(media_type="image/png",
                                                                     blob=ref),)))
-    assert log.blob(body_of(log.get("s", 0), UserMessageAdded).images[0].blob) == image
+    blob = body_of(log.get("s", 0), UserMessageAdded).images[0].blob
+    assert blob is not None and log.blob(blob) == image
     report = log.verify()
     assert report.ok and report.blobs == 1
 
@@ -950,8 +951,8 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
 
     def follow() -> None:
         try:
-            outcome.extend(e.body.text for e in restored.follow(
-                "s", 4, after_hash=last.hash, timeout=30, limit=1))
+            outcome.extend(texts(restored.follow(
+                "s", 4, after_hash=last.hash, timeout=30, limit=1)))
         except turnlog.errors.HistoryMismatchError as exc:
             outcome.append(exc)
 

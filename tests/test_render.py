@@ -330,7 +330,8 @@ def prompts(draw: st.DrawFn) -> Prompt:
             messages.append(Message(role="tool", parts=(TextPart(text=draw(_texts)),),
                                     tool_call_id=call.id, name=call.name,
                                     is_error=draw(st.booleans())))
-    if messages and draw(st.booleans()):
+    tail = draw(st.booleans()) if messages else False
+    if tail:
         # a final assistant message whose calls wait for their results
         messages.append(Message(role="assistant", parts=(
             TextPart(text=draw(_texts)), ToolCall(id=f"last{next(counter)}", name="Bash"))))
@@ -769,7 +770,7 @@ def test_a_request_records_its_render_version_and_replays_with_it() -> None:
     new = replayer.record("s", format="anthropic", model=MODEL,
                           render=renderer("anthropic", model=MODEL, max_tokens=100),
                           render_args=render_args(max_tokens=100))
-    request = log.get("s", new.request_seq).body
+    request = body_of(log.get("s", new.request_seq), RequestIssued)
     assert json.loads(request.render_args) == {"max_tokens": 100, "version": RENDER_LATEST}
     assert anthropic_problems(json.loads(new.rendered)) == []
     assert replayer.replay("s", new.request_seq, render=renderer_for(request)).ok
@@ -778,7 +779,7 @@ def test_a_request_records_its_render_version_and_replays_with_it() -> None:
     old = replayer.record("s", format="anthropic", model=MODEL,
                           render=renderer("anthropic", model=MODEL, max_tokens=100, version=1),
                           render_args='{"max_tokens":100}')
-    old_request = log.get("s", old.request_seq).body
+    old_request = body_of(log.get("s", old.request_seq), RequestIssued)
     assert "tools" not in json.loads(old.rendered)
     assert replayer.replay("s", old.request_seq, render=renderer_for(old_request)).ok
     assert derived_tool_names(old_request, old.packed.prompt) == ()

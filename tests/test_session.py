@@ -239,7 +239,7 @@ def test_a_response_keys_itself_by_its_id_and_request(log: Log) -> None:
 
 def test_a_tool_result_keys_itself_by_its_call_and_where_the_call_was_made(log: Log) -> None:
     session = make(log)
-    calls = [{"id": "call_0", "type": "function", "function": {
+    calls: list[dict[str, object]] = [{"id": "call_0", "type": "function", "function": {
         "name": "read_file", "arguments": "{}"}}]
     results = []
     for turn in range(2):  # the provider numbers its calls from call_0 every turn
