@@ -286,6 +286,13 @@ def import_events(target: Log, lines: Iterable[bytes | str], *, origin: str = "t
 _BLOB_LINE = msgspec.json.Encoder(order="deterministic")
 
 
+def _set_mark(txn: WriteTxn, value: str | None) -> None:
+    # A backend that keeps no marks (a third-party store written before them) is
+    # copied into as before: without the mark.
+    if type(txn).set_mark is not WriteTxn.set_mark:
+        txn.set_mark(COPY_MARK, value)
+
+
 def _blob_data(value: object, where: str) -> bytes:
     try:
         if isinstance(value, str):
@@ -345,7 +352,7 @@ class _Copy:
                                                                  f"the source {self.origin}")
             starts = self.preflight(txn, order, heads)
             mark = json.dumps({"from": self.origin, "sessions": wanted}, ensure_ascii=False)
-            self.target.store.write(lambda t: t.set_mark(COPY_MARK, mark))
+            self.target.store.write(lambda t: _set_mark(t, mark))
             if wanted is None:
                 self.copy_blobs(txn)
                 self.copy_cache(txn)
@@ -354,7 +361,7 @@ class _Copy:
                 self.sessions += 1
                 if self.progress is not None:
                     self.progress(self.counts())
-        self.target.store.write(lambda t: t.set_mark(COPY_MARK, None))
+        self.target.store.write(lambda t: _set_mark(t, None))
         return self.counts()
 
     def preflight(self, txn: ReadTxn, order: list[str],
