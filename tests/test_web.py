@@ -173,6 +173,8 @@ def test_the_follow_stream_sends_new_events_of_the_kinds_asked(tmp_path: Path) -
             assert row["seq"] == 2 and row["kind"] == "notification"
             assert get(server, "/api/sessions/none/follow").status_code == 404
             assert get(server, "/api/sessions/f/follow?after=-5").status_code == 400
+            past = get(server, "/api/sessions/f/follow?after=9")  # more than the store holds
+            assert past.status_code == 400 and "past the head" in past.text
         finally:
             server.stop()
 

@@ -395,7 +395,7 @@ def _import_native(log: Log, data: bytes, name: str, session: str | None) -> Imp
 def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: A002
     if format is None:
         return detect(data, name=name)
-    if format not in FORMATS:
+    if format not in _REGISTRY and format != _NATIVE:
         raise ImportFormatError(f"{name}: unknown format {format!r}; known formats: "
                                 f"{', '.join(FORMATS)}")
     return format

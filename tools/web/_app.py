@@ -343,6 +343,8 @@ class _App:
             kinds = request.query_params.getlist("kind")
             await anyio.to_thread.run_sync(
                 functools.partial(self.inspector.timeline, session, limit=1, kinds=kinds))
+            await anyio.to_thread.run_sync(functools.partial(
+                self.inspector.follow, session, after, wait=0, kinds=kinds, limit=1))
         except NotFoundError as exc:
             return JSONResponse({"error": str(exc), "status": 404}, status_code=404)
         except BadRequestError as exc:

@@ -604,6 +604,11 @@ class Inspector:
         up to ``wait`` seconds for the first (`Log.follow`), and the last seq seen."""
         if after < -1:
             raise BadRequestError(f"after must be >= -1, found {after}")
+        head = self._head(session)
+        if after > head.seq:  # Log.follow would refuse it: what fills the gap is unknown
+            raise BadRequestError(f"after {after} is past the head of {session!r} (seq "
+                                  f"{head.seq}); the store holds fewer events than the client "
+                                  "saw (restored from a backup?): reload the session")
         events = []
         for event in self.log.follow(session, after, timeout=wait, limit=limit):
             after = event.seq
