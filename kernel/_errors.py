@@ -40,6 +40,8 @@ boundary and chained with ``from`` so the original cause stays visible.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 __all__ = [
     "AppendConflictError",
     "BlobNotFoundError",
@@ -48,6 +50,7 @@ __all__ = [
     "DecodeError",
     "EventTooLargeError",
     "ForkedProcessError",
+    "Hint",
     "HistoryMismatchError",
     "IdempotencyError",
     "ImportFormatError",
@@ -70,8 +73,55 @@ __all__ = [
 ]
 
 
+class Hint(NamedTuple):
+    """What to do next, worded for each way in: the ``turnlog`` command and Python.
+
+    An error raised with a hint ends with it: ``str(error)`` gives the Python
+    wording (what a program calling turnlog reads) and `KernelError.cli_message`
+    the command's (flags and verbs instead of parameters and methods)::
+
+        ImportFormatError("x.jsonl: not a transcript of a known format",
+                          hint=Hint(cli="pass --format FORMAT if you know it",
+                                    python="pass format= if you know it"))
+    """
+
+    cli: str
+    python: str
+
+
+#: The hint of an error that a check of the whole store would explain.
+VERIFY_HINT = Hint(cli="run `turnlog verify`",
+                   python="run `turnlog verify` (Python: `Log.verify()`)")
+
+#: The hint of an error naming a session that does not exist.
+SESSIONS_HINT = Hint(cli="list sessions with `turnlog sessions`",
+                     python="list sessions with `turnlog sessions` (Python: `Log.sessions()`)")
+
+
 class KernelError(Exception):
-    """Base class of every error turnlog raises on purpose."""
+    """Base class of every error turnlog raises on purpose.
+
+    Attributes:
+        hint: what to do next in each wording (`Hint`), or None when the message
+            itself says it in words that fit both.
+    """
+
+    hint: Hint | None = None
+
+    def __init__(self, *args: object, hint: Hint | None = None) -> None:
+        super().__init__(*args)
+        if hint is not None:
+            self.hint = hint
+
+    def _text(self) -> str:
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+    def __str__(self) -> str:
+        return self._text() if self.hint is None else f"{self._text()}; {self.hint.python}"
+
+    def cli_message(self) -> str:
+        """The message as the ``turnlog`` command prints it: the hint in its wording."""
+        return self._text() if self.hint is None else f"{self._text()}; {self.hint.cli}"
 
 
 class InvalidArgumentError(KernelError, ValueError):
@@ -89,8 +139,7 @@ class EventTooLargeError(InvalidEventError):
 class UnknownSessionError(InvalidEventError, KeyError):
     """The named session has no events."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+    __str__ = KernelError.__str__  # KeyError would quote the message
 
 
 class PolicyError(InvalidArgumentError):
@@ -183,8 +232,7 @@ class ForkedProcessError(StoreError):
 class BlobNotFoundError(KernelError, KeyError):
     """No blob with the given hash is stored."""
 
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+    __str__ = KernelError.__str__  # KeyError would quote the message
 
 
 class VerificationError(KernelError):

@@ -49,7 +49,9 @@ import lmdb
 import msgspec
 
 from ._errors import (
+    VERIFY_HINT,
     ForkedProcessError,
+    Hint,
     StoreCorruptError,
     StoreError,
     StoreFormatError,
@@ -396,7 +398,7 @@ class _LMDBRead(ReadTxn):
             return None
         if len(value) != 40:
             raise StoreCorruptError(f"head entry of session {session!r} is {len(value)} bytes, "
-                                    "expected 40; run `turnlog verify` (Python: `Log.verify()`)")
+                                    "expected 40", hint=VERIFY_HINT)
         return _U64.unpack_from(value)[0], bytes(value[8:])
 
     def get(self, session: str, seq: int) -> bytes | None:
@@ -679,9 +681,12 @@ class LMDBStore(Store):
         if bytes(found) != FORMAT:
             raise StoreFormatError(
                 f"store {self.location!r} has format {bytes(found).decode(errors='replace')!r}; "
-                f"this turnlog reads {FORMAT.decode()!r}. Open it with the turnlog version that "
-                "wrote it, or export it there (`turnlog export`; Python: `event_to_json`) and "
-                "import it here")
+                f"this turnlog reads {FORMAT.decode()!r}",
+                hint=Hint(cli="open it with the turnlog version that wrote it, or export it there "
+                              "(`turnlog export`) and import it here",
+                          python="open it with the turnlog version that wrote it, or export it "
+                                 "there (`turnlog export`; Python: `event_to_json`) and import "
+                                 "it here"))
 
     # -- guards ------------------------------------------------------------------
     def _check_process(self) -> None:
@@ -713,8 +718,10 @@ class LMDBStore(Store):
         if isinstance(exc, lmdb.ReadonlyError):
             return StoreReadOnlyError(f"store {self.location!r} is read-only")
         if isinstance(exc, lmdb.CorruptedError):
-            return StoreCorruptError(f"store {self.location!r} is corrupted: {exc}; run "
-                                     "`turnlog verify` (Python: `Log.verify()`) on a copy")
+            return StoreCorruptError(
+                f"store {self.location!r} is corrupted: {exc}",
+                hint=Hint(cli="run `turnlog verify` on a copy",
+                          python="run `turnlog verify` (Python: `Log.verify()`) on a copy"))
         if isinstance(exc, lmdb.Error):
             if "closed" in str(exc).lower() or "deleted" in str(exc).lower():
                 return StoreError(f"the store {self.location!r} is closed")

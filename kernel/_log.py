@@ -60,10 +60,13 @@ from ._codec import (
     with_seq,
 )
 from ._errors import (
+    SESSIONS_HINT,
+    VERIFY_HINT,
     AppendConflictError,
     BlobNotFoundError,
     DecodeError,
     EventTooLargeError,
+    Hint,
     HistoryMismatchError,
     IdempotencyError,
     InvalidArgumentError,
@@ -382,8 +385,7 @@ class Snapshot:
             if unknown:
                 invalid("kinds", f"kind names out of {sorted(KINDS)}", sorted(unknown))
         if self._txn.head(session) is None:
-            raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
-                                      "with `turnlog sessions` (Python: `Log.sessions()`)")
+            raise UnknownSessionError(f"no session {session!r} in this log", hint=SESSIONS_HINT)
         return wanted
 
     def get(self, session: str, seq: int) -> Event:
@@ -396,8 +398,10 @@ class Snapshot:
         check_integer(seq, "seq", min_value=0, max_value=_MAX_SEQ)
         record = self._txn.get(session, seq)
         if record is None:
-            raise UnknownSessionError(f"no event {session}#{seq}; see `turnlog log {session}` "
-                                      f"(Python: `Log.read({session!r})`)")
+            raise UnknownSessionError(
+                f"no event {session}#{seq}",
+                hint=Hint(cli=f"see `turnlog log {session}`",
+                          python=f"see `turnlog log {session}` (Python: `Log.read({session!r})`)"))
         try:
             return record_event(record)
         except DecodeError as exc:
@@ -979,8 +983,7 @@ class Log:
             base += body.from_seq + 1
             record = txn.get(body.from_session, 0)
             body = record_event(record).body if record is not None else None
-        raise StoreCorruptError(f"the fork chain of {session!r} does not end; run `turnlog verify` "
-                                "(Python: `Log.verify()`)")
+        raise StoreCorruptError(f"the fork chain of {session!r} does not end", hint=VERIFY_HINT)
 
     @staticmethod
     def _check_references(body: Body, session: str, seq: int, pos: int) -> None:
@@ -1101,8 +1104,8 @@ class Log:
         """
         head = self.head(session)
         if head is None:
-            raise UnknownSessionError(f"no session {session!r} to checkpoint; list sessions "
-                                      "with `turnlog sessions` (Python: `Log.sessions()`)")
+            raise UnknownSessionError(f"no session {session!r} to checkpoint",
+                                      hint=SESSIONS_HINT)
         cp = Checkpoint(session=session, seq=head.seq, hash=head.hash.hex())
         if key is not None:
             _check_key(key)

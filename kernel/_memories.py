@@ -66,6 +66,7 @@ from typing import Literal
 import msgspec
 
 from ._errors import (
+    Hint,
     InvalidArgumentError,
     UnknownSessionError,
 )
@@ -659,8 +660,10 @@ class MemoryManager:
         def build(book: MemoryBook) -> tuple[str, list[MemoryChanged]]:
             if book.get(body.memory_id) is None:
                 raise InvalidArgumentError(
-                    f"no live memory {body.memory_id!r} in session {self.memory_session!r}; "
-                    "list memories with `turnlog memories` (Python: `MemoryManager.memories()`)")
+                    f"no live memory {body.memory_id!r} in session {self.memory_session!r}",
+                    hint=Hint(cli="list memories with `turnlog memories`",
+                              python="list memories with `turnlog memories` "
+                                     "(Python: `MemoryManager.memories()`)"))
             return body.memory_id, [body]
 
         return self._change(build, time)

@@ -44,6 +44,7 @@ from pathlib import Path
 import msgspec
 from turnlog import Draft, Log
 from turnlog.errors import (
+    Hint,
     IdempotencyError,
     ImportFormatError,
     InvalidArgumentError,
@@ -300,7 +301,9 @@ def detect(source: str | os.PathLike[str] | bytes, *, name: str = "") -> str:
     if found is None:
         raise ImportFormatError(
             f"{name or '<bytes>'}: not a transcript of a known format (expected one of "
-            f"{', '.join(FORMATS)}); pass format= if you know it")
+            f"{', '.join(FORMATS)})",
+            hint=Hint(cli="pass --format FORMAT if you know it",
+                      python="pass format= if you know it"))
     return found
 
 
@@ -411,8 +414,10 @@ def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
     except BadRecord as exc:
         raise ImportFormatError(
             f"{name}: {exc.where}: {('field ' + exc.field + ': ') if exc.field else ''}"
-            f"{exc.reason}; nothing of this file was imported (fix the record, or pass "
-            "skip_bad=True to leave malformed records out)") from None
+            f"{exc.reason}; nothing of this file was imported",
+            hint=Hint(cli="fix the record, or pass --skip-bad to leave malformed records out",
+                      python="fix the record, or pass skip_bad=True to leave malformed records "
+                             "out")) from None
     if parsed.skipped and all(entry.meta.get("carrier") for plan in parsed.plans
                               for entry in plan.entries):
         # Every record was malformed: the file is not a transcript of this format.
@@ -508,18 +513,27 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
                                             files=(number, len(found))))
         except ImportFormatError as exc:
             if keep_going:
+                # The reason without the hint: what to do is the run's to say, not the file's.
+                reason = str(exc.args[0]) if exc.args else str(exc)
                 skipped.append(SkippedRecord(str(file), "", "",
-                                             str(exc).removeprefix(f"{file}: ")))
+                                             reason.removeprefix(f"{file}: ")))
                 continue
             if not summaries:
                 raise
             done = ", ".join(s.sources[0] if s.sources else "?" for s in summaries)
             before = "the file before it was" if len(summaries) == 1 else \
                 f"the {len(summaries)} files before it were"
+            again = ("import the directory again with {} to go past bad files (imported "
+                     "files are not appended twice)")
+            hint = exc.hint or Hint(cli="", python="")
             raise ImportFormatError(
-                f"{exc}; {before} imported ({done}); "
-                "import the directory again with keep_going=True to go past bad files "
-                "(imported files are not appended twice)") from exc
+                exc.args[0] if exc.args else "",
+                hint=Hint(cli="; ".join(filter(None, (hint.cli, f"{before} imported ({done})",
+                                                      again.format("--keep-going")))),
+                          python="; ".join(filter(None, (hint.python,
+                                                         f"{before} imported ({done})",
+                                                         again.format("keep_going=True")))))
+            ) from exc
     return _merge(summaries, skipped)
 
 
@@ -646,8 +660,9 @@ def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: b
             except (InvalidEventError, ValueError) as exc:
                 if not skip_bad:
                     raise ImportFormatError(
-                        f"{source}: {entry.where}: {exc}; nothing of this file was imported "
-                        "(pass skip_bad=True to leave the record out)") from exc
+                        f"{source}: {entry.where}: {exc}; nothing of this file was imported",
+                        hint=Hint(cli="pass --skip-bad to leave the record out",
+                                  python="pass skip_bad=True to leave the record out")) from exc
                 skipped.append(SkippedRecord(source, entry.where, "", str(exc)))
                 continue
             kept.append(entry)

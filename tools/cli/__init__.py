@@ -9,13 +9,14 @@ print JSON lines (one object a line). ``export`` always writes JSON lines and
 Human output is tables and lines through rich (`turnlog.tools.terminal`): colour
 and progress bars only on a terminal and never with ``NO_COLOR``, and every
 control, C1 and bidi-control character of the data shown as an escape (stdout
-and stderr are wrapped in an `EscapingWriter` while a verb runs). Library
-messages are reworded to name the command's flags (`_cli_words`).
+and stderr are wrapped in an `EscapingWriter` while a verb runs). An error's
+hint (`turnlog.errors.Hint`) is printed in its command wording (flags and verbs).
 
-The verbs live by group: `.store` (sessions, log, show, verify, copy, checkpoint,
-export, blob), `.packing` (pack, explain, replay, diff, compact), `.importing`
-(import), `.memories` (memories, recall), `.serve` (serve) and `.tour` (demo);
-`._common` holds what they share and `._parser` the argument parser.
+The verbs live by group, each declared beside its handler (`._verbs.Verbs`):
+`.store` (sessions, log, show, verify, copy, checkpoint, export, blob), `.tour`
+(demo), `.packing` (pack, explain, replay, diff, compact), `.importing` (import),
+`.memories` (memories, recall) and `.serve` (serve); `._common` holds what they
+share and `._parser` builds the parser from the groups' declarations.
 
 Exit codes:
 
@@ -47,7 +48,6 @@ from ._common import (
     EXIT_NO_STORE,
     EXIT_OK,
     EXIT_USAGE,
-    _cli_words,
     _NoStoreError,
     _PipeClosedError,
     _UsageError,
@@ -121,7 +121,7 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
         print(_error_line(str(exc), args), file=sys.stderr)
         return EXIT_NO_STORE
     except turnlog.KernelError as exc:
-        print(_error_line(_cli_words(str(exc)), args), file=sys.stderr)
+        print(_error_line(exc.cli_message(), args), file=sys.stderr)
         return EXIT_ERROR
     except (BrokenPipeError, _PipeClosedError):
         # The reader went away (``turnlog log s | head``): stop quietly, and keep

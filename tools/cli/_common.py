@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
 import os
-import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator
@@ -25,6 +25,7 @@ from turnlog.packing import Packed
 
 from .. import demo
 from ..terminal import make_console, visible
+from ._verbs import arg, one_of
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -97,8 +98,52 @@ def _is_url(value: str) -> bool:
 
 
 def _open(args: argparse.Namespace, *, write: bool = False) -> turnlog.Log:
+    """Open the store of ``--store``, and complete the session ids the verb takes
+    (the arguments its declaration marks with `session_arg`) from unique prefixes."""
     value = args.store or os.environ.get("TURNLOG_STORE") or DEFAULT_STORE
-    return _open_store(value, write=write)
+    log = _open_store(value, write=write)
+    try:
+        for dest in getattr(args, "session_args", ()):
+            given = getattr(args, dest, None)
+            if isinstance(given, str):
+                setattr(args, dest, _resolve_session(log, given))
+            elif isinstance(given, list):
+                setattr(args, dest, [_resolve_session(log, one) for one in given])
+    except BaseException:
+        log.close()
+        raise
+    return log
+
+
+#: At most this many candidates are listed for an ambiguous session prefix.
+_CANDIDATES_SHOWN = 10
+
+
+def _resolve_session(log: turnlog.Log, given: str) -> str:
+    """The session ``given`` names: itself if it exists, else the one session whose id
+    begins with it (as ``blob`` takes a hash prefix).
+
+    Raises:
+        UnknownSessionError: no session begins with it (naming the closest ids).
+        _UsageError: several do (listing them).
+    """
+    if not given or log.head(given) is not None:
+        return given
+    ids = [head.session for head in log.sessions()]
+    found = [one for one in ids if one.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        shown = ", ".join(repr(one) for one in found[:_CANDIDATES_SHOWN])
+        more = f" and {len(found) - _CANDIDATES_SHOWN:,} more" if len(found) > _CANDIDATES_SHOWN \
+            else ""
+        raise _UsageError(f"session prefix {given!r} is ambiguous: {len(found):,} sessions "
+                          f"begin with it ({shown}{more}); give more of the id")
+    close = difflib.get_close_matches(given, ids, n=3)
+    guess = f" (did you mean {' or '.join(repr(one) for one in close)}?)" if close else ""
+    raise turnlog.errors.UnknownSessionError(
+        f"no session {given!r} in this log, and none whose id begins with it{guess}; list "
+        "sessions with `turnlog sessions`")
 
 
 def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
@@ -323,20 +368,6 @@ def _remove_store(path: Path, existed: bool) -> None:
             path.rmdir()
 
 
-#: Library wording (Python parameters) -> the command's flags, for error messages.
-_FLAG_WORDS = (("pass format= if you know it", "pass --format FORMAT if you know it"),
-               ("pass skip_bad=True", "pass --skip-bad"),
-               ("with keep_going=True", "with --keep-going"))
-
-
-def _cli_words(message: str) -> str:
-    """A library error message with its Python parameters named as the command's flags."""
-    for library, flag in _FLAG_WORDS:
-        message = message.replace(library, flag)
-    # Library messages name the command and the API call: on the command line, the command.
-    return re.sub(r" \(Python: `[^`]*`\)|; Python: `[^`]*`", "", message)
-
-
 class _Parser(argparse.ArgumentParser):
     """Flags are spelled in full: an abbreviation (``--j`` for ``--json``) is a usage
     error, so what a script asks for never changes when a verb gains a flag, and no
@@ -378,3 +409,13 @@ def _budget(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a context window of at most 2**40 "
                                          f"({_MAX_BUDGET:,}) tokens, found {value:,}")
     return value
+
+
+#: ``--budget`` or ``--policy``, and ``--agent``: how ``pack``, ``compact`` and ``recall``
+#: take a policy (read by `_policy_arg`).
+POLICY_OPTIONS = (
+    one_of(arg("--budget", type=_budget, metavar="N", help="context window in tokens (the rest "
+               "of the policy in force, or the defaults)"),
+           arg("--policy", metavar="FILE", help="a policy TOML file")),
+    arg("--agent", metavar="NAME", help="apply the [agents.NAME] table of the policy file"),
+)

@@ -9,13 +9,13 @@ import msgspec
 import turnlog
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as ProgressBar
+from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
 
 from ..terminal import make_console, print_table, visible
 from ._common import (
     EXIT_ERROR,
     EXIT_OK,
-    _cli_words,
     _emit,
     _open,
     _out,
@@ -24,8 +24,22 @@ from ._common import (
     _say,
     _store_path,
 )
+from ._verbs import Verbs, arg
+
+VERBS = Verbs()
 
 
+@VERBS.verb("import", "import transcripts (Claude Code, Codex, OpenAI, mini-swe-agent, "
+            "SWE-agent, OpenHands, Aider); idempotent",
+            arg("paths", nargs="+", metavar="FILE", help="files or directories"),
+            arg("--format", default=None, choices=sorted(IMPORT_FORMATS),
+                help="the format (default: detected from the content)"),
+            arg("--session", default=None, metavar="ID",
+                help="the session id (default: from the transcript)"),
+            arg("--skip-bad", action="store_true", help="skip malformed records (listed) "
+                "instead of refusing the file"),
+            arg("--keep-going", action="store_true", help="go on past a file that cannot be "
+                "imported (listed with the reason) instead of stopping there"))
 def _cmd_import(args: argparse.Namespace) -> int:
     totals = {"events": 0, "appended": 0, "tool_calls": 0, "blobs": 0, "tokens": 0}
     files: list[ImportSummary] = []
@@ -53,7 +67,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                                           skip_bad=args.skip_bad, progress=progress,
                                           keep_going=args.keep_going)
                 except turnlog.errors.ImportFormatError as exc:
-                    failed.append((path, _cli_words(str(exc))))
+                    failed.append((path, exc.cli_message()))
                     if args.json:
                         _emit({"type": "error", "path": path, "error": failed[-1][1]},
                               sys.stdout)
@@ -88,7 +102,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                     ([f.sources[0] if f.sources else "", f.format, ", ".join(f.sessions),
                       f.events, f.appended, len(f.skipped) or ""] for f in files))
     for record in skipped:
-        _say(f"skipped {_cli_words(str(record))}", "yellow")
+        _say(f"skipped {record}", "yellow")
     if files:
         print(f"imported {_plural(len(files), 'file')} into {_plural(len(sessions), 'session')}"
               f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "

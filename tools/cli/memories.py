@@ -13,15 +13,26 @@ from ..summary import head
 from ..terminal import print_table
 from ._common import (
     EXIT_OK,
+    POLICY_OPTIONS,
     _emit,
+    _nonneg,
     _open,
     _out,
     _plural,
     _policy_arg,
     _UsageError,
 )
+from ._verbs import Verbs, arg, session_arg
+
+VERBS = Verbs()
 
 
+@VERBS.verb("memories", "list the memories of a session's memory session and the block "
+            "in force",
+            session_arg(),
+            session_arg("--memory-session", metavar="ID", default=None,
+                help="the memory session (default: SESSION-memories)"),
+            arg("--block", action="store_true", help="also print the block in force"))
 def _cmd_memories(args: argparse.Namespace) -> int:
     with _open(args) as log:
         if log.head(args.session) is None:
@@ -53,6 +64,15 @@ def _cmd_memories(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@VERBS.verb("recall", "search past events (BM25); --commit appends the results as a "
+            "recall event so they may reach a prompt",
+            arg("query", metavar="QUERY"),
+            session_arg("--session", action="append", metavar="ID",
+                help="search only these sessions (repeatable; default: all)"),
+            arg("-k", type=_nonneg, default=5, metavar="N", help="results (default 5)"),
+            arg("--commit", metavar="SESSION", default=None,
+                help="append the results to SESSION as a recall event"),
+            *POLICY_OPTIONS)
 def _cmd_recall(args: argparse.Namespace) -> int:
     if args.commit is not None and args.commit in (args.session or ()):
         raise _UsageError(f"--commit {args.commit} brings back events of other sessions; "

@@ -10,6 +10,7 @@ import msgspec
 import turnlog
 from turnlog import Compactor, Packer, Replayer
 from turnlog.adapters.providers import (
+    PROVIDERS,
     RenderError,
     derived_tool_names,
     render_args,
@@ -24,20 +25,38 @@ from ..terminal import cell, print_table, visible
 from ._common import (
     EXIT_FAILED,
     EXIT_OK,
+    POLICY_OPTIONS,
     _emit,
     _open,
     _out,
     _packed_json,
     _plural,
     _policy_arg,
+    _positive,
     _request_seq,
     _say,
     _session_model,
     _UsageError,
     _write_stdout_bytes,
 )
+from ._verbs import Verbs, arg, session_arg
+
+VERBS = Verbs()
 
 
+@VERBS.verb("pack", "pack a session's prompt (optionally record it as a request)",
+            session_arg(),
+            *POLICY_OPTIONS,
+            arg("--record", action="store_true", help="append the request record"),
+            arg("--format", default="neutral", choices=["neutral", *sorted(PROVIDERS)],
+                help="print the provider request body exactly as it would be sent, as JSON "
+                     "(default: the neutral prompt and its accounting)"),
+            arg("--model", default="", help="model name put in the request body and record "
+                "(default with --format: the session's most recent model, named by a recorded "
+                "request or an assistant message)"),
+            arg("--max-tokens", type=_positive, default=None, metavar="N",
+                help="max output tokens in the request body (default: the policy's output "
+                     "reserve)"))
 def _cmd_pack(args: argparse.Namespace) -> int:
     policy = _policy_arg(args)
     with _open(args, write=args.record) as log:
@@ -116,6 +135,9 @@ def _print_stages(packed: Packed) -> None:
                  for stage in packed.stages))
 
 
+@VERBS.verb("explain", "show the decision for every event of a recorded request",
+            session_arg(),
+            arg("request_seq", metavar="REQ_SEQ", type=int))
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _open(args) as log:
         replayer = Replayer(Packer(log))
@@ -155,6 +177,11 @@ def _print_packed_header(packed: Packed) -> None:
     _print_stages(packed)
 
 
+@VERBS.verb("replay", "re-pack recorded requests; exit 1 if any differs",
+            session_arg(),
+            arg("request_seq", metavar="REQ_SEQ", type=int, nargs="?", default=None),
+            arg("--all", action="store_true", help="every request of the session (the default "
+                "without REQ_SEQ)"))
 def _cmd_replay(args: argparse.Namespace) -> int:
     with _open(args) as log:
         replayer = Replayer(Packer(log))
@@ -186,6 +213,10 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILED
 
 
+@VERBS.verb("diff", "compare two recorded requests: shared prefix, changed decisions",
+            session_arg(),
+            arg("request_a", metavar="REQ_A", type=int),
+            arg("request_b", metavar="REQ_B", type=int))
 def _cmd_diff(args: argparse.Namespace) -> int:
     with _open(args) as log:
         replayer = Replayer(Packer(log))
@@ -212,6 +243,11 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@VERBS.verb("compact", "compact a session now (appends the compaction events)",
+            session_arg(),
+            *POLICY_OPTIONS,
+            arg("--summarizer", default=None, metavar="NAME",
+                help="the summarizer (default: extractive, offline)"))
 def _cmd_compact(args: argparse.Namespace) -> int:
     policy = _policy_arg(args)
     with _open(args, write=True) as log:

@@ -13,8 +13,21 @@ from ._common import (
     _open,
     _UsageError,
 )
+from ._verbs import Verbs, arg
+
+VERBS = Verbs()
 
 
+@VERBS.verb("serve", "serve a read-only web inspector of the store (sessions, timelines, "
+            "request receipts, diffs, summaries, memories; JSON under /api/)",
+            arg("--host", default="127.0.0.1", help="the address to listen on (default "
+                "127.0.0.1; any other address requires the token)"),
+            arg("--port", type=int, default=8765, metavar="N",
+                help="the port (default 8765; 0 picks a free one)"),
+            arg("--token", default=None, metavar="TOKEN",
+                help="the access token every request must carry (default: none on loopback, a "
+                     "new random one printed with the address otherwise)"),
+            prints=False)
 def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         from .. import web

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import turnlog
+from turnlog.events import EVENT_KINDS as KINDS
 from turnlog.events import event_to_json
 
 from ..summary import format_size, format_time, loads_json, summarize
@@ -18,6 +19,7 @@ from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     _emit,
+    _nonneg,
     _open,
     _open_store,
     _out,
@@ -33,8 +35,12 @@ from ._common import (
     _write_output,
     _write_stdout_bytes,
 )
+from ._verbs import Verbs, arg, session_arg
+
+VERBS = Verbs()
 
 
+@VERBS.verb("sessions", "list sessions with their head seq, event count and hash")
 def _cmd_sessions(args: argparse.Namespace) -> int:
     with _open(args) as log:
         heads = log.sessions()
@@ -68,6 +74,14 @@ def _log_record(event: turnlog.events.Event) -> dict[str, Any]:
     return record
 
 
+@VERBS.verb("log", "list a session's events, one line each",
+            session_arg(),
+            arg("--from", dest="start", type=_nonneg, default=0, metavar="SEQ",
+                help="start at this seq (default 0)"),
+            arg("--kind", action="extend", nargs="+", choices=sorted(KINDS), metavar="KIND",
+                help=f"only these kinds (repeatable): {', '.join(sorted(KINDS))}"),
+            arg("--limit", type=_nonneg, default=None, metavar="N",
+                help="print at most N events"))
 def _cmd_log(args: argparse.Namespace) -> int:
     count = 0
     with _open(args) as log, log.snapshot() as snap:
@@ -148,6 +162,10 @@ def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
     lines.extend(rendered)
 
 
+@VERBS.verb("show", "print one event in full, with its prev and hash",
+            session_arg(),
+            arg("seq", metavar="SEQ", type=int, help="the seq (negative: from the end, -1 "
+                "is the head)"))
 def _cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as log:
         seq = args.seq
@@ -189,27 +207,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_copy(args: argparse.Namespace) -> int:
-    with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
-        copied = turnlog.log.copy_log(source, target, sessions=args.session)
-        if args.session:  # the copied sessions (each with its lineage), not the whole target
-            reports = [target.verify(session) for session in dict.fromkeys(args.session)]
-            report = next((r for r in reports if not r.ok), reports[-1])
-        else:
-            report = target.verify()
-        where = turnlog.stores.hide_credentials(target.store.location)
-    if args.json:
-        _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
-               "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
-               "problem": _problem_json(report.problem)}, sys.stdout)
-    else:
-        print(f"copied {_plural(copied.sessions, 'session')}, {_plural(copied.events, 'event')}"
-              f", {_plural(copied.blobs, 'blob')} and {_plural(copied.cached, 'cached count')} "
-              f"to {where}")
-        print("verify: ok" if report.ok else f"verify: FAILED: {report.problem}")
-    return EXIT_OK if report.ok else EXIT_FAILED
-
-
+@VERBS.verb("verify", "check the hash chain and blobs; exit 1 naming the first bad event",
+            session_arg("session", nargs="?", default=None,
+                help="only this session (default: all sessions and every blob)"),
+            arg("--checkpoint", metavar="FILE", help="also check that the log extends this "
+                "checkpoint (from `turnlog checkpoint`)"),
+            arg("--key-file", metavar="FILE", help="key of a signed checkpoint"),
+            arg("--strict", action="store_true", help="also prove every record decodes "
+                "against the schema and is canonical (slower)"),
+            arg("--progress", action="store_true", help="report the events checked on "
+                "stderr as it goes"))
 def _cmd_verify(args: argparse.Namespace) -> int:
     if args.key_file is not None and args.checkpoint is None:
         raise _UsageError("--key-file needs --checkpoint (the key checks the checkpoint's MAC)")
@@ -250,6 +257,43 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
+@VERBS.verb("copy", "copy every session, blob and cached count of store SRC (or only the "
+            "sessions given, with the sessions their forks continue) into store DST (a "
+            "directory or a postgresql:// URL), hashes preserved, after verifying each session "
+            "in SRC; then verify the copy. A copy stopped half way leaves DST marked unfinished "
+            "(verify fails) and resumes when run again",
+            arg("source", metavar="SRC", help="the store to copy (opened read-only)"),
+            arg("target", metavar="DST", help="the store to copy into (created if missing; a "
+                "session it holds must be a prefix of SRC's: it is continued)"),
+            arg("--session", action="append", metavar="ID", default=None,
+                help="copy only this session, with its forks' lineage (repeatable)"))
+def _cmd_copy(args: argparse.Namespace) -> int:
+    with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
+        copied = turnlog.log.copy_log(source, target, sessions=args.session)
+        if args.session:  # the copied sessions (each with its lineage), not the whole target
+            reports = [target.verify(session) for session in dict.fromkeys(args.session)]
+            report = next((r for r in reports if not r.ok), reports[-1])
+        else:
+            report = target.verify()
+        where = turnlog.stores.hide_credentials(target.store.location)
+    if args.json:
+        _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
+               "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
+               "problem": _problem_json(report.problem)}, sys.stdout)
+    else:
+        print(f"copied {_plural(copied.sessions, 'session')}, {_plural(copied.events, 'event')}"
+              f", {_plural(copied.blobs, 'blob')} and {_plural(copied.cached, 'cached count')} "
+              f"to {where}")
+        print("verify: ok" if report.ok else f"verify: FAILED: {report.problem}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+@VERBS.verb("checkpoint", "write a checkpoint (session, seq, hash, mac) of a session's "
+            "head as JSON",
+            session_arg(),
+            arg("--key-file", metavar="FILE", help="sign with HMAC-SHA256 under this key (the "
+                "file's bytes, one trailing newline removed)"),
+            arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"))
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
     key = _read_key(args.key_file)
     with _open(args) as log:
@@ -262,6 +306,13 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@VERBS.verb("export", "write a session as JSON lines, one event a line, hashes included",
+            session_arg(),
+            arg("--complete", action="store_true", help="a backup `turnlog import` reads back "
+                "with every hash: also the sessions a fork continues (first) and the blobs the "
+                "events refer to"),
+            arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
+            prints=False)
 def _cmd_export(args: argparse.Namespace) -> int:
     with _open(args) as log, log.snapshot() as snap:
         lines: Iterable[bytes] = turnlog.log.export_events(log, args.session) if args.complete \
@@ -303,6 +354,11 @@ def _find_blob(log: turnlog.Log, prefix: str) -> str:
     return found[0]
 
 
+@VERBS.verb("blob", "write a blob's raw bytes",
+            arg("hash", metavar="HASH", help="the blob's hash, or a unique prefix of at least 8 "
+                "hex digits"),
+            arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
+            prints=False)
 def _cmd_blob(args: argparse.Namespace) -> int:
     with _open(args) as log:
         data = log.blob(_find_blob(log, args.hash))

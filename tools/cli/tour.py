@@ -28,8 +28,21 @@ from ._common import (
     _spans,
     _UsageError,
 )
+from ._verbs import Verbs, arg
+
+VERBS = Verbs()
 
 
+@VERBS.verb("demo", "append a deterministic demo agent session, then verify it",
+            arg("--turns", type=int, default=demo.DEFAULT_TURNS, metavar="N",
+                help=f"number of turns, 1 to {demo.MAX_TURNS} (default {demo.DEFAULT_TURNS})"),
+            arg("--session", default=demo.DEFAULT_SESSION,
+                help=f"session id (default {demo.DEFAULT_SESSION!r})"),
+            arg("--no-pack", action="store_true", help="only append the events (no packing, "
+                "requests, compaction or replay)"),
+            arg("--overflow-turn", type=int, default=None, metavar="N",
+                help="the turn whose request meets a context-overflow error (default "
+                     f"{demo.OVERFLOW_TURN})"))
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.turns < 1:
         raise _UsageError(f"--turns must be >= 1, found {args.turns}")

@@ -1,0 +1,134 @@
+"""The command's shape: each verb declared beside its handler, errors that carry their
+hint in a command wording and a Python wording, and session ids given by a unique
+prefix (as ``blob`` takes a hash prefix), with the candidates or the closest ids on a
+miss."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import turnlog
+from turnlog.errors import Hint, ImportFormatError, KernelError, UnknownSessionError
+from turnlog.events import UserMessageAdded
+from turnlog.tools.cli import _parser, main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Sessions ``alpha``, ``alpha-1``, ``alpha-2``, ``beta-session`` and ``mem-beta``."""
+    path = tmp_path_factory.mktemp("verbs") / "store"
+    with turnlog.open(path) as log:
+        for session in ("alpha", "alpha-1", "alpha-2", "beta-session", "mem-beta"):
+            log.append(session, UserMessageAdded(text=f"hello from {session}"))
+    return path
+
+
+# -- declarations ----------------------------------------------------------------------
+
+
+def test_every_verb_is_declared_in_the_module_of_its_handler() -> None:
+    seen: set[str] = set()
+    for group in _parser.GROUPS:
+        for verb in group.VERBS:
+            assert verb.run.__module__ == group.__name__, verb.name
+            assert verb.name not in seen, f"verb {verb.name!r} declared twice"
+            seen.add(verb.name)
+    assert {"sessions", "log", "show", "verify", "pack", "import", "serve"} <= seen
+
+
+def test_every_declared_verb_parses_and_has_help(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for verb in _parser.verbs():
+        assert verb.name in out
+        code, usage, _ = run(capsys, verb.name, "--help")
+        assert code == 0 and f"turnlog {verb.name}" in usage
+        assert ("--json" in usage) == verb.prints, verb.name
+
+
+# -- hints ---------------------------------------------------------------------------------
+
+
+def test_a_hint_is_worded_for_python_in_str_and_for_the_command_in_cli_message() -> None:
+    error = ImportFormatError("x.jsonl: not a transcript",
+                              hint=Hint(cli="pass --format FORMAT", python="pass format="))
+    assert str(error) == "x.jsonl: not a transcript; pass format="
+    assert error.cli_message() == "x.jsonl: not a transcript; pass --format FORMAT"
+    assert error.args == ("x.jsonl: not a transcript",)
+    plain = KernelError("no hint here")
+    assert str(plain) == plain.cli_message() == "no hint here"
+    # A KeyError subclass does not quote its message, with or without a hint.
+    assert str(UnknownSessionError("no session 's'")) == "no session 's'"
+
+
+def test_library_errors_reach_the_command_in_its_own_wording(
+        capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path) -> None:
+    with turnlog.open(store, readonly=True) as log, pytest.raises(UnknownSessionError) as info:
+        log.get("alpha", 99)
+    assert "(Python: `Log.read('alpha')`)" in str(info.value)
+    code, _, err = run(capsys, "--store", str(store), "show", "alpha", "99")
+    assert code == 3
+    assert "see `turnlog log alpha`" in err and "Python" not in err
+
+    junk = tmp_path / "notes.json"
+    junk.write_text('{"a": 1}\n')
+    with pytest.raises(ImportFormatError, match="pass format= if you know it"):
+        turnlog.adapters.importers.detect(junk)
+    code, _, err = run(capsys, "--store", str(tmp_path / "new"), "import", str(junk))
+    assert code == 3
+    assert "pass --format FORMAT if you know it" in err and "format=" not in err
+
+
+# -- session prefixes ------------------------------------------------------------------
+
+
+def test_a_unique_prefix_names_its_session(capsys: pytest.CaptureFixture[str],
+                                           store: Path) -> None:
+    code, out, err = run(capsys, "--store", str(store), "log", "beta-s", "--json")
+    assert code == 0, err
+    assert json.loads(out.splitlines()[0])["session"] == "beta-session"
+    code, out, _ = run(capsys, "--store", str(store), "checkpoint", "alpha-2")
+    assert code == 0 and json.loads(out)["session"] == "alpha-2"
+
+
+def test_an_exact_id_wins_over_the_ids_it_begins(capsys: pytest.CaptureFixture[str],
+                                                 store: Path) -> None:
+    code, out, _ = run(capsys, "--store", str(store), "checkpoint", "alpha")
+    assert code == 0 and json.loads(out)["session"] == "alpha"
+
+
+def test_an_ambiguous_prefix_lists_the_candidates(capsys: pytest.CaptureFixture[str],
+                                                  store: Path) -> None:
+    code, out, err = run(capsys, "--store", str(store), "log", "alpha-")
+    assert code == 2 and out == ""
+    assert "session prefix 'alpha-' is ambiguous" in err
+    assert "'alpha-1', 'alpha-2'" in err and "'alpha'" not in err
+
+
+def test_a_miss_names_the_closest_ids(capsys: pytest.CaptureFixture[str],
+                                      store: Path) -> None:
+    code, _, err = run(capsys, "--store", str(store), "verify", "beta-sesion")
+    assert code == 3
+    assert "no session 'beta-sesion'" in err and "did you mean 'beta-session'" in err
+    code, _, err = run(capsys, "--store", str(store), "log", "zzz")
+    assert code == 3 and "no session 'zzz'" in err and "did you mean" not in err
+
+
+def test_prefixes_in_options_naming_sessions(capsys: pytest.CaptureFixture[str],
+                                             store: Path) -> None:
+    code, out, err = run(capsys, "--store", str(store), "memories", "beta",
+                         "--memory-session", "mem-b", "--json")
+    assert code == 0, err
+    assert json.loads(out)["memory_session"] == "mem-beta"
+    code, out, err = run(capsys, "--store", str(store), "recall", "hello", "--session", "mem",
+                         "--json")
+    assert code == 0, err
+    assert {hit["session"] for hit in json.loads(out)["hits"]} == {"mem-beta"}
