@@ -11,6 +11,7 @@ what a real orchestrator runs against a real endpoint (change ``base_url``,
 
 from __future__ import annotations
 
+import argparse
 import ast
 import asyncio
 import json
@@ -190,18 +191,26 @@ async def arun(log: Log, workspace: Path, base_url: str, question: str, *,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the example (in ``argv[0]``, a store directory, or a temporary one; with
-    ``--async`` first, on `AsyncSession`)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    use_async = "--async" in args
-    args = [a for a in args if a != "--async"]
+    """Run the example (in STORE_DIR, or a temporary store; with ``--async``, on
+    `AsyncSession`). An unknown ``--flag`` is a usage error (exit 2)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m turnlog.adapters.example_agent",
+        description="An agent loop on turnlog against a scripted local model; every request "
+                    "replayed and the session verified.")
+    parser.add_argument("store", nargs="?", default=None, metavar="STORE_DIR",
+                        help="the store to write to (default: a temporary one; a path "
+                             "beginning with '-' goes after '--')")
+    parser.add_argument("--async", dest="use_async", action="store_true",
+                        help="run the loop on AsyncSession")
+    options = parser.parse_args(argv)  # an unknown --flag is a usage error, not a store name
+    use_async = options.use_async
     with tempfile.TemporaryDirectory() as tmp:
         workspace = Path(tmp) / "workspace"
         workspace.mkdir()
         (workspace / "notes.txt").write_text("Invoice 2024-117: 3 hours of review at 19.50 "
                                              "per hour, plus a 12.00 travel fee.\n")
         (workspace / "src").mkdir()
-        with turnlog.open(args[0] if args else Path(tmp) / "store") as log, \
+        with turnlog.open(options.store or Path(tmp) / "store") as log, \
                 FakeServer(SCRIPT) as server:
             question = "What does invoice 2024-117 come to?"
             before = log.head("example")  # a store used before holds earlier requests

@@ -113,3 +113,13 @@ def test_the_example_runs_twice_on_the_same_store(capsys: pytest.CaptureFixture[
             record = log.get("example", seq).body
             assert isinstance(record, RequestIssued)
             assert replayer.replay("example", seq, render=renderer_for(record, blobs=log.blob)).ok
+
+
+@pytest.mark.parametrize("module", ["turnlog.adapters.example_agent",
+                                    "turnlog.adapters.examples.langgraph"])
+def test_an_unknown_flag_is_a_usage_error_not_a_store(module: str, tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", module, "--no-such-flag"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert "unrecognized arguments: --no-such-flag" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no store named after the flag

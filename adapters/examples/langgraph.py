@@ -15,6 +15,7 @@ requests the server received, which are equal.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -105,8 +106,14 @@ def run(store: str | Path, *, question: str = "What does invoice 2024-117 come t
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m turnlog.adapters.examples.langgraph [STORE]``."""
-    args = sys.argv[1:] if argv is None else argv
-    store = args[0] if args else tempfile.mkdtemp(prefix="turnlog-langgraph-")
+    parser = argparse.ArgumentParser(
+        prog="python -m turnlog.adapters.examples.langgraph",
+        description="A LangGraph agent on turnlog against a scripted local model.")
+    parser.add_argument("store", nargs="?", default=None, metavar="STORE",
+                        help="the store to write to (default: a new temporary directory; a "
+                             "path beginning with '-' goes after '--')")
+    options = parser.parse_args(argv)  # an unknown --flag is a usage error, not a store name
+    store = options.store or tempfile.mkdtemp(prefix="turnlog-langgraph-")
     out = run(store)
     print(f"answer: {out['answer']}")
     print(f"store: {store}  session: {out['session']}  recorded requests: {out['requests']}  "
