@@ -2,9 +2,15 @@
 
 Theory of operation
 -------------------
-`TurnlogSession` implements the SDK's ``agents.memory.Session`` protocol
-(``get_items``, ``add_items``, ``pop_item``, ``clear_session``) over one
-session of a log; pass it as ``Runner.run(agent, input, session=...)``. The
+`TurnlogSession` implements the SDK's ``agents.memory.Session`` contract
+(a ``SessionABC``: ``get_items``, ``add_items``, ``pop_item``,
+``clear_session``, ``session_settings``, and ``close``) over one session of a
+log; pass it as ``Runner.run(agent, input, session=...)``. Its
+``session_settings`` is a ``SessionSettings`` (the default one when none is
+given; a dict is normalized to one, and an unknown key raises ``TypeError``,
+as the SDK's own sessions do). ``close()`` ends the object's use (the log
+stays open: it is the caller's); a closed session refuses every method with
+``RuntimeError``. The
 SDK stores Responses input items; ``add_items`` appends them as events, in
 one atomic batch:
 
@@ -55,7 +61,8 @@ from typing import Any, cast
 import blake3
 import msgspec
 from agents.items import TResponseInputItem
-from agents.memory import SessionSettings
+from agents.memory import SessionABC, SessionSettings
+from agents.memory.session_settings import coerce_session_settings
 from turnlog import Draft, Log, Packer, Policy
 from turnlog.events import (
     AssistantMessageAdded,
@@ -90,13 +97,14 @@ _DEFAULT_POLICY = Policy()
 _Item = dict[str, Any]
 
 
-class TurnlogSession:
-    """The Agents SDK ``Session`` protocol over a turnlog session (see the module docstring).
+class TurnlogSession(SessionABC):
+    """The Agents SDK ``Session`` contract over a turnlog session (see the module docstring).
 
     Parameters:
         log: the log.
         session_id: the session (created by the first item).
-        session_settings: the SDK's settings (``limit`` for `get_items`).
+        session_settings: the SDK's settings (``limit`` for `get_items`): a
+            ``SessionSettings``, a dict of its fields, or None for the default.
         policy: the policy whose tokenizer the shared projection uses (packing and
             recording are the caller's, e.g. with `turnlog._packer.Packer`).
         packer: a packer to share (one per log is best).
@@ -105,22 +113,36 @@ class TurnlogSession:
     """
 
     def __init__(self, log: Log, session_id: str, *,
-                 session_settings: SessionSettings | None = None, policy: Policy | None = None,
+                 session_settings: SessionSettings | Mapping[str, Any] | None = None,
+                 policy: Policy | None = None,
                  packer: Packer | None = None, clock: Callable[[], int] | None = None,
                  attempts: int = 8) -> None:
         self.log = log
         self.session_id = session_id
-        self.session_settings = session_settings
+        self.session_settings: SessionSettings | None = coerce_session_settings(
+            dict(session_settings) if isinstance(session_settings, Mapping)
+            else session_settings) if session_settings is not None else SessionSettings()
         self.policy = policy
         self.packer = packer if packer is not None else Packer(log)
         self._clock = clock
         self._attempts = attempts
         self._lock = threading.RLock()
+        self._closed = False
+
+    def close(self) -> None:
+        """End this object's use: later calls raise ``RuntimeError`` (the log stays open)."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"TurnlogSession {self.session_id!r} is closed; make a new "
+                               "TurnlogSession on the log to use the session again")
 
     # -- the protocol --------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items, oldest first; the latest ``limit`` ones when given (else
         ``session_settings.limit``)."""
+        self._check_open()
         items = await asyncio.to_thread(self.items)
         count = limit if limit is not None else (
             self.session_settings.limit if self.session_settings is not None else None)
@@ -130,14 +152,17 @@ class TurnlogSession:
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items as events, in one atomic batch."""
+        self._check_open()
         await asyncio.to_thread(self.add, [dict(cast(Mapping[str, Any], i)) for i in items])
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Take the latest item out of the view and return it (None when empty)."""
+        self._check_open()
         return cast("TResponseInputItem | None", await asyncio.to_thread(self.pop))
 
     async def clear_session(self) -> None:
         """Empty the view: ``SessionRewound(to_seq=-1)`` (nothing is deleted)."""
+        self._check_open()
         await asyncio.to_thread(self.clear)
 
     # -- synchronous API ---------------------------------------------------------------------
