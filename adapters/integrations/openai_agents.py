@@ -55,14 +55,22 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, cast
 
 import blake3
 import msgspec
-from agents.items import TResponseInputItem
+from agents.agent_output import AgentOutputSchemaBase
+from agents.handoffs import Handoff
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
+from agents.model_settings import ModelSettings
+from agents.models.interface import Model, ModelTracing
+from agents.tool import FunctionTool, Tool
+from agents.usage import Usage
+from openai.types.responses import Response, ResponseCompletedEvent
+from openai.types.responses.response_prompt_param import ResponsePromptParam
 from turnlog import Draft, Log, Packer, Policy
 from turnlog.events import (
     AssistantMessageAdded,
@@ -83,8 +91,9 @@ from turnlog.log import Head
 from turnlog.packing import Projection
 
 from ..importers import ItemMapper
+from ..session import AsyncSession
 
-__all__ = ["META_KEY", "TurnlogSession"]
+__all__ = ["META_KEY", "TurnlogModel", "TurnlogSession"]
 
 #: The ``meta`` key holding an event's items.
 META_KEY = "openai_agents"
@@ -396,3 +405,98 @@ def _visible(view: Projection) -> list[Event]:
     return [e for pos, e in enumerate(view.events)
             if pos not in view.rewound and not isinstance(e.body, SessionRewound)]
 
+
+
+# -- the model call in the request path ----------------------------------------------------------
+class TurnlogModel(Model):
+    """An Agents SDK ``Model`` whose every call is packed, recorded and replayable by turnlog.
+
+    Pass it as the agent's ``model`` and run the agent *without* the SDK's
+    ``session=``: the log is the memory. On each call the SDK makes it
+
+    1. appends the input items the log does not hold yet (the run's new input,
+       tool outputs; the model's own items are recorded in step 4) as events, the
+       way `TurnlogSession` does, plus the agent's instructions (a system section)
+       and tools (``ToolsSet``) when they changed;
+    2. packs the prompt from the log under the session's policy and records the
+       ``RequestIssued`` with the rendered ``openai-responses`` body (`AsyncSession.prepare`);
+    3. sends that body with the given ``AsyncOpenAI`` client (``responses.create``);
+    4. records the response (`AsyncSession.record`) and returns it to the SDK.
+
+    So ``turnlog replay`` reproduces every request the SDK made. ``stream_response``
+    does the same and gives the SDK the finished response as one
+    ``response.completed`` event.
+
+    Parameters:
+        log: the log.
+        session_id: the turnlog session of the agent.
+        model: the model name sent.
+        openai_client: an ``openai.AsyncOpenAI`` client (any base URL).
+        policy: the packing policy (see `AsyncSession`).
+        clock: called for event times (microseconds since the epoch); none when None.
+    """
+
+    def __init__(self, log: Log, session_id: str, *, model: str, openai_client: Any,
+                 policy: Policy | None = None, clock: Callable[[], int] | None = None) -> None:
+        self.session = AsyncSession(log, session_id, model=model, format="openai-responses",
+                                    policy=policy, clock=clock)
+        self.items = TurnlogSession(log, session_id, policy=policy,
+                                    packer=self.session.packer, clock=clock)
+        self.client = openai_client
+        self._last_input = 0  # items of the previous call's input, plus its output
+
+    async def get_response(self, system_instructions: str | None,
+                           input: str | list[TResponseInputItem],  # noqa: A002
+                           model_settings: ModelSettings, tools: list[Tool],
+                           output_schema: AgentOutputSchemaBase | None,
+                           handoffs: list[Handoff], tracing: ModelTracing, *,
+                           previous_response_id: str | None = None,
+                           conversation_id: str | None = None,
+                           prompt: ResponsePromptParam | None = None) -> ModelResponse:
+        """Pack from the log, record, send, record the answer (see the class docstring)."""
+        response = await self._call(system_instructions, input, tools)
+        usage = response.usage
+        return ModelResponse(
+            output=list(response.output),
+            usage=Usage(requests=1, input_tokens=usage.input_tokens,
+                        output_tokens=usage.output_tokens, total_tokens=usage.total_tokens,
+                        input_tokens_details=usage.input_tokens_details,
+                        output_tokens_details=usage.output_tokens_details)
+            if usage is not None else Usage(requests=1),
+            response_id=None)
+
+    async def stream_response(self, system_instructions: str | None,
+                              input: str | list[TResponseInputItem],  # noqa: A002
+                              model_settings: ModelSettings, tools: list[Tool],
+                              output_schema: AgentOutputSchemaBase | None,
+                              handoffs: list[Handoff], tracing: ModelTracing, *,
+                              previous_response_id: str | None = None,
+                              conversation_id: str | None = None,
+                              prompt: ResponsePromptParam | None = None,
+                              ) -> AsyncIterator[TResponseStreamEvent]:
+        """`get_response`, given to the SDK as one ``response.completed`` event."""
+        response = await self._call(system_instructions, input, tools)
+        yield ResponseCompletedEvent(type="response.completed", response=response,
+                                     sequence_number=0)
+
+    async def _call(self, system_instructions: str | None,
+                    input: str | list[TResponseInputItem],  # noqa: A002
+                    tools: list[Tool]) -> Response:
+        items = [{"role": "user", "content": input}] if isinstance(input, str) \
+            else [dict(cast(Mapping[str, Any], i)) for i in input]
+        # A call that continues the previous one (its input, its output, then new items)
+        # appends only the new items; any other call starts a run: all of its input.
+        fresh = items[self._last_input:] if 0 < self._last_input <= len(items) else items
+        if fresh:
+            await asyncio.to_thread(self.items.add, fresh)
+        await self.session.system("instructions", system_instructions or "")
+        specs = [{"name": t.name, "description": t.description,
+                  "parameters": t.params_json_schema}
+                 for t in tools if isinstance(t, FunctionTool)]
+        if specs or await self.session.head() is not None:
+            await self.session.tools(specs)
+        request = await self.session.prepare()
+        response: Response = await self.client.responses.create(**request.json())
+        await self.session.record(response, request_seq=request.request_seq)
+        self._last_input = len(items) + len(response.output)
+        return response

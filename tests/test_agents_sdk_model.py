@@ -1,0 +1,83 @@
+"""The Agents SDK's model calls in turnlog's request path (`TurnlogModel`) and its example."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+import turnlog
+from agents import Agent, RunConfig, Runner, set_tracing_disabled
+from openai import AsyncOpenAI
+from turnlog import Packer, Replayer
+from turnlog.adapters.examples import agents_sdk
+from turnlog.adapters.integrations.openai_agents import TurnlogModel
+from turnlog.adapters.providers import renderer_for
+from turnlog.adapters.providers.fakeserver import FakeServer
+from turnlog.events import RequestIssued, ResponseReceived
+
+set_tracing_disabled(True)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_every_call_the_sdk_makes_is_packed_recorded_and_sent_as_rendered(
+        tmp_path: Path, streamed: bool) -> None:
+    async def main() -> list[Any]:
+        with turnlog.open(tmp_path / "store") as log, \
+                FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
+                                 max_retries=0)
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add],
+                          model=model)
+            config = RunConfig(tracing_disabled=True)
+            outputs = []
+            for question in ("What is 19 + 23?", "What was the result?"):
+                if streamed:
+                    result = Runner.run_streamed(agent, question, run_config=config)
+                    async for _ in result.stream_events():
+                        pass
+                else:
+                    result = await Runner.run(agent, question, run_config=config)
+                outputs.append(result.final_output)
+            await client.close()
+            replayer = Replayer(Packer(log))
+            seqs = replayer.requests("s")
+            assert len(seqs) == len(server.requests) == 3
+            for seq, received in zip(seqs, server.requests, strict=True):
+                record = log.get("s", seq).body
+                assert isinstance(record, RequestIssued)
+                render = renderer_for(record, blobs=log.blob)
+                assert render is not None
+                assert replayer.replay("s", seq, render=render).ok
+                # What the SDK sent is the body turnlog packed and rendered.
+                body = render(replayer.repack("s", seq).prompt)
+                assert json.loads(received.body) == json.loads(body)
+            kinds = [type(e.body) for e in log.read("s")]
+            assert kinds.count(ResponseReceived) == 3
+            # The second run's request holds the first run: the log is the memory.
+            last = server.requests[-1].body.decode()
+            assert "What is 19 + 23?" in last and "42" in last
+            return outputs
+
+    assert asyncio.run(main()) == ["19 + 23 = 42.", "It was 42, computed with the add tool."]
+
+
+def test_the_example_replays_every_request_it_made(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    assert agents_sdk.main([str(store)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded requests: 3  requests received: 3" in out
+    script = str(Path(sys.executable).with_name("turnlog"))
+    done = subprocess.run([script, "--store", str(store), "replay", agents_sdk.SESSION],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 of 3 requests reproduced byte for byte" in done.stdout
