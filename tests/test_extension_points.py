@@ -113,6 +113,17 @@ def test_a_new_provider_is_one_record_in_the_registry(monkeypatch: pytest.Monkey
     log.close()
 
 
+def test_the_fake_server_speaks_every_provider_of_the_registry() -> None:
+    """The fake server looks each wire format up in one table keyed by the registry's
+    names, as the product code does, instead of branching on names."""
+    from turnlog.adapters.providers import fakeserver
+
+    assert set(fakeserver._SPEAKERS) == set(PROVIDERS)
+    source = Path(fakeserver.__file__).read_text()
+    for name in PROVIDERS:
+        assert f'fmt == "{name}"' not in source and f'fmt != "{name}"' not in source
+
+
 # -- an importer: one module (parse, export), one entry in importers/_transcripts.py ---------
 def _parse_toy(data: bytes, name: str, skip_bad: bool) -> Parsed:
     plan = Plan(natural="toy")

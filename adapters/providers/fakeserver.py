@@ -37,7 +37,8 @@ import contextlib
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
@@ -72,14 +73,6 @@ _OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_api_key", 403: "per
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                     403: "permission_error", 404: "not_found_error", 413: "request_too_large",
                     429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
-_OVERFLOW_MESSAGES = {
-    "openai-chat": ("This model's maximum context length is 128000 tokens. However, your "
-                    "messages resulted in 131072 tokens. Please reduce the length of the "
-                    "messages."),
-    "openai-responses": ("Your input exceeds the context window of this model. Please adjust "
-                         "your input and try again."),
-    "anthropic": "prompt is too long: 210000 tokens > 200000 maximum",
-}
 
 
 #: The Messages API's answer (HTTP 400, ``invalid_request_error``) to a request whose
@@ -468,7 +461,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """Every GET is a 404 in the provider's shape."""
-        self._send(404, _error_body("openai-chat", 404, "not_found_error", "", "no such path",
+        self._send(404, _error_body(_NO_ROUTE, 404, "not_found_error", "", "no such path",
                                     0), "application/json")
 
     def _send(self, status: int, data: bytes, content_type: str) -> None:
@@ -486,7 +479,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, reply.raw, reply.content_type)
             return
         if not fmt:
-            self._send(404, _error_body("openai-chat", 404, "", "", f"no route {received.path}",
+            self._send(404, _error_body(_NO_ROUTE, 404, "", "", f"no route {received.path}",
                                         n), "application/json")
             return
         request = received.json()
@@ -506,17 +499,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         model = reply.model or str(request.get("model") or "fake-model")
         usage = reply.usage or _usage(received.body, reply)
-        if fmt == "openai-chat":
-            include = request.get("stream_options")
-            with_usage = isinstance(include, dict) and include.get("include_usage") is True
-            data = (_sse(_chat_stream(n, model, reply, usage, with_usage)) if stream
-                    else _dump(_chat_body(n, model, reply, usage)))
-        elif fmt == "openai-responses":
-            data = (_sse(_responses_stream(n, model, reply, usage)) if stream
-                    else _dump(_responses_body(n, model, reply, usage)))
-        else:
-            data = (_sse(_anthropic_stream(n, model, reply, usage)) if stream
-                    else _dump(_anthropic_body(n, model, reply, usage)))
+        speaker = _SPEAKERS[fmt]
+        data = (_sse(speaker.stream(n, model, reply, usage, request)) if stream
+                else _dump(speaker.body(n, model, reply, usage)))
         self._send(200, data, "text/event-stream" if stream else "application/json")
 
 
@@ -524,15 +509,14 @@ class _Handler(BaseHTTPRequestHandler):
 def _refusal(fmt: str, received: Received) -> str:
     """The message of the 400 the real API answers ``received`` with ("" if it accepts it).
 
-    Only the Anthropic rules are checked; a body that is not a JSON object is answered
-    by `_Handler._answer` in every format.
+    Each format's `_Speaker.problems` checks its API's rules (today only the Messages
+    API's); a body that is not a JSON object is answered by `_Handler._answer` in every
+    format.
     """
-    if fmt != "anthropic":
-        return ""
-    request = received.json()
+    request = received.json() if fmt else {}
     if not request:
         return ""
-    problems = anthropic_problems(request)
+    problems = _SPEAKERS[fmt].problems(request)
     return problems[0] if problems else ""
 
 
@@ -575,45 +559,59 @@ def _tool_input(arguments: str) -> dict[str, object]:
 
 # -- errors --------------------------------------------------------------------------------
 def _error_fields(fmt: str, reply: FakeReply) -> tuple[int, str, str, str]:
+    speaker = _SPEAKERS[fmt]
     if reply.overflow:
-        if fmt == "anthropic":
-            return 400, "invalid_request_error", "", _OVERFLOW_MESSAGES[fmt]
-        return 400, "invalid_request_error", "context_length_exceeded", _OVERFLOW_MESSAGES[fmt]
-    table = _ANTHROPIC_TYPES if fmt == "anthropic" else _OPENAI_TYPES
-    error_type = reply.error_type or table.get(reply.status, "api_error" if fmt == "anthropic"
-                                               else "server_error")
+        return 400, "invalid_request_error", speaker.overflow_code, speaker.overflow_message
+    error_type = reply.error_type or speaker.error_types.get(reply.status,
+                                                             speaker.default_error_type)
     message = reply.error_message or f"fake error {reply.status}"
     return reply.status, error_type, reply.error_code, message
 
 
 def _error_body(fmt: str, status: int, error_type: str, code: str, message: str,
                 n: int) -> bytes:
-    if fmt == "anthropic":
-        error_type = error_type or _ANTHROPIC_TYPES.get(status, "api_error")
-        return _dump({"type": "error", "error": {"type": error_type, "message": message},
-                      "request_id": f"req_fake{n}"})
-    error_type = error_type or _OPENAI_TYPES.get(status, "server_error")
-    return _dump({"error": {"message": message, "type": error_type, "param": None,
-                            "code": code or None}})
+    speaker = _SPEAKERS[fmt]
+    error_type = error_type or speaker.error_types.get(status, speaker.default_error_type)
+    return _dump(speaker.error(error_type, code, message, n))
 
 
 def _error_stream(fmt: str, n: int, request: dict[str, object], error_type: str, code: str,
                   message: str) -> list[tuple[str | None, object]]:
     model = str(request.get("model") or "fake-model")
-    if fmt == "anthropic":
-        start = _anthropic_message(n, model, [], None, Usage(input_tokens=1))
-        return [("message_start", {"type": "message_start", "message": start}),
-                ("error", {"type": "error", "error": {"type": error_type, "message": message}})]
-    if fmt == "openai-responses":
-        # An ``error`` event, not ``response.failed``: the latter's codes are a fixed set
-        # that has no context-length code.
-        base = _responses_object(n, model, [], None, "in_progress")
-        return [("response.created", {"type": "response.created", "sequence_number": 0,
-                                      "response": base}),
-                ("error", {"type": "error", "sequence_number": 1, "code": code or error_type,
-                           "message": message, "param": None})]
-    return [(None, {"error": {"message": message, "type": error_type, "param": None,
-                              "code": code or None}})]
+    return _SPEAKERS[fmt].error_stream(n, model, error_type, code, message)
+
+
+def _openai_error(error_type: str, code: str, message: str, n: int) -> dict[str, object]:
+    return {"error": {"message": message, "type": error_type, "param": None,
+                      "code": code or None}}
+
+
+def _chat_error_stream(n: int, model: str, error_type: str, code: str,
+                       message: str) -> list[tuple[str | None, object]]:
+    return [(None, _openai_error(error_type, code, message, n))]
+
+
+def _responses_error_stream(n: int, model: str, error_type: str, code: str,
+                            message: str) -> list[tuple[str | None, object]]:
+    # An ``error`` event, not ``response.failed``: the latter's codes are a fixed set
+    # that has no context-length code.
+    base = _responses_object(n, model, [], None, "in_progress")
+    return [("response.created", {"type": "response.created", "sequence_number": 0,
+                                  "response": base}),
+            ("error", {"type": "error", "sequence_number": 1, "code": code or error_type,
+                       "message": message, "param": None})]
+
+
+def _anthropic_error(error_type: str, code: str, message: str, n: int) -> dict[str, object]:
+    return {"type": "error", "error": {"type": error_type, "message": message},
+            "request_id": f"req_fake{n}"}
+
+
+def _anthropic_error_stream(n: int, model: str, error_type: str, code: str,
+                            message: str) -> list[tuple[str | None, object]]:
+    start = _anthropic_message(n, model, [], None, Usage(input_tokens=1))
+    return [("message_start", {"type": "message_start", "message": start}),
+            ("error", {"type": "error", "error": {"type": error_type, "message": message}})]
 
 
 # -- openai-chat ---------------------------------------------------------------------------
@@ -654,7 +652,10 @@ def _chat_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, 
 
 
 def _chat_stream(n: int, model: str, reply: FakeReply, usage: Usage,
-                 with_usage: bool) -> list[tuple[str | None, object]]:
+                 request: dict[str, object]) -> list[tuple[str | None, object]]:
+    include = request.get("stream_options")
+    with_usage = isinstance(include, dict) and include.get("include_usage") is True
+
     def chunk(delta: dict[str, object], finish: str | None = None) -> tuple[None, object]:
         return (None, {"id": f"chatcmpl-fake{n}", "object": "chat.completion.chunk",
                        "created": _EPOCH + n, "model": model,
@@ -724,8 +725,8 @@ def _responses_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[
                              "incomplete" if incomplete else "completed", incomplete)
 
 
-def _responses_stream(n: int, model: str, reply: FakeReply,
-                      usage: Usage) -> list[tuple[str | None, object]]:
+def _responses_stream(n: int, model: str, reply: FakeReply, usage: Usage,
+                      request: dict[str, object]) -> list[tuple[str | None, object]]:
     events: list[tuple[str | None, object]] = []
 
     def emit(kind: str, **fields: object) -> None:
@@ -805,8 +806,8 @@ def _anthropic_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[
     return _anthropic_message(n, model, _anthropic_blocks(reply), _anthropic_stop(reply), usage)
 
 
-def _anthropic_stream(n: int, model: str, reply: FakeReply,
-                      usage: Usage) -> list[tuple[str | None, object]]:
+def _anthropic_stream(n: int, model: str, reply: FakeReply, usage: Usage,
+                      request: dict[str, object]) -> list[tuple[str | None, object]]:
     events: list[tuple[str | None, object]] = []
 
     def emit(kind: str, **fields: object) -> None:
@@ -841,3 +842,62 @@ def _anthropic_stream(n: int, model: str, reply: FakeReply,
          usage={"output_tokens": usage.output_tokens})
     emit("message_stop")
     return events
+
+
+# -- the table -----------------------------------------------------------------------------
+_Events = list[tuple[str | None, object]]
+
+
+@dataclass(frozen=True)
+class _Speaker:
+    """How the fake server speaks one wire format (what the real API answers).
+
+    Attributes:
+        body: the reply body of a request without ``"stream": true``.
+        stream: the server-sent events of a streamed reply.
+        error: an error body (type, code, message, request number).
+        error_stream: the events of an error met while streaming.
+        error_types: the API's error type by HTTP status.
+        default_error_type: the error type of any other status.
+        overflow_code: the error code of a context overflow ("" if the API has none).
+        overflow_message: the API's message for a context overflow.
+        problems: why the API refuses a request body with a 400 (none: it accepts it).
+    """
+
+    body: Callable[[int, str, FakeReply, Usage], dict[str, object]]
+    stream: Callable[[int, str, FakeReply, Usage, dict[str, object]], _Events]
+    error: Callable[[str, str, str, int], dict[str, object]]
+    error_stream: Callable[[int, str, str, str, str], _Events]
+    error_types: Mapping[int, str]
+    default_error_type: str
+    overflow_code: str
+    overflow_message: str
+    problems: Callable[[object], list[str]] = lambda body: []
+
+
+#: How the fake server speaks each wire format of the provider registry, by its name
+#: (`PROVIDERS`): a new provider is one record here besides its module and registry line.
+_SPEAKERS: Mapping[str, _Speaker] = {
+    "openai-chat": _Speaker(
+        body=_chat_body, stream=_chat_stream, error=_openai_error,
+        error_stream=_chat_error_stream, error_types=_OPENAI_TYPES,
+        default_error_type="server_error", overflow_code="context_length_exceeded",
+        overflow_message=("This model's maximum context length is 128000 tokens. However, your "
+                          "messages resulted in 131072 tokens. Please reduce the length of the "
+                          "messages.")),
+    "openai-responses": _Speaker(
+        body=_responses_body, stream=_responses_stream, error=_openai_error,
+        error_stream=_responses_error_stream, error_types=_OPENAI_TYPES,
+        default_error_type="server_error", overflow_code="context_length_exceeded",
+        overflow_message=("Your input exceeds the context window of this model. Please adjust "
+                          "your input and try again.")),
+    "anthropic": _Speaker(
+        body=_anthropic_body, stream=_anthropic_stream, error=_anthropic_error,
+        error_stream=_anthropic_error_stream, error_types=_ANTHROPIC_TYPES,
+        default_error_type="api_error", overflow_code="",
+        overflow_message="prompt is too long: 210000 tokens > 200000 maximum",
+        problems=anthropic_problems),
+}
+
+#: The shape of the 404 for a path no provider has (GET, or an unknown POST path).
+_NO_ROUTE = "openai-chat"
