@@ -22,7 +22,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from turnlog import Draft, Log, Packer, Policy, Replayer
 from turnlog.adapters import Session
-from turnlog.adapters.importers import _transcripts, import_file
+from turnlog.adapters.importers import Format, _transcripts, import_file
 from turnlog.adapters.importers._plan import Entry, ExportSession, Parsed, Plan
 from turnlog.adapters.providers import PROVIDERS, Provider, provider, renderer
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
@@ -124,7 +124,7 @@ def test_the_fake_server_speaks_every_provider_of_the_registry() -> None:
         assert f'fmt == "{name}"' not in source and f'fmt != "{name}"' not in source
 
 
-# -- an importer: one module (parse, export), one entry in importers/_transcripts.py ---------
+# -- an importer: one module (parse, export, a Format record), one entry in _transcripts.py --
 def _parse_toy(data: bytes, name: str, skip_bad: bool) -> Parsed:
     plan = Plan(natural="toy")
     for n, line in enumerate(data.decode().splitlines()):
@@ -142,8 +142,8 @@ def _export_toy(session: ExportSession) -> bytes:
 
 def test_a_new_importer_is_one_module_and_one_registry_entry(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(_transcripts._REGISTRY, "toy",
-                        _transcripts._Format(_parse_toy, _export_toy))  # the registry line
+    toy = Format("toy", _parse_toy, _export_toy)  # the module's record
+    monkeypatch.setitem(_transcripts._REGISTRY, toy.name, toy)  # the registry line
     path = tmp_path / "chat.toy"
     path.write_text("user: what is 2+2?\nassistant: 4\n")
     log = turnlog.open(tmp_path / "store")

@@ -1,12 +1,14 @@
 """Transcript importers and exporters: agent transcripts in, turnlog sessions out and back.
 
 One module per transcript format, each a pure parser from bytes to an import
-plan and an exporter back; the registry (`FORMATS`), format detection and
+plan and an exporter back, declared by one `Format` record (as each provider
+declares a ``Provider``); the registry (`FORMATS`), format detection and
 the import runs (parse, validate, append idempotently) are in one place.
 docs/importers.md has each format's mapping.
 """
 
 from ._openai_responses import ItemMapper
+from ._plan import Format
 from ._transcripts import (
     FORMATS,
     ImportSummary,
@@ -20,6 +22,7 @@ from ._transcripts import (
 
 __all__ = [
     "FORMATS",
+    "Format",
     "ImportSummary",
     "ItemMapper",
     "Progress",

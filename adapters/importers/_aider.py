@@ -46,6 +46,7 @@ from ._plan import (
     BadRecord,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -55,7 +56,7 @@ from ._plan import (
     session_slug,
 )
 
-__all__ = ["NAME", "export", "parse", "sniff"]
+__all__ = ["FORMAT", "NAME", "export", "parse", "sniff"]
 
 NAME = "aider"
 _HEADER = "# aider chat started at "
@@ -317,3 +318,7 @@ def _body_text(event: Event) -> str:
     if isinstance(body, AssistantMessageAdded):
         return "\n".join(p.text for p in body.parts if isinstance(p, TextPart))
     return ""
+
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export)

@@ -76,6 +76,7 @@ from ._plan import (
     CompactionEntry,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -99,7 +100,7 @@ from ._plan import (
     write_lines,
 )
 
-__all__ = ["NAME", "export", "is_subagent_file", "link_subagents", "parse"]
+__all__ = ["FORMAT", "NAME", "export", "is_subagent_file", "link_subagents", "parse"]
 
 NAME = "claude_code"
 _SUMMARIZER = "claude-code"
@@ -1082,3 +1083,7 @@ class _Native:
 
 _BLOCK_TYPE: dict[type[Any], str] = {TextPart: "text", ReasoningPart: "thinking",
                                      ToolCall: "tool_use", ImagePart: "image"}
+
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export, children=True)

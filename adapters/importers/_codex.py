@@ -49,6 +49,7 @@ from ._plan import (
     CompactionEntry,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -64,7 +65,7 @@ from ._plan import (
     write_lines,
 )
 
-__all__ = ["NAME", "export", "parse"]
+__all__ = ["FORMAT", "NAME", "export", "parse"]
 
 NAME = "codex"
 
@@ -301,3 +302,7 @@ def _own(group: list[Event]) -> list[tuple[object, Obj]]:
             out.extend((None, {"timestamp": stamp, "type": "response_item", "payload": item})
                        for item in ItemMapper.items_of(native))
     return out
+
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export)

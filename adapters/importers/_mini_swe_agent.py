@@ -31,6 +31,7 @@ from ._plan import (
     BadRecord,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -41,7 +42,7 @@ from ._plan import (
     session_slug,
 )
 
-__all__ = ["NAME", "export", "parse"]
+__all__ = ["FORMAT", "NAME", "export", "parse"]
 
 NAME = "mini_swe_agent"
 _RETURNCODE = re.compile(r"^<returncode>(-?\d{1,9})</returncode>")
@@ -115,3 +116,7 @@ def export(view: ExportSession) -> bytes:
         "info": {}, "trajectory_format": "mini-swe-agent-1"}
     doc["messages"] = messages
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export)

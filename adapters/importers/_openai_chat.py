@@ -47,6 +47,7 @@ from ._plan import (
     BadRecord,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -64,7 +65,7 @@ from ._plan import (
     without,
 )
 
-__all__ = [
+__all__ = ["FORMAT",
     "MessageMapper",
     "Messages",
     "NAME",
@@ -402,3 +403,7 @@ def export(view: ExportSession) -> bytes:
                                                       t.parameters)}}
                 for t in tools[-1].tools]}
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export)

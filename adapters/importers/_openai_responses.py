@@ -53,6 +53,7 @@ from ._plan import (
     BadRecord,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -71,7 +72,7 @@ from ._plan import (
     without,
 )
 
-__all__ = [
+__all__ = ["FORMAT",
     "ITEM_TYPES",
     "ItemMapper",
     "NAME",
@@ -561,3 +562,6 @@ def export(view: ExportSession) -> bytes:
                                 for t in tools[-1].tools]
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export)

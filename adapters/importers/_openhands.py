@@ -55,6 +55,7 @@ from ._plan import (
     BadRecord,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -75,7 +76,8 @@ from ._plan import (
     without,
 )
 
-__all__ = ["NAME", "OUTPUT", "export_events", "export_output", "parse_events", "parse_output"]
+__all__ = ["EVENTS_FORMAT", "NAME", "OUTPUT", "OUTPUT_FORMAT", "export_events", "export_output",
+           "parse_events", "parse_output"]
 
 NAME = "openhands"
 OUTPUT = "openhands_output"
@@ -430,3 +432,8 @@ def export_output(view: ExportSession) -> bytes:
     doc["history"] = history
     return msgspec.json.encode(doc) + b"\n"
 
+
+#: This module's transcript formats (an event stream and an output file), as the registry
+#: (`_transcripts._REGISTRY`) lists them.
+EVENTS_FORMAT = Format(NAME, parse_events, export_events)
+OUTPUT_FORMAT = Format(OUTPUT, parse_output, export_output)

@@ -52,6 +52,7 @@ __all__ = [
     "CompactionEntry",
     "Entry",
     "ExportSession",
+    "Format",
     "JSON_ERRORS",
     "Obj",
     "Parsed",
@@ -465,3 +466,21 @@ def natural_id(source: str, data: bytes) -> str:
     of its bytes (two runs on one task stay apart)."""
     stem = session_slug(source.replace("\\", "/").rsplit("/", 1)[-1].split(".", 1)[0])
     return f"{stem}-{hashlib.blake2b(data, digest_size=4).hexdigest()}"
+
+
+@dataclass(frozen=True)
+class Format:
+    """One transcript format, declared by its module as providers declare a `Provider`.
+
+    Attributes:
+        name: the format's name (`turnlog.adapters.importers.FORMATS`, ``--format``; also
+            written into every imported event's meta, so it never changes).
+        parse: the file's bytes, its name and ``skip_bad`` to an import plan.
+        export: a session back to a file of this format.
+        children: the file also holds the session's forks and inline subagents.
+    """
+
+    name: str
+    parse: Callable[[bytes, str, bool], Parsed]
+    export: Callable[[ExportSession], bytes]
+    children: bool = False

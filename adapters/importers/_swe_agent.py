@@ -25,6 +25,7 @@ from ._plan import (
     BadRecord,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     Plan,
@@ -34,7 +35,7 @@ from ._plan import (
     natural_id,
 )
 
-__all__ = ["NAME", "export", "parse"]
+__all__ = ["FORMAT", "NAME", "export", "parse"]
 
 NAME = "swe_agent"
 
@@ -68,3 +69,7 @@ def export(view: ExportSession) -> bytes:
     if isinstance(residual, dict):
         doc = {**residual, "history": history}
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
+
+
+#: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
+FORMAT = Format(NAME, parse, export)

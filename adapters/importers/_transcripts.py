@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -82,6 +81,7 @@ from ._plan import (
     CompactionEntry,
     Entry,
     ExportSession,
+    Format,
     Obj,
     Parsed,
     SkippedRecord,
@@ -99,24 +99,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class _Format:
-    parse: Callable[[bytes, str, bool], Parsed]
-    export: Callable[[ExportSession], bytes]
-    children: bool = False  # the file also holds the session's forks and inline subagents
-
-
-_REGISTRY: dict[str, _Format] = {
-    "claude_code": _Format(_claude_code.parse, _claude_code.export, children=True),
-    "codex": _Format(_codex.parse, _codex.export),
-    "openai_chat": _Format(_openai_chat.parse, _openai_chat.export),
-    "openai_responses": _Format(_openai_responses.parse, _openai_responses.export),
-    "mini_swe_agent": _Format(_mini_swe_agent.parse, _mini_swe_agent.export),
-    "swe_agent": _Format(_swe_agent.parse, _swe_agent.export),
-    "openhands": _Format(_openhands.parse_events, _openhands.export_events),
-    "openhands_output": _Format(_openhands.parse_output, _openhands.export_output),
-    "aider": _Format(_aider.parse, _aider.export),
-}
+#: Every transcript format, by name: the `Format` record each importer module declares.
+_REGISTRY: dict[str, Format] = {f.name: f for f in (
+    _claude_code.FORMAT, _codex.FORMAT, _openai_chat.FORMAT, _openai_responses.FORMAT,
+    _mini_swe_agent.FORMAT, _swe_agent.FORMAT, _openhands.EVENTS_FORMAT,
+    _openhands.OUTPUT_FORMAT, _aider.FORMAT)}
 
 #: turnlog's own export (`turnlog.log.export_events`, ``turnlog export --complete``): read
 #: back record for record, every hash unchanged, rather than parsed into a plan.
