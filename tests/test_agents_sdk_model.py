@@ -21,6 +21,7 @@ from turnlog.adapters.examples import agents_sdk
 from turnlog.adapters.integrations.openai_agents import TurnlogModel
 from turnlog.adapters.providers import renderer_for
 from turnlog.adapters.providers.fakeserver import FakeServer
+from turnlog.errors import InvalidEventError
 from turnlog.events import RequestIssued, ResponseReceived
 
 set_tracing_disabled(True)
@@ -81,3 +82,26 @@ def test_the_example_replays_every_request_it_made(tmp_path: Path,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 of 3 requests reproduced byte for byte" in done.stdout
+
+
+@pytest.mark.parametrize("item", [
+    {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-opaque"},
+    {"type": "item_reference", "id": "msg_1"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed",
+     "action": {"type": "search", "query": "q"}},
+])
+def test_an_item_turnlog_cannot_pack_is_refused_naming_its_type(tmp_path: Path,
+                                                              item: dict[str, Any]) -> None:
+    async def main() -> None:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
+                                 max_retries=0)
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="a", instructions="Add.", model=model)
+            with pytest.raises(InvalidEventError, match=repr(item["type"])):
+                await Runner.run(agent, [{"role": "user", "content": "hi"}, item],
+                                 run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            assert server.requests == [] and log.head("s") is None
+
+    asyncio.run(main())

@@ -72,6 +72,7 @@ from agents.usage import Usage
 from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from turnlog import Draft, Log, Packer, Policy
+from turnlog.errors import InvalidEventError
 from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
@@ -394,6 +395,16 @@ def _bodies(items: list[_Item], calls: dict[str, str]) -> list[tuple[Body, dict[
     return out
 
 
+def _unrepresentable(item: _Item) -> str | None:
+    """The item's type when `_bodies` could keep it only as a placeholder, else None."""
+    kind = _kind(item)
+    if kind == "message" or kind.endswith("_call_output"):
+        return None
+    if _is_model(item):
+        return None if kind in _ANSWERED_CALLS or kind == "reasoning" else kind or "item"
+    return kind or "unknown"
+
+
 def _calls(view: Projection | None) -> dict[str, str]:
     if view is None:
         return {}
@@ -426,6 +437,11 @@ class TurnlogModel(Model):
     So ``turnlog replay`` reproduces every request the SDK made. ``stream_response``
     does the same and gives the SDK the finished response as one
     ``response.completed`` event.
+
+    An input item turnlog cannot put in a request it packs (a ``compaction`` item,
+    an ``item_reference``, a hosted tool's call: anything `TurnlogSession` keeps
+    only as a placeholder) is refused with ``InvalidEventError`` naming its type,
+    before anything is appended or sent: the model never sees a placeholder.
 
     Parameters:
         log: the log.
@@ -487,6 +503,14 @@ class TurnlogModel(Model):
         # A call that continues the previous one (its input, its output, then new items)
         # appends only the new items; any other call starts a run: all of its input.
         fresh = items[self._last_input:] if 0 < self._last_input <= len(items) else items
+        for item in fresh:
+            kind = _unrepresentable(item)
+            if kind is not None:
+                raise InvalidEventError(
+                    f"the run's input holds a {kind!r} item, which turnlog cannot put in a "
+                    "request it packs (only messages, reasoning, function and tool calls "
+                    "and their outputs); nothing was appended or sent. Run this agent with "
+                    "the SDK's own model, or leave the item out of the input")
         if fresh:
             await asyncio.to_thread(self.items.add, fresh)
         await self.session.system("instructions", system_instructions or "")
