@@ -7,6 +7,7 @@ Hierarchy::
     │   ├── InvalidEventError               an event or batch fails validation
     │   │   ├── EventTooLargeError          a field or the whole event exceeds a limit
     │   │   └── UnknownSessionError (KeyError)  the session does not exist
+    │   ├── UnknownEventError (KeyError)    the event (a seq past the head) does not exist
     │   └── PolicyError                     a policy is malformed or inconsistent
     ├── AppendConflictError                 the session head moved (optimistic concurrency)
     ├── IdempotencyError                    a retried batch does not match what was stored
@@ -68,6 +69,7 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "TokenizerError",
+    "UnknownEventError",
     "UnknownSessionError",
     "VerificationError",
 ]
@@ -140,6 +142,13 @@ class UnknownSessionError(InvalidEventError, KeyError):
     """The named session has no events."""
 
     __str__ = KernelError.__str__  # KeyError would quote the message
+
+
+class UnknownEventError(InvalidArgumentError, KeyError):
+    """The named event (a seq past the session's head) does not exist; nothing was done."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class PolicyError(InvalidArgumentError):

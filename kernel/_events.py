@@ -33,8 +33,10 @@ __all__ = [
     "Body",
     "CompactionCommitted",
     "CompactionFailed",
+    "ContentErased",
     "EVENT_KINDS",
     "Event",
+    "EventErased",
     "EventsPinned",
     "ImagePart",
     "MemoryChanged",
@@ -398,6 +400,38 @@ class StateSaved(_Payload, tag="state", frozen=True):
     blobs: tuple[BlobRef, ...] = ()
 
 
+class ContentErased(_Payload, tag="erasure", frozen=True):
+    """The content of earlier events of the session was erased (`Log.erase`).
+
+    ``seqs`` are the erased events (ascending) and ``hashes`` their hashes (hex,
+    in the same order): each erased event keeps its stored hash, which the chain
+    still binds, while its content is replaced by an `EventErased` stub naming
+    this event. `Log.verify` accepts a stub exactly when the erasure event that
+    it names lists its seq with its hash. ``blobs`` are the blobs deleted with
+    them (referenced by no other event). ``reason`` is caller data, like every
+    field. Never appended directly: only `Log.erase` writes it, in the same
+    transaction as the stubs."""
+
+    seqs: tuple[Seq, ...]
+    hashes: tuple[Hex, ...]
+    reason: str
+    blobs: tuple[Hex, ...] = ()
+
+
+class EventErased(_Payload, tag="erased", frozen=True):
+    """What is left of an event whose content was erased: the stub stored in its
+    place (its stored hash is the original one). ``kind`` is the erased payload's
+    tag, ``by`` the seq of the `ContentErased` event that erased it; ``call_ids`` and
+    ``tool_names`` keep a message's tool-call pairing (ids and tool names, not
+    content), so that packing can show a placeholder in its place. Never appended
+    directly."""
+
+    kind: Name
+    by: Seq
+    call_ids: tuple[Id, ...] = ()
+    tool_names: tuple[Name, ...] = ()
+
+
 Body = (
     UserMessageAdded
     | AssistantMessageAdded
@@ -417,6 +451,8 @@ Body = (
     | SessionRewound
     | EventsPinned
     | StateSaved
+    | ContentErased
+    | EventErased
 )
 
 #: tag -> payload class, for every payload kind.

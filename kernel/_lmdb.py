@@ -59,7 +59,7 @@ from ._errors import (
     StoreNotFoundError,
     StoreReadOnlyError,
 )
-from ._store import ReadTxn, Store, WriteTxn
+from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 
 __all__ = ["LMDBStore"]
 
@@ -381,6 +381,26 @@ class _MapLock:
                 self._cond.notify_all()
 
 
+def _reader_pids(table: str) -> set[int]:
+    """The pids in LMDB's reader table (``Environment.readers()``)."""
+    pids = set()
+    for line in table.splitlines()[1:]:
+        field = line.split()[:1]
+        if field and field[0].isdigit():
+            pids.add(int(field[0]))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _event_key(session: str, seq: int) -> bytes:
     return session.encode() + b"\x00" + _U64.pack(seq)
 
@@ -576,6 +596,14 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
         self.wrote = True
         self._txn.put(bytes.fromhex(digest), data, db=self._dbs[b"blobs"], overwrite=False)
 
+    def replace_event(self, session: str, seq: int, record: bytes) -> None:
+        self.wrote = True
+        self._txn.put(_event_key(session, seq), record, db=self._dbs[b"events"])
+
+    def delete_blob(self, digest: str) -> None:
+        self.wrote = True
+        self._txn.delete(bytes.fromhex(digest), db=self._dbs[b"blobs"])
+
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         self.wrote = True
         self._txn.put(namespace.encode() + b"\x00" + key, value, db=self._dbs[b"cache"])
@@ -611,6 +639,7 @@ class LMDBStore(Store):
         self.location = str(path)
         self.readonly = readonly
         self._max_map = max_map_size
+        self._sync = sync
         self._pid = os.getpid()
         self._write_lock = threading.Lock()
         self._map = _MapLock()
@@ -847,6 +876,58 @@ class LMDBStore(Store):
         finally:
             txn.abort()
             self._map.release_shared()
+
+    def scrub(self) -> None:
+        """Rewrite data.mdb without its free pages (see `Store.scrub`).
+
+        LMDB frees the pages a write replaced but keeps their bytes until a later
+        write reuses them. A compacting copy (``mdb_env_copy2`` with
+        ``MDB_CP_COMPACT``) writes only the pages in use; it replaces data.mdb
+        (an atomic rename) while this handle holds the write lock and the map lock
+        exclusively, and the environment is reopened on it. A kill before the
+        rename leaves the old file (a rerun of the erasure scrubs it); after it, the
+        new one. Another process with the store open would keep writing to the old
+        file, so the scrub refuses while the reader table names another live process.
+
+        Raises:
+            StoreError: another process has the store open, or the copy failed.
+        """
+        self._check_process()
+        if self.readonly:
+            raise StoreReadOnlyError(f"store {self.location!r} was opened read-only; open it "
+                                     "for writing to erase")
+        directory = Path(self.location)
+        tmp = directory / "scrub.tmp"
+        with self._write_lock, self._map.exclusive(), self._guard():
+            others = _reader_pids(self._env.readers()) - {os.getpid()}
+            live = sorted(pid for pid in others if _alive(pid))
+            if live:
+                raise StoreError(f"cannot scrub the store at {hide_credentials(self.location)!r}"
+                                 f": process {live[0]} has it open; close the store in every "
+                                 "other process and run the erasure again (it completes it)")
+            if tmp.exists():
+                for leftover in tmp.iterdir():
+                    leftover.unlink()
+            else:
+                tmp.mkdir()
+            self._env.copy(str(tmp), compact=True)
+            size = int(self._env.info()["map_size"])
+            self._env.close()
+            try:
+                os.replace(tmp / "data.mdb", self._data_file)
+                fd = os.open(directory, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            finally:
+                self._env = lmdb.open(self.location, map_size=size, max_dbs=len(_DBS),
+                                      lock=True, sync=self._sync, metasync=self._sync,
+                                      max_readers=512, subdir=True, readahead=False)
+                self._dbs = self._open_dbs()
+                for leftover in tmp.iterdir():
+                    leftover.unlink()
+                tmp.rmdir()
 
     def close(self) -> None:
         if os.getpid() == self._pid:

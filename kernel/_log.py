@@ -59,6 +59,7 @@ from ._codec import (
     validate_session_id,
     with_seq,
 )
+from ._erase import Erased, erase_txn
 from ._errors import (
     SESSIONS_HINT,
     VERIFY_HINT,
@@ -301,7 +302,10 @@ class _Batch:
 _KNOWN_SESSIONS = 4096
 
 _PAYLOAD_TYPES = tuple(KINDS.values())
-_PAYLOAD_SET = frozenset(_PAYLOAD_TYPES)
+# Only `Log.erase` writes these kinds (the stub in place of an erased event and the
+# erasure event that lists the stubs): an append of one is refused.
+_ERASURE_KINDS = (KINDS["erasure"], KINDS["erased"])
+_PAYLOAD_SET = frozenset(_PAYLOAD_TYPES) - frozenset(_ERASURE_KINDS)
 # Kinds whose fields must be checked against the position they land at.
 _POSITIONAL = frozenset((SessionForked, SessionRewound, EventsPinned, CompactionCommitted))
 # What `append` takes as one event rather than a sequence of them.
@@ -835,8 +839,13 @@ class Log:
                     self._check_envelope(item, session, i)  # what the schema cannot say
             else:
                 body, time, key, causation, meta = item, None, None, None, no_meta
-            if type(body) not in _PAYLOAD_SET and not isinstance(body, _PAYLOAD_TYPES):
-                validate_body(body, where=_where(session, i))  # raises, naming the kinds
+            if type(body) not in _PAYLOAD_SET:
+                if not isinstance(body, _PAYLOAD_TYPES):
+                    validate_body(body, where=_where(session, i))  # raises, naming the kinds
+                if isinstance(body, _ERASURE_KINDS):
+                    raise InvalidEventError(f"{_where(session, i)}: {type(body).__name__} is "
+                                            "written only by an erasure; call Log.erase("
+                                            "session, seqs, reason=...) instead")
             try:
                 event, data = encode_event(Event(session=session, seq=0, body=body, time=time,
                                                  key=key, causation=causation, meta=meta))
@@ -1040,6 +1049,94 @@ class Log:
                     "content; use a new key for a new event. Nothing was written")
             digest = record_hash(record)
         return Appended(session, first, first + len(batch) - 1, digest, duplicate=True)
+
+    # -- erasure ---------------------------------------------------------------------
+    def erase(self, session: str, seqs: Iterable[int] | None = None, *, reason: str,
+              time: int | None = None, scrub: bool = True) -> Erased:
+        """Erase the content of events (every event of the session when ``seqs`` is
+        None), keeping the chain verifiable; see docs/erasure.md.
+
+        Each erased event keeps its position and stored hash; its content is
+        replaced by an `EventErased` stub, and a `ContentErased` event appended in
+        the same transaction lists the erased seqs with their hashes, the blobs
+        deleted with them (those no other event refers to) and ``reason``. A
+        compaction whose range covers an erased event is erased with it. Then the
+        store is scrubbed (`Store.scrub`): no copy of the erased bytes is left in its
+        files. Erasing erased events again appends nothing (and scrubs again: a rerun
+        completes an erasure that was killed before its scrub).
+
+        Parameters:
+            session: the session.
+            seqs: the events to erase; None for all that hold content (the
+                session's erasure events, a fork's first event, policies, rewinds
+                and pins are kept).
+            reason: why (caller data, stored in the erasure event).
+            time: the erasure event's time (caller data, microseconds since the
+                epoch), like every event's.
+            scrub: scrub the store's files afterwards (leave False only to erase
+                several sessions and call ``store.scrub()`` once).
+
+        Returns:
+            `Erased`: the erasure event's seq (None when nothing was left to
+            erase), the seqs and blobs erased.
+
+        Raises:
+            UnknownSessionError: no such session (nothing was done).
+            UnknownEventError: a seq past the session's head (nothing was done).
+            InvalidArgumentError: a malformed argument, or a seq naming an event
+                that is never erased (an erasure event, a fork's first event).
+            StoreError: the store cannot erase or scrub (a scrub refused because
+                another process has an LMDB store open leaves the erasure
+                committed; run it again once the store is closed there).
+        """
+        validate_session_id(session)
+        check_text(reason, "reason")
+        check_integer(time, "time", min_value=-(2**63), max_value=2**63 - 1, optional=True)
+        wanted: list[int] | None = None
+        if seqs is not None:
+            if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Iterable):
+                invalid("seqs", "an iterable of seqs or None", seqs, with_type=True)
+            wanted = list(seqs)
+            for seq in wanted:
+                check_integer(seq, "seq", min_value=0, max_value=_MAX_SEQ)
+        result = self.store.write(lambda txn: erase_txn(txn, session, wanted, reason, time))
+        if scrub:
+            self.store.scrub()
+        return result
+
+    def erase_older_than(self, cutoff: int, *, reason: str, sessions: Iterable[str] | None = None,
+                         time: int | None = None) -> list[Erased]:
+        """Retention: erase every event whose ``time`` is below ``cutoff`` (microseconds
+        since the Unix epoch, UTC). Event times are caller data: the cutoff is compared
+        with the times the events were appended with, never with a clock of turnlog's;
+        events appended without a time are kept. Each session is erased in a
+        transaction of its own (a kill in between leaves the sessions done erased; a
+        rerun does the rest), then the store is scrubbed once.
+
+        Parameters:
+            cutoff: erase events with ``time < cutoff``.
+            reason: stored in each erasure event.
+            sessions: the sessions to apply it to (all when None).
+            time: the erasure events' time.
+
+        Returns:
+            One `Erased` per session where something was erased.
+        """
+        check_integer(cutoff, "cutoff", min_value=-(2**63), max_value=2**63 - 1)
+        check_text(reason, "reason")
+        names = [h.session for h in self.sessions()] if sessions is None else list(sessions)
+        done: list[Erased] = []
+        for name in names:
+            with self.snapshot() as snap:
+                old = [e.seq for e in snap.iter(name)
+                       if e.time is not None and e.time < cutoff
+                       and not isinstance(e.body, (*_ERASURE_KINDS, SessionForked))]
+            if old:
+                result = self.erase(name, old, reason=reason, time=time, scrub=False)
+                if result.seq is not None:
+                    done.append(result)
+        self.store.scrub()
+        return done
 
     # -- integrity -----------------------------------------------------------------
     def verify(self, session: str | None = None, *, checkpoint: Checkpoint | None = None,

@@ -93,8 +93,13 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
         self.cache: dict[tuple[str, bytes], bytes] = {}
         self._pending: dict[tuple[str, int], bytes] = {}
         self.marks: dict[str, str | None] = {}
+        self.replaced: dict[tuple[str, int], bytes] = {}
+        self.deleted: set[str] = set()
 
     def get(self, session: str, seq: int) -> bytes | None:
+        replaced = self.replaced.get((session, seq))
+        if replaced is not None:
+            return replaced
         pending = self._pending.get((session, seq))
         return pending if pending is not None else super().get(session, seq)
 
@@ -111,6 +116,8 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
                 yield seq, record
 
     def blob(self, digest: str) -> bytes | None:
+        if digest in self.deleted:
+            return None
         found = self.new_blobs.get(digest)
         return found if found is not None else super().blob(digest)
 
@@ -130,6 +137,14 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
 
     def put_blob(self, digest: str, data: bytes) -> None:
         self.new_blobs[digest] = data
+        self.deleted.discard(digest)
+
+    def replace_event(self, session: str, seq: int, record: bytes) -> None:
+        self.replaced[(session, seq)] = record
+
+    def delete_blob(self, digest: str) -> None:
+        self.new_blobs.pop(digest, None)
+        self.deleted.add(digest)
 
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         self.cache[(namespace, key)] = value
@@ -182,6 +197,10 @@ class MemoryStore(Store):
                     raise StoreError(f"internal: out-of-order write at {session!r}#{seq}")
                 records.append(record)
             self._idem.update(txn.idem)
+            for (session, seq), record in txn.replaced.items():
+                self._events[session][seq] = record
+            for digest in txn.deleted:
+                self._blobs.pop(digest, None)
             self._blobs.update(txn.new_blobs)
             self._cache.update(txn.cache)
             for name, value in txn.marks.items():

@@ -43,11 +43,13 @@ from typing import Any
 
 import msgspec
 
+from ._erase import placeholder
 from ._events import (
     AssistantMessageAdded,
     CompactionCommitted,
     CompactionFailed,
     Event,
+    EventErased,
     EventsPinned,
     ImagePart,
     NotificationAdded,
@@ -246,8 +248,11 @@ class Projection:
     def apply(self, event: Event) -> None:
         """Apply the next event of the lineage."""
         pos = len(self._events)
-        self._events.append(event)
         body = event.body
+        if type(body) is EventErased:
+            event = placeholder(event)
+            body = event.body
+        self._events.append(event)
         if isinstance(body, SessionRewound):
             if pos not in self._rewinds:
                 self._rewind(pos, body)

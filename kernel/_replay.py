@@ -46,7 +46,7 @@ from ._errors import (
     TokenizerError,
     UnknownSessionError,
 )
-from ._events import Event, PolicySet, RequestIssued
+from ._events import Event, EventErased, PolicySet, RequestIssued
 from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log
 from ._pack import Decision, Packed, PackIndex
 from ._pack._engine import pack_stored
@@ -87,6 +87,10 @@ class ReplayResult(msgspec.Struct, frozen=True):
     recorded_hash: str
     replayed_hash: str
     difference: str = ""
+    #: When the request cannot be reproduced because content it held was erased:
+    #: the seq of the (first) erasure event that erased it (``ok`` is False and
+    #: ``difference`` says so). None otherwise.
+    erased_by: int | None = None
 
 
 class DecisionChange(msgspec.Struct, frozen=True):
@@ -364,6 +368,11 @@ class Replayer:
         ok = replayed == request.prompt_hash
         difference = ""
         if not ok:
+            by = self._erased_by(session, request.head_seq)
+            if by is not None:
+                return ReplayResult(session, request_seq, False, request.prompt_hash, replayed,
+                                    f"content it included was erased by {by[0]}#{by[1]}",
+                                    erased_by=by[1])
             difference = _first_difference(request.digests, packed)
         elif request.rendered_hash and render is not None:
             rendered = blake3.blake3(render(packed.prompt)).hexdigest()
@@ -372,6 +381,17 @@ class Replayer:
                 difference = (f"the neutral prompt matches but the {request.format} rendering "
                               f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})")
         return ReplayResult(session, request_seq, ok, request.prompt_hash, replayed, difference)
+
+    def _erased_by(self, session: str, head_seq: int) -> tuple[str, int] | None:
+        """The first erasure (session, seq) that erased an event of the lineage up to
+        ``head_seq``, or None when none did: a request that does not re-pack to its
+        record and whose lineage holds erased events is reported as erased there."""
+        found: tuple[str, int] | None = None
+        for event in self.log.lineage(session, head_seq + 1):
+            body = event.body
+            if isinstance(body, EventErased) and (found is None or body.by < found[1]):
+                found = (event.session, body.by)
+        return found
 
     def replay_all(self, session: str, request_seqs: Iterable[int] | None = None, *,
                    render: Callable[[RequestIssued], Renderer | None] | None = None,

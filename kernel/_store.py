@@ -150,6 +150,24 @@ class WriteTxn(ReadTxn):
     def put_cached(self, namespace: str, key: bytes, value: bytes) -> None:
         """Store a derived-cache value."""
 
+    def replace_event(self, session: str, seq: int, record: bytes) -> None:
+        """Replace the stored record at ``(session, seq)`` (which exists): what an
+        erasure writes in place of an erased event, and nothing else.
+
+        Raises:
+            StoreError: the backend cannot erase.
+        """
+        raise StoreError(f"{type(self).__name__} cannot erase events")
+
+    def delete_blob(self, digest: str) -> None:
+        """Delete a blob (a no-op when absent): what an erasure does with the blobs
+        only erased events referred to.
+
+        Raises:
+            StoreError: the backend cannot erase.
+        """
+        raise StoreError(f"{type(self).__name__} cannot erase blobs")
+
     def set_mark(self, name: str, value: str | None) -> None:
         """Set a store-wide mark (see `ReadTxn.mark`), or remove it (None).
 
@@ -209,6 +227,12 @@ class Store(ABC):
         `Log.follow` waits with. A server backend holds a connection of its own
         for it and releases it when the context ends; the default is `wait`."""
         return nullcontext(self.wait)
+
+    def scrub(self) -> None:
+        """Leave no copy of deleted or replaced data in the store's files (after an
+        erasure): free pages, dead rows, logs. The default has none to remove (an
+        in-memory store keeps no old copies)."""
+        return None
 
     def check_structure(self) -> str | None:
         """The first problem of the store's own structure (below the events), or None.

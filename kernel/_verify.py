@@ -29,10 +29,20 @@ from typing import Any
 import blake3
 import msgspec
 
+from ._canonical import normalize
 from ._chain import GENESIS, Checkpoint, check_record, link_checker, record_event, record_hash
-from ._codec import may_hold_blob_refs, position_prefix
+from ._codec import decode_event, encode_canonical, may_hold_blob_refs, position_prefix
 from ._errors import DecodeError, UnknownSessionError
-from ._events import KINDS, BlobRef, Body, Event, ImagePart, SessionForked
+from ._events import (
+    KINDS,
+    BlobRef,
+    Body,
+    ContentErased,
+    Event,
+    EventErased,
+    ImagePart,
+    SessionForked,
+)
 from ._store import ReadTxn, Store
 from ._tokens import CACHE_NAMESPACE as COUNTS_NAMESPACE
 from ._tokens import check_count_cache
@@ -52,6 +62,21 @@ _KEY_BATCH = 512  # keys looked up in the index at once
 _REINDEX = ("a retry with that key would be taken for a new event, or another event for "
             "a duplicate. Restore the store from a backup, or copy it (`turnlog copy`) into a "
             "new store, which rebuilds the index from the events")
+
+_ERASED_TAG = msgspec.msgpack.encode("erased")  # in every stub's bytes
+_ERASURE_TAG = msgspec.msgpack.encode("erasure")  # in every erasure event's bytes
+
+
+def _stub_body(record: bytes) -> EventErased | None:
+    """The stub payload a stored record holds, or None (not a stub)."""
+    if _ERASED_TAG not in record:
+        return None
+    try:
+        body = decode_event(bytes(record[64:])).body
+    except DecodeError:
+        return None
+    return body if isinstance(body, EventErased) else None
+
 
 #: The store mark of a copy that has not finished (`turnlog.log.copy_log`): its value
 #: is JSON naming the source (``from``) and the sessions copied (None: all).
@@ -85,6 +110,9 @@ class VerifyReport(msgspec.Struct, frozen=True):
         warnings: what is wrong with derived data (the persisted token counts, which
             are checked where they are read and rebuilt): reported by a verify of
             the whole log, without making it fail.
+        erased: ``(session, seq, by)`` of every erased event checked: its content
+            was erased by the erasure event at ``(session, by)``, which lists it
+            with its hash (see docs/erasure.md). Not a problem.
     """
 
     ok: bool
@@ -93,6 +121,7 @@ class VerifyReport(msgspec.Struct, frozen=True):
     events: int
     blobs: int
     warnings: tuple[str, ...] = ()
+    erased: tuple[tuple[str, int, int], ...] = ()
 
 
 # Payload kind -> its fields that may hold blob refs.
@@ -142,6 +171,8 @@ class _Fsck:
         self.checked_blobs: set[str] = set()
         self.events = 0
         self.blobs = 0
+        self.erased: list[tuple[str, int, int]] = []
+        self.erasures: dict[tuple[str, int], dict[int, str]] = {}
 
     def run(self, session: str | None, checkpoint: Checkpoint | None) -> VerifyReport:
         txn = self.txn
@@ -189,10 +220,87 @@ class _Fsck:
                                        len(heads))
             warnings = tuple(check_count_cache(
                 lambda key: txn.cached(COUNTS_NAMESPACE, key)))
-        return VerifyReport(True, None, nsessions, self.events, self.blobs, warnings)
+        return VerifyReport(True, None, nsessions, self.events, self.blobs, warnings,
+                            tuple(self.erased))
 
     def report(self, problem: Problem, sessions: int) -> VerifyReport:
-        return VerifyReport(False, problem, sessions, self.events, self.blobs)
+        return VerifyReport(False, problem, sessions, self.events, self.blobs,
+                            erased=tuple(self.erased))
+
+    def erasure(self, session: str, by: int) -> dict[int, str] | str:
+        """The seqs (with their hashes, hex) the erasure event at ``by`` lists, or
+        what is wrong with it."""
+        key = (session, by)
+        found = self.erasures.get(key)
+        if found is not None:
+            return found
+        record = self.txn.get(session, by)
+        if record is None:
+            return f"the stub names erasure event #{by}, which does not exist"
+        try:
+            body = record_event(record).body
+        except DecodeError:
+            return f"the stub names erasure event #{by}, which does not decode"
+        if not isinstance(body, ContentErased) or len(body.seqs) != len(body.hashes):
+            return f"the stub names #{by}, which is not a well-formed erasure event"
+        listed = dict(zip(body.seqs, body.hashes, strict=True))
+        self.erasures[key] = listed
+        return listed
+
+    def stub(self, session: str, seq: int, prev: bytes, record: bytes,
+             ) -> tuple[bool, str | None]:
+        """Whether ``record`` is an erased event's stub, and what is wrong with it
+        (None: it is exactly what the erasure it names wrote)."""
+        if _ERASED_TAG not in record or len(record) <= 64:
+            return False, None
+        canonical = bytes(record[64:])
+        try:
+            event = decode_event(canonical)
+        except DecodeError:
+            return False, None
+        body = event.body
+        if not isinstance(body, EventErased):
+            return False, None
+        normalize(event)
+        if encode_canonical(event) != canonical:
+            return True, "the erased event's stub is not canonical"
+        if event.session != session or event.seq != seq:
+            return True, (f"the stub claims position {event.session!r}#{event.seq} but is "
+                          f"stored at {session!r}#{seq}")
+        expected_prev = prev if seq else GENESIS
+        if record[:32] != expected_prev:
+            return True, (f"prev hash {record[:32].hex()[:16]} of the erased event does not "
+                          f"match the previous event's hash {expected_prev.hex()[:16]}")
+        if body.by <= seq:
+            return True, f"the stub names erasure event #{body.by}, which is not later"
+        listed = self.erasure(session, body.by)
+        if isinstance(listed, str):
+            return True, listed
+        digest = record_hash(record).hex()
+        if listed.get(seq) != digest:
+            return True, (f"the stored hash {digest[:16]} of the erased event is not the one "
+                          f"erasure event #{body.by} lists for it")
+        self.erased.append((session, seq, body.by))
+        return True, None
+
+    def erasure_listed(self, session: str, seq: int, record: bytes) -> str | None:
+        """What is wrong with an erasure event's list: every seq it lists must hold
+        the stub that names it (else the content it says is gone is still there)."""
+        try:
+            body = record_event(record).body
+        except DecodeError:
+            return None  # the chain checks report it
+        if not isinstance(body, ContentErased):
+            return None
+        if len(body.seqs) != len(body.hashes):
+            return "the erasure event lists a different number of seqs and hashes"
+        for erased in body.seqs:
+            stored = self.txn.get(session, erased) if erased < seq else None
+            stub = None if stored is None else _stub_body(stored)
+            if stub is None or stub.by != seq:
+                return (f"the erasure event lists #{erased}, whose content is still stored "
+                        "(or is not an earlier event)")
+        return None
 
     def lineage(self, session: str) -> tuple[Problem | None, int]:
         """Check the events a (verified) fork continues: each source session up to
@@ -236,7 +344,15 @@ class _Fsck:
             if step is not None:
                 step()
             event: Event | None = None
-            if strict or seq == 0 or not linked(record, seq, prev):
+            is_stub = False
+            doubt = strict or seq == 0 or not linked(record, seq, prev)
+            if doubt:
+                # An erased event's stub: its stored hash is the original event's,
+                # which the erasure event that the stub names must list.
+                is_stub, reason = self.stub(session, seq, prev, record)
+                if reason is not None:
+                    return Problem(session, seq, reason)
+            if doubt and not is_stub:
                 # In full, and on any doubt: check_record names what is wrong. Seq
                 # 0's prev is the genesis or a fork's source: first() checks the link.
                 event, reason = check_record(record, session=session, seq=seq,
@@ -247,7 +363,11 @@ class _Fsck:
                     reason = self.first(event)
                     if reason is not None:
                         return Problem(session, 0, reason)
-            if blob_key(record):
+            if not is_stub and _ERASURE_TAG in record:
+                reason = self.erasure_listed(session, seq, record)
+                if reason is not None:
+                    return Problem(session, seq, reason)
+            if not is_stub and blob_key(record):
                 if event is None:
                     try:
                         event = record_event(record)

@@ -34,6 +34,7 @@ from ._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
     TokenizerError,
+    UnknownEventError,
     UnknownSessionError,
     VerificationError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "TokenizerError",
+    "UnknownEventError",
     "UnknownSessionError",
     "VerificationError",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ._chain import GENESIS, Checkpoint
 from ._copy import Copied, copy_log, export_events, import_events, unfinished_copy
+from ._erase import PLACEHOLDER, Erased
 from ._log import NEW_SESSION, Appended, Head, Retries, Snapshot, backoff
 from ._verify import Problem, VerifyReport
 
@@ -17,9 +18,11 @@ __all__ = [
     "Appended",
     "Checkpoint",
     "Copied",
+    "Erased",
     "GENESIS",
     "Head",
     "NEW_SESSION",
+    "PLACEHOLDER",
     "Problem",
     "Retries",
     "Snapshot",

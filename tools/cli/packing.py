@@ -200,16 +200,21 @@ def _cmd_replay(args: argparse.Namespace) -> int:
             except RenderError as exc:
                 results.append(ReplayResult(args.session, seq, False, "", "",
                                             f"cannot render the recorded format: {exc}"))
-    ok = all(r.ok for r in results)
+    # A request that held erased content cannot be reproduced, by design: it is
+    # reported as erased (at its erasure event), not as a mismatch.
+    ok = all(r.ok or r.erased_by is not None for r in results)
     if args.json:
         _emit({"ok": ok, "requests": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
     else:
         for r in results:
             _say(f"{r.session}#{r.request_seq}: "
-                 + ("identical" if r.ok else f"DIFFERS: {r.difference}"),
-                 "" if r.ok else "bold red")
+                 + ("identical" if r.ok else f"ERASED: {r.difference}"
+                    if r.erased_by is not None else f"DIFFERS: {r.difference}"),
+                 "" if r.ok or r.erased_by is not None else "bold red")
+        erased = sum(r.erased_by is not None for r in results)
         _say(f"{sum(r.ok for r in results)} of {_plural(len(results), 'request')} reproduced "
-             "byte for byte", "green" if ok else "bold red")
+             "byte for byte" + (f", {erased} held erased content" if erased else ""),
+             "green" if ok else "bold red")
     return EXIT_OK if ok else EXIT_FAILED
 
 

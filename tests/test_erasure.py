@@ -1,0 +1,184 @@
+"""Erasure: the content of chosen events leaves the store and its files, and the
+chain still verifies (docs/erasure.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+import turnlog
+from turnlog import Log, Packer, Policy, Replayer
+from turnlog.errors import (
+    InvalidArgumentError,
+    InvalidEventError,
+    UnknownEventError,
+    UnknownSessionError,
+)
+from turnlog.events import (
+    AssistantMessageAdded,
+    CompactionCommitted,
+    ContentErased,
+    EventErased,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
+
+from tests.support import dump
+
+SESSION = "s"
+POLICY = Policy(context_window=200_000, output_reserve=500)
+SECRET = "sk-live-SECRETUSERTEXT-4242"
+TOOL_SECRET = "TOOLOUTPUT-PASSWORD-hunter2-"
+SUMMARY_SECRET = "SUMMARYQUOTE-SECRETUSERTEXT"
+
+
+@pytest.fixture(params=["lmdb", "memory"])
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Log]:
+    location = str(tmp_path / "store") if request.param == "lmdb" else ":memory:"
+    with turnlog.open(location) as opened:
+        yield opened
+
+
+def conversation(log: Log) -> Replayer:
+    """s#0 user (secret), #1 policy, #2 request, #3 assistant with a call, #4 tool
+    result in a blob (secret), #5 user, #6 request, #7 assistant."""
+    replayer = Replayer(Packer(log))
+    log.append(SESSION, UserMessageAdded(text=f"my key is {SECRET}"))
+    replayer.record(SESSION, policy=POLICY, model="m")
+    log.append(SESSION, AssistantMessageAdded(parts=(
+        TextPart(text="reading it"), ToolCall(id="c1", name="cat", arguments="{}"))))
+    log.append(SESSION, ToolResultAdded(call_id="c1", tool_name="cat",
+                                        output=TOOL_SECRET * 8000))  # > blob threshold
+    log.append(SESSION, UserMessageAdded(text="thanks"))
+    replayer.record(SESSION, policy=POLICY, model="m")
+    log.append(SESSION, AssistantMessageAdded(parts=(TextPart(text="done"),)))
+    return replayer
+
+
+def raw_bytes(log: Log) -> bytes:
+    """Every byte the store keeps: data.mdb (and lock.mdb) for LMDB, the dump otherwise."""
+    if log.store.name == "lmdb":
+        root = Path(log.store.location)
+        return b"".join(p.read_bytes() for p in sorted(root.iterdir()) if p.is_file())
+    return repr(dump(log)).encode() + repr(log.store._blobs).encode()  # type: ignore[attr-defined]
+
+
+def test_erase_a_user_message_and_a_tool_output_in_a_blob(log: Log) -> None:
+    conversation(log)
+    assert SECRET.encode() in raw_bytes(log) and TOOL_SECRET.encode() in raw_bytes(log)
+    before = {e.seq: e.hash for e in log.read(SESSION)}
+    erased = log.erase(SESSION, [0, 4], reason="data-subject request", time=99)
+    assert erased.seq == 8 and erased.seqs == (0, 4) and len(erased.blobs) == 1
+    raw = raw_bytes(log)
+    assert SECRET.encode() not in raw
+    assert TOOL_SECRET.encode() not in raw
+    events = log.read(SESSION)
+    assert {e.seq: e.hash for e in events[:8]} == before  # hashes kept
+    assert isinstance(events[0].body, EventErased) and events[0].body.by == 8
+    assert events[4].body == EventErased(kind="tool_result", by=8, call_ids=("c1",),
+                                         tool_names=("cat",))
+    record = events[8].body
+    assert isinstance(record, ContentErased)
+    assert record.seqs == (0, 4) and record.reason == "data-subject request"
+    assert record.hashes == (before[0].hex(), before[4].hex())
+    for strict in (False, True):
+        report = log.verify(strict=strict)
+        assert report.ok, report.problem
+        assert report.erased == ((SESSION, 0, 8), (SESSION, 4, 8))
+    assert log.verify(SESSION).ok
+
+
+def test_packing_shows_placeholders_and_replay_reports_erased(log: Log) -> None:
+    replayer = conversation(log)
+    log.erase(SESSION, [4], reason="leaked password")
+    prompt = Packer(log).pack(SESSION, policy=POLICY).prompt
+    text = msgspec.json.encode(prompt).decode()
+    assert TOOL_SECRET not in text and "[erased]" in text
+    results = list(replayer.replay_all(SESSION))
+    # The first request predates the tool output: reproduced; the second held it.
+    assert [r.ok for r in results] == [True, False]
+    assert results[1].erased_by == 8 and "erased" in results[1].difference
+
+
+def test_whole_session_and_a_summary_that_quoted_it(log: Log) -> None:
+    conversation(log)
+    digest = "0" * 64
+    log.append(SESSION, CompactionCommitted(first_seq=0, last_seq=2, covered_digest=digest,
+                                            summary=f"user said {SUMMARY_SECRET}"))
+    log.append("other", UserMessageAdded(text="kept text"))
+    erased = log.erase(SESSION, [0], reason="gdpr")
+    assert erased.seqs == (0, 8)  # with the compaction covering #0
+    assert SUMMARY_SECRET.encode() not in raw_bytes(log)
+    everything = log.erase(SESSION, reason="account deleted")
+    assert everything.already == erased.seqs
+    raw = raw_bytes(log)
+    for text in (SECRET, TOOL_SECRET, "reading it", "thanks", "done"):
+        assert text.encode() not in raw, text
+    assert b"kept text" in raw
+    report = log.verify()
+    assert report.ok, report.problem
+    kept = {e.kind for e in log.read(SESSION)}
+    assert kept == {"erased", "erasure", "policy"}  # a policy holds no content
+
+
+def test_erasing_twice_is_idempotent(log: Log) -> None:
+    conversation(log)
+    first = log.erase(SESSION, [0], reason="r")
+    state = dump(log)
+    again = log.erase(SESSION, [0], reason="r")
+    assert again.seq is None and again.already == (0,) and again.seqs == ()
+    assert dump(log) == state
+    assert first.seq == 8
+
+
+def test_unknown_session_or_seq_changes_nothing(log: Log) -> None:
+    conversation(log)
+    state = dump(log)
+    with pytest.raises(UnknownSessionError, match="no session 'nope'"):
+        log.erase("nope", reason="r")
+    with pytest.raises(UnknownEventError, match="no event at seq 99"):
+        log.erase(SESSION, [0, 99], reason="r")
+    with pytest.raises(InvalidArgumentError):
+        log.erase(SESSION, [-1], reason="r")
+    with pytest.raises(InvalidArgumentError):
+        log.erase(SESSION, [0], reason="")
+    assert dump(log) == state
+    log.erase(SESSION, [0], reason="r")
+    with pytest.raises(InvalidArgumentError, match="never erased"):
+        log.erase(SESSION, [8], reason="r")  # the erasure event itself
+
+
+def test_erasure_kinds_cannot_be_appended(log: Log) -> None:
+    conversation(log)
+    with pytest.raises(InvalidEventError, match=r"Log\.erase"):
+        log.append(SESSION, EventErased(kind="user", by=9))
+    with pytest.raises(InvalidEventError, match=r"Log\.erase"):
+        log.append(SESSION, ContentErased(seqs=(0,), hashes=("0" * 64,), reason="x"))
+
+
+def _records(log: Log) -> list[bytes]:
+    return log.store._events[SESSION]  # type: ignore[attr-defined,no-any-return]
+
+
+def test_tamper_is_still_caught_around_erased_events() -> None:
+    log = turnlog.open(":memory:")
+    conversation(log)
+    log.erase(SESSION, [0], reason="r")
+    records = _records(log)
+    # A byte changed in an event that was not erased.
+    original = records[5]
+    records[5] = original.replace(b"thanks", b"THANKS")
+    assert log.verify().problem.seq == 5  # type: ignore[union-attr]
+    records[5] = original
+    assert log.verify().ok
+    # A stub put in place of an event the erasure does not list.
+    forged = msgspec.msgpack.decode(records[0][64:])
+    forged["seq"] = 3
+    records[3] = records[3][:64] + msgspec.msgpack.encode(forged)
+    problem = log.verify().problem
+    assert problem is not None and problem.seq == 3, problem
+    assert "not the one erasure event #8 lists" in problem.reason
