@@ -15,6 +15,6 @@ Four jobs, one subpackage (or module) each; all depend on ``turnlog`` only:
   ``from turnlog.adapters import Session``.
 """
 
-from .session import Answer, AsyncSession, Request, Session
+from .session import Answer, AsyncSession, ContextToolResult, Request, Session
 
-__all__ = ["Answer", "AsyncSession", "Request", "Session"]
+__all__ = ["Answer", "AsyncSession", "ContextToolResult", "Request", "Session"]

@@ -131,10 +131,12 @@ from turnlog.events import (
     UserMessageAdded,
 )
 from turnlog.log import Appended, Head, Retries
-from turnlog.packing import ModelTable, Packed, Projection, Renderer
+from turnlog.memories import MemoryManager
+from turnlog.packing import CONTEXT_TOOLS, ModelTable, Packed, Projection, Renderer
 from turnlog.replay import ReplayResult
 from turnlog.validation import check_integer, check_text, check_type, invalid
 
+from .context_tools import run_context_tool
 from .providers import (
     PROVIDERS,
     ProviderError,
@@ -149,8 +151,8 @@ from .providers import (
     renderer_for,
 )
 
-__all__ = ["Answer", "AsyncSession", "Request", "ResponseLike", "SDKObject", "Session",
-           "ToolLike"]
+__all__ = ["Answer", "AsyncSession", "ContextToolResult", "Request", "ResponseLike",
+           "SDKObject", "Session", "ToolLike"]
 
 #: A tool definition: a `ToolSpec`, or a mapping with ``name``, ``description`` and
 #: ``parameters`` (a JSON Schema object or its text); OpenAI's ``{"type": "function",
@@ -210,6 +212,25 @@ class Request(msgspec.Struct, frozen=True, kw_only=True):
     def recovery(self) -> bool:
         """True when this is a recovery pack after a context-overflow error."""
         return self.packed.recovery
+
+
+class ContextToolResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A context tool's run: its output, appended as the call's ``ToolResultAdded``.
+
+    Attributes:
+        call_id, name: the call.
+        output: the result text (what the model will read).
+        is_error: the call could not run (the output says why).
+        seq: where the ``ToolResultAdded`` landed.
+        duplicate: a retry under the same key found it stored.
+    """
+
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+    seq: int
+    duplicate: bool = False
 
 
 class Answer(msgspec.Struct, frozen=True, kw_only=True):
@@ -310,7 +331,8 @@ class _Core:
                  stream: bool = False, extra: Mapping[str, object] | None = None,
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8, models: ModelTable | None = None) -> None:
+                 attempts: int = 8, models: ModelTable | None = None,
+                 memory_session: str = "memories") -> None:
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         check_text(model, "model", error=RenderError)
@@ -349,6 +371,9 @@ class _Core:
         self._render = renderer(format, model=model, max_tokens=max_tokens, blobs=log.blob,
                                 extra=self.extra)
         self._last_request: int | None = None
+        #: The session `memory_save`, `memory_search` and `memory_forget` work on.
+        self.memory_session = memory_session
+        self._memories: MemoryManager | None = None
 
     def __repr__(self) -> str:
         return f"<turnlog.adapters.{type(self).__name__} {self.id!r} {self.format} {self.model}>"
@@ -406,6 +431,32 @@ class _Core:
                                                           exc)) from exc
         assert done is not None
         return done
+
+    def _context_tool_steps(self, call: ToolCall, sessions: Iterable[str] | None,
+                            time: int | None, key: str | None) -> _Steps[ContextToolResult]:
+        stamp = self._time(time)
+        head = yield from _io(self.log.head, self.id)
+        view = (yield from _io(self._view)) if head is not None else None
+        if _find_call(view, call.id, open_only=True) is None and key is None:
+            raise InvalidEventError(_no_open_call(view, self.id, call.id))
+        output, is_error = yield from _io(self._run_context_tool, call, sessions, stamp)
+        done = yield from self._tool_result_steps(call.id, output, is_error, None, stamp, key)
+        return ContextToolResult(call_id=call.id, name=call.name, output=output,
+                                 is_error=is_error, seq=done.last_seq, duplicate=done.duplicate)
+
+    def _run_context_tool(self, call: ToolCall, sessions: Iterable[str] | None,
+                          time: int | None) -> tuple[str, bool]:
+        return run_context_tool(self.log, self.id, call, self._effective_policy(),
+                                memories=self._memory_manager, sessions=sessions, time=time)
+
+    def _memory_manager(self) -> MemoryManager:
+        if self._memories is None:
+            self._memories = MemoryManager(self.log, self.memory_session)
+        return self._memories
+
+    def _effective_policy(self) -> Policy:
+        return self.policy or self.packer.policy_in_force(self.id) or self._model_policy \
+            or _DEFAULT_POLICY
 
     def _open_calls_steps(self) -> _Steps[tuple[ToolCall, ...]]:
         head = yield from _io(self.log.head, self.id)
@@ -643,6 +694,7 @@ class Session(_Core):
             epoch); no time is recorded when None.
         attempts: tries per write when the head keeps moving (see the module docstring).
         models: the model table ``model`` is looked up in (the shipped one when None).
+        memory_session: the session the context tools' memory calls read and change.
 
     Raises:
         RenderError: an unknown format, an empty model, or ``anthropic`` without
@@ -656,11 +708,12 @@ class Session(_Core):
                  stream: bool = False, extra: Mapping[str, object] | None = None,
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8, models: ModelTable | None = None) -> None:
+                 attempts: int = 8, models: ModelTable | None = None,
+                 memory_session: str = "memories") -> None:
         super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
                          policy=policy, stream=stream, extra=extra, packer=packer,
                          summarizer=summarizer, auto_compact=auto_compact, clock=clock,
-                         attempts=attempts, models=models)
+                         attempts=attempts, models=models, memory_session=memory_session)
         self._lock = threading.RLock()
 
     def _run(self, steps: _Steps[_T]) -> _T:
@@ -733,6 +786,32 @@ class Session(_Core):
         """
         return self._run(self._tool_result_steps(call_id, output, is_error, exit_code, time,
                                                   key))
+
+    def context_tools(self) -> tuple[ToolSpec, ...]:
+        """The context tools' specs (``read_output``, ``search_history``,
+        ``expand_summary``, ``memory_save``, ``memory_search``, ``memory_forget``):
+        pass them to `tools` with your own. Once they are in force, truncation and
+        clip notices of new outputs name ``read_output`` and the ref to pass it."""
+        return CONTEXT_TOOLS
+
+    def call_context_tool(self, call: ToolCall, *, sessions: Iterable[str] | None = None,
+                          time: int | None = None, key: str | None = None
+                          ) -> ContextToolResult:
+        """Run a call of a context tool and append its ``ToolResultAdded``.
+
+        Parameters:
+            call: an open call (from ``answer.tool_calls``) of one of the kit's tools.
+            sessions: further sessions ``search_history`` may search (this one only
+                when None).
+
+        Returns:
+            The output (within the policy's truncation limits; a bad call gets an
+            error output with ``is_error``) and where the result landed.
+
+        Raises:
+            InvalidEventError: the call is not open (as for `tool_result`).
+        """
+        return self._run(self._context_tool_steps(call, sessions, time, key))
 
     def open_calls(self) -> tuple[ToolCall, ...]:
         """The tool calls in the session's view still waiting for a result, oldest first."""
@@ -835,11 +914,12 @@ class AsyncSession(_Core):
                  stream: bool = False, extra: Mapping[str, object] | None = None,
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8, models: ModelTable | None = None) -> None:
+                 attempts: int = 8, models: ModelTable | None = None,
+                 memory_session: str = "memories") -> None:
         super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
                          policy=policy, stream=stream, extra=extra, packer=packer,
                          summarizer=summarizer, auto_compact=auto_compact, clock=clock,
-                         attempts=attempts, models=models)
+                         attempts=attempts, models=models, memory_session=memory_session)
         self._lock = asyncio.Lock()
 
     async def _run(self, steps: _Steps[_T]) -> _T:
@@ -913,6 +993,16 @@ class AsyncSession(_Core):
         """`Session.tool_result`, awaited."""
         return await self._run(self._tool_result_steps(call_id, output, is_error, exit_code,
                                                         time, key))
+
+    def context_tools(self) -> tuple[ToolSpec, ...]:
+        """`Session.context_tools`."""
+        return CONTEXT_TOOLS
+
+    async def call_context_tool(self, call: ToolCall, *, sessions: Iterable[str] | None = None,
+                                time: int | None = None, key: str | None = None
+                                ) -> ContextToolResult:
+        """`Session.call_context_tool`, awaited."""
+        return await self._run(self._context_tool_steps(call, sessions, time, key))
 
     async def open_calls(self) -> tuple[ToolCall, ...]:
         """`Session.open_calls`, awaited."""

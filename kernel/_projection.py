@@ -43,6 +43,7 @@ from typing import Any
 
 import msgspec
 
+from ._context import READ_OUTPUT
 from ._erase import placeholder
 from ._events import (
     AssistantMessageAdded,
@@ -105,6 +106,8 @@ class Item(msgspec.Struct, frozen=True, gc=False, eq=False):
             (empty when they are not one).
         target: for a tool result, what the call acted on: a path, a pattern or a
             command (first 200 characters), or "".
+        kit: the context tools' ``read_output`` was in the ``ToolsSet`` in force
+            when the event was appended (its notices then name that tool).
     """
 
     index: int
@@ -118,6 +121,7 @@ class Item(msgspec.Struct, frozen=True, gc=False, eq=False):
     tool_name: str = ""
     args: dict[str, Any] = {}
     target: str = ""
+    kit: bool = False
 
 
 class Unit(msgspec.Struct, frozen=True, gc=False, eq=False):
@@ -219,6 +223,7 @@ class Projection:
         self._sections: dict[str, tuple[str, int, int]] = {}
         self._section_tokens: dict[str, int] = {}
         self._tools_pos = -1
+        self._kit = False
         self._tools: tuple[ToolSpec, ...] = ()
         self._tools_tokens = 0
         self._compactions: list[int] = []
@@ -343,6 +348,7 @@ class Projection:
         elif isinstance(body, ToolsSet):
             self._tools_pos = pos
             self._tools = body.tools
+            self._kit = READ_OUTPUT in body.tools
             count = self.counter.count
             self._tools_tokens = sum(
                 TOOL_SCHEMA_OVERHEAD + count(t.name) + count(t.description) + count(t.parameters)
@@ -397,7 +403,7 @@ class Projection:
                   tool_name: str = "", args: dict[str, Any] | None = None,
                   target: str = "") -> Item:
         item = Item(len(self._items), pos, event, kind, len(self._turn_starts), unit,
-                    self._measure(event), call_id, tool_name, args or {}, target)
+                    self._measure(event), call_id, tool_name, args or {}, target, self._kit)
         self._items.append(item)
         self._item_at[pos] = item.index
         return item

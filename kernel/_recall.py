@@ -3,8 +3,10 @@
 Theory of operation
 -------------------
 `Recaller` indexes the text the model saw as conversation: user messages,
-the text parts of assistant messages, tool results (their stored text: the
-preview for outputs kept as blobs) and notifications. It never indexes
+the text parts of assistant messages, tool results and notifications, whole:
+for an output kept as a blob, the blob's full text (not the event's preview),
+so a word in the middle of a large output is found and its snippet taken
+from around it. It never indexes
 ``CompactionCommitted`` summaries, ``RecallAdded`` results, system sections
 or memories: recall must not feed on its own output or on text derived from
 the conversation, or it would amplify itself (seed 002's feedback-loop fix).
@@ -227,6 +229,9 @@ class Recaller:
                 rewound = True
                 continue
             text = _text_of(event)
+            blob = getattr(event.body, "blob", None)
+            if blob is not None:  # the event holds a preview: index the whole output
+                text = self.log.blob(blob).decode("utf-8", "surrogatepass")
             if not text.strip():
                 continue
             doc = _Doc(event.seq, text, tokenize(text))

@@ -1,6 +1,7 @@
 """Building prompts: the stages `turnlog.pack` runs, the state they act on, what a
 pack returns, the prompt's shape, token counting and rendering, and the table of
-known models (context window, output limit, tokenizer by model name).
+known models (context window, output limit, tokenizer by model name), and the
+context tools' specs (``CONTEXT_TOOLS``; ``turnlog.adapters.Session`` runs them).
 
 A custom stage is a `Stage` (a name and a function of a `PackState`) placed in
 a list with ``DEFAULT_STAGES`` and passed to ``turnlog.pack`` or
@@ -9,6 +10,7 @@ a list with ``DEFAULT_STAGES`` and passed to ``turnlog.pack`` or
 
 from __future__ import annotations
 
+from ._context import CONTEXT_TOOLS, READ_OUTPUT
 from ._models import ModelInfo, ModelTable
 from ._pack import (
     DECISIONS,
@@ -30,6 +32,7 @@ from ._tokens import TokenCounter, get_counter
 __all__ = [
     "Breakpoint",
     "Budget",
+    "CONTEXT_TOOLS",
     "DECISIONS",
     "DEFAULT_STAGES",
     "Decision",
@@ -41,6 +44,7 @@ __all__ = [
     "Packed",
     "Projection",
     "Prompt",
+    "READ_OUTPUT",
     "Renderer",
     "SUMMARY_SECTION",
     "Section",

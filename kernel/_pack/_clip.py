@@ -162,6 +162,10 @@ class Clip:
         """Where the whole text of an item is: its event, and its blob if any."""
         event = item.event
         blob = getattr(event.body, "blob", None)
+        if item.kit:
+            ref = blob.hash if blob is not None else f"{event.session}#{event.seq}"
+            return (f"in event {event.session}#{event.seq} (read ranges of it with the "
+                    f"read_output tool, ref \"{ref}\")")
         at = f"in event {event.session}#{event.seq} (`turnlog show {event.session} {event.seq}`)"
         if blob is not None:
             at += f", blob {blob.hash} (`turnlog blob {blob.hash}`)"

@@ -3,7 +3,9 @@
 Tool outputs and notifications over ``truncate_lines`` or ``truncate_bytes`` keep
 their head (``truncate_head_ratio``) and tail around a notice that names where the
 whole output is: its blob (``turnlog blob HASH``) or its event (``turnlog show
-SESSION SEQ``). Outputs stored as blobs already carry a head/tail preview: decision
+SESSION SEQ``), or, for outputs appended while the context tools were registered
+(``Item.kit``), the ``read_output`` tool and the ref to pass it. Outputs stored
+as blobs already carry a head/tail preview: decision
 ``truncated``, rule ``truncate.blob_preview``. Recall results are capped by
 ``recall_max_chars`` and ``recall_max_tokens``.
 
@@ -25,6 +27,10 @@ from ._ledger import Ledger
 from ._model import StageReport
 
 __all__: list[str] = []
+
+#: How a notice names the context tools' ``read_output`` (outputs appended while
+#: the kit was in the tools in force: ``Item.kit``); the ref follows in quotes.
+_KIT_HINT = "read ranges of it with the read_output tool, ref"
 
 #: Item kinds whose content a stage may replace (never user or assistant messages).
 REPLACEABLE = ("tool", "notification", "recall")
@@ -97,11 +103,18 @@ def _truncated_text(item: Item, policy: Policy, counter: TokenCounter) -> tuple[
                 else len(text))
     if n_lines <= policy.truncate_lines and data_len <= policy.truncate_bytes:
         if blob is not None:
+            if item.kit:
+                text = text.replace(f"is blob {blob.hash} ...]",
+                                    f"is blob {blob.hash}; {_KIT_HINT} \"{blob.hash}\" ...]", 1)
             return _render(item, text), "truncate.blob_preview"
         return "", ""
-    where = (f"blob {blob.hash} (read it back with `turnlog blob {blob.hash}`)" if blob
-             else f"event {item.event.session}#{item.event.seq} (`turnlog show "
-                  f"{item.event.session} {item.event.seq}`)")
+    if item.kit:
+        ref = blob.hash if blob else f"{item.event.session}#{item.event.seq}"
+        where = (f"blob {ref}" if blob else f"event {ref}") + f" ({_KIT_HINT} \"{ref}\")"
+    else:
+        where = (f"blob {blob.hash} (read it back with `turnlog blob {blob.hash}`)" if blob
+                 else f"event {item.event.session}#{item.event.seq} (`turnlog show "
+                      f"{item.event.session} {item.event.seq}`)")
     head, tail, omitted_lines, omitted_chars = _head_and_tail(text, policy)
     rule = "truncate.lines" if n_lines > policy.truncate_lines else "truncate.bytes"
     notice = (f"\n[... truncated: {omitted_lines} lines ({omitted_chars} characters) omitted. "
