@@ -330,9 +330,42 @@ def test_independent_encoder_verifies_an_export_of_every_kind() -> None:
     log = turnlog.open(":memory:")
     _every_kind(log)
     kinds = {event.kind for event in log.read("kinds")}
-    assert kinds | {"user", "fork"} >= set(BY_TAG) - {"text", "reasoning", "tool_call", "image"}
+    # erasure and erased are written only by an erasure: the test below.
+    assert kinds | {"user", "fork"} >= set(BY_TAG) - {"text", "reasoning", "tool_call", "image",
+                                                      "erasure", "erased"}
     assert _check_export(log, "kinds") == 20
     assert _check_export(log, "kinds-fork") == 2
+
+
+def test_independent_verifier_accepts_an_erased_export_and_nothing_else() -> None:
+    # The rule of docs/events.md ("Erased events"), applied to an export: a stub keeps
+    # its stored hash, which its erasure event must list at its seq.
+    log = turnlog.open(":memory:")
+    _every_kind(log)
+    erased = log.erase("kinds", [0, 2], reason="test vector")
+    lines = [json.loads(event_to_json(event)) for event in log.read("kinds")]
+    erasure = lines[erased.seq]  # type: ignore[index]
+    assert erasure["body"]["type"] == "erasure"
+    listed = dict(zip(erasure["body"]["seqs"], erasure["body"]["hashes"], strict=True))
+
+    def verify(lines: list[dict[str, Any]]) -> bool:
+        prev = GENESIS
+        for seq, line in enumerate(lines):
+            canonical = canonical_from_json(line)
+            if bytes.fromhex(line["prev"]) != prev:
+                return False
+            if line["body"]["type"] == "erased":
+                if line["body"]["by"] <= seq or listed.get(seq) != line["hash"]:
+                    return False
+            elif blake3.blake3(prev + canonical).digest() != bytes.fromhex(line["hash"]):
+                return False
+            prev = bytes.fromhex(line["hash"])
+        return True
+
+    assert verify(lines)
+    forged = json.loads(json.dumps(lines))
+    forged[1]["body"] = {"type": "erased", "kind": "assistant", "by": erased.seq}
+    assert not verify(forged)  # a stub the erasure does not list
 
 
 def test_independent_encoder_verifies_the_demo_session() -> None:

@@ -191,6 +191,16 @@ MEANINGS: dict[str, str] = {
                        "which value).",
     "StateSaved.blobs": "The item's values, content-addressed (a value two states share is "
                         "stored once); checked by `verify`.",
+    "ContentErased.seqs": "The erased events of this session, ascending.",
+    "ContentErased.hashes": "Their stored hashes (hex), in the same order: what `verify` "
+                            "accepts for each stub.",
+    "ContentErased.reason": "Why (caller data).",
+    "ContentErased.blobs": "Blobs deleted with them (no other event referred to them).",
+    "EventErased.kind": "Tag of the erased payload.",
+    "EventErased.by": "Seq of the `erasure` event that lists this one.",
+    "EventErased.call_ids": "Tool-call ids of an erased assistant message, or the call id of "
+                            "an erased tool result (pairing, not content).",
+    "EventErased.tool_names": "Their tool names, in the same order.",
 }
 
 _NESTED = ("BlobRef", "TextPart", "ReasoningPart", "ToolCall", "ImagePart", "ToolSpec",
