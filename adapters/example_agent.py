@@ -1,7 +1,10 @@
 """An agent loop on turnlog: three tools, a scripted local model, every request replayed.
 
-Run it with ``python -m turnlog.adapters.example_agent [--async] [STORE_DIR]``
-(``--async``: the same loop on `AsyncSession`, awaited on an event loop). Nothing
+Run it with ``python -m turnlog.adapters.example_agent [--async] [--context-tools]
+[STORE_DIR]`` (``--async``: the same loop on `AsyncSession`, awaited on an event
+loop; ``--context-tools``: the session also registers turnlog's context tools,
+and the scripted model reads a build log whose output reaches it truncated,
+calls ``read_output`` for the middle and ``search_history`` for a word from it). Nothing
 leaves this machine: the model is a `FakeServer` on 127.0.0.1 speaking the
 OpenAI Chat Completions wire format, scripted to list a directory, then read a
 file and compute a total in parallel calls, then answer. The loop itself is
@@ -23,15 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import blake3
 import turnlog
 from turnlog import Log, Policy
 from turnlog.adapters import AsyncSession, Session
 from turnlog.adapters.providers import asend, send
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 from turnlog.events import ToolCall
+from turnlog.packing import CONTEXT_TOOLS
 
-__all__ = ["SCRIPT", "TOOLS", "arun", "calculate", "list_dir", "main", "read_file", "run",
-           "run_tool"]
+__all__ = ["BUILD_LOG", "SCRIPT", "TOOLS", "arun", "calculate", "context_script", "list_dir",
+           "main", "read_file", "run", "run_tool"]
 
 TOOLS = [
     {"name": "list_dir", "description": "List the entries of a workspace directory.",
@@ -54,6 +59,33 @@ SCRIPT = [
         ToolCall(id="call_3", name="calculate", arguments='{"expression": "3 * 19.5 + 12"}'))),
     FakeReply(text="Invoice 2024-117 comes to 70.5: 3 hours at 19.50 plus a 12.00 fee."),
 ]
+
+#: The workspace's build log for ``--context-tools``: 4,000 lines (about 150 KB), one
+#: telling line in the middle that the truncated view the model first gets leaves out.
+BUILD_LOG = "".join(
+    f"[{n:05d}] " + ("error: SIDEHILL checksum mismatch in vendor/ledger.tar" if n == 2500
+                     else "compiling module ok, no warnings, cache warm") + "\n"
+    for n in range(1, 4001))
+
+
+def context_script(build_log: str = BUILD_LOG) -> list[FakeReply]:
+    """The scripted model of ``--context-tools``: read the log, read its middle back with
+    ``read_output`` (by the blob ref the truncation notice names: the blake3 hash of the
+    output, which a real model copies from the notice), then ``search_history``."""
+    ref = blake3.blake3(build_log.encode()).hexdigest()
+    return [
+        FakeReply(text="Reading the build log.", tool_calls=(
+            ToolCall(id="call_1", name="read_file", arguments='{"path": "build.log"}'),)),
+        FakeReply(text="The log is truncated; reading its middle.", tool_calls=(
+            ToolCall(id="call_2", name="read_output", arguments=json.dumps(
+                {"ref": ref, "start_line": 2498, "line_count": 5})),)),
+        FakeReply(text="Checking where else SIDEHILL came up.", tool_calls=(
+            ToolCall(id="call_3", name="search_history",
+                     arguments='{"query": "SIDEHILL checksum"}'),)),
+        FakeReply(text="The build failed at line 2500: a SIDEHILL checksum mismatch in "
+                       "vendor/ledger.tar."),
+    ]
+
 
 _OPERATORS: dict[type, Callable[..., float]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
@@ -117,6 +149,9 @@ def calculate(expression: str) -> str:
     return str(value(tree.body))
 
 
+_KIT = frozenset(spec.name for spec in CONTEXT_TOOLS)
+
+
 def run_tool(root: Path, call: ToolCall) -> tuple[str, bool]:
     """Run one tool call: ``(output, failed)``; a failure is reported to the model."""
     try:
@@ -133,14 +168,16 @@ def run_tool(root: Path, call: ToolCall) -> tuple[str, bool]:
 
 
 def run(log: Log, workspace: Path, base_url: str, question: str, *,
-        echo: Callable[[str], object] = print, max_steps: int = 10) -> tuple[Session, str]:
-    """Drive one session until the model answers: ``(session, final answer)``."""
+        echo: Callable[[str], object] = print, max_steps: int = 10,
+        context_tools: bool = False) -> tuple[Session, str]:
+    """Drive one session until the model answers: ``(session, final answer)``; with
+    ``context_tools``, the session registers the kit and runs the model's calls of it."""
     session = Session(log, "example", model="fake-model", format="openai-chat",
                       max_tokens=1024, policy=Policy(context_window=16_000, output_reserve=1024),
                       clock=lambda: time.time_ns() // 1000)
     session.system("base", "You are a careful assistant. Look at the workspace with the "
                    "tools before you answer, and show how you computed any number.")
-    session.tools(TOOLS)
+    session.tools([*TOOLS, *session.context_tools()] if context_tools else TOOLS)
     session.user(question)
     for _ in range(max_steps):
         request = session.prepare()  # overflow recovery, packing, the request record
@@ -154,15 +191,19 @@ def run(log: Log, workspace: Path, base_url: str, question: str, *,
         if answer.done:
             return session, answer.text
         for call in answer.tool_calls:
-            output, failed = run_tool(workspace, call)
-            session.tool_result(call.id, output, is_error=failed)
+            if context_tools and call.name in _KIT:
+                output = session.call_context_tool(call).output  # appends the result
+            else:
+                output, failed = run_tool(workspace, call)
+                session.tool_result(call.id, output, is_error=failed)
             echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
     raise RuntimeError(f"no answer after {max_steps} steps")
 
 
 async def arun(log: Log, workspace: Path, base_url: str, question: str, *,
                echo: Callable[[str], object] = print, max_steps: int = 10,
-               session_id: str = "example") -> tuple[AsyncSession, str]:
+               session_id: str = "example", context_tools: bool = False
+               ) -> tuple[AsyncSession, str]:
     """`run` on asyncio: the same loop, every log and HTTP call awaited."""
     session = AsyncSession(log, session_id, model="fake-model", format="openai-chat",
                            max_tokens=1024,
@@ -170,7 +211,7 @@ async def arun(log: Log, workspace: Path, base_url: str, question: str, *,
                            clock=lambda: time.time_ns() // 1000)
     await session.system("base", "You are a careful assistant. Look at the workspace with "
                          "the tools before you answer, and show how you computed any number.")
-    await session.tools(TOOLS)
+    await session.tools([*TOOLS, *session.context_tools()] if context_tools else TOOLS)
     await session.user(question)
     for _ in range(max_steps):
         request = await session.prepare()
@@ -184,8 +225,11 @@ async def arun(log: Log, workspace: Path, base_url: str, question: str, *,
         if answer.done:
             return session, answer.text
         for call in answer.tool_calls:
-            output, failed = run_tool(workspace, call)
-            await session.tool_result(call.id, output, is_error=failed)
+            if context_tools and call.name in _KIT:
+                output = (await session.call_context_tool(call)).output
+            else:
+                output, failed = run_tool(workspace, call)
+                await session.tool_result(call.id, output, is_error=failed)
             echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
     raise RuntimeError(f"no answer after {max_steps} steps")
 
@@ -202,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "beginning with '-' goes after '--')")
     parser.add_argument("--async", dest="use_async", action="store_true",
                         help="run the loop on AsyncSession")
+    parser.add_argument("--context-tools", dest="context_tools", action="store_true",
+                        help="register turnlog's context tools; the scripted model reads a "
+                             "truncated build log back with read_output and search_history")
     options = parser.parse_args(argv)  # an unknown --flag is a usage error, not a store name
     use_async = options.use_async
     with tempfile.TemporaryDirectory() as tmp:
@@ -210,17 +257,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         (workspace / "notes.txt").write_text("Invoice 2024-117: 3 hours of review at 19.50 "
                                              "per hour, plus a 12.00 travel fee.\n")
         (workspace / "src").mkdir()
+        kit = options.context_tools
+        if kit:
+            (workspace / "build.log").write_text(BUILD_LOG, encoding="utf-8")
+        script = context_script() if kit else SCRIPT
         with turnlog.open(options.store or Path(tmp) / "store") as log, \
-                FakeServer(SCRIPT) as server:
-            question = "What does invoice 2024-117 come to?"
+                FakeServer(script) as server:
+            question = ("Why did the build fail? The log is build.log." if kit
+                        else "What does invoice 2024-117 come to?")
             before = log.head("example")  # a store used before holds earlier requests
             start = before.seq if before is not None else -1
             if use_async:
                 done, final = asyncio.run(arun(log, workspace, server.base_url("openai-chat"),
-                                               question))
+                                               question, context_tools=kit))
                 session = Session(log, done.id, model=done.model, max_tokens=1024)  # read back
             else:
-                session, final = run(log, workspace, server.base_url("openai-chat"), question)
+                session, final = run(log, workspace, server.base_url("openai-chat"), question,
+                                     context_tools=kit)
             print(f"answer: {final}")
             results = [session.replay(seq) for seq in session.requests()]
             for result in results:

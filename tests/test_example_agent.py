@@ -39,6 +39,28 @@ def test_the_example_answers_and_replays_every_request(capsys: pytest.CaptureFix
             assert render is not None and replayer.replay("example", seq, render=render).ok
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_the_example_with_context_tools_reads_the_truncated_middle_back(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, use_async: bool) -> None:
+    args = ["--context-tools", str(tmp_path / "store")] + (["--async"] if use_async else [])
+    assert example_agent.main(args) == 0
+    out = capsys.readouterr().out
+    assert "answer: The build failed at line 2500: a SIDEHILL checksum mismatch" in out
+    assert "  read_file(" in out and "  read_output(" in out and "  search_history(" in out
+    replays = [line for line in out.splitlines() if line.startswith("replay #")]
+    assert len(replays) == 4 and all(line.endswith(": ok") for line in replays)
+    with turnlog.open(tmp_path / "store", readonly=True) as log:
+        results = {e.body.tool_name: e.body.output for e in log.lineage("example")
+                   if e.kind == "tool_result" and hasattr(e.body, "tool_name")}
+        middle = "[02500] error: SIDEHILL checksum mismatch"
+        # the model's first view of the log left the middle out; read_output brought it
+        assert middle not in results["read_file"] and middle in results["read_output"]
+        assert "SIDEHILL" in results["search_history"]
+        replayer = Replayer(Packer(log))
+        first = replayer.explain("example", replayer.requests("example")[1])
+        assert "read_output tool, ref" in "".join(m.text for m in first.prompt.messages)
+
+
 def test_the_example_runs_as_a_module() -> None:
     done = subprocess.run([sys.executable, "-m", "turnlog.adapters.example_agent"],
                           capture_output=True, text=True, timeout=120, check=False)
