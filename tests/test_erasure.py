@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import turnlog
-from turnlog import Log, Packer, Policy, Replayer
+from turnlog import Draft, Log, Packer, Policy, Replayer
 from turnlog.errors import (
     InvalidArgumentError,
     InvalidEventError,
@@ -182,3 +182,22 @@ def test_tamper_is_still_caught_around_erased_events() -> None:
     problem = log.verify().problem
     assert problem is not None and problem.seq == 3, problem
     assert "not the one erasure event #8 lists" in problem.reason
+
+
+def test_the_erase_command(tmp_path: Path) -> None:
+    from turnlog.tools.cli import main
+
+    store = str(tmp_path / "store")
+    with turnlog.open(store) as log:
+        log.append(SESSION, [Draft(body=UserMessageAdded(text=f"old {SECRET}"), time=1),
+                             Draft(body=UserMessageAdded(text="recent"), time=2**62)])
+        log.append("other", Draft(body=UserMessageAdded(text=TOOL_SECRET), time=5))
+    assert main(["--store", store, "erase", "nope", "--reason", "r"]) != 0
+    assert main(["--store", store, "erase", SESSION, "7", "--reason", "r"]) != 0
+    assert main(["--store", store, "erase", "--older-than", "30", "--reason", "retention"]) == 0
+    raw = (tmp_path / "store" / "data.mdb").read_bytes()
+    assert SECRET.encode() not in raw and TOOL_SECRET.encode() not in raw
+    assert b"recent" in raw
+    assert main(["--store", store, "erase", SESSION, "--reason", "all"]) == 0
+    assert b"recent" not in (tmp_path / "store" / "data.mdb").read_bytes()
+    assert main(["--store", store, "verify"]) == 0

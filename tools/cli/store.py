@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
 import turnlog
 from turnlog.events import EVENT_KINDS as KINDS
 from turnlog.events import event_to_json
@@ -240,7 +242,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         _emit({"ok": report.ok, "problem": _problem_json(report.problem),
                "sessions": report.sessions, "events": report.events, "blobs": report.blobs,
-               "checkpoint": cp_json, "warnings": list(report.warnings)}, sys.stdout)
+               "checkpoint": cp_json, "warnings": list(report.warnings),
+               "erased": [{"session": s, "seq": q, "by": b} for s, q, b in report.erased]},
+              sys.stdout)
     elif report.ok:
         extra = ""
         if checkpoint is not None:
@@ -248,6 +252,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                      f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
         _say(f"ok: {_plural(report.sessions, 'session')}, {_plural(report.events, 'event')}, "
              f"{_refs(report.blobs)} intact{extra}", "green")
+        if report.erased:
+            print(f"{_plural(len(report.erased), 'event')} erased (listed by their erasure "
+                  "events; see `turnlog verify --json`)")
         for warning in report.warnings:
             _say(f"warning: {warning}", "yellow")
     else:
@@ -363,4 +370,49 @@ def _cmd_blob(args: argparse.Namespace) -> int:
     with _open(args) as log:
         data = log.blob(_find_blob(log, args.hash))
     _write_output(args.output, data)
+    return EXIT_OK
+
+
+@VERBS.verb("erase", "erase the content of events (a whole session without SEQ), keeping the "
+            "chain verifiable; see docs/erasure.md",
+            arg("session", metavar="SESSION", nargs="?", default=None,
+                help="the session (its exact id); optional with --older-than"),
+            arg("seqs", metavar="SEQ", type=_nonneg, nargs="*",
+                help="the events to erase (default: every event that holds content)"),
+            arg("--reason", required=True, metavar="TEXT",
+                help="why (stored in the erasure event: say who asked, not what was erased)"),
+            arg("--older-than", dest="older_than", type=float, default=None, metavar="DAYS",
+                help="retention: erase every event whose time is more than DAYS days before "
+                     "now (this machine's clock, UTC) instead of naming events"))
+def _cmd_erase(args: argparse.Namespace) -> int:
+    if args.older_than is not None:
+        if args.seqs:
+            raise _UsageError("--older-than takes no SEQ: it erases by the events' times")
+        if args.older_than < 0:
+            raise _UsageError(f"--older-than must be a number of days >= 0, found "
+                              f"{args.older_than}")
+        # Event times are caller data (microseconds since the epoch, UTC): the cutoff
+        # is now by this machine's clock, minus DAYS.
+        cutoff = int((time.time() - args.older_than * 86_400) * 1_000_000)
+        with _open(args, write=True) as log:
+            results = log.erase_older_than(
+                cutoff, reason=args.reason,
+                sessions=None if args.session is None else [args.session])
+    else:
+        if args.session is None:
+            raise _UsageError("name the SESSION to erase (or give --older-than DAYS)")
+        with _open(args, write=True) as log:
+            results = [log.erase(args.session, args.seqs or None, reason=args.reason)]
+    if args.json:
+        _emit({"erased": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
+        return EXIT_OK
+    for r in results:
+        if r.seq is None:
+            print(f"{r.session}: nothing left to erase"
+                  + (f" ({len(r.already)} erased before)" if r.already else ""))
+        else:
+            print(f"{r.session}: erased {len(r.seqs)} events and {len(r.blobs)} blobs "
+                  f"(erasure event #{r.seq})")
+    if not results:
+        print("nothing to erase")
     return EXIT_OK
