@@ -201,3 +201,55 @@ def test_the_erase_command(tmp_path: Path) -> None:
     assert main(["--store", store, "erase", SESSION, "--reason", "all"]) == 0
     assert b"recent" not in (tmp_path / "store" / "data.mdb").read_bytes()
     assert main(["--store", store, "verify"]) == 0
+
+
+_CHILD = """
+import os, signal, sys
+import turnlog
+from turnlog import _lmdb
+
+phase, store = sys.argv[1], sys.argv[2]
+
+def die(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if phase == "in-transaction":  # the stubs are written, the commit has not happened
+    _lmdb._LMDBWrite.delete_blob = die
+elif phase == "before-scrub":  # committed, the old bytes still in free pages
+    _lmdb.LMDBStore.scrub = die
+elif phase == "in-scrub":  # the compact copy is written, not yet renamed over data.mdb
+    _lmdb.os.replace = die
+with turnlog.open(store) as log:
+    log.erase("s", [0, 4], reason="killed")
+"""
+
+
+@pytest.mark.parametrize("phase", ["in-transaction", "before-scrub", "in-scrub"])
+def test_sigkill_during_erase_leaves_old_or_new_state_and_a_rerun_completes_it(
+        tmp_path: Path, phase: str) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    store = str(tmp_path / "store")
+    with turnlog.open(store) as log:
+        conversation(log)
+        before = dump(log)
+    child = subprocess.run([sys.executable, "-c", _CHILD, phase, store], capture_output=True,
+                           check=False)
+    assert child.returncode == -signal.SIGKILL, child.stderr.decode()
+    assert not (tmp_path / "store" / "scrub.tmp" / "data.mdb").exists() or phase == "in-scrub"
+    with turnlog.open(store) as log:
+        report = log.verify()
+        assert report.ok, report.problem
+        kinds = [e.kind for e in log.read(SESSION)]
+        if phase == "in-transaction":
+            assert dump(log) == before  # the old state
+        else:
+            assert kinds[0] == "erased" and kinds[-1] == "erasure"  # the new state
+        again = log.erase(SESSION, [0, 4], reason="killed")
+        assert again.seq in (None, 8)
+        assert log.verify().ok
+    raw = (tmp_path / "store" / "data.mdb").read_bytes()
+    assert SECRET.encode() not in raw and TOOL_SECRET.encode() not in raw
+    assert not (tmp_path / "store" / "scrub.tmp").exists()
