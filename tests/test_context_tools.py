@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import turnlog
@@ -16,6 +17,7 @@ from turnlog.errors import InvalidEventError
 from turnlog.events import ToolResultAdded
 from turnlog.memories import MemoryManager
 from turnlog.packing import CONTEXT_TOOLS
+from turnlog.tools.cli import main as cli_main
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic")
 POLICY = Policy(context_window=64_000, output_reserve=1_000, truncate_lines=40,
@@ -191,3 +193,24 @@ def test_the_async_session_runs_the_kit_through_the_shared_core(log: Log) -> Non
         return result.output
 
     assert "ZANZIBAR" in asyncio.run(run())
+
+
+def test_turnlog_recall_finds_a_word_in_the_middle_of_a_300_kb_output(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = [f"row {n:06d} nothing to see here, all fine" for n in range(1, 8001)]
+    lines[4000] = "row 004001 the QUILLWORT gauge failed"
+    output = "\n".join(lines)
+    assert len(output.encode()) > 300_000
+    with turnlog.open(tmp_path / "store") as log:
+        session = Session(log, "s1", model="fake-model", max_tokens=512, policy=POLICY)
+        session.user("scan")
+        session.prepare()
+        session.record(chat_body([("c0", "run", {"cmd": "scan"})], "cmpl-0"))
+        done = session.tool_result("c0", output)
+        stored = log.get("s1", done.last_seq).body
+        assert isinstance(stored, ToolResultAdded) and "QUILLWORT" not in stored.output
+    assert cli_main(["--store", str(tmp_path / "store"), "recall", "quillwort"]) == 0
+    out = capsys.readouterr().out
+    assert f"s1#{done.last_seq}" in out
+    assert cli_main(["--store", str(tmp_path / "store"), "recall", "quillwort", "--json"]) == 0
+    assert "QUILLWORT gauge failed" in capsys.readouterr().out  # the snippet is around it
