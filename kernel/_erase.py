@@ -61,6 +61,9 @@ _KEPT = (ContentErased, EventErased, SessionForked, PolicySet, SessionRewound, E
 _REFUSED = (ContentErased, SessionForked)
 
 
+_COMPACTION_TAG = msgspec.msgpack.encode("compaction")  # in every compaction's bytes
+
+
 class Erased(msgspec.Struct, frozen=True):
     """What `Log.erase` did.
 
@@ -145,8 +148,8 @@ def _covering_summaries(txn: ReadTxn, session: str, head: int, erased: set[int],
     positions = sorted(base + seq for seq in erased)
     if not positions:
         return
-    for seq, record in txn.scan(session, positions[0] - base, head + 1):
-        if seq in erased:
+    for seq, record in txn.scan(session, max(positions[0] - base, 0), head + 1):
+        if seq in erased or _COMPACTION_TAG not in record:
             continue
         event = record_event(record)
         body = event.body
