@@ -177,6 +177,9 @@ _QUERIES = {
                 "ON CONFLICT (session) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash",
     "put_idem": "INSERT INTO {s}.idem (session, key, seq) "
                 "SELECT %s, unnest(%s::text[]), unnest(%s::bigint[])",
+    "replace_event": "UPDATE {s}.events SET record = %s WHERE session = %s AND seq = %s",
+    "del_blob": "DELETE FROM {s}.blobs WHERE hash = %s",
+    "vacuum": "VACUUM (FULL) {s}.events, {s}.blobs",
     "put_blob": "INSERT INTO {s}.blobs (hash, data) VALUES (%s, %s) "
                 "ON CONFLICT (hash) DO NOTHING",
     "put_cached": "INSERT INTO {s}.cache (namespace, key, value) VALUES (%s, %s, %s) "
@@ -337,6 +340,8 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._blobs: dict[str, bytes] = {}
         self._cache: dict[tuple[str, bytes], bytes] = {}
         self._marks: dict[str, str | None] = {}
+        self._replaced: dict[tuple[str, int], bytes] = {}
+        self._deleted: set[str] = set()
         self.begun = False
         self.committing = False
 
@@ -362,7 +367,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         return head
 
     def get(self, session: str, seq: int) -> bytes | None:
-        pending = self._pending.get((session, seq))
+        pending = self._replaced.get((session, seq)) or self._pending.get((session, seq))
         return pending if pending is not None else super().get(session, seq)
 
     def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
@@ -373,18 +378,31 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         end = head[0] + 1 if stop is None else min(stop, head[0] + 1)
         stored = self._heads.get(session)
         stored_end = -1 if stored is None else stored[0] + 1
-        yield from super().scan(session, start, min(end, stored_end))
+        replaced = self._replaced
+        for seq, record in super().scan(session, start, min(end, stored_end)):
+            yield seq, replaced.get((session, seq), record)
         for seq in range(max(start, stored_end, 0), end):
-            record = self._pending.get((session, seq))
-            if record is not None:
-                yield seq, record
+            pending = self._pending.get((session, seq))
+            if pending is not None:
+                yield seq, pending
 
     def blob(self, digest: str) -> bytes | None:
+        if digest in self._deleted:
+            return None
         found = self._blobs.get(digest)
         return found if found is not None else super().blob(digest)
 
     def has_blob(self, digest: str) -> bool:
+        if digest in self._deleted:
+            return False
         return digest in self._blobs or super().has_blob(digest)
+
+    def replace_event(self, session: str, seq: int, record: bytes) -> None:
+        self._replaced[(session, seq)] = record
+
+    def delete_blob(self, digest: str) -> None:
+        self._blobs.pop(digest, None)
+        self._deleted.add(digest)
 
     def idempotency(self, session: str, key: str) -> int | None:
         found = self._idem.get((session, key))
@@ -457,6 +475,10 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             for session, rows in self._events.items():
                 self._conn.execute(q["put_events"], (session, [s for s, _ in rows],
                                                      [r for _, r in rows]))
+            for (session, seq), record in self._replaced.items():
+                self._conn.execute(q["replace_event"], (record, session, seq))
+            for hex_hash in sorted(self._deleted):
+                self._conn.execute(q["del_blob"], (bytes.fromhex(hex_hash),))
             by_session: dict[str, tuple[list[str], list[int]]] = {}
             for (session, key), seq in self._idem.items():
                 keys, seqs = by_session.setdefault(session, ([], []))
@@ -804,6 +826,25 @@ class PostgresStore(Store):
                     continue
                 yield conn
                 return
+
+    def scrub(self) -> None:
+        """Leave no dead copy of erased rows (see `Store.scrub`): ``VACUUM (FULL)`` of the
+        events and blobs tables rewrites them (and their TOAST tables) without dead
+        tuples, then ``CHECKPOINT`` lets the server recycle the WAL written before it.
+        VACUUM FULL holds an exclusive lock on each table while it runs (writers and
+        readers wait). CHECKPOINT needs a superuser or the ``pg_checkpoint`` role; without
+        it the rows are rewritten and the old WAL goes at the server's next checkpoint.
+        Recycled WAL segment files keep their old bytes until the server reuses them
+        (docs/erasure.md says how to have none)."""
+        self._check()
+        if self.readonly:
+            raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
+                                     "for writing to erase")
+        with self._guard("write"), self._connection() as conn:
+            conn.execute(self._q["vacuum"])
+            # Without the privilege, the server's next checkpoint does it (documented).
+            with suppress(psycopg.errors.InsufficientPrivilege):
+                conn.execute(b"CHECKPOINT")
 
     # -- Store -------------------------------------------------------------------------
     @contextmanager
