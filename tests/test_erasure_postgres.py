@@ -11,8 +11,13 @@ import pgserver
 import pytest
 import turnlog
 from turnlog import Packer, Policy, Replayer
-from turnlog.events import AssistantMessageAdded, TextPart, ToolCall, ToolResultAdded, \
-    UserMessageAdded
+from turnlog.events import (
+    AssistantMessageAdded,
+    TextPart,
+    ToolCall,
+    ToolResultAdded,
+    UserMessageAdded,
+)
 
 pytestmark = pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)
 
