@@ -156,19 +156,27 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         """
         self._append(messages, clear=False)
 
+    #: When set, `clear` also erases the content of the session's events with this
+    #: reason (`Log.erase`, docs/erasure.md): nothing of it is left in the store.
+    erase_reason: str | None = None
+
     def clear(self) -> None:
-        """Empty the view: append ``SessionRewound(to_seq=-1)`` (nothing is deleted).
+        """Empty the view: append ``SessionRewound(to_seq=-1)`` (nothing is deleted,
+        unless `erase_reason` is set: then the content is erased too).
 
         System sections, tools and the policy leave the view too; the next recorded
         request appends the policy again.
         """
         with self._lock:
             head = self.log.head(self.session_id)
-            if head is None or not _visible(self._view()):
+            if head is None:
                 return
-            self.log.append(self.session_id, Draft(body=SessionRewound(to_seq=-1,
-                            reason="clear"), time=self._time()))
-            self._request = None
+            if _visible(self._view()):
+                self.log.append(self.session_id, Draft(body=SessionRewound(to_seq=-1,
+                                reason="clear"), time=self._time()))
+                self._request = None
+            if self.erase_reason is not None:
+                self.log.erase(self.session_id, reason=self.erase_reason, time=self._time())
 
     # -- packing -----------------------------------------------------------------------------
     def packed_messages(self, policy: Policy | None = None, *, record: bool = True,

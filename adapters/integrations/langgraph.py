@@ -284,15 +284,22 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 "writes": [[index, channel, i] for i, (index, channel, _) in enumerate(indexed)]}
         self._append(thread, _WRITES, data, blobs)
 
+    #: When set, `delete_thread` also erases the content of the thread's events (its
+    #: checkpoints and writes, and the blobs only they hold) with this reason
+    #: (`Log.erase`, docs/erasure.md): nothing of it is left in the store.
+    erase_reason: str | None = None
+
     def delete_thread(self, thread_id: str) -> None:
         """Hide the thread: append ``SessionRewound(to_seq=-1)`` (see the module
-        docstring: nothing is deleted from the log; a thread that does not exist is
-        left alone)."""
+        docstring: nothing is deleted from the log, unless `erase_reason` is set; a
+        thread that does not exist is left alone)."""
         session = self._session(str(thread_id))
         if self.log.head(session) is None:
             return
         self.log.append(session, Draft(body=SessionRewound(
             to_seq=-1, reason="langgraph.delete_thread"), time=self._time()))
+        if self.erase_reason is not None:
+            self.log.erase(session, reason=self.erase_reason, time=self._time())
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Hide every checkpoint whose metadata names one of ``run_ids``."""

@@ -171,7 +171,8 @@ class TurnlogSession(SessionABC):
         return cast("TResponseInputItem | None", await asyncio.to_thread(self.pop))
 
     async def clear_session(self) -> None:
-        """Empty the view: ``SessionRewound(to_seq=-1)`` (nothing is deleted)."""
+        """Empty the view: ``SessionRewound(to_seq=-1)`` (nothing is deleted, unless
+        `erase_reason` is set: then the content is erased too)."""
         self._check_open()
         await asyncio.to_thread(self.clear)
 
@@ -215,6 +216,10 @@ class TurnlogSession(SessionABC):
         self._write(build)
         return popped[0] if popped else None
 
+    #: When set, `clear_session` also erases the content of the session's events with
+    #: this reason (`Log.erase`, docs/erasure.md): nothing of it is left in the store.
+    erase_reason: str | None = None
+
     def clear(self) -> None:
         """Empty the view (synchronous `clear_session`)."""
         def build(view: Projection | None) -> list[tuple[Body, dict[str, Any]]]:
@@ -223,6 +228,8 @@ class TurnlogSession(SessionABC):
             return [(SessionRewound(to_seq=-1, reason="clear_session"), {})]
 
         self._write(build)
+        if self.erase_reason is not None and self.log.head(self.session_id) is not None:
+            self.log.erase(self.session_id, reason=self.erase_reason)
 
     # -- internals ---------------------------------------------------------------------------
     def _view(self) -> Projection:
