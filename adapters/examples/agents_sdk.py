@@ -21,13 +21,21 @@ import tempfile
 from typing import Any
 
 import turnlog
-from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
-from openai import AsyncOpenAI
 from turnlog import Packer, Policy, Replayer
 from turnlog.events import ToolCall
 
-from ..integrations.openai_agents import TurnlogModel
 from ..providers.fakeserver import FakeReply, FakeServer
+
+try:
+    from agents import Agent, RunConfig, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    from ..integrations.openai_agents import TurnlogModel
+except ImportError as exc:  # run as a command without the extra: say which one
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"python -m turnlog.adapters.examples.agents_sdk: error: needs the openai-agents "
+             f"extra (missing {exc.name}): pip install 'turnlog[openai-agents]'")
 
 __all__ = ["SCRIPT", "SESSION", "main", "run"]
 

@@ -24,14 +24,22 @@ from pathlib import Path
 from typing import Any
 
 import turnlog
-from langchain_core.messages import HumanMessage
-from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import tool
-from langchain_openai import ChatOpenAI
 from turnlog.events import RequestIssued, ToolCall
 
-from ..integrations.langgraph import TurnlogModelHooks, TurnlogSaver
 from ..providers.fakeserver import FakeReply, FakeServer
+
+try:
+    from langchain_core.messages import HumanMessage
+    from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    from ..integrations.langgraph import TurnlogModelHooks, TurnlogSaver
+except ImportError as exc:  # run as a command without the extra: say which one
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"python -m turnlog.adapters.examples.langgraph: error: needs the langgraph extra "
+             f"(missing {exc.name}): pip install 'turnlog[langgraph]'")
 
 __all__ = [
     "MODEL",
