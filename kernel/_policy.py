@@ -50,7 +50,16 @@ __all__ = ["POLICY_PARTS", "Policy"]
 
 #: The newest packing rules version: what a policy with ``rules`` unset gets when it is
 #: handed in to pack or record (see `Policy.resolved`).
-RULES_LATEST = 2
+RULES_LATEST = 3
+
+#: The usable budget the absolute defaults were chosen for (128,000 - 16,000).
+_DEFAULT_USABLE = 112_000
+
+#: Fields whose default, under rules 3, is a share of the window: scaled in
+#: proportion to the usable budget when it is below `_DEFAULT_USABLE`, never above
+#: the absolute default (see `Policy.scaled`).
+_SCALED = ("warning_buffer", "compact_buffer", "blocking_buffer", "prune_protect_tokens",
+           "prune_min_savings", "segment_target_tokens", "segment_min_tokens")
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
@@ -101,7 +110,7 @@ POLICY_PARTS: dict[str, tuple[str, ...]] = {
     "deduplication": ("dedup",),
     "pruning": ("prune", "prune_protect_turns", "prune_protect_tokens", "prune_min_savings",
                 "prune_reference_bonus", "prune_decision_bonus", "tool_kinds", "tool_weights"),
-    "trimming": ("trim",),
+    "trimming": ("trim", "trim_low_ratio"),
     "compaction": ("summary_budget", "summary_max_tokens", "auto_compact",
                    "compact_cooldown_turns", "compact_every_turns", "compact_every_tool_calls",
                    "compact_max_failures", "keep_recent_turns", "keep_recent_messages",
@@ -127,7 +136,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     Packing rules: ``rules`` defaults to 0, *unset*. A policy handed in by the
     caller (to `pack`, `Packer.pack` and `Replayer.record`, the `Compactor`, a
     session, the CLI) with rules unset is packed and recorded as `resolved`:
-    with the newest rules (2), written out explicitly in its ``PolicySet``. A
+    with the newest rules (3), written out explicitly in its ``PolicySet``. A
     policy read back from the log with rules unset (every ``PolicySet`` written
     by turnlog 0.1.0, which had no such field) means rules 1, so old requests
     replay byte for byte and an old session keeps its rules until a new policy
@@ -168,6 +177,10 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     )
     # -- trimming ------------------------------------------------------------
     trim: bool = True
+    #: Rules 3: when the kept history passes the blocking level, trimming cuts it down
+    #: to this share of the usable budget (the low watermark), so the next requests
+    #: only append to the prompt until it passes the blocking level again.
+    trim_low_ratio: Ratio = 0.8
     # -- summaries and compaction ---------------------------------------------
     summary_budget: Ratio = 0.75
     summary_max_tokens: NonNeg = 1_024
@@ -210,18 +223,28 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     #: policy handed to `pack`, `Packer.pack`/`record`, the `Compactor` or a session
     #: with rules unset is resolved to `RULES_LATEST` first (`resolved`), so what gets
     #: recorded names its rules explicitly.
-    rules: Annotated[int, msgspec.Meta(ge=0, le=2)] = 0
+    #: 3: the prefix is kept: trimming cuts down to ``trim_low_ratio`` of the usable
+    #: budget at turn boundaries, with hysteresis, and only when the blocking level is
+    #: passed; dedup and pruning act only when the prompt is over the usable budget;
+    #: the budget fields left at their defaults scale with the window (`scaled`).
+    rules: Annotated[int, msgspec.Meta(ge=0, le=3)] = 0
     tail_steps: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 4
     clip_ratio: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.25
     summary_gate: Ratio = 0.72
 
     def __post_init__(self) -> None:
+        if self.rules >= 3:
+            for name, value in self.scaled().items():
+                msgspec.structs.force_setattr(self, name, value)
         for name in ("warning_ratio", "compact_ratio", "blocking_ratio", "truncate_head_ratio",
                      "summary_budget", "cache_write_price", "cache_read_price", "input_price",
                      "clip_ratio", "summary_gate"):
             check_number(getattr(self, name), f"policy field {name!r}", min_value=0,
                          optional=True, error=PolicyError)
-        if self.output_reserve + self.safety_margin >= self.context_window:
+        reserve = self.output_reserve
+        if self.rules == 0:  # handed in: it packs as resolved, with scaled defaults
+            reserve = self.scaled().get("output_reserve", reserve)
+        if reserve + self.safety_margin >= self.context_window:
             raise PolicyError(
                 f"output_reserve ({self.output_reserve}) + safety_margin "
                 f"({self.safety_margin}) must be below context_window ({self.context_window}); "
@@ -232,6 +255,36 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
                               f"{list(REFRESH_POINTS)}, found {self.memory_refresh!r}")
         if not self.tokenizer:
             raise PolicyError("policy field 'tokenizer' must name an encoding, e.g. 'cl100k_base'")
+
+    def scaled(self) -> dict[str, int]:
+        """The defaults that scale with the window (rules 3), for the fields this policy
+        leaves at their absolute defaults: ``output_reserve`` is an eighth of the window,
+        at most 16,000; the warning, compaction and blocking buffers, the pruning
+        protection and minimum savings and the segment sizes shrink in proportion to the
+        usable budget below 112,000 (the figures at 128,000 and up are the absolute
+        defaults); ``summary_max_tokens`` and ``recall_max_tokens`` are at most an
+        eighth of the usable budget. A field set to anything but its absolute default is
+        kept as given (one set *to* the absolute default is read as left at it)."""
+        fields = Policy.__struct_defaults__
+        names = Policy.__struct_fields__
+        default = dict(zip(names[len(names) - len(fields):], fields, strict=True))
+        out: dict[str, int] = {}
+        reserve = self.output_reserve
+        if reserve == default["output_reserve"]:
+            reserve = max(1, min(reserve, self.context_window // 8))
+            if reserve != self.output_reserve:
+                out["output_reserve"] = reserve
+        usable = max(1, self.context_window - reserve - self.safety_margin)
+        if usable < _DEFAULT_USABLE:
+            for name in _SCALED:
+                value = getattr(self, name)
+                if value is not None and value == default[name]:
+                    out[name] = value * usable // _DEFAULT_USABLE
+            for name in ("summary_max_tokens", "recall_max_tokens"):
+                value = getattr(self, name)
+                if value == default[name] and usable // 8 < value:
+                    out[name] = max(1, usable // 8)
+        return out
 
     # -- made for a model -------------------------------------------------------------
     @classmethod
@@ -282,7 +335,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         stored 0.1.0 policy (rules unset) keeps meaning rules 1."""
         if self.rules:
             return self
-        return msgspec.structs.replace(self, rules=RULES_LATEST)
+        return msgspec.structs.replace(self, rules=RULES_LATEST)  # runs __post_init__
 
     @property
     def usable(self) -> int:

@@ -4,6 +4,7 @@ compactions) down to the documented floor, with receipts that tell the truth."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import msgspec
@@ -54,15 +55,15 @@ def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | No
 
 
 # -- which rules a policy packs with ----------------------------------------------------------
-def test_a_new_policy_packs_with_rules_2_and_a_stored_0_1_0_policy_means_rules_1() -> None:
+def test_a_new_policy_packs_with_the_newest_rules_and_a_stored_0_1_0_policy_means_rules_1() -> None:
     assert Policy().rules == 0 and Policy().rules_version == 1
-    assert Policy().resolved().rules == 2
+    assert Policy().resolved().rules == 3
     assert Policy(rules=1).resolved().rules == 1
     # rules unset is omitted from the bytes: a 0.1.0 PolicySet hashes as it did
     assert b"rules" not in Policy().encode()
     assert Policy().hash == msgspec.structs.replace(Policy(), rules=0).hash
     _, packed = packed_of([UserMessageAdded(text="hi")], Policy())
-    assert packed.rules == 2
+    assert packed.rules == 3
 
 
 def test_recording_writes_the_resolved_rules_once() -> None:
@@ -76,7 +77,7 @@ def test_recording_writes_the_resolved_rules_once() -> None:
         log.append("s", UserMessageAdded(text="again"))
     sets = [e.body for e in log.read("s", kinds=["policy"])]
     assert len(sets) == 1
-    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 2
+    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 3
     assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))
 
 
@@ -91,7 +92,7 @@ def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
     assert packer.pack("s").rules == 1
     first = replayer.record("s")
     assert first.packed.rules == 1
-    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 2
+    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 3
     assert replayer.replay("s", first.request_seq).ok
 
 
@@ -300,3 +301,104 @@ def test_both_engines_pack_long_turns_alike(items: list[SessionItem], window: in
     assert fast.prompt.encode() == slow.prompt.encode()
     assert fast.decisions == slow.decisions and fast.stages == slow.stages
     check_packed(view, slow, policy.resolved())
+
+
+# -- rules 3: the prefix is kept, defaults scale with the window ------------------------------
+def _grown_requests(sizes: list[tuple[int, int]], policy: Policy,
+                    ) -> list[turnlog.packing.Packed]:
+    """Pack before every assistant message of a session grown event by event: turns of a
+    user message, a tool call with a result of ``size`` words and a reply."""
+    log = memory_log()
+    log.append("s", SystemSectionSet(name="base", text="You are a careful agent."))
+    packer = Packer(log)
+    out = []
+    for turn, (size, steps) in enumerate(sizes):
+        log.append("s", UserMessageAdded(text=f"task {turn}: do the next thing"))
+        for step in range(steps):
+            out.append(packer.pack("s", policy=policy))
+            call = f"c{turn}_{step}"
+            log.append("s", AssistantMessageAdded(parts=(ToolCall(
+                id=call, name="Bash", arguments=json.dumps({"command": f"run {turn} {step}"})),)))
+            log.append("s", ToolResultAdded(call_id=call, tool_name="Bash",
+                                            output=" ".join(f"w{turn}x{i}" for i in range(size))))
+        out.append(packer.pack("s", policy=policy))
+        log.append("s", AssistantMessageAdded(parts=(TextPart(text=f"done {turn}"),)))
+    return out
+
+
+def _break_reported(packed: turnlog.packing.Packed) -> bool:
+    trim = next(s for s in packed.stages if s.name == "trim")
+    return trim.detail.startswith("prefix break")
+
+
+@PROPERTY
+@given(sizes=st.lists(st.tuples(st.integers(5, 400), st.integers(0, 3)), min_size=2,
+                      max_size=25),
+       window=st.sampled_from((4_000, 8_000, 16_000)))
+def test_rules_3_between_breaks_each_request_only_appends_to_the_one_before(
+        sizes: list[tuple[int, int]], window: int) -> None:
+    requests = _grown_requests(sizes, Policy(context_window=window))
+    breaks = 0
+    for before, after in itertools.pairwise(requests):
+        assert after.rules == 3
+        assert after.tokens <= after.budget.usable
+        kept = after.prompt.messages[:len(before.prompt.messages)]
+        if _break_reported(after):
+            breaks += 1
+            continue
+        assert (after.prompt.system, after.prompt.tools) == (before.prompt.system,
+                                                             before.prompt.tools)
+        assert kept == before.prompt.messages, "a request between breaks changed its prefix"
+    # a break cuts down to the low watermark, so breaks are rarer than requests
+    assert breaks <= 1 + len(requests) // 2
+
+
+def test_rules_3_every_break_is_a_decision_with_its_reason_and_estimate() -> None:
+    requests = _grown_requests([(300, 2)] * 20, Policy(context_window=4_000))
+    broke = [r for r in requests if _break_reported(r)]
+    assert broke, "the session outgrew the window without a break"
+    decisions = [d for d in broke[-1].decisions if d.decision == "trimmed"]
+    assert decisions and all(d.rule in ("trim.break", "trim.step") for d in decisions)
+    assert all("prefix break" in d.detail and "estimate over 10 requests" in d.detail
+               for d in decisions)
+
+
+def test_rules_3_cuts_down_to_the_low_watermark_and_fills_the_window() -> None:
+    policy = Policy(context_window=8_000).resolved()
+    requests = _grown_requests([(200, 1)] * 40, policy)
+    low = policy.usable * policy.trim_low_ratio
+    for packed in requests:
+        if _break_reported(packed):
+            assert packed.tokens <= low + 1_000  # at most one turn past the watermark
+    fills = sorted(r.tokens / policy.usable for r in requests if r.pressure_before > 1)
+    assert fills and fills[len(fills) // 2] >= 0.75
+
+
+@pytest.mark.parametrize("window", [4_000, 8_000, 16_000, 32_000, 128_000, 200_000, 2_000_000])
+def test_rules_3_defaults_scale_with_the_window(window: int) -> None:
+    policy = Policy(context_window=window).resolved()
+    absolute = Policy(rules=2)
+    assert policy.rules == 3 and policy.usable > window // 2
+    for name in ("output_reserve", "warning_buffer", "compact_buffer", "blocking_buffer",
+                 "prune_protect_tokens", "prune_min_savings", "summary_max_tokens"):
+        assert 0 < getattr(policy, name) <= getattr(absolute, name)
+        if window >= 128_000:
+            assert getattr(policy, name) == getattr(absolute, name)
+    assert policy.prune_min_savings < policy.usable // 4
+    # what is stored reads back to the same policy
+    assert msgspec.msgpack.decode(policy.encode(), type=Policy) == policy
+
+
+def test_rules_3_scaling_never_changes_a_stored_policy_of_older_rules() -> None:
+    # the absolute defaults keep their meaning under rules 1 and 2 at every window
+    for rules in (1, 2):
+        policy = Policy(context_window=200_000, rules=rules)
+        assert (policy.output_reserve, policy.warning_buffer) == (16_000, 24_000)
+        assert msgspec.msgpack.decode(policy.encode(), type=Policy) == policy
+    with pytest.raises(turnlog.errors.PolicyError, match="output_reserve"):
+        Policy(context_window=8_000, rules=2)
+    # a 0.1.0 PolicySet (rules unset) still means the absolute defaults
+    stored = msgspec.msgpack.decode(Policy(context_window=200_000).encode(), type=Policy)
+    assert stored.output_reserve == 16_000 and stored.rules_version == 1
+    # a value set explicitly is kept
+    assert Policy(context_window=8_000, output_reserve=700).resolved().output_reserve == 700

@@ -127,6 +127,13 @@ class Dedup:
         if not policy.dedup:
             return StageReport(name="dedup", fired=False, detail="disabled by policy")
         warning = ledger.budget.warning
+        if policy.rules >= 3 and warning > 0:
+            # rules 3 keeps the prefix: earlier results are rewritten only by a
+            # recovery pack (whose warning level is 0); trimming makes room
+            return StageReport(name="dedup", fired=False,
+                               detail="rules 3 keep the prompt's prefix: dedup acts only in "
+                                      "a recovery pack", tokens_before=before,
+                               tokens_after=before)
         if before < warning:
             return StageReport(name="dedup", fired=False,
                                detail=f"pressure below warning ({before} < {warning} tokens)",

@@ -233,6 +233,9 @@ class IndexedLedger:
             units -= self._summarized_before(self.cut)
         return lo, units
 
+    def droppable_before(self) -> Callable[[int], int]:
+        return self._dropped_before()
+
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         # The tail is a few steps: walk it. Its units were never reduced by a stage

@@ -273,6 +273,9 @@ class Ledger(Protocol):
         brings the prompt to ``target`` tokens (or before the last end); ``why`` gives
         a dropped unit's rule and detail. Units wholly summarized stay summarized.
         Returns ``(groups, units)`` dropped."""
+    def droppable_before(self) -> Callable[[int], int]:
+        """``f(end)``: tokens of the unprotected, unsummarized units before unit
+        ``end``, as the stages so far left them (what dropping them would save)."""
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         """The last resort (rules 2): like `drop_oldest` over the protected latest

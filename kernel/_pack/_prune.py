@@ -297,6 +297,13 @@ class Prune:
         policy = ledger.policy
         before = ledger.total
         warning = ledger.budget.warning
+        if policy.rules >= 3 and warning > 0:
+            # rules 3 keeps the prefix: earlier results are rewritten only by a
+            # recovery pack (whose warning level is 0); trimming makes room
+            return StageReport(name="prune", fired=False,
+                               detail="rules 3 keep the prompt's prefix: prune acts only in "
+                                      "a recovery pack", tokens_before=before,
+                               tokens_after=before)
         if not policy.prune:
             return StageReport(name="prune", fired=False, detail="disabled by policy")
         if before < warning:

@@ -310,6 +310,15 @@ class PackState:
                     why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         return self._drop(ends, 0, target, why)
 
+    def droppable_before(self) -> Callable[[int], int]:
+        sums = [0]
+        for unit in self.view.units:
+            tokens = 0
+            if unit.index not in self.dropped and not self.is_protected(unit.index):
+                tokens = sum(self.tokens_of(i) for i in unit.items if i not in self.summarized)
+            sums.append(sums[-1] + tokens)
+        return lambda end: sums[end]
+
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         start = self.protection.tail_unit

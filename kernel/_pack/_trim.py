@@ -14,14 +14,24 @@ groups, until it is at that level; protected units stay wherever they are.
   tools, the (clipped) opening user message, pinned units and calls awaiting a
   result. A trimmed run leaves one short marker message where it was, naming
   how much was left out and where it is in the log.
+* Rules 3: the prefix is kept. The cut (where the kept history starts) only
+  moves when the kept history passes the blocking level (the high watermark),
+  and then in one step down to ``trim_low_ratio`` of the usable budget (the
+  low watermark), at a turn boundary (or a step boundary of the current turn).
+  Between two such breaks a request only appends to the one before it. The cut
+  is not remembered anywhere: it is recomputed from the log prefix by replaying
+  the watermarks over every group end in order (each end stands for a request
+  made there), so the packer stays a pure function of the log, the policy and
+  the tokenizer. Each trimmed unit's decision says which break dropped it and
+  why, with the cache estimate of the break.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from .._projection import Unit
-from .._tokens import MESSAGE_OVERHEAD
+from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD
 from ._ledger import Ledger, Marker
 from ._model import StageReport
 
@@ -89,6 +99,8 @@ class Trim:
         target = min(ledger.budget.blocking, policy.usable)
         if not policy.trim:
             return StageReport(name="trim", fired=False, detail="disabled by policy")
+        if policy.rules >= 3:
+            return self._rules3(ledger, before, target)
         if before <= target:
             return StageReport(name="trim", fired=False,
                                detail=f"{before} tokens <= blocking level {target}",
@@ -135,3 +147,84 @@ class Trim:
             return
         first, last, before = gap
         ledger.mark(Marker(before, self.marker_text(ledger, first, last), ledger.counter))
+
+    @staticmethod
+    def cut(ledger: Ledger, high: int, low: int, reserve: int,
+            ) -> tuple[list[int], int, int, bool]:
+        """Where the kept history starts under rules 3, recomputed from the log prefix:
+        ``(ends, size, breaks, now)``: the group ends to drop up to (the last one is the
+        cut; empty when nothing is cut), the prompt's size that forced the latest break
+        (0 if none), the number of breaks so far and whether the latest break is this
+        request's. A request stands at every assistant message (the history before it)
+        and at the end; a cut may fall at the start of a turn or of a step. The cut
+        moves when a request would pass ``high``, and then to the first boundary that
+        brings that request to ``low``."""
+        view = ledger.view
+        before = ledger.droppable_before()
+        budget = ledger.budget
+        base = budget.system + budget.tools + REPLY_OVERHEAD + reserve
+        tail = ledger.protection.tail_unit
+        steps = max(ledger.policy.tail_steps, 1)
+        bounds = sorted({*view.turn_starts, *view.assistant_units} - {0})
+        at = [before(b) for b in bounds]
+        requests = list(view.assistant_units)
+        k = 0  # bounds[:k] are cut
+        size = breaks = 0
+        now = False
+        for i in range(len(requests) + 1):
+            if i < len(requests):
+                # the request before assistant message i: its latest steps were protected
+                limit = bisect_right(bounds, requests[i - steps] if i >= steps else 0)
+                kept = base + before(requests[i]) - (at[k - 1] if k else 0)
+            else:
+                limit = bisect_right(bounds, tail)
+                kept = ledger.total + reserve - (at[k - 1] if k else 0)
+            if kept <= high or limit <= k:
+                continue
+            floor = (at[k - 1] if k else 0) + kept - low  # what the cut must shed
+            new = min(bisect_left(at, floor, k, limit) + 1, limit)
+            if new > k:
+                k, size, breaks, now = new, kept, breaks + 1, i == len(requests)
+        return bounds[:k], size, breaks, now
+
+    def _rules3(self, ledger: Ledger, before: int, high: int) -> StageReport:
+        policy = ledger.policy
+        reserve = self.reserve(ledger)
+        low = min(high, int(policy.usable * policy.trim_low_ratio))
+        ends, size, breaks, now = self.cut(ledger, high, low, reserve)
+        k = len(ends)
+        units = 0
+        detail = f"{before} tokens; the prefix is kept (no break: under the high watermark)"
+        if k:
+            saved = ledger.droppable_before()(ends[k - 1])
+            horizon = max(policy.cache_horizon_turns, 1)
+            write = before - saved
+            dollars = (saved * horizon * policy.input_price
+                       - write * (policy.cache_write_price - policy.cache_read_price)) / 1e6
+            estimate = (f"estimate over {horizon} requests: {saved * horizon} input tokens "
+                        f"saved against {write} tokens written to the cache once "
+                        f"(${dollars:.4f} saved)")
+            reason = (f"prefix break {breaks}: the kept history reached {size} tokens, over "
+                      f"the blocking level {high}; cut at a turn boundary down to the low "
+                      f"watermark {low}")
+            if not now:
+                reason = f"cut kept from the earlier {reason}"
+            current = len(ledger.view.turn_starts)
+            groups, units = ledger.drop_oldest(
+                ends, -1, lambda unit: ("trim.break" if unit.turn < current
+                                            else "trim.step", f"{reason}; {estimate}"))
+            ledger.settle()
+            detail = (f"{reason}: {groups} oldest turns or steps dropped ({units} units); "
+                      f"{estimate}")
+        if ledger.total + reserve > policy.usable:
+            more, extra = ledger.drop_tail(
+                self.tail_ends(ledger), policy.usable - reserve,
+                lambda unit: ("trim.tail", f"a protected step of turn {unit.turn} dropped: "
+                                           "the latest steps alone were over the usable "
+                                           f"budget {policy.usable}"))
+            ledger.settle()
+            detail += f"; then {more} protected steps ({extra} units) to fit the window"
+            units += extra
+        self._mark(ledger)
+        return StageReport(name="trim", fired=units > 0, detail=detail,
+                           tokens_before=before, tokens_after=ledger.total, events=units)
