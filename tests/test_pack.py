@@ -257,8 +257,9 @@ def _prune_one(items: list[SessionItem], **overrides: Any) -> Packed:
     session = build(log, "s", items)
     view = project(log, session)
     total = pack(view, pressured(prune=False, dedup=False)).tokens
+    # rules 2: pruning on pressure (rules 3 prunes only in a recovery pack)
     policy = pressured(**{**PRUNE, **overrides}, warning_ratio=None,
-                       warning_buffer=99_000 - (total - 1))
+                       warning_buffer=99_000 - (total - 1), rules=2)
     packed = pack(view, policy)
     check_packed(view, packed, policy)
     return packed

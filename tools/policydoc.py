@@ -71,6 +71,9 @@ MEANINGS: dict[str, str] = {
                   "table replaces the whole default map.",
     "tool_weights": "Kind -> pruning weight: higher is pruned first.",
     "trim": "Drop whole oldest turns when the prompt is over the blocking level.",
+    "trim_low_ratio": "Rules 3: when the kept history passes the blocking level, cut it "
+                      "down to this share of the usable budget, at a turn or step "
+                      "boundary (the low watermark).",
     "summary_budget": "Share of the history budget committed summaries may take before "
                       "the oldest are left out.",
     "summary_max_tokens": "Largest summary a summarizer may return, in tokens.",
