@@ -253,3 +253,24 @@ def test_sigkill_during_erase_leaves_old_or_new_state_and_a_rerun_completes_it(
     raw = (tmp_path / "store" / "data.mdb").read_bytes()
     assert SECRET.encode() not in raw and TOOL_SECRET.encode() not in raw
     assert not (tmp_path / "store" / "scrub.tmp").exists()
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.mark.parametrize("version", ["v0.1.0", "v0.2.0"])
+def test_a_store_of_an_earlier_release_erases_verifies_and_replays(tmp_path: Path,
+                                                                   version: str) -> None:
+    import shutil
+
+    shutil.copytree(GOLDEN / version / "store", tmp_path / "store")
+    with turnlog.open(str(tmp_path / "store")) as log:
+        session = max(log.sessions(), key=lambda h: h.seq).session
+        users = [e.seq for e in log.read(session, kinds=["user"])]
+        erased = log.erase(session, [users[0]], reason="upgrade check")
+        assert erased.seqs[0] == users[0]
+        report = log.verify()
+        assert report.ok, report.problem
+        results = list(Replayer(Packer(log)).replay_all(session))
+        assert results and all(r.ok or r.erased_by == erased.seq for r in results)
+        assert any(r.erased_by is not None for r in results)
