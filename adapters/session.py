@@ -134,6 +134,7 @@ from turnlog.log import Appended, Head, Retries
 from turnlog.memories import MemoryManager
 from turnlog.packing import CONTEXT_TOOLS, ModelTable, Packed, Projection, Renderer
 from turnlog.replay import ReplayResult
+from turnlog.tracing import span as otel_span
 from turnlog.validation import check_integer, check_text, check_type, invalid
 
 from .context_tools import run_context_tool
@@ -449,6 +450,21 @@ class _Core:
         return run_context_tool(self.log, self.id, call, self._effective_policy(),
                                 memories=self._memory_manager, sessions=sessions, time=time)
 
+    def _trace(self, what: str, seq: int, attributes: Mapping[str, int | str]) -> None:
+        """A span for a prepared or recorded request (no-op without opentelemetry):
+        the GenAI attributes and the request record's hashes, read from the log."""
+        record = self.log.get(self.id, seq).body
+        names: dict[str, int | str] = {
+            "gen_ai.operation.name": "chat", "gen_ai.request.model": self.model,
+            "gen_ai.system": self.format, "turnlog.session": self.id,
+            "turnlog.request_seq": seq, "turnlog.step": what}
+        if isinstance(record, RequestIssued):
+            names["turnlog.prompt_hash"] = record.prompt_hash
+            names["turnlog.policy_hash"] = record.policy_hash
+        names.update(attributes)
+        with otel_span(f"chat {self.model}", names):
+            pass
+
     def _memory_manager(self) -> MemoryManager:
         if self._memories is None:
             self._memories = MemoryManager(self.log, self.memory_session)
@@ -487,6 +503,10 @@ class _Core:
                                   render_args=render_args(max_tokens=self.max_tokens,
                                                           extra=self.extra))
         self._last_request = recorded.request_seq
+        yield from _io(self._trace, "prepare", recorded.request_seq, {
+            "turnlog.prompt_hash": recorded.packed.prompt.hash,
+            "turnlog.policy_hash": recorded.packed.policy_hash,
+            "gen_ai.usage.input_tokens": recorded.packed.tokens})
         return Request(body=recorded.rendered, request_seq=recorded.request_seq,
                        packed=recorded.packed, format=self.format, model=self.model,
                        compaction=compaction)
@@ -526,6 +546,13 @@ class _Core:
         assert done is not None
         message = next((b for b in bodies if isinstance(b, AssistantMessageAdded)), None)
         answer = next((b for b in bodies if isinstance(b, ResponseReceived)), None)
+        if seq is not None:
+            usage = answer.usage if answer is not None else None
+            yield from _io(self._trace, "record", seq, {} if usage is None else {
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+                "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens})
         error = next((b for b in bodies if isinstance(b, ProviderErrorReceived)), None)
         return Answer(request_seq=seq, message=message, response=answer, error=error,
                       first_seq=done.first_seq, last_seq=done.last_seq,

@@ -61,6 +61,8 @@ from ._events import (
     ToolResultAdded,
 )
 from ._log import Draft, Head, Log
+from ._otel import set_attributes as otel_attributes
+from ._otel import span as otel_span
 from ._pack import Packed
 from ._pack._assemble import message
 from ._pack._engine import pack_stored
@@ -334,6 +336,20 @@ class Compactor:
     def _compact(self, session: str, view: Projection, policy: Policy, span: tuple[int, int],
                  reason: Reason, *, time: int | None, cost: CostEstimate | None,
                  summarizer: Summarizer | None = None, segmented: bool = True) -> Outcome:
+        with otel_span("turnlog.compaction", {
+                "gen_ai.operation.name": "compaction", "turnlog.session": session,
+                "turnlog.compaction.reason": reason, "turnlog.compaction.first_seq": span[0],
+                "turnlog.compaction.last_seq": span[1]}) as current:
+            outcome = self._compact_traced(session, view, policy, span, reason, time=time,
+                                           cost=cost, summarizer=summarizer,
+                                           segmented=segmented)
+            otel_attributes(current, {"turnlog.compaction.status": outcome.status})
+            return outcome
+
+    def _compact_traced(self, session: str, view: Projection, policy: Policy,
+                        span: tuple[int, int], reason: Reason, *, time: int | None,
+                        cost: CostEstimate | None, summarizer: Summarizer | None,
+                        segmented: bool) -> Outcome:
         summarizer = summarizer or self.summarizer or ExtractiveSummarizer(view.counter)
         segments = self.segments(view, policy, span) if segmented else [span]
         seqs: list[int] = []

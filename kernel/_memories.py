@@ -78,6 +78,8 @@ from ._events import (
     SystemSectionSet,
 )
 from ._log import NEW_SESSION, Appended, Draft, Head, Log
+from ._otel import set_attributes as otel_attributes
+from ._otel import span as otel_span
 from ._policy import REFRESH_POINTS, Policy
 from ._projection import Projection
 from ._validation import check_text, invalid
@@ -679,8 +681,12 @@ class MemoryManager:
             made[:] = [mid]
             return [Draft(body=b, time=time) for b in bodies]
 
-        appended = self.log.update(self.memory_session, decide)
-        assert appended is not None
+        with otel_span("turnlog.memory", {"turnlog.session": self.memory_session}) as current:
+            appended = self.log.update(self.memory_session, decide)
+            assert appended is not None
+            body = self.log.get(self.memory_session, appended.last_seq).body
+            otel_attributes(current, {"turnlog.memory.id": made[0],
+                                           "turnlog.memory.op": getattr(body, "op", "")})
         return Changed(made[0], appended)
 
     def _forget_all(self, pick: _Picker, time: int | None,

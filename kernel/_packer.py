@@ -24,6 +24,8 @@ from ._errors import (
 )
 from ._events import Event, PolicySet
 from ._log import Log
+from ._otel import set_attributes as otel_attributes
+from ._otel import span as otel_span
 from ._pack._engine import Stage, pack_stored
 from ._pack._index import PackIndex
 from ._pack._model import Packed
@@ -202,8 +204,15 @@ class Packer:
     def pack_view(self, view: Projection, policy: Policy, *, explain: bool = True) -> Packed:
         """`pack` one of the packer's projections with its pipeline and index (the
         policy as given: resolve a caller's policy first, see `Policy.resolved`)."""
-        return pack_stored(view, policy, stages=self.stages, explain=explain,
-                           index=self.index_of(view))
+        with otel_span("turnlog.pack") as current:
+            packed = pack_stored(view, policy, stages=self.stages, explain=explain,
+                                 index=self.index_of(view))
+            otel_attributes(current, {
+                "turnlog.policy_hash": packed.policy_hash,
+                "turnlog.prompt_hash": packed.prompt.hash,
+                "gen_ai.usage.input_tokens": packed.tokens,
+                "turnlog.stages_fired": ",".join(s.name for s in packed.stages if s.fired)})
+            return packed
 
     def projection_at(self, session: str, head_seq: int, counter: TokenCounter) -> Projection:
         """A fresh projection of the lineage up to and including ``head_seq``."""

@@ -17,7 +17,7 @@ import turnlog.adapters
 
 #: The kernel's public modules besides the package itself.
 PUBLIC_KERNEL_MODULES = {"compaction", "errors", "events", "log", "memories", "packing",
-                         "replay", "stores", "testing", "validation"}
+                         "replay", "stores", "testing", "tracing", "validation"}
 
 #: The submodules whose every name is re-exported from a private module.
 REEXPORTING_MODULES = sorted(PUBLIC_KERNEL_MODULES - {"testing"})
