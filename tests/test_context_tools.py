@@ -214,3 +214,21 @@ def test_turnlog_recall_finds_a_word_in_the_middle_of_a_300_kb_output(
     assert f"s1#{done.last_seq}" in out
     assert cli_main(["--store", str(tmp_path / "store"), "recall", "quillwort", "--json"]) == 0
     assert "QUILLWORT gauge failed" in capsys.readouterr().out  # the snippet is around it
+
+
+def test_bad_calls_get_error_results_saying_what_was_expected(log: Log) -> None:
+    session = make(log)
+    assert call(session, "c1", "read_output", {"ref": "s1#999"}).startswith(
+        "error: no event 's1#999' in this conversation")
+    session.prepare()
+    answer = session.record({"id": "cmpl-bad", "object": "chat.completion", "created": 1,
+                             "model": "fake-model", "choices": [{"index": 0,
+                             "finish_reason": "tool_calls", "message": {
+                                 "role": "assistant", "content": "", "tool_calls": [
+                                     {"id": "b1", "type": "function", "function": {
+                                         "name": "read_output", "arguments": "not json"}},
+                                     {"id": "b2", "type": "function", "function": {
+                                         "name": "read_output", "arguments": "[1]"}}]}}]})
+    first, second = (session.call_context_tool(c) for c in answer.tool_calls)
+    assert first.is_error and first.output.startswith("error: the arguments must be a JSON")
+    assert second.is_error and "found [1]" in second.output
