@@ -513,5 +513,5 @@ def test_a_replayer_borrows_a_packers_caches_and_refuses_anything_else() -> None
     assert replayer.packer is packer and replayer.log is log
     assert replayer.replay("s", recorded.request_seq).ok
     assert not hasattr(packer, "record")  # recorded requests are the replayer's job
-    with pytest.raises(InvalidArgumentError, match="needs a Packer"):
+    with pytest.raises(InvalidArgumentError, match="packer must be a Packer"):
         Replayer(log)  # type: ignore[arg-type]
