@@ -48,9 +48,14 @@ from ._validation import check_number, check_type
 
 __all__ = ["POLICY_PARTS", "Policy"]
 
-#: The newest packing rules version: what a policy with ``rules`` unset gets when it is
-#: handed in to pack or record (see `Policy.resolved`).
+#: The newest packing rules version. Rules 3 (a cut that keeps the provider's cached
+#: prefix, defaults scaled to the window) is taken by a policy that names it.
 RULES_LATEST = 3
+
+#: What a policy with ``rules`` unset gets when it is handed in to pack or record (see
+#: `Policy.resolved`): rules 2, until rules 3 meets its cached-share goals and every
+#: packing property (docs/packing.md).
+RULES_DEFAULT = 2
 
 #: The usable budget the absolute defaults were chosen for (128,000 - 16,000).
 _DEFAULT_USABLE = 112_000
@@ -221,7 +226,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     #: gated by ``summary_gate``, and trimmed runs leave a marker (see docs/packing.md).
     #: A *stored* policy with rules unset (every 0.1.0 ``PolicySet``) means rules 1; a
     #: policy handed to `pack`, `Packer.pack`/`record`, the `Compactor` or a session
-    #: with rules unset is resolved to `RULES_LATEST` first (`resolved`), so what gets
+    #: with rules unset is resolved to `RULES_DEFAULT` first (`resolved`), so what gets
     #: recorded names its rules explicitly.
     #: 3: the prefix is kept: trimming cuts down to ``trim_low_ratio`` of the usable
     #: budget at turn boundaries, with hysteresis, and only when the blocking level is
@@ -242,7 +247,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             check_number(getattr(self, name), f"policy field {name!r}", min_value=0,
                          optional=True, error=PolicyError)
         reserve = self.output_reserve
-        if self.rules == 0:  # handed in: it packs as resolved, with scaled defaults
+        if self.rules == 0 and RULES_DEFAULT >= 3:  # handed in: packs as resolved, scaled
             reserve = self.scaled().get("output_reserve", reserve)
         if reserve + self.safety_margin >= self.context_window:
             raise PolicyError(
@@ -330,12 +335,13 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     def resolved(self) -> Policy:
         """This policy with ``rules`` set: unchanged when it names its rules, else with
-        ``rules=RULES_LATEST``. The kernel resolves every policy a caller hands in
-        before packing or recording it, so a new session gets the newest rules while a
-        stored 0.1.0 policy (rules unset) keeps meaning rules 1."""
+        ``rules=RULES_DEFAULT`` (2). The kernel resolves every policy a caller hands in
+        before packing or recording it, so a new session gets the default rules while a
+        stored 0.1.0 policy (rules unset) keeps meaning rules 1; rules 3 is taken by
+        naming it."""
         if self.rules:
             return self
-        return msgspec.structs.replace(self, rules=RULES_LATEST)  # runs __post_init__
+        return msgspec.structs.replace(self, rules=RULES_DEFAULT)  # runs __post_init__
 
     @property
     def usable(self) -> int:

@@ -55,15 +55,16 @@ def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | No
 
 
 # -- which rules a policy packs with ----------------------------------------------------------
-def test_a_new_policy_packs_with_the_newest_rules_and_a_stored_0_1_0_policy_means_rules_1() -> None:
+def test_a_new_policy_packs_with_the_default_rules_and_a_stored_0_1_0_policy_means_rules_1() -> None:
     assert Policy().rules == 0 and Policy().rules_version == 1
-    assert Policy().resolved().rules == 3
+    assert Policy().resolved().rules == 2
+    assert Policy(rules=3).resolved().rules == 3
     assert Policy(rules=1).resolved().rules == 1
     # rules unset is omitted from the bytes: a 0.1.0 PolicySet hashes as it did
     assert b"rules" not in Policy().encode()
     assert Policy().hash == msgspec.structs.replace(Policy(), rules=0).hash
     _, packed = packed_of([UserMessageAdded(text="hi")], Policy())
-    assert packed.rules == 3
+    assert packed.rules == 2
 
 
 def test_recording_writes_the_resolved_rules_once() -> None:
@@ -77,7 +78,7 @@ def test_recording_writes_the_resolved_rules_once() -> None:
         log.append("s", UserMessageAdded(text="again"))
     sets = [e.body for e in log.read("s", kinds=["policy"])]
     assert len(sets) == 1
-    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 3
+    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 2
     assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))
 
 
@@ -92,7 +93,7 @@ def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
     assert packer.pack("s").rules == 1
     first = replayer.record("s")
     assert first.packed.rules == 1
-    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 3
+    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 2
     assert replayer.replay("s", first.request_seq).ok
 
 
@@ -337,7 +338,7 @@ def _break_reported(packed: turnlog.packing.Packed) -> bool:
        window=st.sampled_from((4_000, 8_000, 16_000)))
 def test_rules_3_between_breaks_each_request_only_appends_to_the_one_before(
         sizes: list[tuple[int, int]], window: int) -> None:
-    requests = _grown_requests(sizes, Policy(context_window=window))
+    requests = _grown_requests(sizes, Policy(context_window=window, rules=3))
     breaks = 0
     for before, after in itertools.pairwise(requests):
         assert after.rules == 3
@@ -354,7 +355,7 @@ def test_rules_3_between_breaks_each_request_only_appends_to_the_one_before(
 
 
 def test_rules_3_every_break_is_a_decision_with_its_reason_and_estimate() -> None:
-    requests = _grown_requests([(300, 2)] * 20, Policy(context_window=4_000))
+    requests = _grown_requests([(300, 2)] * 20, Policy(context_window=4_000, rules=3))
     broke = [r for r in requests if _break_reported(r)]
     assert broke, "the session outgrew the window without a break"
     decisions = [d for d in broke[-1].decisions if d.decision == "trimmed"]
@@ -364,7 +365,7 @@ def test_rules_3_every_break_is_a_decision_with_its_reason_and_estimate() -> Non
 
 
 def test_rules_3_cuts_down_to_the_low_watermark_and_fills_the_window() -> None:
-    policy = Policy(context_window=8_000).resolved()
+    policy = Policy(context_window=8_000, rules=3).resolved()
     requests = _grown_requests([(200, 1)] * 40, policy)
     low = policy.usable * policy.trim_low_ratio
     for packed in requests:
@@ -376,7 +377,7 @@ def test_rules_3_cuts_down_to_the_low_watermark_and_fills_the_window() -> None:
 
 @pytest.mark.parametrize("window", [4_000, 8_000, 16_000, 32_000, 128_000, 200_000, 2_000_000])
 def test_rules_3_defaults_scale_with_the_window(window: int) -> None:
-    policy = Policy(context_window=window).resolved()
+    policy = Policy(context_window=window, rules=3).resolved()
     absolute = Policy(rules=2)
     assert policy.rules == 3 and policy.usable > window // 2
     for name in ("output_reserve", "warning_buffer", "compact_buffer", "blocking_buffer",
