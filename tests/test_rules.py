@@ -55,7 +55,7 @@ def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | No
 
 
 # -- which rules a policy packs with ----------------------------------------------------------
-def test_a_new_policy_packs_with_the_default_rules_and_a_stored_0_1_0_policy_means_rules_1() -> None:
+def test_a_new_policy_packs_with_rules_2_and_a_stored_0_1_0_policy_means_rules_1() -> None:
     assert Policy().rules == 0 and Policy().rules_version == 1
     assert Policy().resolved().rules == 2
     assert Policy(rules=3).resolved().rules == 3
