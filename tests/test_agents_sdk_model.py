@@ -46,7 +46,8 @@ def test_every_call_the_sdk_makes_is_packed_recorded_and_sent_as_rendered(
                     async for _ in result.stream_events():
                         pass
                 else:
-                    result = await Runner.run(agent, question, run_config=config)
+                    result = await Runner.run(  # type: ignore[assignment]
+                        agent, question, run_config=config)
                 outputs.append(result.final_output)
             await client.close()
             replayer = Replayer(Packer(log))
@@ -99,7 +100,7 @@ def test_an_item_turnlog_cannot_pack_is_refused_naming_its_type(tmp_path: Path,
             model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
             agent = Agent(name="a", instructions="Add.", model=model)
             with pytest.raises(InvalidEventError, match=repr(item["type"])):
-                await Runner.run(agent, [{"role": "user", "content": "hi"}, item],
+                await Runner.run(agent, [{"role": "user", "content": "hi"}, item],  # type: ignore[list-item]
                                  run_config=RunConfig(tracing_disabled=True))
             await client.close()
             assert server.requests == [] and log.head("s") is None

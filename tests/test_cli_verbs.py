@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import turnlog
+from turnlog.adapters import importers
 from turnlog.errors import Hint, ImportFormatError, KernelError, UnknownSessionError
 from turnlog.events import UserMessageAdded
 from turnlog.tools.cli import _parser, main
@@ -81,7 +82,7 @@ def test_library_errors_reach_the_command_in_its_own_wording(
     junk = tmp_path / "notes.json"
     junk.write_text('{"a": 1}\n')
     with pytest.raises(ImportFormatError, match="pass format= if you know it"):
-        turnlog.adapters.importers.detect(junk)
+        importers.detect(junk)
     code, _, err = run(capsys, "--store", str(tmp_path / "new"), "import", str(junk))
     assert code == 3
     assert "pass --format FORMAT if you know it" in err and "format=" not in err

@@ -12,7 +12,7 @@ import turnlog
 from turnlog import Packer, Replayer
 from turnlog.adapters import example_agent
 from turnlog.adapters.providers import renderer_for
-from turnlog.events import RequestIssued, ToolCall
+from turnlog.events import RequestIssued, ToolCall, ToolResultAdded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def test_the_example_with_context_tools_reads_the_truncated_middle_back(
     assert len(replays) == 4 and all(line.endswith(": ok") for line in replays)
     with turnlog.open(tmp_path / "store", readonly=True) as log:
         results = {e.body.tool_name: e.body.output for e in log.lineage("example")
-                   if e.kind == "tool_result" and hasattr(e.body, "tool_name")}
+                   if isinstance(e.body, ToolResultAdded)}
         middle = "[02500] error: SIDEHILL checksum mismatch"
         # the model's first view of the log left the middle out; read_output brought it
         assert middle not in results["read_file"] and middle in results["read_output"]

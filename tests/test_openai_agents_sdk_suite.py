@@ -475,7 +475,7 @@ async def test_session_add_items_exception_propagates_in_streamed() -> None:
         del wrapper
         raise RuntimeError("Simulated session.add_items failure")
 
-    session.add_items = _failing_add_items  # type: ignore[method-assign]
+    session.add_items = _failing_add_items  # type: ignore[method-assign,assignment]
     model = FakeModel()
     agent = Agent(name="test", model=model)
     model.set_next_output([get_text_message("This should not be reached")])
