@@ -28,11 +28,6 @@ where `Log` sees the new head: an ``expected_seq`` conflict, an idempotent
 retry, or an append after it. Conflicts are thus detected by the database and
 never lost.
 
-An idempotency key is taken as new without a query (one round trip less for
-a keyed append): its insert, in the pipeline with the ``COMMIT``, fails on the
-primary key if the key is stored, before anything is committed, and ``fn``
-runs again reading every key (a duplicate, or a conflict reported as ever).
-
 Writes are buffered in the transaction object and sent at the end in one
 pipeline with the ``COMMIT``, reads inside the transaction see them (as in the
 in-memory store). After the commit, a ``NOTIFY`` on the schema's channel
@@ -335,18 +330,9 @@ class _PostgresRead(ReadTxn):
             yield str(namespace), bytes(key), bytes(value)
 
 
-class _Stale(Exception):
-    """An idempotency key taken as new is stored after all."""
-
-
 class _PostgresWrite(_PostgresRead, WriteTxn):
-    def __init__(self, store: PostgresStore, conn: Connection[TupleRow], *,
-                 guess: bool = False) -> None:
+    def __init__(self, store: PostgresStore, conn: Connection[TupleRow]) -> None:
         super().__init__(store, conn)
-        # With ``guess``, idempotency keys are taken as new without a query
-        # (`idempotency`); the keys so taken:
-        self._guess = guess
-        self.guessed: set[tuple[str, str]] = set()
         self._events: dict[str, list[tuple[int, bytes]]] = {}
         self._pending: dict[tuple[str, int], bytes] = {}
         self._new_heads: dict[str, tuple[int, bytes]] = {}
@@ -420,15 +406,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
 
     def idempotency(self, session: str, key: str) -> int | None:
         found = self._idem.get((session, key))
-        if found is not None:
-            return found
-        if self._guess:
-            # Saves a round trip: the key's insert, in the COMMIT's pipeline, fails
-            # on its primary key if it is stored, and the write runs again reading
-            # it (PostgresStore.write).
-            self.guessed.add((session, key))
-            return None
-        return super().idempotency(session, key)
+        return found if found is not None else super().idempotency(session, key)
 
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         found = self._cache.get((namespace, key))
@@ -490,10 +468,6 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
 
     def _send(self, channel: str | None, committed: list[Cursor[TupleRow]]) -> None:
         q = self._q
-        for session, key in sorted(self.guessed - set(self._idem)):
-            # Taken as new and not written: its insert cannot check it; read it now.
-            if super().idempotency(session, key) is not None:
-                raise _Stale(session)
         with self._conn.pipeline():
             if not self.begun:
                 self.begun = True
@@ -890,25 +864,14 @@ class PostgresStore(Store):
             raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
                                      "for writing to append")
         state: list[_PostgresWrite] = []  # the guard asks whether COMMIT was sent
-        guess = True
         for attempt in range(_RETRIES):
             with self._guard("write", committing=lambda: bool(state) and state[-1].committing), \
                     self._connection() as conn:
-                txn = _PostgresWrite(self, conn, guess=guess)
+                txn = _PostgresWrite(self, conn)
                 state.append(txn)
                 try:
-                    try:
-                        result = fn(txn)
-                        txn.commit(self._channel if self.notify else None)
-                    except (_Stale, pg_errors.UniqueViolation):
-                        if not txn.guessed:
-                            raise
-                        # A key taken as new may be stored (or another writer raced):
-                        # nothing was written; run fn again reading every key.
-                        self._rollback(conn)
-                        state.clear()
-                        guess = False
-                        continue
+                    result = fn(txn)
+                    txn.commit(self._channel if self.notify else None)
                 except (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
                         pg_errors.DeadlockDetected) as exc:
                     # Nothing of this transaction was written: run fn again, where the
@@ -939,10 +902,6 @@ class PostgresStore(Store):
         if not conn.closed:
             with suppress(psycopg.Error):  # the pool discards a broken connection
                 conn.execute("ROLLBACK")
-            # A pipeline aborted by an error skips the statements queued after it,
-            # which psycopg may count as prepared (then "prepared statement _pg3_N
-            # does not exist" at their next use): let it prepare them again.
-            conn._prepared.clear()
 
     def _check_race(self, conn: Connection[TupleRow], txn: _PostgresWrite,
                     exc: Exception) -> None:

@@ -47,7 +47,7 @@ from ._errors import (
     UnknownSessionError,
 )
 from ._events import Event, EventErased, PolicySet, RequestIssued
-from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log, Snapshot
+from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log
 from ._pack import Decision, Packed, PackIndex
 from ._pack._engine import pack_stored
 from ._packer import Packer, policy_at
@@ -270,9 +270,8 @@ class Replayer:
         return Recorded(packed, seq, rendered, duplicate=True)
 
     # -- replay and explain --------------------------------------------------------------
-    def _request(self, session: str, request_seq: int, snap: Snapshot | None = None,
-                 ) -> RequestIssued:
-        event = (snap or self.log).get(session, request_seq)
+    def _request(self, session: str, request_seq: int) -> RequestIssued:
+        event = self.log.get(session, request_seq)
         if not isinstance(event.body, RequestIssued):
             raise InvalidArgumentError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
                                     "request record; list requests with `turnlog log "
@@ -284,24 +283,14 @@ class Replayer:
         """Re-pack a recorded request from its recorded head, policy and tokenizer."""
         return self._repack(session, request_seq, explain=True)
 
-    def _repack(self, session: str, request_seq: int, *, explain: bool,
-                request: RequestIssued | None = None) -> Packed:
-        # One snapshot for the request, its head and the events the kept projection
-        # lacks: on a server store each read is a transaction of its own.
-        with self.log.snapshot() as snap:
-            return self._repack_in(snap, session, request_seq, explain=explain,
-                                   request=request)
-
-    def _repack_in(self, snap: Snapshot, session: str, request_seq: int, *, explain: bool,
-                   request: RequestIssued | None) -> Packed:
-        if request is None:
-            request = self._request(session, request_seq, snap)
+    def _repack(self, session: str, request_seq: int, *, explain: bool) -> Packed:
+        request = self._request(session, request_seq)
         if request.stages != self.packer._names:
             raise ReplayMismatchError(
                 f"request {session}#{request_seq} was packed with stages "
                 f"{request.stages or '(built-in)'!r}; this packer has "
                 f"{self.packer._names or '(built-in)'!r}. Replay with the same custom stages")
-        head = snap.get(session, request.head_seq)
+        head = self.log.get(session, request.head_seq)
         if head.hash.hex() != request.head_hash:
             raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
                                       "has the recorded hash; run `turnlog verify` (Python: "
@@ -311,12 +300,12 @@ class Replayer:
                 counter = get_counter(request.tokenizer)
             except TokenizerError:
                 # The policy check comes first, as it always has.
-                policy = policy_at(snap.lineage(session, request.head_seq + 1))
+                policy = policy_at(self.log.lineage(session, request.head_seq + 1))
                 if policy is None or policy.hash != request.policy_hash:
                     raise ReplayMismatchError(self._policy_differs(session, request)) from None
                 raise
             self.packer._load_counts(counter)
-            state = self._replay_view(snap, session, request.head_seq, counter)
+            state = self._replay_view(session, request.head_seq, counter)
             policy = state.policy
             if policy is None or policy.hash != request.policy_hash:
                 raise ReplayMismatchError(self._policy_differs(session, request))
@@ -333,8 +322,7 @@ class Replayer:
         return (f"the policy in force at {session}#{request.head_seq} is not the recorded "
                 f"one ({request.policy_hash[:16]})")
 
-    def _replay_view(self, snap: Snapshot, session: str, head_seq: int,
-                     counter: TokenCounter) -> _ReplayView:
+    def _replay_view(self, session: str, head_seq: int, counter: TokenCounter) -> _ReplayView:
         """The lineage up to own seq ``head_seq`` folded with ``counter`` (the kept
         projection grown when it ends at or before ``head_seq``, else a fresh one)."""
         key = (session, counter.id)
@@ -342,10 +330,10 @@ class Replayer:
         if state is not None and state.seq <= head_seq:
             self._replays.move_to_end(key)
             if state.seq < head_seq:
-                state.extend(snap.read(session, state.seq + 1, head_seq + 1))
+                state.extend(self.log.read(session, state.seq + 1, head_seq + 1))
             if state.seq == head_seq:
                 return state
-        lineage = snap.lineage(session, head_seq + 1)
+        lineage = self.log.lineage(session, head_seq + 1)
         view = Projection(counter)
         state = _ReplayView(view, -1, None)
         for event in lineage:
@@ -371,14 +359,11 @@ class Replayer:
         Returns a `ReplayResult`; ``ok`` is False with ``difference`` naming
         the first differing part when the bytes differ.
         """
-        with self.log.snapshot() as snap:
-            request = self._request(session, request_seq, snap)
-            try:
-                packed = self._repack_in(snap, session, request_seq, explain=False,
-                                         request=request)
-            except ReplayMismatchError as exc:
-                return ReplayResult(session, request_seq, False, request.prompt_hash, "",
-                                    str(exc))
+        request = self._request(session, request_seq)
+        try:
+            packed = self._repack(session, request_seq, explain=False)
+        except ReplayMismatchError as exc:
+            return ReplayResult(session, request_seq, False, request.prompt_hash, "", str(exc))
         replayed = packed.prompt.hash  # encodes the whole prompt: once
         ok = replayed == request.prompt_hash
         difference = ""
