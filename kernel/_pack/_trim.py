@@ -113,16 +113,7 @@ class Trim:
         detail = f"{groups} oldest turns dropped ({units} units)"
         if policy.rules >= 2:
             detail = f"{groups} oldest turns or steps dropped ({units} units)"
-            if ledger.total + reserve > policy.usable:
-                more, extra = ledger.drop_tail(
-                    self.tail_ends(ledger), policy.usable - reserve,
-                    lambda unit: ("trim.tail", f"a protected step of turn {unit.turn} dropped: "
-                                               "the latest steps alone were over the usable "
-                                               f"budget {policy.usable}"))
-                ledger.settle()
-                detail += f"; then {more} protected steps ({extra} units) to fit the window"
-                units += extra
-            self._mark(ledger)
+            detail, units = self._fit_tail(ledger, reserve, detail, units)
         return StageReport(name="trim", fired=units > 0, detail=detail,
                            tokens_before=before, tokens_after=ledger.total, events=units)
 
@@ -139,6 +130,23 @@ class Trim:
                   f"left out of this prompt to fit the context window; it is in the log: "
                   f"`turnlog log {session} --from {last}`]")
         return MESSAGE_OVERHEAD + ledger.counter.count(widest)
+
+    def _fit_tail(self, ledger: Ledger, reserve: int, detail: str,
+                  units: int) -> tuple[str, int]:
+        """Drop protected steps while the tail alone is over the usable budget, then put
+        the marker; the report's detail and unit count with what was dropped."""
+        policy = ledger.policy
+        if ledger.total + reserve > policy.usable:
+            more, extra = ledger.drop_tail(
+                self.tail_ends(ledger), policy.usable - reserve,
+                lambda unit: ("trim.tail", f"a protected step of turn {unit.turn} dropped: "
+                                           "the latest steps alone were over the usable "
+                                           f"budget {policy.usable}"))
+            ledger.settle()
+            detail += f"; then {more} protected steps ({extra} units) to fit the window"
+            units += extra
+        self._mark(ledger)
+        return detail, units
 
     def _mark(self, ledger: Ledger) -> None:
         """Put the marker where the dropped run was."""
@@ -216,15 +224,6 @@ class Trim:
             ledger.settle()
             detail = (f"{reason}: {groups} oldest turns or steps dropped ({units} units); "
                       f"{estimate}")
-        if ledger.total + reserve > policy.usable:
-            more, extra = ledger.drop_tail(
-                self.tail_ends(ledger), policy.usable - reserve,
-                lambda unit: ("trim.tail", f"a protected step of turn {unit.turn} dropped: "
-                                           "the latest steps alone were over the usable "
-                                           f"budget {policy.usable}"))
-            ledger.settle()
-            detail += f"; then {more} protected steps ({extra} units) to fit the window"
-            units += extra
-        self._mark(ledger)
+        detail, units = self._fit_tail(ledger, reserve, detail, units)
         return StageReport(name="trim", fired=units > 0, detail=detail,
                            tokens_before=before, tokens_after=ledger.total, events=units)
