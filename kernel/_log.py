@@ -88,6 +88,8 @@ from ._events import (
     SessionRewound,
     UserMessageAdded,
 )
+from ._otel import set_attributes as otel_attributes
+from ._otel import span as otel_span
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 from ._validation import check_integer, check_number, check_text, check_type, invalid
 from ._verify import Problem, VerifyReport, fsck
@@ -1099,9 +1101,18 @@ class Log:
             wanted = list(seqs)
             for seq in wanted:
                 check_integer(seq, "seq", min_value=0, max_value=_MAX_SEQ)
-        result = self.store.write(lambda txn: erase_txn(txn, session, wanted, reason, time))
-        if scrub:
-            self.store.scrub()
+        # The span carries counts and seqs only: never the reason (it may name the
+        # data subject) nor anything of the erased content.
+        with otel_span("turnlog.erasure", {"turnlog.session": session,
+                                           "turnlog.erasure.scrub": scrub}) as current:
+            result = self.store.write(lambda txn: erase_txn(txn, session, wanted, reason, time))
+            otel_attributes(current, {"turnlog.erasure.seq": -1 if result.seq is None
+                                      else result.seq,
+                                      "turnlog.erasure.events": len(result.seqs),
+                                      "turnlog.erasure.blobs": len(result.blobs),
+                                      "turnlog.erasure.already": len(result.already)})
+            if scrub:
+                self.store.scrub()
         return result
 
     def erase_older_than(self, cutoff: int, *, reason: str, sessions: Iterable[str] | None = None,

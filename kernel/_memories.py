@@ -699,7 +699,11 @@ class MemoryManager:
             return [Draft(body=MemoryChanged(op="forget", memory_id=mid, reason=why), time=time)
                     for mid, why in due]
 
-        appended = self.log.update(self.memory_session, decide)
+        with otel_span("turnlog.memory", {"turnlog.session": self.memory_session,
+                                          "turnlog.memory.op": "forget"}) as current:
+            appended = self.log.update(self.memory_session, decide)
+            otel_attributes(current, {"turnlog.memory.count": len(due)
+                                      if appended is not None else 0})
         return (tuple(due), appended) if appended is not None else ((), None)
 
     # -- consolidation -------------------------------------------------------------------
@@ -817,7 +821,12 @@ class MemoryManager:
             return Draft(body=SystemSectionSet(name=MEMORY_SECTION, text=block,
                                                position=MEMORY_SECTION_POSITION), time=now)
 
-        return self.log.update(agent_session, decide)
+        with otel_span("turnlog.memory", {"turnlog.session": agent_session,
+                                          "turnlog.memory.op": "refresh",
+                                          "turnlog.memory.point": point}) as current:
+            appended = self.log.update(agent_session, decide)
+            otel_attributes(current, {"turnlog.memory.changed": appended is not None})
+        return appended
 
     def repair(self, agent_session: str, *, time: int | None = None) -> Repaired:
         """Forget memories derived from events a rewind took out of a session's view.

@@ -108,3 +108,56 @@ def test_an_async_session_emits_the_same_request_spans(spans: InMemorySpanExport
              if s.name == "chat fake-model"]
     assert [(a["turnlog.session"], a["turnlog.request_seq"], a["turnlog.step"])
             for a in chats] == [("a1", seq, "prepare"), ("a1", seq, "record")]
+
+
+def test_an_erasure_has_a_span_with_counts_and_never_the_reason(
+        spans: InMemorySpanExporter) -> None:
+    with turnlog.open(":memory:") as log:
+        session = Session(log, "s1", model="fake-model", max_tokens=64, policy=POLICY)
+        session.user("my card number is 4111")
+        session.prepare()
+        session.record(reply("noted", "cmpl-1"))
+        erased = log.erase("s1", [0], reason="subject request for Jane Doe")
+    found = [s for s in spans.get_finished_spans() if s.name == "turnlog.erasure"]
+    assert len(found) == 1
+    attrs = dict(found[0].attributes or {})
+    assert attrs["turnlog.session"] == "s1"
+    assert attrs["turnlog.erasure.seq"] == erased.seq
+    assert attrs["turnlog.erasure.events"] == len(erased.seqs) >= 1
+    assert attrs["turnlog.erasure.scrub"] is True
+    assert not any("Jane" in str(v) for v in attrs.values())
+
+
+def test_memory_consolidation_and_refresh_have_spans(spans: InMemorySpanExporter) -> None:
+    from turnlog.memories import MemoryManager
+    with turnlog.open(":memory:") as log:
+        manager = MemoryManager(log)
+        manager.save("t", "content", retention="working", expires_time=10)
+        manager.consolidate(now=20)
+        policy = Policy(memory_refresh=("manual",))
+        manager.save("kept", "a fact")
+        assert manager.refresh("agent", policy=policy, now=30) is not None
+    memory = [dict(s.attributes or {}) for s in spans.get_finished_spans()
+              if s.name == "turnlog.memory"]
+    assert [a["turnlog.memory.op"] for a in memory] == ["save", "forget", "save", "refresh"]
+    assert memory[1]["turnlog.memory.count"] == 1
+    assert memory[3]["turnlog.session"] == "agent"
+    assert memory[3]["turnlog.memory.changed"] is True
+
+
+def test_an_async_session_compaction_has_a_span(spans: InMemorySpanExporter) -> None:
+    with turnlog.open(":memory:") as log:
+        async def run() -> str:
+            session = AsyncSession(log, "a1", model="fake-model", max_tokens=64, policy=POLICY)
+            for turn in range(12):
+                await session.user(f"step {turn} " + "words " * 50)
+                await session.prepare()
+                await session.record(json.dumps(reply(f"done {turn}", f"c-{turn}")).encode(),
+                                     status=200)
+            return (await session.compact()).status
+
+        assert asyncio.run(run()) == "committed"
+    compaction = [dict(s.attributes or {}) for s in spans.get_finished_spans()
+                  if s.name == "turnlog.compaction"]
+    assert [(a["turnlog.session"], a["turnlog.compaction.status"]) for a in compaction] == [
+        ("a1", "committed")]
