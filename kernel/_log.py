@@ -472,6 +472,10 @@ class Log:
         self.max_event_bytes = max_event_bytes
         # Session ids appended to -> their seq_offset (see _KNOWN_SESSIONS).
         self._known: dict[str, int] = {}
+        # Erasures this object made: the packers and replayers of this process compare
+        # it with the count they last saw and drop their caches (which hold the text
+        # of events read before) when it moved.
+        self._erasures = 0
 
     # -- lifecycle ---------------------------------------------------------------
     def close(self) -> None:
@@ -1111,6 +1115,8 @@ class Log:
                                       "turnlog.erasure.events": len(result.seqs),
                                       "turnlog.erasure.blobs": len(result.blobs),
                                       "turnlog.erasure.already": len(result.already)})
+            if result.seq is not None:
+                self._erasures += 1
             if scrub:
                 self.store.scrub()
         return result

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from ._errors import (
     UnknownSessionError,
 )
-from ._events import Event, PolicySet
+from ._events import ContentErased, Event, PolicySet
 from ._log import Log
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
@@ -83,6 +83,7 @@ class Packer:
         # damaged when loading (rewritten first).
         self._next_chunk: dict[str, int] = {}
         self._damaged_chunks: dict[str, list[int]] = {}
+        self._erasures = log._erasures
 
     # -- counters -----------------------------------------------------------------
     def counter_for(self, policy: Policy, view: Projection | None = None) -> TokenCounter:
@@ -167,6 +168,7 @@ class Packer:
     def projection(self, session: str, counter: TokenCounter) -> Projection:
         """The session's projection at its current head (built or brought up to date)."""
         with self._lock:
+            self._forget_erased()
             key = (session, counter.id)
             cached = self._projections.get(key)
             if cached is None:
@@ -186,10 +188,22 @@ class Packer:
             self._projections.move_to_end(key)
             view, seen, index = cached
             new = self.log.read(session, seen + 1)
+            if any(type(event.body) is ContentErased for event in new):
+                # Erased by another process: the view holds the old text.
+                del self._projections[key]
+                return self.projection(session, counter)
             if new:
                 view.extend(new)
                 self._projections[key] = (view, new[-1].seq, index)
             return view
+
+    def _forget_erased(self) -> None:
+        """Drop every projection (and its index) when this process erased content
+        since they were built: they hold the text of the events as first read, and a
+        fork's view holds its parent's events too."""
+        if self.log._erasures != self._erasures:
+            self._projections.clear()
+            self._erasures = self.log._erasures
 
     def index_of(self, view: Projection) -> PackIndex | None:
         """The incremental index the packer keeps for one of its projections (None for

@@ -167,6 +167,7 @@ class Replayer:
         self._replays: OrderedDict[tuple[str, str], _ReplayView] = OrderedDict()
         # Replays have their own lock: a long replay does not hold up packing.
         self._replay_lock = threading.Lock()
+        self._erasures = self.log._erasures
 
     def record(self, session: str, *, policy: Policy | None = None, model: str = "",
                time: int | None = None, format: str = "neutral",  # noqa: A002
@@ -325,6 +326,10 @@ class Replayer:
     def _replay_view(self, session: str, head_seq: int, counter: TokenCounter) -> _ReplayView:
         """The lineage up to own seq ``head_seq`` folded with ``counter`` (the kept
         projection grown when it ends at or before ``head_seq``, else a fresh one)."""
+        if self.log._erasures != self._erasures:
+            # Content was erased since these views were folded: they hold its text.
+            self._replays.clear()
+            self._erasures = self.log._erasures
         key = (session, counter.id)
         state = self._replays.get(key)
         if state is not None and state.seq <= head_seq:
