@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import turnlog
-from turnlog import Log, Packer, Replayer
+from turnlog import Log, Packer
 from turnlog.events import SessionForked, UserMessageAdded
 
 from tests.test_erasure import POLICY, SECRET, SESSION, TOOL_SECRET, conversation
