@@ -461,10 +461,8 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         except psycopg.Error:
             if not committed or committed[0].statusmessage != "COMMIT":
                 raise
-            if not self._conn.closed and self._conn.info.transaction_status in (
-                    TransactionStatus.INTRANS, TransactionStatus.INERROR):
-                with suppress(psycopg.Error):  # the pool discards a broken connection
-                    self._conn.execute(b"ROLLBACK")
+            # (the notification's statements after the failed one were skipped)
+            PostgresStore._rollback(self._conn, failed=True)
 
     def _send(self, channel: str | None, committed: list[Cursor[TupleRow]]) -> None:
         q = self._q
@@ -876,7 +874,7 @@ class PostgresStore(Store):
                         pg_errors.DeadlockDetected) as exc:
                     # Nothing of this transaction was written: run fn again, where the
                     # Log sees what the other writer did (module docstring).
-                    self._rollback(conn)
+                    self._rollback(conn, failed=True)
                     if isinstance(exc, pg_errors.UniqueViolation):
                         self._check_race(conn, txn, exc)
                     state.clear()
@@ -889,19 +887,38 @@ class PostgresStore(Store):
                     # its first round trip, before anything could be written: take another.
                     state.clear()
                     continue
-                except BaseException:
+                except BaseException as exc:
                     if txn.begun and not txn.committing:
-                        self._rollback(conn)
+                        self._rollback(conn, failed=isinstance(exc, psycopg.Error))
                     raise
                 return result
         raise StoreError(f"a write to {self.location} lost {_RETRIES} races in a row with "
                          "other writers of the same session; nothing was written, retry")
 
     @staticmethod
-    def _rollback(conn: Connection[TupleRow]) -> None:
-        if not conn.closed:
-            with suppress(psycopg.Error):  # the pool discards a broken connection
+    def _rollback(conn: Connection[TupleRow], *, failed: bool = False) -> None:
+        """End a write's transaction; ``failed``: a statement of it failed on the server.
+
+        After a failed statement this goes through psycopg's ``rollback()``, never a
+        ROLLBACK statement. In a pipeline the server skips every statement queued after
+        the failed one, and one that psycopg chose to prepare there (its sixth execution
+        on the connection) is then never prepared, while psycopg's cache counts it as
+        prepared from the moment it was queued: its next execution on that connection
+        fails with 'prepared statement "_pg3_N" does not exist'. A ROLLBACK statement
+        leaves that cache as it is; ``rollback()`` clears it and deallocates the
+        connection's statements on the server, so both agree again. Where no transaction
+        is left to roll back (the COMMIT itself failed), nothing would clear the cache:
+        the connection is closed, and the pool replaces it.
+        """
+        if conn.closed:
+            return
+        with suppress(psycopg.Error):  # the pool discards a broken connection
+            if not failed:
                 conn.execute("ROLLBACK")
+            elif conn.info.transaction_status == TransactionStatus.IDLE:
+                conn.close()
+            else:
+                conn.rollback()
 
     def _check_race(self, conn: Connection[TupleRow], txn: _PostgresWrite,
                     exc: Exception) -> None:

@@ -17,13 +17,15 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar, cast
 
 import pgserver
 import psycopg
 import pytest
 import turnlog
+from psycopg import sql
 from support import LogFactory, dump, problem_of, texts
 from turnlog import Draft
 from turnlog.adapters.providers import renderer_for
@@ -35,12 +37,13 @@ from turnlog.errors import (
     StoreUnavailableError,
 )
 from turnlog.events import UserMessageAdded
-from turnlog.stores import PostgresStore
+from turnlog.stores import PostgresStore, WriteTxn
 from turnlog.tools.cli import main
 
 pytestmark = pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)
 
 SECRET = "s3cr3t-Pa55word"
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -397,6 +400,52 @@ def test_expected_seq_races_are_decided_by_the_database(logs: LogFactory) -> Non
     assert len(wins) == 1 and len(conflicts) == 7
     assert all((c.expected, c.actual) == (-1, 0) for c in conflicts)
     assert texts(log.read("new")) == [str(wins[0])]
+
+
+class _RacedStore(PostgresStore):
+    """A store whose next write finds the session new, and then, before its commit,
+    another writer's first event in it: the commit's pipeline fails on the primary key
+    and the write runs again (the race of a session's first writers, made certain)."""
+
+    rival: turnlog.Log | None = None
+
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        rival, self.rival = self.rival, None
+
+        def raced(txn: WriteTxn) -> T:
+            if rival is not None and txn.head("raced") is None:
+                rival.append("raced", UserMessageAdded(text="first"))
+            return fn(txn)
+
+        return super().write(raced)
+
+
+def test_a_lost_first_writer_race_leaves_no_prepared_statement_missing(
+        logs: LogFactory) -> None:
+    # psycopg prepares a statement at its sixth execution on a connection. When that
+    # execution is queued behind the insert that loses the race, the server skips it;
+    # rolled back with a ROLLBACK statement, psycopg's cache still named it prepared and
+    # the retry failed with 'prepared statement "_pg3_N" does not exist'. The race is
+    # run after 0 to 7 appends on a one-connection pool, so that it meets the sixth
+    # execution of each statement of an append.
+    rival = logs.open()
+    schema = rival.store.schema  # type: ignore[attr-defined]
+    for appends in range(8):
+        log = turnlog.Log(_RacedStore(pgserver.shared().url(schema=schema), pool_size=1))
+        try:
+            log.head("nothing")  # a read, which ends with a ROLLBACK, as an agent's do
+            for i in range(appends):
+                log.append(f"warm-{appends}-{i}", UserMessageAdded(text="x"))
+            cast(_RacedStore, log.store).rival = rival
+            log.append("raced", UserMessageAdded(text="second"))
+            log.append("raced", UserMessageAdded(text="third"))
+        finally:
+            log.close()
+        assert texts(rival.read("raced")) == ["first", "second", "third"], appends
+        with psycopg.connect(pgserver.shared().url(), autocommit=True) as conn:
+            for table in ("events", "heads"):
+                conn.execute(sql.SQL("DELETE FROM {}.{} WHERE session = 'raced'").format(
+                    sql.Identifier(schema), sql.Identifier(table)))
 
 
 def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path: Path) -> None:
