@@ -40,6 +40,7 @@ __all__ = [
     "EventsPinned",
     "ImagePart",
     "MemoryChanged",
+    "NativePart",
     "NotificationAdded",
     "Part",
     "PolicySet",
@@ -144,7 +145,29 @@ class ImagePart(_Part, tag="image", frozen=True):
     url: str = ""
 
 
-Part = TextPart | ReasoningPart | ToolCall | ImagePart
+class NativePart(_Part, tag="native", frozen=True):
+    """A provider's own item, kept byte for byte: a Responses ``compaction`` item
+    (with its ``encrypted_content``) or an Anthropic ``compaction`` block.
+
+    ``data`` is the item's JSON text exactly as the provider (or the framework
+    that handed it over) produced it, opaque content included; ``format`` names
+    the wire format that owns it (``openai-responses``, ``anthropic``) and
+    ``item_type`` its type there. It renders back unchanged to that format only;
+    any other format refuses it (`RenderError` naming the item type). ``text``
+    is its readable content when the provider gives one (Anthropic's summary),
+    for display only.
+
+    An item of type ``compaction`` replaces what came before it: packing sends
+    nothing of the conversation before the message holding it (the events stay
+    in the log; see docs/packing.md)."""
+
+    format: Name
+    item_type: Name
+    data: str
+    text: str = ""
+
+
+Part = TextPart | ReasoningPart | ToolCall | ImagePart | NativePart
 
 
 # -- payload kinds ------------------------------------------------------------------

@@ -27,11 +27,17 @@ incremental state, owned by the `Packer` (see ``_pack``). Items and units are
 frozen; the fold replaces a unit when a result joins it. The query API is
 read-only: sequences and mappings a caller must not change.
 
-A rewind is the one event that is not folded incrementally: the projection is
-rebuilt from the start with the rewound positions excluded, so every derived
-state (sections, memories, summaries, indexes) forgets them by construction;
-``generation`` counts the rebuilds, so that state derived from the items
-elsewhere knows to start again. Nothing here does I/O, reads a clock or
+A rewind is one of two events that are not folded incrementally: the
+projection is rebuilt from the start with the rewound positions excluded, so
+every derived state (sections, memories, summaries, indexes) forgets them by
+construction; ``generation`` counts the rebuilds, so that state derived from
+the items elsewhere knows to start again. The other is an assistant message
+holding a provider's own compaction (a `NativePart` of type ``compaction``):
+the provider's rule is that it replaces everything of the conversation before
+it, so the projection is rebuilt with the conversation events before it
+(messages, tool results, notifications, recalls, turnlog's own summaries)
+left out of the items (``cut`` is its position; the events stay in the log
+and in ``events``), and the message itself pinned. Nothing here does I/O, reads a clock or
 depends on dict order.
 """
 
@@ -53,6 +59,7 @@ from ._events import (
     EventErased,
     EventsPinned,
     ImagePart,
+    NativePart,
     NotificationAdded,
     PolicySet,
     ProviderErrorReceived,
@@ -79,6 +86,21 @@ from ._tokens import (
 )
 
 __all__ = ["Item", "Projection", "Unit", "notification_text", "recall_text"]
+
+#: The conversation events a provider's compaction replaces (those before it).
+_REPLACEABLE = (UserMessageAdded, AssistantMessageAdded, ToolResultAdded, NotificationAdded,
+                RecallAdded, CompactionCommitted)
+
+
+def compacts(body: object) -> NativePart | None:
+    """The provider compaction an assistant message holds (its last), else None."""
+    if not isinstance(body, AssistantMessageAdded):
+        return None
+    found = None
+    for part in body.parts:
+        if isinstance(part, NativePart) and part.item_type == "compaction":
+            found = part
+    return found
 
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
 
@@ -213,9 +235,10 @@ class Projection:
         self._rewinds: dict[int, frozenset[int]] = {}
         self._reset(frozenset())
 
-    def _reset(self, rewound: frozenset[int]) -> None:
+    def _reset(self, rewound: frozenset[int], cut: int = -1) -> None:
         self._events: list[Event] = []
         self._rewound: frozenset[int] = rewound
+        self._cut = cut
         self._items: list[Item] = []
         self._item_at: dict[int, int] = {}
         self._units: list[Unit] = []
@@ -263,6 +286,11 @@ class Projection:
                 self._rewind(pos, body)
             return
         if pos in self._rewound:
+            return
+        if pos < self._cut and isinstance(body, _REPLACEABLE):
+            return
+        if pos > self._cut and compacts(body) is not None:
+            self._compacted(pos)
             return
         if isinstance(body, (UserMessageAdded, NotificationAdded, RecallAdded)):
             self._message(pos, event, body)
@@ -399,6 +427,16 @@ class Projection:
         for event in events:
             self.apply(event)
 
+    def _compacted(self, pos: int) -> None:
+        # A provider compaction at ``pos``: the view is rebuilt with the conversation
+        # before it left out (a rewind inside the rebuild keeps its own rebuild).
+        events = self._events
+        self._reset(self._rewound, cut=pos)
+        self.generation += 1
+        for event in events:
+            self.apply(event)
+        self._pins.add(pos)
+
     def _new_item(self, pos: int, event: Event, kind: str, unit: int, *, call_id: str = "",
                   tool_name: str = "", args: dict[str, Any] | None = None,
                   target: str = "") -> Item:
@@ -433,6 +471,8 @@ class Projection:
                     total += count(part.text) + count(part.opaque)
                 elif isinstance(part, ImagePart):
                     total += IMAGE_TOKENS
+                elif isinstance(part, NativePart):
+                    total += count(part.data)
             return total
         if isinstance(body, ToolResultAdded):
             return MESSAGE_OVERHEAD + 1 + count(body.output)
@@ -479,6 +519,18 @@ class Projection:
     def rewound(self) -> Set[int]:
         """Positions a rewind removed from the view."""
         return self._rewound
+
+    @property
+    def cut(self) -> int:
+        """Position of the latest assistant message holding a provider's compaction
+        (-1 when none): the conversation before it is not in the items."""
+        return self._cut
+
+    def replaced(self, pos: int) -> bool:
+        """True when the event at ``pos`` is conversation that a provider's compaction
+        replaced (it stays in ``events``, out of the items)."""
+        return pos < self._cut and pos not in self._rewound \
+            and isinstance(self._events[pos].body, _REPLACEABLE)
 
     @property
     def rewinds(self) -> Mapping[int, frozenset[int]]:

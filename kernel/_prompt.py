@@ -24,7 +24,7 @@ import blake3
 import msgspec
 import xxhash
 
-from ._events import ImagePart, Part, ReasoningPart, TextPart, ToolCall, ToolSpec
+from ._events import ImagePart, NativePart, Part, ReasoningPart, TextPart, ToolCall, ToolSpec
 
 __all__ = ["Breakpoint", "Message", "Prompt", "Section"]
 
@@ -171,7 +171,7 @@ def check_prompt(prompt: Prompt) -> list[str]:
                         problems.append(f"message {i}: call id {part.id!r} repeats")
                     seen_calls.add(part.id)
                     open_calls[part.id] = i
-        elif any(isinstance(p, (ToolCall, ReasoningPart)) for p in message.parts):
+        elif any(isinstance(p, (ToolCall, ReasoningPart, NativePart)) for p in message.parts):
             problems.append(f"message {i}: a {message.role} message holds assistant-only parts")
         elif not all(isinstance(p, (TextPart, ImagePart)) for p in message.parts):
             problems.append(f"message {i}: unexpected part type")

@@ -22,7 +22,7 @@ from turnlog.adapters.integrations.openai_agents import TurnlogModel
 from turnlog.adapters.providers import renderer_for
 from turnlog.adapters.providers.fakeserver import FakeServer
 from turnlog.errors import InvalidEventError
-from turnlog.events import RequestIssued, ResponseReceived
+from turnlog.events import RequestIssued, ResponseReceived, UserMessageAdded
 
 set_tracing_disabled(True)
 
@@ -86,7 +86,6 @@ def test_the_example_replays_every_request_it_made(tmp_path: Path,
 
 
 @pytest.mark.parametrize("item", [
-    {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-opaque"},
     {"type": "item_reference", "id": "msg_1"},
     {"type": "web_search_call", "id": "ws_1", "status": "completed",
      "action": {"type": "search", "query": "q"}},
@@ -104,5 +103,44 @@ def test_an_item_turnlog_cannot_pack_is_refused_naming_its_type(tmp_path: Path,
                                  run_config=RunConfig(tracing_disabled=True))
             await client.close()
             assert server.requests == [] and log.head("s") is None
+
+    asyncio.run(main())
+
+
+def test_a_run_whose_input_holds_a_compaction_item_is_packed_recorded_and_replayed(
+        tmp_path: Path) -> None:
+    compaction = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA+/=é opaque"}
+    earlier: list[dict[str, Any]] = [{"role": "user", "content": "an old question"},
+               {"type": "message", "role": "assistant",
+                "content": [{"type": "output_text", "text": "an old answer",
+                             "annotations": []}]}]
+
+    async def main() -> None:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
+                                 max_retries=0)
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add],
+                          model=model)
+            run_input: list[Any] = [*earlier, compaction,
+                                    {"role": "user", "content": "What is 19 + 23?"}]
+            result = await Runner.run(agent, run_input,
+                                      run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            assert result.final_output == "19 + 23 = 42."
+            replayer = Replayer(Packer(log))
+            seqs = replayer.requests("s")
+            assert len(seqs) == len(server.requests) == 2
+            for seq, received in zip(seqs, server.requests, strict=True):
+                record = log.get("s", seq).body
+                assert isinstance(record, RequestIssued)
+                render = renderer_for(record, blobs=log.blob)
+                assert render is not None and replayer.replay("s", seq, render=render).ok
+                sent = received.json()["input"]
+                assert isinstance(sent, list) and sent[0] == compaction
+                assert b"an old question" not in received.body  # replaced by the item
+            # The log keeps what the item replaced.
+            assert "an old question" in [e.body.text for e in log.read("s", kinds=["user"])
+                                         if isinstance(e.body, UserMessageAdded)]
 
     asyncio.run(main())

@@ -30,6 +30,7 @@ from turnlog.events import (
     EventsPinned,
     ImagePart,
     MemoryChanged,
+    NativePart,
     NotificationAdded,
     PolicySet,
     ProviderErrorReceived,
@@ -297,6 +298,12 @@ def _every_kind(log: turnlog.Log) -> None:
         ResponseReceived(usage=Usage()),
         ProviderErrorReceived(request_seq=13, status=413, code="too_long",
                               error_type="invalid_request", message="too long", overflow=True),
+        AssistantMessageAdded(parts=(
+            NativePart(format="anthropic", item_type="compaction",
+                       data='{"type":"compaction","content":"so far: é"}', text="so far: é"),
+            NativePart(format="openai-responses", item_type="compaction",
+                       data='{"type":"compaction","id":"cmp_1","encrypted_content":"gAAA"}'),
+            TextPart(text="go on"))),
         EventsPinned(seqs=(0, 3), pinned=False),
         StateSaved(source="langgraph.checkpoint", data='{"id": "1"}', blobs=(
             BlobRef(hash=hexa, size=3, media_type="application/vnd.langgraph.msgpack"),)),
@@ -332,8 +339,8 @@ def test_independent_encoder_verifies_an_export_of_every_kind() -> None:
     kinds = {event.kind for event in log.read("kinds")}
     # erasure and erased are written only by an erasure: the test below.
     assert kinds | {"user", "fork"} >= set(BY_TAG) - {"text", "reasoning", "tool_call", "image",
-                                                      "erasure", "erased"}
-    assert _check_export(log, "kinds") == 20
+                                                      "native", "erasure", "erased"}
+    assert _check_export(log, "kinds") == 21
     assert _check_export(log, "kinds-fork") == 2
 
 

@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import msgspec
 import pytest
 
 pytest.importorskip("agents")
@@ -23,8 +24,10 @@ from turnlog.adapters import Session
 from turnlog.adapters.integrations.openai_agents import META_KEY, TurnlogSession
 from turnlog.adapters.providers import renderer
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+from turnlog.errors import InvalidEventError
 from turnlog.events import (
     AssistantMessageAdded,
+    NativePart,
     NotificationAdded,
     ReasoningPart,
     SessionRewound,
@@ -186,3 +189,74 @@ def test_events_from_the_facade_read_back_as_items(log: Log) -> None:
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
         {"type": "message", "role": "developer",
          "content": [{"type": "input_text", "text": "green"}]}]
+
+
+COMPACTION = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA+/=\"é\" opaque",
+              "created_by": "server"}
+
+
+def test_a_compaction_item_is_kept_byte_for_byte_and_read_back_unchanged(log: Log) -> None:
+    items: list[dict[str, Any]] = [
+        {"role": "user", "content": "an old question"},
+        {"type": "message", "role": "assistant", "content": "an old answer"},
+        COMPACTION,
+        {"type": "message", "role": "assistant", "content": "after it"},
+        {"role": "user", "content": "a new question"},
+    ]
+    session = TurnlogSession(log, "agent")
+    asyncio.run(session.add_items(items))  # type: ignore[arg-type]
+    got = asyncio.run(session.get_items())
+    assert got == items
+    # Its JSON text, keys in the order given, is what the event keeps and gives back.
+    assert json.dumps(got[2]) == json.dumps(COMPACTION)
+    bodies = [e.body for e in log.read("agent")]
+    native = bodies[2]
+    assert isinstance(native, AssistantMessageAdded)
+    # It starts its own message (what came before it is what it replaces).
+    assert native.parts[0] == NativePart(format="openai-responses", item_type="compaction",
+                                         data=msgspec.json.encode(COMPACTION).decode())
+    assert native.parts[1] == TextPart(text="after it")
+    assert log.read("agent")[2].meta[META_KEY][0] == {"type": "compaction"}  # stored once
+    render = renderer("openai-responses", model="fake-model", max_tokens=256)
+    recorded = Replayer(Packer(log)).record("agent", format="openai-responses",
+                                            model="fake-model", render=render)
+    sent = json.loads(recorded.rendered)["input"]
+    assert sent[0] == COMPACTION and "an old question" not in recorded.rendered.decode()
+    assert asyncio.run(session.pop_item()) == items[-1]
+    assert asyncio.run(session.get_items()) == items[:-1]
+
+
+def test_a_compaction_item_without_its_encrypted_content_is_refused(log: Log) -> None:
+    session = TurnlogSession(log, "agent")
+    with pytest.raises(InvalidEventError, match="'compaction' item needs its encrypted"):
+        session.add([{"role": "user", "content": "hi"}, {"type": "compaction", "id": "c"}])
+    assert log.head("agent") is None
+
+
+def test_an_sdk_run_with_a_compaction_item_in_the_session(log: Log) -> None:
+    session = TurnlogSession(log, "agent")
+    session.add([{"role": "user", "content": "an old question"},
+                 {"type": "message", "role": "assistant", "content": "an old answer"},
+                 COMPACTION])
+
+    async def run() -> tuple[Any, list[bytes]]:
+        with FakeServer(script()) as server:
+            client = AsyncOpenAI(base_url=server.base_url("openai-responses"),
+                                 api_key="test", max_retries=0)
+            agent = Agent(name="adder", instructions="Add numbers with the tool.",
+                          tools=[add],
+                          model=OpenAIResponsesModel(model="fake-model", openai_client=client))
+            result = await Runner.run(agent, "What is 2 + 3?", session=session,
+                                      run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            return result.final_output, [r.body for r in server.requests]
+
+    final, bodies = asyncio.run(run())
+    assert final == "2 + 3 = 5."  # the fake server took the item, as the API does
+    first = json.loads(bodies[0])["input"]
+    # The SDK sends the item as its param type has it (without ``created_by``).
+    assert {"type": "compaction", "id": "cmp_1",
+            "encrypted_content": COMPACTION["encrypted_content"]} in first
+    items = session.items()
+    assert items[2] == COMPACTION and items[3] == {"role": "user", "content": "What is 2 + 3?"}
+    assert len(items) > 4

@@ -73,6 +73,13 @@ MEANINGS: dict[str, str] = {
     "ToolCall.arguments": "Arguments as the JSON text the model produced (kept as text: it "
                           "may be invalid JSON).",
     "ImagePart.media_type": "Media type of the image, e.g. `image/png`.",
+    "NativePart.format": "The wire format that owns the item (`openai-responses`, "
+                         "`anthropic`); only that format renders it.",
+    "NativePart.item_type": "The item's type in that format (`compaction`).",
+    "NativePart.data": "The item's JSON text exactly as the provider produced it, opaque "
+                       "content (`encrypted_content`) included; sent back unchanged.",
+    "NativePart.text": "Its readable content when the provider gives one (an Anthropic "
+                       "compaction's summary), for display only.",
     "ImagePart.blob": "The image bytes, stored as a blob.",
     "ImagePart.url": "Where the image is, when it is referenced rather than stored.",
     "ToolSpec.name": "Tool name the model calls it by.",
@@ -92,8 +99,9 @@ MEANINGS: dict[str, str] = {
     "UserMessageAdded.images": "Attached images.",
     "UserMessageAdded.blob": "The whole text when it exceeded the log's blob threshold.",
     "UserMessageAdded.name": "Name of the speaker, for multi-user sessions.",
-    "AssistantMessageAdded.parts": "Text, reasoning, tool calls and images, in order; several "
-                                   "tool calls make parallel calls.",
+    "AssistantMessageAdded.parts": "Text, reasoning, tool calls, images and provider items "
+                                   "(`NativePart`), in order; several tool calls make "
+                                   "parallel calls.",
     "AssistantMessageAdded.model": "Model that produced the message.",
     "AssistantMessageAdded.response_id": "Provider's id of the response.",
     "ToolResultAdded.call_id": "Id of the `tool_call` part this answers.",
@@ -203,7 +211,8 @@ MEANINGS: dict[str, str] = {
     "EventErased.tool_names": "Their tool names, in the same order.",
 }
 
-_NESTED = ("BlobRef", "TextPart", "ReasoningPart", "ToolCall", "ImagePart", "ToolSpec",
+_NESTED = ("BlobRef", "TextPart", "ReasoningPart", "ToolCall", "ImagePart", "NativePart",
+           "ToolSpec",
            "RecallHit", "Usage")
 
 
@@ -246,7 +255,7 @@ def _type_text(tp: object) -> str:
     if origin in (typing.Union, types.UnionType):
         names = [_type_text(a) for a in args if a is not type(None)]
         parts = [n for n in names]
-        if set(names) == {"TextPart", "ReasoningPart", "ToolCall", "ImagePart"}:
+        if set(names) == {"TextPart", "ReasoningPart", "ToolCall", "ImagePart", "NativePart"}:
             parts = ["Part"]
         elif set(names) == {cls.__name__ for cls in KINDS.values()}:
             parts = ["payload (one of the kinds below)"]

@@ -29,7 +29,9 @@ block, each repeating ``usage``: they are merged into one
 ``ResponseReceived`` carrying the last record's usage. Tool results become one
 ``ToolResultAdded`` per block; the ``toolUseResult`` field that repeats the
 output in structured form stays in the record's ``meta`` and is not counted.
-A compaction becomes a `CompactionEntry`. Records that map to no event
+A compaction becomes a `CompactionEntry`. A ``compaction`` content block (the
+Messages API's own compaction) is kept whole as a `NativePart` of the assistant
+message, byte for byte, and goes back to Anthropic unchanged. Records that map to no event
 (snapshots, queue operations, titles, turn durations, local commands) are
 kept verbatim in the ``meta`` of a neighbouring event.
 
@@ -57,6 +59,7 @@ from turnlog.events import (
     CompactionCommitted,
     Event,
     ImagePart,
+    NativePart,
     NotificationAdded,
     Part,
     ProviderErrorReceived,
@@ -676,6 +679,13 @@ class _Converter:
         if btype == "image":
             image, rest = self._image(block)
             return image, rest
+        if btype == "compaction":
+            # the API's own compaction: kept whole, sent back to Anthropic unchanged
+            summary = block.get("content")
+            return (NativePart(format="anthropic", item_type="compaction",
+                               data=msgspec.json.encode(block).decode(),
+                               text=summary if isinstance(summary, str) else ""),
+                    {"type": "compaction"})
         return None, block
 
     def _usage(self, rec: _Rec, mid: str, at: int | None) -> int | None:
@@ -948,7 +958,8 @@ def _part_slot(block: Obj) -> bool:
             or (btype == "thinking" and "thinking" not in block)
             or (btype == "redacted_thinking" and "data" not in block)
             or (btype == "tool_use" and "id" not in block)
-            or (btype == "image" and _image_slot(block)))
+            or (btype == "image" and _image_slot(block))
+            or (btype == "compaction" and block == {"type": "compaction"}))
 
 
 def _part_block(rest: Obj, part: Part, view: ExportSession) -> Obj:
@@ -965,6 +976,12 @@ def _part_block(rest: Obj, part: Part, view: ExportSession) -> Obj:
         return {"id": part.id, "name": part.name, "input": decode_or_text(part.arguments), **rest}
     if isinstance(part, ImagePart):
         return _image_block(rest, part, view)
+    if isinstance(part, NativePart):
+        if part.format == "anthropic":
+            kept: Obj = msgspec.json.decode(part.data)
+            return kept
+        return {"type": "text", "text": f"[{part.format} {part.item_type} item: opaque to "
+                                        "this format, kept in the turnlog session]"}
     return rest
 
 
@@ -1082,7 +1099,8 @@ class _Native:
 
 
 _BLOCK_TYPE: dict[type[Any], str] = {TextPart: "text", ReasoningPart: "thinking",
-                                     ToolCall: "tool_use", ImagePart: "image"}
+                                     ToolCall: "tool_use", ImagePart: "image",
+                                     NativePart: "compaction"}
 
 
 #: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.

@@ -199,7 +199,7 @@ def _item(state: _State, record: Obj, item: Obj, number: int, where: str,
         parts, rest = mapper.model_parts(item, where, "payload")
         residual = {"line": number, "raw": {**record, "payload": rest}}
         run = state.run
-        if run is not None:
+        if run is not None and not mapper.starts_message(item):
             body = run.body
             assert isinstance(body, AssistantMessageAdded)
             run.body = msgspec.structs.replace(body, parts=body.parts + tuple(parts))

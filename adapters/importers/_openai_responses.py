@@ -6,7 +6,10 @@ A Responses conversation is a list of items. Items the model produced
 (``reasoning``, assistant ``message``, ``function_call``, ``custom_tool_call``
 and the other ``*_call`` items) that follow each other form one model turn
 and are merged into one ``AssistantMessageAdded`` (reasoning with its
-``encrypted_content`` in ``ReasoningPart.opaque``); ``*_output`` items become
+``encrypted_content`` in ``ReasoningPart.opaque``; a ``compaction`` item, the
+provider's own compaction, starts a new one and is kept whole, byte for byte,
+as its ``NativePart``, which renders back to Responses only and replaces the
+conversation before it in prompts); ``*_output`` items become
 ``ToolResultAdded`` (tool name from the call with the same ``call_id``); user
 messages become one event per content part; system and developer messages
 are classified by the format (a system section here, a notification in a
@@ -34,6 +37,7 @@ from turnlog.events import (
     Body,
     Event,
     ImagePart,
+    NativePart,
     NotificationAdded,
     Part,
     ReasoningPart,
@@ -91,7 +95,11 @@ ITEM_TYPES = frozenset({
     "message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
     "custom_tool_call_output", "local_shell_call", "local_shell_call_output",
     "web_search_call", "file_search_call", "computer_call", "computer_call_output",
-    "image_generation_call", "code_interpreter_call", "mcp_call", "item_reference"})
+    "image_generation_call", "code_interpreter_call", "mcp_call", "item_reference",
+    "compaction"})
+
+#: What an event's records keep of a compaction item (its `NativePart` holds it whole).
+_COMPACTION_STUB: Obj = {"type": "compaction"}
 
 #: Classifies a message that is not the model's: (role, text) -> payload.
 Classify = Callable[[str, str], Body]
@@ -113,11 +121,25 @@ class ItemMapper:
         kind = item.get("type")
         if kind == "message":
             return item.get("role") == "assistant"
-        return kind == "reasoning" or (isinstance(kind, str) and kind.endswith("_call"))
+        return kind in ("reasoning", "compaction") or (isinstance(kind, str)
+                                                       and kind.endswith("_call"))
+
+    @staticmethod
+    def starts_message(item: Obj) -> bool:
+        """True for an item that starts a new assistant message (a ``compaction`` item:
+        it replaces what came before it)."""
+        return item.get("type") == "compaction"
 
     def model_parts(self, item: Obj, where: str, path: str) -> tuple[list[Part], Obj]:
         """The parts of a model item, and its residual."""
         kind = item.get("type")
+        if kind == "compaction":
+            if not isinstance(item.get("encrypted_content"), str):
+                raise BadRecord(where, f"{path}.encrypted_content",
+                                "expected the compaction item's encrypted content (a string)")
+            return ([NativePart(format="openai-responses", item_type="compaction",
+                                data=msgspec.json.encode(item).decode())],
+                    dict(_COMPACTION_STUB))
         if kind == "message":
             return self._assistant(item, where, path)
         if kind == "reasoning":
@@ -254,6 +276,9 @@ class ItemMapper:
                                  else ""}
             return item
         part: Part | None = parts.pop(0) if parts else None
+        if kind == "compaction" and item == _COMPACTION_STUB and isinstance(part, NativePart):
+            restored: Obj = msgspec.json.decode(part.data)
+            return restored
         if kind == "reasoning" and isinstance(part, ReasoningPart):
             summary = item.get("summary")
             if isinstance(summary, list) and len(summary) == 1 and isinstance(summary[0], dict) \
@@ -328,6 +353,8 @@ class ItemMapper:
                 elif isinstance(part, ToolCall):
                     items.append({"type": "function_call", "call_id": part.id,
                                   "name": part.name, "arguments": part.arguments})
+                elif isinstance(part, NativePart) and part.format == "openai-responses":
+                    items.append(msgspec.json.decode(part.data))
             return items
         if isinstance(body, ToolResultAdded):
             return [{"type": "function_call_output", "call_id": body.call_id,
@@ -477,7 +504,7 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
             if mapper.is_model_item(item):
                 parts, rest = mapper.model_parts(item, where, "")
                 record = {"index": index, "raw": rest}
-                if run is not None:
+                if run is not None and not mapper.starts_message(item):
                     body = run.body
                     assert isinstance(body, AssistantMessageAdded)
                     run.body = msgspec.structs.replace(body, parts=body.parts + tuple(parts))

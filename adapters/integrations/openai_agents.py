@@ -25,13 +25,17 @@ a run of model items: assistant ``message``,       one ``AssistantMessageAdded``
 ``local_shell_call``, ``shell_call``,              ``ToolCall`` per call; built-in tool
 ``apply_patch_call``, built-in tool calls          calls without an output item (web or
                                                    file search...) as a short text note
+``compaction`` (the provider's compaction, with    starts a new ``AssistantMessageAdded``
+its ``encrypted_content``)                         and is its ``NativePart``: the item's
+                                                   JSON text, kept byte for byte
 ``*_call_output``                                  ``ToolResultAdded`` (tool name from the
                                                    call)
 anything else (``item_reference``...)              ``NotificationAdded`` naming the type
 =================================================  ==================================
 
 Each event keeps its items in ``meta["openai_agents"]`` (a user message's
-text and a tool output's text only once, in the event), so `get_items` gives
+text, a tool output's text and a compaction item only once, in the event), so
+`get_items` gives
 back exactly the items added, in order, large outputs included (read back
 from their blobs). Events appended by other means read back as the items the
 Responses importer/exporter gives them.
@@ -79,6 +83,7 @@ from turnlog.events import (
     Body,
     Event,
     ImagePart,
+    NativePart,
     NotificationAdded,
     Part,
     ReasoningPart,
@@ -251,7 +256,8 @@ class TurnlogSession(SessionABC):
         body = event.body
         held = event.meta.get(META_KEY)
         if isinstance(held, list):
-            return [self._restore(dict(item), body) for item in held if isinstance(item, dict)]
+            return [self._restore(dict(item), body, i) for i, item in enumerate(held)
+                    if isinstance(item, dict)]
         # An event appended by other means: the exporter's items, with full texts.
         if isinstance(body, ToolResultAdded) and body.blob is not None:
             body = msgspec.structs.replace(body, output=self._text(body.output, body.blob),
@@ -261,9 +267,16 @@ class TurnlogSession(SessionABC):
                                            blob=None)
         return ItemMapper.items_of(body)
 
-    def _restore(self, item: _Item, body: Body) -> _Item:
-        """The item back, with the text `_bodies` left to the event."""
+    def _restore(self, item: _Item, body: Body, index: int) -> _Item:
+        """The item back, with the text (or the whole compaction item) `_bodies` left to
+        the event."""
         kind = _kind(item)
+        if item == _COMPACTION_STUB and isinstance(body, AssistantMessageAdded) \
+                and index < len(body.parts):
+            part = body.parts[index]  # a model item's one part (`_model_parts`)
+            if isinstance(part, NativePart):
+                restored: _Item = msgspec.json.decode(part.data)
+                return restored
         if isinstance(body, ToolResultAdded) and kind.endswith("_call_output") \
                 and "output" not in item:
             item["output"] = self._text(body.output, body.blob)
@@ -289,7 +302,15 @@ def _is_model(item: _Item) -> bool:
     if kind == "message":
         return item.get("role") == "assistant"
     return kind.endswith("_call") or kind in {"reasoning", "mcp_approval_request",
-                                              "mcp_list_tools"}
+                                              "mcp_list_tools", "compaction"}
+
+
+#: What an event's meta holds for a compaction item, which its `NativePart` holds whole.
+_COMPACTION_STUB: dict[str, Any] = {"type": "compaction"}
+
+
+def _is_compaction(item: _Item) -> bool:
+    return _kind(item) == "compaction" and isinstance(item.get("encrypted_content"), str)
 
 
 def _text_of(content: object) -> str:
@@ -337,6 +358,14 @@ def _call_name(item: _Item, kind: str) -> str:
 
 def _model_parts(item: _Item) -> list[Part]:
     kind = _kind(item)
+    if _is_compaction(item):
+        return [NativePart(format="openai-responses", item_type="compaction",
+                           data=msgspec.json.encode(item).decode())]
+    if kind == "compaction":
+        raise InvalidEventError(
+            "a 'compaction' item needs its encrypted_content (a string), as the Responses "
+            f"API gives it; found keys {sorted(item)[:8]}. Pass the item the API returned, "
+            "unchanged")
     if kind == "message":
         return [TextPart(text=_text_of(item.get("content")))]
     if kind == "reasoning":
@@ -368,12 +397,15 @@ def _bodies(items: list[_Item], calls: dict[str, str]) -> list[tuple[Body, dict[
     def flush() -> None:
         if group:
             parts = [p for item in group for p in _model_parts(item)]
-            out.append((AssistantMessageAdded(parts=tuple(parts)), {META_KEY: list(group)}))
+            held = [_COMPACTION_STUB if _is_compaction(item) else item for item in group]
+            out.append((AssistantMessageAdded(parts=tuple(parts)), {META_KEY: held}))
             calls.update((p.id, p.name) for p in parts if isinstance(p, ToolCall))
             group.clear()
 
     for item in items:
         if _is_model(item):
+            if _is_compaction(item):
+                flush()  # it replaces what came before it: it starts its own message
             group.append(item)
             continue
         flush()
@@ -408,7 +440,8 @@ def _unrepresentable(item: _Item) -> str | None:
     if kind == "message" or kind.endswith("_call_output"):
         return None
     if _is_model(item):
-        return None if kind in _ANSWERED_CALLS or kind == "reasoning" else kind or "item"
+        return None if kind in _ANSWERED_CALLS or kind == "reasoning" or _is_compaction(item) \
+            else kind or "item"
     return kind or "unknown"
 
 
@@ -445,10 +478,14 @@ class TurnlogModel(Model):
     does the same and gives the SDK the finished response as one
     ``response.completed`` event.
 
-    An input item turnlog cannot put in a request it packs (a ``compaction`` item,
-    an ``item_reference``, a hosted tool's call: anything `TurnlogSession` keeps
-    only as a placeholder) is refused with ``InvalidEventError`` naming its type,
-    before anything is appended or sent: the model never sees a placeholder.
+    A ``compaction`` item in the input (the provider's own compaction, from
+    ``responses.compact`` or an earlier response) is kept byte for byte as a
+    `NativePart` and sent back unchanged, and the conversation before it is not
+    sent again (the provider carries it in the item; the events stay in the log).
+    An input item turnlog cannot put in a request it packs (an ``item_reference``,
+    a hosted tool's call: anything `TurnlogSession` keeps only as a placeholder)
+    is refused with ``InvalidEventError`` naming its type, before anything is
+    appended or sent: the model never sees a placeholder.
 
     Parameters:
         log: the log.
@@ -516,8 +553,9 @@ class TurnlogModel(Model):
                 raise InvalidEventError(
                     f"the run's input holds a {kind!r} item, which turnlog cannot put in a "
                     "request it packs (only messages, reasoning, function and tool calls "
-                    "and their outputs); nothing was appended or sent. Run this agent with "
-                    "the SDK's own model, or leave the item out of the input")
+                    "and their outputs, and compaction items); nothing was appended or "
+                    "sent. Run this agent with the SDK's own model, or leave the item out "
+                    "of the input")
         if fresh:
             await asyncio.to_thread(self.items.add, fresh)
         await self.session.system("instructions", system_instructions or "")

@@ -14,7 +14,11 @@ blake3 digest. The API requires ``max_tokens``. From render version 2 a prompt w
 calls but no tool definitions gets definitions derived from its calls (the API
 refuses ``tool_use`` and ``tool_result`` blocks in a request without ``tools``),
 and tool names outside ``[a-zA-Z0-9_-]{1,64}`` are replaced by ``tool_`` plus a
-blake3 digest, in the definitions and the calls alike. Replies: ``input_tokens`` is
+blake3 digest, in the definitions and the calls alike. A ``compaction`` block (the
+``compact`` context-management edit) in a reply becomes a `NativePart` holding the
+block as JSON text (its summary as the part's text; a stream's ``compaction_delta``
+content joined into the block), and goes back unchanged in a later request (never
+with ``cache_control``: it is sent as kept). Replies: ``input_tokens`` is
 made the whole prompt (the cache reads and writes are added), so usage means
 the same on every provider.
 """
@@ -25,9 +29,11 @@ import json
 import re
 from typing import Any
 
+import msgspec
 from turnlog.errors import DecodeError
 from turnlog.events import (
     ImagePart,
+    NativePart,
     Part,
     ReasoningPart,
     ResponseReceived,
@@ -165,13 +171,16 @@ def _anthropic_blocks(message: Message, opts: RenderOptions) -> list[dict[str, A
                                "signature": part.opaque})
             elif part.provider == "anthropic-redacted":
                 blocks.append({"type": "redacted_thinking", "data": part.opaque})
+        elif isinstance(part, NativePart):
+            # render_body refused the items of other formats: this one is ours, unchanged
+            blocks.append(msgspec.json.decode(part.data))
     if not any(b["type"] not in ("thinking", "redacted_thinking") for b in blocks):
         blocks.append({"type": "text", "text": EMPTY_TEXT})
     return blocks
 
 
 def _cacheable(block: dict[str, Any]) -> bool:
-    return block["type"] not in ("thinking", "redacted_thinking")
+    return block["type"] not in ("thinking", "redacted_thinking", "compaction")
 
 
 def _build_anthropic(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
@@ -260,7 +269,17 @@ def _anthropic_block(block: Json, path: str) -> list[Part]:
                          name=string(block, "name", path, required=True),
                          arguments=json_text(obj(tool_input, f"{path}.input")
                                               if tool_input is not None else {}))]
+    if kind == "compaction":
+        return [_compaction(block)]
     return []  # server tools and future block kinds are not turnlog parts
+
+
+def _compaction(block: Json) -> NativePart:
+    """A compaction block, kept as the API gave it (its summary as readable text)."""
+    summary = block.get("content")
+    return NativePart(format="anthropic", item_type="compaction",
+                      data=msgspec.json.encode(block).decode(),
+                      text=summary if isinstance(summary, str) else "")
 
 
 def _parse_anthropic(root: Json, request_seq: int | None) -> Reply:
@@ -355,6 +374,8 @@ def _apply_delta(block: _Block, delta: Json, path: str) -> None:
         block.signature.append(string(delta, "signature", path))
     elif kind == "input_json_delta":
         block.json.append(string(delta, "partial_json", path))
+    elif kind == "compaction_delta":
+        block.text.append(string(delta, "content", path))
 
 
 def _finish_block(block: _Block, path: str) -> list[Part]:
@@ -381,6 +402,11 @@ def _finish_block(block: _Block, path: str) -> list[Part]:
                                    if tool_input is not None else {})
         return [ToolCall(id=string(start, "id", path, required=True),
                          name=string(start, "name", path, required=True), arguments=arguments)]
+    if block.kind == "compaction":
+        whole = dict(start)
+        if block.text:
+            whole["content"] = string(start, "content", path) + "".join(block.text)
+        return [_compaction(whole)]
     return []
 
 

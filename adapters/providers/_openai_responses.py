@@ -3,9 +3,11 @@
 The system sections become ``instructions``; an assistant message becomes, in
 part order, ``reasoning`` items (only those this API produced: provider
 ``openai`` with an item id; ``encrypted_content`` from ``opaque``), assistant
-``message`` items and ``function_call`` items; a tool message becomes a
-``function_call_output``. Replies: ``output`` items in order (built-in tool
-calls and unknown item kinds are not turnlog parts); ``incomplete_details``
+``message`` items and ``function_call`` items, and a provider item it keeps
+(a ``compaction`` item, `NativePart`) goes back unchanged; a tool message
+becomes a ``function_call_output``. Replies: ``output`` items in order (a
+``compaction`` item becomes a `NativePart` holding it as JSON text; built-in
+tool calls and unknown item kinds are not turnlog parts); ``incomplete_details``
 gives the stop reason of an incomplete response.
 """
 
@@ -13,9 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from turnlog.errors import DecodeError
 from turnlog.events import (
     ImagePart,
+    NativePart,
     Part,
     ReasoningPart,
     ResponseReceived,
@@ -75,6 +79,7 @@ def _responses_user(message: Message, opts: RenderOptions) -> dict[str, Any]:
 def _responses_assistant(message: Message) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     texts: list[str] = []
+    native = False
 
     def flush() -> None:
         if texts:
@@ -103,8 +108,14 @@ def _responses_assistant(message: Message) -> list[dict[str, Any]]:
             if part.opaque:
                 item["encrypted_content"] = part.opaque
             items.append(item)
+        elif isinstance(part, NativePart):
+            # render_body refused the items of other formats: this one is ours, unchanged
+            flush()
+            items.append(msgspec.json.decode(part.data))
+            native = True
     flush()
-    if not any(i["type"] in ("message", "function_call", "custom_tool_call") for i in items):
+    if not native and not any(i["type"] in ("message", "function_call", "custom_tool_call")
+                              for i in items):
         # A reasoning item must be followed by an output item; an empty reply still says so.
         items.append({"type": "message", "role": "assistant", "content": EMPTY_TEXT})
     return items
@@ -189,6 +200,10 @@ def _responses_item(item: Json, path: str) -> list[Part]:
         return [ToolCall(id=string(item, "call_id", path, required=True),
                          name=string(item, "name", path, required=True),
                          arguments=arguments_text(item.get("arguments"), f"{path}.arguments"))]
+    if kind == "compaction":
+        # opaque: kept as the provider gave it, sent back unchanged
+        return [NativePart(format="openai-responses", item_type="compaction",
+                           data=msgspec.json.encode(item).decode())]
     return []  # built-in tool calls and future item kinds are not turnlog parts
 
 

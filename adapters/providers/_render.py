@@ -48,6 +48,11 @@ Rules shared by all formats, so every body is valid on the wire:
 * images go as URLs, or as base64 data read with ``blobs``; an image the
   format cannot carry (in an assistant or tool message, an unsupported media
   type) becomes a text note;
+* a provider's own item (a `NativePart`: a Responses ``compaction`` item, an
+  Anthropic ``compaction`` block) goes back unchanged, parsed from the JSON
+  text it was kept as, to the format that produced it; any other format
+  refuses the prompt with `RenderError` naming the item's type (a summary
+  only that provider can read is never sent as a placeholder);
 * from render version 2, a prompt with tool calls but no tool definitions
   (a session imported from a transcript) gets definitions derived from its
   calls (`derived_tools`) for a format whose API refuses calls without them
@@ -66,7 +71,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from turnlog.events import RequestIssued, TextPart
+from turnlog.events import NativePart, RequestIssued, TextPart
 from turnlog.packing import Message, Prompt
 from turnlog.validation import check_integer, check_text, invalid
 
@@ -119,6 +124,7 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
     if problems:
         raise RenderError(f"the prompt is malformed ({len(problems)} problem(s)): "
                           f"{'; '.join(problems[:3])}. Render only prompts that the packer made")
+    _check_native(prompt, format)
     prompt = _answer_pending(_with_tools(prompt, spec, version))
     body = spec.build(prompt, RenderOptions(model, max_tokens, blobs, version))
     for key, value in (extra or {}).items():
@@ -256,6 +262,18 @@ def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
                       extra=frozen, version=version)
 
     return render_prompt
+
+
+def _check_native(prompt: Prompt, format: str) -> None:  # noqa: A002
+    """Refuse a provider's own item that ``format`` does not own."""
+    for i, message in enumerate(prompt.messages):
+        for part in message.parts:
+            if isinstance(part, NativePart) and part.format != format:
+                raise RenderError(
+                    f"message {i} holds a {part.format} {part.item_type!r} item (from "
+                    f"event position {message.source[0] if message.source else '?'}), "
+                    f"which only the {part.format} format can carry, not {format}; render "
+                    f"the session to {part.format}, or rewind it to before that message")
 
 
 def _with_tools(prompt: Prompt, spec: Provider, version: int) -> Prompt:

@@ -25,8 +25,13 @@ deterministic.
 A request the real API refuses is refused here too, with the real status and
 error body, before any scripted reply is used: for Anthropic, every rule of
 `anthropic_problems` (among them, that ``tool_use`` and ``tool_result``
-blocks need ``tools``). Tests hold every rendered Anthropic body to the same
-function.
+blocks need ``tools``, and that a ``compaction`` block is the Messages API's
+own: ``content`` a non-empty string or null, nothing else); for Responses,
+`responses_problems` (a ``compaction`` input item is the Responses API's own:
+``encrypted_content`` required, no other fields). Tests hold every rendered
+Anthropic body to the same function. A scripted reply may carry a provider
+compaction (``FakeReply.compaction``): a ``compaction`` output item (opaque
+``encrypted_content``) or a ``compaction`` content block, first in the reply.
 
 Only 127.0.0.1 is ever bound; a request loop against it stays on this machine.
 """
@@ -59,6 +64,7 @@ __all__ = [
     "http_error",
     "malformed",
     "overflow_error",
+    "responses_problems",
 ]
 
 _HOST = "127.0.0.1"
@@ -206,6 +212,8 @@ def anthropic_problems(body: object) -> list[str]:
                 out.append(f"{where}: {kind} blocks are only allowed in assistant messages")
             if kind in ("thinking", "redacted_thinking") and "cache_control" in block:
                 out.append(f"{where}.{kind}.cache_control: Extra inputs are not permitted")
+            if kind == "compaction":
+                out += _compaction_block_problems(block, where, role)
         missing = previous_uses - answered
         if missing and role == "user":
             out.append(f"messages.{i - 1}: `tool_use` ids were found without `tool_result` "
@@ -233,6 +241,49 @@ def anthropic_problems(body: object) -> list[str]:
     return out
 
 
+def _compaction_block_problems(block: dict[str, Any], where: str, role: object) -> list[str]:
+    """What the Messages API refuses in a ``compaction`` content block."""
+    out: list[str] = []
+    if role != "assistant":
+        out.append(f"{where}: compaction blocks are only allowed in assistant messages")
+    for key in sorted(set(block) - {"type", "content", "cache_control"}):
+        out.append(f"{where}.compaction.{key}: Extra inputs are not permitted")
+    if "content" not in block:
+        out.append(f"{where}.compaction.content: Field required")
+    elif block["content"] is not None and not isinstance(block["content"], str):
+        out.append(f"{where}.compaction.content: Input should be a valid string")
+    elif block["content"] == "":
+        out.append(f"{where}.compaction.content: String should have at least 1 character")
+    return out
+
+
+#: The fields of a Responses ``compaction`` input item.
+_COMPACTION_FIELDS = frozenset({"type", "id", "encrypted_content", "created_by"})
+
+
+def responses_problems(body: object) -> list[str]:
+    """What the Responses API refuses in a request ``body`` (empty when it accepts it).
+
+    Checked: a ``compaction`` input item has a string ``encrypted_content`` and no
+    field the item does not define (an Anthropic compaction block, with its
+    ``content``, is refused), in the API's words.
+    """
+    if not isinstance(body, dict):
+        return ["the request body must be a JSON object"]
+    items = body.get("input")
+    if not isinstance(items, list):
+        return []
+    out: list[str] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict) or item.get("type") != "compaction":
+            continue
+        for key in sorted(set(item) - _COMPACTION_FIELDS):
+            out.append(f"Unknown parameter: 'input[{i}].{key}'.")
+        if not isinstance(item.get("encrypted_content"), str):
+            out.append(f"Missing required parameter: 'input[{i}].encrypted_content'.")
+    return out
+
+
 class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
     """One scripted answer; rendered in the format of the endpoint it answers.
 
@@ -241,6 +292,10 @@ class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
         tool_calls: tool calls (several make parallel calls).
         reasoning: reasoning text (Anthropic thinking with a signature, a Responses
             reasoning item with encrypted content, Chat ``reasoning_content``).
+        compaction: a provider compaction first in the reply, from this summary: a
+            Responses ``compaction`` item (``encrypted_content`` derived from it, as
+            opaque as the real one) or an Anthropic ``compaction`` block (the summary
+            as its ``content``); Chat Completions has none and leaves it out.
         stop_reason: overrides the derived one (``finish_reason``, ``stop_reason``);
             ``length``, ``max_tokens`` or ``max_output_tokens`` give each API's own
             "cut at the output cap" (``length``, ``max_tokens``, an incomplete
@@ -261,6 +316,7 @@ class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str = ""
+    compaction: str = ""
     stop_reason: str = ""
     usage: Usage | None = None
     status: int = 200
@@ -692,6 +748,9 @@ def _responses_usage(usage: Usage) -> dict[str, object]:
 
 def _responses_items(n: int, reply: FakeReply) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
+    if reply.compaction:
+        items.append({"type": "compaction", "id": f"cmp_fake{n}",
+                      "encrypted_content": f"gAAAA{_digest(reply.compaction)}"})
     if reply.reasoning:
         items.append({"type": "reasoning", "id": f"rs_fake{n}",
                       "summary": [{"type": "summary_text", "text": reply.reasoning}],
@@ -760,7 +819,7 @@ def _responses_stream(n: int, model: str, reply: FakeReply, usage: Usage,
                  output_index=index, arguments=item["arguments"], name=item["name"])
         else:
             emit("response.output_item.added", output_index=index,
-                 item={**item, "summary": []})
+                 item={**item, "summary": []} if item["type"] == "reasoning" else item)
         emit("response.output_item.done", output_index=index, item=item)
     final = _responses_body(n, model, reply, usage)
     emit("response.incomplete" if final["status"] == "incomplete" else "response.completed",
@@ -778,6 +837,8 @@ def _anthropic_usage(usage: Usage) -> dict[str, object]:
 
 def _anthropic_blocks(reply: FakeReply) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
+    if reply.compaction:
+        blocks.append({"type": "compaction", "content": reply.compaction})
     if reply.reasoning:
         blocks.append({"type": "thinking", "thinking": reply.reasoning,
                        "signature": f"sig-{_digest(reply.reasoning)}"})
@@ -825,6 +886,11 @@ def _anthropic_stream(n: int, model: str, reply: FakeReply, usage: Usage,
                      delta={"type": "thinking_delta", "thinking": piece})
             emit("content_block_delta", index=index,
                  delta={"type": "signature_delta", "signature": block["signature"]})
+        elif block["type"] == "compaction":
+            emit("content_block_start", index=index,
+                 content_block={"type": "compaction", "content": ""})
+            emit("content_block_delta", index=index,
+                 delta={"type": "compaction_delta", "content": block["content"]})
         elif block["type"] == "text":
             emit("content_block_start", index=index, content_block={"type": "text", "text": ""})
             for piece in _pieces(block["text"]):
@@ -890,7 +956,8 @@ _SPEAKERS: Mapping[str, _Speaker] = {
         error_stream=_responses_error_stream, error_types=_OPENAI_TYPES,
         default_error_type="server_error", overflow_code="context_length_exceeded",
         overflow_message=("Your input exceeds the context window of this model. Please adjust "
-                          "your input and try again.")),
+                          "your input and try again."),
+        problems=responses_problems),
     "anthropic": _Speaker(
         body=_anthropic_body, stream=_anthropic_stream, error=_anthropic_error,
         error_stream=_anthropic_error_stream, error_types=_ANTHROPIC_TYPES,

@@ -30,6 +30,7 @@ import msgspec
 from .._events import (
     AssistantMessageAdded,
     ImagePart,
+    NativePart,
     NotificationAdded,
     Part,
     ReasoningPart,
@@ -256,5 +257,7 @@ def _measure(item: Item, parts: tuple[Part, ...], counter: TokenCounter) -> int:
             total += TOOL_CALL_OVERHEAD + counter.count(part.name) + counter.count(part.arguments)
         elif isinstance(part, ImagePart):
             total += IMAGE_TOKENS
+        elif isinstance(part, NativePart):
+            total += counter.count(part.data)
     return total
 

@@ -1,8 +1,9 @@
 """The explanation: one `Decision` per lineage event, built on first use.
 
 An engine decides the items (`ItemDecisions`); everything else (rewound events,
-system sections, tool sets, compactions, records) is decided here, from the
-facts of the projection as of the pack.
+conversation a provider's compaction replaced, system sections, tool sets,
+compactions, records) is decided here, from the facts of the projection as of
+the pack.
 """
 
 from __future__ import annotations
@@ -13,13 +14,17 @@ from typing import TypedDict
 import msgspec
 
 from .._events import (
+    AssistantMessageAdded,
     CompactionCommitted,
+    NotificationAdded,
     PolicySet,
+    RecallAdded,
     SystemSectionSet,
+    ToolResultAdded,
     ToolsSet,
     UserMessageAdded,
 )
-from .._projection import Item, Projection
+from .._projection import Item, Projection, compacts
 from ._model import SUMMARY_SECTION, Decision
 
 __all__: list[str] = []
@@ -43,14 +48,15 @@ class Facts:
     only appends to these lists and maps (a rewind replaces them), so references to
     them and the count of events are a snapshot; the small maps are copied."""
 
-    __slots__ = ("compactions", "events", "item_at", "items", "latest_section", "n_compactions",
-                 "n_events", "n_items", "policy_pos", "rewinds", "rewound", "section_tokens",
-                 "tools_pos", "tools_tokens", "units")
+    __slots__ = ("compactions", "cut", "events", "item_at", "items", "latest_section",
+                 "n_compactions", "n_events", "n_items", "policy_pos", "rewinds", "rewound",
+                 "section_tokens", "tools_pos", "tools_tokens", "units")
 
     def __init__(self, view: Projection) -> None:
         self.events = view.events
         self.n_events = len(view.events)
         self.rewound = view.rewound
+        self.cut = view.cut
         self.rewinds = dict(view.rewinds)
         self.item_at = view.item_at
         self.items = view.items
@@ -87,6 +93,9 @@ def decisions(facts: Facts, item_decision: ItemDecisions,
             out.append(Decision(**common, decision="dropped", rule="rewind",
                                 detail=f"rewound by position {rewind_by.get(pos, -1)}"))
             continue
+        if pos < facts.cut and pos not in facts.item_at and _conversation(event.body):
+            out.append(_replaced(facts, common))
+            continue
         index = facts.item_at.get(pos)
         if index is not None:
             item = facts.items[index]
@@ -102,6 +111,21 @@ def decisions(facts: Facts, item_decision: ItemDecisions,
             continue
         out.append(_record(facts, event.body, pos, common, summary_shown))
     return tuple(out)
+
+
+def _conversation(body: object) -> bool:
+    return isinstance(body, (UserMessageAdded, AssistantMessageAdded, ToolResultAdded,
+                             NotificationAdded, RecallAdded, CompactionCommitted))
+
+
+def _replaced(facts: Facts, common: Common) -> Decision:
+    """The decision of conversation that a provider's compaction replaced."""
+    native = compacts(facts.events[facts.cut].body)
+    what = f"the {native.format} {native.item_type!r} item" if native is not None \
+        else "a provider compaction"
+    return Decision(**common, decision="dropped", rule="native.compaction",
+                    detail=f"replaced by {what} at position {facts.cut} (the provider "
+                           "carries it forward; the event stays in the log)")
 
 
 _IN_PROMPT = frozenset({"verbatim", "truncated", "clipped", "deduplicated", "pruned"})

@@ -21,6 +21,7 @@ from .._events import (
     AssistantMessageAdded,
     CompactionCommitted,
     ImagePart,
+    NativePart,
     NotificationAdded,
     ReasoningPart,
     RecallAdded,
@@ -123,6 +124,8 @@ def _recount(message: Message, counter: TokenCounter) -> int:
             total += counter.count(part.text) + counter.count(part.opaque)
         elif isinstance(part, ImagePart):
             total += IMAGE_TOKENS
+        elif isinstance(part, NativePart):
+            total += counter.count(part.data)
     return total
 
 
