@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import blake3
 import msgspec
 
+from ._cost import BREAKPOINT_CACHE, CacheRule, CostedRequest, SessionCost, cost_of
 from ._errors import (
     AppendConflictError,
     IdempotencyError,
@@ -46,7 +48,7 @@ from ._errors import (
     TokenizerError,
     UnknownSessionError,
 )
-from ._events import Event, EventErased, PolicySet, RequestIssued
+from ._events import Event, EventErased, PolicySet, RequestIssued, ResponseReceived, Usage
 from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log
 from ._pack import Decision, Packed, PackIndex
 from ._pack._engine import pack_stored
@@ -285,6 +287,11 @@ class Replayer:
         return self._repack(session, request_seq, explain=True)
 
     def _repack(self, session: str, request_seq: int, *, explain: bool) -> Packed:
+        return self._repack_under(session, request_seq, explain=explain)[0]
+
+    def _repack_under(self, session: str, request_seq: int, *,
+                      explain: bool) -> tuple[Packed, Policy]:
+        """The re-packed request and the policy it was packed under."""
         request = self._request(session, request_seq)
         if request.stages != self.packer._names:
             raise ReplayMismatchError(
@@ -312,7 +319,7 @@ class Replayer:
                 raise ReplayMismatchError(self._policy_differs(session, request))
             try:
                 return pack_stored(state.view, policy, stages=self.packer.stages, explain=explain,
-                                   index=state.index)
+                                   index=state.index), policy
             except BaseException:
                 # A pack that fails part-way may leave the index half caught up.
                 self._replays.pop((session, counter.id), None)
@@ -434,6 +441,63 @@ class Replayer:
         """Seqs of the session's request records."""
         return [e.seq for e in self.log.read(session, kinds=["request"])]
 
+    def cost(self, session: str, *, caching: Mapping[str, CacheRule] | None = None,
+             default: CacheRule = BREAKPOINT_CACHE) -> SessionCost:
+        """What the session's recorded requests cost: input, cache-write and cache-read
+        tokens and their price, each request re-packed and read by its format's cache
+        rule, beside the usage the provider reported (see ``turnlog.replay.cost_of``).
+
+        Parameters:
+            caching: the cache rule of each wire format (``RequestIssued.format``);
+                the adapters' providers declare theirs
+                (``turnlog.adapters.providers.CACHE_RULES``).
+            default: the rule of a format ``caching`` does not name (``neutral``
+                records among them): Anthropic's breakpoints, which the neutral
+                prompt's breakpoints follow.
+
+        Returns:
+            A `SessionCost`, one row per request record in log order. A request
+            that does not re-pack to its record (erased content, a changed store)
+            has a ``note`` saying why and no estimate.
+
+        Raises:
+            UnknownSessionError: no such session.
+        """
+        check_type(default, CacheRule, "default", what="a CacheRule")
+        rules = dict(caching or {})
+        for name, rule in rules.items():
+            check_type(rule, CacheRule, f"caching[{name!r}]", what="a CacheRule")
+        if self.log.head(session) is None:
+            raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
+                                      "with `turnlog sessions` (Python: `Log.sessions()`)")
+        reported: dict[int, Usage] = {}
+        for event in self.log.read(session, kinds=["response"]):
+            body = event.body
+            if isinstance(body, ResponseReceived) and body.request_seq is not None:
+                reported[body.request_seq] = body.usage  # the last reply to a request wins
+        items: list[CostedRequest] = []
+        for event in self.log.read(session, kinds=["request"]):
+            request = event.body
+            assert isinstance(request, RequestIssued)
+            rule = rules.get(request.format, default)
+            packed: Packed | None = None
+            policy: Policy | None = None
+            note = ""
+            try:
+                packed, policy = self._repack_under(session, event.seq, explain=False)
+            except (ReplayMismatchError, TokenizerError) as exc:
+                note = f"cannot be re-packed: {exc}"
+            if packed is not None and packed.prompt.hash != request.prompt_hash:
+                by = self._erased_by(session, request.head_seq)
+                note = (f"content it included was erased by {by[0]}#{by[1]}" if by is not None
+                        else "does not replay to its record; run `turnlog replay "
+                        f"{session} {event.seq}`")
+                packed = None
+            items.append(CostedRequest(request_seq=event.seq, format=request.format,
+                                       model=request.model, packed=packed, policy=policy,
+                                       rule=rule, reported=reported.get(event.seq), note=note))
+        return cost_of(session, items)
+
     def explain(self, session: str, request_seq: int) -> Packed:
         """The packed request with its per-event decisions and stage reports."""
         return self.repack(session, request_seq)
@@ -474,3 +538,43 @@ def _changes(a: tuple[Decision, ...], b: tuple[Decision, ...]) -> list[DecisionC
             out.append(DecisionChange(pos=db.pos, seq=db.seq, kind=db.kind, before=da.decision,
                                       after=db.decision, rule=db.rule, detail=db.detail))
     return out
+
+
+# -- the 0.2.0 spelling ------------------------------------------------------------------
+#: The methods `Packer` had in 0.2.0 that are the `Replayer`'s now. They still resolve on a
+#: `Packer` for one more release, with a `DeprecationWarning` naming the new spelling, and
+#: forward to one `Replayer` kept per packer (so a replay keeps its folded projections).
+_MOVED_TO_REPLAYER = ("check", "diff", "explain", "record", "repack", "replay", "replay_all",
+                      "requests")
+
+
+def _replayer_of(packer: Packer) -> Replayer:
+    with packer._lock:
+        found = packer.__dict__.get("_deprecated_replayer")
+        if not isinstance(found, Replayer):
+            found = Replayer(packer)
+            packer.__dict__["_deprecated_replayer"] = found
+        return found
+
+
+def _forwarder(name: str) -> Callable[..., object]:
+    method = getattr(Replayer, name)
+
+    def forward(self: Packer, *args: object, **kwargs: object) -> object:
+        warnings.warn(f"Packer.{name} has moved: use turnlog.Replayer(packer).{name}(...) "
+                      f"(from turnlog import Replayer); Packer.{name} goes in the next "
+                      "release", DeprecationWarning, stacklevel=2)
+        return getattr(_replayer_of(self), name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    forward.__doc__ = (f"Deprecated: use `Replayer.{name}` (``Replayer(packer).{name}``).\n\n"
+                       + (method.__doc__ or ""))
+    return forward
+
+
+# Set on the class here, where `Replayer` is defined: `_packer` cannot import `_replay`
+# (which imports it) without an import cycle in the kernel. Type checkers see only the
+# new spelling.
+for _name in _MOVED_TO_REPLAYER:
+    setattr(Packer, _name, _forwarder(_name))
+del _name

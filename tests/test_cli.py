@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import blake3
+import msgspec
 import pytest
 import turnlog
 from turnlog.tools import demo
@@ -377,6 +378,72 @@ def test_blob_errors(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     assert code == 2
     code, _, err = run(capsys, "--store", str(store), "blob", "0" * 64)
     assert code == 3 and err.startswith("turnlog: error: no blob")
+
+
+# -- pack: the policy it records, the reply it asks for -------------------------------------
+
+@pytest.fixture
+def demo_copy(store: Path, tmp_path: Path) -> Path:
+    """A copy of the demo store to write to."""
+    target = tmp_path / "copy"
+    shutil.copytree(store, target)
+    return target
+
+
+def test_pack_budget_record_says_which_policy_fields_it_changed(
+        capsys: pytest.CaptureFixture[str], demo_copy: Path) -> None:
+    with turnlog.open(demo_copy, readonly=True) as log:
+        before = turnlog.Packer(log).policy_in_force(SESSION)
+    assert before is not None and before.context_window == 32_000
+    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
+                         "--record")
+    assert code == 0 and "recorded as" in out
+    assert err.startswith("the session's policy changed (2 fields): context_window 32,000 -> "
+                          "8,000; output_reserve 4,000 -> 2,000. ")
+    with turnlog.open(demo_copy, readonly=True) as log:
+        after = turnlog.Packer(log).policy_in_force(SESSION)
+    # --budget keeps the rest of the policy in force.
+    assert after == msgspec.structs.replace(before, context_window=8000, output_reserve=2000)
+    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
+                         "--record", "--json")
+    assert code == 0 and err == ""  # the policy in force already: nothing changed
+    assert json.loads(out)["policy_changes"] == []
+    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "9000",
+                         "--record", "--json")
+    assert json.loads(out)["policy_changes"] == [
+        {"field": "context_window", "from": 8000, "to": 9000}]
+    assert "policy changed (1 field): context_window 8,000 -> 9,000." in err
+
+
+def test_pack_record_into_a_session_without_a_policy_names_what_differs_from_the_defaults(
+        capsys: pytest.CaptureFixture[str], fresh: Path) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("s", turnlog.events.UserMessageAdded(text="hello"))
+    code, _, err = run(capsys, "--store", str(fresh), "pack", "s", "--budget", "64000",
+                       "--record")
+    assert code == 0
+    assert err.startswith("the session had no policy; it now has one (")
+    assert "context_window 128,000 -> 64,000" in err
+    code, _, err = run(capsys, "--store", str(fresh), "pack", "s")
+    assert code == 0 and err == ""  # packing without --record changes nothing
+
+
+def test_pack_max_tokens_above_the_output_reserve_names_both_and_records_nothing(
+        capsys: pytest.CaptureFixture[str], demo_copy: Path) -> None:
+    head = head_of(demo_copy)
+    for extra in ((), ("--record",), ("--format", "anthropic", "--record")):
+        code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION,
+                             "--max-tokens", "5000", *extra)
+        assert code == 2 and out == ""
+        assert "--max-tokens 5,000 is above the policy's output reserve (4,000 tokens)" in err
+        assert "Pass --max-tokens 4,000 or less, or raise output_reserve" in err
+    assert head_of(demo_copy) == head
+    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
+                         "--max-tokens", "2001", "--format", "anthropic")
+    assert code == 2 and "(2,000 tokens)" in err  # the reserve of the policy given
+    code, out, _ = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--max-tokens", "4000",
+                       "--format", "anthropic")
+    assert code == 0 and json.loads(out)["max_tokens"] == 4000
 
 
 # -- exit codes ----------------------------------------------------------------------------

@@ -227,3 +227,32 @@ def test_public_module_declares_all(name: str) -> None:
     assert [n for n in declared if not hasattr(module, n)] == []
     assert declared == sorted(declared)
     assert len(declared) == len(set(declared))
+
+
+#: The `Packer` methods of 0.2.0 that are the `Replayer`'s now.
+PACKER_0_2_0 = ("check", "diff", "explain", "record", "repack", "replay", "replay_all",
+                "requests")
+
+
+@pytest.mark.parametrize("name", PACKER_0_2_0)
+def test_a_packer_method_of_0_2_0_warns_naming_the_replayer_and_forwards(name: str) -> None:
+    log = turnlog.open(":memory:")
+    log.append("s", turnlog.events.UserMessageAdded(text="hi"))
+    packer = turnlog.Packer(log)
+    seq = turnlog.Replayer(packer).record("s").request_seq
+    args: dict[str, tuple[object, ...]] = {
+        "check": ("s", seq), "diff": ("s", seq, seq), "explain": ("s", seq), "record": ("s",),
+        "repack": ("s", seq), "replay": ("s", seq), "replay_all": ("s",), "requests": ("s",)}
+    with pytest.warns(DeprecationWarning, match=rf"Packer\.{name} has moved: use "
+                      rf"turnlog\.Replayer\(packer\)\.{name}") as caught:
+        found = getattr(packer, name)(*args[name])
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    expected = getattr(turnlog.Replayer(packer), name)(*args[name])
+    if name == "record":
+        assert found.packed.prompt.hash == expected.packed.prompt.hash
+    elif name == "replay_all":
+        assert list(found) == list(expected)
+    elif name in ("check", "explain", "repack"):
+        assert found.prompt.hash == expected.prompt.hash
+    else:
+        assert found == expected

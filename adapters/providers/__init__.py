@@ -26,7 +26,7 @@ from ._client import (
     send,
 )
 from ._parse import parse_http, parse_response, parse_stream
-from ._registry import PROVIDERS, provider
+from ._registry import CACHE_RULES, PROVIDERS, provider
 from ._render import (
     derived_tool_names,
     render,
@@ -54,6 +54,7 @@ __all__ = [
     "ANTHROPIC_VERSION",
     "AnthropicSummarizer",
     "BlobReader",
+    "CACHE_RULES",
     "DEFAULT_BASE_URLS",
     "EMPTY_TEXT",
     "EmptySummaryError",

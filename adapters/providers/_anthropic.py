@@ -42,6 +42,7 @@ from turnlog.events import (
     Usage,
 )
 from turnlog.packing import SUMMARY_SECTION, Message, Prompt
+from turnlog.replay import BREAKPOINT_CACHE
 
 from ._replies import (
     DONE,
@@ -418,4 +419,4 @@ PROVIDER = Provider(
     name="anthropic", description="Anthropic Messages", path="/v1/messages",
     base_url="https://api.anthropic.com", headers=_headers, build=_build_anthropic,
     parse=_parse_anthropic, parse_stream=_parse_anthropic_stream, max_tokens_required=True,
-    tools_required=True)
+    tools_required=True, caching=BREAKPOINT_CACHE)

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from turnlog.replay import CacheRule
+
 from . import _anthropic, _openai_chat, _openai_responses
 from ._wire import Provider, RenderError
 
-__all__ = ["PROVIDERS", "provider"]
+__all__ = ["CACHE_RULES", "PROVIDERS", "provider"]
 
 #: Every wire format, by name (the name ``RequestIssued.format`` records).
 PROVIDERS: Mapping[str, Provider] = {
     p.name: p for p in (_openai_chat.PROVIDER, _openai_responses.PROVIDER, _anthropic.PROVIDER)}
+
+#: The prompt-cache rule of each wire format, for `turnlog.Replayer.cost`.
+CACHE_RULES: Mapping[str, CacheRule] = {p.name: p.caching for p in PROVIDERS.values()}
 
 
 def provider(name: str) -> Provider:

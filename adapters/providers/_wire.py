@@ -45,6 +45,7 @@ from turnlog import KernelError
 from turnlog.errors import InvalidArgumentError
 from turnlog.events import BlobRef, ImagePart, TextPart, ToolSpec
 from turnlog.packing import Message, Prompt
+from turnlog.replay import PREFIX_CACHE, CacheRule
 
 from ._replies import Reply
 
@@ -129,6 +130,9 @@ class Provider(NamedTuple):
         tools_required: the API refuses tool calls or results in a request that
             defines no tools; from render version 2 such a prompt gets
             `derived_tools`.
+        caching: how the provider's prompt cache serves a request (what
+            `turnlog.Replayer.cost` reads its records by): automatic prefix caching
+            (OpenAI) unless the record says otherwise.
     """
 
     name: str
@@ -142,6 +146,7 @@ class Provider(NamedTuple):
     max_tokens_required: bool = False
     stream_fields: Mapping[str, object] = {}
     tools_required: bool = False
+    caching: CacheRule = PREFIX_CACHE
 
     def endpoint(self, base_url: str | None = None) -> str:
         """The URL a request is posted to (``base_url`` or the public root, plus `path`)."""

@@ -275,7 +275,12 @@ def _progress(what: str, total: int, *, show: bool) -> Iterator[Callable[[], Non
 
 # -- packing, replay, explain -----------------------------------------------------------------
 
-def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
+def _policy_arg(args: argparse.Namespace,
+                in_force: turnlog.Policy | None = None) -> turnlog.Policy | None:
+    """The policy ``--policy``/``--agent``/``--budget`` give (None: the one in force).
+
+    ``--budget N`` without ``--policy`` keeps the rest of ``in_force`` (the session's
+    policy in force, when the verb has a session), else of the defaults."""
     if getattr(args, "agent", None) and not getattr(args, "policy", None):
         raise _UsageError(f"--agent {args.agent} needs --policy FILE (the policy file whose "
                           f"[agents.{args.agent}] table to apply)")
@@ -289,7 +294,7 @@ def _policy_arg(args: argparse.Namespace) -> turnlog.Policy | None:
         policy = None
     budget = getattr(args, "budget", None)
     if budget is not None:
-        base = policy or turnlog.Policy()
+        base = policy or in_force or turnlog.Policy()
         reserve = min(base.output_reserve, budget // 4)
         fields = {f: getattr(base, f) for f in base.__struct_fields__}
         try:

@@ -1,4 +1,4 @@
-"""Verbs on prompts: ``pack``, ``explain``, ``replay``, ``diff``, ``compact``."""
+"""Verbs on prompts: ``pack``, ``explain``, ``replay``, ``diff``, ``cost``, ``compact``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import msgspec
 import turnlog
 from turnlog import Compactor, Packer, Replayer
 from turnlog.adapters.providers import (
+    CACHE_RULES,
     PROVIDERS,
     RenderError,
     derived_tool_names,
@@ -18,7 +19,7 @@ from turnlog.adapters.providers import (
     renderer_for,
 )
 from turnlog.packing import Packed
-from turnlog.replay import ReplayResult
+from turnlog.replay import ReplayResult, RequestCost, SessionCost
 
 from ..summary import head
 from ..terminal import cell, print_table, visible
@@ -58,17 +59,25 @@ VERBS = Verbs()
                 help="max output tokens in the request body (default: the policy's output "
                      "reserve)"))
 def _cmd_pack(args: argparse.Namespace) -> int:
-    policy = _policy_arg(args)
+    _policy_arg(args)  # a bad --policy or --agent is refused before the store is opened
     with _open(args, write=args.record) as log:
         packer = Packer(log)
         request_seq = None
         render = None
         max_tokens: int | None = None
         model = args.model
+        before = packer.policy_in_force(args.session)
+        policy = _policy_arg(args, before)
+        # The reserve the prompt is packed to leave for the reply (as packing resolves it).
+        reserve = (policy or before or turnlog.Policy()).resolved().output_reserve
+        if args.max_tokens is not None and args.max_tokens > reserve:
+            raise _UsageError(
+                f"--max-tokens {args.max_tokens:,} is above the policy's output reserve "
+                f"({reserve:,} tokens): the prompt is packed to leave {reserve:,} tokens of the "
+                f"window for the reply, so a longer reply may not fit. Pass --max-tokens "
+                f"{reserve:,} or less, or raise output_reserve (in a --policy file)")
         if args.format != "neutral":
-            in_force = policy or packer.policy_in_force(args.session) or turnlog.Policy()
-            max_tokens = args.max_tokens if args.max_tokens is not None \
-                else in_force.output_reserve
+            max_tokens = args.max_tokens if args.max_tokens is not None else reserve
             if log.head(args.session) is None:
                 raise turnlog.errors.UnknownSessionError(
                     f"no session {args.session!r} in this log; "
@@ -85,9 +94,15 @@ def _cmd_pack(args: argparse.Namespace) -> int:
                                                format=args.format, render=render,
                                                render_args=render_args(max_tokens=max_tokens))
             packed, request_seq = recorded.packed, recorded.request_seq
+            after = packer.policy_in_force(args.session)
+            changes = _policy_changes(before, after)
         else:
             packed = packer.pack(args.session, policy=policy)
+            changes = []
         body = render(packed.prompt) if render is not None else b""
+    if changes:
+        # On stderr: stdout carries the prompt, the body or the JSON document.
+        print(_policy_change_note(args.session, before, changes), file=sys.stderr)
     if render is not None:
         # The request body exactly as it would be sent (the bytes the record hashes);
         # indented on a terminal, where nobody pipes the bytes anywhere.
@@ -96,12 +111,57 @@ def _cmd_pack(args: argparse.Namespace) -> int:
             print(f"recorded as {args.session}#{request_seq}", file=sys.stderr)
         return EXIT_OK
     if args.json:
-        _emit(_packed_json(packed, request_seq=request_seq), sys.stdout)
+        out = _packed_json(packed, request_seq=request_seq)
+        if request_seq is not None:
+            out["policy_changes"] = [{"field": name, "from": old, "to": new}
+                                     for name, old, new in changes]
+        _emit(out, sys.stdout)
         return EXIT_OK
     _print_packed(packed)
     if request_seq is not None:
         print(f"recorded as {args.session}#{request_seq}")
     return EXIT_OK
+
+
+def _policy_changes(before: turnlog.Policy | None,
+                    after: turnlog.Policy | None) -> list[tuple[str, object, object]]:
+    """The fields a recorded ``PolicySet`` changed, in the policy's field order, as
+    (field, from, to); none when the policy in force stayed the same."""
+    if after is None or (before is not None and before.hash == after.hash):
+        return []
+    old = msgspec.to_builtins(before if before is not None else turnlog.Policy(),
+                              order="deterministic")
+    new = msgspec.to_builtins(after, order="deterministic")
+    fields = turnlog.Policy.__struct_fields__
+    return [(name, old.get(name, _default(name)), new.get(name, _default(name)))
+            for name in fields
+            if old.get(name, _default(name)) != new.get(name, _default(name))]
+
+
+def _default(name: str) -> object:
+    return msgspec.to_builtins(getattr(turnlog.Policy(), name))
+
+
+def _policy_change_note(session: str, before: turnlog.Policy | None,
+                        changes: list[tuple[str, object, object]]) -> str:
+    what = "; ".join(f"{name} {_shown(old)} -> {_shown(new)}" for name, old, new in changes)
+    start = (f"the session's policy changed ({_plural(len(changes), 'field')}): "
+             if before is not None else
+             f"the session had no policy; it now has one ({_plural(len(changes), 'field')} "
+             "other than the defaults): ")
+    return (start + what + f". Later requests of {session!r} are packed under it; "
+            "pass --policy FILE (or --budget) again to change it")
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value).lower() if value is not None else "unset"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True) if len(json.dumps(value)) <= 60 else \
+            f"({len(value)} entries, changed)"
+    return str(value)
 
 
 def _pretty(body: bytes) -> bytes:
@@ -248,15 +308,98 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+@VERBS.verb("cost", "what a session's recorded requests cost: input, cache-write and "
+            "cache-read tokens and their price, beside the usage the provider reported",
+            session_arg())
+def _cmd_cost(args: argparse.Namespace) -> int:
+    with _open(args) as log:
+        cost = Replayer(Packer(log)).cost(args.session, caching=CACHE_RULES)
+    if args.json:
+        _emit(_cost_json(cost), sys.stdout)
+        return EXIT_OK
+    if not cost.requests:
+        print(f"{args.session}: no recorded requests to price (a request is recorded by "
+              f"`turnlog pack {args.session} --record`, or by the Session facade in Python)")
+        return EXIT_OK
+    print_table(_out(), [("REQ", "right"), ("FORMAT", "left"), ("TOKENS", "right"),
+                         ("INPUT", "right"), ("CACHE WRITE", "right"), ("CACHE READ", "right"),
+                         ("PRICE", "right"), ("REPORTED IN/WRITE/READ", "right"),
+                         ("REPORTED PRICE", "right")],
+                (_cost_row(row) for row in cost.requests))
+    t = cost.total
+    print(f"total: {_plural(t.requests, 'request')}, {t.tokens:,} tokens: {t.input_tokens:,} "
+          f"input, {t.cache_write_tokens:,} cache write, {t.cache_read_tokens:,} cache read "
+          f"(cached share {t.cached_share:.2f}); {_dollars(t.price)}")
+    if t.reported_requests:
+        u = t.reported
+        print(f"reported by the provider for {_plural(t.reported_requests, 'request')}: "
+              f"{u.input_tokens:,} input tokens ({u.cache_write_tokens:,} cache write, "
+              f"{u.cache_read_tokens:,} cache read), {u.output_tokens:,} output; "
+              f"{_dollars(t.reported_price)} for the input")
+    else:
+        print("no response recorded the provider's usage for these requests")
+    for row in cost.requests:
+        if row.note:
+            _say(f"#{row.request_seq}: not estimated: {row.note}", "yellow")
+    return EXIT_OK
+
+
+def _dollars(price: float) -> str:
+    return f"${price:,.4f}"
+
+
+def _cost_row(row: RequestCost) -> list[object]:
+    estimated = not row.note
+    reported = row.reported
+    return [row.request_seq, row.format, f"{row.tokens:,}" if estimated else "-",
+            f"{row.input_tokens:,}" if estimated else "-",
+            f"{row.cache_write_tokens:,}" if estimated else "-",
+            f"{row.cache_read_tokens:,}" if estimated else "-",
+            _dollars(row.price) if estimated else "-",
+            f"{reported.input_tokens:,}/{reported.cache_write_tokens:,}/"
+            f"{reported.cache_read_tokens:,}" if reported is not None else "-",
+            _dollars(row.reported_price) if row.reported_price is not None else "-"]
+
+
+def _cost_json(cost: SessionCost) -> dict[str, object]:
+    """The stable ``cost --json`` document (docs/cli.md): every key always present."""
+    def usage(u: turnlog.events.Usage | None) -> dict[str, int] | None:
+        if u is None:
+            return None
+        return {"input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                "cache_write_tokens": u.cache_write_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "reasoning_tokens": u.reasoning_tokens}
+
+    t = cost.total
+    return {
+        "session": cost.session,
+        "requests": [{
+            "request_seq": r.request_seq, "format": r.format, "model": r.model,
+            "estimated": not r.note, "note": r.note, "tokens": r.tokens,
+            "input_tokens": r.input_tokens, "cache_write_tokens": r.cache_write_tokens,
+            "cache_read_tokens": r.cache_read_tokens, "price": r.price,
+            "prices": dict(r.prices), "reported": usage(r.reported),
+            "reported_price": r.reported_price} for r in cost.requests],
+        "total": {
+            "requests": t.requests, "tokens": t.tokens, "input_tokens": t.input_tokens,
+            "cache_write_tokens": t.cache_write_tokens,
+            "cache_read_tokens": t.cache_read_tokens, "price": t.price,
+            "cached_share": t.cached_share, "reported_requests": t.reported_requests,
+            "reported": usage(t.reported), "reported_price": t.reported_price},
+    }
+
+
 @VERBS.verb("compact", "compact a session now (appends the compaction events)",
             session_arg(),
             *POLICY_OPTIONS,
             arg("--summarizer", default=None, metavar="NAME",
                 help="the summarizer (default: extractive, offline)"))
 def _cmd_compact(args: argparse.Namespace) -> int:
-    policy = _policy_arg(args)
+    _policy_arg(args)  # a bad --policy or --agent is refused before the store is opened
     with _open(args, write=True) as log:
         packer = Packer(log)
+        policy = _policy_arg(args, packer.policy_in_force(args.session))
         summarizer = None
         if args.summarizer not in (None, "extractive"):
             raise _UsageError(f"unknown summarizer {args.summarizer!r}; built in: extractive "
