@@ -24,16 +24,19 @@ import turnlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support import dump
-from turnlog import Log, Packer, Policy
+from turnlog import Log, Packer, Policy, Replayer
 from turnlog.adapters.importers import (
+    ALIASES,
     FORMATS,
     ImportSummary,
     Progress,
     detect,
     export_session,
+    format_name,
     import_file,
     import_path,
 )
+from turnlog.adapters.providers import PROVIDERS, renderer_for
 from turnlog.errors import ImportFormatError
 from turnlog.events import (
     AssistantMessageAdded,
@@ -615,7 +618,7 @@ def test_openai_lists_import_and_round_trip(store: Log, tmp_path: Path, name: st
     path = tmp_path / name
     path.write_text(json.dumps(doc))
     summary = import_file(store, path)
-    expected = "openai_responses" if name in ("responses.json", "items.json") else "openai_chat"
+    expected = "openai-responses" if name in ("responses.json", "items.json") else "openai-chat"
     assert summary.format == expected
     events = store.read(summary.sessions[0])
     calls = [p for e in events if isinstance(e.body, AssistantMessageAdded)
@@ -626,7 +629,7 @@ def test_openai_lists_import_and_round_trip(store: Log, tmp_path: Path, name: st
     if isinstance(doc, dict):
         assert any(isinstance(e.body, ToolsSet) for e in events)
         assert any(isinstance(e.body, SystemSectionSet) and e.body.text for e in events)
-    if expected == "openai_responses":
+    if expected == "openai-responses":
         reasoning = [p for e in events if isinstance(e.body, AssistantMessageAdded)
                      for p in e.body.parts if isinstance(p, ReasoningPart)]
         assert reasoning[0].opaque == "enc-opaque" and reasoning[0].text == "List files."
@@ -788,8 +791,8 @@ _SEEDS: dict[str, bytes] = {
                      "call_id": "c"}},
         {"timestamp": "2025-01-01T00:00:02Z", "type": "response_item",
          "payload": {"type": "function_call_output", "call_id": "c", "output": "ok"}}]),
-    "openai_chat": json.dumps(CHAT).encode(),
-    "openai_responses": json.dumps(RESPONSES).encode(),
+    "openai-chat": json.dumps(CHAT).encode(),
+    "openai-responses": json.dumps(RESPONSES).encode(),
     "mini_swe_agent": json.dumps({"trajectory_format": "mini-swe-agent-1", "info": {},
                                   "messages": CHAT["messages"]}).encode(),
     "swe_agent": json.dumps({"history": CHAT["messages"], "trajectory": []}).encode(),
@@ -920,3 +923,87 @@ def test_every_golden_session_exports_and_imports_back_to_its_hashes(tmp_path: P
                 e.hash for e in source.read(head.session)]
             assert again.verify(head.session).ok
             assert import_file(again, path).appended == 0
+
+
+# -- one spelling of each wire-format name -------------------------------------------------
+#: Imports written by 0.2.0, when the OpenAI formats were spelt ``openai_chat`` and
+#: ``openai_responses``: the transcripts and each session's complete turnlog export (its
+#: events byte for byte, with a request recorded in the provider's format).
+OLD_IMPORTS = Path(__file__).parent / "fixtures" / "openai_imports_v0.2.0"
+OLD_SESSIONS = {"chat-79d2e125": ("chat.json", "openai_chat", "openai-chat"),
+                "responses-c226b426": ("responses.json", "openai_responses", "openai-responses")}
+
+
+def test_a_wire_format_an_importer_shares_with_a_provider_has_the_providers_name() -> None:
+    shared = {name for name in FORMATS if name.replace("_", "-") in PROVIDERS}
+    assert shared == {"openai-chat", "openai-responses"}
+    assert ALIASES == {"openai_chat": "openai-chat", "openai_responses": "openai-responses"}
+    assert format_name("openai_chat") == "openai-chat" == format_name("openai-chat")
+    with pytest.raises(ImportFormatError, match="unknown format 'openai'"):
+        format_name("openai")
+
+
+def test_imports_of_the_old_spelling_read_replay_and_import_again_as_retries(
+        tmp_path: Path) -> None:
+    with turnlog.open(tmp_path / "store", sync=False) as log:
+        for session in OLD_SESSIONS:
+            import_file(log, OLD_IMPORTS / f"{session}.turnlog.jsonl")
+        assert log.verify().ok
+        replayer = Replayer(Packer(log))
+        for session, (source, old, new) in OLD_SESSIONS.items():
+            meta = log.get(session, 0).meta["import"]
+            assert meta == {"format": old, "source": source}  # the bytes of their day
+            assert format_name(meta["format"]) == new
+            results = list(replayer.replay_all(
+                session, render=lambda request: renderer_for(request, blobs=log.blob)))
+            assert results and all(r.ok for r in results)
+            for spelling in (None, old, new):
+                again = import_file(log, OLD_IMPORTS / source, format=spelling)
+                assert again.format == new and again.sessions == (session,)
+                assert again.appended == 0  # a retry of the old import, in either spelling
+            assert export_session(log, session, old) == export_session(log, session, new)
+        assert log.verify().ok
+    with turnlog.open(tmp_path / "new", sync=False) as log:
+        for source, _, new in OLD_SESSIONS.values():
+            summary = import_file(log, OLD_IMPORTS / source)
+            assert log.get(summary.sessions[0], 0).meta["import"]["format"] == new
+
+
+def test_the_cli_import_accepts_both_spellings_and_prints_the_new_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from turnlog.tools.cli import main
+
+    store = str(tmp_path / "store")
+    for spelling in ("openai_chat", "openai-chat"):
+        assert main(["--store", store, "import", str(OLD_IMPORTS / "chat.json"), "--format",
+                     spelling, "--json"]) == 0
+        first = json.loads(capsys.readouterr().out.splitlines()[0])
+        assert first["format"] == "openai-chat"
+
+
+GOLDEN = sorted(p for p in (Path(__file__).parent / "golden").iterdir()
+                if (p / "store" / "data.mdb").is_file())
+
+
+@pytest.mark.skipif(not FILES, reason="the corpus is not present")
+@pytest.mark.parametrize("folder", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_imports_read_import_again_as_retries_and_replay(folder: Path,
+                                                                tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "store"
+    shutil.copytree(folder / "store", copy)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    with turnlog.open(copy, sync=False) as log:
+        named: dict[str, str] = {}
+        for head in log.sessions():
+            meta = log.get(head.session, 0).meta.get("import")
+            if isinstance(meta, dict):
+                named[head.session] = format_name(meta["format"])
+        assert named and set(named.values()) <= set(FORMATS)
+        for transcript in manifest["transcripts"]:
+            assert import_file(log, CORPUS / transcript, skip_bad=True).appended == 0
+        replayer = Replayer(Packer(log))
+        for session in named:
+            assert all(r.ok for r in replayer.replay_all(
+                session, render=lambda request: renderer_for(request, blobs=log.blob)))

@@ -10,17 +10,20 @@ docs/importers.md has each format's mapping.
 from ._openai_responses import ItemMapper
 from ._plan import Format
 from ._transcripts import (
+    ALIASES,
     FORMATS,
     ImportSummary,
     Progress,
     SkippedRecord,
     detect,
     export_session,
+    format_name,
     import_file,
     import_path,
 )
 
 __all__ = [
+    "ALIASES",
     "FORMATS",
     "Format",
     "ImportSummary",
@@ -29,6 +32,7 @@ __all__ = [
     "SkippedRecord",
     "detect",
     "export_session",
+    "format_name",
     "import_file",
     "import_path",
 ]

@@ -69,13 +69,16 @@ __all__ = ["FORMAT",
     "MessageMapper",
     "Messages",
     "NAME",
+    "OLD_NAME",
     "export",
     "export_messages",
     "parse",
     "parse_messages",
 ]
 
-NAME = "openai_chat"
+NAME = "openai-chat"
+#: The spelling of `NAME` before it took the provider's (still accepted; see `Format`).
+OLD_NAME = "openai_chat"
 
 
 
@@ -406,4 +409,4 @@ def export(view: ExportSession) -> bytes:
 
 
 #: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
-FORMAT = Format(NAME, parse, export)
+FORMAT = Format(NAME, parse, export, aliases=(OLD_NAME,))

@@ -80,6 +80,7 @@ __all__ = ["FORMAT",
     "ITEM_TYPES",
     "ItemMapper",
     "NAME",
+    "OLD_NAME",
     "Sections",
     "export",
     "parse",
@@ -88,7 +89,9 @@ __all__ = ["FORMAT",
     "usage_of",
 ]
 
-NAME = "openai_responses"
+NAME = "openai-responses"
+#: The spelling of `NAME` before it took the provider's (still accepted; see `Format`).
+OLD_NAME = "openai_responses"
 
 #: Item types that identify a Responses item list.
 ITEM_TYPES = frozenset({
@@ -591,4 +594,4 @@ def export(view: ExportSession) -> bytes:
 
 
 #: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.
-FORMAT = Format(NAME, parse, export)
+FORMAT = Format(NAME, parse, export, aliases=(OLD_NAME,))

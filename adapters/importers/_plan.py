@@ -474,13 +474,19 @@ class Format:
 
     Attributes:
         name: the format's name (`turnlog.adapters.importers.FORMATS`, ``--format``; also
-            written into every imported event's meta, so it never changes).
+            written into the first imported event's meta, ``meta["import"]["format"]``).
+            A wire format a provider speaks too has the provider's name
+            (``openai-chat``), one spelling everywhere.
         parse: the file's bytes, its name and ``skip_bad`` to an import plan.
         export: a session back to a file of this format.
         children: the file also holds the session's forks and inline subagents.
+        aliases: earlier spellings of ``name``, accepted wherever a format is named and
+            found in the meta of events imported before the rename (their bytes never
+            change; `format_name` maps them).
     """
 
     name: str
     parse: Callable[[bytes, str, bool], Parsed]
     export: Callable[[ExportSession], bytes]
     children: bool = False
+    aliases: tuple[str, ...] = ()

@@ -1,8 +1,10 @@
 """Import agent transcripts into a turnlog log, and export sessions back.
 
 Formats: Claude Code session JSONL (``claude_code``), Codex CLI rollouts
-(``codex``), OpenAI Chat Completions message lists (``openai_chat``) and
-Responses item lists (``openai_responses``), mini-swe-agent ``.traj.json``
+(``codex``), OpenAI Chat Completions message lists (``openai-chat``) and
+Responses item lists (``openai-responses``; the wire formats' names are the
+providers', and the spellings before, ``openai_chat`` and ``openai_responses``,
+are accepted as aliases: see `format_name`), mini-swe-agent ``.traj.json``
 (``mini_swe_agent``), SWE-agent ``.traj`` (``swe_agent``), OpenHands event
 streams (``openhands``) and resolver/evaluation ``output.jsonl``
 (``openhands_output``), and Aider chat-history markdown (``aider``).
@@ -57,6 +59,7 @@ from turnlog.events import (
     NotificationAdded,
     ResponseReceived,
     SessionForked,
+    SystemSectionSet,
     ToolCall,
     ToolResultAdded,
     Usage,
@@ -84,16 +87,19 @@ from ._plan import (
     Format,
     Obj,
     Parsed,
+    Plan,
     SkippedRecord,
 )
 
 __all__ = [
+    "ALIASES",
     "FORMATS",
     "ImportSummary",
     "Progress",
     "SkippedRecord",
     "detect",
     "export_session",
+    "format_name",
     "import_file",
     "import_path",
 ]
@@ -111,6 +117,28 @@ _NATIVE = "turnlog"
 
 #: Every format name `detect` can return and `import_file` / `export_session` accept.
 FORMATS: tuple[str, ...] = tuple(sorted([*_REGISTRY, _NATIVE]))
+
+#: Earlier spellings of format names (each `Format`'s ``aliases``) -> the name.
+ALIASES: dict[str, str] = {alias: f.name for f in _REGISTRY.values() for alias in f.aliases}
+
+
+def format_name(name: str) -> str:
+    """The one spelling of a transcript format's name: ``name`` itself, or the name an
+    earlier spelling stands for (``openai_chat`` -> ``openai-chat``).
+
+    Map every format name read from outside through it: a ``--format`` or ``format=``
+    argument, or ``meta["import"]["format"]`` of an imported session's first event
+    (imports made before a rename keep the spelling of their day in their bytes).
+
+    Raises:
+        ImportFormatError: no format has that name or alias (the message lists them).
+    """
+    if name in _REGISTRY or name == _NATIVE:
+        return name
+    found = ALIASES.get(name) if isinstance(name, str) else None
+    if found is None:
+        raise ImportFormatError(f"unknown format {name!r}; known formats: {', '.join(FORMATS)}")
+    return found
 
 # A batch stays well under Log.append's limit of 100000 events.
 _BATCH = 50_000
@@ -221,9 +249,9 @@ def _doc_format(doc: object) -> str | None:
                 or all(isinstance(m, dict) and "role" in m for m in history)):
             return "swe_agent"
         if isinstance(doc.get("messages"), list):
-            return "openai_chat"
+            return _openai_chat.NAME
         if isinstance(doc.get("input"), list) or isinstance(doc.get("output"), list):
-            return "openai_responses"
+            return _openai_responses.NAME
         return _line_format(doc)
     if isinstance(doc, list) and all(isinstance(e, dict) for e in doc):
         if any("action" in e or "observation" in e for e in doc):
@@ -231,9 +259,9 @@ def _doc_format(doc: object) -> str | None:
         if doc and all("type" in e for e in doc) and any(
                 isinstance(e["type"], str) and e["type"] in _openai_responses.ITEM_TYPES
                 for e in doc):
-            return "openai_responses"
+            return _openai_responses.NAME
         if all("role" in e for e in doc):
-            return "openai_chat"
+            return _openai_chat.NAME
     return None
 
 
@@ -385,10 +413,10 @@ def _import_native(log: Log, data: bytes, name: str, session: str | None) -> Imp
 def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: A002
     if format is None:
         return detect(data, name=name)
-    if format not in _REGISTRY and format != _NATIVE:
-        raise ImportFormatError(f"{name}: unknown format {format!r}; known formats: "
-                                f"{', '.join(FORMATS)}")
-    return format
+    try:
+        return format_name(format)
+    except ImportFormatError as exc:
+        raise ImportFormatError(f"{name}: {exc}") from None
 
 
 def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
@@ -463,7 +491,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
         return import_file(log, root, format=format, session=session, skip_bad=skip_bad,
                            progress=progress)
     if format is not None:
-        _choose_format(b"", str(root), format)  # refuses an unknown name
+        format = _choose_format(b"", str(root), format)  # refuses an unknown name  # noqa: A001
     suffixes = _FORMAT_SUFFIXES.get(format or "", (".json", ".traj")) if format \
         else _TRANSCRIPT_SUFFIXES
     candidates = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes))
@@ -582,10 +610,10 @@ def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None
     skipped = list(parsed.skipped)
     ids = _session_ids(parsed, session)
     label = os.path.basename(source)
-    for plan in parsed.plans:
+    for plan, sid in zip(parsed.plans, ids, strict=True):
         if not plan.entries:
             continue
-        head: Obj = {"import": {"format": parsed.format, "source": label}}
+        head: Obj = {"import": {"format": _spelling(log, sid, parsed, plan), "source": label}}
         if plan.parent is not None:
             link = dict(plan.parent)
             if "plan" in link:
@@ -627,6 +655,27 @@ def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None
         usage=Usage(input_tokens=usage[0], output_tokens=usage[1], cache_read_tokens=usage[2],
                     cache_write_tokens=usage[3], reasoning_tokens=usage[4]),
         skipped=tuple(skipped))
+
+
+def _spelling(log: Log, sid: str, parsed: Parsed, plan: Plan) -> str:
+    """The format name to write into the plan's first event: the format's name, or the
+    earlier spelling an import of the same transcript wrote there before (and the
+    carrier sections' names with it), so that importing it again is a retry."""
+    spec = _REGISTRY.get(parsed.format)
+    if spec is None or not spec.aliases or log.head(sid) is None:
+        return parsed.format
+    first = plan.entries[0]
+    seq = log.find_key(sid, first.key)
+    stored = log.get(sid, seq).meta.get("import") if seq is not None else None
+    old = stored.get("format") if isinstance(stored, dict) else None
+    if not isinstance(old, str) or old not in spec.aliases:
+        return parsed.format
+    carrier = f"{parsed.format}.records"
+    for entry in plan.entries:
+        if isinstance(entry, Entry) and isinstance(entry.body, SystemSectionSet) \
+                and entry.body.name == carrier:
+            entry.body = msgspec.structs.replace(entry.body, name=f"{old}.records")
+    return old
 
 
 def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: bool,
@@ -781,12 +830,10 @@ def export_session(log: Log, session: str, format: str) -> bytes:  # noqa: A002
         ImportFormatError: unknown format.
         UnknownSessionError: no such session.
     """
+    format = format_name(format)  # noqa: A001
     if format == _NATIVE:
         return b"".join(export_events(log, session))
-    spec = _REGISTRY.get(format)
-    if spec is None:
-        raise ImportFormatError(f"unknown format {format!r}; known formats: "
-                                f"{', '.join(FORMATS)}")
+    spec = _REGISTRY[format]
     children: dict[str, list[str]] = {}
     if spec.children:
         children = _children_index(log)

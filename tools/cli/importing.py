@@ -9,6 +9,7 @@ import msgspec
 import turnlog
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as ProgressBar
+from turnlog.adapters.importers import ALIASES as IMPORT_ALIASES
 from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
 
@@ -33,7 +34,9 @@ VERBS = Verbs()
             "SWE-agent, OpenHands, Aider); idempotent",
             arg("paths", nargs="+", metavar="FILE", help="files or directories"),
             arg("--format", default=None, choices=sorted(IMPORT_FORMATS),
-                help="the format (default: detected from the content)"),
+                type=lambda name: IMPORT_ALIASES.get(name, name),
+                help="the format (default: detected from the content); the earlier "
+                     "spellings openai_chat and openai_responses are accepted"),
             arg("--session", default=None, metavar="ID",
                 help="the session id (default: from the transcript)"),
             arg("--skip-bad", action="store_true", help="skip malformed records (listed) "
