@@ -151,6 +151,7 @@ from .providers import (
     renderer,
     renderer_for,
 )
+from .redaction import Redactor, check_redactor
 
 __all__ = ["Answer", "AsyncSession", "ContextToolResult", "Request", "ResponseLike",
            "SDKObject", "Session", "ToolLike"]
@@ -333,7 +334,7 @@ class _Core:
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
                  attempts: int = 8, models: ModelTable | None = None,
-                 memory_session: str = "memories") -> None:
+                 memory_session: str = "memories", redactor: Redactor | None = None) -> None:
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         check_text(model, "model", error=RenderError)
@@ -375,6 +376,8 @@ class _Core:
         #: The session `memory_save`, `memory_search` and `memory_forget` work on.
         self.memory_session = memory_session
         self._memories: MemoryManager | None = None
+        #: Replaces secrets in what the verbs append (None: nothing is redacted).
+        self.redactor = check_redactor(redactor)
 
     def __repr__(self) -> str:
         return f"<turnlog.adapters.{type(self).__name__} {self.id!r} {self.format} {self.model}>"
@@ -382,11 +385,14 @@ class _Core:
     # -- the verbs, as effects ----------------------------------------------------------------
     def _system_steps(self, name: str, text: str, position: int, time: int | None,
                       key: str | None) -> _Steps[Appended | None]:
+        # Compared as it would be stored: a section redacted when set is the same text.
+        stored = text if self.redactor is None else self.redactor.text(text)[0]
+
         def build(view: Projection | None, check: bool) -> list[Body]:
             if check:
                 current = view.sections.get(name) if view is not None else None
                 if (current is None and not text) or (
-                        current is not None and current[:2] == (text, position)):
+                        current is not None and current[:2] == (stored, position)):
                     return []
             return [SystemSectionSet(name=name, text=text, position=position)]
 
@@ -421,7 +427,7 @@ class _Core:
                     raise InvalidEventError(_no_open_call(view, self.id, call_id))
             body = ToolResultAdded(call_id=call_id, tool_name=found[1].name, output=output,
                                    is_error=is_error, exit_code=exit_code)
-            return _drafts([body], stamp, use)
+            return self._redacted(_drafts([body], stamp, use))
 
         try:
             done = yield from _update(decide, self._attempts)
@@ -566,7 +572,8 @@ class _Core:
     def _append_steps(self, bodies: Sequence[Body], *, time: int | None,
                       key: str | None) -> _Steps[Appended]:
         """Append events that need no precondition: nothing to conflict with."""
-        return (yield from _io(self.log.append, self.id, _drafts(bodies, self._time(time), key)))
+        return (yield from _io(self.log.append, self.id,
+                               self._redacted(_drafts(bodies, self._time(time), key))))
 
     def _write_steps(self, build: _Build, *, time: int | None,
                      key: str | None) -> _Steps[Appended | None]:
@@ -577,9 +584,13 @@ class _Core:
             # A stored key is a retry: its precondition was used up by the first call.
             retry = key is not None and self._keyed(key)
             view = self._view() if head is not None else None
-            return _drafts(build(view, not retry), stamp, key)
+            return self._redacted(_drafts(build(view, not retry), stamp, key))
 
         return (yield from _update(decide, self._attempts))
+
+    def _redacted(self, drafts: list[Draft]) -> list[Draft]:
+        """The drafts with their secrets replaced, when the session has a redactor."""
+        return drafts if self.redactor is None else self.redactor.drafts(drafts)
 
     # -- reading back (blocking; the async shell runs these in a thread) ----------------------
     def _requests(self) -> list[int]:
@@ -722,6 +733,9 @@ class Session(_Core):
         attempts: tries per write when the head keeps moving (see the module docstring).
         models: the model table ``model`` is looked up in (the shipped one when None).
         memory_session: the session the context tools' memory calls read and change.
+        redactor: a `turnlog.adapters.redaction.Redactor`: every event the verbs
+            append has its secrets replaced by placeholders first (what kinds were
+            replaced is in its meta); None (the default) redacts nothing.
 
     Raises:
         RenderError: an unknown format, an empty model, or ``anthropic`` without
@@ -736,11 +750,12 @@ class Session(_Core):
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
                  attempts: int = 8, models: ModelTable | None = None,
-                 memory_session: str = "memories") -> None:
+                 memory_session: str = "memories", redactor: Redactor | None = None) -> None:
         super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
                          policy=policy, stream=stream, extra=extra, packer=packer,
                          summarizer=summarizer, auto_compact=auto_compact, clock=clock,
-                         attempts=attempts, models=models, memory_session=memory_session)
+                         attempts=attempts, models=models, memory_session=memory_session,
+                         redactor=redactor)
         self._lock = threading.RLock()
 
     def _run(self, steps: _Steps[_T]) -> _T:
@@ -942,11 +957,12 @@ class AsyncSession(_Core):
                  packer: Packer | None = None, summarizer: Summarizer | None = None,
                  auto_compact: bool = False, clock: Callable[[], int] | None = None,
                  attempts: int = 8, models: ModelTable | None = None,
-                 memory_session: str = "memories") -> None:
+                 memory_session: str = "memories", redactor: Redactor | None = None) -> None:
         super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
                          policy=policy, stream=stream, extra=extra, packer=packer,
                          summarizer=summarizer, auto_compact=auto_compact, clock=clock,
-                         attempts=attempts, models=models, memory_session=memory_session)
+                         attempts=attempts, models=models, memory_session=memory_session,
+                         redactor=redactor)
         self._lock = asyncio.Lock()
 
     async def _run(self, steps: _Steps[_T]) -> _T:

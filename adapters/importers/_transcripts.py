@@ -39,7 +39,7 @@ first event names the parent in ``meta["parent"]``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
@@ -68,6 +68,7 @@ from turnlog.events import (
 )
 from turnlog.log import export_events, import_events
 
+from ..redaction import META_KEY, Redactor, check_redactor
 from . import (
     _aider,
     _claude_code,
@@ -184,6 +185,8 @@ class ImportSummary(msgspec.Struct, frozen=True, kw_only=True):
         skipped: records (or files) left out, with the reason.
         files: for a directory, one summary per imported file, in import order
             (empty for a single file).
+        redacted: secrets replaced by placeholders, counted by kind (empty
+            without a redactor).
     """
 
     format: str
@@ -197,6 +200,7 @@ class ImportSummary(msgspec.Struct, frozen=True, kw_only=True):
     usage: Usage = Usage()
     skipped: tuple[SkippedRecord, ...] = ()
     files: tuple[ImportSummary, ...] = ()
+    redacted: dict[str, int] = {}
 
     @property
     def tokens(self) -> int:
@@ -340,7 +344,8 @@ def _read(path: str) -> bytes:
 # -- import -----------------------------------------------------------------------------
 def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
                 session: str | None = None, skip_bad: bool = False,
-                progress: ProgressCallback | None = None) -> ImportSummary:
+                progress: ProgressCallback | None = None,
+                redactor: Redactor | None = None) -> ImportSummary:
     """Import one transcript file.
 
     Parameters:
@@ -354,6 +359,10 @@ def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = 
         skip_bad: leave malformed records out (listed in ``skipped``) instead of
             failing.
         progress: called after each appended batch.
+        redactor: replaces the secrets in every event before it is appended (a
+            `turnlog.adapters.redaction.Redactor`; None, the default, keeps the
+            text as it is). A turnlog export is read back as it is (its events are
+            hashed already).
 
     Returns:
         An `ImportSummary`.
@@ -364,6 +373,7 @@ def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             appended.
         KernelError: the store failed.
     """
+    check_redactor(redactor)
     name = os.fspath(path)
     data = _read(name)
     fmt = _choose_format(data, name, format)
@@ -371,7 +381,7 @@ def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = 
         return _import_native(log, data, name, session)
     parsed = _parse(fmt, data, name, skip_bad)
     return _import_parsed(log, parsed, name, session=session, skip_bad=skip_bad,
-                          progress=progress, files=(0, 1))
+                          progress=progress, files=(0, 1), redactor=redactor)
 
 
 class _Line(msgspec.Struct):
@@ -452,7 +462,7 @@ _FORMAT_SUFFIXES = {"claude_code": (".jsonl",), "codex": (".jsonl",),
 def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
                 session: str | None = None, skip_bad: bool = False,
                 progress: ProgressCallback | None = None,
-                keep_going: bool = False) -> ImportSummary:
+                keep_going: bool = False, redactor: Redactor | None = None) -> ImportSummary:
     """Import a transcript file, or every transcript under a directory (recursively).
 
     In a directory, files ending in ``.jsonl``, ``.json``, ``.traj`` or ``.md``
@@ -475,6 +485,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
         progress: called per file and per appended batch.
         keep_going: in a directory, list a file that cannot be read or imported
             in ``skipped`` (with the reason) and go on with the next.
+        redactor: see `import_file`.
 
     Returns:
         One `ImportSummary` over all files (``files`` holds each file's).
@@ -482,6 +493,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     Raises:
         ImportFormatError: see `import_file`.
     """
+    check_redactor(redactor)
     root = Path(path)
     try:
         is_dir = root.is_dir()
@@ -489,7 +501,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
     if not is_dir:
         return import_file(log, root, format=format, session=session, skip_bad=skip_bad,
-                           progress=progress)
+                           progress=progress, redactor=redactor)
     if format is not None:
         format = _choose_format(b"", str(root), format)  # refuses an unknown name  # noqa: A001
     suffixes = _FORMAT_SUFFIXES.get(format or "", (".json", ".traj")) if format \
@@ -525,7 +537,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             name = None if session is None else f"{session}/{file.stem}"
             summaries.append(_import_parsed(log, parsed, str(file), session=name,
                                             skip_bad=skip_bad, progress=progress,
-                                            files=(number, len(found))))
+                                            files=(number, len(found)), redactor=redactor))
         except ImportFormatError as exc:
             if keep_going:
                 # The reason without the hint: what to do is the run's to say, not the file's.
@@ -564,7 +576,35 @@ def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> 
         events=sum(s.events for s in summaries), appended=sum(s.appended for s in summaries),
         tool_calls=sum(s.tool_calls for s in summaries), blobs=sum(s.blobs for s in summaries),
         usage=usage, skipped=tuple(skipped) + tuple(x for s in summaries for x in s.skipped),
-        files=tuple(summaries))
+        files=tuple(summaries), redacted=_counts(s.redacted for s in summaries))
+
+
+def _counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for kind, n in one.items():
+            total[kind] = total.get(kind, 0) + n
+    return dict(sorted(total.items()))
+
+
+def _redact(parsed: Parsed, redactor: Redactor) -> dict[str, int]:
+    """Replace the secrets of every entry (its payload, a compaction's summary, its
+    meta) before anything is validated or appended; the counts by kind."""
+    found: list[dict[str, int]] = []
+    for plan in parsed.plans:
+        for entry in plan.entries:
+            if isinstance(entry, CompactionEntry):
+                entry.summary, counts = redactor.text(entry.summary)
+                entry.meta, in_meta = redactor.meta(entry.meta)
+                counts = _counts((counts, in_meta))
+                if counts:
+                    entry.meta[META_KEY] = counts
+            else:
+                draft = redactor.draft(Draft(body=entry.body, meta=entry.meta))
+                entry.body, entry.meta = draft.body, draft.meta
+                counts = draft.meta.get(META_KEY) or {}
+            found.append(counts)
+    return _counts(found)
 
 
 def _session_ids(parsed: Parsed, session: str | None) -> list[str]:
@@ -606,8 +646,9 @@ class _Run:
 
 def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None,
                    skip_bad: bool, progress: ProgressCallback | None,
-                   files: tuple[int, int]) -> ImportSummary:
+                   files: tuple[int, int], redactor: Redactor | None) -> ImportSummary:
     skipped = list(parsed.skipped)
+    redacted = _redact(parsed, redactor) if redactor is not None else {}
     ids = _session_ids(parsed, session)
     label = os.path.basename(source)
     for plan, sid in zip(parsed.plans, ids, strict=True):
@@ -654,7 +695,7 @@ def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None
         events=total, appended=run.appended, tool_calls=tool_calls, blobs=run.blobs,
         usage=Usage(input_tokens=usage[0], output_tokens=usage[1], cache_read_tokens=usage[2],
                     cache_write_tokens=usage[3], reasoning_tokens=usage[4]),
-        skipped=tuple(skipped))
+        skipped=tuple(skipped), redacted=redacted)
 
 
 def _spelling(log: Log, sid: str, parsed: Parsed, plan: Plan) -> str:

@@ -12,6 +12,7 @@ from rich.progress import Progress as ProgressBar
 from turnlog.adapters.importers import ALIASES as IMPORT_ALIASES
 from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
+from turnlog.adapters.redaction import RedactionError, Redactor
 
 from ..terminal import make_console, print_table, visible
 from ._common import (
@@ -42,9 +43,17 @@ VERBS = Verbs()
             arg("--skip-bad", action="store_true", help="skip malformed records (listed) "
                 "instead of refusing the file"),
             arg("--keep-going", action="store_true", help="go on past a file that cannot be "
-                "imported (listed with the reason) instead of stopping there"))
+                "imported (listed with the reason) instead of stopping there"),
+            arg("--no-redact", action="store_true", help="keep secrets as they are (by default "
+                "API keys, private keys, bearer tokens and URL passwords are replaced by "
+                "placeholders before anything is stored)"),
+            arg("--redact-pattern", action="append", default=[], metavar="KIND=REGEX",
+                help="also redact what REGEX matches (its first group if it has one), as "
+                "[redacted: KIND]; repeatable"))
 def _cmd_import(args: argparse.Namespace) -> int:
+    redactor = None if args.no_redact else Redactor(patterns=_patterns(args.redact_pattern))
     totals = {"events": 0, "appended": 0, "tool_calls": 0, "blobs": 0, "tokens": 0}
+    redacted: dict[str, int] = {}
     files: list[ImportSummary] = []
     skipped: list[SkippedRecord] = []
     failed: list[tuple[str, str]] = []
@@ -68,7 +77,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 try:
                     summary = import_path(log, path, format=args.format, session=args.session,
                                           skip_bad=args.skip_bad, progress=progress,
-                                          keep_going=args.keep_going)
+                                          keep_going=args.keep_going, redactor=redactor)
                 except turnlog.errors.ImportFormatError as exc:
                     failed.append((path, exc.cli_message()))
                     if args.json:
@@ -80,6 +89,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 for key in ("events", "appended", "tool_calls", "blobs"):
                     totals[key] += getattr(summary, key)
                 totals["tokens"] += summary.tokens
+                for kind, n in summary.redacted.items():
+                    redacted[kind] = redacted.get(kind, 0) + n
                 files += summary.files or ([summary] if summary.sources else [])
                 skipped += summary.skipped
                 if args.json:
@@ -87,6 +98,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
                            "sessions": list(summary.sessions), "events": summary.events,
                            "appended": summary.appended, "tool_calls": summary.tool_calls,
                            "blobs": summary.blobs, "tokens": summary.tokens,
+                           "redacted": summary.redacted,
                            "skipped": [msgspec.to_builtins(s) for s in summary.skipped]},
                           sys.stdout)
             written = bool(log.sessions())
@@ -97,7 +109,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
     code = EXIT_OK if files and not failed else EXIT_ERROR
     if args.json:
         _emit({"type": "result", **totals, "sessions": sessions,
-               "skipped": len(skipped)}, sys.stdout)
+               "skipped": len(skipped), "redacted": dict(sorted(redacted.items()))},
+              sys.stdout)
         return code
     if files:
         print_table(_out(), [("FILE", "left"), ("FORMAT", "left"), ("SESSIONS", "left"),
@@ -111,6 +124,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
               f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "
               f"{_plural(totals['tool_calls'], 'tool call')}, {_plural(totals['blobs'], 'blob')}"
               f", {_plural(totals['tokens'], 'token')} of reported usage")
+    if redacted:
+        print("redacted " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(redacted.items()))
+              + " (replaced by placeholders before storing; --no-redact keeps them)")
     for _, error in failed:
         print(f"turnlog: error: {error}", file=sys.stderr)
     if not files and not failed:
@@ -122,3 +138,14 @@ def _cmd_import(args: argparse.Namespace) -> int:
         print("the paths before the failed one were imported; pass --keep-going to import the "
               "rest (what was imported is not appended twice)", file=sys.stderr)
     return code
+
+
+def _patterns(specs: list[str]) -> dict[str, str]:
+    """``KIND=REGEX`` options as the patterns of a `Redactor`."""
+    patterns: dict[str, str] = {}
+    for spec in specs:
+        kind, sep, regex = spec.partition("=")
+        if not sep or not kind or not regex:
+            raise RedactionError(f"--redact-pattern takes KIND=REGEX, found {spec!r}")
+        patterns[kind] = regex
+    return patterns
