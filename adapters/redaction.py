@@ -167,8 +167,8 @@ def _plugins(names: Sequence[str]) -> list[tuple[str, list[re.Pattern[str]]]]:
             hint=Hint(cli="pip install 'turnlog[redact]', or pass --no-redact to import "
                           "without redaction",
                       python="pip install 'turnlog[redact]', or pass redactor=None")) from None
-    by_name: dict[str, Any] = {
-        plugin.__name__: plugin for plugin in get_mapping_from_secret_type_to_class().values()}
+    plugins: Iterable[Any] = get_mapping_from_secret_type_to_class().values()
+    by_name: dict[str, Any] = {plugin.__name__: plugin for plugin in plugins}
     found = []
     for name in names:
         cls = by_name.get(name)
