@@ -5,6 +5,7 @@ the log keeps every event."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -14,12 +15,27 @@ from pathlib import Path
 import msgspec
 import pytest
 import turnlog
-from turnlog import Log, Packer, Replayer
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from turnlog import Log, Packer, Policy, Replayer, pack
 from turnlog.adapters.importers import export_session, import_file
 from turnlog.adapters.providers import RenderError, endpoint, render
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 from turnlog.adapters.session import Session
+from turnlog.errors import BudgetExceededError
 from turnlog.events import AssistantMessageAdded, NativePart, SessionRewound
+from turnlog.packing import Packed, Projection, get_counter
+from turnlog.testing import (
+    SessionItem,
+    build,
+    check_all,
+    check_overflow,
+    memory_log,
+    policies,
+    project,
+    sessions,
+)
+from turnlog.tools.cli import main
 
 #: An opaque payload with every character class a base64 or JSON escape could disturb.
 OPAQUE = "gAAAAB+/=\\u00e9\"quoted\" é 💡 \n end"
@@ -216,3 +232,95 @@ def test_the_replay_of_a_request_holding_a_compaction_is_checked(log: Log) -> No
     replayer = Replayer(Packer(log))
     for seq in session.requests():
         assert replayer.replay("s", seq).ok
+
+
+# -- properties: generated sessions holding provider compactions ---------------------------------
+PROPS = settings(settings.default, deadline=None, max_examples=max(100, settings().max_examples),
+                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def _pack_or_none(view: Projection, policy: Policy) -> Packed | None:
+    try:
+        return pack(view, policy)
+    except BudgetExceededError as exc:
+        check_overflow(view, policy, exc)
+        return None
+
+
+@PROPS
+@given(items=sessions(native=True), policy=policies(max_window=64_000))
+def test_every_invariant_holds_with_provider_compactions(items: list[SessionItem],
+                                                         policy: Policy) -> None:
+    log = memory_log()
+    session = build(log, "s", items)
+    check_all(lambda: project(log, session), policy)
+    view = project(log, session)
+    # The latest provider compaction in the view, found from the events themselves.
+    cut = max((pos for pos, e in enumerate(view.events) if pos not in view.rewound
+               and isinstance(e.body, AssistantMessageAdded)
+               and any(isinstance(p, NativePart) for p in e.body.parts)), default=-1)
+    assert view.cut == cut
+    packed = _pack_or_none(view, policy)
+    if packed is None or cut < 0:
+        return
+    # Nothing of the conversation before it is sent.
+    assert all(pos >= cut for m in packed.prompt.messages for pos in m.source)
+    for decision in packed.decisions:
+        if decision.rule == "native.compaction":
+            assert decision.pos < cut and decision.decision == "dropped"
+
+
+@PROPS
+@given(items=sessions(native=True), policy=policies(max_window=32_000), data=st.data())
+def test_an_incremental_projection_with_provider_compactions_packs_like_a_fresh_one(
+        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    log = memory_log()
+    session = build(log, "s", items)
+    lineage = log.lineage(session)
+    stops = set(data.draw(st.lists(st.integers(0, max(0, len(lineage) - 1)), max_size=4)))
+    view = Projection(get_counter("cl100k_base"))
+    for i, event in enumerate(lineage):
+        view.apply(event)
+        if i in stops:
+            with contextlib.suppress(BudgetExceededError):
+                pack(view, policy)  # fills the caches midway
+    fresh = project(log, session)
+    assert view.cut == fresh.cut
+    a = _pack_or_none(view, policy)
+    b = _pack_or_none(fresh, policy)
+    assert (a is None) == (b is None)
+    if a is not None and b is not None:
+        assert a.prompt.encode() == b.prompt.encode(), a.prompt.first_difference(b.prompt)
+        assert a.decisions == b.decisions
+
+
+@PROPS
+@given(items=sessions(native=True), policy=policies(max_window=64_000), data=st.data())
+def test_a_request_holding_a_provider_compaction_replays_after_later_appends(
+        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    split = data.draw(st.integers(1, max(1, len(items))))
+    log = memory_log()
+    session = build(log, "s", items[:split])
+    replayer = Replayer(Packer(log))
+    try:
+        recorded = replayer.record(session, policy=policy)
+    except BudgetExceededError:
+        assume(False)
+        return
+    build(log, session, items[split:])
+    assert Replayer(Packer(log)).replay(session, recorded.request_seq).ok
+
+
+def test_the_command_shows_the_item_and_what_it_replaced(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = tmp_path / "store"
+    with turnlog.open(store) as opened:
+        converse(opened, "anthropic")
+    assert main(["--store", str(store), "log", "s"]) == 0
+    listed = capsys.readouterr().out
+    assert "(anthropic compaction) after it" in listed
+    assert main(["--store", str(store), "explain", "s", "-1"]) == 0
+    explained = capsys.readouterr().out
+    assert explained.count("native.compaction") == 3  # hello, first, more
+    assert main(["--store", str(store), "replay", "s"]) == 0
+    assert "3 of 3 requests reproduced byte for byte" in capsys.readouterr().out

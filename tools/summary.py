@@ -20,6 +20,7 @@ from turnlog.events import (
     CompactionFailed,
     EventsPinned,
     MemoryChanged,
+    NativePart,
     NotificationAdded,
     PolicySet,
     ProviderErrorReceived,
@@ -118,8 +119,10 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         texts = [p.text for p in body.parts if isinstance(p, TextPart) and p.text.strip()]
         calls = [p for p in body.parts if isinstance(p, ToolCall)]
         thinking = any(isinstance(p, ReasoningPart) for p in body.parts)
+        native = [f"({p.format} {p.item_type}) " for p in body.parts
+                  if isinstance(p, NativePart)]
         text = head(texts[0], width // 2 if calls else width) if texts else ""
-        out = ("(thinking) " if thinking else "") + text
+        out = "".join(native) + ("(thinking) " if thinking else "") + text
         if calls:
             out += (" -> " if out else "-> ") + ", ".join(_call(c) for c in calls)
         return out

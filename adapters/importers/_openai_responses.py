@@ -358,6 +358,10 @@ class ItemMapper:
                                   "name": part.name, "arguments": part.arguments})
                 elif isinstance(part, NativePart) and part.format == "openai-responses":
                     items.append(msgspec.json.decode(part.data))
+                elif isinstance(part, NativePart):  # another API's own item: named
+                    items.append({"type": "message", "role": "assistant", "content": [
+                        {"type": "output_text", "text": f"[{part.format} {part.item_type} "
+                         "item: opaque to this format, kept in the turnlog session]"}]})
             return items
         if isinstance(body, ToolResultAdded):
             return [{"type": "function_call_output", "call_id": body.call_id,

@@ -26,6 +26,7 @@ from .._events import (
     CompactionCommitted,
     EventsPinned,
     ImagePart,
+    NativePart,
     NotificationAdded,
     Part,
     ReasoningPart,
@@ -350,6 +351,21 @@ class _Sim:
             self.open[call_id] = (tool, args, pos)
         return made
 
+    def native(self) -> None:
+        """A provider's compaction (either format's), then text, as the API returns it."""
+        summary = self.words(self.draw(st.integers(3, 40)))
+        if self.draw(st.booleans()):
+            part = NativePart(format="anthropic", item_type="compaction",
+                              data=json.dumps({"type": "compaction", "content": summary}),
+                              text=summary)
+        else:
+            part = NativePart(format="openai-responses", item_type="compaction",
+                              data=json.dumps({"type": "compaction", "id": f"cmp_{self.pos}",
+                                               "encrypted_content": "gAAAA" + "Zm9v" * len(
+                                                   summary)}))
+        self.emit(AssistantMessageAdded(parts=(part, TextPart(text=self.words(5))),
+                                        model="test-model"))
+
     def call(self) -> tuple[str, dict[str, Any]]:
         tool = self.draw(st.sampled_from(("Read", "Read", "Read", "Edit", "Write", "Grep",
                                           "Glob", "Bash", "Bash")))
@@ -534,6 +550,8 @@ class _Sim:
             actions.append("rewind")
         if opts["forks"]:
             actions.append("fork")
+        if opts["native"]:
+            actions.append("native")
         while not self.full:
             action = self.draw(st.sampled_from(actions))
             if action == "turn":
@@ -561,6 +579,8 @@ class _Sim:
                 self.rewind()
             elif action == "fork" and not self.forked and self.own_seq > 2:
                 self.fork()
+            elif action == "native":
+                self.native()
             if self.draw(st.integers(0, 40)) == 40:
                 break
         if self.draw(st.integers(0, 4)) == 0:
@@ -570,7 +590,8 @@ class _Sim:
 
 @st.composite
 def sessions(draw: st.DrawFn, *, max_events: int = 60, forks: bool = True,
-             rewinds: bool = True, compactions: bool = True) -> list[SessionItem]:
+             rewinds: bool = True, compactions: bool = True,
+             native: bool = False) -> list[SessionItem]:
     """Realistic agent sessions, as a list of payloads, `Draft` s and markers.
 
     A session sets system sections (and later changes or removes them) and a
@@ -586,9 +607,12 @@ def sessions(draw: st.DrawFn, *, max_events: int = 60, forks: bool = True,
         max_events: an upper bound on the number of items (a few more may
             follow to finish an exchange).
         forks / rewinds / compactions: allow those items.
+        native: allow assistant messages opening with a provider's own compaction (a
+            `NativePart`, which replaces the conversation before it in prompts).
     """
     seed = draw(st.integers(0, 2**32 - 1))
-    options = {"forks": forks, "rewinds": rewinds, "compactions": compactions}
+    options = {"forks": forks, "rewinds": rewinds, "compactions": compactions,
+               "native": native}
     limit = draw(st.integers(1, max(1, max_events)))
     return _Sim(draw, seed, limit, options).run()
 
