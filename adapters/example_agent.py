@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import blake3
+import httpx
 import turnlog
 from turnlog import Log, Policy
 from turnlog.adapters import AsyncSession, Session
@@ -179,24 +180,25 @@ def run(log: Log, workspace: Path, base_url: str, question: str, *,
                    "tools before you answer, and show how you computed any number.")
     session.tools([*TOOLS, *session.context_tools()] if context_tools else TOOLS)
     session.user(question)
-    for _ in range(max_steps):
-        request = session.prepare()  # overflow recovery, packing, the request record
-        reply = send(session.format, request.body, api_key="offline", base_url=base_url,
-                     request_seq=request.request_seq)
-        answer = session.record(reply)
-        echo(f"request #{request.request_seq}: {request.packed.tokens} tokens -> "
-             f"{answer.text or answer.error!r}")
-        if answer.error is not None and not answer.overflow:
-            raise RuntimeError(f"the model failed: {answer.error.message}")
-        if answer.done:
-            return session, answer.text
-        for call in answer.tool_calls:
-            if context_tools and call.name in _KIT:
-                output = session.call_context_tool(call).output  # appends the result
-            else:
-                output, failed = run_tool(workspace, call)
-                session.tool_result(call.id, output, is_error=failed)
-            echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
+    with httpx.Client() as client:  # one pool: the connection is kept between calls
+        for _ in range(max_steps):
+            request = session.prepare()  # overflow recovery, packing, the request record
+            reply = send(session.format, request.body, api_key="offline", base_url=base_url,
+                         request_seq=request.request_seq, client=client)
+            answer = session.record(reply)
+            echo(f"request #{request.request_seq}: {request.packed.tokens} tokens -> "
+                 f"{answer.text or answer.error!r}")
+            if answer.error is not None and not answer.overflow:
+                raise RuntimeError(f"the model failed: {answer.error.message}")
+            if answer.done:
+                return session, answer.text
+            for call in answer.tool_calls:
+                if context_tools and call.name in _KIT:
+                    output = session.call_context_tool(call).output  # appends the result
+                else:
+                    output, failed = run_tool(workspace, call)
+                    session.tool_result(call.id, output, is_error=failed)
+                echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
     raise RuntimeError(f"no answer after {max_steps} steps")
 
 
@@ -213,24 +215,26 @@ async def arun(log: Log, workspace: Path, base_url: str, question: str, *,
                          "the tools before you answer, and show how you computed any number.")
     await session.tools([*TOOLS, *session.context_tools()] if context_tools else TOOLS)
     await session.user(question)
-    for _ in range(max_steps):
-        request = await session.prepare()
-        reply = await asend(session.format, request.body, api_key="offline",
-                            base_url=base_url, request_seq=request.request_seq)
-        answer = await session.record(reply)
-        echo(f"request #{request.request_seq}: {request.packed.tokens} tokens -> "
-             f"{answer.text or answer.error!r}")
-        if answer.error is not None and not answer.overflow:
-            raise RuntimeError(f"the model failed: {answer.error.message}")
-        if answer.done:
-            return session, answer.text
-        for call in answer.tool_calls:
-            if context_tools and call.name in _KIT:
-                output = (await session.call_context_tool(call)).output
-            else:
-                output, failed = run_tool(workspace, call)
-                await session.tool_result(call.id, output, is_error=failed)
-            echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
+    async with httpx.AsyncClient() as client:  # I/O on the loop, one pool
+        for _ in range(max_steps):
+            request = await session.prepare()
+            reply = await asend(session.format, request.body, api_key="offline",
+                                base_url=base_url, request_seq=request.request_seq,
+                                client=client)
+            answer = await session.record(reply)
+            echo(f"request #{request.request_seq}: {request.packed.tokens} tokens -> "
+                 f"{answer.text or answer.error!r}")
+            if answer.error is not None and not answer.overflow:
+                raise RuntimeError(f"the model failed: {answer.error.message}")
+            if answer.done:
+                return session, answer.text
+            for call in answer.tool_calls:
+                if context_tools and call.name in _KIT:
+                    output = (await session.call_context_tool(call)).output
+                else:
+                    output, failed = run_tool(workspace, call)
+                    await session.tool_result(call.id, output, is_error=failed)
+                echo(f"  {call.name}({call.arguments}) -> {output.splitlines()[0]!r}")
     raise RuntimeError(f"no answer after {max_steps} steps")
 
 
@@ -262,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             (workspace / "build.log").write_text(BUILD_LOG, encoding="utf-8")
         script = context_script() if kit else SCRIPT
         with turnlog.open(options.store or Path(tmp) / "store") as log, \
-                FakeServer(script) as server:
+                FakeServer(script, keep_alive=True) as server:
             question = ("Why did the build fail? The log is build.log." if kit
                         else "What does invoice 2024-117 come to?")
             before = log.head("example")  # a store used before holds earlier requests
@@ -284,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"verify: {'ok' if log.verify(session.id).ok else 'FAILED'}")
             recorded = sum(1 for r in results if r.request_seq > start)
             received = len(server.requests)
-            print(f"requests: {recorded} recorded, {received} received")
+            print(f"requests: {recorded} recorded, {received} received over "
+                  f"{server.connections} connection(s)")
     return 0 if all(r.ok for r in results) and recorded == received else 1
 
 

@@ -87,7 +87,9 @@ inline under its thread lock, with `Log.update` for the conditional appends;
 `AsyncSession` performs them in a worker thread under an `asyncio.Lock` and
 drives the conditional appends with `Retries`, waiting with ``asyncio.sleep``,
 so neither LMDB nor PostgreSQL (through the same synchronous store) blocks the
-event loop.
+event loop. The call to the provider between ``prepare`` and ``record`` is the
+caller's; ``providers.asend`` makes it on the event loop itself (httpx's
+``AsyncClient``), with no worker thread.
 
 Nothing here reads a clock: ``time=`` (microseconds since the epoch) is
 data, taken from the caller or from the ``clock`` callable the caller

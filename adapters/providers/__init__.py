@@ -9,7 +9,7 @@ name and never branches on it:
   hashes (`render`, `renderer`, `renderer_for` to replay a record);
 * parsing replies, streams and HTTP errors into the events to append
   (`parse_response`, `parse_stream`, `parse_http`, `Reply`);
-* posting a request (`send`, standard library only; `asend` for asyncio);
+* posting a request (`send` on httpx, `asend` for asyncio);
 * model summarizers for compaction (`OpenAISummarizer`, `AnthropicSummarizer`).
 
 ``turnlog.adapters.providers.fakeserver`` is a local server speaking every

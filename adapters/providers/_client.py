@@ -1,16 +1,41 @@
-"""A minimal HTTP client for the three wire formats (stdlib ``urllib`` only).
+"""The HTTP client for the three wire formats, on httpx (blocking and asyncio).
 
 Theory of operation
 -------------------
 `send` posts a rendered request body (the exact bytes a request record
 hashes) to a provider endpoint and parses the answer with ``responses``: a
 JSON body or, when the server answers ``text/event-stream``, an SSE stream
-read to its end. An HTTP error status is not an exception here: it comes
-back as a `Reply` whose ``error`` is set, ready to append as
-``ProviderErrorReceived``. Only failures that produce no answer raise:
-`ProviderTimeoutError` when the server is too slow, `ProviderError` when it
-cannot be reached, and ``turnlog.errors.DecodeError`` for a 2xx answer that does not
-parse.
+read to its end. `asend` is the same call on asyncio. Both are thin shells
+around one sans-I/O core, as in h11: `_request` says what to post (URL,
+headers), `_reply` turns what came back (status, content type, body) into a
+`Reply`, and `_failure` turns an httpx exception into turnlog's error. The
+shells only move the bytes, with ``httpx.Client.stream`` or
+``httpx.AsyncClient.stream``: the answer is read chunk by chunk as it
+arrives, each read under the timeout, so a long stream that keeps sending
+never times out and one that stalls does. `asend` does its I/O on the event
+loop itself (no worker thread).
+
+An HTTP error status is not an exception here: it comes back as a `Reply`
+whose ``error`` is set, ready to append as ``ProviderErrorReceived``. Only
+failures that produce no answer raise, each a `ProviderError` that carries
+the event to append (``error``):
+
+* `ProviderTimeoutError` (also a ``TimeoutError``): no connection, no answer,
+  or a stalled answer within ``timeout`` (``error_type`` ``timeout``);
+* `ProviderError` with ``error_type`` ``connection``: the server cannot be
+  reached (refused, unknown host, not an http(s) URL), it closed the
+  connection without answering, or the answer broke off part-way;
+* ``turnlog.errors.DecodeError``: a 2xx answer that does not parse (a
+  malformed JSON body or SSE stream, a stream that stops before its end).
+
+There are no retries: a failure is returned to the caller (who records it,
+`Session.record` takes the `ProviderError`) and the next request is the
+caller's decision.
+
+Connections: pass an ``httpx.Client`` (``httpx.AsyncClient`` to `asend`) as
+``client`` to keep connections open between calls, as the official SDKs do
+(a pool per client, HTTP/1.1 keep-alive); the client stays the caller's to
+close. Without one, each call opens a client of its own and closes it.
 
 Base URLs follow the official SDKs: an OpenAI base URL includes the version
 (``https://api.openai.com/v1``), an Anthropic one does not
@@ -20,13 +45,13 @@ Base URLs follow the official SDKs: an OpenAI base URL includes the version
 
 from __future__ import annotations
 
-import asyncio
-import http.client
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 
+import httpx
 from turnlog import KernelError
+from turnlog.errors import DecodeError
 from turnlog.events import ProviderErrorReceived
 
 from ._anthropic import ANTHROPIC_VERSION
@@ -76,7 +101,7 @@ def endpoint(format: str, base_url: str | None = None) -> str:  # noqa: A002
 
 def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,  # noqa: A002
          timeout: float = 120.0, headers: Mapping[str, str] | None = None,
-         request_seq: int | None = None) -> Reply:
+         request_seq: int | None = None, client: httpx.Client | None = None) -> Reply:
     """POST a rendered request body and parse the answer.
 
     Parameters:
@@ -84,67 +109,153 @@ def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,
         body: the request body (e.g. ``Recorded.rendered``).
         api_key: sent as ``Authorization: Bearer`` (OpenAI) or ``x-api-key`` (Anthropic).
         base_url: the API root (see the module docstring); the public one when None.
-        timeout: seconds to connect and for each read.
+        timeout: seconds to connect, to send and for each read.
         headers: further headers.
         request_seq: the seq of the ``RequestIssued`` record (put into the events).
+        client: an ``httpx.Client`` whose connections are reused (kept open, not
+            closed here); a client of this call's own when None.
 
     Returns:
         The parsed `Reply`; for an HTTP error status its ``error`` is set.
 
     Raises:
-        ProviderTimeoutError: no answer within ``timeout``.
-        ProviderError: the server cannot be reached.
+        ProviderTimeoutError: no connection or no (further) answer within ``timeout``.
+        ProviderError: the server cannot be reached or the answer broke off.
         DecodeError: a successful answer that does not parse.
     """
-    spec = provider(format)
-    url = spec.endpoint(base_url)
-    all_headers = {"content-type": "application/json", "accept": "application/json",
-                   **spec.headers(api_key), **(headers or {})}
-    request = urllib.request.Request(url, data=body, headers=all_headers, method="POST")
+    url, all_headers = _request(format, api_key, base_url, headers)
+    answer = _Answer()
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            status = answer.status
-            content_type = answer.headers.get("content-type", "")
-            data = answer.read()
-    except urllib.error.HTTPError as exc:
-        status = exc.code
-        content_type = exc.headers.get("content-type", "") if exc.headers else ""
-        try:
-            data = exc.read()
-        except (OSError, TimeoutError):
-            data = b""
-        finally:
-            exc.close()
-    except TimeoutError as exc:
-        raise _timeout(url, timeout, request_seq) from exc
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError):
-            raise _timeout(url, timeout, request_seq) from exc
-        raise _unreachable(url, exc.reason, request_seq) from exc
-    except (OSError, ValueError, http.client.HTTPException) as exc:  # reset, bad URL, cut
-        raise _unreachable(url, exc, request_seq) from exc
-    stream = "text/event-stream" in content_type.lower()
-    return parse_http(format, status, data, stream=stream if status < 400 else False,
-                      request_seq=request_seq)
+        with _sync_client(client) as http, http.stream(
+                "POST", url, content=body, headers=all_headers,
+                timeout=httpx.Timeout(timeout)) as response:
+            answer.start(response)
+            for chunk in response.iter_bytes():
+                answer.chunks.append(chunk)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return _failure(exc, format, url, timeout, request_seq, answer)
+    return _reply(format, answer, request_seq)
 
 
 async def asend(format: str, body: bytes, *, api_key: str,  # noqa: A002
                 base_url: str | None = None, timeout: float = 120.0,
                 headers: Mapping[str, str] | None = None,
-                request_seq: int | None = None) -> Reply:
-    """`send` for asyncio: the same request, answer and errors, without blocking the
-    event loop (the blocking client runs in a worker thread)."""
-    return await asyncio.to_thread(send, format, body, api_key=api_key, base_url=base_url,
-                                   timeout=timeout, headers=headers, request_seq=request_seq)
+                request_seq: int | None = None,
+                client: httpx.AsyncClient | None = None) -> Reply:
+    """`send` for asyncio: the same request, answer and errors, the I/O done on the
+    event loop (``client``: an ``httpx.AsyncClient``)."""
+    url, all_headers = _request(format, api_key, base_url, headers)
+    answer = _Answer()
+    try:
+        async with _async_client(client) as http, http.stream(
+                "POST", url, content=body, headers=all_headers,
+                timeout=httpx.Timeout(timeout)) as response:
+            answer.start(response)
+            async for chunk in response.aiter_bytes():
+                answer.chunks.append(chunk)
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return _failure(exc, format, url, timeout, request_seq, answer)
+    return _reply(format, answer, request_seq)
 
 
-def _timeout(url: str, timeout: float, request_seq: int | None) -> ProviderTimeoutError:
-    message = f"no answer from {url} within {timeout} s"
-    return ProviderTimeoutError(message, error=ProviderErrorReceived(
-        request_seq=request_seq, error_type="timeout", message=message))
+# -- the shells' connections -------------------------------------------------------------------
+@contextmanager
+def _sync_client(client: httpx.Client | None) -> Iterator[httpx.Client]:
+    if client is not None:
+        yield client
+        return
+    with httpx.Client() as own:
+        yield own
 
 
-def _unreachable(url: str, reason: object, request_seq: int | None) -> ProviderError:
-    message = f"cannot reach {url}: {reason}"
-    return ProviderError(message, error=ProviderErrorReceived(
-        request_seq=request_seq, error_type="connection", message=message))
+@asynccontextmanager
+async def _async_client(client: httpx.AsyncClient | None) -> AsyncIterator[httpx.AsyncClient]:
+    if client is not None:
+        yield client
+        return
+    async with httpx.AsyncClient() as own:
+        yield own
+
+
+# -- the sans-I/O core -------------------------------------------------------------------------
+class _Answer:
+    """What came back so far: the status line's status, the content type, the body read."""
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self.content_type = ""
+        self.chunks: list[bytes] = []
+
+    def start(self, response: httpx.Response) -> None:
+        self.status = response.status_code
+        self.content_type = response.headers.get("content-type", "")
+
+    @property
+    def size(self) -> int:
+        return sum(len(c) for c in self.chunks)
+
+
+def _request(format: str, api_key: str, base_url: str | None,  # noqa: A002
+             headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
+    """The URL and the headers of a ``format`` request."""
+    spec = provider(format)
+    return spec.endpoint(base_url), {"content-type": "application/json",
+                                     "accept": "application/json",
+                                     **spec.headers(api_key), **(headers or {})}
+
+
+def _reply(format: str, answer: _Answer, request_seq: int | None) -> Reply:  # noqa: A002
+    """The `Reply` of a complete answer."""
+    status = answer.status if answer.status is not None else 0
+    stream = "text/event-stream" in answer.content_type.lower()
+    return parse_http(format, status, b"".join(answer.chunks),
+                      stream=stream if status < 400 else False, request_seq=request_seq)
+
+
+def _failure(exc: Exception, format: str, url: str, timeout: float,  # noqa: A002
+             request_seq: int | None, answer: _Answer) -> Reply:
+    """What a failed exchange gives: the error status already received with whatever
+    of its body arrived, else the error to raise."""
+    if answer.status is not None and answer.status >= 400:
+        return _reply(format, answer, request_seq)  # (as much of the error body as came)
+    if isinstance(exc, httpx.DecodingError):
+        raise DecodeError(f"{format} reply from {url}: the body cannot be decoded with its "
+                          f"content-encoding ({exc})") from exc
+    if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, httpx.ConnectTimeout):
+            what = f"could not connect to {url} within {timeout:g} s"
+        elif isinstance(exc, httpx.PoolTimeout):
+            what = (f"no free connection to {url} in the client's pool within {timeout:g} s "
+                    "(raise its limits, or close finished streams sooner)")
+        elif answer.status is not None:
+            what = (f"the answer from {url} stalled: nothing more for {timeout:g} s after "
+                    f"{answer.size} bytes of the body")
+        else:
+            what = f"no answer from {url} within {timeout:g} s"
+        raise ProviderTimeoutError(what, error=ProviderErrorReceived(
+            request_seq=request_seq, error_type="timeout", message=what)) from exc
+    reason = _reason(exc)
+    if answer.status is not None:
+        what = (f"the answer from {url} broke off after {answer.size} bytes of the body "
+                f"({reason}); nothing of it was parsed")
+    elif isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
+        what = f"cannot reach {url}: {reason} (expected an http:// or https:// base URL)"
+    elif isinstance(exc, httpx.RemoteProtocolError):
+        what = f"{url} closed the connection without answering ({reason})"
+    else:
+        what = f"cannot reach {url}: {reason}"
+    raise ProviderError(what, error=ProviderErrorReceived(
+        request_seq=request_seq, error_type="connection", message=what)) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """What the system said, where the exception chain holds it: the asyncio backend
+    says only "All connection attempts failed" above the ``ConnectionRefusedError``."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, OSError) and seen.errno:
+            return f"[Errno {seen.errno}] {os.strerror(seen.errno)}"
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__

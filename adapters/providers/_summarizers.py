@@ -18,13 +18,15 @@ parsed ``ProviderErrorReceived``, ``overflow`` included),
 ``turnlog.errors.DecodeError`` for an answer that is not the provider's shape,
 `EmptySummaryError` for an answer without text. The compactor records any
 of these as ``CompactionFailed`` and its circuit breaker counts them.
-Only the standard library is used (``urllib.request``).
+Requests go through `send` (httpx); a summarizer given an ``httpx.Client``
+keeps its connections open from one summary to the next.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import httpx
 from turnlog.compaction import Summary, SummaryRequest
 from turnlog.errors import InvalidArgumentError
 from turnlog.events import ProviderErrorReceived, TextPart
@@ -93,6 +95,8 @@ class OpenAISummarizer:
         max_tokens_field: ``max_tokens`` (compatible servers) or
             ``max_completion_tokens`` (OpenAI reasoning models).
         headers: further HTTP headers.
+        client: an ``httpx.Client`` to send through (its connections kept between
+            summaries; the caller closes it); a client per call when None.
 
     Raises:
         InvalidArgumentError: an empty model or a non-positive timeout.
@@ -101,7 +105,8 @@ class OpenAISummarizer:
     def __init__(self, model: str, *, api_key: str,
                  base_url: str = DEFAULT_BASE_URLS["openai-chat"], timeout: float = 60.0,
                  temperature: float | None = None, max_tokens_field: str = "max_tokens",
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 client: httpx.Client | None = None) -> None:
         _check(model, timeout)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise InvalidArgumentError("max_tokens_field must be 'max_tokens' or "
@@ -113,6 +118,7 @@ class OpenAISummarizer:
         self.max_tokens_field = max_tokens_field
         self._api_key = api_key
         self._headers = dict(headers or {})
+        self._client = client
 
     @property
     def id(self) -> str:
@@ -136,7 +142,8 @@ class OpenAISummarizer:
             DecodeError: an answer that is not a Chat Completions body.
         """
         reply = send("openai-chat", self.body(request), api_key=self._api_key,
-                     base_url=self.base_url, timeout=self.timeout, headers=self._headers)
+                     base_url=self.base_url, timeout=self.timeout, headers=self._headers,
+                     client=self._client)
         return Summary(text=_text_of(reply, self.id), summarizer=self.id, model=self.model,
                        prompt_hash=request.prompt_hash())
 
@@ -151,6 +158,8 @@ class AnthropicSummarizer:
         timeout: seconds to connect and for each read.
         temperature: sent when not None (the default: recent models refuse it).
         headers: further HTTP headers.
+        client: an ``httpx.Client`` to send through (its connections kept between
+            summaries; the caller closes it); a client per call when None.
 
     Raises:
         InvalidArgumentError: an empty model or a non-positive timeout.
@@ -159,7 +168,8 @@ class AnthropicSummarizer:
     def __init__(self, model: str, *, api_key: str,
                  base_url: str = DEFAULT_BASE_URLS["anthropic"], timeout: float = 60.0,
                  temperature: float | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 client: httpx.Client | None = None) -> None:
         _check(model, timeout)
         self.model = model
         self.base_url = base_url
@@ -167,6 +177,7 @@ class AnthropicSummarizer:
         self.temperature = temperature
         self._api_key = api_key
         self._headers = dict(headers or {})
+        self._client = client
 
     @property
     def id(self) -> str:
@@ -187,6 +198,7 @@ class AnthropicSummarizer:
             DecodeError: an answer that is not a Messages body.
         """
         reply = send("anthropic", self.body(request), api_key=self._api_key,
-                     base_url=self.base_url, timeout=self.timeout, headers=self._headers)
+                     base_url=self.base_url, timeout=self.timeout, headers=self._headers,
+                     client=self._client)
         return Summary(text=_text_of(reply, self.id), summarizer=self.id, model=self.model,
                        prompt_hash=request.prompt_hash())

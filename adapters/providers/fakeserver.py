@@ -16,11 +16,14 @@ request is recorded (`FakeServer.requests`) before it is answered.
 Replies are scripted with `FakeReply`: text, reasoning, parallel tool calls,
 usage, an HTTP error (with the provider's error body; `overflow_error` gives
 the real context-overflow body and status of each provider), an error inside
-a stream, a delay (to test timeouts) or raw bytes (to test malformed
-answers). Scripted replies are used in order; when none is left the
-``responder`` (if any) is asked, else the answer is ``"reply N"``. Ids, times
-and usage are derived from a counter and the request's size, so a run is
-deterministic.
+a stream, a delay (to test timeouts), raw bytes (to test malformed
+answers) or a body cut short (an answer that breaks off). Scripted replies
+are used in order; when none is left the ``responder`` (if any) is asked,
+else the answer is ``"reply N"``. Ids, times and usage are derived from a
+counter and the request's size, so a run is deterministic. Every answer
+closes its connection, unless the server keeps connections alive
+(``keep_alive=True``, to test a client's pooling against
+`FakeServer.connections`).
 
 A request the real API refuses is refused here too, with the real status and
 error body, before any scripted reply is used: for Anthropic, every rule of
@@ -311,6 +314,8 @@ class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
         raw: send these bytes as the body, as they are (with ``status``).
         content_type: the content type of ``raw``.
         model: the model reported (the request's when empty).
+        cut: send only this many bytes of the body (the headers announce all of it),
+            then close the connection: an answer that breaks off part-way.
     """
 
     text: str = ""
@@ -329,6 +334,7 @@ class FakeReply(msgspec.Struct, frozen=True, kw_only=True):
     raw: bytes | None = None
     content_type: str = "application/json"
     model: str = ""
+    cut: int | None = None
 
 
 def overflow_error(*, in_stream: bool = False, delay: float = 0.0) -> FakeReply:
@@ -382,6 +388,9 @@ class FakeServer:
     Parameters:
         replies: scripted replies, used in order.
         responder: asked for a reply when the script is exhausted.
+        keep_alive: keep each connection open for further requests (HTTP/1.1
+            keep-alive, as the real APIs do); by default every answer closes its
+            connection. `connections` counts the connections accepted.
 
     Example::
 
@@ -390,9 +399,11 @@ class FakeServer:
     """
 
     def __init__(self, replies: Iterable[FakeReply] = (), *,
-                 responder: Responder | None = None) -> None:
+                 responder: Responder | None = None, keep_alive: bool = False) -> None:
         self._script: list[FakeReply] = list(replies)
         self._responder = responder
+        self.keep_alive = keep_alive
+        self._connections = 0
         self._requests: list[Received] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -465,6 +476,16 @@ class FakeServer:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def connections(self) -> int:
+        """How many connections the server accepted so far."""
+        with self._lock:
+            return self._connections
+
+    def _connected(self) -> None:
+        with self._lock:
+            self._connections += 1
+
     def _record(self, received: Received) -> int:
         with self._lock:
             self._requests.append(received)
@@ -490,6 +511,12 @@ class FakeServer:
 class _Handler(BaseHTTPRequestHandler):
     server_owner: FakeServer
     protocol_version = "HTTP/1.1"
+    _cut: int | None = None
+
+    def setup(self) -> None:
+        """Count the connection."""
+        super().setup()
+        self.server_owner._connected()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         """Silent."""
@@ -511,6 +538,7 @@ class _Handler(BaseHTTPRequestHandler):
                            "application/json")
             return
         n, reply = self.server_owner._next(received)
+        self._cut = reply.cut
         self.server_owner._wait(reply.delay)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self._answer(fmt, n, reply, received)  # (the client may have given up)
@@ -521,14 +549,17 @@ class _Handler(BaseHTTPRequestHandler):
                                     0), "application/json")
 
     def _send(self, status: int, data: bytes, content_type: str) -> None:
+        cut, self._cut = self._cut, None
+        keep = self.server_owner.keep_alive and cut is None
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
-        self.send_header("connection", "close")
+        if not keep:
+            self.send_header("connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        self.wfile.write(data if cut is None else data[:cut])
         self.wfile.flush()
-        self.close_connection = True
+        self.close_connection = not keep
 
     def _answer(self, fmt: str, n: int, reply: FakeReply, received: Received) -> None:
         if reply.raw is not None:
