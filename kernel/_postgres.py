@@ -828,19 +828,26 @@ class PostgresStore(Store):
     def scrub(self) -> None:
         """Leave no dead copy of erased rows (see `Store.scrub`): ``VACUUM (FULL)`` of the
         events and blobs tables rewrites them (and their TOAST tables) without dead
-        tuples, then ``CHECKPOINT`` lets the server recycle the WAL written before it.
-        VACUUM FULL holds an exclusive lock on each table while it runs (writers and
-        readers wait). CHECKPOINT needs a superuser or the ``pg_checkpoint`` role; without
-        it the rows are rewritten and the old WAL goes at the server's next checkpoint.
-        Recycled WAL segment files keep their old bytes until the server reuses them
-        (docs/erasure.md says how to have none)."""
+        tuples; ``pg_switch_wal()`` closes the WAL segment that holds the old rows (and
+        the erasure's full-page images of them), and ``CHECKPOINT`` moves the redo point
+        past it, so that the server removes every segment written before the erasure.
+        Removes, on a server with ``wal_recycle = off``; with the default (on) it renames
+        them for reuse and their old bytes stay until they are overwritten
+        (docs/erasure.md, "The WAL"). VACUUM FULL holds an exclusive lock on each table
+        while it runs (writers and readers wait). ``pg_switch_wal()`` needs a superuser
+        or EXECUTE granted on it, CHECKPOINT a superuser or the ``pg_checkpoint`` role;
+        without them the rows are rewritten and the old WAL goes once the server has
+        filled its segment and checkpointed on its own."""
         self._check()
         if self.readonly:
             raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
                                      "for writing to erase")
         with self._guard("write"), self._connection() as conn:
             conn.execute(self._q["vacuum"])
-            # Without the privilege, the server's next checkpoint does it (documented).
+            # Without the privileges, the server's own switch and checkpoint do it
+            # (documented). Each statement commits on its own (autocommit).
+            with suppress(psycopg.errors.InsufficientPrivilege):
+                conn.execute(b"SELECT pg_switch_wal()")
             with suppress(psycopg.errors.InsufficientPrivilege):
                 conn.execute(b"CHECKPOINT")
 

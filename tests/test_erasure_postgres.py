@@ -64,3 +64,30 @@ def test_erase_on_postgres_leaves_no_dead_copy_in_the_table_files() -> None:
         assert events[0].kind == "erased"
     assert _files_holding(server.data, SECRET.encode()) == []
     assert _files_holding(server.data, TOOL_SECRET.encode()) == []
+
+
+@pytest.mark.parametrize("recycle", ["off", "on"])
+def test_with_wal_recycle_off_no_wal_segment_holds_the_erased_text(recycle: str) -> None:
+    """The documented server setting (docs/erasure.md, "The WAL"): with ``wal_recycle =
+    off`` the scrub's WAL switch and checkpoint remove every segment written before the
+    erasure, and the whole data directory, pg_wal included, holds no erased byte; with
+    the default (on) the segments are renamed for reuse and still hold it."""
+    server = pgserver.Server(settings={"wal_recycle": recycle, "full_page_writes": "on"})
+    try:
+        with turnlog.open(server.url(schema="wal")) as log:
+            log.append("s", UserMessageAdded(text=f"my key is {SECRET}"))
+            log.append("s", ToolResultAdded(call_id="c1", tool_name="cat",
+                                            output=TOOL_SECRET * 8000))
+            log.append("other", UserMessageAdded(text="kept"))
+            assert _files_holding(server.data, SECRET.encode(), skip="-")  # in the WAL now
+            log.erase("s", [0, 1], reason="gdpr")
+            assert log.verify().ok
+            assert [e.kind for e in log.read("other")] == ["user"]
+        left = (_files_holding(server.data, SECRET.encode(), skip="-")
+                + _files_holding(server.data, TOOL_SECRET.encode(), skip="-"))
+        if recycle == "off":
+            assert left == []
+        else:
+            assert left and all(path.startswith("pg_wal") for path in left), left
+    finally:
+        server.stop()
