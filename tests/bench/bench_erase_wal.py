@@ -16,16 +16,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import psycopg
+import turnlog
+from turnlog.events import UserMessageAdded
 
-import pgserver  # noqa: E402
-import psycopg  # noqa: E402
-import turnlog  # noqa: E402
-from turnlog.events import UserMessageAdded  # noqa: E402
+from tests import pgserver
 
 
 def _run(recycle: str) -> tuple[float, float, float, int]:
