@@ -928,10 +928,12 @@ def test_every_golden_session_exports_and_imports_back_to_its_hashes(tmp_path: P
 # -- one spelling of each wire-format name -------------------------------------------------
 #: Imports written by 0.2.0, when the OpenAI formats were spelt ``openai_chat`` and
 #: ``openai_responses``: the transcripts and each session's complete turnlog export (its
-#: events byte for byte, with a request recorded in the provider's format).
+#: events byte for byte, with a request recorded in the provider's format; the Responses
+#: item that maps to no event makes a carrier section named after the format).
 OLD_IMPORTS = Path(__file__).parent / "fixtures" / "openai_imports_v0.2.0"
 OLD_SESSIONS = {"chat-79d2e125": ("chat.json", "openai_chat", "openai-chat"),
-                "responses-c226b426": ("responses.json", "openai_responses", "openai-responses")}
+                "responses-c226b426": ("responses.json", "openai_responses", "openai-responses"),
+                "reference-aca52ef7": ("reference.json", "openai_responses", "openai-responses")}
 
 
 def test_a_wire_format_an_importer_shares_with_a_provider_has_the_providers_name() -> None:
@@ -956,17 +958,24 @@ def test_imports_of_the_old_spelling_read_replay_and_import_again_as_retries(
             assert format_name(meta["format"]) == new
             results = list(replayer.replay_all(
                 session, render=lambda request: renderer_for(request, blobs=log.blob)))
-            assert results and all(r.ok for r in results)
+            assert all(r.ok for r in results)
+            assert results or session.startswith("reference")
             for spelling in (None, old, new):
                 again = import_file(log, OLD_IMPORTS / source, format=spelling)
                 assert again.format == new and again.sessions == (session,)
                 assert again.appended == 0  # a retry of the old import, in either spelling
             assert export_session(log, session, old) == export_session(log, session, new)
+        carrier = log.get("reference-aca52ef7", 0).body
+        assert isinstance(carrier, SystemSectionSet) and carrier.name == "openai_responses.records"
         assert log.verify().ok
     with turnlog.open(tmp_path / "new", sync=False) as log:
         for source, _, new in OLD_SESSIONS.values():
             summary = import_file(log, OLD_IMPORTS / source)
-            assert log.get(summary.sessions[0], 0).meta["import"]["format"] == new
+            first = log.get(summary.sessions[0], 0)
+            assert first.meta["import"]["format"] == new
+            if source == "reference.json":
+                assert isinstance(first.body, SystemSectionSet)
+                assert first.body.name == "openai-responses.records"
 
 
 def test_the_cli_import_accepts_both_spellings_and_prints_the_new_one(
