@@ -324,3 +324,15 @@ def test_the_command_shows_the_item_and_what_it_replaced(
     assert explained.count("native.compaction") == 3  # hello, first, more
     assert main(["--store", str(store), "replay", "s"]) == 0
     assert "3 of 3 requests reproduced byte for byte" in capsys.readouterr().out
+
+
+def test_erasing_the_compaction_brings_the_history_back(
+        log: Log) -> None:
+    session, _, _ = converse(log, "anthropic")
+    cut = next(e.seq for e in log.read("s") if isinstance(e.body, AssistantMessageAdded)
+               and any(isinstance(p, NativePart) for p in e.body.parts))
+    log.erase("s", [cut], reason="retention")
+    assert not native_parts(log) and log.verify("s").ok
+    session.user("still there?")
+    body = session.prepare().body
+    assert b"hello" in body and b"Summary so far" not in body
