@@ -7,6 +7,7 @@ import socket
 import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 import turnlog
 from turnlog import Compactor, Policy
@@ -181,6 +182,16 @@ def test_malformed_answers_raise_decode_error(server: FakeServer, make: object) 
     server.script(FakeReply(text="   "))
     with pytest.raises(EmptySummaryError, match="no text"):
         summarizer.summarize(request())
+
+
+@pytest.mark.parametrize("make", [openai_summarizer, anthropic_summarizer])
+def test_a_summarizer_given_a_client_keeps_its_connection(make: object) -> None:
+    with FakeServer([FakeReply(text=SUMMARY)] * 3, keep_alive=True) as server, \
+            httpx.Client() as client:
+        summarizer = make(server, client=client)  # type: ignore[operator]
+        for _ in range(3):
+            assert summarizer.summarize(request()).text == SUMMARY
+        assert server.connections == 1 and len(server.requests) == 3
 
 
 def test_an_unreachable_endpoint_raises_provider_error() -> None:
