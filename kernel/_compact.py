@@ -23,6 +23,18 @@ segment has its minimum. Every ``rollup_fanout`` consecutive summaries of one
 level roll up into one of the next level; rollups summarize the child
 summaries explicitly. Summaries never become source text of a level-0 summary.
 
+Full content: a level-0 summary is made from the whole text of the events it
+covers: a blob-stored output is read back from its blob (the prompt shows its
+preview; the summarizer gets all of it), and the summary's ``tokens_before``
+counts that whole text. When a segment's transcript is larger than the
+summarizer's ``window``, it is summarized in parts (map) and the parts'
+summaries merged (reduce): the cuts are fixed by the text and the token counter
+(`split_transcript`), each part's summary is appended as a
+``CompactionPartSummarized`` before any merge reads it (so every input a model
+summarizer gets is in the log first), merges whose input is still too large are
+parts of the next level, and the ``CompactionCommitted`` lists the parts it
+merges in ``parts``.
+
 Validation: a summary must be non-empty and within ``summary_max_tokens``; the
 pack that follows is re-checked (a fresh compaction suppresses no check), and
 the outcome says whether it fits.
@@ -52,10 +64,12 @@ from typing import Literal
 import msgspec
 
 from ._chain import covered_digest
-from ._errors import AppendConflictError, BudgetExceededError, CompactionError
+from ._errors import AppendConflictError, BlobNotFoundError, BudgetExceededError, CompactionError
 from ._events import (
     CompactionCommitted,
     CompactionFailed,
+    CompactionPartSummarized,
+    NotificationAdded,
     SessionRewound,
     TextPart,
     ToolResultAdded,
@@ -69,9 +83,18 @@ from ._pack._engine import pack_stored
 from ._pack._ledger import Protection
 from ._packer import Packer
 from ._policy import Policy
-from ._projection import Item, Projection, Unit
+from ._projection import Item, Projection, Unit, notification_text
 from ._prompt import Message
-from ._summarize import ExtractiveSummarizer, Summarizer, Summary, SummaryRequest
+from ._summarize import (
+    WINDOW_SHARE,
+    ExtractiveSummarizer,
+    Summarizer,
+    Summary,
+    SummaryRequest,
+    split_transcript,
+    window_of,
+)
+from ._tokens import TokenCounter
 
 __all__ = ["Compactor", "CostEstimate", "Outcome"]
 
@@ -122,6 +145,8 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
         cost: the cost model's numbers, when evaluated.
         next_tokens: tokens of the next pack after the compaction.
         fits: whether that pack fits the usable budget.
+        covered_tokens: tokens of the whole text the level-0 summaries cover.
+        parts: part summaries made for spans larger than the summarizer's window.
     """
 
     status: Literal["committed", "failed", "skipped"]
@@ -131,6 +156,8 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     cost: CostEstimate | None = None
     next_tokens: int = 0
     fits: bool = True
+    covered_tokens: int = 0
+    parts: int = 0
 
 
 class Compactor:
@@ -343,7 +370,10 @@ class Compactor:
             outcome = self._compact_traced(session, view, policy, span, reason, time=time,
                                            cost=cost, summarizer=summarizer,
                                            segmented=segmented)
-            otel_attributes(current, {"turnlog.compaction.status": outcome.status})
+            otel_attributes(current, {"turnlog.compaction.status": outcome.status,
+                                      "turnlog.compaction.tokens_covered":
+                                          outcome.covered_tokens,
+                                      "turnlog.compaction.parts": outcome.parts})
             return outcome
 
     def _compact_traced(self, session: str, view: Projection, policy: Policy,
@@ -351,19 +381,39 @@ class Compactor:
                         cost: CostEstimate | None, summarizer: Summarizer | None,
                         segmented: bool) -> Outcome:
         summarizer = summarizer or self.summarizer or ExtractiveSummarizer(view.counter)
+        window = window_of(summarizer)
         segments = self.segments(view, policy, span) if segmented else [span]
         seqs: list[int] = []
+        covered_total = parts_total = 0
         for first, last in segments:
+            head = self.log.head(session)
+            assert head is not None
+            messages, covered = self._full_span(view, first, last)
             request = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
                                      max_tokens=policy.summary_max_tokens,
-                                     messages=tuple(_span_messages(view, first, last)),
-                                     reason=reason)
+                                     messages=tuple(messages), reason=reason)
+            covered_total += covered
+            parts: tuple[int, ...] = ()
+            if window is not None:
+                budget = _source_budget(request, window, view.counter)
+                if view.counter.count(request.source_text()) > budget:
+                    made, merge, error = self._summarize_parts(
+                        session, view.counter, policy, request, summarizer, budget, reason,
+                        time=time)
+                    seqs += made
+                    parts_total += len(made) - (1 if error else 0)
+                    if error or merge is None:
+                        return Outcome(status="failed", reason=reason, seqs=tuple(seqs),
+                                       detail=error, cost=cost, covered_tokens=covered_total,
+                                       parts=parts_total)
+                    request, parts = merge
             done = self._commit(session, view, policy, request, summarizer, reason, time=time,
-                                cost=cost)
+                                cost=cost, covered=covered, parts=parts, since=head.seq)
             seqs.append(done[0])
             if not done[1]:
                 return Outcome(status="failed", reason=reason, seqs=tuple(seqs),
-                               detail=done[2], cost=cost)
+                               detail=done[2], cost=cost, covered_tokens=covered_total,
+                               parts=parts_total)
             view = self.packer.projection(session, view.counter)
         seqs += self._rollups(session, policy, summarizer, time=time)
         view = self.packer.projection(session, view.counter)
@@ -372,9 +422,156 @@ class Compactor:
             next_tokens, fits = after.tokens, True
         except BudgetExceededError as exc:
             next_tokens, fits = exc.needed, False
-        return Outcome(status="committed", reason=reason, seqs=tuple(seqs),
-                       detail=f"{len(segments)} segment(s) summarized", cost=cost,
-                       next_tokens=next_tokens, fits=fits)
+        detail = f"{len(segments)} segment(s) summarized"
+        if parts_total:
+            detail += f" ({parts_total} part summaries: larger than the summarizer's window)"
+        return Outcome(status="committed", reason=reason, seqs=tuple(seqs), detail=detail,
+                       cost=cost, next_tokens=next_tokens, fits=fits,
+                       covered_tokens=covered_total, parts=parts_total)
+
+    def _full_span(self, view: Projection, first: int, last: int) -> tuple[list[Message], int]:
+        """The span's items as verbatim neutral messages with the whole text of every
+        blob-stored output (exit codes made visible), and the tokens of that text."""
+        counter = view.counter
+        out: list[Message] = []
+        covered = 0
+        for item in view.items:
+            if item.unit < 0 or not first <= item.pos <= last:
+                continue
+            body = item.event.body
+            verbatim = message(item, None)
+            covered += item.tokens
+            blob = body.blob if isinstance(body, (ToolResultAdded, NotificationAdded)) else None
+            if blob is not None:
+                try:
+                    whole = self.log.blob(blob).decode("utf-8", "surrogatepass")
+                except BlobNotFoundError:  # erased with its content: the preview is all
+                    whole = None
+                if whole is not None:
+                    text = (notification_text(body.source, whole)
+                            if isinstance(body, NotificationAdded) else whole)
+                    full = message(item, (TextPart(text=text),))
+                    covered += counter.count(full.text) - counter.count(verbatim.text)
+                    verbatim = full
+            if isinstance(body, ToolResultAdded) and body.exit_code is not None:
+                verbatim = msgspec.structs.replace(verbatim, parts=(
+                    *verbatim.parts, TextPart(text=f"\n[exit code {body.exit_code}]")))
+            out.append(verbatim)
+        return out, covered
+
+    def _summarize(self, summarizer: Summarizer, request: SummaryRequest, policy: Policy,
+                   counter: TokenCounter) -> tuple[Summary | None, str]:
+        """One summarizer call, validated: (summary, "") or (None, what went wrong)."""
+        with otel_span("turnlog.summarize", {
+                "gen_ai.operation.name": "summarize", "turnlog.session": request.session,
+                "turnlog.summary.summarizer": summarizer.id,
+                "turnlog.summary.level": request.level, "turnlog.summary.part": request.part,
+                "turnlog.summary.parts": request.parts}) as current:
+            try:
+                summary = _call_with_timeout(lambda: summarizer.summarize(request),
+                                             self.timeout)
+            except TimeoutError:
+                return None, f"summarizer {summarizer.id} timed out after {self.timeout} s"
+            except Exception as exc:  # any summarizer failure is recorded
+                return None, f"summarizer {summarizer.id} failed: {type(exc).__name__}: {exc}"
+            tokens = counter.count(summary.text)
+            otel_attributes(current, {"gen_ai.request.model": summary.model,
+                                      "gen_ai.usage.output_tokens": tokens})
+        if not summary.text.strip():
+            return None, "summary is empty"
+        if tokens > policy.summary_max_tokens:
+            return None, (f"summary is {tokens} tokens, over summary_max_tokens "
+                          f"{policy.summary_max_tokens}")
+        return summary, ""
+
+    def _summarize_parts(self, session: str, counter: TokenCounter, policy: Policy,
+                         request: SummaryRequest, summarizer: Summarizer, budget: int,
+                         reason: Reason, *, time: int | None,
+                         ) -> tuple[list[int], tuple[SummaryRequest, tuple[int, ...]] | None,
+                                    str]:
+        """Map and reduce a segment too large for the summarizer: append each part's
+        summary, merge them level by level while a merge's input is still too large.
+
+        Returns:
+            The seqs appended (parts, and a ``CompactionFailed`` last on failure), then
+            the final merge request with the seqs of the parts it merges (None on
+            failure), then the failure ("" when none).
+        """
+        appended: list[int] = []
+
+        def fail(error: str, first: int, last: int) -> tuple[
+                list[int], tuple[SummaryRequest, tuple[int, ...]] | None, str]:
+            failed = CompactionFailed(error=error[:4000], reason=reason,
+                                      summarizer=summarizer.id, first_seq=first, last_seq=last)
+            appended.append(self.log.append(session, Draft(body=failed, time=time)).last_seq)
+            return appended, None, error
+
+        try:
+            pieces = split_transcript(request.messages, budget, counter)
+        except ValueError as exc:
+            return fail(f"summarizer {summarizer.id}'s window is too small for this span: "
+                        f"{exc}", request.first_pos, request.last_pos)
+        # (seq, first_pos, first_offset, last_pos, last_offset, summary) per part
+        level: list[tuple[int, int, int, int, int, str]] = []
+        for number, chunk in enumerate(pieces, start=1):
+            first, last = chunk[0].message.source[0], chunk[-1].message.source[0]
+            sub = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
+                                 max_tokens=request.max_tokens,
+                                 messages=tuple(p.message for p in chunk), reason=reason,
+                                 part=number, parts=len(pieces))
+            summary, error = self._summarize(summarizer, sub, policy, counter)
+            if summary is None:
+                return fail(f"part {number} of {len(pieces)}: {error}", first, last)
+            body = CompactionPartSummarized(
+                first_seq=first, last_seq=last, first_offset=chunk[0].start,
+                last_offset=chunk[-1].end, part=number, parts=len(pieces),
+                summary=summary.text, summarizer=summary.summarizer, model=summary.model,
+                prompt_hash=summary.prompt_hash or sub.prompt_hash(),
+                tokens_before=counter.count(sub.source_text()),
+                tokens_after=counter.count(summary.text))
+            seq = self.log.append(session, Draft(body=body, time=time)).last_seq
+            appended.append(seq)
+            level.append((seq, first, chunk[0].start, last, chunk[-1].end, summary.text))
+        depth = 0
+        while True:
+            merge = msgspec.structs.replace(request, messages=(),
+                                            children=tuple(p[5] for p in level))
+            if len(level) == 1 or counter.count(merge.source_text()) <= budget:
+                return appended, (merge, tuple(p[0] for p in level)), ""
+            groups = _groups([p[5] for p in level], budget, request, counter)
+            if groups is None:
+                return fail(f"summarizer {summarizer.id}'s window cannot merge two part "
+                            f"summaries of up to {request.max_tokens} tokens (summary_max_"
+                            "tokens); give it a larger window or lower summary_max_tokens",
+                            request.first_pos, request.last_pos)
+            depth += 1
+            merged: list[tuple[int, int, int, int, int, str]] = []
+            for number, (lo, hi) in enumerate(groups, start=1):
+                members = level[lo:hi]
+                if len(members) == 1:
+                    merged.append(members[0])
+                    continue
+                first, last = members[0][1], members[-1][3]
+                sub = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
+                                     max_tokens=request.max_tokens,
+                                     children=tuple(m[5] for m in members), reason=reason,
+                                     part=number, parts=len(groups))
+                summary, error = self._summarize(summarizer, sub, policy, counter)
+                if summary is None:
+                    return fail(f"merge {number} of {len(groups)} (level {depth}): {error}",
+                                first, last)
+                body = CompactionPartSummarized(
+                    first_seq=first, last_seq=last, first_offset=members[0][2],
+                    last_offset=members[-1][4], part=number, parts=len(groups), level=depth,
+                    children=tuple(m[0] for m in members), summary=summary.text,
+                    summarizer=summary.summarizer, model=summary.model,
+                    prompt_hash=summary.prompt_hash or sub.prompt_hash(),
+                    tokens_before=sum(counter.count(m[5]) for m in members),
+                    tokens_after=counter.count(summary.text))
+                seq = self.log.append(session, Draft(body=body, time=time)).last_seq
+                appended.append(seq)
+                merged.append((seq, first, members[0][2], last, members[-1][4], summary.text))
+            level = merged
 
     def segments(self, view: Projection, policy: Policy, span: tuple[int, int],
                  ) -> list[tuple[int, int]]:
@@ -426,25 +623,16 @@ class Compactor:
     def _commit(self, session: str, view: Projection, policy: Policy, request: SummaryRequest,
                 summarizer: Summarizer, reason: Reason, *, time: int | None,
                 cost: CostEstimate | None, level: int = 0, children: tuple[int, ...] = (),
-                ) -> tuple[int, bool, str]:
-        """Summarize and append the compaction (or the failure). Returns (seq, ok, detail)."""
+                covered: int | None = None, parts: tuple[int, ...] = (),
+                since: int | None = None) -> tuple[int, bool, str]:
+        """Summarize and append the compaction (or the failure). Returns (seq, ok, detail).
+
+        ``covered`` is the tokens the summary covers (the span's items otherwise),
+        ``parts`` the part summaries ``request`` merges, ``since`` the head seq the
+        span was read at (a rewind after it voids the compaction)."""
         head = self.log.head(session)
         assert head is not None
-        error = ""
-        summary: Summary | None = None
-        try:
-            summary = _call_with_timeout(lambda: summarizer.summarize(request), self.timeout)
-        except TimeoutError:
-            error = f"summarizer {summarizer.id} timed out after {self.timeout} s"
-        except Exception as exc:  # any summarizer failure is recorded
-            error = f"summarizer {summarizer.id} failed: {type(exc).__name__}: {exc}"
-        if summary is not None and not error:
-            tokens = view.counter.count(summary.text)
-            if not summary.text.strip():
-                error = "summary is empty"
-            elif tokens > policy.summary_max_tokens:
-                error = (f"summary is {tokens} tokens, over summary_max_tokens "
-                         f"{policy.summary_max_tokens}")
+        summary, error = self._summarize(summarizer, request, policy, view.counter)
         if error or summary is None:
             failed = CompactionFailed(error=error[:4000], reason=reason,
                                       summarizer=summarizer.id, first_seq=request.first_pos,
@@ -452,8 +640,9 @@ class Compactor:
             done = self.log.append(session, Draft(body=failed, time=time))
             return done.last_seq, False, error
         hashes = [view.events[p].hash for p in range(request.first_pos, request.last_pos + 1)]
-        before = sum(it.tokens for it in view.items
-                     if request.first_pos <= it.pos <= request.last_pos and it.unit >= 0)
+        before = covered if covered is not None else sum(
+            it.tokens for it in view.items
+            if request.first_pos <= it.pos <= request.last_pos and it.unit >= 0)
         body = CompactionCommitted(
             first_seq=request.first_pos, last_seq=request.last_pos,
             covered_digest=covered_digest(hashes), summary=summary.text, level=level,
@@ -462,8 +651,8 @@ class Compactor:
             tokens_before=before if level == 0 else sum(
                 view.counter.count(c) for c in request.children),
             tokens_after=view.counter.count(summary.text),
-            costs=cost.describe() if cost is not None else "")
-        summarized = head.seq
+            costs=cost.describe() if cost is not None else "", parts=parts)
+        summarized = head.seq if since is None else min(since, head.seq)
 
         def decide(now: Head | None) -> Draft:
             # What others appended since the span was chosen (read after ``now``, so
@@ -688,16 +877,29 @@ def _tool_calls_at(view: Projection, pos: int) -> int:
     return total
 
 
-def _span_messages(view: Projection, first: int, last: int) -> list[Message]:
-    """The span's items as verbatim neutral messages (exit codes made visible)."""
-    out: list[Message] = []
-    for item in view.items:
-        if item.unit < 0 or not first <= item.pos <= last:
-            continue
-        verbatim = message(item, None)
-        body = item.event.body
-        if isinstance(body, ToolResultAdded) and body.exit_code is not None:
-            verbatim = msgspec.structs.replace(verbatim, parts=(
-                *verbatim.parts, TextPart(text=f"\n[exit code {body.exit_code}]")))
-        out.append(verbatim)
-    return out
+def _source_budget(request: SummaryRequest, window: int, counter: TokenCounter) -> int:
+    """Tokens of transcript one request may carry: the summarizer's window (a share of
+    it, for tokenizers that count differently) less the answer and the instructions
+    of a part request."""
+    sample = msgspec.structs.replace(request, part=999_999, parts=999_999)
+    return int(window * WINDOW_SHARE) - request.max_tokens - counter.count(
+        sample.instructions())
+
+
+def _groups(summaries: list[str], budget: int, request: SummaryRequest,
+            counter: TokenCounter) -> list[tuple[int, int]] | None:
+    """Consecutive runs ``[lo, hi)`` of summaries whose merge input fits ``budget``,
+    greedily from the first; None when two adjacent ones do not fit together."""
+    groups: list[tuple[int, int]] = []
+    lo = 0
+    while lo < len(summaries):
+        hi = lo + 1
+        while hi < len(summaries) and counter.count(msgspec.structs.replace(
+                request, messages=(), children=tuple(summaries[lo:hi + 1])).source_text()
+                ) <= budget:
+            hi += 1
+        if hi - lo < 2 and hi < len(summaries):
+            return None
+        groups.append((lo, hi))
+        lo = hi
+    return groups

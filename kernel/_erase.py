@@ -36,6 +36,7 @@ from ._events import (
     AssistantMessageAdded,
     Body,
     CompactionCommitted,
+    CompactionPartSummarized,
     ContentErased,
     Event,
     EventErased,
@@ -62,6 +63,7 @@ _REFUSED = (ContentErased, SessionForked)
 
 
 _COMPACTION_TAG = msgspec.msgpack.encode("compaction")  # in every compaction's bytes
+_PART_TAG = msgspec.msgpack.encode("compaction_part")  # and in every part summary's
 
 
 class Erased(msgspec.Struct, frozen=True):
@@ -142,18 +144,18 @@ def _lineage_base(txn: ReadTxn, session: str) -> int:
 
 def _covering_summaries(txn: ReadTxn, session: str, head: int, erased: set[int],
                         events: dict[int, Event]) -> None:
-    """Add to ``events`` (and ``erased``) the compactions of the session whose range
-    covers an erased event: their summaries may quote it."""
+    """Add to ``events`` (and ``erased``) the compactions and part summaries of the
+    session whose range covers an erased event: their summaries may quote it."""
     base = _lineage_base(txn, session)
     positions = sorted(base + seq for seq in erased)
     if not positions:
         return
     for seq, record in txn.scan(session, max(positions[0] - base, 0), head + 1):
-        if seq in erased or _COMPACTION_TAG not in record:
+        if seq in erased or (_COMPACTION_TAG not in record and _PART_TAG not in record):
             continue
         event = record_event(record)
         body = event.body
-        if isinstance(body, CompactionCommitted) and any(
+        if isinstance(body, (CompactionCommitted, CompactionPartSummarized)) and any(
                 body.first_seq <= pos <= body.last_seq for pos in positions):
             erased.add(seq)
             events[seq] = event

@@ -33,6 +33,7 @@ __all__ = [
     "Body",
     "CompactionCommitted",
     "CompactionFailed",
+    "CompactionPartSummarized",
     "ContentErased",
     "EVENT_KINDS",
     "Event",
@@ -259,12 +260,18 @@ class MemoryChanged(_Payload, tag="memory", frozen=True):
 
 class RecallHit(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
                 forbid_unknown_fields=True, kw_only=True):
-    """One recall result: the text that goes into the prompt and where it came from."""
+    """One recall result: the text that goes into the prompt and where it came from.
+
+    ``offset`` is the character offset in the event's whole text (its blob's, for
+    a blob-stored output) where ``text`` starts, when that is not 0: a large
+    output is searched in chunks, and ``read_output`` fetches around a hit from
+    there."""
 
     session: Id
     seq: Seq
     text: str
     score: str = ""
+    offset: Count = 0
 
 
 class RecallAdded(_Payload, tag="recall", frozen=True):
@@ -282,7 +289,11 @@ class CompactionCommitted(_Payload, tag="compaction", frozen=True):
     lineage); ``covered_digest`` is blake3 over the concatenated 32-byte hashes
     of the covered events, so the provenance can be checked against the log.
     ``level`` 0 summarizes events; higher levels roll up the summaries listed
-    in ``children`` (seqs of earlier compaction events).
+    in ``children`` (seqs of earlier compaction events). A span too large for
+    the summarizer's window is summarized in parts first: ``parts`` lists the
+    `CompactionPartSummarized` events whose summaries this one merges.
+    ``tokens_before`` counts what the summary covers (for a level-0 summary the
+    whole text of the covered events, blob-stored outputs included).
     """
 
     first_seq: Seq
@@ -299,6 +310,38 @@ class CompactionCommitted(_Payload, tag="compaction", frozen=True):
     tokens_before: Count = 0
     tokens_after: Count = 0
     costs: str = ""
+    parts: tuple[Seq, ...] = ()
+
+
+class CompactionPartSummarized(_Payload, tag="compaction_part", frozen=True):
+    """The summary of one part of a span too large for the summarizer's window,
+    recorded before it is merged (the summaries a merge reads are inputs like any
+    other: they are in the log before they reach a model).
+
+    A level-0 part summarizes a stretch of the span's transcript: from character
+    ``first_offset`` of the text of position ``first_seq`` to character
+    ``last_offset`` (exclusive) of the text of position ``last_seq`` (positions in
+    the session's lineage, as a compaction's). A part of level 1 or more merges
+    the parts listed in ``children`` (seqs of earlier part events), when their
+    summaries together are still too large for one merge. The
+    `CompactionCommitted` that merges the last level lists them in ``parts``.
+    ``tokens_before`` counts the part's source text, ``tokens_after`` its summary.
+    """
+
+    first_seq: Seq
+    last_seq: Seq
+    summary: str
+    part: Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+    parts: Annotated[int, msgspec.Meta(ge=1, le=2**31)]
+    first_offset: Count = 0
+    last_offset: Count = 0
+    level: Annotated[int, msgspec.Meta(ge=0, le=16)] = 0
+    children: tuple[Seq, ...] = ()
+    summarizer: Name = ""
+    model: Name = ""
+    prompt_hash: OptHex = ""
+    tokens_before: Count = 0
+    tokens_after: Count = 0
 
 
 class CompactionFailed(_Payload, tag="compaction_failed", frozen=True):
@@ -465,6 +508,7 @@ Body = (
     | MemoryChanged
     | RecallAdded
     | CompactionCommitted
+    | CompactionPartSummarized
     | CompactionFailed
     | RequestIssued
     | ResponseReceived

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import turnlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from turnlog import Compactor, Packer, Policy, Replayer, pack
-from turnlog.compaction import ExtractiveSummarizer, Summary, SummaryRequest
+from turnlog.compaction import ExtractiveSummarizer, Outcome, Summarizer, Summary, SummaryRequest
 from turnlog.errors import CompactionError
 from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
     CompactionFailed,
+    CompactionPartSummarized,
     EventsPinned,
     ProviderErrorReceived,
     SessionRewound,
@@ -318,9 +321,9 @@ def test_extractive_summary_has_the_structured_sections() -> None:
     for t in range(4):
         turn(log, t)
     view = packer.projection("s", get_counter("cl100k_base"))
-    from turnlog._compact import _span_messages
+    messages, _ = Compactor(log, packer)._full_span(view, 0, view.head)
     request = SummaryRequest(session="s", first_pos=0, last_pos=view.head, level=0,
-                             max_tokens=400, messages=tuple(_span_messages(view, 0, view.head)))
+                             max_tokens=400, messages=tuple(messages))
     summary = ExtractiveSummarizer(get_counter("cl100k_base")).summarize(request)
     for section in ("## Goal", "## Key Decisions", "## Relevant Files", "## Errors"):
         assert section in summary.text
@@ -401,3 +404,213 @@ def test_a_rewind_while_summarizing_keeps_the_compaction_out() -> None:
     with pytest.raises(CompactionError, match="rewound while summarizing"):
         compactor.compact("s", policy=SMALL)
     assert compactions(log) == [] and log.verify().ok
+
+
+# -- full content --------------------------------------------------------------------------
+class Recording:
+    """Wraps a summarizer and keeps every request it got (and the log's head then)."""
+
+    def __init__(self, inner: Summarizer, log: turnlog.Log) -> None:
+        self.inner = inner
+        self.log = log
+        self.window = getattr(inner, "window", None)
+        self.requests: list[tuple[SummaryRequest, int]] = []
+
+    @property
+    def id(self) -> str:
+        return self.inner.id
+
+    def summarize(self, request: SummaryRequest) -> Summary:
+        head = self.log.head(request.session)
+        self.requests.append((request, head.seq if head is not None else -1))
+        return self.inner.summarize(request)
+
+
+def big_output(words: int = 48_000) -> str:
+    """About 300 KB of log lines with one word (SIDEHILL) and one error in the middle."""
+    lines = [f"{i:06d} INFO processed row {i} of ledger batch {i % 97} ok"
+             for i in range(words // 8)]
+    middle = len(lines) // 2
+    lines[middle] = f"{middle:06d} ERROR row {middle}: SIDEHILL checksum mismatch"
+    lines[middle + 1] = "ValueError: checksum mismatch in batch 42"
+    return "\n".join(lines)
+
+
+def big_session(log: turnlog.Log, output: str) -> None:
+    log.append("s", SystemSectionSet(name="base", text="You are a coding agent."))
+    log.append("s", UserMessageAdded(text="import the ledger and tell me what failed"))
+    log.append("s", AssistantMessageAdded(parts=(TextPart(text="Running the import."), ToolCall(
+        id="b0", name="Bash", arguments=json.dumps({"command": "ledger import big.csv"})))))
+    log.append("s", ToolResultAdded(call_id="b0", tool_name="Bash", output=output, exit_code=1))
+    log.append("s", AssistantMessageAdded(parts=(TextPart(text="The import failed."),)))
+    for t in range(1, 4):
+        turn(log, t)
+
+
+def test_compaction_summarizes_a_blob_stored_output_from_its_whole_text() -> None:
+    output = big_output()
+    assert len(output.encode()) > 300_000
+    log = turnlog.open(":memory:")
+    big_session(log, output)
+    [(_, stored)] = blob_results(log, "s")
+    assert "SIDEHILL" not in stored.output  # the preview lacks the middle
+    packer = Packer(log)
+    counter = get_counter("cl100k_base")
+    recording = Recording(ExtractiveSummarizer(counter), log)
+    outcome = Compactor(log, packer, summarizer=recording).compact(
+        "s", policy=msgspec.structs.replace(SMALL, segment_target_tokens=200_000))
+    assert outcome.status == "committed", outcome
+    first = compactions(log)[0][1]
+    [(request, _)] = [r for r in recording.requests
+                      if r[0].first_pos == first.first_seq and not r[0].merges]
+    assert output in request.source_text()
+    assert first.prompt_hash == request.prompt_hash()
+    # what it covers is counted whole: the output's tokens, not its preview's
+    assert first.tokens_before >= counter.count(output) > 10 * counter.count(stored.output)
+    assert outcome.covered_tokens >= first.tokens_before
+    # the error in the middle of the output reaches the extractive summary
+    assert "ValueError: checksum mismatch in batch 42" in first.summary
+
+
+def blob_results(log: turnlog.Log, session: str) -> list[tuple[int, ToolResultAdded]]:
+    out = []
+    for e in log.read(session, kinds=["tool_result"]):
+        assert isinstance(e.body, ToolResultAdded)
+        if e.body.blob is not None:
+            out.append((e.seq, e.body))
+    return out
+
+
+def part_summaries(log: turnlog.Log) -> dict[int, CompactionPartSummarized]:
+    out = {}
+    for e in log.read("s", kinds=["compaction_part"]):
+        assert isinstance(e.body, CompactionPartSummarized)
+        out[e.seq] = e.body
+    return out
+
+
+def summarize_big(window: int | None) -> tuple[turnlog.Log, Recording, Outcome]:
+    log = turnlog.open(":memory:")
+    big_session(log, big_output())
+    packer = Packer(log)
+    recording = Recording(ExtractiveSummarizer(get_counter("cl100k_base"), window=window), log)
+    policy = msgspec.structs.replace(SMALL, segment_target_tokens=200_000)
+    outcome = Compactor(log, packer, summarizer=recording).compact("s", policy=policy)
+    return log, recording, outcome
+
+
+def test_a_span_larger_than_the_summarizer_window_is_summarized_in_parts_then_merged() -> None:
+    log, recording, outcome = summarize_big(window=8_000)
+    assert outcome.status == "committed", outcome
+    assert outcome.parts > 1
+    counter = get_counter("cl100k_base")
+    parts = part_summaries(log)
+    first_seq, first = compactions(log)[0]
+    assert first.parts and set(first.parts) <= set(parts)
+    # every request fits the window; none reads a summary that is not in the log yet
+    for request, head in recording.requests:
+        assert counter.count(request.instructions()) + counter.count(request.source_text()) \
+            + request.max_tokens <= 8_000
+        for child in request.children:
+            assert any(b.summary == child and seq <= head for seq, b in parts.items())
+    # the level-0 parts cut the transcript in order, each output's text contiguously
+    level0 = sorted((s, b) for s, b in parts.items() if b.level == 0)
+    assert [b.part for _, b in level0] == list(range(1, len(level0) + 1))
+    for (_, a), (_, b) in itertools.pairwise(level0):
+        assert (a.last_seq, a.last_offset) <= (b.first_seq, b.first_offset)
+        if a.last_seq == b.first_seq:
+            assert a.last_offset == b.first_offset
+    assert all(seq < first_seq for seq in parts)
+    # the final summary merges the last level and covers the whole output's tokens
+    [(merge, _)] = [r for r in recording.requests if r[0].children and not r[0].parts]
+    assert first.prompt_hash == merge.prompt_hash()
+    assert first.tokens_before >= counter.count(big_output())
+    assert log.verify().ok
+
+
+def test_parts_are_cut_the_same_way_every_time() -> None:
+    one, _, _ = summarize_big(window=8_000)
+    two, _, _ = summarize_big(window=8_000)
+    assert [e.hash for e in one.read("s")] == [e.hash for e in two.read("s")]
+
+
+def test_without_a_window_a_large_span_is_one_request() -> None:
+    log, _, outcome = summarize_big(window=None)
+    assert outcome.status == "committed" and outcome.parts == 0
+    assert not log.read("s", kinds=["compaction_part"])
+    assert not compactions(log)[0][1].parts
+
+
+class Verbose:
+    """Answers every request with a summary of about 290 tokens."""
+
+    window = 1_100
+
+    @property
+    def id(self) -> str:
+        return "verbose"
+
+    def summarize(self, request: SummaryRequest) -> Summary:
+        return Summary(text="## Goal\n- " + "word " * 280, summarizer=self.id)
+
+
+def test_a_window_too_small_to_merge_is_a_recorded_failure() -> None:
+    log = turnlog.open(":memory:")
+    big_session(log, big_output(words=8_000))
+    policy = msgspec.structs.replace(SMALL, segment_target_tokens=200_000)
+    outcome = Compactor(log, Packer(log), summarizer=Verbose()).compact("s", policy=policy)
+    assert outcome.status == "failed"
+    assert not compactions(log)
+    failed = log.read("s", kinds=["compaction_failed"])[-1].body
+    assert isinstance(failed, CompactionFailed) and "window" in failed.error
+
+
+def test_the_demo_compaction_summarizes_its_outputs_from_their_full_text() -> None:
+    from turnlog.tools import demo
+
+    log = turnlog.open(":memory:")
+    packer = Packer(log)
+    recording = Recording(ExtractiveSummarizer(get_counter("cl100k_base")), log)
+    compactor = Compactor(log, packer, summarizer=recording)
+
+    def on_turn(result: demo.TurnResult) -> None:
+        if not compactions_of(log):
+            demo.pack_turn(log, packer, compactor, demo.DEFAULT_SESSION, result,
+                           policy=demo.policy_for_turn(result.turn),
+                           overflow=result.turn == demo.OVERFLOW_TURN)
+
+    demo.run_demo(log, turns=30, on_turn=on_turn)
+    _, body = compactions_of(log)[0]
+    lineage = log.lineage(demo.DEFAULT_SESSION)
+    blobs = [e.body.blob for e in lineage[body.first_seq:body.last_seq + 1]
+             if isinstance(e.body, ToolResultAdded) and e.body.blob is not None]
+    assert blobs
+    [(request, _)] = [r for r in recording.requests
+                      if r[0].first_pos == body.first_seq and not r[0].merges]
+    counter = get_counter("cl100k_base")
+    whole = 0
+    for ref in blobs:
+        text = log.blob(ref).decode()
+        assert text in request.source_text()
+        whole += counter.count(text)
+    assert body.prompt_hash == request.prompt_hash()
+    assert body.tokens_before >= whole > 100_000
+
+
+def compactions_of(log: turnlog.Log) -> list[tuple[int, CompactionCommitted]]:
+    out = []
+    for e in log.read("demo", kinds=["compaction"]) if log.head("demo") else []:
+        assert isinstance(e.body, CompactionCommitted)
+        out.append((e.seq, e.body))
+    return out
+
+
+def test_erasing_an_output_erases_the_part_summaries_made_from_it() -> None:
+    log, _, outcome = summarize_big(window=8_000)
+    assert outcome.status == "committed"
+    [(output, _)] = blob_results(log, "s")
+    parts = list(part_summaries(log))
+    erased = log.erase("s", [output], reason="leaked")
+    assert set(parts) <= set(erased.seqs)
+    assert not log.read("s", kinds=["compaction_part"])
+    assert log.verify().ok

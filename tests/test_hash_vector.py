@@ -27,6 +27,7 @@ from turnlog.events import (
     Body,
     CompactionCommitted,
     CompactionFailed,
+    CompactionPartSummarized,
     EventsPinned,
     ImagePart,
     MemoryChanged,
@@ -276,7 +277,9 @@ def _every_kind(log: turnlog.Log) -> None:
         MemoryChanged(op="save", memory_id="m1", memory_type="decision", retention="working",
                       title="t", content="c", expires_seq=2**40, expires_time=-1,
                       source_seqs=(0, 1, 2), source_session="other", reason="r"),
-        RecallAdded(query="q", hits=(RecallHit(session="s", seq=3, text="t", score="0.5"),),
+        RecallAdded(query="q", hits=(RecallHit(session="s", seq=3, text="t", score="0.5"),
+                                     RecallHit(session="s", seq=4, text="u", score="0.25",
+                                               offset=70_000)),
                     searcher="bm25"),
         CompactionCommitted(first_seq=0, last_seq=3, covered_digest=hexa, summary="s",
                             level=1, children=(1, 2), summarizer="x", model="m",
@@ -284,6 +287,12 @@ def _every_kind(log: turnlog.Log) -> None:
                             tokens_after=65_536, costs="freed=1"),
         CompactionCommitted(first_seq=0, last_seq=1, covered_digest=hexa, summary="s",
                             reason="threshold"),
+        CompactionPartSummarized(first_seq=0, last_seq=3, summary="p", part=2, parts=3,
+                                 first_offset=65_536, last_offset=2**33, level=1,
+                                 children=(1, 2), summarizer="x", model="m", prompt_hash=hexa,
+                                 tokens_before=70_000, tokens_after=12),
+        CompactionCommitted(first_seq=0, last_seq=3, covered_digest=hexa, summary="s",
+                            parts=(15, 16), tokens_before=300_000),
         CompactionFailed(error="e", reason="overflow", summarizer="x", first_seq=0,
                          last_seq=1),
         RequestIssued(head_seq=12, head_hash=hexa, policy_hash=hexa, tokenizer="cl100k_base",
@@ -340,7 +349,7 @@ def test_independent_encoder_verifies_an_export_of_every_kind() -> None:
     # erasure and erased are written only by an erasure: the test below.
     assert kinds | {"user", "fork"} >= set(BY_TAG) - {"text", "reasoning", "tool_call", "image",
                                                       "native", "erasure", "erased"}
-    assert _check_export(log, "kinds") == 21
+    assert _check_export(log, "kinds") == 23
     assert _check_export(log, "kinds-fork") == 2
 
 

@@ -253,3 +253,54 @@ def test_the_compactor_records_a_failing_summarizer(server: FakeServer) -> None:
     failures = [e.body for e in log.read("s") if isinstance(e.body, CompactionFailed)]
     assert failures and failures[0].summarizer == "anthropic:claude-cheap"
     assert "context overflow" in failures[0].error
+
+
+def test_a_model_summarizer_gets_a_large_output_in_parts_within_its_window(
+        server: FakeServer) -> None:
+    from turnlog.events import CompactionPartSummarized, ToolResultAdded
+    from turnlog.packing import get_counter
+
+    lines = [f"{i:06d} INFO processed row {i} of batch {i % 97} ok" for i in range(7_000)]
+    lines[3_500] = "003500 ERROR row 3500: SIDEHILL checksum mismatch"
+    output = "\n".join(lines)
+    log = turnlog.open(":memory:")
+    log.append("s", UserMessageAdded(text="import the ledger"))
+    log.append("s", AssistantMessageAdded(parts=(ToolCall(id="b0", name="Bash",
+                                                          arguments='{"command": "import"}'),)))
+    log.append("s", ToolResultAdded(call_id="b0", tool_name="Bash", output=output, exit_code=1))
+    for t in range(3):
+        log.append("s", UserMessageAdded(text=f"next step {t}"))
+        log.append("s", AssistantMessageAdded(parts=(TextPart(text=f"done {t}"),)))
+    summarizer = openai_summarizer(server, window=16_000)
+    assert summarizer.window == 16_000
+    assert openai_summarizer(server).window == 32_000  # not in the model table
+    policy = Policy(context_window=32_000, output_reserve=2_000, summary_max_tokens=500,
+                    keep_recent_turns=1, keep_recent_messages=2)
+    outcome = Compactor(log, summarizer=summarizer).compact("s", policy=policy)
+    assert outcome.status == "committed", outcome
+    counter = get_counter("cl100k_base")
+    bodies = [r.json() for r in server.requests]
+    assert len(bodies) == outcome.parts + 1 > 2
+    texts: list[str] = []
+    for body in bodies:
+        messages = body["messages"]
+        assert isinstance(messages, list)
+        system, user = (str(m["content"]) for m in messages)
+        assert counter.count(system) + counter.count(user) + int(str(body["max_tokens"])) \
+            <= 16_000
+        texts.append(user)
+    assert sum("SIDEHILL" in t for t in texts) == 1
+    parts = []
+    for event in log.read("s", kinds=["compaction_part"]):
+        assert isinstance(event.body, CompactionPartSummarized)
+        assert event.body.summarizer == summarizer.id
+        parts.append(event.body)
+    # the merge request reads the part summaries, as they are in the log
+    merge = texts[-1]
+    assert all(f"<summary part=\"{i + 1}\">\n{p.summary}\n</summary>" in merge
+               for i, p in enumerate(parts))
+    [committed] = [e.body for e in log.read("s", kinds=["compaction"])]
+    assert isinstance(committed, CompactionCommitted)
+    assert committed.tokens_before >= counter.count(output)
+    with pytest.raises(ValueError, match="window"):
+        openai_summarizer(server, window=10)

@@ -89,6 +89,11 @@ def test_compaction_and_memory_operations_have_spans(spans: InMemorySpanExporter
     assert "turnlog.compaction" in names
     compaction = next(s for s in spans.get_finished_spans() if s.name == "turnlog.compaction")
     assert dict(compaction.attributes or {})["turnlog.compaction.status"] == "committed"
+    assert dict(compaction.attributes or {})["turnlog.compaction.tokens_covered"] > 0
+    summarized = [dict(s.attributes or {}) for s in spans.get_finished_spans()
+                  if s.name == "turnlog.summarize"]
+    assert summarized and all(a["turnlog.summary.summarizer"] == "extractive"
+                              and a["turnlog.session"] == "s1" for a in summarized)
     ops = [dict(s.attributes or {})["turnlog.memory.op"] for s in spans.get_finished_spans()
            if s.name == "turnlog.memory"]
     assert ops == ["save", "forget"]

@@ -89,6 +89,8 @@ MEANINGS: dict[str, str] = {
     "RecallHit.seq": "Seq of the event the hit comes from.",
     "RecallHit.text": "Text that goes into the prompt.",
     "RecallHit.score": "The searcher's score, as text (exact, no float rounding).",
+    "RecallHit.offset": "Character offset in the event's whole text (its blob's) where "
+                        "`text` starts; a large output is searched in chunks.",
     "Usage.input_tokens": "Prompt tokens billed.",
     "Usage.output_tokens": "Completion tokens billed.",
     "Usage.cache_read_tokens": "Prompt tokens read from the provider's cache.",
@@ -145,9 +147,31 @@ MEANINGS: dict[str, str] = {
     "CompactionCommitted.model": "Model the summarizer used.",
     "CompactionCommitted.prompt_hash": "blake3 of the summarization prompt.",
     "CompactionCommitted.reason": "What triggered the compaction.",
-    "CompactionCommitted.tokens_before": "Tokens of the span before.",
+    "CompactionCommitted.tokens_before": "Tokens of what the summary covers (level 0: the "
+                                         "whole text of the span, blob-stored outputs "
+                                         "included; a roll-up: its children's summaries).",
     "CompactionCommitted.tokens_after": "Tokens of the summary.",
     "CompactionCommitted.costs": "The cost estimate that justified it, as one line of text.",
+    "CompactionCommitted.parts": "Seqs of the part summaries it merges (a span larger than "
+                                 "the summarizer's window).",
+    "CompactionPartSummarized.first_seq": "Position where the part's text starts (in the "
+                                          "session's lineage).",
+    "CompactionPartSummarized.last_seq": "Position where it ends.",
+    "CompactionPartSummarized.summary": "The part's summary, which a merge reads.",
+    "CompactionPartSummarized.part": "Its number among the parts of its level (from 1).",
+    "CompactionPartSummarized.parts": "How many parts its level has.",
+    "CompactionPartSummarized.first_offset": "Character of `first_seq`'s text where the part "
+                                             "starts.",
+    "CompactionPartSummarized.last_offset": "Character of `last_seq`'s text where it ends "
+                                            "(exclusive).",
+    "CompactionPartSummarized.level": "0 summarizes transcript; higher levels merge the "
+                                      "parts in `children`.",
+    "CompactionPartSummarized.children": "Seqs of the parts a merge part merges.",
+    "CompactionPartSummarized.summarizer": "Summarizer that wrote it.",
+    "CompactionPartSummarized.model": "Model the summarizer used.",
+    "CompactionPartSummarized.prompt_hash": "blake3 of the part's summarization prompt.",
+    "CompactionPartSummarized.tokens_before": "Tokens of the part's source text.",
+    "CompactionPartSummarized.tokens_after": "Tokens of its summary.",
     "CompactionFailed.error": "What went wrong.",
     "CompactionFailed.reason": "What triggered the attempt.",
     "CompactionFailed.summarizer": "Summarizer that failed.",

@@ -18,6 +18,7 @@ from turnlog.events import (
     BlobRef,
     CompactionCommitted,
     CompactionFailed,
+    CompactionPartSummarized,
     EventsPinned,
     MemoryChanged,
     NativePart,
@@ -147,6 +148,11 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         return f"{len(body.hits)} hit(s) for {head(body.query, width)!r}"
     if isinstance(body, CompactionCommitted):
         return (f"seq {body.first_seq}..{body.last_seq} level {body.level} ({body.reason}) "
+                f"{body.tokens_before}->{body.tokens_after} tokens: {head(body.summary, width)}")
+    if isinstance(body, CompactionPartSummarized):
+        merged = f"merges {len(body.children)} parts" if body.level else (
+            f"seq {body.first_seq}:{body.first_offset}..{body.last_seq}:{body.last_offset}")
+        return (f"part {body.part}/{body.parts} level {body.level} {merged} "
                 f"{body.tokens_before}->{body.tokens_after} tokens: {head(body.summary, width)}")
     if isinstance(body, CompactionFailed):
         return f"({body.reason}) {head(body.error, width)}"

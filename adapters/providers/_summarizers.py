@@ -12,6 +12,13 @@ The answer's text is the summary; its provenance is ``summarizer``
 (``openai:MODEL`` / ``anthropic:MODEL``), ``model`` and the request's
 ``prompt_hash()``.
 
+Each has a ``window``: the tokens the summary model reads at once (the model
+table's context window for a known model, `DEFAULT_WINDOW` otherwise, or what
+the caller passes). The compactor gives it every covered output whole and cuts a
+span whose transcript is larger than that into parts, summarized one request at
+a time and then merged (see ``turnlog.compaction``); the requests are the same
+shape, so nothing here changes for a part or a merge.
+
 They raise on every failure: `ProviderError` for an HTTP error (with the
 parsed ``ProviderErrorReceived``, ``overflow`` included),
 `ProviderTimeoutError` when the endpoint is too slow,
@@ -30,8 +37,8 @@ import httpx
 from turnlog.compaction import Summary, SummaryRequest
 from turnlog.errors import InvalidArgumentError
 from turnlog.events import ProviderErrorReceived, TextPart
-from turnlog.packing import Message, Prompt, Section
-from turnlog.validation import check_number, check_text
+from turnlog.packing import Message, ModelTable, Prompt, Section
+from turnlog.validation import check_integer, check_number, check_text
 
 from ._client import DEFAULT_BASE_URLS, ProviderError, send
 from ._registry import provider
@@ -39,6 +46,9 @@ from ._replies import Reply
 from ._wire import RenderOptions, canonical
 
 __all__ = ["AnthropicSummarizer", "EmptySummaryError", "OpenAISummarizer"]
+
+#: The window assumed for a summary model the model table does not know.
+DEFAULT_WINDOW = 32_000
 
 
 class EmptySummaryError(ProviderError):
@@ -63,9 +73,16 @@ def _text_of(reply: Reply, summarizer: str) -> str:
     return text
 
 
-def _check(model: str, timeout: float) -> None:
+def _check(model: str, timeout: float, window: int | None) -> int:
+    """Validate the common arguments; the window to use."""
     check_text(model, "model")
     check_number(timeout, "timeout", min_value=0, exclusive_min=True, hint="a number of seconds")
+    check_integer(window, "window", min_value=1024, optional=True,
+                  hint="tokens the summary model reads at once")
+    if window is not None:
+        return window
+    info = ModelTable.shipped().lookup(model)
+    return info.context_window if info is not None else DEFAULT_WINDOW
 
 
 def _body(format: str, model: str, request: SummaryRequest,  # noqa: A002
@@ -97,17 +114,20 @@ class OpenAISummarizer:
         headers: further HTTP headers.
         client: an ``httpx.Client`` to send through (its connections kept between
             summaries; the caller closes it); a client per call when None.
+        window: tokens the model reads at once (None: the model table's context
+            window, `DEFAULT_WINDOW` for a model it does not know).
 
     Raises:
-        InvalidArgumentError: an empty model or a non-positive timeout.
+        InvalidArgumentError: an empty model, a non-positive timeout or a window
+            below 1,024 tokens.
     """
 
     def __init__(self, model: str, *, api_key: str,
                  base_url: str = DEFAULT_BASE_URLS["openai-chat"], timeout: float = 60.0,
                  temperature: float | None = None, max_tokens_field: str = "max_tokens",
                  headers: Mapping[str, str] | None = None,
-                 client: httpx.Client | None = None) -> None:
-        _check(model, timeout)
+                 client: httpx.Client | None = None, window: int | None = None) -> None:
+        self.window = _check(model, timeout, window)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise InvalidArgumentError("max_tokens_field must be 'max_tokens' or "
                                        f"'max_completion_tokens', found {max_tokens_field!r}")
@@ -160,17 +180,20 @@ class AnthropicSummarizer:
         headers: further HTTP headers.
         client: an ``httpx.Client`` to send through (its connections kept between
             summaries; the caller closes it); a client per call when None.
+        window: tokens the model reads at once (None: the model table's context
+            window, `DEFAULT_WINDOW` for a model it does not know).
 
     Raises:
-        InvalidArgumentError: an empty model or a non-positive timeout.
+        InvalidArgumentError: an empty model, a non-positive timeout or a window
+            below 1,024 tokens.
     """
 
     def __init__(self, model: str, *, api_key: str,
                  base_url: str = DEFAULT_BASE_URLS["anthropic"], timeout: float = 60.0,
                  temperature: float | None = None,
                  headers: Mapping[str, str] | None = None,
-                 client: httpx.Client | None = None) -> None:
-        _check(model, timeout)
+                 client: httpx.Client | None = None, window: int | None = None) -> None:
+        self.window = _check(model, timeout, window)
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
