@@ -9,7 +9,8 @@ Six tables in one schema (``turnlog`` unless the URL says ``schema=...``):
 * ``idem (session, key) -> seq``;
 * ``blobs (hash) -> data``: content-addressed, inserted ``ON CONFLICT DO NOTHING``;
 * ``cache (namespace, key) -> value``: derived, droppable;
-* ``meta (key) -> value``: ``schema`` holds the schema version, `SCHEMA`.
+* ``meta (key) -> value``: ``schema`` holds the schema version, `SCHEMA`;
+  ``functions`` the version of the one function, `FUNCTIONS`: ``refuse()``.
 
 Text keys use the "C" collation, so sessions list in code point order, as on
 LMDB, whatever the database's locale.
@@ -30,8 +31,25 @@ never lost.
 
 Writes are buffered in the transaction object and sent at the end in one
 pipeline with the ``COMMIT``, reads inside the transaction see them (as in the
-in-memory store). After the commit, a ``NOTIFY`` on the schema's channel
-names each session written, which wakes followers (`PostgresStore.wait`). A
+in-memory store). A store remembers the head each of its writes left; the next
+write of that session is given it without a read, and idempotency keys are
+taken as new, so that an append of one event is one round trip. The pipeline
+then starts with one statement that takes the head's row lock and calls
+``refuse()`` (a serialization failure: nothing was written, ``fn`` runs again
+with everything read) unless the head is the one assumed and no such key is
+stored. ``fn`` runs again with reads too when it raised on an assumed head (an
+``expected_seq`` conflict might be a retry of stored keys), so a keyed retry is
+recognised before ``expected_seq`` is checked, as on every backend. A flush
+request follows that statement: its answer leaves the server before anything
+after it runs, so a connection lost before the answer arrived committed
+nothing and the write runs again on another connection; a server error
+answering a statement before the ``COMMIT`` (a terminated backend's FATAL, a
+timeout) likewise. A store opened for writing creates the function, also in a
+schema an older turnlog created (which still reads and writes it: the tables
+are unchanged); without the privilege, every write reads first.
+
+After the commit, a ``NOTIFY`` on the schema's channel names each session
+written, which wakes followers (`PostgresStore.wait`). A
 committing ``NOTIFY`` holds a database-wide lock until its commit record is
 on disk, so it is sent in a transaction of its own, after the append's, with
 ``synchronous_commit`` off: inside the append's transaction, or waiting for
@@ -123,6 +141,7 @@ _PAGE = 1000  # rows fetched per query when scanning a session
 _BLOB_BYTES = 8 * 2**20  # blob bytes fetched per query when listing blobs (or one larger blob)
 _RETRIES = 64  # write attempts lost to a racing writer before giving up
 _RECHECK = 1.0  # a follower re-reads the head at least this often (seconds)
+_SEEN = 4096  # sessions whose last written head a store remembers
 _SECRET_KEYS = ("password", "sslpassword")
 # A REPEATABLE READ transaction takes its snapshot at its first query, not at BEGIN:
 # the snapshot must be the state when `read` was entered, so a query follows at once
@@ -144,10 +163,45 @@ _DDL = [
     "key bytea NOT NULL, value bytea NOT NULL, PRIMARY KEY (namespace, key))",
 ]
 
+#: The version of the server-side function below, kept under ``functions`` in ``meta``.
+#: The tables are those of `SCHEMA`: a store that has the function is still read and
+#: written by a turnlog without it.
+FUNCTIONS = "turnlog-postgres-functions/1"
+
+# What a one-round-trip write (`_PostgresWrite.commit`) calls when the server finds
+# that a head it assumed moved or a key it assumed new is stored: a serialization
+# failure, so that the write runs again with reads. Called only then: the check is
+# the plain statement "expect" below (cheaper than a PL/pgSQL loop).
+_REFUSE = """CREATE OR REPLACE FUNCTION {s}.refuse() RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'serialization_failure',
+        MESSAGE = 'turnlog: a head or an idempotency key assumed by this write changed';
+END
+$fn$"""
+
 _QUERIES = {
     "format": "SELECT value FROM {s}.meta WHERE key = 'schema'",
     "set_format": "INSERT INTO {s}.meta (key, value) VALUES ('schema', %s) "
                   "ON CONFLICT (key) DO NOTHING",
+    "functions": "SELECT value FROM {s}.meta WHERE key = 'functions'",
+    "set_functions": "INSERT INTO {s}.meta (key, value) VALUES ('functions', %s) "
+                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+    "lock_functions": "SELECT pg_advisory_xact_lock(hashtext('turnlog.functions.' || %s))",
+    # Locks the row of each head assumed (sessions sorted: no deadlock between two
+    # such writers) and refuses unless every one is still the head assumed (a NULL
+    # seq: no row) and no key assumed new is stored. The CTE is read to its end
+    # unless a mismatch is found (which refuses anyway): every row gets locked.
+    "expect": "WITH a AS (SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) "
+              "AS a(session, seq, hash)), "
+              "l AS MATERIALIZED (SELECT h.session, h.seq, h.hash FROM {s}.heads h "
+              "WHERE h.session = ANY(%s::text[]) ORDER BY h.session FOR UPDATE) "
+              "SELECT {s}.refuse() WHERE EXISTS (SELECT 1 FROM a LEFT JOIN l "
+              "ON l.session = a.session WHERE CASE WHEN a.seq IS NULL "
+              "THEN l.session IS NOT NULL ELSE l.session IS NULL OR l.seq <> a.seq "
+              "OR l.hash <> a.hash END) OR EXISTS (SELECT 1 FROM {s}.idem d, "
+              "unnest(%s::text[], %s::text[]) AS k(session, key) "
+              "WHERE d.session = k.session AND d.key = k.key)",
     "any_event": "SELECT 1 FROM {s}.events LIMIT 1",
     "head": "SELECT seq, hash FROM {s}.heads WHERE session = %s",
     "head_lock": "SELECT seq, hash FROM {s}.heads WHERE session = %s FOR UPDATE",
@@ -204,7 +258,7 @@ class _PostgresRead(ReadTxn):
         self._heads: dict[str, tuple[int, bytes] | None] = {}
 
     def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
-        return self._conn.execute(self._q[query], params).fetchall()
+        return self._conn.execute(self._q[query], params, prepare=True).fetchall()
 
     def _one(self, query: str, params: tuple[object, ...]) -> TupleRow | None:
         rows = self._rows(query, params)
@@ -331,8 +385,17 @@ class _PostgresRead(ReadTxn):
 
 
 class _PostgresWrite(_PostgresRead, WriteTxn):
-    def __init__(self, store: PostgresStore, conn: Connection[TupleRow]) -> None:
+    """A write transaction; with ``assume``, a head this store saw last (and an
+    idempotency key) is assumed rather than read, and `commit` has the server check
+    the assumptions in the round trip that commits (see `PostgresStore.write`)."""
+
+    def __init__(self, store: PostgresStore, conn: Connection[TupleRow], *,
+                 assume: bool = False) -> None:
         super().__init__(store, conn)
+        self._assume = assume
+        # What was assumed, not read: heads (None: no row) and keys taken as new.
+        self.assumed: dict[str, tuple[int, bytes] | None] = {}
+        self.assumed_keys: list[tuple[str, str]] = []
         self._events: dict[str, list[tuple[int, bytes]]] = {}
         self._pending: dict[tuple[str, int], bytes] = {}
         self._new_heads: dict[str, tuple[int, bytes]] = {}
@@ -344,6 +407,8 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._deleted: set[str] = set()
         self.begun = False
         self.committing = False
+        self._flushed: int | None = None  # index in `sent` of the checked assumptions
+        self._commit_at = 0  # index in `sent` of the COMMIT
 
     def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
         if self.begun:
@@ -351,8 +416,8 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         # BEGIN travels with the transaction's first query: one round trip.
         self.begun = True
         with self._conn.pipeline():
-            self._conn.execute(b"BEGIN")
-            cursor = self._conn.execute(self._q[query], params)
+            self._conn.execute(b"BEGIN", prepare=False)
+            cursor = self._conn.execute(self._q[query], params, prepare=True)
         return cursor.fetchall()
 
     def head(self, session: str) -> tuple[int, bytes] | None:
@@ -360,6 +425,12 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             return self._new_heads[session]
         if session in self._heads:
             return self._heads[session]
+        if self._assume:
+            seen = self._store._seen.get(session)
+            if seen is not None:
+                self.assumed[session] = seen
+                self._heads[session] = seen
+                return seen
         # The row lock queues the writers of one session (see the module docstring).
         row = self._one("head_lock", (session,))
         head = None if row is None else (int(row[0]), bytes(row[1]))
@@ -406,7 +477,13 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
 
     def idempotency(self, session: str, key: str) -> int | None:
         found = self._idem.get((session, key))
-        return found if found is not None else super().idempotency(session, key)
+        if found is not None:
+            return found
+        if self._assume and "\x00" not in key:
+            # Assumed new, as most keys are: `commit` has the server check it.
+            self.assumed_keys.append((session, key))
+            return None
+        return super().idempotency(session, key)
 
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         found = self._cache.get((namespace, key))
@@ -455,56 +532,99 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         notification queue, the connection lost after the COMMIT) is dropped,
         and followers find the batch when they re-read the head.
         """
-        committed: list[Cursor[TupleRow]] = []  # the COMMIT's cursor, once sent
+        sent: list[Cursor[TupleRow]] = []  # the statements sent, the COMMIT last
         try:
-            self._send(channel, committed)
-        except psycopg.Error:
-            if not committed or committed[0].statusmessage != "COMMIT":
+            self._send(channel, sent)
+        except psycopg.Error as exc:
+            if self.committing and not self._may_have_committed(sent, exc):
+                self.committing = False
+            at = self._commit_at
+            if not self.committing or len(sent) <= at or sent[at].statusmessage != "COMMIT":
                 raise
             # (the notification's statements after the failed one were skipped)
             PostgresStore._rollback(self._conn, failed=True)
 
-    def _send(self, channel: str | None, committed: list[Cursor[TupleRow]]) -> None:
+    def _may_have_committed(self, sent: list[Cursor[TupleRow]], exc: psycopg.Error) -> bool:
+        """Whether a pipeline that failed may have run its COMMIT (``sent[_commit_at]``,
+        sent or being sent). The server answers the statements in order and, after an error,
+        skips the rest of the pipeline: the first statement without an answer is the
+        one that failed or was never reached. It failed before the COMMIT when the
+        server said so (an error with a SQLSTATE: a terminated backend's FATAL, a
+        timeout, a full disk). When the connection was lost without a word, only the
+        assumptions' check says it: the server sends its answer (a flush request
+        follows it) before it runs anything after it."""
+        answered = 0
+        for cursor in sent:
+            if cursor.pgresult is None:
+                break
+            answered += 1
+        if answered >= self._commit_at:
+            return True  # the COMMIT failed, or ran and its answer was lost
+        if exc.sqlstate is not None:
+            return False
+        return self._flushed is not None and answered > self._flushed
+
+    def _send(self, channel: str | None, sent: list[Cursor[TupleRow]]) -> None:
         q = self._q
-        with self._conn.pipeline():
+        conn = self._conn
+
+        def run(query: str, params: tuple[object, ...]) -> None:
+            # Prepared from the first use: psycopg then forgets a statement whose
+            # preparation an aborted pipeline skipped (one prepared only after some
+            # unprepared uses would be taken as prepared: "does not exist" later).
+            sent.append(conn.execute(q[query], params, prepare=True))
+
+        with conn.pipeline() as pipeline:
             if not self.begun:
                 self.begun = True
-                self._conn.execute(b"BEGIN")
+                sent.append(conn.execute(b"BEGIN", prepare=False))
+            if self.assumed or self.assumed_keys:
+                sessions = sorted(self.assumed)
+                heads = [self.assumed[session] for session in sessions]
+                run("expect", (
+                    sessions, [None if h is None else h[0] for h in heads],
+                    [None if h is None else h[1] for h in heads], sessions,
+                    [session for session, _ in self.assumed_keys],
+                    [key for _, key in self.assumed_keys]))
+                # The check's answer leaves the server before the statements after it
+                # run: a connection lost before that answer arrived committed nothing.
+                pipeline.command_queue.append(conn.pgconn.send_flush_request)
+                self._flushed = len(sent) - 1
             for session, rows in self._events.items():
-                self._conn.execute(q["put_events"], (session, [s for s, _ in rows],
-                                                     [r for _, r in rows]))
+                run("put_events", (session, [s for s, _ in rows], [r for _, r in rows]))
             for (session, seq), record in self._replaced.items():
-                self._conn.execute(q["replace_event"], (record, session, seq))
+                run("replace_event", (record, session, seq))
             for hex_hash in sorted(self._deleted):
-                self._conn.execute(q["del_blob"], (bytes.fromhex(hex_hash),))
+                run("del_blob", (bytes.fromhex(hex_hash),))
             by_session: dict[str, tuple[list[str], list[int]]] = {}
             for (session, key), seq in self._idem.items():
                 keys, seqs = by_session.setdefault(session, ([], []))
                 keys.append(key)
                 seqs.append(seq)
             for session, (keys, seqs) in by_session.items():
-                self._conn.execute(q["put_idem"], (session, keys, seqs))
+                run("put_idem", (session, keys, seqs))
             for hex_hash, data in self._blobs.items():
-                self._conn.execute(q["put_blob"], (bytes.fromhex(hex_hash), data))
+                run("put_blob", (bytes.fromhex(hex_hash), data))
             for (namespace, cache_key), value in self._cache.items():
-                self._conn.execute(q["put_cached"], (namespace, cache_key, value))
+                run("put_cached", (namespace, cache_key, value))
             for session, (head_seq, head_hash) in self._new_heads.items():
-                self._conn.execute(q["set_head"], (session, head_seq, head_hash))
+                run("set_head", (session, head_seq, head_hash))
             for name, mark in self._marks.items():
                 if mark is None:
-                    self._conn.execute(q["del_mark"], ("mark:" + name,))
+                    run("del_mark", ("mark:" + name,))
                 else:
-                    self._conn.execute(q["set_mark"], ("mark:" + name, mark))
+                    run("set_mark", ("mark:" + name, mark))
             self.committing = True
-            committed.append(self._conn.execute(b"COMMIT"))
+            self._commit_at = len(sent)
+            sent.append(conn.execute(b"COMMIT", prepare=False))
             # After the COMMIT, in a transaction of their own that does not wait for
             # the disk (module docstring).
             if channel is not None and self._new_heads:
-                self._conn.execute(b"BEGIN")
-                self._conn.execute(b"SET LOCAL synchronous_commit TO off")
+                conn.execute(b"BEGIN", prepare=False)
+                conn.execute(b"SET LOCAL synchronous_commit TO off", prepare=False)
                 for session in self._new_heads:
-                    self._conn.execute(b"SELECT pg_notify(%s, %s)", (channel, session))
-                self._conn.execute(b"COMMIT")
+                    conn.execute(b"SELECT pg_notify(%s, %s)", (channel, session), prepare=True)
+                conn.execute(b"COMMIT", prepare=False)
 
     def written(self) -> list[str]:
         """The sessions whose head this transaction moved."""
@@ -588,6 +708,10 @@ class PostgresStore(Store):
         # The LISTENing connections of the followers now waiting (see `listen`).
         self._listeners: set[Connection[TupleRow]] = set()
         self._listeners_lock = threading.Lock()
+        # The head each session had after this store's last write of it (at most
+        # _SEEN sessions): a write assumes it instead of reading it (see `write`).
+        self._seen: dict[str, tuple[int, bytes]] = {}
+        self._assume = False  # the server has the function that checks assumptions
         self._q = {name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
                    for name, text in _QUERIES.items()}
         self._pool = psycopg_pool.ConnectionPool(
@@ -692,6 +816,29 @@ class PostgresStore(Store):
                 "Open it with the turnlog version that wrote it, or copy it there into an "
                 "empty store (`turnlog copy`) that this version can read; schemas are never "
                 "upgraded implicitly")
+        if not self.readonly:
+            self._install_functions(conn)
+
+    def _install_functions(self, conn: Connection[TupleRow]) -> None:
+        """Create (or bring to `FUNCTIONS`) the function a one-round-trip write calls;
+        on a store of an older turnlog too: the tables stay as they are. Without the
+        privilege to create it, every write reads what it needs first."""
+        row = conn.execute(self._q["functions"]).fetchone()
+        if row is not None and str(row[0]) == FUNCTIONS:
+            self._assume = True
+            return
+        try:
+            with conn.transaction():
+                # One creator at a time: concurrent CREATE OR REPLACE of one function
+                # fails ("tuple concurrently updated").
+                conn.execute(self._q["lock_functions"], (self.schema,))
+                conn.execute(sql.SQL(_REFUSE).format(s=sql.Identifier(self.schema)))
+                conn.execute(self._q["set_functions"], (FUNCTIONS,))
+        except (psycopg.ProgrammingError, psycopg.NotSupportedError, psycopg.InternalError):
+            # No privilege to create it, a replica, a database without PL/pgSQL or
+            # advisory locks: every write reads first, as before.
+            return
+        self._assume = True
 
     def _create(self, conn: Connection[TupleRow]) -> None:
         encoding = conn.execute("SHOW server_encoding").fetchone()
@@ -864,15 +1011,28 @@ class PostgresStore(Store):
                     conn.execute("ROLLBACK")
 
     def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        """Run ``fn`` in a write transaction and commit it (see the module docstring).
+
+        A session this store wrote last has its head remembered; ``fn`` is given that
+        head (and each idempotency key it asks about is taken as new) without a read,
+        and the commit's round trip first has the server lock the head and check both
+        (the statement ``expect``): a one-event append is one round trip and one commit. When the
+        server finds the head moved or a key stored, nothing was written and ``fn``
+        runs again with everything read; so it does when ``fn`` raised (an
+        ``expected_seq`` conflict, an idempotent retry with another head) after it
+        was given an assumed head: what it decides is only ever decided on the head
+        the server holds.
+        """
         self._check()
         if self.readonly:
             raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
                                      "for writing to append")
         state: list[_PostgresWrite] = []  # the guard asks whether COMMIT was sent
+        assume = self._assume
         for attempt in range(_RETRIES):
             with self._guard("write", committing=lambda: bool(state) and state[-1].committing), \
                     self._connection() as conn:
-                txn = _PostgresWrite(self, conn)
+                txn = _PostgresWrite(self, conn, assume=assume)
                 state.append(txn)
                 try:
                     result = fn(txn)
@@ -882,25 +1042,54 @@ class PostgresStore(Store):
                     # Nothing of this transaction was written: run fn again, where the
                     # Log sees what the other writer did (module docstring).
                     self._rollback(conn, failed=True)
+                    if txn.assumed or txn.assumed_keys:
+                        self._forget(txn)
+                        assume = False
                     if isinstance(exc, pg_errors.UniqueViolation):
                         self._check_race(conn, txn, exc)
                     state.clear()
                     _pause(attempt)
                     continue
                 except psycopg.OperationalError:
+                    self._forget(txn)
                     if txn.committing or not conn.broken or attempt >= self._pool.max_size:
                         raise
                     # A connection the server dropped while it sat in the pool fails on
                     # its first round trip, before anything could be written: take another.
                     state.clear()
                     continue
+                except Exception as exc:
+                    if (txn.assumed or txn.assumed_keys) and not txn.committing:
+                        # Decided on an assumed head: decide again on the stored one.
+                        if txn.begun:
+                            self._rollback(conn, failed=isinstance(exc, psycopg.Error))
+                        self._forget(txn)
+                        assume = False
+                        state.clear()
+                        continue
+                    if txn.begun and not txn.committing:
+                        self._rollback(conn, failed=isinstance(exc, psycopg.Error))
+                    raise
                 except BaseException as exc:
                     if txn.begun and not txn.committing:
                         self._rollback(conn, failed=isinstance(exc, psycopg.Error))
                     raise
+                self._remember(txn)
                 return result
         raise StoreError(f"a write to {self.location} lost {_RETRIES} races in a row with "
                          "other writers of the same session; nothing was written, retry")
+
+    def _remember(self, txn: _PostgresWrite) -> None:
+        """Keep the heads a committed write left (see `write`)."""
+        seen = self._seen
+        if len(seen) + len(txn._new_heads) > _SEEN:
+            seen.clear()
+        seen.update(txn._new_heads)
+
+    def _forget(self, txn: _PostgresWrite) -> None:
+        """Drop the heads a failed write assumed or moved: the next write reads them."""
+        for session in (*txn.assumed, *txn._new_heads):
+            self._seen.pop(session, None)
 
     @staticmethod
     def _rollback(conn: Connection[TupleRow], *, failed: bool = False) -> None:

@@ -470,6 +470,101 @@ def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path
     assert log.verify().ok
 
 
+# -- one round trip ----------------------------------------------------------------------------
+def reads_of(log: turnlog.Log, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queries a write of ``log`` sends before its commit, recorded as they go."""
+    from turnlog import _postgres
+    seen: list[str] = []
+    rows = _postgres._PostgresWrite._rows
+
+    def spy(self: _postgres._PostgresWrite, query: str, params: tuple[object, ...] = (),
+            ) -> list[tuple[object, ...]]:
+        seen.append(query)
+        return rows(self, query, params)
+
+    monkeypatch.setattr(_postgres._PostgresWrite, "_rows", spy)
+    return seen
+
+
+def test_a_keyed_append_after_a_write_of_the_session_reads_nothing_before_its_commit(
+        logs: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = logs.open()
+    reads = reads_of(log, monkeypatch)
+    log.append("s", keyed(0, 1))
+    assert reads == ["head_lock"]  # a session it has not written: its head is read
+    reads.clear()
+    for n in range(1, 4):
+        assert log.append("s", keyed(n, 1)).first_seq == n
+    assert reads == []  # the head it left and the keys, checked by the commit's statement
+    assert log.verify().ok
+
+
+def test_a_head_moved_by_another_writer_is_found_by_the_server_and_the_append_lands_after_it(
+        logs: LogFactory) -> None:
+    first = logs.open()
+    url = pgserver.shared().url(schema=first.store.schema)  # type: ignore[attr-defined]
+    first.append("s", keyed(0))
+    with turnlog.open(url) as other:
+        other.append("s", keyed(1))
+        # first assumes the head it left (seq 2): the server refuses the assumption.
+        with pytest.raises(AppendConflictError) as caught:
+            first.append("s", keyed(2), expected_seq=2)
+        assert (caught.value.expected, caught.value.actual) == (2, 5)
+        assert first.append("s", keyed(2)).first_seq == 6
+        # A retry of the other writer's batch is one, whatever expected_seq says: first
+        # assumes its keys new (its head is right), the server finds them stored.
+        for expected in (None, 2):
+            retry = first.append("s", keyed(1), expected_seq=expected)
+            assert (retry.first_seq, retry.duplicate) == (3, True)
+        other.append("s", keyed(3))  # other assumed seq 5: refused, then read
+        assert first.append("s", keyed(4), expected_seq=11).first_seq == 12
+    assert batches_stored(first, "s") == {n: 3 for n in range(5)}
+    assert first.verify().ok
+
+
+def test_retries_refused_by_the_servers_check_leave_no_missing_prepared_statement(
+        logs: LogFactory) -> None:
+    """Each retry of a stored key is refused by the statement that checks the keys
+    assumed new, which skips the rest of its pipeline, past the uses after which
+    psycopg prepares a statement: a statement taken as prepared whose preparation
+    was skipped would fail the next append ("prepared statement does not exist")."""
+    log = logs.open()
+    log.append("s", keyed(0, 1))
+    for n in range(1, 11):
+        assert log.append("s", keyed(n - 1, 1)).duplicate
+        assert log.append("s", keyed(n, 1)).first_seq == n
+    assert log.verify().ok
+
+
+def test_a_store_of_an_older_turnlog_gets_the_function_and_keeps_its_tables(
+        logs: LogFactory) -> None:
+    log = logs.open()
+    log.append("s", keyed(0))
+    schema = log.store.schema  # type: ignore[attr-defined]
+    url = pgserver.shared().url(schema=schema)
+    with admin(pgserver.shared()) as conn:  # as 0.2.0 left it: no function, no row
+        conn.execute(f"DROP FUNCTION {schema}.refuse()")
+        conn.execute(f"DELETE FROM {schema}.meta WHERE key = 'functions'")
+    with turnlog.open(url, readonly=True) as reader:  # a reader creates nothing
+        assert batches_stored(reader, "s") == {0: 3}
+    with admin(pgserver.shared()) as conn:
+        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'functions'"
+                            ).fetchone() is None
+    with turnlog.open(url) as writer:
+        writer.append("s", keyed(1))
+        other = turnlog.open(url)
+        other.append("s", keyed(2))
+        with pytest.raises(AppendConflictError):  # writer's assumed head is refused
+            writer.append("s", keyed(3), expected_seq=5)
+        other.close()
+    with admin(pgserver.shared()) as conn:
+        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'schema'"
+                            ).fetchone() == ("turnlog-postgres/1",)
+        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'functions'"
+                            ).fetchone() == ("turnlog-postgres-functions/1",)
+    assert batches_stored(log, "s") == {0: 3, 1: 3, 2: 3}
+
+
 # -- faults ----------------------------------------------------------------------------------
 def hold_head_lock(server: pgserver.Server, schema: str, session: str,
                    ) -> psycopg.Connection[tuple[object, ...]]:
@@ -483,7 +578,7 @@ def hold_head_lock(server: pgserver.Server, schema: str, session: str,
 def waiting_pid(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
     """The backend of an append waiting for a session's head row lock, if any."""
     row = conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND query LIKE '%FOR UPDATE%'").fetchone()
+                       "AND query LIKE '%.heads%FOR UPDATE%'").fetchone()
     return int(row[0]) if row else None  # type: ignore[call-overload]
 
 
