@@ -36,12 +36,13 @@ from turnlog.adapters.importers import (
     import_file,
     import_path,
 )
-from turnlog.adapters.providers import PROVIDERS, renderer_for
+from turnlog.adapters.providers import PROVIDERS, RenderError, render, renderer_for
 from turnlog.errors import ImportFormatError
 from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
     Event,
+    NativePart,
     NotificationAdded,
     ProviderErrorReceived,
     ReasoningPart,
@@ -362,6 +363,36 @@ def test_claude_images_are_stored_as_blobs_and_exported_back(store: Log, tmp_pat
     assert data not in json.dumps(image_event.meta)
     exported = export_session(store, summary.sessions[0], "claude_code")
     assert [json.loads(line) for line in exported.splitlines()] == records
+
+
+def test_claude_compaction_block_is_kept_byte_for_byte_and_sent_back_to_anthropic(
+        store: Log, tmp_path: Path) -> None:
+    block = {"type": "compaction", "content": "Summary: the user asked for a gradient. é"}
+    records = [
+        _claude("u1", None, "user", [{"type": "text", "text": "an old question"}], ts=1),
+        _claude("a1", "u1", "assistant", [{"type": "text", "text": "an old answer"}], ts=2),
+        _claude("u2", "a1", "user", [{"type": "text", "text": "go on"}], ts=3),
+        _claude("a2", "u2", "assistant", [block], ts=4, msg_id="msg_c"),
+        _claude("a3", "a2", "assistant", [{"type": "text", "text": "continuing"}], ts=4,
+                msg_id="msg_c"),
+        _claude("u3", "a3", "user", [{"type": "text", "text": "a new question"}], ts=5),
+    ]
+    path = _write_jsonl(tmp_path / "s-1.jsonl", records)
+    session = import_file(store, path).sessions[0]
+    parts = [p for e in store.read(session) if isinstance(e.body, AssistantMessageAdded)
+             for p in e.body.parts if isinstance(p, NativePart)]
+    assert parts == [NativePart(format="anthropic", item_type="compaction",
+                                data=msgspec.json.encode(block).decode(),
+                                text=block["content"])]
+    exported = export_session(store, session, "claude_code")
+    assert [json.loads(line) for line in exported.splitlines()] == records
+    body = json.loads(render(Packer(store).pack(session).prompt, "anthropic", model="m",
+                             max_tokens=100))
+    assert body["messages"][1]["content"][0] == block
+    assert "an old question" not in json.dumps(body) and "a new question" in json.dumps(body)
+    with pytest.raises(RenderError, match="anthropic 'compaction' item"):
+        render(Packer(store).pack(session).prompt, "openai-responses", model="m",
+               max_tokens=100)
 
 
 def test_claude_api_errors_meta_records_and_summaries(store: Log, tmp_path: Path) -> None:
