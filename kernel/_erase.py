@@ -34,6 +34,7 @@ from ._codec import encode_event, may_hold_blob_refs
 from ._errors import InvalidArgumentError, UnknownEventError, UnknownSessionError
 from ._events import (
     AssistantMessageAdded,
+    BlobRef,
     Body,
     CompactionCommitted,
     CompactionPartSummarized,
@@ -41,10 +42,14 @@ from ._events import (
     Event,
     EventErased,
     EventsPinned,
+    MemoryChanged,
     NotificationAdded,
     PolicySet,
+    ReasoningPart,
+    RecallAdded,
     SessionForked,
     SessionRewound,
+    SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
@@ -75,6 +80,9 @@ class Erased(msgspec.Struct, frozen=True):
         seqs: the events erased by this call (ascending).
         blobs: the blobs deleted with them (hex hashes).
         already: the events named that an earlier erasure had erased.
+        followed: the erasures made in other sessions, in the same transaction, of
+            events derived from these (a memory saved from them, a recall that hit
+            them, a system section or summary quoting them): one per session.
     """
 
     session: str
@@ -82,6 +90,7 @@ class Erased(msgspec.Struct, frozen=True):
     seqs: tuple[int, ...]
     blobs: tuple[str, ...] = ()
     already: tuple[int, ...] = ()
+    followed: tuple[Erased, ...] = ()
 
 
 def stub_for(event: Event, by: int) -> bytes:
@@ -162,16 +171,18 @@ def _covering_summaries(txn: ReadTxn, session: str, head: int, erased: set[int],
             positions = sorted({*positions, base + seq})
 
 
-def _orphaned_blobs(txn: ReadTxn, session: str, events: dict[int, Event]) -> list[str]:
+def _orphaned_blobs(txn: ReadTxn, plan: dict[str, dict[int, Event]]) -> list[str]:
     """The blobs the erased events refer to that no other event refers to."""
     candidates: set[str] = set()
-    for event in events.values():
-        candidates.update(referenced_blobs(event.body))
+    for events in plan.values():
+        for event in events.values():
+            candidates.update(referenced_blobs(event.body))
     if not candidates:
         return []
     for name, _, _ in list(txn.sessions()):
+        erased = plan.get(name, {})
         for seq, record in txn.scan(name, 0, None):
-            if (name == session and seq in events) or not may_hold_blob_refs(record):
+            if seq in erased or not may_hold_blob_refs(record):
                 continue
             candidates.difference_update(referenced_blobs(record_event(record).body))
             if not candidates:
@@ -179,27 +190,179 @@ def _orphaned_blobs(txn: ReadTxn, session: str, events: dict[int, Event]) -> lis
     return sorted(candidates)
 
 
-def erase_txn(txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: str,
-              time: int | None) -> Erased:
-    """Erase inside one write transaction (see `Log.erase`)."""
+# -- following derived text ------------------------------------------------------------------
+# An event derived from erased content may carry its text: a memory saved from a message
+# or a summary, a recall that hit it, the memory block or a "working memory" section that
+# quotes them, a summary of a summary. Such events are found by the provenance they
+# record (a memory's source session and seqs, a recall hit's session and seq: in any
+# session) or by a verbatim quote (QUOTE_WINDOW characters of an erased text, or the
+# whole of a shorter one of QUOTE_MIN or more), and erased in the same transaction.
+# Where a quote is looked for: compactions and recalls of the same session, and system
+# sections and memories of every session (the memory block and a new session's
+# "working memory" quote other sessions). What is quoted: the erased messages, tool
+# outputs, notifications, memories, recalls and summaries, never an erased system
+# section (sessions share their system prompt; that is configuration, not derivation).
+# A message, a tool output or a notification is a primary record, even when it repeats
+# the same words, and is erased only when named.
+
+#: Characters of erased text whose verbatim appearance makes a derived event a quote.
+QUOTE_WINDOW = 40
+#: An erased text shorter than the window is looked for whole from this length on.
+QUOTE_MIN = 16
+_STRIDE = QUOTE_WINDOW // 2
+_DERIVED_TAGS = tuple(msgspec.msgpack.encode(tag)
+                      for tag in ("system", "memory", "recall", "compaction"))
+_BLOB_TEXT_LIMIT = 8 * 2**20  # of a blob's text searched for quotes
+
+
+def _texts(txn: ReadTxn, body: Body) -> list[str]:
+    """The texts of a payload that a derived event could quote."""
+    if isinstance(body, UserMessageAdded | NotificationAdded):
+        texts = [body.text]
+    elif isinstance(body, AssistantMessageAdded):
+        texts = [p.text for p in body.parts if isinstance(p, TextPart | ReasoningPart)]
+        texts += [p.arguments for p in body.parts if isinstance(p, ToolCall)]
+    elif isinstance(body, ToolResultAdded):
+        texts = [body.output]
+    elif isinstance(body, MemoryChanged):
+        texts = [body.title, body.content]
+    elif isinstance(body, RecallAdded):
+        texts = [body.query, *(hit.text for hit in body.hits)]
+    elif isinstance(body, CompactionCommitted):
+        texts = [body.summary]
+    else:
+        texts = []
+    blob = getattr(body, "blob", None)
+    if isinstance(blob, BlobRef) and blob.media_type.startswith("text/"):
+        data = txn.blob(blob.hash)
+        if data is not None:
+            texts.append(data[:_BLOB_TEXT_LIMIT].decode("utf-8", "ignore"))
+    return [t for t in texts if len(t.strip()) >= QUOTE_MIN]
+
+
+def _needles(texts: Iterable[str]) -> set[str]:
+    """What a quote of one of ``texts`` holds at least one of: its windows of
+    QUOTE_WINDOW characters every _STRIDE characters (a quote of QUOTE_WINDOW +
+    _STRIDE - 1 characters or more holds one), or the whole of a shorter text."""
+    found: set[str] = set()
+    for whole in texts:
+        text = whole.strip()
+        if len(text) <= QUOTE_WINDOW:
+            found.add(text)
+            continue
+        found.update(text[i:i + QUOTE_WINDOW]
+                     for i in range(0, len(text) - QUOTE_WINDOW + 1, _STRIDE))
+        found.add(text[-QUOTE_WINDOW:])
+    return found
+
+
+def _quotes(text: str, needles: set[str], short: list[str]) -> bool:
+    """Whether ``text`` holds a needle (``short``: the needles shorter than the window,
+    looked for with ``in``)."""
+    if any(needle in text for needle in short):
+        return True
+    return any(text[i:i + QUOTE_WINDOW] in needles
+               for i in range(len(text) - QUOTE_WINDOW + 1))
+
+
+def _derived_text(body: Body) -> str:
+    if isinstance(body, SystemSectionSet):
+        return body.text
+    if isinstance(body, MemoryChanged):
+        return body.title + "\n" + body.content
+    if isinstance(body, RecallAdded):
+        return body.query + "\n" + "\n".join(hit.text for hit in body.hits)
+    if isinstance(body, CompactionCommitted):
+        return body.summary
+    return ""
+
+
+def _derived_from(event: Event, plan: dict[str, dict[int, Event]]) -> bool:
+    """Whether ``event`` records that it was derived from an event of ``plan``."""
+    body = event.body
+    if isinstance(body, MemoryChanged):
+        if body.source_session and any(seq in plan.get(body.source_session, ())
+                                       for seq in body.source_seqs):
+            return True
+        # Another change of a memory whose content is erased: the same memory.
+        return bool(body.title or body.content) and any(
+            isinstance(other.body, MemoryChanged) and other.body.memory_id == body.memory_id
+            for other in plan.get(event.session, {}).values())
+    if isinstance(body, RecallAdded):
+        return any(hit.seq in plan.get(hit.session, ()) for hit in body.hits)
+    return False
+
+
+class _Needles:
+    """The needles of one session's erased texts, and of every session's."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, tuple[set[str], list[str]]] = {}
+        self.every: tuple[set[str], list[str]] = (set(), [])
+
+    def add(self, txn: ReadTxn, events: Iterable[Event]) -> None:
+        by_session: dict[str, list[str]] = {}
+        for event in events:
+            by_session.setdefault(event.session, []).extend(_texts(txn, event.body))
+        fresh: set[str] = set()
+        for name, texts in by_session.items():
+            needles = _needles(texts)
+            own = self.own.setdefault(name, (set(), []))
+            own[0].update(needles)
+            fresh |= needles
+        self.own = {name: (needles, sorted(n for n in needles if len(n) < QUOTE_WINDOW))
+                    for name, (needles, _) in self.own.items()}
+        every = self.every[0] | fresh
+        self.every = (every, sorted(n for n in every if len(n) < QUOTE_WINDOW))
+
+    def quoted_in(self, event: Event, text: str) -> bool:
+        everywhere = isinstance(event.body, SystemSectionSet | MemoryChanged)
+        needles, short = self.every if everywhere else self.own.get(event.session,
+                                                                    (set(), []))
+        return bool(needles) and _quotes(text, needles, short)
+
+
+def _follow(txn: ReadTxn, plan: dict[str, dict[int, Event]]) -> None:
+    """Add to ``plan`` every event derived from an event in it (see above), and the
+    compactions covering those, until nothing more is found."""
+    candidates: list[tuple[Event, str]] = []
+    for name, _, _ in list(txn.sessions()):
+        for seq, record in txn.scan(name, 0, None):
+            if seq in plan.get(name, ()) or not any(tag in record for tag in _DERIVED_TAGS):
+                continue
+            event = record_event(record)
+            text = _derived_text(event.body)
+            if text or isinstance(event.body, MemoryChanged | RecallAdded):
+                candidates.append((event, text))
+    needles = _Needles()
+    fresh = [event for events in plan.values() for event in events.values()]
+    while fresh:  # each round follows one step of derivation; candidates only shrink
+        needles.add(txn, fresh)
+        found = [event for event, text in candidates
+                 if event.seq not in plan.get(event.session, ())
+                 and (_derived_from(event, plan) or needles.quoted_in(event, text))]
+        for event in found:
+            plan.setdefault(event.session, {})[event.seq] = event
+        fresh = list(found)
+        for name in sorted({event.session for event in found}):
+            head = txn.head(name)
+            assert head is not None
+            before = set(plan[name])
+            _covering_summaries(txn, name, head[0], set(before), plan[name])
+            fresh += [plan[name][seq] for seq in sorted(set(plan[name]) - before)]
+
+
+def _write_erasure(txn: WriteTxn, session: str, events: dict[int, Event], blobs: list[str],
+                   reason: str, time: int | None) -> Erased:
+    """Append the erasure event of ``events`` to ``session`` and put the stubs in place."""
     head = txn.head(session)
-    if head is None:
-        raise UnknownSessionError(f"no session {session!r} to erase; list sessions with "
-                                  "`turnlog sessions` (Python: `Log.sessions()`)")
+    assert head is not None
     head_seq, head_hash = head
-    new, already, events = _targets(txn, session, head_seq, seqs)
-    if not new:
-        return Erased(session, None, (), (), tuple(already))
-    erased = set(new)
-    _covering_summaries(txn, session, head_seq, erased, events)
-    order = sorted(erased)
-    blobs = _orphaned_blobs(txn, session, events)
+    order = sorted(events)
     by = head_seq + 1
-    hashes = []
-    for seq in order:
-        hashes.append(events[seq].hash.hex())
-    body: Body = ContentErased(seqs=tuple(order), hashes=tuple(hashes), reason=reason,
-                               blobs=tuple(blobs))
+    body: Body = ContentErased(seqs=tuple(order),
+                               hashes=tuple(events[seq].hash.hex() for seq in order),
+                               reason=reason, blobs=tuple(blobs))
     canonical = encode_event(Event(session=session, seq=by, body=body, time=time))[1]
     digest = link(head_hash if head_seq >= 0 else GENESIS, canonical)
     # The erasure event first, then the stubs: one transaction either way.
@@ -213,7 +376,41 @@ def erase_txn(txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: s
                                                     stub_for(event, by)))
     for blob in blobs:
         txn.delete_blob(blob)
-    return Erased(session, by, tuple(order), tuple(blobs), tuple(already))
+    return Erased(session, by, tuple(order), tuple(blobs))
+
+
+def erase_txn(txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: str,
+              time: int | None) -> Erased:
+    """Erase inside one write transaction (see `Log.erase`)."""
+    head = txn.head(session)
+    if head is None:
+        raise UnknownSessionError(f"no session {session!r} to erase; list sessions with "
+                                  "`turnlog sessions` (Python: `Log.sessions()`)")
+    head_seq = head[0]
+    new, already, events = _targets(txn, session, head_seq, seqs)
+    if not new:
+        return Erased(session, None, (), (), tuple(already))
+    erased = set(new)
+    _covering_summaries(txn, session, head_seq, erased, events)
+    plan: dict[str, dict[int, Event]] = {session: events}
+    _follow(txn, plan)
+    blobs = _orphaned_blobs(txn, plan)
+    # Each blob is listed by the erasure of the first session (the named one first)
+    # whose erased events refer to it.
+    order = [session, *sorted(name for name in plan if name != session)]
+    listed: dict[str, list[str]] = {name: [] for name in order}
+    left = set(blobs)
+    for name in order:
+        for event in plan[name].values():
+            for blob in referenced_blobs(event.body):
+                if blob in left:
+                    left.discard(blob)
+                    listed[name].append(blob)
+    done = [_write_erasure(txn, name, plan[name], sorted(listed[name]), reason, time)
+            for name in order]
+    first = done[0]
+    return Erased(session, first.seq, first.seqs, first.blobs, tuple(already),
+                  tuple(done[1:]))
 
 
 #: The text packing shows in place of erased content.

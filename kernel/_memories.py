@@ -456,11 +456,13 @@ class MemoryManager:
         self._seen = NEW_SESSION  # own seq of the memory session the book has reached
         self._views: dict[str, tuple[Projection, int]] = {}
         self._lock = threading.RLock()
+        self._erasures = log._erasures
 
     # -- reading -------------------------------------------------------------------
     def book(self) -> MemoryBook:
         """The memory book, brought up to date with the log."""
         with self._lock:
+            self._forget_erased()
             head = self.log.head(self.memory_session)
             if self._book is None:
                 self._book = MemoryBook()
@@ -472,6 +474,15 @@ class MemoryManager:
                                                 head.seq + 1))
                 self._seen = head.seq
             return self._book
+
+    def _forget_erased(self) -> None:
+        """Drop the book and the views when content was erased since they were folded
+        (they hold the old text)."""
+        if self.log._erasures != self._erasures:
+            self._book = None
+            self._seen = NEW_SESSION
+            self._views.clear()
+            self._erasures = self.log._erasures
 
     def memories(self, *, now: int | None = None, include_expired: bool = False
                  ) -> list[Memory]:
@@ -746,6 +757,7 @@ class MemoryManager:
     def _view(self, session: str) -> tuple[Projection | None, int]:
         """The agent session's projection (sections and rewinds), brought up to date,
         and the session's own head seq (`NEW_SESSION` when it does not exist)."""
+        self._forget_erased()
         head = self.log.head(session)
         if head is None:
             self._views.pop(session, None)

@@ -189,6 +189,7 @@ class Recaller:
         self.snippet_chars = snippet_chars
         self._index: dict[str, _SessionIndex] = {}
         self._lock = threading.RLock()
+        self._erasures = log._erasures
 
     @property
     def searcher(self) -> str:
@@ -216,6 +217,10 @@ class Recaller:
         return sorted({name for name in names if name != exclude})
 
     def _update(self, session: str) -> int:
+        if self.log._erasures != self._erasures:
+            # Content was erased since the index was built: it holds the old text.
+            self._index.clear()
+            self._erasures = self.log._erasures
         index = self._index.get(session)
         if index is None:
             index = self._index[session] = _SessionIndex()

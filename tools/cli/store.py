@@ -410,9 +410,12 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         if r.seq is None:
             print(f"{r.session}: nothing left to erase"
                   + (f" ({len(r.already)} erased before)" if r.already else ""))
-        else:
-            print(f"{r.session}: erased {len(r.seqs)} events and {len(r.blobs)} blobs "
-                  f"(erasure event #{r.seq})")
+            continue
+        print(f"{r.session}: erased {len(r.seqs)} events and {len(r.blobs)} blobs "
+              f"(erasure event #{r.seq})")
+        for f in r.followed:  # derived from them: a memory, a recall, a quoting section
+            print(f"{f.session}: erased {len(f.seqs)} derived events and {len(f.blobs)} "
+                  f"blobs (erasure event #{f.seq})")
     if not results:
         print("nothing to erase")
     return EXIT_OK
