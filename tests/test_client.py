@@ -35,7 +35,7 @@ from turnlog.adapters.providers.fakeserver import (
     malformed,
     overflow_error,
 )
-from turnlog.errors import DecodeError
+from turnlog.errors import DecodeError, InvalidArgumentError
 from turnlog.events import TextPart, ToolCall
 
 SHELLS = ["sync", "async"]
@@ -190,6 +190,19 @@ def test_a_url_that_is_not_http_is_a_provider_error(shell: str) -> None:
         with pytest.raises(ProviderError, match="cannot reach") as caught:
             call(shell, "openai-chat", body(), base_url=base_url, timeout=5)
         assert caught.value.error.error_type == "connection"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_key_or_header_http_cannot_carry_is_refused_unsent_and_unechoed(
+        server: FakeServer, shell: str) -> None:
+    url = server.base_url("openai-chat")
+    for key, headers in (("sk-secret\nx-injected: 1", {}), ("sk-s\u00e9cret", {}),
+                         ("sk-ok", {"x-trace": "caf\u00e9-secret"}),
+                         ("sk-ok", {"x bad name": "v"})):
+        with pytest.raises(InvalidArgumentError, match="an HTTP header cannot carry") as caught:
+            call(shell, "openai-chat", body(), base_url=url, api_key=key, headers=headers)
+        assert "secret" not in str(caught.value)
+    assert server.requests == []
 
 
 # -- connections -------------------------------------------------------------------------------

@@ -46,12 +46,13 @@ Base URLs follow the official SDKs: an OpenAI base URL includes the version
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 
 import httpx
 from turnlog import KernelError
-from turnlog.errors import DecodeError
+from turnlog.errors import DecodeError, InvalidArgumentError
 from turnlog.events import ProviderErrorReceived
 
 from ._anthropic import ANTHROPIC_VERSION
@@ -68,6 +69,8 @@ __all__ = [
     "endpoint",
     "send",
 ]
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP header name (RFC 9110)
 
 #: The public endpoints, used when no base URL is given (each provider's ``base_url``).
 DEFAULT_BASE_URLS: Mapping[str, str] = {name: p.base_url for name, p in PROVIDERS.items()}
@@ -119,6 +122,8 @@ def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,
         The parsed `Reply`; for an HTTP error status its ``error`` is set.
 
     Raises:
+        InvalidArgumentError: an API key or header HTTP cannot carry (not printable
+            ASCII); nothing is sent.
         ProviderTimeoutError: no connection or no (further) answer within ``timeout``.
         ProviderError: the server cannot be reached or the answer broke off.
         DecodeError: a successful answer that does not parse.
@@ -199,9 +204,30 @@ def _request(format: str, api_key: str, base_url: str | None,  # noqa: A002
              headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
     """The URL and the headers of a ``format`` request."""
     spec = provider(format)
+    for name, value in (("api_key", api_key), *(headers or {}).items()):
+        _check_header(name, value)
     return spec.endpoint(base_url), {"content-type": "application/json",
                                      "accept": "application/json",
                                      **spec.headers(api_key), **(headers or {})}
+
+
+def _check_header(name: object, value: object) -> None:
+    """A header (or the API key) HTTP can carry: printable ASCII. The value is never
+    echoed (it may be a key); httpx's own error would print it."""
+    if not isinstance(name, str) or not isinstance(value, str):
+        raise InvalidArgumentError(f"header {name!r}: expected a str name and value, found "
+                                   f"{type(name).__name__} and {type(value).__name__}")
+    if name != "api_key" and not _TOKEN.fullmatch(name):
+        raise InvalidArgumentError(
+            f"header {name!r}: a name an HTTP header cannot carry; expected letters, digits "
+            "and !#$%&'*+-.^_`|~ only (no space or colon); nothing was sent")
+    bad = next((i for i, c in enumerate(value) if not (" " <= c <= "~" or c == "\t")), None)
+    if bad is not None:
+        where = "the api_key" if name == "api_key" else f"header {name!r}"
+        raise InvalidArgumentError(
+            f"{where}: its value holds a character an HTTP header cannot carry (code point "
+            f"{ord(value[bad])} at position {bad}); expected printable ASCII. Check it for a "
+            "stray newline or a pasted character; nothing was sent")
 
 
 def _reply(format: str, answer: _Answer, request_seq: int | None) -> Reply:  # noqa: A002
