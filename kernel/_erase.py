@@ -56,6 +56,8 @@ from ._events import (
     UserMessageAdded,
 )
 from ._store import ReadTxn, WriteTxn
+from ._tokens import CACHE_NAMESPACE as COUNTS_NAMESPACE
+from ._tokens import empty_chunks
 from ._verify import referenced_blobs
 
 __all__ = ["Erased", "PLACEHOLDER"]
@@ -408,6 +410,11 @@ def erase_txn(txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: s
                     listed[name].append(blob)
     done = [_write_erasure(txn, name, plan[name], sorted(listed[name]), reason, time)
             for name in order]
+    # The persisted token counts are keyed by a digest of each counted text: a digest of
+    # erased text would confirm a guess of it. They are derived data: emptied, and
+    # counted again as sessions are packed.
+    for key, value in empty_chunks(lambda key: txn.cached(COUNTS_NAMESPACE, key)):
+        txn.put_cached(COUNTS_NAMESPACE, key, value)
     first = done[0]
     return Erased(session, first.seq, first.seqs, first.blobs, tuple(already),
                   tuple(done[1:]))

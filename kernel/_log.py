@@ -91,6 +91,7 @@ from ._events import (
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
+from ._tokens import forget_unsaved
 from ._validation import check_integer, check_number, check_text, check_type, invalid
 from ._verify import Problem, VerifyReport, fsck
 
@@ -1117,6 +1118,7 @@ class Log:
                                       "turnlog.erasure.already": len(result.already)})
             if result.seq is not None:
                 self._erasures += 1
+                forget_unsaved()  # counts of erased text never to be saved
             if scrub:
                 self.store.scrub()
         return result

@@ -269,6 +269,28 @@ _COUNTERS: dict[str, TiktokenCounter] = {}
 _COUNTERS_LOCK = threading.Lock()
 
 
+def forget_unsaved() -> None:
+    """Drop, from every shared counter, the counts computed since its last export (they
+    are kept in memory, never saved): what an erasure does, so that no digest of erased
+    text is written to a store after it emptied the persisted counts."""
+    with _COUNTERS_LOCK:
+        counters = list(_COUNTERS.values())
+    for counter in counters:
+        counter.export_new()
+
+
+def empty_chunks(cached: Callable[[bytes], bytes | None]) -> list[tuple[bytes, bytes]]:
+    """The ``(key, value)`` writes that empty every persisted chunk of counts (each
+    sealed with no counts, so that chunks stay dense and later saves go after them)."""
+    writes = []
+    for counter_id in open_index(cached(_INDEX)) or []:
+        index = 0
+        while cached(chunk_key(counter_id, index)) is not None:
+            writes.append((chunk_key(counter_id, index), seal_chunk(counter_id, index, b"")))
+            index += 1
+    return writes
+
+
 def get_counter(spec: str) -> TokenCounter:
     """The shared counter for a tokenizer id (``cl100k_base``, ``NAME*RATIO``,
     or ``NAME`` with ``$TURNLOG_TIKTOKEN_DIR/NAME.tiktoken`` present).

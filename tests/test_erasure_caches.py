@@ -76,3 +76,36 @@ def test_a_session_that_prepared_before_an_erase_sends_no_erased_text(log: Log) 
     session.user("go on")
     body = session.prepare().body
     assert SECRET.encode() not in body and b"[erased]" in body
+
+
+def test_no_token_count_digest_of_erased_text_is_left_in_the_store(tmp_path: Path) -> None:
+    # A count is kept per xxh3 digest of the counted text: a digest of erased text would
+    # confirm a guess of it, so an erasure empties the persisted counts (derived data).
+    import uuid
+
+    import xxhash
+
+    text = f"only this test says {uuid.uuid4().hex}"  # counted here first
+    with turnlog.open(str(tmp_path / "store")) as log:
+        replayer = conversation(log)
+        log.append(SESSION, UserMessageAdded(text=text))
+        replayer.packer.pack(SESSION, policy=POLICY)
+        replayer.packer.flush()
+        digest = xxhash.xxh3_128_digest(text.encode())
+        data = tmp_path / "store" / "data.mdb"
+        assert digest in data.read_bytes()
+        log.erase(SESSION, [8], reason="leaked key")
+        replayer.packer.pack(SESSION, policy=POLICY)
+        replayer.packer.flush()
+        assert digest not in data.read_bytes()
+        assert log.verify().ok
+        # Counted before an erasure but not saved yet: never saved after it.
+        unsaved = f"counted, not saved {uuid.uuid4().hex}"
+        seq = log.append(SESSION, UserMessageAdded(text=unsaved)).last_seq
+        replayer.packer.pack(SESSION, policy=POLICY)
+        log.erase(SESSION, [seq], reason="leaked key")
+        replayer.packer.flush()
+        assert xxhash.xxh3_128_digest(unsaved.encode()) not in data.read_bytes()
+        # Counted again as sessions are packed: the same prompt as before the wipe.
+        assert Packer(log).pack(SESSION, policy=POLICY).prompt.hash == \
+            replayer.packer.pack(SESSION, policy=POLICY).prompt.hash
