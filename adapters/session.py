@@ -168,8 +168,10 @@ class SDKObject(Protocol):
     """A reply object of an official SDK (a pydantic model: ``ChatCompletion``,
     ``Response``, ``Message``)."""
 
-    def model_dump(self, *, mode: str = ...) -> Mapping[str, object]:
-        """The object as JSON values (``mode="json"``)."""
+    def model_dump(self, *, mode: str = ..., exclude_unset: bool = ...,
+                   ) -> Mapping[str, object]:
+        """The object as JSON values (``mode="json"``; with ``exclude_unset``, only the
+        fields the provider sent)."""
         ...
 
 
@@ -701,7 +703,9 @@ class _Core:
             return parse_response(fmt, response)
         dump = getattr(response, "model_dump", None)
         if callable(dump):
-            return parse_response(fmt, dump(mode="json"))
+            # Only what the provider sent: an item kept byte for byte (a compaction item)
+            # must not gain the SDK's defaults (``"created_by": null``).
+            return parse_response(fmt, dump(mode="json", exclude_unset=True))
         return parse_stream(fmt, response)  # type: ignore[arg-type]
 
 

@@ -20,9 +20,9 @@ from turnlog import Packer, Replayer
 from turnlog.adapters.examples import agents_sdk
 from turnlog.adapters.integrations.openai_agents import TurnlogModel
 from turnlog.adapters.providers import renderer_for
-from turnlog.adapters.providers.fakeserver import FakeServer
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
 from turnlog.errors import InvalidEventError
-from turnlog.events import RequestIssued, ResponseReceived, UserMessageAdded
+from turnlog.events import RequestIssued, ResponseReceived, ToolCall, UserMessageAdded
 
 set_tracing_disabled(True)
 
@@ -142,5 +142,35 @@ def test_a_run_whose_input_holds_a_compaction_item_is_packed_recorded_and_replay
             # The log keeps what the item replaced.
             assert "an old question" in [e.body.text for e in log.read("s", kinds=["user"])
                                          if isinstance(e.body, UserMessageAdded)]
+
+    asyncio.run(main())
+
+
+def test_a_reply_holding_a_compaction_is_recorded_as_sent_and_the_next_call_starts_with_it(
+        tmp_path: Path) -> None:
+    script = [FakeReply(text="Let me add them.", compaction="Summary: asked to add",
+                        tool_calls=(ToolCall(id="call_1", name="add",
+                                             arguments='{"a": 19, "b": 23}'),)),
+              FakeReply(text="19 + 23 = 42.")]
+
+    async def main() -> None:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(script) as server:
+            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
+                                 max_retries=0)
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add],
+                          model=model)
+            result = await Runner.run(agent, "What is 19 + 23?",
+                                      run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            assert result.final_output == "19 + 23 = 42."
+            sent = server.requests[1].json()["input"]
+            assert isinstance(sent, list)
+            # The item as the server sent it (no field the SDK's model adds), first.
+            assert sent[0] == {"type": "compaction", "id": "cmp_fake1",
+                               "encrypted_content": sent[0]["encrypted_content"]}
+            assert b"What is 19 + 23?" not in server.requests[1].body
+            replayer = Replayer(Packer(log))
+            assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))
 
     asyncio.run(main())
