@@ -275,20 +275,48 @@ class _PostgresRead(ReadTxn):
     def get(self, session: str, seq: int) -> bytes | None:
         if not 0 <= seq < 2**63:
             return None
-        row = self._one("get", (session, seq))
+        if type(self) is _PostgresRead and session not in self._heads:
+            # The session's head comes in the same round trip: a read of its events
+            # (which needs it) then costs one round trip less (replay: a request, then
+            # the events its view lacks).
+            with self._conn.pipeline():
+                heads = self._conn.execute(self._q["head"], (session,), prepare=True)
+                found = self._conn.execute(self._q["get"], (session, seq), prepare=True)
+            head = heads.fetchone()
+            self._heads[session] = None if head is None else (int(head[0]), bytes(head[1]))
+            row = found.fetchone()
+        else:
+            row = self._one("get", (session, seq))
         return None if row is None else bytes(row[0])
 
     def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
              ) -> Iterator[tuple[int, bytes]]:
+        seq = max(start, 0)
+        first: list[TupleRow] | None = None
+        if type(self) is _PostgresRead and session not in self._heads:
+            # The head and the first page in one round trip; rows past the head (which
+            # only a damaged store holds) are dropped below, unless ``every``.
+            bound = min(stop, 2**63 - 1) if stop is not None else 2**63 - 1
+            with self._conn.pipeline():
+                heads = self._conn.execute(self._q["head"], (session,), prepare=True)
+                page = self._conn.execute(self._q["scan"], (session, seq, bound, _PAGE),
+                                          prepare=True)
+            row = heads.fetchone()
+            self._heads[session] = None if row is None else (int(row[0]), bytes(row[1]))
+            first = page.fetchall()
         head = self.head(session)
         if head is None:
             return
         end = 2**63 - 1 if every else head[0] + 1
         if stop is not None:
             end = min(stop, end)
-        seq = max(start, 0)
         while seq < end:
-            rows = self._rows("scan", (session, seq, end, _PAGE))
+            if first is not None:
+                # Ordered by seq: what is dropped is the page's tail, so when anything
+                # is, the page held every row below ``end``.
+                rows, first = [row for row in first if int(row[0]) < end], None
+            else:
+                rows = self._rows("scan", (session, seq, end, _PAGE))
             for found, record in rows:
                 yield int(found), bytes(record)
             if len(rows) < _PAGE:

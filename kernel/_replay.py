@@ -49,7 +49,7 @@ from ._errors import (
     UnknownSessionError,
 )
 from ._events import Event, EventErased, PolicySet, RequestIssued, ResponseReceived, Usage
-from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log
+from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log, Snapshot
 from ._pack import Decision, Packed, PackIndex
 from ._pack._engine import pack_stored
 from ._packer import Packer, policy_at
@@ -134,13 +134,14 @@ class RequestDiff(msgspec.Struct, frozen=True):
 class _ReplayView:
     """A projection of a session's lineage up to own seq ``seq``, for replay."""
 
-    __slots__ = ("index", "policy", "seq", "view")
+    __slots__ = ("index", "last_hash", "policy", "seq", "view")
 
     def __init__(self, view: Projection, seq: int, policy: Policy | None) -> None:
         self.view = view
         self.seq = seq
         self.policy = policy  # of the last PolicySet folded (rewound or not), as replay reads it
         self.index = PackIndex()
+        self.last_hash = b""  # of the event at ``seq``
 
     def extend(self, events: Iterable[Event]) -> None:
         for event in events:
@@ -148,6 +149,7 @@ class _ReplayView:
             if isinstance(event.body, PolicySet):
                 self.policy = event.body.policy
             self.seq = event.seq
+            self.last_hash = event.hash
 
 
 class Replayer:
@@ -273,8 +275,9 @@ class Replayer:
         return Recorded(packed, seq, rendered, duplicate=True)
 
     # -- replay and explain --------------------------------------------------------------
-    def _request(self, session: str, request_seq: int) -> RequestIssued:
-        event = self.log.get(session, request_seq)
+    def _request(self, session: str, request_seq: int, snap: Snapshot | None = None,
+                 ) -> RequestIssued:
+        event = (snap or self.log).get(session, request_seq)
         if not isinstance(event.body, RequestIssued):
             raise InvalidArgumentError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
                                     "request record; list requests with `turnlog log "
@@ -289,31 +292,18 @@ class Replayer:
     def _repack(self, session: str, request_seq: int, *, explain: bool) -> Packed:
         return self._repack_under(session, request_seq, explain=explain)[0]
 
-    def _repack_under(self, session: str, request_seq: int, *,
-                      explain: bool) -> tuple[Packed, Policy]:
-        """The re-packed request and the policy it was packed under."""
-        request = self._request(session, request_seq)
-        if request.stages != self.packer._names:
-            raise ReplayMismatchError(
-                f"request {session}#{request_seq} was packed with stages "
-                f"{request.stages or '(built-in)'!r}; this packer has "
-                f"{self.packer._names or '(built-in)'!r}. Replay with the same custom stages")
-        head = self.log.get(session, request.head_seq)
-        if head.hash.hex() != request.head_hash:
-            raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
-                                      "has the recorded hash; run `turnlog verify` (Python: "
-                                      "`Log.verify()`)")
+    def _repack_under(self, session: str, request_seq: int, *, explain: bool,
+                      found: list[RequestIssued] | None = None) -> tuple[Packed, Policy]:
+        """The re-packed request and the policy it was packed under (the request
+        record is appended to ``found``). The request, its head and the events the
+        kept view lacks are read in one snapshot: on a server store each snapshot is
+        a transaction, a few round trips."""
         with self._replay_lock:
-            try:
-                counter = get_counter(request.tokenizer)
-            except TokenizerError:
-                # The policy check comes first, as it always has.
-                policy = policy_at(self.log.lineage(session, request.head_seq + 1))
-                if policy is None or policy.hash != request.policy_hash:
-                    raise ReplayMismatchError(self._policy_differs(session, request)) from None
-                raise
-            self.packer._load_counts(counter)
-            state = self._replay_view(session, request.head_seq, counter)
+            with self.log.snapshot() as snap:
+                request = self._request(session, request_seq, snap)
+                if found is not None:
+                    found.append(request)
+                state = self._replay_state(snap, session, request_seq, request)
             policy = state.policy
             if policy is None or policy.hash != request.policy_hash:
                 raise ReplayMismatchError(self._policy_differs(session, request))
@@ -322,15 +312,52 @@ class Replayer:
                                    index=state.index), policy
             except BaseException:
                 # A pack that fails part-way may leave the index half caught up.
-                self._replays.pop((session, counter.id), None)
+                self._replays.pop((session, state.view.counter.id), None)
                 raise
+
+    def _replay_state(self, snap: Snapshot, session: str, request_seq: int,
+                      request: RequestIssued) -> _ReplayView:
+        """The checked replay view of a request (the caller holds the replay lock)."""
+        if request.stages != self.packer._names:
+            raise ReplayMismatchError(
+                f"request {session}#{request_seq} was packed with stages "
+                f"{request.stages or '(built-in)'!r}; this packer has "
+                f"{self.packer._names or '(built-in)'!r}. Replay with the same custom stages")
+        try:
+            counter = get_counter(request.tokenizer)
+        except TokenizerError:
+            # The head check, then the policy check come first, as they always have.
+            self._check_head(snap.get(session, request.head_seq).hash, session, request)
+            policy = policy_at(snap.lineage(session, request.head_seq + 1))
+            if policy is None or policy.hash != request.policy_hash:
+                raise ReplayMismatchError(self._policy_differs(session, request)) from None
+            raise
+        self.packer._load_counts(counter)  # once per tokenizer
+        state = self._replay_view(session, request.head_seq, counter, snap)
+        # The view ends with the head event (read with it, not on its own).
+        if state.seq != request.head_seq:
+            snap.get(session, request.head_seq)  # raises: no such event
+        try:
+            self._check_head(state.last_hash, session, request)
+        except ReplayMismatchError:
+            self._replays.pop((session, counter.id), None)
+            raise
+        return state
+
+    @staticmethod
+    def _check_head(found: bytes, session: str, request: RequestIssued) -> None:
+        if found.hex() != request.head_hash:
+            raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
+                                      "has the recorded hash; run `turnlog verify` (Python: "
+                                      "`Log.verify()`)")
 
     @staticmethod
     def _policy_differs(session: str, request: RequestIssued) -> str:
         return (f"the policy in force at {session}#{request.head_seq} is not the recorded "
                 f"one ({request.policy_hash[:16]})")
 
-    def _replay_view(self, session: str, head_seq: int, counter: TokenCounter) -> _ReplayView:
+    def _replay_view(self, session: str, head_seq: int, counter: TokenCounter,
+                     snap: Snapshot | None = None) -> _ReplayView:
         """The lineage up to own seq ``head_seq`` folded with ``counter`` (the kept
         projection grown when it ends at or before ``head_seq``, else a fresh one)."""
         if self.log._erasures != self._erasures:
@@ -342,10 +369,10 @@ class Replayer:
         if state is not None and state.seq <= head_seq:
             self._replays.move_to_end(key)
             if state.seq < head_seq:
-                state.extend(self.log.read(session, state.seq + 1, head_seq + 1))
+                state.extend((snap or self.log).read(session, state.seq + 1, head_seq + 1))
             if state.seq == head_seq:
                 return state
-        lineage = self.log.lineage(session, head_seq + 1)
+        lineage = (snap or self.log).lineage(session, head_seq + 1)
         view = Projection(counter)
         state = _ReplayView(view, -1, None)
         for event in lineage:
@@ -353,6 +380,7 @@ class Replayer:
             if isinstance(event.body, PolicySet):
                 state.policy = event.body.policy
         state.seq = lineage[-1].seq if lineage else -1
+        state.last_hash = lineage[-1].hash if lineage else b""
         self._replays[key] = state
         self._replays.move_to_end(key)
         while len(self._replays) > _REPLAY_VIEWS:
@@ -371,11 +399,14 @@ class Replayer:
         Returns a `ReplayResult`; ``ok`` is False with ``difference`` naming
         the first differing part when the bytes differ.
         """
-        request = self._request(session, request_seq)
+        found: list[RequestIssued] = []
         try:
-            packed = self._repack(session, request_seq, explain=False)
+            packed = self._repack_under(session, request_seq, explain=False, found=found)[0]
         except ReplayMismatchError as exc:
-            return ReplayResult(session, request_seq, False, request.prompt_hash, "", str(exc))
+            if not found:
+                raise
+            return ReplayResult(session, request_seq, False, found[0].prompt_hash, "", str(exc))
+        request = found[0]
         replayed = packed.prompt.hash  # encodes the whole prompt: once
         ok = replayed == request.prompt_hash
         difference = ""
