@@ -156,7 +156,8 @@ def search_history(log: Log, session: str, args: Mapping[str, object], policy: P
     out: list[str] = []
     used = 0
     for hit in hits:
-        entry = f"[{hit.session}#{hit.seq}] {hit.text}"
+        where = f", character {hit.offset}" if hit.offset else ""
+        entry = f"[{hit.session}#{hit.seq}{where}] {hit.text}"
         if used + len(entry) > policy.recall_max_chars and out:
             break
         out.append(entry[:policy.recall_max_chars])

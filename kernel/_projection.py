@@ -202,8 +202,11 @@ def notification_text(source: str, text: str) -> str:
 
 def recall_text(body: RecallAdded, keep: int) -> str:
     """A recall result as the prompt carries it, with its first ``keep`` hits."""
-    hits = "\n".join(f'<hit session="{h.session}" seq="{h.seq}">\n{h.text}\n</hit>'
-                     for h in body.hits[:keep])
+    # A hit's offset (where in a long output it is) shows only when there is one:
+    # hits recorded before offsets existed render as they always did.
+    hits = "\n".join(f'<hit session="{h.session}" seq="{h.seq}"'
+                     + (f' offset="{h.offset}"' if h.offset else "")
+                     + f'>\n{h.text}\n</hit>' for h in body.hits[:keep])
     omitted = len(body.hits) - keep
     more = f"\n[{omitted} more results omitted by the recall cap]" if omitted else ""
     return f'<recall query="{body.query}">\n{hits}{more}\n</recall>'

@@ -6,7 +6,13 @@ Theory of operation
 the text parts of assistant messages, tool results and notifications, whole:
 for an output kept as a blob, the blob's full text (not the event's preview),
 so a word in the middle of a large output is found and its snippet taken
-from around it. It never indexes
+from around it. A text longer than ``chunk_chars`` is indexed in chunks
+(cut at a line end, or a space, in the last quarter of each chunk; the cuts
+depend on the text only), each a document of its own: BM25 then scores a
+passage of a large output like a small output instead of diluting it by the
+output's length, and a hit says where it is (``RecallHit.offset``: the
+character of the event's whole text where its snippet starts), so
+``read_output`` can fetch around it. It never indexes
 ``CompactionCommitted`` summaries, ``RecallAdded`` results, system sections
 or memories: recall must not feed on its own output or on text derived from
 the conversation, or it would amplify itself (seed 002's feedback-loop fix).
@@ -82,11 +88,36 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
-class _Doc:
-    __slots__ = ("length", "seq", "text", "tf", "vector")
+#: Characters of one indexed chunk of a long text.
+CHUNK_CHARS = 4_000
 
-    def __init__(self, seq: int, text: str, tokens: list[str]) -> None:
+Key = tuple[int, int]  # (seq, offset of the chunk in the event's text)
+
+
+def chunks(text: str, size: int) -> list[tuple[int, str]]:
+    """``text`` cut into chunks of at most ``size`` characters, as (offset, chunk):
+    at the last line end (else space) in each chunk's last quarter, else at ``size``."""
+    out: list[tuple[int, str]] = []
+    start = 0
+    while len(text) - start > size:
+        end = start + size
+        floor = end - size // 4
+        cut = text.rfind("\n", floor, end)
+        if cut < 0:
+            cut = text.rfind(" ", floor, end)
+        cut = cut + 1 if cut >= 0 else end
+        out.append((start, text[start:cut]))
+        start = cut
+    out.append((start, text[start:]))
+    return out
+
+
+class _Doc:
+    __slots__ = ("length", "offset", "seq", "text", "tf", "vector")
+
+    def __init__(self, seq: int, text: str, tokens: list[str], offset: int = 0) -> None:
         self.seq = seq
+        self.offset = offset
         self.text = text
         self.length = len(tokens)
         tf: dict[str, int] = {}
@@ -101,19 +132,22 @@ class _SessionIndex:
 
     def __init__(self) -> None:
         self.last_seq = -1
-        self.docs: dict[int, _Doc] = {}
-        self.order: list[int] = []  # doc seqs, ascending
-        self.postings: dict[str, list[int]] = {}
+        self.docs: dict[Key, _Doc] = {}
+        self.order: list[Key] = []  # doc keys, ascending
+        self.by_seq: dict[int, list[Key]] = {}
+        self.postings: dict[str, list[Key]] = {}
         self.excluded: frozenset[int] = frozenset()
         self.df: dict[str, int] = {}
         self.count = 0
         self.total_length = 0
 
     def add(self, doc: _Doc) -> None:
-        self.docs[doc.seq] = doc
-        self.order.append(doc.seq)
+        key = (doc.seq, doc.offset)
+        self.docs[key] = doc
+        self.order.append(key)
+        self.by_seq.setdefault(doc.seq, []).append(key)
         for token in doc.tf:
-            self.postings.setdefault(token, []).append(doc.seq)
+            self.postings.setdefault(token, []).append(key)
         if doc.seq not in self.excluded:
             self._count(doc, 1)
 
@@ -125,11 +159,11 @@ class _SessionIndex:
 
     def exclude(self, seqs: frozenset[int]) -> None:
         for seq in sorted(self.excluded - seqs):
-            if seq in self.docs:
-                self._count(self.docs[seq], 1)
+            for key in self.by_seq.get(seq, ()):
+                self._count(self.docs[key], 1)
         for seq in sorted(seqs - self.excluded):
-            if seq in self.docs:
-                self._count(self.docs[seq], -1)
+            for key in self.by_seq.get(seq, ()):
+                self._count(self.docs[key], -1)
         self.excluded = seqs
 
 
@@ -179,14 +213,18 @@ class Recaller:
             fused with BM25 by reciprocal-rank fusion.
         snippet_chars: the longest snippet of one hit (a window around the
             first query term when the text is longer).
+        chunk_chars: texts longer than this are indexed in chunks of at most
+            this many characters, each found (and ranked) on its own.
     """
 
     def __init__(self, log: Log, *, embed: Embedder | None = None,
-                 snippet_chars: int = 800) -> None:
+                 snippet_chars: int = 800, chunk_chars: int = CHUNK_CHARS) -> None:
         check_integer(snippet_chars, "snippet_chars", min_value=16)
+        check_integer(chunk_chars, "chunk_chars", min_value=256)
         self.log = log
         self.embed = embed
         self.snippet_chars = snippet_chars
+        self.chunk_chars = chunk_chars
         self._index: dict[str, _SessionIndex] = {}
         self._lock = threading.RLock()
         self._erasures = log._erasures
@@ -239,11 +277,14 @@ class Recaller:
                 text = self.log.blob(blob).decode("utf-8", "surrogatepass")
             if not text.strip():
                 continue
-            doc = _Doc(event.seq, text, tokenize(text))
-            if self.embed is not None:
-                doc.vector = tuple(float(x) for x in self.embed(text))
-            index.add(doc)
-            added += 1
+            for offset, piece in chunks(text, self.chunk_chars):
+                if not piece.strip():
+                    continue
+                doc = _Doc(event.seq, piece, tokenize(piece), offset)
+                if self.embed is not None:
+                    doc.vector = tuple(float(x) for x in self.embed(piece))
+                index.add(doc)
+                added += 1
         index.last_seq = head.seq
         if rewound:
             view = Projection(_NoCount())
@@ -265,8 +306,10 @@ class Recaller:
 
         Returns:
             `RecallHit`s with the session, seq, a snippet (at most
-            ``snippet_chars`` characters) and the score as a fixed-precision
-            string (6 decimals: BM25, or the fused score with ``embed``).
+            ``snippet_chars`` characters), the score as a fixed-precision
+            string (6 decimals: BM25, or the fused score with ``embed``) and the
+            offset of the snippet in the event's whole text. A long text is
+            searched in chunks, so one event may give several hits.
         """
         check_integer(k, "k", min_value=0)
         terms = list(dict.fromkeys(tokenize(query)))
@@ -280,14 +323,17 @@ class Recaller:
                 scored = self._fuse(query, ranked, indexes)
             else:
                 scored = [(key, _score_text(q)) for q, key in ranked]
-            return [RecallHit(session=name, seq=seq,
-                              text=self._snippet(self._index[name].docs[seq].text, terms),
-                              score=score)
-                    for (name, seq), score in scored[:k]]
+            hits: list[RecallHit] = []
+            for (name, seq, offset), score in scored[:k]:
+                text, start = self._snippet(self._index[name].docs[(seq, offset)].text, terms)
+                hits.append(RecallHit(session=name, seq=seq, text=text, score=score,
+                                      offset=offset + start))
+            return hits
 
     def _bm25(self, terms: list[str], indexes: list[tuple[str, _SessionIndex]],
-              ) -> list[tuple[int, tuple[str, int]]]:
-        """``(quantized score, (session, seq))`` of every matching document, ranked."""
+              ) -> list[tuple[int, tuple[str, int, int]]]:
+        """``(quantized score, (session, seq, offset))`` of every matching document,
+        ranked."""
         count = sum(index.count for _, index in indexes)
         if count == 0 or not terms:
             return []
@@ -296,47 +342,51 @@ class Recaller:
         for term in terms:
             df = sum(index.df.get(term, 0) for _, index in indexes)
             idf.append(math.log(1.0 + (count - df + 0.5) / (df + 0.5)))
-        scores: dict[tuple[str, int], float] = {}
+        scores: dict[tuple[str, int, int], float] = {}
         for name, index in indexes:
             for term, weight in zip(terms, idf, strict=True):
-                for seq in index.postings.get(term, ()):
-                    if seq in index.excluded:
+                for found in index.postings.get(term, ()):
+                    if found[0] in index.excluded:
                         continue
-                    doc = index.docs[seq]
+                    doc = index.docs[found]
                     tf = doc.tf[term]
                     norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / avgdl)
-                    key = (name, seq)
+                    key = (name, *found)
                     scores[key] = scores.get(key, 0.0) + weight * tf * (BM25_K1 + 1.0) / (
                         tf + norm)
         ranked = [(_quantize(score), key) for key, score in scores.items()]
         ranked.sort(key=lambda item: (-item[0], item[1]))
         return ranked
 
-    def _fuse(self, query: str, ranked: list[tuple[int, tuple[str, int]]],
-              indexes: list[tuple[str, _SessionIndex]]) -> list[tuple[tuple[str, int], str]]:
+    def _fuse(self, query: str, ranked: list[tuple[int, tuple[str, int, int]]],
+              indexes: list[tuple[str, _SessionIndex]],
+              ) -> list[tuple[tuple[str, int, int], str]]:
         assert self.embed is not None
         qvec = tuple(float(x) for x in self.embed(query))
-        similar: list[tuple[int, tuple[str, int]]] = []
+        similar: list[tuple[int, tuple[str, int, int]]] = []
         for name, index in indexes:
-            for seq in index.order:
+            for seq, offset in index.order:
                 if seq in index.excluded:
                     continue
-                cos = _quantize(_cosine(qvec, index.docs[seq].vector))
+                cos = _quantize(_cosine(qvec, index.docs[(seq, offset)].vector))
                 if cos > 0:
-                    similar.append((cos, (name, seq)))
+                    similar.append((cos, (name, seq, offset)))
         similar.sort(key=lambda item: (-item[0], item[1]))
-        fused: dict[tuple[str, int], Fraction] = {}
+        fused: dict[tuple[str, int, int], Fraction] = {}
         for ranking in (ranked, similar):
-            for rank, (_, key) in enumerate(ranking, start=1):
-                fused[key] = fused.get(key, Fraction(0)) + Fraction(1, RRF_K + rank)
+            for rank, (_, found) in enumerate(ranking, start=1):
+                fused[found] = fused.get(found, Fraction(0)) + Fraction(1, RRF_K + rank)
         order = sorted(fused.items(), key=lambda item: (-item[1], item[0]))
         return [(key, _score_text(round(score * _SCALE))) for key, score in order]
 
-    def _snippet(self, text: str, terms: list[str]) -> str:
+    def _snippet(self, text: str, terms: list[str]) -> tuple[str, int]:
+        """The snippet of a document around the first query term, and the offset in
+        the document where its text (after any leading ``...``) starts."""
         limit = self.snippet_chars
+        lead = len(text) - len(text.lstrip())
         text = text.strip()
         if len(text) <= limit:
-            return text
+            return text, lead
         wanted = set(terms)
         start = 0
         for match in _TOKEN.finditer(text.lower()):
@@ -353,7 +403,7 @@ class Recaller:
         piece = text[start:start + room]
         if start + room < len(text):
             piece = piece[:room - 3] + "..."
-        return prefix + piece
+        return prefix + piece, lead + start
 
     # -- committing ------------------------------------------------------------------
     def commit(self, session: str, query: str, *, policy: Policy,

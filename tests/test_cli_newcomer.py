@@ -307,7 +307,7 @@ def test_recall_commit_brings_back_other_sessions_only(fresh: Path) -> None:
 @pytest.mark.parametrize(("argv", "headers"), [
     (("sessions",), ("SESSION", "HEAD", "EVENTS")),
     (("memories", "demo"), ("memory",)),
-    (("recall", "parse amount"), ("EVENT", "SCORE", "TEXT")),
+    (("recall", "parse amount"), ("EVENT", "AT", "SCORE", "TEXT")),
     (("log", "demo", "--limit", "3"), ("0",)),
 ], ids=lambda v: v[0] if isinstance(v, tuple) and v and v[0][0].islower() else "")
 def test_listings_are_tables_with_headers(demo: Path, argv: tuple[str, ...],

@@ -126,7 +126,7 @@ def test_read_output_reads_ranges_lines_and_grep_of_the_whole_output(log: Log) -
 def test_search_history_finds_a_word_in_the_middle_of_a_blob(log: Log) -> None:
     session = make(log)
     found = call(session, "c1", "search_history", {"query": "ZANZIBAR"})
-    assert f"[s1#{big_ref(session)[0]}]" in found and "ZANZIBAR" in found
+    assert f"[s1#{big_ref(session)[0]}, character " in found and "ZANZIBAR" in found
     assert len(found) <= POLICY.recall_max_chars
 
 
@@ -213,7 +213,20 @@ def test_turnlog_recall_finds_a_word_in_the_middle_of_a_300_kb_output(
     out = capsys.readouterr().out
     assert f"s1#{done.last_seq}" in out
     assert cli_main(["--store", str(tmp_path / "store"), "recall", "quillwort", "--json"]) == 0
-    assert "QUILLWORT gauge failed" in capsys.readouterr().out  # the snippet is around it
+    [hit] = json.loads(capsys.readouterr().out)["hits"]
+    assert "QUILLWORT gauge failed" in hit["text"]  # the snippet is around it
+    # the hit says where in the output it is, and read_output fetches around it there
+    where = output.index("QUILLWORT")
+    assert hit["offset"] <= where < hit["offset"] + len(hit["text"])
+    assert output[hit["offset"]:].startswith(hit["text"].removeprefix("...").split("...")[0])
+    with turnlog.open(tmp_path / "store") as log:
+        session = Session(log, "s1", model="fake-model", max_tokens=512, policy=POLICY)
+        session.tools(session.context_tools())
+        found = call(session, "c1", "search_history", {"query": "quillwort"})
+        assert f"[s1#{done.last_seq}, character {hit['offset']}]" in found
+        around = call(session, "c2", "read_output", {"ref": f"s1#{done.last_seq}",
+                                                     "offset": hit["offset"], "length": 300})
+        assert "QUILLWORT gauge failed" in around
 
 
 def test_bad_calls_get_error_results_saying_what_was_expected(log: Log) -> None:

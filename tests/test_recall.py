@@ -16,7 +16,7 @@ import turnlog
 from hypothesis import event, given
 from hypothesis import strategies as st
 from turnlog import Packer, Policy
-from turnlog._recall import capped_hits, tokenize
+from turnlog._recall import CHUNK_CHARS, capped_hits, chunks, tokenize
 from turnlog.events import (
     AssistantMessageAdded,
     CompactionCommitted,
@@ -342,3 +342,60 @@ def test_ranking_does_not_depend_on_the_hash_seed() -> None:
         results.add(done.stdout)
     assert len(results) == 1
     assert len(json.loads(results.pop())[0]) == 8
+
+
+# -- chunks ----------------------------------------------------------------------------------
+@given(text=st.text(alphabet=st.sampled_from("ab \n"), max_size=3_000),
+       size=st.integers(256, 900))
+def test_chunks_cover_the_text_in_order_and_within_the_size(text: str, size: int) -> None:
+    cut = chunks(text, size)
+    assert "".join(piece for _, piece in cut) == text
+    assert all(len(piece) <= size for _, piece in cut)
+    assert [offset for offset, _ in cut] == [sum(len(p) for _, p in cut[:i])
+                                              for i in range(len(cut))]
+
+
+def test_a_long_output_is_searched_in_chunks_and_each_hit_says_where_it_is() -> None:
+    lines = [f"row {n:06d} all fine here" for n in range(12_000)]
+    for n in (3_000, 9_000):
+        lines[n] = f"row {n:06d} the SIDEHILL sensor tripped"
+    output = "\n".join(lines)
+    assert len(output) > 50 * CHUNK_CHARS
+    log = turnlog.open(":memory:")
+    log.append("a", UserMessageAdded(text="check the sensors"))
+    log.append("a", AssistantMessageAdded(parts=(ToolCall(id="c", name="Bash"),)))
+    seq = log.append("a", ToolResultAdded(call_id="c", tool_name="Bash", output=output)).last_seq
+    log.append("a", UserMessageAdded(text="the sidehill one is known to be flaky"))
+    hits = Recaller(log, snippet_chars=200).search("sidehill sensor", k=5)
+    chunked = [h for h in hits if h.seq == seq]
+    assert len(chunked) == 2  # one per chunk that holds it, ranked on its own
+    for hit, n in zip(sorted(chunked, key=lambda h: h.offset), (3_000, 9_000), strict=True):
+        where = output.index(f"row {n:06d} the SIDEHILL")
+        assert hit.offset <= where < hit.offset + len(hit.text)
+        assert output[hit.offset:].startswith(hit.text.removeprefix("...").removesuffix("..."))
+    # a chunk is scored like a short document: the output's hits outrank the short message
+    assert hits[0].seq == seq
+    assert Recaller(log, snippet_chars=200).search("sidehill sensor", k=1) == hits[:1]
+
+
+def test_a_committed_hit_shows_its_offset_in_the_prompt() -> None:
+    lines = [f"row {n:06d} all fine here" for n in range(12_000)]
+    lines[6_000] = "row 006000 the SIDEHILL sensor tripped"
+    log = turnlog.open(":memory:")
+    log.append("a", UserMessageAdded(text="check"))
+    log.append("a", AssistantMessageAdded(parts=(ToolCall(id="c", name="Bash"),)))
+    log.append("a", ToolResultAdded(call_id="c", tool_name="Bash", output="\n".join(lines)))
+    log.append("b", UserMessageAdded(text="what tripped?"))
+    done = Recaller(log).commit("b", "sidehill", policy=Policy())
+    assert done is not None
+    body = log.get("b", done.last_seq).body
+    assert isinstance(body, RecallAdded) and body.hits[0].offset > 0
+    packed = Packer(log).pack("b", policy=Policy())
+    text = "\n".join(m.text for m in packed.prompt.messages)
+    assert f'seq="2" offset="{body.hits[0].offset}">' in text
+    # a hit without an offset renders as hits always did
+    old = RecallAdded(query="q", hits=(RecallHit(session="a", seq=0, text="t"),))
+    log.append("b", old)
+    packed = Packer(log).pack("b", policy=Policy())
+    assert '<hit session="a" seq="0">\nt\n</hit>' in "\n".join(
+        m.text for m in packed.prompt.messages)

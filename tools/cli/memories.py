@@ -100,8 +100,9 @@ def _cmd_recall(args: argparse.Namespace) -> int:
     if not hits:
         print("no results")
         return EXIT_OK
-    print_table(_out(), [("EVENT", "left"), ("SCORE", "right"), ("TEXT", "left")],
-                ([f"{hit.session}#{hit.seq}", hit.score, head(hit.text, 80)]
+    print_table(_out(), [("EVENT", "left"), ("AT", "right"), ("SCORE", "right"),
+                         ("TEXT", "left")],
+                ([f"{hit.session}#{hit.seq}", str(hit.offset), hit.score, head(hit.text, 80)]
                  for hit in hits))
     if args.commit is not None:
         print(f"committed as a recall event in {args.commit!r}")
