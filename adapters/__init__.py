@@ -1,6 +1,6 @@
 """The edges of turnlog: everything that knows a world outside the kernel.
 
-Four jobs, one subpackage (or module) each; all depend on ``turnlog`` only:
+Five jobs, one subpackage (or module) each; all depend on ``turnlog`` only:
 
 * ``turnlog.adapters.providers``: provider wire formats, one `Provider` record
   per API (render a packed prompt, parse replies, base URL, headers, quirks),
@@ -10,6 +10,9 @@ Four jobs, one subpackage (or module) each; all depend on ``turnlog`` only:
   format detection.
 * ``turnlog.adapters.integrations``: orchestrator integrations (LangChain, the
   OpenAI Agents SDK), each imported on its own.
+* ``turnlog.adapters.redaction``: the `Redactor` that replaces secrets by
+  placeholders before they are appended (detect-secrets' plugins, the
+  ``turnlog[redact]`` extra), used by the sessions, the importers and ``turnlog import``.
 * ``turnlog.adapters.session``: the `Session` facade an orchestrator drives,
   and its asyncio twin `AsyncSession`, re-exported here:
   ``from turnlog.adapters import Session``.
