@@ -144,7 +144,8 @@ def _default(name: str) -> object:
 
 def _policy_change_note(session: str, before: turnlog.Policy | None,
                         changes: list[tuple[str, object, object]]) -> str:
-    what = "; ".join(f"{name} {_shown(old)} -> {_shown(new)}" for name, old, new in changes)
+    what = "; ".join(f"{name} {_shown(old, name)} -> {_shown(new, name)}"
+                     for name, old, new in changes)
     start = (f"the session's policy changed ({_plural(len(changes), 'field')}): "
              if before is not None else
              f"the session had no policy; it now has one ({_plural(len(changes), 'field')} "
@@ -153,7 +154,9 @@ def _policy_change_note(session: str, before: turnlog.Policy | None,
             "pass --policy FILE (or --budget) again to change it")
 
 
-def _shown(value: object) -> str:
+def _shown(value: object, name: str = "") -> str:
+    if name == "rules" and value == 0:
+        return "unset"
     if isinstance(value, bool) or value is None:
         return str(value).lower() if value is not None else "unset"
     if isinstance(value, int):
