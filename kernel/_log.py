@@ -81,6 +81,7 @@ from ._events import (
     BlobRef,
     Body,
     CompactionCommitted,
+    CompactionPartSummarized,
     Event,
     EventsPinned,
     ImagePart,
@@ -310,7 +311,8 @@ _PAYLOAD_TYPES = tuple(KINDS.values())
 _ERASURE_KINDS = (KINDS["erasure"], KINDS["erased"])
 _PAYLOAD_SET = frozenset(_PAYLOAD_TYPES) - frozenset(_ERASURE_KINDS)
 # Kinds whose fields must be checked against the position they land at.
-_POSITIONAL = frozenset((SessionForked, SessionRewound, EventsPinned, CompactionCommitted))
+_POSITIONAL = frozenset((SessionForked, SessionRewound, EventsPinned, CompactionCommitted,
+                         CompactionPartSummarized))
 # What `append` takes as one event rather than a sequence of them.
 _ONE_EVENT: tuple[type[Any], ...] = (Draft, *_PAYLOAD_TYPES)
 
@@ -1019,6 +1021,19 @@ class Log:
                 raise InvalidEventError(f"compaction at {session}#{seq} (position {pos}) covers "
                                         f"position {body.last_seq}, which is not earlier than "
                                         "itself")
+        if isinstance(body, CompactionPartSummarized):
+            if (body.first_seq, body.first_offset) > (body.last_seq, body.last_offset):
+                raise InvalidEventError(
+                    f"part summary starts at position {body.first_seq} character "
+                    f"{body.first_offset}, after where it ends (position {body.last_seq} "
+                    f"character {body.last_offset})")
+            if body.last_seq >= pos:
+                raise InvalidEventError(f"part summary at {session}#{seq} (position {pos}) "
+                                        f"covers position {body.last_seq}, which is not earlier "
+                                        "than itself")
+            if body.part > body.parts:
+                raise InvalidEventError(f"part summary is part {body.part} of {body.parts}; "
+                                        "part must be at most parts")
 
     def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[_Prepared],
                           offset: int) -> Appended | None:
