@@ -256,3 +256,21 @@ def test_asend_does_its_io_on_the_event_loop(server: FakeServer) -> None:
     replies = asyncio.run(main())
     assert sorted(r.message.parts[0].text for r in replies  # type: ignore[union-attr]
                   ) == [f"answer {i}" for i in range(5)]
+
+
+def test_twenty_requests_at_once_on_one_async_client_are_all_answered(
+        server: FakeServer) -> None:
+    url = server.base_url("openai-chat")
+
+    async def main() -> list[Reply]:
+        async with httpx.AsyncClient() as client:
+            out: list[Reply] = []
+            for _ in range(3):
+                out += await asyncio.gather(*[
+                    asend("openai-chat", body(), api_key="k", base_url=url, client=client)
+                    for _ in range(20)])
+            return out
+
+    replies = asyncio.run(main())
+    assert len(replies) == 60 and all(r.message is not None for r in replies)
+    assert len(server.requests) == 60

@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -421,7 +422,7 @@ class FakeServer:
         class Handler(_Handler):
             server_owner = owner
 
-        server = ThreadingHTTPServer((_HOST, 0), Handler)
+        server = _Server((_HOST, 0), Handler)
         server.daemon_threads = True
         server.block_on_close = False
         self._server = server
@@ -508,14 +509,22 @@ class FakeServer:
             self._closing.wait(seconds)
 
 
+class _Server(ThreadingHTTPServer):
+    # The socketserver default of 5 pending connections resets some of 20 clients
+    # connecting at once (an asyncio loop of concurrent sessions does).
+    request_queue_size = 128
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_owner: FakeServer
     protocol_version = "HTTP/1.1"
     _cut: int | None = None
 
     def setup(self) -> None:
-        """Count the connection."""
+        """Count the connection; send each write at once (no Nagle delay between the
+        headers and the body, which would wait for the client's delayed ACK)."""
         super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.server_owner._connected()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
