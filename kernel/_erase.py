@@ -25,6 +25,7 @@ Nothing here does I/O beyond the write transaction it is given.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import msgspec
@@ -212,8 +213,10 @@ QUOTE_WINDOW = 40
 #: An erased text shorter than the window is looked for whole from this length on.
 QUOTE_MIN = 16
 _STRIDE = QUOTE_WINDOW // 2
-_DERIVED_TAGS = tuple(msgspec.msgpack.encode(tag)
-                      for tag in ("system", "memory", "recall", "compaction"))
+# The encoded tags of the derived kinds: a record holding none of them is skipped
+# undecoded (one search per record).
+_DERIVED_TAGS = re.compile(b"|".join(re.escape(msgspec.msgpack.encode(tag))
+                                     for tag in ("system", "memory", "recall", "compaction")))
 _BLOB_TEXT_LIMIT = 8 * 2**20  # of a blob's text searched for quotes
 
 
@@ -330,7 +333,7 @@ def _follow(txn: ReadTxn, plan: dict[str, dict[int, Event]]) -> None:
     candidates: list[tuple[Event, str]] = []
     for name, _, _ in list(txn.sessions()):
         for seq, record in txn.scan(name, 0, None):
-            if seq in plan.get(name, ()) or not any(tag in record for tag in _DERIVED_TAGS):
+            if seq in plan.get(name, ()) or _DERIVED_TAGS.search(record) is None:
                 continue
             event = record_event(record)
             text = _derived_text(event.body)
