@@ -48,14 +48,13 @@ from ._validation import check_number, check_type
 
 __all__ = ["POLICY_PARTS", "Policy"]
 
-#: The newest packing rules version. Rules 3 (a cut that keeps the provider's cached
-#: prefix, defaults scaled to the window) is taken by a policy that names it.
+#: The newest packing rules version: rules 3, a cut that keeps the provider's cached
+#: prefix and defaults scaled to the window.
 RULES_LATEST = 3
 
 #: What a policy with ``rules`` unset gets when it is handed in to pack or record (see
-#: `Policy.resolved`): rules 2, until rules 3 meets its cached-share goals and every
-#: packing property (docs/packing.md).
-RULES_DEFAULT = 2
+#: `Policy.resolved`): the newest rules.
+RULES_DEFAULT = RULES_LATEST
 
 #: The usable budget the absolute defaults were chosen for (128,000 - 16,000).
 _DEFAULT_USABLE = 112_000
@@ -183,7 +182,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     # -- trimming ------------------------------------------------------------
     trim: bool = True
     #: Rules 3: when the kept history passes the blocking level, trimming cuts it down
-    #: to this share of the usable budget (the low watermark), so the next requests
+    #: to this share of the blocking level (the low watermark), so the next requests
     #: only append to the prompt until it passes the blocking level again.
     trim_low_ratio: Ratio = 0.8
     # -- summaries and compaction ---------------------------------------------
@@ -228,10 +227,11 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     #: policy handed to `pack`, `Packer.pack`/`record`, the `Compactor` or a session
     #: with rules unset is resolved to `RULES_DEFAULT` first (`resolved`), so what gets
     #: recorded names its rules explicitly.
-    #: 3: the prefix is kept: trimming cuts down to ``trim_low_ratio`` of the usable
-    #: budget at turn boundaries, with hysteresis, and only when the blocking level is
-    #: passed; dedup and pruning act only when the prompt is over the usable budget;
-    #: the budget fields left at their defaults scale with the window (`scaled`).
+    #: 3 (the default): the prefix is kept: trimming cuts down to ``trim_low_ratio`` of
+    #: the blocking level at turn or step boundaries, with hysteresis, and only when the
+    #: blocking level is passed; dedup and pruning act only in a recovery pack, and a
+    #: placeholder is never larger than what it replaces; the budget fields left at
+    #: their defaults scale with the window (`scaled`).
     rules: Annotated[int, msgspec.Meta(ge=0, le=3)] = 0
     tail_steps: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 4
     clip_ratio: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.25
@@ -335,10 +335,10 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     def resolved(self) -> Policy:
         """This policy with ``rules`` set: unchanged when it names its rules, else with
-        ``rules=RULES_DEFAULT`` (2). The kernel resolves every policy a caller hands in
-        before packing or recording it, so a new session gets the default rules while a
-        stored 0.1.0 policy (rules unset) keeps meaning rules 1; rules 3 is taken by
-        naming it."""
+        ``rules=RULES_DEFAULT`` (3, with the defaults scaled to the window). The kernel
+        resolves every policy a caller hands in before packing or recording it, so a
+        new session gets the default rules while a stored 0.1.0 policy (rules unset)
+        keeps meaning rules 1 and a stored rules 2 policy keeps rules 2."""
         if self.rules:
             return self
         return msgspec.structs.replace(self, rules=RULES_DEFAULT)  # runs __post_init__

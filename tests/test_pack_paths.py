@@ -173,7 +173,8 @@ def test_decisions_are_those_of_the_pack_even_when_read_after_more_events() -> N
     # Later assistant messages name src/app.py: the references of earlier results grow.
     policy = Policy(context_window=3_000, output_reserve=500, prune_min_savings=0,
                     prune_protect_tokens=0, prune_protect_turns=1, warning_buffer=None,
-                    warning_ratio=0.5, blocking_buffer=None, blocking_ratio=0.6)
+                    warning_ratio=0.5, blocking_buffer=None, blocking_ratio=0.6,
+                    rules=2)  # dedup and pruning on pressure (rules 3: in recovery only)
     view = _view(lineage[:len(lineage) // 2])
     early = pack(view, policy)
     expected = pack(_view(lineage[:len(lineage) // 2]), policy, stages=STAGE_BY_STAGE)
@@ -206,7 +207,8 @@ def test_references_made_after_the_pack_are_not_in_its_decisions() -> None:
     lineage = _lineage(items)
     policy = Policy(context_window=4_000, output_reserve=500, prune_min_savings=0,
                     prune_protect_tokens=0, prune_protect_turns=1, warning_buffer=None,
-                    warning_ratio=0.5, blocking_buffer=None, blocking_ratio=0.6)
+                    warning_ratio=0.5, blocking_buffer=None, blocking_ratio=0.6,
+                    rules=2)  # dedup and pruning on pressure (rules 3: in recovery only)
     half = len(lineage) // 2
     view = _view(lineage[:half])
     early = pack(view, policy, index=_index(view))  # one index, as a `Packer` keeps it
@@ -263,7 +265,8 @@ def test_a_long_session_compacted_as_it_goes_packs_alike_after_every_turn() -> N
                     compact_buffer=2_000, blocking_buffer=1_000, prune_protect_tokens=800,
                     prune_min_savings=200, summary_max_tokens=200, segment_target_tokens=1_500,
                     segment_min_tokens=300, segment_min_messages=2, rollup_fanout=3,
-                    keep_recent_turns=2, keep_recent_messages=4, compact_cooldown_turns=1)
+                    keep_recent_turns=2, keep_recent_messages=4, compact_cooldown_turns=1,
+                    rules=2)  # dedup and pruning on pressure (rules 3: in recovery only)
     tight = msgspec.structs.replace(policy, context_window=5_000, prune_min_savings=0)
     log = turnlog.open(":memory:")
     log.append("s", SystemSectionSet(name="base", text="You are a coding agent."))

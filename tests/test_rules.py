@@ -1,6 +1,7 @@
-"""Packing rules 2: new policies get them, stored ones keep their rules, and every history
-packs (long autonomous turns, giant texts, reused call ids, freeform input, imported
-compactions) down to the documented floor, with receipts that tell the truth."""
+"""Packing rules 2 and 3: new policies get the newest, stored ones keep their rules, every
+history packs (long autonomous turns, giant texts, reused call ids, freeform input,
+imported compactions) down to the documented floor, with receipts that tell the truth, and
+rules 3 keep the prompt's prefix between breaks."""
 
 from __future__ import annotations
 
@@ -55,16 +56,18 @@ def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | No
 
 
 # -- which rules a policy packs with ----------------------------------------------------------
-def test_a_new_policy_packs_with_rules_2_and_a_stored_0_1_0_policy_means_rules_1() -> None:
+def test_a_new_policy_packs_with_rules_3_and_a_stored_0_1_0_policy_means_rules_1() -> None:
     assert Policy().rules == 0 and Policy().rules_version == 1
-    assert Policy().resolved().rules == 2
-    assert Policy(rules=3).resolved().rules == 3
+    assert Policy().resolved().rules == 3
+    assert Policy(rules=2).resolved().rules == 2
     assert Policy(rules=1).resolved().rules == 1
+    # a policy that leaves its budget at the defaults fits a small window by default
+    assert Policy(context_window=4_000).resolved().output_reserve == 500
     # rules unset is omitted from the bytes: a 0.1.0 PolicySet hashes as it did
     assert b"rules" not in Policy().encode()
     assert Policy().hash == msgspec.structs.replace(Policy(), rules=0).hash
     _, packed = packed_of([UserMessageAdded(text="hi")], Policy())
-    assert packed.rules == 2
+    assert packed.rules == 3
 
 
 def test_recording_writes_the_resolved_rules_once() -> None:
@@ -78,13 +81,13 @@ def test_recording_writes_the_resolved_rules_once() -> None:
         log.append("s", UserMessageAdded(text="again"))
     sets = [e.body for e in log.read("s", kinds=["policy"])]
     assert len(sets) == 1
-    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 2
+    assert isinstance(sets[0], PolicySet) and sets[0].policy.rules == 3
     assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))
 
 
 def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
     # What a 0.1.0 store holds: a PolicySet without the field. Packing with the policy in
-    # force (no policy handed in) keeps its meaning; handing one in moves to rules 2.
+    # force (no policy handed in) keeps its meaning; handing one in moves to rules 3.
     log = turnlog.open(":memory:")
     log.append("s", [PolicySet(policy=Policy(context_window=8_000, output_reserve=1_000)),
                      UserMessageAdded(text="hello")])
@@ -93,7 +96,7 @@ def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
     assert packer.pack("s").rules == 1
     first = replayer.record("s")
     assert first.packed.rules == 1
-    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 2
+    assert packer.pack("s", policy=Policy(context_window=8_000, output_reserve=1_000)).rules == 3
     assert replayer.replay("s", first.request_seq).ok
 
 
@@ -367,7 +370,7 @@ def test_rules_3_every_break_is_a_decision_with_its_reason_and_estimate() -> Non
 def test_rules_3_cuts_down_to_the_low_watermark_and_fills_the_window() -> None:
     policy = Policy(context_window=8_000, rules=3).resolved()
     requests = _grown_requests([(200, 1)] * 40, policy)
-    low = policy.usable * policy.trim_low_ratio
+    low = policy.level("blocking") * policy.trim_low_ratio
     for packed in requests:
         if _break_reported(packed):
             assert packed.tokens <= low + 1_000  # at most one turn past the watermark
@@ -403,3 +406,65 @@ def test_rules_3_scaling_never_changes_a_stored_policy_of_older_rules() -> None:
     assert stored.output_reserve == 16_000 and stored.rules_version == 1
     # a value set explicitly is kept
     assert Policy(context_window=8_000, output_reserve=700).resolved().output_reserve == 700
+
+
+@PROPERTY
+@given(sizes=st.lists(st.tuples(st.integers(5, 300), st.integers(0, 12)), min_size=2,
+                      max_size=10),
+       window=st.sampled_from((4_000, 8_000)))
+def test_rules_3_long_turns_keep_the_prefix_across_a_new_turn(sizes: list[tuple[int, int]],
+                                                             window: int) -> None:
+    # Turns of many steps: a break cuts inside a turn, before its opening message is
+    # reached; the next turn must not drop that opening (or move the cut) unannounced.
+    requests = _grown_requests(sizes, Policy(context_window=window))
+    for before, after in itertools.pairwise(requests):
+        assert after.rules == 3 and after.tokens <= after.budget.usable
+        if _break_reported(after):
+            continue
+        assert after.prompt.messages[:len(before.prompt.messages)] == before.prompt.messages, \
+            "a request between breaks changed its prefix"
+
+
+def _overflowed(outputs: list[str]) -> turnlog.packing.Packed:
+    """A recovery pack (rules 3) of a session reading one file again and again, each read
+    returning the next of ``outputs``, after a context-overflow error."""
+    from turnlog.events import ProviderErrorReceived
+
+    log = memory_log()
+    log.append("s", UserMessageAdded(text="read the file until it settles"))
+    for i, output in enumerate(outputs):
+        call = f"r{i}"
+        log.append("s", [
+            AssistantMessageAdded(parts=(ToolCall(
+                id=call, name="Read", arguments=json.dumps({"file_path": "src/app.py"})),)),
+            ToolResultAdded(call_id=call, tool_name="Read", output=output)])
+    log.append("s", ProviderErrorReceived(code="context_length_exceeded", overflow=True))
+    packed = Packer(log).pack("s", policy=Policy(context_window=4_000, tail_steps=1))
+    assert packed.recovery and packed.rules == 3
+    return packed
+
+
+@PROPERTY
+@given(outputs=st.lists(st.sampled_from(("ok", "1", "def f(): return 1\n" * 30)),
+                        min_size=3, max_size=12))
+def test_rules_3_a_placeholder_is_never_larger_than_what_it_replaces(outputs: list[str],
+                                                                    ) -> None:
+    packed = _overflowed(outputs)
+    for decision in packed.decisions:
+        if decision.decision in ("deduplicated", "pruned"):
+            assert decision.tokens < decision.original_tokens, decision
+
+
+def test_rules_3_dedups_a_large_repeated_result_but_not_a_tiny_one() -> None:
+    big = "def f(): return 1\n" * 30
+    packed = _overflowed(["ok", "ok", big, big, "x"])
+    deduped = [d for d in packed.decisions if d.decision == "deduplicated"]
+    assert len(deduped) == 1 and deduped[0].original_tokens > 100
+
+
+def test_rules_3_puts_a_cache_breakpoint_where_the_previous_request_ended() -> None:
+    requests = _grown_requests([(50, 3)] * 2, Policy(context_window=128_000))
+    for before, after in itertools.pairwise(requests):
+        points = {b.reason: b.index for b in after.prompt.breakpoints if b.at == "message"}
+        assert points["previous request"] == len(before.prompt.messages) - 1
+    assert Policy(rules=2).resolved().rules == 2  # rules 2 keep their "older history" point

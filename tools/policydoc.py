@@ -72,7 +72,7 @@ MEANINGS: dict[str, str] = {
     "tool_weights": "Kind -> pruning weight: higher is pruned first.",
     "trim": "Drop whole oldest turns when the prompt is over the blocking level.",
     "trim_low_ratio": "Rules 3: when the kept history passes the blocking level, cut it "
-                      "down to this share of the usable budget, at a turn or step "
+                      "down to this share of the blocking level, at a turn or step "
                       "boundary (the low watermark).",
     "summary_budget": "Share of the history budget committed summaries may take before "
                       "the oldest are left out.",
@@ -113,10 +113,12 @@ MEANINGS: dict[str, str] = {
     "cache_read_price": "Price of a cache read per million tokens (compaction cost model).",
     "input_price": "Informational: price of uncached input per million tokens.",
     "rules": "Packing rules version: 1 is turnlog 0.1.0's, 2 adds the step tail, clipping, "
-             "unique call ids, gated summaries and trim markers (docs/packing.md). 0 (unset): "
-             "a policy handed in packs and records with the newest rules, written out in its "
-             "`PolicySet`; one read back from a 0.1.0 log means 1. A new rule is a new "
-             "version, so old records keep their meaning.",
+             "unique call ids, gated summaries and trim markers, 3 keeps the prompt's prefix "
+             "(trimming with hysteresis, dedup and pruning in recovery only) and scales the "
+             "defaults with the window (docs/packing.md). 0 (unset): a policy handed in "
+             "packs and records with the newest rules (3), written out in its `PolicySet`; "
+             "one read back from a 0.1.0 log means 1. A new rule is a new version, so old "
+             "records keep their meaning.",
     "tail_steps": "Rules 2: the mandatory tail is the latest user message plus this many "
                   "last steps.",
     "clip_ratio": "Rules 2: an item over this share of the history budget is clipped.",

@@ -6,7 +6,9 @@ with no recorded result is answered by a placeholder (providers refuse a call
 without its result). Cache breakpoints are placed, in priority order, at the end
 of the static system sections (and tools), the latest message, the end of older
 history (the message before the mandatory tail) and the end of the summary
-section; at most ``cache_breakpoints`` of them.
+section; at most ``cache_breakpoints`` of them. Under rules 3 the third is the end of
+the previous request (the message before the latest assistant message), where this
+request reads what the previous one wrote to the cache.
 """
 
 from __future__ import annotations
@@ -143,14 +145,22 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
         if rename is not None:
             messages[start:] = [_renamed(m, rename) for m in messages[start:]]
         if unit.open_calls:
-            _answer_open_calls(view, u, counter, messages, tokens, rename)
+            _answer_open_calls(view, u, counter, messages, tokens, rename, policy.rules)
     if run:
         add_units(run, messages, tokens)
     if marker is not None:
         messages.append(marker.message)
         tokens.append(marker.tokens)
+    if policy.rules >= 3:
+        # the previous request ended before the latest assistant message: a breakpoint
+        # there is where this request reads what the previous one wrote to the cache
+        last = next((i for i in range(len(messages) - 1, -1, -1)
+                     if messages[i].role == "assistant"), 0)
+        tail_message, reason = last, "previous request"
+    else:
+        reason = "older history"
     breakpoints = _breakpoints(policy, view, static_count, len(sections), len(messages),
-                               tail_message)
+                               tail_message, reason)
     prompt = Prompt(system=tuple(sections), tools=tuple(view.tools), messages=tuple(messages),
                     breakpoints=breakpoints)
     return prompt, tuple(tokens), tuple(section_tokens)
@@ -158,11 +168,11 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
 
 def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
                        messages: list[Message], tokens: list[int],
-                       rename: dict[str, str] | None) -> None:
+                       rename: dict[str, str] | None, rules: int) -> None:
     """Answer each call without a result with a placeholder that says why (never
     returned, or still running)."""
     unit = view.units[unit_index]
-    text = placeholder_result(unit.index, len(view.units))
+    text = placeholder_result(unit.index, len(view.units), rules)
     first = view.items[unit.items[0]]
     for call in unit.calls:
         if call in unit.open_calls:
@@ -186,7 +196,8 @@ def _renamed(message: Message, rename: dict[str, str]) -> Message:
 
 
 def _breakpoints(policy: Policy, view: Projection, static_sections: int, all_sections: int,
-                 n_messages: int, tail_message: int) -> tuple[Breakpoint, ...]:
+                 n_messages: int, tail_message: int,
+                 reason: str = "older history") -> tuple[Breakpoint, ...]:
     wanted: list[Breakpoint] = []
     if static_sections or view.tools:
         wanted.append(Breakpoint(at="system" if static_sections else "tools",
@@ -194,7 +205,7 @@ def _breakpoints(policy: Policy, view: Projection, static_sections: int, all_sec
     if n_messages:
         wanted.append(Breakpoint(at="message", index=n_messages - 1, reason="latest message"))
     if 0 < tail_message < n_messages and tail_message - 1 != n_messages - 1:
-        wanted.append(Breakpoint(at="message", index=tail_message - 1, reason="older history"))
+        wanted.append(Breakpoint(at="message", index=tail_message - 1, reason=reason))
     if all_sections > static_sections:
         wanted.append(Breakpoint(at="summary", reason="conversation summary"))
     chosen = wanted[:policy.cache_breakpoints]

@@ -16,9 +16,13 @@ _MISSING_RESULT = "[no result was recorded for this call]"
 _PENDING_RESULT = "[no result yet: the call has not returned]"
 
 
-def placeholder_result(unit: int, units: int) -> str:
+def placeholder_result(unit: int, units: int, rules: int = 2) -> str:
     """The text answering a call with no result: still running when its unit is the
-    last one, else never returned."""
+    last one, else never returned. Rules 3 says the second in both cases (true of both
+    when the prompt is packed), so the message does not change when the next request
+    finds the call still without a result and the prefix is kept."""
+    if rules >= 3:
+        return _MISSING_RESULT
     return _PENDING_RESULT if unit == units - 1 else _MISSING_RESULT
 
 
@@ -27,16 +31,17 @@ def system_tokens(view: Projection) -> int:
     return sum(view.section_tokens.values()) + (MESSAGE_OVERHEAD if view.sections else 0)
 
 
-def synthetic_tokens(view: Projection, counter: TokenCounter) -> int:
+def synthetic_tokens(view: Projection, counter: TokenCounter, rules: int = 2) -> int:
     """Tokens of the placeholder results that answer every call without one."""
-    return sum(placeholder_tokens(view, counter, u) for u in sorted(view.open_units))
+    return sum(placeholder_tokens(view, counter, u, rules) for u in sorted(view.open_units))
 
 
-def placeholder_tokens(view: Projection, counter: TokenCounter, unit: int) -> int:
+def placeholder_tokens(view: Projection, counter: TokenCounter, unit: int,
+                       rules: int = 2) -> int:
     """Tokens of the placeholder results answering a unit's calls without a result."""
     units = view.units
-    return ((MESSAGE_OVERHEAD + 1 + counter.count(placeholder_result(unit, len(units))))
-            * len(units[unit].open_calls))
+    text = placeholder_result(unit, len(units), rules)
+    return (MESSAGE_OVERHEAD + 1 + counter.count(text)) * len(units[unit].open_calls)
 
 
 def plan(policy: Policy, system: int, tools: int) -> Budget:

@@ -182,6 +182,7 @@ class PolicyIndex:
         "raw",
         "rules",
         "saving",
+        "superseded",
         "tokens",
         "tool_units",
         "trunc_delta",
@@ -206,6 +207,9 @@ class PolicyIndex:
         self.truncated: dict[int, Cut] = {}  # item -> its truncation
         self.trunc_delta = 0
         self.dedup_tokens: dict[int, int] = {}  # superseded item -> its placeholder's tokens
+        #: the marks dedup acts on: every mark, except (rules 3) one whose placeholder
+        #: would not be smaller than the result it replaces
+        self.superseded: dict[int, tuple[int, int, str]] = {}
         self.raw: list[int] = []  # per unit, tokens after truncation (covered or not)
         self.verbatim = Tally()
         self.dsave = Tally()
@@ -284,11 +288,15 @@ class PolicyIndex:
         while self.marks < len(marked):
             index = marked[self.marks]
             self.marks += 1
-            placeholder = Dedup.tokens(self.dedup.superseded[index], counter)
+            mark = self.dedup.superseded[index]
+            placeholder = Dedup.tokens(mark, counter)
+            tokens = self.tokens[index]
+            if self.rules >= 3 and placeholder >= tokens:
+                continue  # a placeholder is never larger than what it replaces
+            self.superseded[index] = mark
             self.dedup_tokens[index] = placeholder
             unit = items[index].unit
             held = unit in covered
-            tokens = self.tokens[index]
             self.dsave.add(unit, tokens - placeholder, held)
             self.dcount.add(unit, 1, held)
             saving = self.saving[index]

@@ -26,7 +26,7 @@ since the sums hold tokens after it); `pack` never runs anything else here.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
 from .._events import TextPart
@@ -36,7 +36,7 @@ from .._prompt import Message
 from .._tokens import REPLY_OVERHEAD, TokenCounter
 from ._assemble import message
 from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
-from ._dedup import Dedup, DedupIndex
+from ._dedup import Dedup
 from ._explain import Common, Facts
 from ._index import PackIndex, PolicyIndex
 from ._ledger import CutRule, Marker, Protection, Replacer, Shrinker, SummarySection
@@ -64,7 +64,7 @@ class IndexedLedger:
         self.protection = Protection(view, policy)
         self.n_units = len(view.units)
         self.system = system_tokens(view)
-        self.synthetic = synthetic_tokens(view, counter)
+        self.synthetic = synthetic_tokens(view, counter, policy.rules)
         self.budget: Budget = plan(policy, self.system, view.tools_tokens)
         self.total = (self.system + view.tools_tokens + self.synthetic + REPLY_OVERHEAD
                       + view.unit_tokens)
@@ -94,9 +94,9 @@ class IndexedLedger:
         return self.index.clip_limit
 
     @property
-    def dedup_index(self) -> DedupIndex:
+    def dedup_index(self) -> PolicyIndex:
         assert self.index.dedup is not None, "dedup is off in this policy"
-        return self.index.dedup
+        return self.index
 
     @property
     def prune_facts(self) -> PruneFacts:
@@ -157,7 +157,7 @@ class IndexedLedger:
         index = self.index
         coverage = self._pack_index.coverage
         units, items = self.view.units, self.view.items
-        superseded = index.dedup.superseded if self.deduped and index.dedup else {}
+        superseded = index.superseded if self.deduped and index.dedup else {}
         tool_units = index.tool_units
         protection = self.protection
         skip_runs = not self.held
@@ -236,6 +236,27 @@ class IndexedLedger:
     def droppable_before(self) -> Callable[[int], int]:
         return self._dropped_before()
 
+    def kept_before(self) -> Callable[[int], int]:
+        kept = self._kept_before()
+        if self.held:
+            return kept
+        # protected units are never summarized: a covered one is in the prompt as it is
+        covered = self._pack_index.coverage.covered
+        extra = [(u, self.index.raw[u]) for u in self.protection.units(self.n_units)
+                 if u in covered]
+        ends = [u for u, _ in extra]
+        sums = [0]
+        for _, tokens in extra:
+            sums.append(sums[-1] + tokens)
+        return lambda end: kept(end) + sums[bisect_left(ends, end)]
+
+    def keep(self, unit: int) -> None:
+        protection = self.protection
+        if unit in protection:
+            return
+        insort(protection.older, unit)
+        protection.older_set.add(unit)
+
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         # The tail is a few steps: walk it. Its units were never reduced by a stage
@@ -270,11 +291,20 @@ class IndexedLedger:
     def _dropped_before(self) -> Callable[[int], int]:
         """Tokens of the unprotected, unsummarized units before a unit boundary, as the
         stages so far left them."""
-        index, held = self.index, self.held
         older = self.protection.older
         kept_older = [0]  # prefix sums of the older protected units' tokens
         for u in older:
             kept_older.append(kept_older[-1] + self._sum_tokens(u))
+        kept = self._kept_before()
+
+        def dropped(end: int) -> int:
+            return kept(end) - kept_older[bisect_left(older, end)]
+        return dropped
+
+    def _kept_before(self) -> Callable[[int], int]:
+        """Tokens of the unsummarized units before a unit boundary, protected or not, as
+        the stages so far left them."""
+        index, held = self.index, self.held
         # results shielded from "prune every candidate" and results pruned one by one,
         # by unit: their savings are added back / taken off
         adjust = sorted([(self.view.items[i].unit, index.saving[i]) for i in self.shielded
@@ -285,15 +315,14 @@ class IndexedLedger:
         for _, s in adjust:
             adjust_sums.append(adjust_sums[-1] + s)
 
-        def dropped(end: int) -> int:
+        def kept(end: int) -> int:
             out = index.verbatim.prefix(end, held)
             if self.deduped:
                 out -= index.dsave.prefix(end, held)
             if self.pruned_all:
                 out -= index.psave.prefix(min(end, self.boundary), held)
-            out += adjust_sums[bisect_left(adjust_units, end)]
-            return out - kept_older[bisect_left(older, end)]
-        return dropped
+            return out + adjust_sums[bisect_left(adjust_units, end)]
+        return kept
 
     def _sum_tokens(self, unit: int) -> int:
         """A unit's tokens as the sums count them (0 when summarized away)."""
@@ -345,7 +374,7 @@ class IndexedLedger:
                 continue
             if self._dropped(u) or self.summarized(u):
                 self._unanswered.add(u)
-                tokens = placeholder_tokens(self.view, self.counter, u)
+                tokens = placeholder_tokens(self.view, self.counter, u, self.policy.rules)
                 self.total -= tokens
                 self.synthetic -= tokens
 
@@ -432,7 +461,7 @@ class Kept:
         items, cache = ledger.view.items, index.messages
         tail, older = ledger.protection.tail_unit, ledger.protection.older_set
         superseded: Mapping[int, object] = (
-            index.dedup.superseded if ledger.deduped and index.dedup is not None else {})
+            index.superseded if ledger.deduped and index.dedup is not None else {})
         points, shielded, saving = ledger.points, ledger.shielded, index.saving
         prune_before = ledger.boundary if ledger.pruned_all else -1
         clipped, truncated = index.clipped, index.truncated

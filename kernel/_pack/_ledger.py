@@ -276,6 +276,12 @@ class Ledger(Protocol):
     def droppable_before(self) -> Callable[[int], int]:
         """``f(end)``: tokens of the unprotected, unsummarized units before unit
         ``end``, as the stages so far left them (what dropping them would save)."""
+    def kept_before(self) -> Callable[[int], int]:
+        """``f(end)``: tokens of the unsummarized units before unit ``end``, protected
+        or not, as the stages so far left them (rules 3 sizes past requests with it)."""
+    def keep(self, unit: int) -> None:
+        """Keep one more unit through trimming (rules 3: the opening message of the
+        turn of the latest prefix break, until the next break)."""
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         """The last resort (rules 2): like `drop_oldest` over the protected latest

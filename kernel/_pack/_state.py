@@ -18,7 +18,6 @@ from .._projection import Projection, Unit
 from .._prompt import Message
 from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
 from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
-from ._dedup import DedupIndex
 from ._explain import Common
 from ._index import PackIndex, PolicyIndex
 from ._ledger import CutRule, Marker, Protection, Replacer, Shrinker, SummarySection
@@ -80,7 +79,7 @@ class PackState:
         self.message_tokens = view.unit_tokens  # the sum over every unit's items
         self.system_tokens = system_tokens(view)
         self.tools_tokens = view.tools_tokens
-        self.synthetic_tokens = synthetic_tokens(view, counter)
+        self.synthetic_tokens = synthetic_tokens(view, counter, policy.rules)
         self.budget = plan(policy, self.system_tokens, self.tools_tokens)
 
     # -- accounting --------------------------------------------------------------
@@ -193,10 +192,10 @@ class PackState:
         return self._policy_index
 
     @property
-    def dedup_index(self) -> DedupIndex:
-        found = self.policy_index.dedup
-        assert found is not None, "dedup is off in this policy"
-        return found
+    def dedup_index(self) -> PolicyIndex:
+        index = self.policy_index
+        assert index.dedup is not None, "dedup is off in this policy"
+        return index
 
     @property
     def clip_limit(self) -> int:
@@ -319,6 +318,18 @@ class PackState:
             sums.append(sums[-1] + tokens)
         return lambda end: sums[end]
 
+    def kept_before(self) -> Callable[[int], int]:
+        sums = [0]
+        for unit in self.view.units:
+            tokens = 0
+            if unit.index not in self.dropped:
+                tokens = sum(self.tokens_of(i) for i in unit.items if i not in self.summarized)
+            sums.append(sums[-1] + tokens)
+        return lambda end: sums[end]
+
+    def keep(self, unit: int) -> None:
+        self.protected_units.add(unit)
+
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         start = self.protection.tail_unit
@@ -365,7 +376,8 @@ class PackState:
     def settle(self) -> None:
         view = self.view
         self.synthetic_tokens = sum(
-            placeholder_tokens(view, self.counter, u) for u in sorted(view.open_units)
+            placeholder_tokens(view, self.counter, u, self.policy.rules)
+            for u in sorted(view.open_units)
             if u not in self.dropped
             and any(i not in self.summarized for i in view.units[u].items))
 

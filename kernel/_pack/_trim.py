@@ -16,8 +16,8 @@ groups, until it is at that level; protected units stay wherever they are.
   how much was left out and where it is in the log.
 * Rules 3: the prefix is kept. The cut (where the kept history starts) only
   moves when the kept history passes the blocking level (the high watermark),
-  and then in one step down to ``trim_low_ratio`` of the usable budget (the
-  low watermark), at a turn boundary (or a step boundary of the current turn).
+  and then in one step down to ``trim_low_ratio`` of that level (the low
+  watermark), at a turn boundary (or a step boundary of the current turn).
   Between two such breaks a request only appends to the one before it. The cut
   is not remembered anywhere: it is recomputed from the log prefix by replaying
   the watermarks over every group end in order (each end stands for a request
@@ -29,9 +29,11 @@ groups, until it is at that level; protected units stay wherever they are.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import NamedTuple
 
+from .._policy import Policy
 from .._projection import Unit
-from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD
+from .._tokens import MESSAGE_OVERHEAD
 from ._ledger import Ledger, Marker
 from ._model import StageReport
 
@@ -157,73 +159,137 @@ class Trim:
         ledger.mark(Marker(before, self.marker_text(ledger, first, last), ledger.counter))
 
     @staticmethod
-    def cut(ledger: Ledger, high: int, low: int, reserve: int,
-            ) -> tuple[list[int], int, int, bool]:
-        """Where the kept history starts under rules 3, recomputed from the log prefix:
-        ``(ends, size, breaks, now)``: the group ends to drop up to (the last one is the
-        cut; empty when nothing is cut), the prompt's size that forced the latest break
-        (0 if none), the number of breaks so far and whether the latest break is this
-        request's. A request stands at every assistant message (the history before it)
-        and at the end; a cut may fall at the start of a turn or of a step. The cut
-        moves when a request would pass ``high``, and then to the first boundary that
-        brings that request to ``low``."""
+    def cut(ledger: Ledger, high: int, low: int, reserve: int) -> Cut:
+        """Where the kept history starts under rules 3, recomputed from the log prefix.
+
+        A request stands before every assistant message (the units before it) and at
+        the end. Each request's kept history is sized the same way at every pack, from
+        the units before it (their tokens after truncation and clipping), the cut, the
+        opening message of its turn and the opening kept since the latest break, so
+        the replay of an earlier request never changes as the log grows. The cut
+        moves when a request would pass ``high``, and then to the first turn or step
+        boundary that brings that request to ``low``; it never passes the request's
+        latest ``tail_steps`` steps."""
         view = ledger.view
-        before = ledger.droppable_before()
-        budget = ledger.budget
-        base = budget.system + budget.tools + REPLY_OVERHEAD + reserve
-        tail = ledger.protection.tail_unit
+        size = ledger.kept_before()
+        # what every request holds beside its history: the system sections, the summary
+        # section, tools, placeholder results and framing (as they are now), the marker
+        base = ledger.total - size(len(view.units)) + reserve
+        turns = view.turn_starts
+        assistants = view.assistant_units
         steps = max(ledger.policy.tail_steps, 1)
-        bounds = sorted({*view.turn_starts, *view.assistant_units} - {0})
-        at = [before(b) for b in bounds]
-        requests = list(view.assistant_units)
+        bounds = sorted({*turns, *assistants} - {0})
+        at = [size(b) for b in bounds]
+        out = Cut()
         k = 0  # bounds[:k] are cut
-        size = breaks = 0
-        now = False
-        for i in range(len(requests) + 1):
-            if i < len(requests):
-                # the request before assistant message i: its latest steps were protected
-                limit = bisect_right(bounds, requests[i - steps] if i >= steps else 0)
-                kept = base + before(requests[i]) - (at[k - 1] if k else 0)
-            else:
-                limit = bisect_right(bounds, tail)
-                kept = ledger.total + reserve - (at[k - 1] if k else 0)
+        anchor = -1  # the opening message kept since the latest break
+
+        def estimate(end: int, opening: int, k: int) -> int:
+            cut = bounds[k - 1] if k else 0
+            kept = base + size(end) - (at[k - 1] if k else 0)
+            for u in {opening, anchor}:
+                if 0 <= u < cut:
+                    kept += size(u + 1) - size(u)
+            return kept
+
+        for j, end in enumerate([*assistants, len(view.units)]):
+            t = bisect_left(turns, end) - 1
+            opening = turns[t] if t >= 0 else -1
+            # the request's protected tail: its latest `steps` steps, or its whole turn
+            # after the opening when the turn has no more steps than that
+            first = bisect_right(assistants, opening)
+            limit = bisect_right(bounds, assistants[j - steps] if j - first > steps
+                                 else opening + 1)
+            kept = estimate(end, opening, k)
             if kept <= high or limit <= k:
                 continue
-            floor = (at[k - 1] if k else 0) + kept - low  # what the cut must shed
-            new = min(bisect_left(at, floor, k, limit) + 1, limit)
-            if new > k:
-                k, size, breaks, now = new, kept, breaks + 1, i == len(requests)
-        return bounds[:k], size, breaks, now
+            lo, hi = k + 1, limit  # the first k' whose request is at the low watermark
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if estimate(end, opening, mid) <= low:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            k, anchor = lo, opening
+            out = Cut(tuple(bounds[:k]), kept, estimate(end, opening, k), out.breaks + 1,
+                      j == len(assistants), anchor)
+        return out
 
     def _rules3(self, ledger: Ledger, before: int, high: int) -> StageReport:
         policy = ledger.policy
         reserve = self.reserve(ledger)
-        low = min(high, int(policy.usable * policy.trim_low_ratio))
-        ends, size, breaks, now = self.cut(ledger, high, low, reserve)
-        k = len(ends)
+        low = int(high * policy.trim_low_ratio)
+        cut = self.cut(ledger, high, low, reserve)
         units = 0
         detail = f"{before} tokens; the prefix is kept (no break: under the high watermark)"
-        if k:
-            saved = ledger.droppable_before()(ends[k - 1])
-            horizon = max(policy.cache_horizon_turns, 1)
-            write = before - saved
-            dollars = (saved * horizon * policy.input_price
-                       - write * (policy.cache_write_price - policy.cache_read_price)) / 1e6
-            estimate = (f"estimate over {horizon} requests: {saved * horizon} input tokens "
-                        f"saved against {write} tokens written to the cache once "
-                        f"(${dollars:.4f} saved)")
-            reason = (f"prefix break {breaks}: the kept history reached {size} tokens, over "
-                      f"the blocking level {high}; cut at a turn boundary down to the low "
-                      f"watermark {low}")
-            if not now:
-                reason = f"cut kept from the earlier {reason}"
+        ends, target = list(cut.ends), -1
+        start = ends[-1] if ends else 0
+        if cut.anchor >= 0:
+            ledger.keep(cut.anchor)
+        over = ledger.total - (ledger.droppable_before()(start) if ends else 0) + reserve
+        further = ""
+        if over > policy.usable:
+            # the sizes of the replay fell short of this prompt (pinned units, calls
+            # awaiting results, older steps of a turn): cut further now, as rules 2 would
+            more = [e for e in self.ends(ledger) if e >= start]
+            if more:
+                ends, target = more, high - reserve
+                further = (f"prefix break now: the prompt reached {over} tokens, over the "
+                           f"usable budget {policy.usable} (more than the replayed sizes "
+                           f"say); cut at a turn or step boundary down to the blocking level "
+                           f"{high}")
+        if ends:
+            fixed = ledger.total - ledger.kept_before()(len(ledger.view.units))
+            if further:
+                reason = further
+                estimate = self.estimate(policy, over - high, high - fixed - reserve)
+            else:
+                reason = (f"prefix break {cut.breaks}: the kept history reached {cut.size} "
+                          f"tokens, over the blocking level {high}; cut at a turn or step "
+                          f"boundary down to the low watermark {low}")
+                if not cut.now:
+                    reason = f"cut kept from the earlier {reason}"
+                estimate = self.estimate(policy, cut.size - cut.after,
+                                         cut.after - fixed - reserve)
             current = len(ledger.view.turn_starts)
             groups, units = ledger.drop_oldest(
-                ends, -1, lambda unit: ("trim.break" if unit.turn < current
+                ends, target, lambda unit: ("trim.break" if unit.turn < current
                                             else "trim.step", f"{reason}; {estimate}"))
             ledger.settle()
             detail = (f"{reason}: {groups} oldest turns or steps dropped ({units} units); "
                       f"{estimate}")
+        cut_units = units
         detail, units = self._fit_tail(ledger, reserve, detail, units)
+        if units > cut_units:  # the protected steps went too: the prefix changed here
+            detail = (f"prefix break now: the latest steps alone were over the usable budget "
+                      f"{policy.usable}; {detail}")
         return StageReport(name="trim", fired=units > 0, detail=detail,
                            tokens_before=before, tokens_after=ledger.total, events=units)
+
+    @staticmethod
+    def estimate(policy: Policy, saved: int, written: int) -> str:
+        """A break's cache estimate in words: the ``saved`` tokens no longer sent on each
+        of the next ``cache_horizon_turns`` requests (cache reads had they stayed)
+        against the ``written`` tokens after the break written to the cache again
+        (cache reads had there been no break), at the policy's cache prices."""
+        horizon = max(policy.cache_horizon_turns, 1)
+        value = (saved * horizon * policy.cache_read_price
+                 - written * (policy.cache_write_price - policy.cache_read_price)) / 1e6
+        return (f"estimate over {horizon} requests: {saved * horizon} cached input tokens "
+                f"saved against {written} tokens written to the cache again "
+                f"(${value:.4f} net)")
+
+
+class Cut(NamedTuple):
+    """The rules 3 cut: ``ends``, the group ends dropped up to (the last one is the
+    cut; empty when nothing is cut); ``size`` and ``after``, the kept history of the
+    request of the latest break before and after it; ``breaks``, the breaks so far;
+    ``now``, whether the latest break is this request's; ``anchor``, the opening
+    message kept since that break (-1: none)."""
+
+    ends: tuple[int, ...] = ()
+    size: int = 0
+    after: int = 0
+    breaks: int = 0
+    now: bool = False
+    anchor: int = -1

