@@ -88,10 +88,11 @@ def decision(packed: Packed, pos: int) -> str:
 
 
 def pressured(**overrides: Any) -> Policy:
-    """A roomy window whose warning level is 0: dedup and pruning always run."""
+    """A roomy window whose warning level is 0: dedup and pruning always run (rules 2;
+    rules 3 rewrite earlier results only in a recovery pack)."""
     base: dict[str, Any] = dict(context_window=100_000, output_reserve=1_000, warning_buffer=None,
                                 warning_ratio=0.0, compact_buffer=None, blocking_buffer=None,
-                                trim=False)
+                                trim=False, rules=2)
     base.update(overrides)
     return Policy(**base)
 

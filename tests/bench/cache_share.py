@@ -350,8 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--windows", default=",".join(str(w) for w in WINDOWS))
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--session", type=int, default=128_000, metavar="WINDOW",
-                        help="the window of the Session facade run (0: skip it)")
+    parser.add_argument("--session", default="32000,128000", metavar="WINDOWS",
+                        help="the windows of the Session facade runs ('' skips them)")
     parser.add_argument("--rules", type=int, default=0,
                         help="packing rules (default: the newest; 2 with the reserve at 1/8)")
     args = parser.parse_args(argv)
@@ -361,8 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(top), flush=True)
     for window in (int(w) for w in args.windows.split(",")):
         print(json.dumps(run(sessions, window, args.rules, top["uncached"])), flush=True)
-    if args.session:
-        print(json.dumps(through_session(sessions, args.session)), flush=True)
+    for window in (int(w) for w in args.session.split(",") if w):
+        print(json.dumps(through_session(sessions, window)), flush=True)
     return 0
 
 
