@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -37,6 +39,8 @@ from turnlog.testing import (
 )
 
 BUDGETS = (4_000, 8_000, 16_000, 32_000, 128_000)
+CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
+              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
 PROPERTY = settings(deadline=None, max_examples=10,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -468,3 +472,24 @@ def test_rules_3_puts_a_cache_breakpoint_where_the_previous_request_ended() -> N
         points = {b.reason: b.index for b in after.prompt.breakpoints if b.at == "message"}
         assert points["previous request"] == len(before.prompt.messages) - 1
     assert Policy(rules=2).resolved().rules == 2  # rules 2 keep their "older history" point
+
+
+
+def test_rules_3_keeps_no_opening_a_shown_summary_stands_for() -> None:
+    # A Claude Code session with imported compactions: the opening kept since a break
+    # may be covered by a summary shown; keeping it too would send it twice and
+    # undercount the prompt (the real-data check found it at 16k).
+    from turnlog.adapters.importers import import_file
+
+    name = "0a725fb5-6378-432a-9e84-9f3f49d4043d.jsonl"
+    found = sorted(CORPUS.rglob(name)) if CORPUS.is_dir() else []
+    if not found:
+        pytest.skip("shared corpus not present")
+    log = memory_log()
+    summary = import_file(log, found[0], skip_bad=True)
+    session = max(summary.sessions, key=lambda s: (log.head(s).seq, s))
+    view = project(log, session)
+    policy = Policy(context_window=16_000).resolved()
+    packed = pack(view, policy)
+    assert packed.rules == 3
+    check_packed(view, packed, policy)

@@ -252,7 +252,7 @@ class IndexedLedger:
 
     def keep(self, unit: int) -> None:
         protection = self.protection
-        if unit in protection:
+        if unit in protection or self.summarized(unit):  # a summary stands for it
             return
         insort(protection.older, unit)
         protection.older_set.add(unit)

@@ -281,7 +281,8 @@ class Ledger(Protocol):
         or not, as the stages so far left them (rules 3 sizes past requests with it)."""
     def keep(self, unit: int) -> None:
         """Keep one more unit through trimming (rules 3: the opening message of the
-        turn of the latest prefix break, until the next break)."""
+        turn of the latest prefix break, until the next break), unless a summary shown
+        stands for it."""
     def drop_tail(self, ends: Sequence[int], target: int,
                   why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
         """The last resort (rules 2): like `drop_oldest` over the protected latest

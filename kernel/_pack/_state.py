@@ -328,6 +328,8 @@ class PackState:
         return lambda end: sums[end]
 
     def keep(self, unit: int) -> None:
+        if any(i in self.summarized for i in self.view.units[unit].items):
+            return  # a summary stands for it
         self.protected_units.add(unit)
 
     def drop_tail(self, ends: Sequence[int], target: int,
