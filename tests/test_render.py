@@ -463,8 +463,10 @@ def test_anthropic_puts_tool_results_first_and_merges_the_following_user_text() 
                             "signature": "sig-1"}
     assert assistant[2] == {"type": "tool_use", "id": "toolu_1", "name": "Read",
                             "input": {"path": "a.py"}}
+    # rules 3: a cache breakpoint where the previous request ended (before the assistant)
     assert body["messages"][0]["content"][1] == {
-        "type": "image", "source": {"type": "url", "url": "https://example.invalid/s.png"}}
+        "type": "image", "source": {"type": "url", "url": "https://example.invalid/s.png"},
+        "cache_control": {"type": "ephemeral"}}
     assert body["tools"][1]["input_schema"] == {"type": "object", "properties": {}}
     assert body["system"][0]["text"] == "You are a careful engineer."
 

@@ -49,9 +49,9 @@ def get(server: Server, path: str, **kwargs: object) -> httpx.Response:
 
 def demo_pages() -> list[str]:
     return ["/", "/?q=demo-m", "/sessions/demo", "/sessions/demo?from=0&limit=50",
-            "/sessions/demo/events/5", "/sessions/demo/requests/413",
-            "/sessions/demo/requests/413?decision=pruned&kind=tool_result",
-            "/sessions/demo/diff/406/413", "/sessions/demo/summaries",
+            "/sessions/demo/events/5", "/sessions/demo/requests/427",
+            "/sessions/demo/requests/427?decision=summarized&kind=tool_result",
+            "/sessions/demo/diff/420/427", "/sessions/demo/summaries",
             "/sessions/demo/memories", "/sessions/demo/memories?q=decimal"]
 
 
@@ -66,30 +66,31 @@ def test_every_page_and_its_json_answer_on_the_demo_store(served: Server) -> Non
     index = get(served, "/api/").json()
     assert [s["session"] for s in index["sessions"]] == ["demo", "demo-memories"]
     demo = index["sessions"][0]
-    assert demo["events"] == 415 and demo["requests"] == 41 and demo["verify"]["ok"]
+    assert demo["events"] == 429 and demo["requests"] == 41 and demo["verify"]["ok"]
     assert demo["model"] == "demo-model" and demo["first"].startswith("2024-03-12")
 
 
 def test_the_receipt_holds_the_prompt_budget_decisions_and_body(served: Server) -> None:
-    receipt = get(served, "/api/sessions/demo/requests/413").json()
-    packed = turnlog.Replayer(turnlog.Packer(served.log)).explain("demo", 413)
+    receipt = get(served, "/api/sessions/demo/requests/427").json()
+    packed = turnlog.Replayer(turnlog.Packer(served.log)).explain("demo", 427)
     assert receipt["tokens"] == packed.tokens
     assert len(receipt["messages"]) == len(packed.prompt.messages)
     assert [m["tokens"] for m in receipt["messages"]] == list(packed.message_tokens)
     assert receipt["filter"]["matching"] == len(packed.decisions)
     assert sum(receipt["decision_counts"].values()) == len(packed.decisions)
     assert {b["name"] for b in receipt["bar"]["levels"]} >= {"warning", "compact", "blocking"}
-    assert receipt["previous"]["seq"] == 406 and receipt["previous"]["shared_tokens"] > 0
+    assert receipt["previous"]["seq"] == 420 and receipt["previous"]["shared_tokens"] > 0
     sources = [s for m in receipt["messages"] for s in m["sources"]]
     assert sources and all(s["href"].startswith("/sessions/demo/events/") for s in sources)
     body = get(served, receipt["body"]["href"]).json()
     assert json.loads(body["text"])["messages"] and body["format"] == "neutral"
     assert body["bytes"] == \
         len(msgspec.json.encode(packed.prompt))
-    assert receipt["requests"] == {"prev": 406, "next": None}
-    pruned = get(served, "/api/sessions/demo/requests/413?decision=pruned").json()
-    assert pruned["decisions"] and {d["decision"] for d in pruned["decisions"]} == {"pruned"}
-    replay = get(served, "/api/sessions/demo/requests/413/replay").json()
+    assert receipt["requests"] == {"prev": 420, "next": None}
+    summarized = get(served, "/api/sessions/demo/requests/427?decision=summarized").json()
+    assert summarized["decisions"] and {d["decision"] for d in summarized["decisions"]} == {
+        "summarized"}
+    replay = get(served, "/api/sessions/demo/requests/427/replay").json()
     assert replay["ok"] is True and replay["replayed_hash"] == replay["recorded_hash"]
 
 
@@ -211,7 +212,7 @@ def test_write_methods_are_refused_and_the_store_is_unchanged(demo_path: Path,
     with turnlog.open(demo_path, readonly=True) as log:
         server = Server(log).start()
         try:
-            for path in [*demo_pages(), "/api/", "/api/sessions/demo/requests/413/replay",
+            for path in [*demo_pages(), "/api/", "/api/sessions/demo/requests/427/replay",
                          "/api/sessions/demo", "/sessions/new", "/api/sessions/demo/follow"]:
                 response = httpx.request(method, server.base + path, timeout=30,
                                          json={"type": "user", "text": "x"})

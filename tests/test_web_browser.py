@@ -107,8 +107,8 @@ def test_every_page_opens_on_the_demo_store(demo: Server, watched: Watched,
     page = watched.page
     for name, path, heading in [
             ("sessions", "/", "Sessions"), ("timeline", "/sessions/demo", "demo"),
-            ("receipt", "/sessions/demo/requests/413", "Request #413"),
-            ("diff", "/sessions/demo/diff/400/413", "Request #400 → #413"),
+            ("receipt", "/sessions/demo/requests/427", "Request #427"),
+            ("diff", "/sessions/demo/diff/406/427", "Request #406 → #427"),
             ("summaries", "/sessions/demo/summaries", "demo"),
             ("memories", "/sessions/demo/memories?q=decimal", "demo"),
             ("event", "/sessions/demo/events/9", "demo #9")]:
