@@ -487,7 +487,7 @@ def test_rules_3_keeps_no_opening_a_shown_summary_stands_for() -> None:
         pytest.skip("shared corpus not present")
     log = memory_log()
     summary = import_file(log, found[0], skip_bad=True)
-    session = max(summary.sessions, key=lambda s: (log.head(s).seq, s))
+    session = max(summary.sessions, key=lambda s: (len(log.lineage(s)), s))
     view = project(log, session)
     policy = Policy(context_window=16_000).resolved()
     packed = pack(view, policy)
