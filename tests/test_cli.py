@@ -398,12 +398,15 @@ def test_pack_budget_record_says_which_policy_fields_it_changed(
     code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
                          "--record")
     assert code == 0 and "recorded as" in out
-    assert err.startswith("the session's policy changed (2 fields): context_window 32,000 -> "
-                          "8,000; output_reserve 4,000 -> 2,000. ")
+    # rules 3: recall_max_tokens, left at its default, scales with the window
+    assert err.startswith("the session's policy changed (3 fields): context_window 32,000 -> "
+                          "8,000; output_reserve 4,000 -> 2,000; recall_max_tokens 2,000 -> "
+                          "750. ")
     with turnlog.open(demo_copy, readonly=True) as log:
         after = turnlog.Packer(log).policy_in_force(SESSION)
     # --budget keeps the rest of the policy in force.
-    assert after == msgspec.structs.replace(before, context_window=8000, output_reserve=2000)
+    assert after == msgspec.structs.replace(before, context_window=8000, output_reserve=2000,
+                                            recall_max_tokens=750)
     code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
                          "--record", "--json")
     assert code == 0 and err == ""  # the policy in force already: nothing changed

@@ -136,12 +136,12 @@ def test_click_through_a_receipt_its_replay_a_diff_and_the_summaries(
     expect(page.locator("#body-text")).to_have_text(re.compile(r"^\{"), timeout=60_000)
     page.locator("#body summary").click()
     shot(page, tmp_path, "receipt-replayed")
-    page.locator("#decision-filter a", has_text="pruned").click()
-    page.wait_for_url("**decision=pruned**")
+    page.locator("#decision-filter a", has_text="summarized").click()
+    page.wait_for_url("**decision=summarized**")
     decisions = page.locator("#decisions tbody tr")
     assert decisions.count() > 0
-    assert set(page.locator("#decisions tbody .badge.d-pruned").all_inner_texts()) == {
-        "pruned"}
+    assert set(page.locator("#decisions tbody .badge.d-summarized").all_inner_texts()) == {
+        "summarized"}
     assert page.locator("#decisions tbody .d-verbatim").count() == 0
     page.locator("#prefix a", has_text="diff").click()
     page.wait_for_url("**/diff/**")
