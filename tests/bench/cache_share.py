@@ -121,7 +121,8 @@ class LangChain:
         self.encoding = encoding
         self.messages: list[BaseMessage] = []
         self.system: dict[str, str] = {}
-        self.memo: dict[int, int] = {}
+        self.memo: dict[int, tuple[BaseMessage, int]] = {}
+        self.system_message: SystemMessage | None = None
 
     def apply(self, event: Event) -> None:
         body = event.body
@@ -140,20 +141,27 @@ class LangChain:
     def count(self, messages: list[BaseMessage]) -> int:
         total = 0
         for m in messages:
+            # keyed by id() while the message lives (trim_messages may copy messages,
+            # and a copy's id can be reused later): the object is kept with its count
             key = id(m)
-            n = self.memo.get(key)
+            hit = self.memo.get(key)
+            n = hit[1] if hit is not None and hit[0] is m else None
             if n is None:
                 text = m.content if isinstance(m.content, str) else json.dumps(m.content)
                 calls = getattr(m, "tool_calls", None) or []
                 n = 4 + len(self.encoding.encode(text, disallowed_special=())) + sum(
                     len(self.encoding.encode(json.dumps(c["args"]), disallowed_special=()))
                     for c in calls)
-                self.memo[key] = n
+                self.memo[key] = (m, n)
             total += n
         return total
 
     def trim(self, budget: int) -> list[BaseMessage]:
-        system = [SystemMessage(content="\n\n".join(self.system.values()))] if self.system else []
+        # one system message per system text, kept alive: the memo is keyed by id()
+        text = "\n\n".join(self.system.values())
+        if self.system and (self.system_message is None or self.system_message.content != text):
+            self.system_message = SystemMessage(content=text)
+        system = [self.system_message] if self.system and self.system_message else []
         return trim_messages(system + self.messages, max_tokens=budget, strategy="last",
                              token_counter=self.count, start_on="human",
                              include_system=True, allow_partial=False)
