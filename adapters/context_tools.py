@@ -67,13 +67,15 @@ def _cap(text: str, policy: Policy) -> str:
     lines = text.split("\n")
     cut = False
     if len(lines) > policy.truncate_lines:
-        text, cut = "\n".join(lines[:policy.truncate_lines]), True
+        text, cut = "\n".join(lines[: policy.truncate_lines]), True
     data = text.encode("utf-8", "surrogatepass")
     if len(data) > policy.truncate_bytes:
-        text, cut = data[:policy.truncate_bytes].decode("utf-8", "ignore"), True
+        text, cut = data[: policy.truncate_bytes].decode("utf-8", "ignore"), True
     if cut:
-        text += (f"\n[... result cut at {len(text)} characters by the truncation limits; "
-                 "ask for a later range ...]")
+        text += (
+            f"\n[... result cut at {len(text)} characters by the truncation limits; "
+            "ask for a later range ...]"
+        )
     return text
 
 
@@ -106,14 +108,18 @@ def _find(log: Log, session: str, ref: str) -> Event:
         for event in events:
             if event.session == name and str(event.seq) == seq:
                 return event
-        raise ContextToolError(f"no event {ref!r} in this conversation; pass the ref a "
-                               "truncation notice names (a blob hash or SESSION#SEQ)")
+        raise ContextToolError(
+            f"no event {ref!r} in this conversation; pass the ref a "
+            "truncation notice names (a blob hash or SESSION#SEQ)"
+        )
     for event in events:
         blob = getattr(event.body, "blob", None)
         if blob is not None and blob.hash == ref.lower():
             return event
-    raise ContextToolError(f"no output stored as blob {ref!r} in this conversation; pass the "
-                           "ref a truncation notice names (a blob hash or SESSION#SEQ)")
+    raise ContextToolError(
+        f"no output stored as blob {ref!r} in this conversation; pass the "
+        "ref a truncation notice names (a blob hash or SESSION#SEQ)"
+    )
 
 
 def read_output(log: Log, session: str, args: Mapping[str, object], policy: Policy) -> str:
@@ -125,8 +131,9 @@ def read_output(log: Log, session: str, args: Mapping[str, object], policy: Poli
         if not isinstance(grep, str):
             raise ContextToolError(f"grep must be a string; found {grep!r}")
         needle = grep.lower()
-        hits = [f"{n}: {line}" for n, line in enumerate(text.split("\n"), 1)
-                if needle in line.lower()]
+        hits = [
+            f"{n}: {line}" for n, line in enumerate(text.split("\n"), 1) if needle in line.lower()
+        ]
         head = f"{len(hits)} lines of {ref} contain {grep!r}"
         return _cap("\n".join([head, *hits]), policy)
     start = _int(args, "start_line", None)
@@ -134,18 +141,23 @@ def read_output(log: Log, session: str, args: Mapping[str, object], policy: Poli
         lines = text.split("\n")
         first = max(1, start or 1)
         count = _int(args, "line_count", policy.truncate_lines) or 0
-        chosen = lines[first - 1:first - 1 + count]
+        chosen = lines[first - 1 : first - 1 + count]
         head = f"lines {first}-{first + len(chosen) - 1} of {len(lines)} in {ref}:"
         return _cap("\n".join([head, *chosen]), policy)
     offset = _int(args, "offset", 0) or 0
     length = _int(args, "length", policy.truncate_bytes)
-    part = text[offset:offset + (length or 0)]
+    part = text[offset : offset + (length or 0)]
     head = f"characters {offset}-{offset + len(part)} of {len(text)} in {ref}:\n"
     return _cap(head + part, policy)
 
 
-def search_history(log: Log, session: str, args: Mapping[str, object], policy: Policy,
-                   sessions: Iterable[str] | None) -> str:
+def search_history(
+    log: Log,
+    session: str,
+    args: Mapping[str, object],
+    policy: Policy,
+    sessions: Iterable[str] | None,
+) -> str:
     """Recall over this session (and ``sessions``, when the orchestrator allows others)."""
     query = _str(args, "query")
     k = _int(args, "k", 5) or 5
@@ -160,7 +172,7 @@ def search_history(log: Log, session: str, args: Mapping[str, object], policy: P
         entry = f"[{hit.session}#{hit.seq}{where}] {hit.text}"
         if used + len(entry) > policy.recall_max_chars and out:
             break
-        out.append(entry[:policy.recall_max_chars])
+        out.append(entry[: policy.recall_max_chars])
         used += len(entry)
     return _cap("\n\n".join(out), policy)
 
@@ -169,11 +181,19 @@ def expand_summary(log: Log, session: str, args: Mapping[str, object], policy: P
     """The events a summary (a ``CompactionCommitted`` by its seq) replaced."""
     seq = _int(args, "id", None)
     events = _events(log, session)
-    summary = next((e for e in events if e.seq == seq and e.session == session
-                    and isinstance(e.body, CompactionCommitted)), None)
+    summary = next(
+        (
+            e
+            for e in events
+            if e.seq == seq and e.session == session and isinstance(e.body, CompactionCommitted)
+        ),
+        None,
+    )
     if summary is None:
-        raise ContextToolError(f"no summary #{seq} in this conversation; pass the number "
-                               "after # in a summary's heading")
+        raise ContextToolError(
+            f"no summary #{seq} in this conversation; pass the number "
+            "after # in a summary's heading"
+        )
     body = summary.body
     assert isinstance(body, CompactionCommitted)
     out = [f"summary #{seq} replaced events {body.first_seq}-{body.last_seq}:"]
@@ -185,28 +205,41 @@ def expand_summary(log: Log, session: str, args: Mapping[str, object], policy: P
     return _cap("\n\n".join(out), policy)
 
 
-def _memory(manager: MemoryManager, name: str, args: Mapping[str, object], session: str,
-            time: int | None) -> str:
+def _memory(
+    manager: MemoryManager, name: str, args: Mapping[str, object], session: str, time: int | None
+) -> str:
     if name == "memory_save":
         kind = args.get("type", "project")
         retention = args.get("retention", "durable")
         if kind not in ("project", "user", "decision"):
             raise ContextToolError(f"type must be project, user or decision; found {kind!r}")
         if retention not in ("priority", "durable", "working"):
-            raise ContextToolError("retention must be priority, durable or working; found "
-                                   f"{retention!r}")
-        changed = manager.save(_str(args, "title"), _str(args, "content"),
-                               memory_type=kind, retention=retention,
-                               source_session=session, reason="tool", time=time)
+            raise ContextToolError(
+                f"retention must be priority, durable or working; found {retention!r}"
+            )
+        changed = manager.save(
+            _str(args, "title"),
+            _str(args, "content"),
+            memory_type=kind,
+            retention=retention,
+            source_session=session,
+            reason="tool",
+            time=time,
+        )
         return f"saved memory {changed.memory_id}"
     if name == "memory_search":
         terms = [t for t in _str(args, "query").lower().split() if t]
-        found = [m for m in manager.memories(now=time)
-                 if any(t in f"{m.title}\n{m.content}".lower() for t in terms)]
+        found = [
+            m
+            for m in manager.memories(now=time)
+            if any(t in f"{m.title}\n{m.content}".lower() for t in terms)
+        ]
         if not found:
             return "no memory matches"
-        return "\n".join(f"[{m.memory_id}] ({m.memory_type}, {m.retention}) {m.title}: "
-                         f"{m.content}" for m in found)
+        return "\n".join(
+            f"[{m.memory_id}] ({m.memory_type}, {m.retention}) {m.title}: {m.content}"
+            for m in found
+        )
     memory_id = _str(args, "id")
     if manager.book().get(memory_id) is None:
         raise ContextToolError(f"no memory {memory_id!r}; memory_search shows the ids")
@@ -214,14 +247,23 @@ def _memory(manager: MemoryManager, name: str, args: Mapping[str, object], sessi
     return f"forgot memory {memory_id}"
 
 
-def run_context_tool(log: Log, session: str, call: ToolCall, policy: Policy, *,
-                     memories: Callable[[], MemoryManager], sessions: Iterable[str] | None,
-                     time: int | None) -> tuple[str, bool]:
+def run_context_tool(
+    log: Log,
+    session: str,
+    call: ToolCall,
+    policy: Policy,
+    *,
+    memories: Callable[[], MemoryManager],
+    sessions: Iterable[str] | None,
+    time: int | None,
+) -> tuple[str, bool]:
     """Run one call of the kit: (output, is_error)."""
     try:
         if call.name not in CONTEXT_TOOL_NAMES:
-            raise ContextToolError(f"{call.name!r} is not a context tool (expected one of "
-                                   f"{', '.join(sorted(CONTEXT_TOOL_NAMES))})")
+            raise ContextToolError(
+                f"{call.name!r} is not a context tool (expected one of "
+                f"{', '.join(sorted(CONTEXT_TOOL_NAMES))})"
+            )
         try:
             args = json.loads(call.arguments or "{}")
         except ValueError as exc:

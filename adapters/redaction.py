@@ -74,15 +74,34 @@ __all__ = ["ALL_DETECTORS", "DETECTORS", "EXTRA_PATTERNS", "META_KEY", "Redactio
 #: IBM COS HMAC, Cloudant and SoftLayer, which took two thirds of the scan time
 #: (docs/benchmarks.md); name them in ``detectors=`` to run them too.
 DETECTORS: tuple[str, ...] = (
-    "PrivateKeyDetector", "AWSKeyDetector", "AzureStorageKeyDetector", "BasicAuthDetector",
-    "ArtifactoryDetector", "DiscordBotTokenDetector", "GitHubTokenDetector",
-    "GitLabTokenDetector", "JwtTokenDetector", "MailchimpDetector", "NpmDetector",
-    "OpenAIDetector", "PypiTokenDetector", "SendGridDetector", "SlackDetector",
-    "SquareOAuthDetector", "StripeDetector", "TelegramBotTokenDetector", "TwilioKeyDetector",
+    "PrivateKeyDetector",
+    "AWSKeyDetector",
+    "AzureStorageKeyDetector",
+    "BasicAuthDetector",
+    "ArtifactoryDetector",
+    "DiscordBotTokenDetector",
+    "GitHubTokenDetector",
+    "GitLabTokenDetector",
+    "JwtTokenDetector",
+    "MailchimpDetector",
+    "NpmDetector",
+    "OpenAIDetector",
+    "PypiTokenDetector",
+    "SendGridDetector",
+    "SlackDetector",
+    "SquareOAuthDetector",
+    "StripeDetector",
+    "TelegramBotTokenDetector",
+    "TwilioKeyDetector",
 )
 #: Every plugin a caller may name in ``detectors=``.
-ALL_DETECTORS: tuple[str, ...] = (*DETECTORS, "CloudantDetector", "IbmCloudIamDetector",
-                                  "IbmCosHmacDetector", "SoftlayerDetector")
+ALL_DETECTORS: tuple[str, ...] = (
+    *DETECTORS,
+    "CloudantDetector",
+    "IbmCloudIamDetector",
+    "IbmCosHmacDetector",
+    "SoftlayerDetector",
+)
 
 #: Kinds detect-secrets has no plugin for: a bearer token (``Authorization:
 #: Bearer ...``, ``"token_type": "bearer"`` aside), redacted after the plugins.
@@ -97,9 +116,11 @@ _PLACEHOLDER = "[redacted: {kind}]"
 # A key's body up to its end line (headers such as ``Proc-Type: 4,ENCRYPTED``, base64
 # lines, newlines as themselves or as JSON's ``\n``), and without an end line (a key
 # cut off) the rest of its first line and the base64 lines that follow.
-_KEY_TO_END = re.compile(r"(?:[A-Za-z0-9+/=:,.\s-]|\\[nr]){0,65536}?"
-                         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|"
-                         r"Private-MAC: *[0-9a-fA-F]*)")
+_KEY_TO_END = re.compile(
+    r"(?:[A-Za-z0-9+/=:,.\s-]|\\[nr]){0,65536}?"
+    r"(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|"
+    r"Private-MAC: *[0-9a-fA-F]*)"
+)
 _KEY_CUT = re.compile(r"[A-Z ]*-{0,5}(?:(?:\r?\n|\\r?\\n)[ \t]*[A-Za-z0-9+/=]{16,})*")
 _TOKEN_TAIL = re.compile(r"[A-Za-z0-9_.+/=-]*")
 
@@ -164,9 +185,12 @@ def _plugins(names: Sequence[str]) -> list[tuple[str, list[re.Pattern[str]]]]:
     except ImportError:
         raise RedactionError(
             "redaction needs the detect-secrets package, which is not installed",
-            hint=Hint(cli="pip install 'turnlog[redact]', or pass --no-redact to import "
-                          "without redaction",
-                      python="pip install 'turnlog[redact]', or pass redactor=None")) from None
+            hint=Hint(
+                cli="pip install 'turnlog[redact]', or pass --no-redact to import "
+                "without redaction",
+                python="pip install 'turnlog[redact]', or pass redactor=None",
+            ),
+        ) from None
     plugins: Iterable[Any] = get_mapping_from_secret_type_to_class().values()
     by_name: dict[str, Any] = {plugin.__name__: plugin for plugin in plugins}
     found = []
@@ -174,8 +198,10 @@ def _plugins(names: Sequence[str]) -> list[tuple[str, list[re.Pattern[str]]]]:
         cls = by_name.get(name)
         denylist = getattr(cls, "denylist", None) if cls is not None else None
         if cls is None or denylist is None:
-            raise RedactionError(f"detector {name!r} is not a regular-expression plugin of "
-                                 f"detect-secrets; known: {', '.join(ALL_DETECTORS)}")
+            raise RedactionError(
+                f"detector {name!r} is not a regular-expression plugin of "
+                f"detect-secrets; known: {', '.join(ALL_DETECTORS)}"
+            )
         # Some plugins declare their patterns as a property: read them off an instance.
         patterns = list(cls().denylist if isinstance(denylist, property) else denylist)
         found.append((str(cls.secret_type), patterns))
@@ -197,18 +223,21 @@ class Redactor:
             a pattern is not a valid regular expression.
     """
 
-    def __init__(self, *, patterns: Mapping[str, str] | None = None,
-                 detectors: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, *, patterns: Mapping[str, str] | None = None, detectors: Sequence[str] | None = None
+    ) -> None:
         kinds = _plugins(DETECTORS if detectors is None else tuple(detectors))
         for kind, source in (*EXTRA_PATTERNS, *sorted((patterns or {}).items())):
             if not isinstance(kind, str) or not kind or "]" in kind:
-                raise RedactionError(f"a pattern's kind must be a non-empty name without ']', "
-                                     f"found {kind!r}")
+                raise RedactionError(
+                    f"a pattern's kind must be a non-empty name without ']', found {kind!r}"
+                )
             try:
                 kinds.append((kind, [re.compile(source)]))
             except (re.error, TypeError) as exc:
-                raise RedactionError(f"pattern {kind!r} is not a valid regular expression "
-                                     f"({exc}): {source!r}") from None
+                raise RedactionError(
+                    f"pattern {kind!r} is not a valid regular expression ({exc}): {source!r}"
+                ) from None
         self._kinds = kinds
 
     @property
@@ -283,8 +312,10 @@ class Redactor:
         """A meta mapping with the secrets in its string values replaced (keys and
         the redaction record itself are kept), and the counts."""
         counts: dict[str, int] = {}
-        out = {key: value if key == META_KEY else self._value(value, counts)
-               for key, value in meta.items()}
+        out = {
+            key: value if key == META_KEY else self._value(value, counts)
+            for key, value in meta.items()
+        }
         return out, counts
 
     def _value(self, value: Any, counts: dict[str, int]) -> Any:

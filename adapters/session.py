@@ -155,8 +155,16 @@ from .providers import (
 )
 from .redaction import Redactor, check_redactor
 
-__all__ = ["Answer", "AsyncSession", "ContextToolResult", "Request", "ResponseLike",
-           "SDKObject", "Session", "ToolLike"]
+__all__ = [
+    "Answer",
+    "AsyncSession",
+    "ContextToolResult",
+    "Request",
+    "ResponseLike",
+    "SDKObject",
+    "Session",
+    "ToolLike",
+]
 
 #: A tool definition: a `ToolSpec`, or a mapping with ``name``, ``description`` and
 #: ``parameters`` (a JSON Schema object or its text); OpenAI's ``{"type": "function",
@@ -168,8 +176,12 @@ class SDKObject(Protocol):
     """A reply object of an official SDK (a pydantic model: ``ChatCompletion``,
     ``Response``, ``Message``)."""
 
-    def model_dump(self, *, mode: str = ..., exclude_unset: bool = ...,
-                   ) -> Mapping[str, object]:
+    def model_dump(
+        self,
+        *,
+        mode: str = ...,
+        exclude_unset: bool = ...,
+    ) -> Mapping[str, object]:
         """The object as JSON values (``mode="json"``; with ``exclude_unset``, only the
         fields the provider sent)."""
         ...
@@ -179,8 +191,15 @@ class SDKObject(Protocol):
 #: (the exception ``providers.send`` raises when no answer came), a JSON body (bytes, text
 #: or the decoded object), an SDK reply object, or an SSE stream (bytes, text, or an
 #: iterable of lines, blocks or decoded events).
-ResponseLike = (Reply | ProviderError | bytes | str | Mapping[str, object] | SDKObject
-                | Iterable[bytes | str | Mapping[str, object]])
+ResponseLike = (
+    Reply
+    | ProviderError
+    | bytes
+    | str
+    | Mapping[str, object]
+    | SDKObject
+    | Iterable[bytes | str | Mapping[str, object]]
+)
 
 _DEFAULT_POLICY = Policy()
 
@@ -313,8 +332,7 @@ def _io(fn: Callable[..., _T], *args: object, **kwargs: object) -> _Steps[_T]:
     return cast(_T, result)
 
 
-def _update(decide: Callable[[Head | None], list[Draft]], attempts: int
-            ) -> _Steps[Appended | None]:
+def _update(decide: Callable[[Head | None], list[Draft]], attempts: int) -> _Steps[Appended | None]:
     """Ask the shell for a conditional append of what ``decide`` makes of the head."""
     result = yield _Update(decide, attempts)
     return cast(Appended | None, result)
@@ -331,30 +349,43 @@ class _Core:
     worker thread and drives `_Update` with `Retries` and ``asyncio.sleep``.
     """
 
-    def __init__(self, log: Log, session_id: str, *, model: str,
-                 format: str = "openai-chat",  # noqa: A002
-                 max_tokens: int | None = None, policy: Policy | None = None,
-                 stream: bool = False, extra: Mapping[str, object] | None = None,
-                 packer: Packer | None = None, summarizer: Summarizer | None = None,
-                 auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8, models: ModelTable | None = None,
-                 memory_session: str = "memories", redactor: Redactor | None = None) -> None:
+    def __init__(
+        self,
+        log: Log,
+        session_id: str,
+        *,
+        model: str,
+        format: str = "openai-chat",  # noqa: A002
+        max_tokens: int | None = None,
+        policy: Policy | None = None,
+        stream: bool = False,
+        extra: Mapping[str, object] | None = None,
+        packer: Packer | None = None,
+        summarizer: Summarizer | None = None,
+        auto_compact: bool = False,
+        clock: Callable[[], int] | None = None,
+        attempts: int = 8,
+        models: ModelTable | None = None,
+        memory_session: str = "memories",
+        redactor: Redactor | None = None,
+    ) -> None:
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         check_text(model, "model", error=RenderError)
         table = models if models is not None else ModelTable.shipped()
         info = table.lookup(model)
         #: The policy of a new session that names no policy: the model's, when known.
-        self._model_policy = Policy.for_model(model, models=table) if info is not None \
-            else None
+        self._model_policy = Policy.for_model(model, models=table) if info is not None else None
         if wire.max_tokens_required and max_tokens is None and info is not None:
             sized = policy if policy is not None else self._model_policy
             assert sized is not None
             max_tokens = min(sized.output_reserve, info.output_limit)
         if wire.max_tokens_required and max_tokens is None:
-            raise RenderError(f"the {format} format needs max_tokens (the API requires it) and "
-                              f"model {model!r} is not in the model table; pass max_tokens= "
-                              "or a models= table that has the model")
+            raise RenderError(
+                f"the {format} format needs max_tokens (the API requires it) and "
+                f"model {model!r} is not in the model table; pass max_tokens= "
+                "or a models= table that has the model"
+            )
         check_integer(attempts, "attempts", min_value=1)
         self.log = log
         self.id = session_id
@@ -374,8 +405,9 @@ class _Core:
         self.auto_compact = auto_compact
         self._clock = clock
         self._attempts = attempts
-        self._render = renderer(format, model=model, max_tokens=max_tokens, blobs=log.blob,
-                                extra=self.extra)
+        self._render = renderer(
+            format, model=model, max_tokens=max_tokens, blobs=log.blob, extra=self.extra
+        )
         self._last_request: int | None = None
         #: The session `memory_save`, `memory_search` and `memory_forget` work on.
         self.memory_session = memory_session
@@ -387,8 +419,9 @@ class _Core:
         return f"<turnlog.adapters.{type(self).__name__} {self.id!r} {self.format} {self.model}>"
 
     # -- the verbs, as effects ----------------------------------------------------------------
-    def _system_steps(self, name: str, text: str, position: int, time: int | None,
-                      key: str | None) -> _Steps[Appended | None]:
+    def _system_steps(
+        self, name: str, text: str, position: int, time: int | None, key: str | None
+    ) -> _Steps[Appended | None]:
         # Compared as it would be stored: a section redacted when set is the same text.
         stored = text if self.redactor is None else self.redactor.text(text)[0]
 
@@ -396,14 +429,16 @@ class _Core:
             if check:
                 current = view.sections.get(name) if view is not None else None
                 if (current is None and not text) or (
-                        current is not None and current[:2] == (stored, position)):
+                    current is not None and current[:2] == (stored, position)
+                ):
                     return []
             return [SystemSectionSet(name=name, text=text, position=position)]
 
         return (yield from self._write_steps(build, time=time, key=key))
 
-    def _tools_steps(self, tools: Iterable[ToolLike], time: int | None,
-                     key: str | None) -> _Steps[Appended | None]:
+    def _tools_steps(
+        self, tools: Iterable[ToolLike], time: int | None, key: str | None
+    ) -> _Steps[Appended | None]:
         specs = tuple(_tool_spec(tool, i) for i, tool in enumerate(tools))
 
         def build(view: Projection | None, check: bool) -> list[Body]:
@@ -413,9 +448,15 @@ class _Core:
 
         return (yield from self._write_steps(build, time=time, key=key))
 
-    def _tool_result_steps(self, call_id: str, output: str, is_error: bool,
-                           exit_code: int | None, time: int | None,
-                           key: str | None) -> _Steps[Appended]:
+    def _tool_result_steps(
+        self,
+        call_id: str,
+        output: str,
+        is_error: bool,
+        exit_code: int | None,
+        time: int | None,
+        key: str | None,
+    ) -> _Steps[Appended]:
         stamp = self._time(time)
 
         def decide(head: Head | None) -> list[Draft]:
@@ -429,8 +470,13 @@ class _Core:
                     use = _result_key(*found)
                 if found is None or use is None or not self._keyed(use):
                     raise InvalidEventError(_no_open_call(view, self.id, call_id))
-            body = ToolResultAdded(call_id=call_id, tool_name=found[1].name, output=output,
-                                   is_error=is_error, exit_code=exit_code)
+            body = ToolResultAdded(
+                call_id=call_id,
+                tool_name=found[1].name,
+                output=output,
+                is_error=is_error,
+                exit_code=exit_code,
+            )
             return self._redacted(_drafts([body], stamp, use))
 
         try:
@@ -438,13 +484,15 @@ class _Core:
         except IdempotencyError as exc:
             if key is not None:
                 raise
-            raise InvalidEventError(_answered_differently(self.id, f"call {call_id!r}",
-                                                          exc)) from exc
+            raise InvalidEventError(
+                _answered_differently(self.id, f"call {call_id!r}", exc)
+            ) from exc
         assert done is not None
         return done
 
-    def _context_tool_steps(self, call: ToolCall, sessions: Iterable[str] | None,
-                            time: int | None, key: str | None) -> _Steps[ContextToolResult]:
+    def _context_tool_steps(
+        self, call: ToolCall, sessions: Iterable[str] | None, time: int | None, key: str | None
+    ) -> _Steps[ContextToolResult]:
         stamp = self._time(time)
         head = yield from _io(self.log.head, self.id)
         view = (yield from _io(self._view)) if head is not None else None
@@ -452,22 +500,40 @@ class _Core:
             raise InvalidEventError(_no_open_call(view, self.id, call.id))
         output, is_error = yield from _io(self._run_context_tool, call, sessions, stamp)
         done = yield from self._tool_result_steps(call.id, output, is_error, None, stamp, key)
-        return ContextToolResult(call_id=call.id, name=call.name, output=output,
-                                 is_error=is_error, seq=done.last_seq, duplicate=done.duplicate)
+        return ContextToolResult(
+            call_id=call.id,
+            name=call.name,
+            output=output,
+            is_error=is_error,
+            seq=done.last_seq,
+            duplicate=done.duplicate,
+        )
 
-    def _run_context_tool(self, call: ToolCall, sessions: Iterable[str] | None,
-                          time: int | None) -> tuple[str, bool]:
-        return run_context_tool(self.log, self.id, call, self._effective_policy(),
-                                memories=self._memory_manager, sessions=sessions, time=time)
+    def _run_context_tool(
+        self, call: ToolCall, sessions: Iterable[str] | None, time: int | None
+    ) -> tuple[str, bool]:
+        return run_context_tool(
+            self.log,
+            self.id,
+            call,
+            self._effective_policy(),
+            memories=self._memory_manager,
+            sessions=sessions,
+            time=time,
+        )
 
     def _trace(self, what: str, seq: int, attributes: Mapping[str, int | str]) -> None:
         """A span for a prepared or recorded request (no-op without opentelemetry):
         the GenAI attributes and the request record's hashes, read from the log."""
         record = self.log.get(self.id, seq).body
         names: dict[str, int | str] = {
-            "gen_ai.operation.name": "chat", "gen_ai.request.model": self.model,
-            "gen_ai.system": self.format, "turnlog.session": self.id,
-            "turnlog.request_seq": seq, "turnlog.step": what}
+            "gen_ai.operation.name": "chat",
+            "gen_ai.request.model": self.model,
+            "gen_ai.system": self.format,
+            "turnlog.session": self.id,
+            "turnlog.request_seq": seq,
+            "turnlog.step": what,
+        }
         if isinstance(record, RequestIssued):
             names["turnlog.prompt_hash"] = record.prompt_hash
             names["turnlog.policy_hash"] = record.policy_hash
@@ -481,8 +547,12 @@ class _Core:
         return self._memories
 
     def _effective_policy(self) -> Policy:
-        return self.policy or self.packer.policy_in_force(self.id) or self._model_policy \
+        return (
+            self.policy
+            or self.packer.policy_in_force(self.id)
+            or self._model_policy
             or _DEFAULT_POLICY
+        )
 
     def _open_calls_steps(self) -> _Steps[tuple[ToolCall, ...]]:
         head = yield from _io(self.log.head, self.id)
@@ -501,33 +571,55 @@ class _Core:
         view = yield from _io(self._view)
         policy = yield from _io(self._policy)
         if view.overflow_pending and not _recovered(view):
-            compaction = yield from _io(self.compactor.recover, self.id, policy=policy,
-                                        time=time)
+            compaction = yield from _io(self.compactor.recover, self.id, policy=policy, time=time)
         elif self.auto_compact:
-            outcome = yield from _io(self.compactor.maybe_compact, self.id, policy=policy,
-                                     time=time)
+            outcome = yield from _io(
+                self.compactor.maybe_compact, self.id, policy=policy, time=time
+            )
             compaction = outcome if outcome.status != "skipped" else None
-        recorded = yield from _io(self.replayer.record, self.id, policy=policy,
-                                  model=self.model, time=time, format=self.format,
-                                  render=self._render, attempts=self._attempts, key=key,
-                                  render_args=render_args(max_tokens=self.max_tokens,
-                                                          extra=self.extra))
+        recorded = yield from _io(
+            self.replayer.record,
+            self.id,
+            policy=policy,
+            model=self.model,
+            time=time,
+            format=self.format,
+            render=self._render,
+            attempts=self._attempts,
+            key=key,
+            render_args=render_args(max_tokens=self.max_tokens, extra=self.extra),
+        )
         self._last_request = recorded.request_seq
-        yield from _io(self._trace, "prepare", recorded.request_seq, {
-            "turnlog.prompt_hash": recorded.packed.prompt.hash,
-            "turnlog.policy_hash": recorded.packed.policy_hash,
-            "gen_ai.usage.input_tokens": recorded.packed.tokens})
-        return Request(body=recorded.rendered, request_seq=recorded.request_seq,
-                       packed=recorded.packed, format=self.format, model=self.model,
-                       compaction=compaction)
+        yield from _io(
+            self._trace,
+            "prepare",
+            recorded.request_seq,
+            {
+                "turnlog.prompt_hash": recorded.packed.prompt.hash,
+                "turnlog.policy_hash": recorded.packed.policy_hash,
+                "gen_ai.usage.input_tokens": recorded.packed.tokens,
+            },
+        )
+        return Request(
+            body=recorded.rendered,
+            request_seq=recorded.request_seq,
+            packed=recorded.packed,
+            format=self.format,
+            model=self.model,
+            compaction=compaction,
+        )
 
-    def _record_steps(self, reply: Reply, request_seq: int | None, time: int | None,
-                      key: str | None) -> _Steps[Answer]:
+    def _record_steps(
+        self, reply: Reply, request_seq: int | None, time: int | None, key: str | None
+    ) -> _Steps[Answer]:
         time = self._time(time)
         seq = request_seq
         if seq is None:
-            seq = reply.error.request_seq if reply.error is not None else (
-                reply.response.request_seq if reply.response is not None else None)
+            seq = (
+                reply.error.request_seq
+                if reply.error is not None
+                else (reply.response.request_seq if reply.response is not None else None)
+            )
         if seq is None:
             seq = self._last_request
         if seq is None:
@@ -542,45 +634,72 @@ class _Core:
                 self._check_request(view, seq, answering=reply.error is None)
             return bodies
 
-        natural = key is None and reply.response is not None \
-            and bool(reply.response.response_id)
-        use = _response_key(seq, reply.response.response_id) \
-            if natural and reply.response is not None else key
+        natural = key is None and reply.response is not None and bool(reply.response.response_id)
+        use = (
+            _response_key(seq, reply.response.response_id)
+            if natural and reply.response is not None
+            else key
+        )
         try:
             done = yield from self._write_steps(build, time=time, key=use)
         except IdempotencyError as exc:
             if not natural:
                 raise
-            raise InvalidEventError(_answered_differently(self.id, f"request {seq}",
-                                                          exc)) from exc
+            raise InvalidEventError(_answered_differently(self.id, f"request {seq}", exc)) from exc
         assert done is not None
         message = next((b for b in bodies if isinstance(b, AssistantMessageAdded)), None)
         answer = next((b for b in bodies if isinstance(b, ResponseReceived)), None)
         if seq is not None:
             usage = answer.usage if answer is not None else None
-            yield from _io(self._trace, "record", seq, {} if usage is None else {
-                "gen_ai.usage.input_tokens": usage.input_tokens,
-                "gen_ai.usage.output_tokens": usage.output_tokens,
-                "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
-                "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens})
+            yield from _io(
+                self._trace,
+                "record",
+                seq,
+                {}
+                if usage is None
+                else {
+                    "gen_ai.usage.input_tokens": usage.input_tokens,
+                    "gen_ai.usage.output_tokens": usage.output_tokens,
+                    "gen_ai.usage.cache_read.input_tokens": usage.cache_read_tokens,
+                    "gen_ai.usage.cache_creation.input_tokens": usage.cache_write_tokens,
+                },
+            )
         error = next((b for b in bodies if isinstance(b, ProviderErrorReceived)), None)
-        return Answer(request_seq=seq, message=message, response=answer, error=error,
-                      first_seq=done.first_seq, last_seq=done.last_seq,
-                      duplicate=done.duplicate)
+        return Answer(
+            request_seq=seq,
+            message=message,
+            response=answer,
+            error=error,
+            first_seq=done.first_seq,
+            last_seq=done.last_seq,
+            duplicate=done.duplicate,
+        )
 
     def _compact_steps(self, time: int | None) -> _Steps[Outcome]:
         policy = yield from _io(self._policy)
-        return (yield from _io(self.compactor.compact, self.id, policy=policy,
-                               reason="manual", time=self._time(time)))
+        return (
+            yield from _io(
+                self.compactor.compact,
+                self.id,
+                policy=policy,
+                reason="manual",
+                time=self._time(time),
+            )
+        )
 
-    def _append_steps(self, bodies: Sequence[Body], *, time: int | None,
-                      key: str | None) -> _Steps[Appended]:
+    def _append_steps(
+        self, bodies: Sequence[Body], *, time: int | None, key: str | None
+    ) -> _Steps[Appended]:
         """Append events that need no precondition: nothing to conflict with."""
-        return (yield from _io(self.log.append, self.id,
-                               self._redacted(_drafts(bodies, self._time(time), key))))
+        return (
+            yield from _io(
+                self.log.append, self.id, self._redacted(_drafts(bodies, self._time(time), key))
+            )
+        )
 
-    def _write_steps(self, build: _Build, *, time: int | None,
-                     key: str | None) -> _Steps[Appended | None]:
+    def _write_steps(
+        self, build: _Build, *, time: int | None, key: str | None
+    ) -> _Steps[Appended | None]:
         """Append what ``build`` makes of the session's view, conditionally."""
         stamp = self._time(time)
 
@@ -603,15 +722,15 @@ class _Core:
         return self.replayer.requests(self.id)
 
     def _replay(self, request_seq: int) -> ReplayResult:
-        return self.replayer.replay(self.id, request_seq,
-                                    render=self._renderer_for(request_seq))
+        return self.replayer.replay(self.id, request_seq, render=self._renderer_for(request_seq))
 
     def _explain(self, request_seq: int | None) -> Packed:
         if request_seq is None:
             seqs = self._requests()
             if not seqs:
-                raise InvalidEventError(f"session {self.id!r} has no request to explain; "
-                                        "call prepare() first")
+                raise InvalidEventError(
+                    f"session {self.id!r} has no request to explain; call prepare() first"
+                )
             request_seq = seqs[-1]
         return self.replayer.explain(self.id, request_seq)
 
@@ -632,8 +751,12 @@ class _Core:
 
     def _view(self) -> Projection:
         """The session's projection, at its head or later (the packer's, shared)."""
-        policy = self.policy or self.packer.policy_in_force(self.id) or self._model_policy \
+        policy = (
+            self.policy
+            or self.packer.policy_in_force(self.id)
+            or self._model_policy
             or _DEFAULT_POLICY
+        )
         return self.packer.projection(self.id, self.packer.counter_for(policy))
 
     def _stored(self, key: str) -> int | None:
@@ -650,34 +773,50 @@ class _Core:
             event = None
         if event is None or not isinstance(event.body, RequestIssued):
             kind = event.kind if event is not None else "missing"
-            raise InvalidEventError(f"{self.id}#{seq} is not a request record (found "
-                                    f"{kind!r}); pass the request_seq of a prepared request")
+            raise InvalidEventError(
+                f"{self.id}#{seq} is not a request record (found "
+                f"{kind!r}); pass the request_seq of a prepared request"
+            )
         if not answering or view is None:
             return
         for pos in view.responses:
             found = view.events[pos]
             body = found.body
-            if found.session == self.id and isinstance(body, ResponseReceived) \
-                    and body.request_seq == seq:
+            if (
+                found.session == self.id
+                and isinstance(body, ResponseReceived)
+                and body.request_seq == seq
+            ):
                 raise InvalidEventError(
                     f"request {self.id}#{seq} was already answered by the response at "
                     f"{self.id}#{found.seq}; record a retried answer with the same key to "
-                    "get the stored events back")
+                    "get the stored events back"
+                )
 
     def _stored_request(self, seq: int) -> Request:
         event = self.log.get(self.id, seq)
         if not isinstance(event.body, RequestIssued):
-            raise InvalidEventError(f"the key of this prepare() is stored at {self.id}#{seq}, "
-                                    f"a {event.kind!r} event; use a new key for a request")
+            raise InvalidEventError(
+                f"the key of this prepare() is stored at {self.id}#{seq}, "
+                f"a {event.kind!r} event; use a new key for a request"
+            )
         packed = self.replayer.repack(self.id, seq)
         render = self._renderer_for(seq) or self._render
         body = render(packed.prompt)
         if blake3.blake3(body).hexdigest() != event.body.rendered_hash:
-            raise ReplayMismatchError(f"the request stored under this key ({self.id}#{seq}) "
-                                      "does not re-render to its recorded hash; was it "
-                                      "recorded with another format, max_tokens or extra?")
-        return Request(body=body, request_seq=seq, packed=packed, format=event.body.format,
-                       model=event.body.model, duplicate=True)
+            raise ReplayMismatchError(
+                f"the request stored under this key ({self.id}#{seq}) "
+                "does not re-render to its recorded hash; was it "
+                "recorded with another format, max_tokens or extra?"
+            )
+        return Request(
+            body=body,
+            request_seq=seq,
+            packed=packed,
+            format=event.body.format,
+            model=event.body.model,
+            duplicate=True,
+        )
 
     def _renderer_for(self, request_seq: int) -> Renderer | None:
         event = self.log.get(self.id, request_seq)
@@ -687,8 +826,7 @@ class _Core:
         # The record names the renderer's parameters: build the same renderer.
         return renderer_for(body, blobs=self.log.blob)
 
-    def _parse(self, response: ResponseLike, *, status: int | None,
-               stream: bool | None) -> Reply:
+    def _parse(self, response: ResponseLike, *, status: int | None, stream: bool | None) -> Reply:
         fmt = self.format
         if isinstance(response, Reply):
             return response
@@ -707,8 +845,6 @@ class _Core:
             # must not gain the SDK's defaults (``"created_by": null``).
             return parse_response(fmt, dump(mode="json", exclude_unset=True))
         return parse_stream(fmt, response)  # type: ignore[arg-type]
-
-
 
 
 class Session(_Core):
@@ -749,19 +885,44 @@ class Session(_Core):
         InvalidEventError: a bad session id.
     """
 
-    def __init__(self, log: Log, session_id: str, *, model: str,
-                 format: str = "openai-chat",  # noqa: A002
-                 max_tokens: int | None = None, policy: Policy | None = None,
-                 stream: bool = False, extra: Mapping[str, object] | None = None,
-                 packer: Packer | None = None, summarizer: Summarizer | None = None,
-                 auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8, models: ModelTable | None = None,
-                 memory_session: str = "memories", redactor: Redactor | None = None) -> None:
-        super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
-                         policy=policy, stream=stream, extra=extra, packer=packer,
-                         summarizer=summarizer, auto_compact=auto_compact, clock=clock,
-                         attempts=attempts, models=models, memory_session=memory_session,
-                         redactor=redactor)
+    def __init__(
+        self,
+        log: Log,
+        session_id: str,
+        *,
+        model: str,
+        format: str = "openai-chat",  # noqa: A002
+        max_tokens: int | None = None,
+        policy: Policy | None = None,
+        stream: bool = False,
+        extra: Mapping[str, object] | None = None,
+        packer: Packer | None = None,
+        summarizer: Summarizer | None = None,
+        auto_compact: bool = False,
+        clock: Callable[[], int] | None = None,
+        attempts: int = 8,
+        models: ModelTable | None = None,
+        memory_session: str = "memories",
+        redactor: Redactor | None = None,
+    ) -> None:
+        super().__init__(
+            log,
+            session_id,
+            model=model,
+            format=format,
+            max_tokens=max_tokens,
+            policy=policy,
+            stream=stream,
+            extra=extra,
+            packer=packer,
+            summarizer=summarizer,
+            auto_compact=auto_compact,
+            clock=clock,
+            attempts=attempts,
+            models=models,
+            memory_session=memory_session,
+            redactor=redactor,
+        )
         self._lock = threading.RLock()
 
     def _run(self, steps: _Steps[_T]) -> _T:
@@ -771,8 +932,9 @@ class Session(_Core):
             while True:
                 try:
                     if isinstance(effect, _Update):
-                        result: object = self.log.update(self.id, effect.decide,
-                                                         attempts=effect.attempts)
+                        result: object = self.log.update(
+                            self.id, effect.decide, attempts=effect.attempts
+                        )
                     else:
                         result = effect.run()
                 except BaseException as exc:  # given back to the verb
@@ -787,8 +949,15 @@ class Session(_Core):
                     return cast(_T, stop.value)
 
     # -- inputs -----------------------------------------------------------------------------
-    def system(self, name: str, text: str, *, position: int = 0, time: int | None = None,
-               key: str | None = None) -> Appended | None:
+    def system(
+        self,
+        name: str,
+        text: str,
+        *,
+        position: int = 0,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended | None:
         """Set (or with ``text=""`` clear) a named system section.
 
         Returns:
@@ -797,8 +966,9 @@ class Session(_Core):
         """
         return self._run(self._system_steps(name, text, position, time, key))
 
-    def tools(self, tools: Iterable[ToolLike], *, time: int | None = None,
-              key: str | None = None) -> Appended | None:
+    def tools(
+        self, tools: Iterable[ToolLike], *, time: int | None = None, key: str | None = None
+    ) -> Appended | None:
         """Declare the full set of tools offered from now on.
 
         Returns:
@@ -811,29 +981,47 @@ class Session(_Core):
         """
         return self._run(self._tools_steps(tools, time, key))
 
-    def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
-             time: int | None = None, key: str | None = None) -> Appended:
+    def user(
+        self,
+        text: str,
+        *,
+        images: Sequence[ImagePart] = (),
+        name: str = "",
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended:
         """Append a user message (it starts a new turn)."""
-        return self._run(self._append_steps(
-            [UserMessageAdded(text=text, images=tuple(images), name=name)], time=time, key=key))
+        return self._run(
+            self._append_steps(
+                [UserMessageAdded(text=text, images=tuple(images), name=name)], time=time, key=key
+            )
+        )
 
-    def notify(self, source: str, text: str, *, time: int | None = None,
-               key: str | None = None) -> Appended:
+    def notify(
+        self, source: str, text: str, *, time: int | None = None, key: str | None = None
+    ) -> Appended:
         """Append a notification: something the runtime tells the model between turns."""
-        return self._run(self._append_steps([NotificationAdded(source=source, text=text)],
-                                            time=time, key=key))
+        return self._run(
+            self._append_steps([NotificationAdded(source=source, text=text)], time=time, key=key)
+        )
 
-    def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
-                    exit_code: int | None = None, time: int | None = None,
-                    key: str | None = None) -> Appended:
+    def tool_result(
+        self,
+        call_id: str,
+        output: str,
+        *,
+        is_error: bool = False,
+        exit_code: int | None = None,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended:
         """Append the result of an open tool call; the tool's name is taken from the call.
 
         Raises:
             InvalidEventError: no call ``call_id`` is waiting for a result (unknown,
                 rewound, or already answered: the message names the answer).
         """
-        return self._run(self._tool_result_steps(call_id, output, is_error, exit_code, time,
-                                                  key))
+        return self._run(self._tool_result_steps(call_id, output, is_error, exit_code, time, key))
 
     def context_tools(self) -> tuple[ToolSpec, ...]:
         """The context tools' specs (``read_output``, ``search_history``,
@@ -842,9 +1030,14 @@ class Session(_Core):
         clip notices of new outputs name ``read_output`` and the ref to pass it."""
         return CONTEXT_TOOLS
 
-    def call_context_tool(self, call: ToolCall, *, sessions: Iterable[str] | None = None,
-                          time: int | None = None, key: str | None = None
-                          ) -> ContextToolResult:
+    def call_context_tool(
+        self,
+        call: ToolCall,
+        *,
+        sessions: Iterable[str] | None = None,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> ContextToolResult:
         """Run a call of a context tool and append its ``ToolResultAdded``.
 
         Parameters:
@@ -879,9 +1072,16 @@ class Session(_Core):
         """
         return self._run(self._prepare_steps(time, key))
 
-    def record(self, response: ResponseLike, *, status: int | None = None,
-               stream: bool | None = None, request_seq: int | None = None,
-               time: int | None = None, key: str | None = None) -> Answer:
+    def record(
+        self,
+        response: ResponseLike,
+        *,
+        status: int | None = None,
+        stream: bool | None = None,
+        request_seq: int | None = None,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Answer:
         """Parse a provider answer and append it: ``AssistantMessageAdded`` and
         ``ResponseReceived``, or ``ProviderErrorReceived``.
 
@@ -956,19 +1156,44 @@ class AsyncSession(_Core):
     concurrently on one loop. ``head`` is a coroutine method here, not a property.
     """
 
-    def __init__(self, log: Log, session_id: str, *, model: str,
-                 format: str = "openai-chat",  # noqa: A002
-                 max_tokens: int | None = None, policy: Policy | None = None,
-                 stream: bool = False, extra: Mapping[str, object] | None = None,
-                 packer: Packer | None = None, summarizer: Summarizer | None = None,
-                 auto_compact: bool = False, clock: Callable[[], int] | None = None,
-                 attempts: int = 8, models: ModelTable | None = None,
-                 memory_session: str = "memories", redactor: Redactor | None = None) -> None:
-        super().__init__(log, session_id, model=model, format=format, max_tokens=max_tokens,
-                         policy=policy, stream=stream, extra=extra, packer=packer,
-                         summarizer=summarizer, auto_compact=auto_compact, clock=clock,
-                         attempts=attempts, models=models, memory_session=memory_session,
-                         redactor=redactor)
+    def __init__(
+        self,
+        log: Log,
+        session_id: str,
+        *,
+        model: str,
+        format: str = "openai-chat",  # noqa: A002
+        max_tokens: int | None = None,
+        policy: Policy | None = None,
+        stream: bool = False,
+        extra: Mapping[str, object] | None = None,
+        packer: Packer | None = None,
+        summarizer: Summarizer | None = None,
+        auto_compact: bool = False,
+        clock: Callable[[], int] | None = None,
+        attempts: int = 8,
+        models: ModelTable | None = None,
+        memory_session: str = "memories",
+        redactor: Redactor | None = None,
+    ) -> None:
+        super().__init__(
+            log,
+            session_id,
+            model=model,
+            format=format,
+            max_tokens=max_tokens,
+            policy=policy,
+            stream=stream,
+            extra=extra,
+            packer=packer,
+            summarizer=summarizer,
+            auto_compact=auto_compact,
+            clock=clock,
+            attempts=attempts,
+            models=models,
+            memory_session=memory_session,
+            redactor=redactor,
+        )
         self._lock = asyncio.Lock()
 
     async def _run(self, steps: _Steps[_T]) -> _T:
@@ -1008,48 +1233,82 @@ class AsyncSession(_Core):
             if not drafts:
                 return None
             try:
-                return await asyncio.to_thread(self.log.append, self.id, drafts,
-                                               expected_seq=retries.expect(head))
+                return await asyncio.to_thread(
+                    self.log.append, self.id, drafts, expected_seq=retries.expect(head)
+                )
             except AppendConflictError as exc:
                 retries.conflict(exc)
 
     # -- inputs -----------------------------------------------------------------------------
-    async def system(self, name: str, text: str, *, position: int = 0,
-                     time: int | None = None, key: str | None = None) -> Appended | None:
+    async def system(
+        self,
+        name: str,
+        text: str,
+        *,
+        position: int = 0,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended | None:
         """`Session.system`, awaited."""
         return await self._run(self._system_steps(name, text, position, time, key))
 
-    async def tools(self, tools: Iterable[ToolLike], *, time: int | None = None,
-                    key: str | None = None) -> Appended | None:
+    async def tools(
+        self, tools: Iterable[ToolLike], *, time: int | None = None, key: str | None = None
+    ) -> Appended | None:
         """`Session.tools`, awaited."""
         return await self._run(self._tools_steps(tools, time, key))
 
-    async def user(self, text: str, *, images: Sequence[ImagePart] = (), name: str = "",
-                   time: int | None = None, key: str | None = None) -> Appended:
+    async def user(
+        self,
+        text: str,
+        *,
+        images: Sequence[ImagePart] = (),
+        name: str = "",
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended:
         """`Session.user`, awaited."""
-        return await self._run(self._append_steps(
-            [UserMessageAdded(text=text, images=tuple(images), name=name)], time=time, key=key))
+        return await self._run(
+            self._append_steps(
+                [UserMessageAdded(text=text, images=tuple(images), name=name)], time=time, key=key
+            )
+        )
 
-    async def notify(self, source: str, text: str, *, time: int | None = None,
-                     key: str | None = None) -> Appended:
+    async def notify(
+        self, source: str, text: str, *, time: int | None = None, key: str | None = None
+    ) -> Appended:
         """`Session.notify`, awaited."""
-        return await self._run(self._append_steps([NotificationAdded(source=source, text=text)],
-                                                  time=time, key=key))
+        return await self._run(
+            self._append_steps([NotificationAdded(source=source, text=text)], time=time, key=key)
+        )
 
-    async def tool_result(self, call_id: str, output: str, *, is_error: bool = False,
-                          exit_code: int | None = None, time: int | None = None,
-                          key: str | None = None) -> Appended:
+    async def tool_result(
+        self,
+        call_id: str,
+        output: str,
+        *,
+        is_error: bool = False,
+        exit_code: int | None = None,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended:
         """`Session.tool_result`, awaited."""
-        return await self._run(self._tool_result_steps(call_id, output, is_error, exit_code,
-                                                        time, key))
+        return await self._run(
+            self._tool_result_steps(call_id, output, is_error, exit_code, time, key)
+        )
 
     def context_tools(self) -> tuple[ToolSpec, ...]:
         """`Session.context_tools`."""
         return CONTEXT_TOOLS
 
-    async def call_context_tool(self, call: ToolCall, *, sessions: Iterable[str] | None = None,
-                                time: int | None = None, key: str | None = None
-                                ) -> ContextToolResult:
+    async def call_context_tool(
+        self,
+        call: ToolCall,
+        *,
+        sessions: Iterable[str] | None = None,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> ContextToolResult:
         """`Session.call_context_tool`, awaited."""
         return await self._run(self._context_tool_steps(call, sessions, time, key))
 
@@ -1062,9 +1321,16 @@ class AsyncSession(_Core):
         """`Session.prepare`, awaited."""
         return await self._run(self._prepare_steps(time, key))
 
-    async def record(self, response: ResponseLike, *, status: int | None = None,
-                     stream: bool | None = None, request_seq: int | None = None,
-                     time: int | None = None, key: str | None = None) -> Answer:
+    async def record(
+        self,
+        response: ResponseLike,
+        *,
+        status: int | None = None,
+        stream: bool | None = None,
+        request_seq: int | None = None,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Answer:
         """`Session.record`, awaited (the reply is parsed on the loop: no I/O)."""
         reply = self._parse(response, status=status, stream=stream)
         return await self._run(self._record_steps(reply, request_seq, time, key))
@@ -1099,8 +1365,10 @@ def _batch_key(key: str | None, index: int, size: int) -> str | None:
 
 
 def _drafts(bodies: Sequence[Body], time: int | None, key: str | None) -> list[Draft]:
-    return [Draft(body=body, time=time, key=_batch_key(key, i, len(bodies)))
-            for i, body in enumerate(bodies)]
+    return [
+        Draft(body=body, time=time, key=_batch_key(key, i, len(bodies)))
+        for i, body in enumerate(bodies)
+    ]
 
 
 def _natural_key(kind: str, scope: str, ident: str) -> str:
@@ -1118,20 +1386,22 @@ def _result_key(pos: int, call: ToolCall) -> str:
 
 def _response_key(request_seq: int | None, response_id: str) -> str:
     # Scoped by the request: a response id names one answer to one request.
-    return _natural_key("response", "-" if request_seq is None else str(request_seq),
-                        response_id)
+    return _natural_key("response", "-" if request_seq is None else str(request_seq), response_id)
 
 
 def _answered_differently(session: str, what: str, exc: IdempotencyError) -> str:
-    return (f"{what} of session {session!r} was already answered with different content "
-            f"({exc}); a repeated call with the same content returns the stored events")
+    return (
+        f"{what} of session {session!r} was already answered with different content "
+        f"({exc}); a repeated call with the same content returns the stored events"
+    )
 
 
 def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
     if isinstance(tool, ToolSpec):
         return tool
-    check_type(tool, Mapping, f"tool {index}", what="a ToolSpec or a mapping",
-               error=InvalidEventError)
+    check_type(
+        tool, Mapping, f"tool {index}", what="a ToolSpec or a mapping", error=InvalidEventError
+    )
     spec = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
     assert isinstance(spec, Mapping)
     name = spec.get("name")
@@ -1145,8 +1415,10 @@ def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
     elif isinstance(schema, Mapping):
         parameters = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
     else:
-        raise InvalidEventError(f"tool {name!r}: parameters must be a JSON Schema object or "
-                                f"its text, found {type(schema).__name__}")
+        raise InvalidEventError(
+            f"tool {name!r}: parameters must be a JSON Schema object or "
+            f"its text, found {type(schema).__name__}"
+        )
     return ToolSpec(name=name, description=description, parameters=parameters)
 
 
@@ -1163,8 +1435,9 @@ def _open_calls(view: Projection) -> dict[str, ToolCall]:
     return found
 
 
-def _find_call(view: Projection | None, call_id: str, *,
-               open_only: bool) -> tuple[int, ToolCall] | None:
+def _find_call(
+    view: Projection | None, call_id: str, *, open_only: bool
+) -> tuple[int, ToolCall] | None:
     """The latest call ``call_id`` in the view (an open one only, when asked) and the
     lineage position of the message that made it."""
     if view is None:
@@ -1186,14 +1459,18 @@ def _no_open_call(view: Projection | None, session: str, call_id: str) -> str:
         for item in view.items:
             body = item.event.body
             if isinstance(body, ToolResultAdded) and body.call_id == call_id and item.unit >= 0:
-                return (f"call {call_id!r} of session {session!r} was already answered at "
-                        f"{item.event.session}#{item.event.seq}; to retry a result idempotently "
-                        "pass the same key as the first time")
+                return (
+                    f"call {call_id!r} of session {session!r} was already answered at "
+                    f"{item.event.session}#{item.event.seq}; to retry a result idempotently "
+                    "pass the same key as the first time"
+                )
         waiting = sorted(_open_calls(view))
     else:
         waiting = []
-    return (f"no call {call_id!r} is waiting for a result in session {session!r} (open calls: "
-            f"{waiting}); record the assistant message that makes the call first")
+    return (
+        f"no call {call_id!r} is waiting for a result in session {session!r} (open calls: "
+        f"{waiting}); record the assistant message that makes the call first"
+    )
 
 
 def _recovered(view: Projection) -> bool:
@@ -1215,6 +1492,9 @@ def _latest_request(view: Projection, session: str) -> int | None:
 def _with_request(reply: Reply, seq: int | None) -> tuple[Body, ...]:
     if seq is None:
         return reply.bodies()
-    return tuple(msgspec.structs.replace(body, request_seq=seq)
-                 if isinstance(body, (ResponseReceived, ProviderErrorReceived)) else body
-                 for body in reply.bodies())
+    return tuple(
+        msgspec.structs.replace(body, request_seq=seq)
+        if isinstance(body, (ResponseReceived, ProviderErrorReceived))
+        else body
+        for body in reply.bodies()
+    )

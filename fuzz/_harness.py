@@ -19,8 +19,15 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-__all__ = ["CORPUS_ROOT", "Provider", "corpus_files", "instrumented", "main", "provider",
-           "replay_corpus"]
+__all__ = [
+    "CORPUS_ROOT",
+    "Provider",
+    "corpus_files",
+    "instrumented",
+    "main",
+    "provider",
+    "replay_corpus",
+]
 
 CORPUS_ROOT = Path(__file__).resolve().parent / "corpus"
 
@@ -67,7 +74,7 @@ class Provider:
 
     def ConsumeBytes(self, count: int) -> bytes:
         n = max(0, min(count, self._hi - self._lo))
-        out = self._data[self._lo:self._lo + n]
+        out = self._data[self._lo : self._lo + n]
         self._lo += n
         return out
 
@@ -112,8 +119,7 @@ def corpus_files(*dirs: str | os.PathLike[str]) -> list[Path]:
     return sorted(files)
 
 
-def replay_corpus(test_one_input: Callable[[bytes], None], *dirs: str | os.PathLike[str]
-                  ) -> int:
+def replay_corpus(test_one_input: Callable[[bytes], None], *dirs: str | os.PathLike[str]) -> int:
     """Run ``test_one_input`` once on every corpus file; return how many were run.
 
     An exception propagates with the file's path added as a note.

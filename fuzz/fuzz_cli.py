@@ -34,8 +34,11 @@ with instrumented(__name__ == "__main__"):
     import turnlog
     from turnlog.tools.cli import main as turnlog_main
 
-_DIR = Path(tempfile.mkdtemp(prefix="turnlog-fuzz-cli-",
-                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+_DIR = Path(
+    tempfile.mkdtemp(
+        prefix="turnlog-fuzz-cli-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
+)
 atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 _PRISTINE = _DIR / "pristine"
 _STORE = _DIR / "store"
@@ -45,24 +48,37 @@ _CODES = {0, 1, 2, 3, 4}
 #: Verbs whose output is raw bytes (a blob, an export, a request body), not text.
 _RAW = {"blob", "export", "checkpoint"}
 _ALLOWED = {0x09, 0x0A}
-HOSTILE = ("\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;title\x07\x1b[2J\x1b[H\x1b[1A\x1b[2Kverify: ok"
-           "\x9b31m\u202eevil\u202c\u2066x\u2069\x85\r\x08")
+HOSTILE = (
+    "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;title\x07\x1b[2J\x1b[H\x1b[1A\x1b[2Kverify: ok"
+    "\x9b31m\u202eevil\u202c\u2066x\u2069\x85\r\x08"
+)
 _RUNS = [0]  # inputs run since the store was last reset
 
 
 def _build() -> None:
     with redirect_stdout(io.StringIO()):
-        code = turnlog_main(["--store", str(_PRISTINE), "demo", "--turns", "3", "--session",
-                             "chat"])
+        code = turnlog_main(
+            ["--store", str(_PRISTINE), "demo", "--turns", "3", "--session", "chat"]
+        )
     assert code == 0, "the demo store could not be built"
     with turnlog.open(_PRISTINE) as log:
-        log.append("hostile", [
-            turnlog.events.UserMessageAdded(text=HOSTILE),
-            turnlog.events.AssistantMessageAdded(parts=[
-                turnlog.events.TextPart(text=HOSTILE),
-                turnlog.events.ToolCall(id="c1", name=HOSTILE[:20], arguments='{"a": ' + "[" * 1000
-                                        + "]" * 1000 + "}")]),
-            turnlog.events.ToolResultAdded(call_id="c1", tool_name="t", output=HOSTILE)])
+        log.append(
+            "hostile",
+            [
+                turnlog.events.UserMessageAdded(text=HOSTILE),
+                turnlog.events.AssistantMessageAdded(
+                    parts=[
+                        turnlog.events.TextPart(text=HOSTILE),
+                        turnlog.events.ToolCall(
+                            id="c1",
+                            name=HOSTILE[:20],
+                            arguments='{"a": ' + "[" * 1000 + "]" * 1000 + "}",
+                        ),
+                    ]
+                ),
+                turnlog.events.ToolResultAdded(call_id="c1", tool_name="t", output=HOSTILE),
+            ],
+        )
         memories = turnlog.memories.MemoryManager(log, memory_session="hostile-memories")
         memories.save(HOSTILE, HOSTILE)
         log.append("evil\u202eid\x85", turnlog.events.UserMessageAdded(text="x"))
@@ -127,12 +143,19 @@ def TestOneInput(data: bytes) -> None:
         shown.append(stdout)
     for text in shown:
         decoded = text.decode("utf-8")
-        bad = {c for c in decoded if (ord(c) < 0x20 and ord(c) not in _ALLOWED)
-               or 0x7F <= ord(c) < 0xA0 or c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067"
-               "\u2068\u2069\u200e\u200f\u061c\u2028\u2029"}
+        bad = {
+            c
+            for c in decoded
+            if (ord(c) < 0x20 and ord(c) not in _ALLOWED)
+            or 0x7F <= ord(c) < 0xA0
+            or c
+            in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067"
+            "\u2068\u2069\u200e\u200f\u061c\u2028\u2029"
+        }
         if bad:
-            raise AssertionError(f"control characters {sorted(bad)!r} reached the terminal "
-                                 f"for {args!r}")
+            raise AssertionError(
+                f"control characters {sorted(bad)!r} reached the terminal for {args!r}"
+            )
 
 
 _build()

@@ -67,8 +67,9 @@ def _roundtrip_event(event: Event) -> None:
 
 def _append_body(event: Event) -> None:
     log = turnlog.open(":memory:")
-    draft = turnlog.Draft(body=event.body, time=event.time, key=event.key,
-                          causation=event.causation, meta=event.meta)
+    draft = turnlog.Draft(
+        body=event.body, time=event.time, key=event.key, causation=event.causation, meta=event.meta
+    )
     try:
         log.append("fuzz", [draft])
     except KernelError:

@@ -28,16 +28,24 @@ with instrumented(__name__ == "__main__"):
     from turnlog.errors import ImportFormatError
     from turnlog.testing import memory_log
 
-_NAMES = {"codex": "rollout-2025-01-01T00-00-00-fuzz.jsonl", "aider": ".aider.chat.history.md",
-          "mini_swe_agent": "fuzz.traj.json", "swe_agent": "fuzz.traj",
-          "openhands_output": "output.jsonl"}
-_DIR = Path(tempfile.mkdtemp(prefix="turnlog-fuzz-import-",
-                             dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+_NAMES = {
+    "codex": "rollout-2025-01-01T00-00-00-fuzz.jsonl",
+    "aider": ".aider.chat.history.md",
+    "mini_swe_agent": "fuzz.traj.json",
+    "swe_agent": "fuzz.traj",
+    "openhands_output": "output.jsonl",
+}
+_DIR = Path(
+    tempfile.mkdtemp(
+        prefix="turnlog-fuzz-import-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None
+    )
+)
 atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 
 
 def _blobs(log: object) -> int:
     from turnlog import Log
+
     assert isinstance(log, Log)
     with log.store.read() as txn:
         return sum(1 for _ in txn.blobs())
@@ -63,8 +71,9 @@ def TestOneInput(data: bytes) -> None:
         summary = import_file(log, path, format=fmt, skip_bad=skip_bad)
     except KernelError as exc:
         if not isinstance(exc, ImportFormatError):
-            raise AssertionError(f"import raised {type(exc).__name__}, not "
-                                 f"ImportFormatError: {exc}") from exc
+            raise AssertionError(
+                f"import raised {type(exc).__name__}, not ImportFormatError: {exc}"
+            ) from exc
         if log.sessions() or _blobs(log):
             raise AssertionError("a failed import appended something") from exc
         return

@@ -144,55 +144,81 @@ class _Session:
         p = self.p
         op = p.ConsumeIntInRange(0, 15)
         if op <= 2:
-            images = (ImagePart(media_type="image/png", url="https://example.invalid/a.png"),) \
-                if op == 2 else ()
-            self.add(Draft(body=UserMessageAdded(text=_text(p), images=images),
-                           time=self.lineage))
+            images = (
+                (ImagePart(media_type="image/png", url="https://example.invalid/a.png"),)
+                if op == 2
+                else ()
+            )
+            self.add(Draft(body=UserMessageAdded(text=_text(p), images=images), time=self.lineage))
         elif op <= 5:
             parts: list[Any] = []
             if p.ConsumeIntInRange(0, 3) == 0:
-                parts.append(ReasoningPart(text=_text(p, 40), opaque=_text(p, 20),
-                                           provider="anthropic"))
+                parts.append(
+                    ReasoningPart(text=_text(p, 40), opaque=_text(p, 20), provider="anthropic")
+                )
             if p.ConsumeBool():
                 parts.append(TextPart(text=_text(p)))
             made: list[str] = []
             for _ in range(p.ConsumeIntInRange(0, 3) if op >= 4 else 0):
                 # Now and then an id twice in one message, which the log must refuse.
-                call_id = made[-1] if made and p.ConsumeIntInRange(0, 15) == 0 \
-                    else f"c{len(self.calls)}"
+                call_id = (
+                    made[-1] if made and p.ConsumeIntInRange(0, 15) == 0 else f"c{len(self.calls)}"
+                )
                 made.append(call_id)
                 self.calls.append(call_id)
-                parts.append(ToolCall(id=call_id, name=_TOOLS[p.ConsumeIntInRange(0, 7)],
-                                      arguments=_arguments(p)))
+                parts.append(
+                    ToolCall(
+                        id=call_id, name=_TOOLS[p.ConsumeIntInRange(0, 7)], arguments=_arguments(p)
+                    )
+                )
             if parts:
                 self.add(AssistantMessageAdded(parts=tuple(parts)))
         elif op <= 8:
             which = p.ConsumeIntInRange(0, len(self.calls))
             call_id = self.calls[which] if which < len(self.calls) else f"orphan{self.lineage}"
             code = p.ConsumeIntInRange(-1, 3)
-            self.add(ToolResultAdded(call_id=call_id, tool_name=_TOOLS[p.ConsumeIntInRange(0, 7)],
-                                     output=_text(p), is_error=p.ConsumeIntInRange(0, 5) == 0,
-                                     exit_code=None if code < 0 else code))
+            self.add(
+                ToolResultAdded(
+                    call_id=call_id,
+                    tool_name=_TOOLS[p.ConsumeIntInRange(0, 7)],
+                    output=_text(p),
+                    is_error=p.ConsumeIntInRange(0, 5) == 0,
+                    exit_code=None if code < 0 else code,
+                )
+            )
         elif op == 9:
             self.add(NotificationAdded(source="watcher", text=_text(p)))
         elif op == 10:
-            hits = tuple(RecallHit(session="past", seq=i, text=_text(p, 60))
-                         for i in range(p.ConsumeIntInRange(0, 3)))
+            hits = tuple(
+                RecallHit(session="past", seq=i, text=_text(p, 60))
+                for i in range(p.ConsumeIntInRange(0, 3))
+            )
             self.add(RecallAdded(query=_text(p, 20), hits=hits))
         elif op == 11:
             name = ("role", "rules", "env")[p.ConsumeIntInRange(0, 2)]
-            self.add(SystemSectionSet(name=name, text=_text(p, 80),
-                                      position=p.ConsumeIntInRange(-5, 5)))
+            self.add(
+                SystemSectionSet(name=name, text=_text(p, 80), position=p.ConsumeIntInRange(-5, 5))
+            )
         elif op == 12:
             n = p.ConsumeIntInRange(0, 4)
-            self.add(ToolsSet(tools=tuple(ToolSpec(name=_TOOLS[i], description=_text(p, 30),
-                                                   parameters='{"type": "object"}')
-                                          for i in range(n))))
+            self.add(
+                ToolsSet(
+                    tools=tuple(
+                        ToolSpec(
+                            name=_TOOLS[i],
+                            description=_text(p, 30),
+                            parameters='{"type": "object"}',
+                        )
+                        for i in range(n)
+                    )
+                )
+            )
         elif op == 13 and self.own > 0:
             kind = p.ConsumeIntInRange(0, 2)
             if kind == 0:
-                seqs = sorted({p.ConsumeIntInRange(0, self.own - 1)
-                               for _ in range(p.ConsumeIntInRange(1, 3))})
+                seqs = sorted(
+                    {p.ConsumeIntInRange(0, self.own - 1) for _ in range(p.ConsumeIntInRange(1, 3))}
+                )
                 self.add(EventsPinned(seqs=tuple(seqs), pinned=p.ConsumeIntInRange(0, 4) > 0))
             elif kind == 1:
                 self.add(SessionRewound(to_seq=p.ConsumeIntInRange(-1, self.own - 1)))
@@ -245,10 +271,13 @@ def TestOneInput(data: bytes) -> None:
     except BudgetExceededError:
         incremental = None
     if (fresh is None) != (incremental is None) or (
-            fresh is not None and incremental is not None
-            and incremental.prompt.encode() != fresh.prompt.encode()):
-        raise AssertionError("the Packer's incremental projection packs differently from a "
-                             "fresh one")
+        fresh is not None
+        and incremental is not None
+        and incremental.prompt.encode() != fresh.prompt.encode()
+    ):
+        raise AssertionError(
+            "the Packer's incremental projection packs differently from a fresh one"
+        )
     if fresh is not None:  # every packed prompt renders in every provider format
         for fmt in sorted(PROVIDERS):
             render(fresh.prompt, fmt, model="m", max_tokens=1024)

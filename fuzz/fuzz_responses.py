@@ -62,9 +62,11 @@ def TestOneInput(data: bytes) -> None:
         reply = None
     if reply is not None:
         _appendable(reply)
-        again = (parse_response, parse_stream)[entry](fmt, body, request_seq=1) \
-            if entry < 2 else parse_http(fmt, _STATUSES[(selector // 12) % len(_STATUSES)],
-                                         body, request_seq=1)
+        again = (
+            (parse_response, parse_stream)[entry](fmt, body, request_seq=1)
+            if entry < 2
+            else parse_http(fmt, _STATUSES[(selector // 12) % len(_STATUSES)], body, request_seq=1)
+        )
         if again != reply:
             raise AssertionError("parsing the same bytes twice gives different replies")
     status = None if selector & 0x80 else _STATUSES[(selector // 12) % len(_STATUSES)]

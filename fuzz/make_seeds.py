@@ -78,8 +78,11 @@ def codec_seeds() -> list[bytes]:
 
 
 def _dict_entry(token: bytes) -> str:
-    return '"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\x{b:02x}"
-                         for b in token) + '"'
+    return (
+        '"'
+        + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\x{b:02x}" for b in token)
+        + '"'
+    )
 
 
 def codec_dict() -> list[str]:
@@ -131,10 +134,10 @@ POLICIES = [
     b"warning_buffer = 500\ncompact_buffer = 300\nblocking_buffer = 100\n",
     b"truncate = true\ntruncate_lines = 200\ntruncate_bytes = 4096\n"
     b"truncate_head_ratio = 0.5\ndedup = false\nprune = true\nprune_min_savings = 0\n"
-    b"tokenizer = \"o200k_base\"\n",
-    b"keep_recent_turns = 1\nmemory_refresh = [\"session_start\", \"every_turn\"]\n"
+    b'tokenizer = "o200k_base"\n',
+    b'keep_recent_turns = 1\nmemory_refresh = ["session_start", "every_turn"]\n'
     b"cache_breakpoints = 2\ninput_price = 1.25\ncache_read_price = 0.125\n",
-    b"[tool_kinds]\nRead = \"file_read\"\nrun_tests = \"bash\"\n\n"
+    b'[tool_kinds]\nRead = "file_read"\nrun_tests = "bash"\n\n'
     b"[tool_weights]\nbash = 90\nother = 1\n",
     b"context_window = 128000\n\n[agents.reviewer]\ncontext_window = 32000\n"
     b"output_reserve = 4000\n\n[agents.coder]\ntrim = false\nsummary_budget = 0.5\n",
@@ -217,33 +220,46 @@ def cli_seeds() -> list[bytes]:
     """Argument lines of every verb (NUL-separated, ``@FILE`` the input file), each
     with the input file it reads: a policy, a checkpoint, a key, a transcript."""
     policy = POLICIES[2] + b"[agents.small]\ncontext_window = 4000\n"
-    checkpoint = (b'{"session": "chat", "seq": 1, "hash": "' + b"0" * 64
-                  + b'", "mac": ""}')
-    transcript = (b'{"type": "user", "sessionId": "s1", "uuid": "u1", "message": '
-                  b'{"role": "user", "content": "hi"}}\n')
+    checkpoint = b'{"session": "chat", "seq": 1, "hash": "' + b"0" * 64 + b'", "mac": ""}'
+    transcript = (
+        b'{"type": "user", "sessionId": "s1", "uuid": "u1", "message": '
+        b'{"role": "user", "content": "hi"}}\n'
+    )
     lines: list[tuple[list[str], bytes]] = [
-        (["sessions"], b""), (["sessions", "--json"], b""),
-        (["log", "chat"], b""), (["log", "hostile", "--kind", "user", "assistant"], b""),
+        (["sessions"], b""),
+        (["sessions", "--json"], b""),
+        (["log", "chat"], b""),
+        (["log", "hostile", "--kind", "user", "assistant"], b""),
         (["log", "chat", "--from", "5", "--limit", "3", "--json"], b""),
-        (["show", "chat", "-1"], b""), (["show", "hostile", "1"], b""),
-        (["show", "hostile", "0", "--json"], b""), (["verify"], b""),
+        (["show", "chat", "-1"], b""),
+        (["show", "hostile", "1"], b""),
+        (["show", "hostile", "0", "--json"], b""),
+        (["verify"], b""),
         (["verify", "chat", "--checkpoint", "@FILE"], checkpoint),
         (["verify", "--checkpoint", "@FILE", "--key-file", "@FILE"], checkpoint),
         (["checkpoint", "chat", "--key-file", "@FILE"], b"secret\n"),
-        (["export", "hostile"], b""), (["blob", "00000000"], b""),
+        (["export", "hostile"], b""),
+        (["blob", "00000000"], b""),
         (["demo", "--turns", "2", "--session", "d2"], b""),
-        (["pack", "chat"], b""), (["pack", "hostile", "--budget", "4000"], b""),
+        (["pack", "chat"], b""),
+        (["pack", "hostile", "--budget", "4000"], b""),
         (["pack", "chat", "--policy", "@FILE", "--agent", "small"], policy),
         (["pack", "chat", "--format", "anthropic", "--model", "m"], b""),
-        (["pack", "chat", "--record", "--json"], b""), (["demo", "--turns", "1"], b""),
-        (["explain", "chat", "-1"], b""), (["replay", "chat"], b""),
-        (["diff", "chat", "4", "9"], b""), (["compact", "chat", "--budget", "6000"], b""),
-        (["import", "@FILE"], transcript), (["import", "@FILE", "--format", "codex"],
-                                              transcript),
+        (["pack", "chat", "--record", "--json"], b""),
+        (["demo", "--turns", "1"], b""),
+        (["explain", "chat", "-1"], b""),
+        (["replay", "chat"], b""),
+        (["diff", "chat", "4", "9"], b""),
+        (["compact", "chat", "--budget", "6000"], b""),
+        (["import", "@FILE"], transcript),
+        (["import", "@FILE", "--format", "codex"], transcript),
         (["import", "@FILE", "--skip-bad", "--session", "imp"], transcript + b"{\n"),
-        (["memories", "hostile", "--block"], b""), (["memories", "chat", "--json"], b""),
-        (["recall", "test", "-k", "3"], b""), (["recall", "evil", "--commit", "chat"], b""),
-        (["--help"], b""), (["pack", "--help"], b""),
+        (["memories", "hostile", "--block"], b""),
+        (["memories", "chat", "--json"], b""),
+        (["recall", "test", "-k", "3"], b""),
+        (["recall", "evil", "--commit", "chat"], b""),
+        (["--help"], b""),
+        (["pack", "--help"], b""),
     ]
     return [b"\x00".join(a.encode() for a in argv) + b"\n" + body for argv, body in lines]
 
@@ -266,12 +282,14 @@ def main() -> None:
     dicts = Path(__file__).resolve().parent / "dicts"
     dicts.mkdir(exist_ok=True)
     (dicts / "codec.dict").write_text("\n".join(codec_dict()) + "\n")
-    counts = {"codec": _write("codec", codec_seeds()),
-              "pack": _write("pack", pack_seeds()),
-              "policy": _write("policy", POLICIES),
-              "responses": _write("responses", responses_seeds()),
-              "importers": _write("importers", importer_seeds()),
-              "cli": _write("cli", cli_seeds())}
+    counts = {
+        "codec": _write("codec", codec_seeds()),
+        "pack": _write("pack", pack_seeds()),
+        "policy": _write("policy", POLICIES),
+        "responses": _write("responses", responses_seeds()),
+        "importers": _write("importers", importer_seeds()),
+        "cli": _write("cli", cli_seeds()),
+    }
     (dicts / "cli.dict").write_text("\n".join(cli_dict()) + "\n")
     for target, n in counts.items():
         print(f"{target}: {n} seeds")

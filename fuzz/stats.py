@@ -27,8 +27,14 @@ def summarize(path: Path) -> dict[str, int]:
                 last = int(m[1])
         execs += last
     crashes = len(list((path / "artifacts").glob("*")))
-    return {"executions": execs, "cov": cov, "ft": ft, "corpus": corp, "crashes": crashes,
-            "runs": len(list(path.glob("run-*.log")))}
+    return {
+        "executions": execs,
+        "cov": cov,
+        "ft": ft,
+        "corpus": corp,
+        "crashes": crashes,
+        "runs": len(list(path.glob("run-*.log"))),
+    }
 
 
 if __name__ == "__main__":

@@ -196,14 +196,21 @@ if not TYPE_CHECKING:  # type checkers see only the new paths
 
         if name in _MOVED:
             where = f"turnlog.{_MOVED[name]}"
-            warnings.warn(f"turnlog.{name} has moved: import it from {where} "
-                          f"(from {where} import {name}); the old path goes in the next "
-                          "release", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                f"turnlog.{name} has moved: import it from {where} "
+                f"(from {where} import {name}); the old path goes in the next "
+                "release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         elif name in _INTERNAL:
             where = f"turnlog.{_INTERNAL[name]}"
-            warnings.warn(f"turnlog.{name} is an internal part of the engine and leaves the "
-                          "public API in the next release; nothing replaces it",
-                          DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                f"turnlog.{name} is an internal part of the engine and leaves the "
+                "public API in the next release; nothing replaces it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         else:
             raise AttributeError(f"module 'turnlog' has no attribute {name!r}")
         return getattr(importlib.import_module(where), name)

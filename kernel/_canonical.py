@@ -129,20 +129,23 @@ def _compile(cls: type[msgspec.Struct]) -> Callable[[Any], bool] | None:
     compare, nested = plan
     if not compare and not nested:
         return None
-    scope: dict[str, Any] = {"_set": msgspec.structs.force_setattr,
-                             "_table": _FIELD_NORMALIZERS}
+    scope: dict[str, Any] = {"_set": msgspec.structs.force_setattr, "_table": _FIELD_NORMALIZERS}
     lines = ["def normalize(obj):", "    changed = False"]
     for i, (name, default) in enumerate(compare):
         scope[f"_d{i}"], scope[f"_t{i}"] = default, type(default)
-        lines += [f"    v = obj.{name}",
-                  f"    if v is not _d{i} and type(v) is _t{i} and v == _d{i}:",
-                  f"        _set(obj, {name!r}, _d{i})",
-                  "        changed = True"]
+        lines += [
+            f"    v = obj.{name}",
+            f"    if v is not _d{i} and type(v) is _t{i} and v == _d{i}:",
+            f"        _set(obj, {name!r}, _d{i})",
+            "        changed = True",
+        ]
     for name in nested:
-        lines += [f"    v = obj.{name}",
-                  "    f = _table[type(v)]",
-                  "    if f is not None and f(v):",
-                  "        changed = True"]
+        lines += [
+            f"    v = obj.{name}",
+            "    f = _table[type(v)]",
+            "    if f is not None and f(v):",
+            "        changed = True",
+        ]
     lines.append("    return changed")
     exec("\n".join(lines), scope)  # the source is built above from field names
     fn: Callable[[Any], bool] = scope["normalize"]

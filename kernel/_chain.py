@@ -55,8 +55,12 @@ def pack_record(prev: bytes, digest: bytes, canonical: bytes) -> bytes:
     return prev + digest + canonical
 
 
-def chain_records(prev: bytes, events: Iterable[bytes], offset: int, first_seq: int,
-                  ) -> tuple[list[bytes], bytes]:
+def chain_records(
+    prev: bytes,
+    events: Iterable[bytes],
+    offset: int,
+    first_seq: int,
+) -> tuple[list[bytes], bytes]:
     """The records of consecutive events of one session, and the last one's hash.
 
     ``events`` are canonical bytes encoded at seq 0 (see `with_seq`; ``offset``
@@ -79,12 +83,12 @@ def chain_records(prev: bytes, events: Iterable[bytes], offset: int, first_seq: 
 
 def record_hash(record: bytes) -> bytes:
     """The event hash a stored record holds (its second field)."""
-    return bytes(record[HASH_SIZE:2 * HASH_SIZE])
+    return bytes(record[HASH_SIZE : 2 * HASH_SIZE])
 
 
 def record_canonical(record: bytes) -> bytes:
     """The canonical event bytes a stored record holds (after its two hashes)."""
-    return bytes(record[2 * HASH_SIZE:])
+    return bytes(record[2 * HASH_SIZE :])
 
 
 def unpack_record(record: bytes) -> tuple[bytes, bytes, bytes]:
@@ -95,8 +99,11 @@ def unpack_record(record: bytes) -> tuple[bytes, bytes, bytes]:
     """
     if len(record) <= 2 * HASH_SIZE:
         raise DecodeError(f"stored record is {len(record)} bytes, shorter than its header")
-    return (bytes(record[:HASH_SIZE]), bytes(record[HASH_SIZE:2 * HASH_SIZE]),
-            bytes(record[2 * HASH_SIZE:]))
+    return (
+        bytes(record[:HASH_SIZE]),
+        bytes(record[HASH_SIZE : 2 * HASH_SIZE]),
+        bytes(record[2 * HASH_SIZE :]),
+    )
 
 
 def record_event(record: bytes) -> Event:
@@ -107,9 +114,9 @@ def record_event(record: bytes) -> Event:
     """
     if len(record) <= 2 * HASH_SIZE:
         raise DecodeError(f"stored record is {len(record)} bytes, shorter than its header")
-    event = decode_event(memoryview(record)[2 * HASH_SIZE:])  # a view: no copy
+    event = decode_event(memoryview(record)[2 * HASH_SIZE :])  # a view: no copy
     _force_setattr(event, "prev", record[:HASH_SIZE])
-    _force_setattr(event, "hash", record[HASH_SIZE:2 * HASH_SIZE])
+    _force_setattr(event, "hash", record[HASH_SIZE : 2 * HASH_SIZE])
     return event
 
 
@@ -128,10 +135,15 @@ def link_checker(position: bytes) -> Callable[[bytes, int, bytes], bool]:
     hasher, encode = blake3.blake3, encode_seq
 
     def check(record: bytes, seq: int, prev: bytes) -> bool:
-        return (len(record) > at and record.startswith(prev)
-                and record.startswith(position, start) and record.startswith(encode(seq), at)
-                and record.startswith(hasher(record[:HASH_SIZE]
-                                             + record[2 * HASH_SIZE:]).digest(), HASH_SIZE))
+        return (
+            len(record) > at
+            and record.startswith(prev)
+            and record.startswith(position, start)
+            and record.startswith(encode(seq), at)
+            and record.startswith(
+                hasher(record[:HASH_SIZE] + record[2 * HASH_SIZE :]).digest(), HASH_SIZE
+            )
+        )
 
     return check
 
@@ -145,8 +157,9 @@ def records_events(records: Iterable[bytes]) -> list[Event]:
     return decode_records(records, 2 * HASH_SIZE)
 
 
-def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -> tuple[
-        Event | None, str | None]:
+def check_record(
+    record: bytes, *, session: str, seq: int, prev: bytes | None
+) -> tuple[Event | None, str | None]:
     """Check one stored record in full.
 
     Returns ``(event, None)`` when the record decodes against the schema, is
@@ -156,9 +169,10 @@ def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -
     Together these catch any changed byte of a record.
     """
     if len(record) <= 2 * HASH_SIZE:
-        return None, (f"record does not decode: stored record is {len(record)} bytes, "
-                      "shorter than its header")
-    canonical = record[2 * HASH_SIZE:]
+        return None, (
+            f"record does not decode: stored record is {len(record)} bytes, shorter than its header"
+        )
+    canonical = record[2 * HASH_SIZE :]
     try:
         event = decode_event(canonical)
     except DecodeError as exc:
@@ -167,28 +181,37 @@ def check_record(record: bytes, *, session: str, seq: int, prev: bytes | None) -
     # Normalized first, so a default-equal field that was written counts as non-canonical.
     normalize(event)
     encoded = encode_canonical(event)
-    rec_prev, digest = record[:HASH_SIZE], record[HASH_SIZE:2 * HASH_SIZE]
+    rec_prev, digest = record[:HASH_SIZE], record[HASH_SIZE : 2 * HASH_SIZE]
     _force_setattr(event, "prev", rec_prev)
     _force_setattr(event, "hash", digest)
-    if event.seq == seq and event.session == session and encoded == canonical \
-            and (prev is None or rec_prev == prev) \
-            and blake3.blake3(rec_prev + canonical).digest() == digest:  # link(), inlined
+    if (
+        event.seq == seq
+        and event.session == session
+        and encoded == canonical
+        and (prev is None or rec_prev == prev)
+        and blake3.blake3(rec_prev + canonical).digest() == digest
+    ):  # link(), inlined
         return event, None
     # Something is wrong: find what, in the order the reasons are documented.
     if event.session != session or event.seq != seq:
-        return event, (f"record claims position {event.session!r}#{event.seq} but is stored at "
-                       f"{session!r}#{seq}")
+        return event, (
+            f"record claims position {event.session!r}#{event.seq} but is stored at "
+            f"{session!r}#{seq}"
+        )
     if encoded != canonical:
         return event, "stored bytes are not the canonical encoding of the event"
     if prev is not None and rec_prev != prev:
-        return event, (f"prev hash {rec_prev.hex()[:16]} does not match the previous event's "
-                       f"hash {prev.hex()[:16]}")
+        return event, (
+            f"prev hash {rec_prev.hex()[:16]} does not match the previous event's "
+            f"hash {prev.hex()[:16]}"
+        )
     expected = link(rec_prev, canonical)
     if expected != digest:
-        return event, (f"stored hash {digest.hex()[:16]} does not match the content "
-                       f"(recomputed {expected.hex()[:16]})")
+        return event, (
+            f"stored hash {digest.hex()[:16]} does not match the content "
+            f"(recomputed {expected.hex()[:16]})"
+        )
     return event, None
-
 
 
 def covered_digest(hashes: list[bytes]) -> str:
@@ -225,20 +248,26 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         """
         if not self.mac:
             if key is not None:
-                raise VerificationError("the checkpoint is not signed but a key was given; "
-                                        "take a signed checkpoint with `checkpoint --key-file`")
+                raise VerificationError(
+                    "the checkpoint is not signed but a key was given; "
+                    "take a signed checkpoint with `checkpoint --key-file`"
+                )
             return
         if key is None:
             raise VerificationError("the checkpoint is signed; pass the key it was signed with")
         if len(self.mac) != 64 or any(c not in "0123456789abcdef" for c in self.mac):
             # compare_digest refuses non-ASCII text (TypeError): judge the form first.
-            raise VerificationError(f"checkpoint signature must be 64 lowercase hex digits "
-                                    f"(HMAC-SHA256), found {self.mac[:80]!r}: the checkpoint "
-                                    "was altered; take a new one with `checkpoint --key-file`")
+            raise VerificationError(
+                f"checkpoint signature must be 64 lowercase hex digits "
+                f"(HMAC-SHA256), found {self.mac[:80]!r}: the checkpoint "
+                "was altered; take a new one with `checkpoint --key-file`"
+            )
         expected = hmac.new(key, self.message(), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected, self.mac):
-            raise VerificationError("checkpoint signature does not match: the checkpoint was "
-                                    "altered or signed with another key")
+            raise VerificationError(
+                "checkpoint signature does not match: the checkpoint was "
+                "altered or signed with another key"
+            )
 
 
 def sign_checkpoint(checkpoint: Checkpoint, key: bytes) -> Checkpoint:

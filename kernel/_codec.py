@@ -60,8 +60,9 @@ def _holds_float(info: msgspec.inspect.Type, seen: frozenset[type] = frozenset()
     if isinstance(info, mi.FloatType):
         return True
     if isinstance(info, mi.StructType):
-        return info.cls not in seen and any(_holds_float(f.type, seen | {info.cls})
-                                            for f in info.fields)
+        return info.cls not in seen and any(
+            _holds_float(f.type, seen | {info.cls}) for f in info.fields
+        )
     if isinstance(info, mi.UnionType):
         return any(_holds_float(t, seen) for t in info.types)
     if isinstance(info, (mi.ListType, mi.VarTupleType, mi.SetType, mi.FrozenSetType)):
@@ -77,12 +78,14 @@ def _holds_float(info: msgspec.inspect.Type, seen: frozenset[type] = frozenset()
 
 # Decoding turns an int given for a float field into a float, which encodes to other
 # bytes; events of these kinds are therefore always re-encoded from the validated copy.
-_FLOAT_KINDS = frozenset(cls for cls in _PAYLOAD_TYPES
-                         if _holds_float(msgspec.inspect.type_info(cls)))
+_FLOAT_KINDS = frozenset(
+    cls for cls in _PAYLOAD_TYPES if _holds_float(msgspec.inspect.type_info(cls))
+)
 
 
-def _blob_ref_keys(info: msgspec.inspect.Type, key: str | None, seen: set[type],
-                   found: set[str | None]) -> None:
+def _blob_ref_keys(
+    info: msgspec.inspect.Type, key: str | None, seen: set[type], found: set[str | None]
+) -> None:
     """Collect the map keys under which a `BlobRef` can sit (None: not under a key)."""
     mi = msgspec.inspect
     if isinstance(info, mi.StructType):
@@ -113,8 +116,11 @@ _blob_ref_keys(msgspec.inspect.type_info(Event), None, set(), _REF_KEYS)
 # hex digits (a msgpack str8 of 64), so canonical bytes without that key and value
 # header hold no ref (if the schema ever changes that, every event is searched). The
 # longer needle is found faster than the key "blob" alone.
-_REF_KEY = b"" if _REF_KEYS - {"blob", None} or "hash" not in BlobRef.__struct_fields__ \
+_REF_KEY = (
+    b""
+    if _REF_KEYS - {"blob", None} or "hash" not in BlobRef.__struct_fields__
     else (_ENCODER.encode("hash") + _ENCODER.encode("0" * 64)[:2])
+)
 
 
 def may_hold_blob_refs(data: bytes) -> bool:
@@ -150,8 +156,10 @@ def encode_event(event: Event) -> tuple[Event, bytes]:
         data = _ENCODER.encode(event)
         checked: Event = _EVENT_DECODER.decode(data)
     except UnicodeEncodeError as exc:
-        raise InvalidEventError(f"text is not valid UTF-8 ({exc.reason} at position "
-                                f"{exc.start}); remove lone surrogates") from exc
+        raise InvalidEventError(
+            f"text is not valid UTF-8 ({exc.reason} at position "
+            f"{exc.start}); remove lone surrogates"
+        ) from exc
     except (OverflowError, TypeError, ValueError) as exc:  # msgspec errors are ValueErrors
         raise InvalidEventError(f"cannot encode event: {exc}") from exc
     try:
@@ -163,8 +171,11 @@ def encode_event(event: Event) -> tuple[Event, bytes]:
         data = _ENCODER.encode(checked)
     body = checked.body
     # Only a message with two calls or more can repeat an id (of two parts, both calls).
-    if type(body) is AssistantMessageAdded and len(parts := body.parts) > 1 and (
-            len(parts) > 2 or (type(parts[0]) is ToolCall and type(parts[1]) is ToolCall)):
+    if (
+        type(body) is AssistantMessageAdded
+        and len(parts := body.parts) > 1
+        and (len(parts) > 2 or (type(parts[0]) is ToolCall and type(parts[1]) is ToolCall))
+    ):
         _check_call_ids(body)
     return checked, data
 
@@ -175,8 +186,10 @@ def _check_call_ids(body: AssistantMessageAdded) -> None:
     ids = [part.id for part in body.parts if type(part) is ToolCall]
     if len(ids) != len(set(ids)):
         twice = sorted({i for i in ids if ids.count(i) > 1})
-        raise InvalidEventError(f"assistant message has several tool calls with id "
-                                f"{twice[0]!r}; give every call of a message its own id")
+        raise InvalidEventError(
+            f"assistant message has several tool calls with id "
+            f"{twice[0]!r}; give every call of a message its own id"
+        )
 
 
 def seq_offset(session: str) -> int:
@@ -206,7 +219,7 @@ def with_seq(data: bytes, offset: int, seq: int) -> bytes:
 
     ``offset`` is `seq_offset` of the event's session.
     """
-    return data[:offset] + _ENCODER.encode(seq) + data[offset + 1:]
+    return data[:offset] + _ENCODER.encode(seq) + data[offset + 1 :]
 
 
 def decode_event(data: bytes | memoryview) -> Event:
@@ -217,8 +230,12 @@ def decode_event(data: bytes | memoryview) -> Event:
     """
     try:
         event: Event = _EVENT_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
-            RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog event: {exc}") from exc
     if event.meta:
         _check_decoded_meta(event.meta)
@@ -245,8 +262,12 @@ def decode_records(records: Iterable[bytes], skip: int) -> list[Event]:
             setattr_(event, "prev", record[:half])
             setattr_(event, "hash", record[half:skip])
             append(event)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
-            RecursionError) as exc:
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:
         raise DecodeError(f"not a valid turnlog event: {exc}") from exc
     return events
 
@@ -265,8 +286,12 @@ def decode_body(data: bytes) -> Body:
     """Decode the msgpack of one payload (used by fuzzing and importers)."""
     try:
         body: Body = _BODY_DECODER.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError,
-            RecursionError) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        UnicodeDecodeError,
+        RecursionError,
+    ) as exc:  # msgspec lets bad UTF-8 and deep nesting through as-is
         raise DecodeError(f"not a valid turnlog payload: {exc}") from exc
     return body
 
@@ -286,8 +311,10 @@ MAX_BATCH_BYTES = 2**29
 def check_id_bytes(what: str, value: str, limit: int, advice: str) -> None:
     """Refuse a (valid UTF-8) id longer than ``limit`` UTF-8 bytes."""
     if len(value) * 4 > limit and (size := len(value.encode())) > limit:
-        raise InvalidEventError(f"{what} must have at most {limit} UTF-8 bytes, found {size} "
-                                f"({len(value)} characters, {value[:24]!r}...); {advice}")
+        raise InvalidEventError(
+            f"{what} must have at most {limit} UTF-8 bytes, found {size} "
+            f"({len(value)} characters, {value[:24]!r}...); {advice}"
+        )
 
 
 #: A control character: what a session id may not hold (one regex search, not a step
@@ -301,8 +328,13 @@ def validate_session_id(session: object) -> str:
     Reading takes any id of 1 to 256 characters (a store written before the byte
     limit may hold longer ones); an append also checks `MAX_SESSION_BYTES`."""
     if not isinstance(session, str):
-        invalid("session id", "a str of 1 to 256 characters", session, with_type=True,
-                error=InvalidEventError)
+        invalid(
+            "session id",
+            "a str of 1 to 256 characters",
+            session,
+            with_type=True,
+            error=InvalidEventError,
+        )
     if not 1 <= len(session) <= 256:
         invalid("session id", "a str of 1 to 256 characters", session, error=InvalidEventError)
     if _CONTROL.search(session):
@@ -322,15 +354,21 @@ def validate_body(body: object, *, where: str = "event") -> Body:
             non-finite float, or text that is not valid UTF-8 (lone surrogates).
     """
     if not isinstance(body, _PAYLOAD_TYPES):
-        check_type(body, _PAYLOAD_TYPES, where,
-                   what=f"one of the payload kinds ({', '.join(sorted(KINDS))})",
-                   hint="wrap payloads in their event class, e.g. UserMessageAdded(text=...)",
-                   error=InvalidEventError)
+        check_type(
+            body,
+            _PAYLOAD_TYPES,
+            where,
+            what=f"one of the payload kinds ({', '.join(sorted(KINDS))})",
+            hint="wrap payloads in their event class, e.g. UserMessageAdded(text=...)",
+            error=InvalidEventError,
+        )
     try:
         data = _ENCODER.encode(body)
     except UnicodeEncodeError as exc:
-        raise InvalidEventError(f"{where}: text is not valid UTF-8 ({exc.reason} at "
-                                f"position {exc.start}); remove lone surrogates") from exc
+        raise InvalidEventError(
+            f"{where}: text is not valid UTF-8 ({exc.reason} at "
+            f"position {exc.start}); remove lone surrogates"
+        ) from exc
     except (OverflowError, TypeError, ValueError) as exc:
         raise InvalidEventError(f"{where}: cannot encode payload: {exc}") from exc
     try:
@@ -355,8 +393,10 @@ def validate_meta(meta: object, *, where: str = "event", max_bytes: int) -> dict
     except (OverflowError, TypeError) as exc:
         raise InvalidEventError(f"{where}.meta: cannot encode: {exc}") from exc
     if size > max_bytes:
-        raise EventTooLargeError(f"{where}.meta is {size} bytes, the limit is {max_bytes}; "
-                                 "store large data as a blob and keep its ref in meta")
+        raise EventTooLargeError(
+            f"{where}.meta is {size} bytes, the limit is {max_bytes}; "
+            "store large data as a blob and keep its ref in meta"
+        )
     return meta
 
 
@@ -382,27 +422,39 @@ def _walk_meta(value: Any, path: str, depth: int) -> None:
             check_type(k, str, f"{path}: a key", error=InvalidEventError)
             _walk_meta(item, f"{path}.{k}", depth + 1)
         return
-    raise InvalidEventError(f"{path}: unsupported type {type(value).__name__} (use JSON-like "
-                            "values: None, bool, int, float, str, list, dict)")
+    raise InvalidEventError(
+        f"{path}: unsupported type {type(value).__name__} (use JSON-like "
+        "values: None, bool, int, float, str, list, dict)"
+    )
 
 
 def make_preview(text: str, *, head: int, tail: int, ref: BlobRef) -> str:
     """Head and tail of ``text`` around a marker naming the blob that holds it all."""
     omitted = len(text) - head - tail
-    marker = (f"\n[... {omitted} characters omitted; the full output ({ref.size} bytes) is "
-              f"blob {ref.hash} ...]\n")
-    return text[:head] + marker + text[len(text) - tail:]
+    marker = (
+        f"\n[... {omitted} characters omitted; the full output ({ref.size} bytes) is "
+        f"blob {ref.hash} ...]\n"
+    )
+    return text[:head] + marker + text[len(text) - tail :]
 
 
 # Payload kinds whose large text moves to a blob -> the field holding that text.
 _BLOB_TEXT: dict[type[Any], str] = {
-    ToolResultAdded: "output", NotificationAdded: "text", UserMessageAdded: "text"}
+    ToolResultAdded: "output",
+    NotificationAdded: "text",
+    UserMessageAdded: "text",
+}
 #: Payload kind -> the field whose large text `extract_blobs` moves ("" for none).
 BLOB_FIELDS = {cls: _BLOB_TEXT.get(cls, "") for cls in _PAYLOAD_TYPES}
 
 
-def extract_blobs(body: Body, *, threshold: int, preview_head: int, preview_tail: int,
-                  ) -> tuple[Body, list[tuple[str, bytes]]]:
+def extract_blobs(
+    body: Body,
+    *,
+    threshold: int,
+    preview_head: int,
+    preview_tail: int,
+) -> tuple[Body, list[tuple[str, bytes]]]:
     """Move oversized text of ``body`` to blobs.
 
     Returns the payload to store (with `BlobRef` and preview) and the blobs to

@@ -128,10 +128,12 @@ class CostEstimate(msgspec.Struct, frozen=True, kw_only=True):
 
     def describe(self) -> str:
         """One line for explanations and the event's ``costs`` field."""
-        return (f"freed={self.freed_tokens} prompt={self.prompt_tokens} "
-                f"keep_cost={self.keep_cost:.2f} compact_cost={self.compact_cost:.2f} "
-                f"cache_reads_lost={self.cache_reads_lost} horizon={self.horizon} "
-                f"worth={'yes' if self.worth else 'no'}")
+        return (
+            f"freed={self.freed_tokens} prompt={self.prompt_tokens} "
+            f"keep_cost={self.keep_cost:.2f} compact_cost={self.compact_cost:.2f} "
+            f"cache_reads_lost={self.cache_reads_lost} horizon={self.horizon} "
+            f"worth={'yes' if self.worth else 'no'}"
+        )
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -171,16 +173,23 @@ class Compactor:
             as failed (it is then abandoned).
     """
 
-    def __init__(self, log: Log, packer: Packer | None = None, *,
-                 summarizer: Summarizer | None = None, timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        log: Log,
+        packer: Packer | None = None,
+        *,
+        summarizer: Summarizer | None = None,
+        timeout: float = 120.0,
+    ) -> None:
         self.log = log
         self.packer = packer if packer is not None else Packer(log)
         self.summarizer = summarizer
         self.timeout = timeout
 
     # -- entry points ----------------------------------------------------------------
-    def maybe_compact(self, session: str, *, policy: Policy | None = None,
-                      time: int | None = None) -> Outcome:
+    def maybe_compact(
+        self, session: str, *, policy: Policy | None = None, time: int | None = None
+    ) -> Outcome:
         """Evaluate the policy's triggers, the circuit breaker and the cost model;
         compact when they say so."""
         policy, view = self._setup(session, policy)
@@ -189,21 +198,31 @@ class Compactor:
             return Outcome(status="skipped", reason="no trigger fired")
         reason, forced = trigger
         if self.breaker_open(view, policy):
-            return Outcome(status="skipped", reason="circuit breaker open",
-                           detail=f"{policy.compact_max_failures} consecutive failures; "
-                                  "packing falls back to trimming until pressure drops below "
-                                  "the warning level")
+            return Outcome(
+                status="skipped",
+                reason="circuit breaker open",
+                detail=f"{policy.compact_max_failures} consecutive failures; "
+                "packing falls back to trimming until pressure drops below "
+                "the warning level",
+            )
         span, why = self.span(view, policy)
         if span is None:
             return Outcome(status="skipped", reason="nothing to compact", detail=why)
         cost = self.estimate(view, policy, span)
         if not forced and not cost.worth:
-            return Outcome(status="skipped", reason="not worth it now", cost=cost,
-                           detail=cost.describe())
+            return Outcome(
+                status="skipped", reason="not worth it now", cost=cost, detail=cost.describe()
+            )
         return self._compact(session, view, policy, span, reason, time=time, cost=cost)
 
-    def compact(self, session: str, *, policy: Policy | None = None,
-                reason: Reason = "manual", time: int | None = None) -> Outcome:
+    def compact(
+        self,
+        session: str,
+        *,
+        policy: Policy | None = None,
+        reason: Reason = "manual",
+        time: int | None = None,
+    ) -> Outcome:
         """Compact now, whatever the triggers say (the circuit breaker still applies
         to automatic reasons)."""
         policy, view = self._setup(session, policy)
@@ -212,31 +231,47 @@ class Compactor:
         span, why = self.span(view, policy)
         if span is None:
             return Outcome(status="skipped", reason="nothing to compact", detail=why)
-        return self._compact(session, view, policy, span, reason, time=time,
-                             cost=self.estimate(view, policy, span))
+        return self._compact(
+            session, view, policy, span, reason, time=time, cost=self.estimate(view, policy, span)
+        )
 
-    def recover(self, session: str, *, policy: Policy | None = None,
-                time: int | None = None) -> Outcome:
+    def recover(
+        self, session: str, *, policy: Policy | None = None, time: int | None = None
+    ) -> Outcome:
         """Overflow recovery: compact with the extractive summarizer (no model call),
         keeping ``max(4, keep_recent_messages // 2)`` messages."""
         policy, view = self._setup(session, policy)
         if not view.overflow_pending:
             return Outcome(status="skipped", reason="no pending context-overflow error")
         keep = max(4, policy.keep_recent_messages // 2)
-        emergency = msgspec.structs.replace(policy, keep_recent_turns=1,
-                                            keep_recent_messages=keep)
+        emergency = msgspec.structs.replace(policy, keep_recent_turns=1, keep_recent_messages=keep)
         span = self.choose_span(view, emergency)
         if span is None:
-            return Outcome(status="skipped", reason="overflow: nothing before the tail to "
-                           "compact; the recovery pack truncates instead")
+            return Outcome(
+                status="skipped",
+                reason="overflow: nothing before the tail to "
+                "compact; the recovery pack truncates instead",
+            )
         extractive = ExtractiveSummarizer(view.counter)
-        return self._compact(session, view, emergency, span, "overflow", time=time,
-                             summarizer=extractive, cost=None, segmented=False)
+        return self._compact(
+            session,
+            view,
+            emergency,
+            span,
+            "overflow",
+            time=time,
+            summarizer=extractive,
+            cost=None,
+            segmented=False,
+        )
 
     # -- decisions ------------------------------------------------------------------
     def _setup(self, session: str, policy: Policy | None) -> tuple[Policy, Projection]:
-        policy = (policy.resolved() if policy is not None
-                  else self.packer.policy_in_force(session) or Policy().resolved())
+        policy = (
+            policy.resolved()
+            if policy is not None
+            else self.packer.policy_in_force(session) or Policy().resolved()
+        )
         counter = self.packer.counter_for(policy)
         return policy, self.packer.projection(session, counter)
 
@@ -319,8 +354,10 @@ class Compactor:
             before: list[Unit] = []
             for unit in chosen:
                 # a unit whose late result arrived after the opening message ends the span
-                if unit.index >= opening or max(view.items[i].pos for i in unit.items) \
-                        > opening_pos:
+                if (
+                    unit.index >= opening
+                    or max(view.items[i].pos for i in unit.items) > opening_pos
+                ):
                     break
                 before.append(unit)
             chosen = before or [u for u in chosen if u.index > opening]
@@ -329,22 +366,25 @@ class Compactor:
                 # turns; in a one-instruction session, what came before the instruction):
                 # the current turn's older steps are ordinary history.
                 stop = _stop_v2(view, policy, keep_turns=False)
-                chosen = [u for u in units[opening + 1:stop] if _first_pos(view, u) > covered]
+                chosen = [u for u in units[opening + 1 : stop] if _first_pos(view, u) > covered]
         if not chosen:
             return None, _nothing(view, policy, stop, covered)
         first = _first_pos(view, chosen[0])
         last = max(view.items[i].pos for u in chosen for i in u.items)
         last = _no_straddle(view, first, last, stop)
         if last < first:
-            return None, ("the units that could be compacted hold results that arrived after "
-                          "later messages; the split would separate a call from its result")
+            return None, (
+                "the units that could be compacted hold results that arrived after "
+                "later messages; the split would separate a call from its result"
+            )
         return (first, last), ""
 
     def estimate(self, view: Projection, policy: Policy, span: tuple[int, int]) -> CostEstimate:
         """The cost model for compacting ``span`` now."""
         packed = self._pack(view, policy)
-        span_tokens = sum(it.tokens for it in view.items if span[0] <= it.pos <= span[1]
-                          and it.unit >= 0)
+        span_tokens = sum(
+            it.tokens for it in view.items if span[0] <= it.pos <= span[1] and it.unit >= 0
+        )
         summary_tokens = min(policy.summary_max_tokens, max(1, span_tokens // 10))
         freed = max(0, span_tokens - summary_tokens)
         now = packed.tokens
@@ -352,34 +392,78 @@ class Compactor:
         horizon = max(1, policy.cache_horizon_turns)
         per_m = 1_000_000
         keep_cost = (now * policy.cache_read_price * horizon) / per_m
-        compact_cost = (after * policy.cache_write_price
-                        + after * policy.cache_read_price * (horizon - 1)) / per_m
+        compact_cost = (
+            after * policy.cache_write_price + after * policy.cache_read_price * (horizon - 1)
+        ) / per_m
         cached = sum(packed.section_tokens) + packed.budget.tools + sum(packed.message_tokens)
-        return CostEstimate(prompt_tokens=now, freed_tokens=freed, keep_cost=round(keep_cost, 6),
-                            compact_cost=round(compact_cost, 6), cache_reads_lost=cached,
-                            horizon=horizon, worth=compact_cost < keep_cost)
+        return CostEstimate(
+            prompt_tokens=now,
+            freed_tokens=freed,
+            keep_cost=round(keep_cost, 6),
+            compact_cost=round(compact_cost, 6),
+            cache_reads_lost=cached,
+            horizon=horizon,
+            worth=compact_cost < keep_cost,
+        )
 
     # -- doing it ----------------------------------------------------------------------
-    def _compact(self, session: str, view: Projection, policy: Policy, span: tuple[int, int],
-                 reason: Reason, *, time: int | None, cost: CostEstimate | None,
-                 summarizer: Summarizer | None = None, segmented: bool = True) -> Outcome:
-        with otel_span("turnlog.compaction", {
-                "gen_ai.operation.name": "compaction", "turnlog.session": session,
-                "turnlog.compaction.reason": reason, "turnlog.compaction.first_seq": span[0],
-                "turnlog.compaction.last_seq": span[1]}) as current:
-            outcome = self._compact_traced(session, view, policy, span, reason, time=time,
-                                           cost=cost, summarizer=summarizer,
-                                           segmented=segmented)
-            otel_attributes(current, {"turnlog.compaction.status": outcome.status,
-                                      "turnlog.compaction.tokens_covered":
-                                          outcome.covered_tokens,
-                                      "turnlog.compaction.parts": outcome.parts})
+    def _compact(
+        self,
+        session: str,
+        view: Projection,
+        policy: Policy,
+        span: tuple[int, int],
+        reason: Reason,
+        *,
+        time: int | None,
+        cost: CostEstimate | None,
+        summarizer: Summarizer | None = None,
+        segmented: bool = True,
+    ) -> Outcome:
+        with otel_span(
+            "turnlog.compaction",
+            {
+                "gen_ai.operation.name": "compaction",
+                "turnlog.session": session,
+                "turnlog.compaction.reason": reason,
+                "turnlog.compaction.first_seq": span[0],
+                "turnlog.compaction.last_seq": span[1],
+            },
+        ) as current:
+            outcome = self._compact_traced(
+                session,
+                view,
+                policy,
+                span,
+                reason,
+                time=time,
+                cost=cost,
+                summarizer=summarizer,
+                segmented=segmented,
+            )
+            otel_attributes(
+                current,
+                {
+                    "turnlog.compaction.status": outcome.status,
+                    "turnlog.compaction.tokens_covered": outcome.covered_tokens,
+                    "turnlog.compaction.parts": outcome.parts,
+                },
+            )
             return outcome
 
-    def _compact_traced(self, session: str, view: Projection, policy: Policy,
-                        span: tuple[int, int], reason: Reason, *, time: int | None,
-                        cost: CostEstimate | None, summarizer: Summarizer | None,
-                        segmented: bool) -> Outcome:
+    def _compact_traced(
+        self,
+        session: str,
+        view: Projection,
+        policy: Policy,
+        span: tuple[int, int],
+        reason: Reason,
+        *,
+        time: int | None,
+        cost: CostEstimate | None,
+        summarizer: Summarizer | None,
+        segmented: bool,
+    ) -> Outcome:
         summarizer = summarizer or self.summarizer or ExtractiveSummarizer(view.counter)
         window = window_of(summarizer)
         segments = self.segments(view, policy, span) if segmented else [span]
@@ -389,31 +473,67 @@ class Compactor:
             head = self.log.head(session)
             assert head is not None
             messages, covered = self._full_span(view, first, last)
-            request = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
-                                     max_tokens=policy.summary_max_tokens,
-                                     messages=tuple(messages), reason=reason)
+            request = SummaryRequest(
+                session=session,
+                first_pos=first,
+                last_pos=last,
+                level=0,
+                max_tokens=policy.summary_max_tokens,
+                messages=tuple(messages),
+                reason=reason,
+            )
             covered_total += covered
             parts: tuple[int, ...] = ()
             if window is not None:
                 budget = _source_budget(request, window, view.counter)
                 if view.counter.count(request.source_text()) > budget:
                     made, merge, error = self._summarize_parts(
-                        session, view.counter, policy, request, summarizer, budget, reason,
-                        time=time)
+                        session,
+                        view.counter,
+                        policy,
+                        request,
+                        summarizer,
+                        budget,
+                        reason,
+                        time=time,
+                    )
                     seqs += made
                     parts_total += len(made) - (1 if error else 0)
                     if error or merge is None:
-                        return Outcome(status="failed", reason=reason, seqs=tuple(seqs),
-                                       detail=error, cost=cost, covered_tokens=covered_total,
-                                       parts=parts_total)
+                        return Outcome(
+                            status="failed",
+                            reason=reason,
+                            seqs=tuple(seqs),
+                            detail=error,
+                            cost=cost,
+                            covered_tokens=covered_total,
+                            parts=parts_total,
+                        )
                     request, parts = merge
-            done = self._commit(session, view, policy, request, summarizer, reason, time=time,
-                                cost=cost, covered=covered, parts=parts, since=head.seq)
+            done = self._commit(
+                session,
+                view,
+                policy,
+                request,
+                summarizer,
+                reason,
+                time=time,
+                cost=cost,
+                covered=covered,
+                parts=parts,
+                since=head.seq,
+            )
             seqs.append(done[0])
             if not done[1]:
-                return Outcome(status="failed", reason=reason, seqs=tuple(seqs),
-                               detail=done[2], cost=cost, covered_tokens=covered_total,
-                               parts=parts_total)
+                return Outcome(
+                    status="failed",
+                    reason=reason,
+                    seqs=tuple(seqs),
+                    detail=done[2],
+                    cost=cost,
+                    covered_tokens=covered_total,
+                    parts=parts_total,
+                )
             view = self.packer.projection(session, view.counter)
         seqs += self._rollups(session, policy, summarizer, time=time)
         view = self.packer.projection(session, view.counter)
@@ -425,9 +545,17 @@ class Compactor:
         detail = f"{len(segments)} segment(s) summarized"
         if parts_total:
             detail += f" ({parts_total} part summaries: larger than the summarizer's window)"
-        return Outcome(status="committed", reason=reason, seqs=tuple(seqs), detail=detail,
-                       cost=cost, next_tokens=next_tokens, fits=fits,
-                       covered_tokens=covered_total, parts=parts_total)
+        return Outcome(
+            status="committed",
+            reason=reason,
+            seqs=tuple(seqs),
+            detail=detail,
+            cost=cost,
+            next_tokens=next_tokens,
+            fits=fits,
+            covered_tokens=covered_total,
+            parts=parts_total,
+        )
 
     def _full_span(self, view: Projection, first: int, last: int) -> tuple[list[Message], int]:
         """The span's items as verbatim neutral messages with the whole text of every
@@ -448,47 +576,68 @@ class Compactor:
                 except BlobNotFoundError:  # erased with its content: the preview is all
                     whole = None
                 if whole is not None:
-                    text = (notification_text(body.source, whole)
-                            if isinstance(body, NotificationAdded) else whole)
+                    text = (
+                        notification_text(body.source, whole)
+                        if isinstance(body, NotificationAdded)
+                        else whole
+                    )
                     full = message(item, (TextPart(text=text),))
                     covered += counter.count(full.text) - counter.count(verbatim.text)
                     verbatim = full
             if isinstance(body, ToolResultAdded) and body.exit_code is not None:
-                verbatim = msgspec.structs.replace(verbatim, parts=(
-                    *verbatim.parts, TextPart(text=f"\n[exit code {body.exit_code}]")))
+                verbatim = msgspec.structs.replace(
+                    verbatim,
+                    parts=(*verbatim.parts, TextPart(text=f"\n[exit code {body.exit_code}]")),
+                )
             out.append(verbatim)
         return out, covered
 
-    def _summarize(self, summarizer: Summarizer, request: SummaryRequest, policy: Policy,
-                   counter: TokenCounter) -> tuple[Summary | None, str]:
+    def _summarize(
+        self, summarizer: Summarizer, request: SummaryRequest, policy: Policy, counter: TokenCounter
+    ) -> tuple[Summary | None, str]:
         """One summarizer call, validated: (summary, "") or (None, what went wrong)."""
-        with otel_span("turnlog.summarize", {
-                "gen_ai.operation.name": "summarize", "turnlog.session": request.session,
+        with otel_span(
+            "turnlog.summarize",
+            {
+                "gen_ai.operation.name": "summarize",
+                "turnlog.session": request.session,
                 "turnlog.summary.summarizer": summarizer.id,
-                "turnlog.summary.level": request.level, "turnlog.summary.part": request.part,
-                "turnlog.summary.parts": request.parts}) as current:
+                "turnlog.summary.level": request.level,
+                "turnlog.summary.part": request.part,
+                "turnlog.summary.parts": request.parts,
+            },
+        ) as current:
             try:
-                summary = _call_with_timeout(lambda: summarizer.summarize(request),
-                                             self.timeout)
+                summary = _call_with_timeout(lambda: summarizer.summarize(request), self.timeout)
             except TimeoutError:
                 return None, f"summarizer {summarizer.id} timed out after {self.timeout} s"
             except Exception as exc:  # any summarizer failure is recorded
                 return None, f"summarizer {summarizer.id} failed: {type(exc).__name__}: {exc}"
             tokens = counter.count(summary.text)
-            otel_attributes(current, {"gen_ai.request.model": summary.model,
-                                      "gen_ai.usage.output_tokens": tokens})
+            otel_attributes(
+                current,
+                {"gen_ai.request.model": summary.model, "gen_ai.usage.output_tokens": tokens},
+            )
         if not summary.text.strip():
             return None, "summary is empty"
         if tokens > policy.summary_max_tokens:
-            return None, (f"summary is {tokens} tokens, over summary_max_tokens "
-                          f"{policy.summary_max_tokens}")
+            return None, (
+                f"summary is {tokens} tokens, over summary_max_tokens {policy.summary_max_tokens}"
+            )
         return summary, ""
 
-    def _summarize_parts(self, session: str, counter: TokenCounter, policy: Policy,
-                         request: SummaryRequest, summarizer: Summarizer, budget: int,
-                         reason: Reason, *, time: int | None,
-                         ) -> tuple[list[int], tuple[SummaryRequest, tuple[int, ...]] | None,
-                                    str]:
+    def _summarize_parts(
+        self,
+        session: str,
+        counter: TokenCounter,
+        policy: Policy,
+        request: SummaryRequest,
+        summarizer: Summarizer,
+        budget: int,
+        reason: Reason,
+        *,
+        time: int | None,
+    ) -> tuple[list[int], tuple[SummaryRequest, tuple[int, ...]] | None, str]:
         """Map and reduce a segment too large for the summarizer: append each part's
         summary, merge them level by level while a merge's input is still too large.
 
@@ -499,51 +648,78 @@ class Compactor:
         """
         appended: list[int] = []
 
-        def fail(error: str, first: int, last: int) -> tuple[
-                list[int], tuple[SummaryRequest, tuple[int, ...]] | None, str]:
-            failed = CompactionFailed(error=error[:4000], reason=reason,
-                                      summarizer=summarizer.id, first_seq=first, last_seq=last)
+        def fail(
+            error: str, first: int, last: int
+        ) -> tuple[list[int], tuple[SummaryRequest, tuple[int, ...]] | None, str]:
+            failed = CompactionFailed(
+                error=error[:4000],
+                reason=reason,
+                summarizer=summarizer.id,
+                first_seq=first,
+                last_seq=last,
+            )
             appended.append(self.log.append(session, Draft(body=failed, time=time)).last_seq)
             return appended, None, error
 
         try:
             pieces = split_transcript(request.messages, budget, counter)
         except ValueError as exc:
-            return fail(f"summarizer {summarizer.id}'s window is too small for this span: "
-                        f"{exc}", request.first_pos, request.last_pos)
+            return fail(
+                f"summarizer {summarizer.id}'s window is too small for this span: {exc}",
+                request.first_pos,
+                request.last_pos,
+            )
         # (seq, first_pos, first_offset, last_pos, last_offset, summary) per part
         level: list[tuple[int, int, int, int, int, str]] = []
         for number, chunk in enumerate(pieces, start=1):
             first, last = chunk[0].message.source[0], chunk[-1].message.source[0]
-            sub = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
-                                 max_tokens=request.max_tokens,
-                                 messages=tuple(p.message for p in chunk), reason=reason,
-                                 part=number, parts=len(pieces))
+            sub = SummaryRequest(
+                session=session,
+                first_pos=first,
+                last_pos=last,
+                level=0,
+                max_tokens=request.max_tokens,
+                messages=tuple(p.message for p in chunk),
+                reason=reason,
+                part=number,
+                parts=len(pieces),
+            )
             summary, error = self._summarize(summarizer, sub, policy, counter)
             if summary is None:
                 return fail(f"part {number} of {len(pieces)}: {error}", first, last)
             body = CompactionPartSummarized(
-                first_seq=first, last_seq=last, first_offset=chunk[0].start,
-                last_offset=chunk[-1].end, part=number, parts=len(pieces),
-                summary=summary.text, summarizer=summary.summarizer, model=summary.model,
+                first_seq=first,
+                last_seq=last,
+                first_offset=chunk[0].start,
+                last_offset=chunk[-1].end,
+                part=number,
+                parts=len(pieces),
+                summary=summary.text,
+                summarizer=summary.summarizer,
+                model=summary.model,
                 prompt_hash=summary.prompt_hash or sub.prompt_hash(),
                 tokens_before=counter.count(sub.source_text()),
-                tokens_after=counter.count(summary.text))
+                tokens_after=counter.count(summary.text),
+            )
             seq = self.log.append(session, Draft(body=body, time=time)).last_seq
             appended.append(seq)
             level.append((seq, first, chunk[0].start, last, chunk[-1].end, summary.text))
         depth = 0
         while True:
-            merge = msgspec.structs.replace(request, messages=(),
-                                            children=tuple(p[5] for p in level))
+            merge = msgspec.structs.replace(
+                request, messages=(), children=tuple(p[5] for p in level)
+            )
             if len(level) == 1 or counter.count(merge.source_text()) <= budget:
                 return appended, (merge, tuple(p[0] for p in level)), ""
             groups = _groups([p[5] for p in level], budget, request, counter)
             if groups is None:
-                return fail(f"summarizer {summarizer.id}'s window cannot merge two part "
-                            f"summaries of up to {request.max_tokens} tokens (summary_max_"
-                            "tokens); give it a larger window or lower summary_max_tokens",
-                            request.first_pos, request.last_pos)
+                return fail(
+                    f"summarizer {summarizer.id}'s window cannot merge two part "
+                    f"summaries of up to {request.max_tokens} tokens (summary_max_"
+                    "tokens); give it a larger window or lower summary_max_tokens",
+                    request.first_pos,
+                    request.last_pos,
+                )
             depth += 1
             merged: list[tuple[int, int, int, int, int, str]] = []
             for number, (lo, hi) in enumerate(groups, start=1):
@@ -552,29 +728,49 @@ class Compactor:
                     merged.append(members[0])
                     continue
                 first, last = members[0][1], members[-1][3]
-                sub = SummaryRequest(session=session, first_pos=first, last_pos=last, level=0,
-                                     max_tokens=request.max_tokens,
-                                     children=tuple(m[5] for m in members), reason=reason,
-                                     part=number, parts=len(groups))
+                sub = SummaryRequest(
+                    session=session,
+                    first_pos=first,
+                    last_pos=last,
+                    level=0,
+                    max_tokens=request.max_tokens,
+                    children=tuple(m[5] for m in members),
+                    reason=reason,
+                    part=number,
+                    parts=len(groups),
+                )
                 summary, error = self._summarize(summarizer, sub, policy, counter)
                 if summary is None:
-                    return fail(f"merge {number} of {len(groups)} (level {depth}): {error}",
-                                first, last)
+                    return fail(
+                        f"merge {number} of {len(groups)} (level {depth}): {error}", first, last
+                    )
                 body = CompactionPartSummarized(
-                    first_seq=first, last_seq=last, first_offset=members[0][2],
-                    last_offset=members[-1][4], part=number, parts=len(groups), level=depth,
-                    children=tuple(m[0] for m in members), summary=summary.text,
-                    summarizer=summary.summarizer, model=summary.model,
+                    first_seq=first,
+                    last_seq=last,
+                    first_offset=members[0][2],
+                    last_offset=members[-1][4],
+                    part=number,
+                    parts=len(groups),
+                    level=depth,
+                    children=tuple(m[0] for m in members),
+                    summary=summary.text,
+                    summarizer=summary.summarizer,
+                    model=summary.model,
                     prompt_hash=summary.prompt_hash or sub.prompt_hash(),
                     tokens_before=sum(counter.count(m[5]) for m in members),
-                    tokens_after=counter.count(summary.text))
+                    tokens_after=counter.count(summary.text),
+                )
                 seq = self.log.append(session, Draft(body=body, time=time)).last_seq
                 appended.append(seq)
                 merged.append((seq, first, members[0][2], last, members[-1][4], summary.text))
             level = merged
 
-    def segments(self, view: Projection, policy: Policy, span: tuple[int, int],
-                 ) -> list[tuple[int, int]]:
+    def segments(
+        self,
+        view: Projection,
+        policy: Policy,
+        span: tuple[int, int],
+    ) -> list[tuple[int, int]]:
         """Cut a span into level-0 segments at user-turn boundaries and topic shifts."""
         target = max(1, min(policy.segment_target_tokens, policy.usable // 2))
         minimum = min(policy.segment_min_tokens, target // 3)
@@ -587,8 +783,9 @@ class Compactor:
             tokens = sum(view.items[i].tokens for i in unit.items)
             lead = view.items[unit.items[0]]
             if not turns or lead.kind == "user":
-                words = set(_WORD.findall(_item_text(lead).lower())) if lead.kind == "user" \
-                    else set()
+                words = (
+                    set(_WORD.findall(_item_text(lead).lower())) if lead.kind == "user" else set()
+                )
                 turns.append((first, last, tokens, words, len(unit.items)))
             else:
                 f, end, t, w, m = turns[-1]
@@ -601,9 +798,14 @@ class Compactor:
         previous: set[str] = set()
         for first, last, tokens, words, count in turns:
             shift = bool(previous) and bool(words) and _jaccard(previous, words) < 0.1
-            if start >= 0 and first not in unsafe and (
-                    (size >= target) or (shift and size >= minimum
-                                         and msgs >= policy.segment_min_messages)):
+            if (
+                start >= 0
+                and first not in unsafe
+                and (
+                    (size >= target)
+                    or (shift and size >= minimum and msgs >= policy.segment_min_messages)
+                )
+            ):
                 segments.append((start, first - 1))
                 start = -1
                 size = msgs = 0
@@ -620,11 +822,23 @@ class Compactor:
                 segments.append((start, end))
         return [(max(a, span[0]), min(b, span[1])) for a, b in segments if a <= b]
 
-    def _commit(self, session: str, view: Projection, policy: Policy, request: SummaryRequest,
-                summarizer: Summarizer, reason: Reason, *, time: int | None,
-                cost: CostEstimate | None, level: int = 0, children: tuple[int, ...] = (),
-                covered: int | None = None, parts: tuple[int, ...] = (),
-                since: int | None = None) -> tuple[int, bool, str]:
+    def _commit(
+        self,
+        session: str,
+        view: Projection,
+        policy: Policy,
+        request: SummaryRequest,
+        summarizer: Summarizer,
+        reason: Reason,
+        *,
+        time: int | None,
+        cost: CostEstimate | None,
+        level: int = 0,
+        children: tuple[int, ...] = (),
+        covered: int | None = None,
+        parts: tuple[int, ...] = (),
+        since: int | None = None,
+    ) -> tuple[int, bool, str]:
         """Summarize and append the compaction (or the failure). Returns (seq, ok, detail).
 
         ``covered`` is the tokens the summary covers (the span's items otherwise),
@@ -634,47 +848,74 @@ class Compactor:
         assert head is not None
         summary, error = self._summarize(summarizer, request, policy, view.counter)
         if error or summary is None:
-            failed = CompactionFailed(error=error[:4000], reason=reason,
-                                      summarizer=summarizer.id, first_seq=request.first_pos,
-                                      last_seq=request.last_pos)
+            failed = CompactionFailed(
+                error=error[:4000],
+                reason=reason,
+                summarizer=summarizer.id,
+                first_seq=request.first_pos,
+                last_seq=request.last_pos,
+            )
             done = self.log.append(session, Draft(body=failed, time=time))
             return done.last_seq, False, error
         hashes = [view.events[p].hash for p in range(request.first_pos, request.last_pos + 1)]
-        before = covered if covered is not None else sum(
-            it.tokens for it in view.items
-            if request.first_pos <= it.pos <= request.last_pos and it.unit >= 0)
+        before = (
+            covered
+            if covered is not None
+            else sum(
+                it.tokens
+                for it in view.items
+                if request.first_pos <= it.pos <= request.last_pos and it.unit >= 0
+            )
+        )
         body = CompactionCommitted(
-            first_seq=request.first_pos, last_seq=request.last_pos,
-            covered_digest=covered_digest(hashes), summary=summary.text, level=level,
-            children=children, summarizer=summary.summarizer, model=summary.model,
-            prompt_hash=summary.prompt_hash or request.prompt_hash(), reason=reason,
-            tokens_before=before if level == 0 else sum(
-                view.counter.count(c) for c in request.children),
+            first_seq=request.first_pos,
+            last_seq=request.last_pos,
+            covered_digest=covered_digest(hashes),
+            summary=summary.text,
+            level=level,
+            children=children,
+            summarizer=summary.summarizer,
+            model=summary.model,
+            prompt_hash=summary.prompt_hash or request.prompt_hash(),
+            reason=reason,
+            tokens_before=before
+            if level == 0
+            else sum(view.counter.count(c) for c in request.children),
             tokens_after=view.counter.count(summary.text),
-            costs=cost.describe() if cost is not None else "", parts=parts)
+            costs=cost.describe() if cost is not None else "",
+            parts=parts,
+        )
         summarized = head.seq if since is None else min(since, head.seq)
 
         def decide(now: Head | None) -> Draft:
             # What others appended since the span was chosen (read after ``now``, so
             # it covers up to ``now`` at least) keeps the compaction valid unless it
             # rewinds the session: the summary may cover events no longer in view.
-            if now is not None and now.seq > summarized and any(
+            if (
+                now is not None
+                and now.seq > summarized
+                and any(
                     isinstance(e.body, SessionRewound)
-                    for e in self.log.read(session, summarized + 1)):
-                raise CompactionError("the session was rewound while summarizing; the "
-                                      "compaction was not committed")
+                    for e in self.log.read(session, summarized + 1)
+                )
+            ):
+                raise CompactionError(
+                    "the session was rewound while summarizing; the compaction was not committed"
+                )
             return Draft(body=body, time=time)
 
         try:
             landed = self.log.update(session, decide)
         except AppendConflictError as exc:
-            raise CompactionError(f"session {session!r} kept moving; compaction not "
-                                  f"committed ({exc})") from exc
+            raise CompactionError(
+                f"session {session!r} kept moving; compaction not committed ({exc})"
+            ) from exc
         assert landed is not None
         return landed.last_seq, True, ""
 
-    def _rollups(self, session: str, policy: Policy, summarizer: Summarizer, *,
-                 time: int | None) -> list[int]:
+    def _rollups(
+        self, session: str, policy: Policy, summarizer: Summarizer, *, time: int | None
+    ) -> list[int]:
         seqs: list[int] = []
         fanout = policy.rollup_fanout
         counter = self.packer.counter_for(policy)
@@ -687,13 +928,26 @@ class Compactor:
                 group = roots[:fanout]
                 bodies = [_compaction(view, p) for p in group]
                 request = SummaryRequest(
-                    session=session, first_pos=min(b.first_seq for b in bodies),
-                    last_pos=max(b.last_seq for b in bodies), level=level + 1,
+                    session=session,
+                    first_pos=min(b.first_seq for b in bodies),
+                    last_pos=max(b.last_seq for b in bodies),
+                    level=level + 1,
                     max_tokens=policy.summary_max_tokens,
-                    children=tuple(b.summary for b in bodies), reason="rollup")
-                seq, ok, _ = self._commit(session, view, policy, request, summarizer,
-                                          "rollup", time=time, cost=None, level=level + 1,
-                                          children=tuple(group))
+                    children=tuple(b.summary for b in bodies),
+                    reason="rollup",
+                )
+                seq, ok, _ = self._commit(
+                    session,
+                    view,
+                    policy,
+                    request,
+                    summarizer,
+                    "rollup",
+                    time=time,
+                    cost=None,
+                    level=level + 1,
+                    children=tuple(group),
+                )
                 seqs.append(seq)
                 if not ok:
                     return seqs
@@ -739,8 +993,9 @@ def _stop_v1(view: Projection, policy: Policy) -> int:
     while stop > 0 and kept_messages < policy.keep_recent_messages:
         stop -= 1
         kept_messages += len(units[stop].items)
-    while 0 < stop < len(units) and units[stop].turn == units[stop - 1].turn \
-            and units[stop].turn > 0:
+    while (
+        0 < stop < len(units) and units[stop].turn == units[stop - 1].turn and units[stop].turn > 0
+    ):
         stop -= 1
     return stop
 
@@ -757,8 +1012,11 @@ def _stop_v2(view: Projection, policy: Policy, *, keep_turns: bool = True) -> in
     current = len(turns)
     stop = len(units)
     for unit in units:
-        if unit.index >= protection.tail_unit or unit.open_calls or (
-                keep_turns and keep_turn <= unit.turn < current):
+        if (
+            unit.index >= protection.tail_unit
+            or unit.open_calls
+            or (keep_turns and keep_turn <= unit.turn < current)
+        ):
             stop = unit.index
             break
     kept_messages = sum(len(u.items) for u in units[stop:])
@@ -792,17 +1050,22 @@ def _nothing(view: Projection, policy: Policy, stop: int, covered: int) -> str:
     """Why no span can be compacted, and what would allow one."""
     if stop == 0 or not view.units:
         if policy.rules < 2 and len(view.turn_starts) <= 1:
-            return ("the session is one turn, and under packing rules 1 the current turn is "
-                    "never compacted; packing rules 2 compact its older steps (Policy "
-                    "rules=2)")
-        return (f"every message is within what must stay verbatim: the last "
-                f"{policy.keep_recent_turns} turns (keep_recent_turns), the last "
-                f"{policy.keep_recent_messages} messages (keep_recent_messages)"
-                + (f" and the last {policy.tail_steps} steps (tail_steps)"
-                   if policy.rules >= 2 else "")
-                + "; lower them to compact more")
-    return (f"everything before what must stay verbatim is summarized already (up to "
-            f"position {covered}); more history must accumulate first")
+            return (
+                "the session is one turn, and under packing rules 1 the current turn is "
+                "never compacted; packing rules 2 compact its older steps (Policy "
+                "rules=2)"
+            )
+        return (
+            f"every message is within what must stay verbatim: the last "
+            f"{policy.keep_recent_turns} turns (keep_recent_turns), the last "
+            f"{policy.keep_recent_messages} messages (keep_recent_messages)"
+            + (f" and the last {policy.tail_steps} steps (tail_steps)" if policy.rules >= 2 else "")
+            + "; lower them to compact more"
+        )
+    return (
+        f"everything before what must stay verbatim is summarized already (up to "
+        f"position {covered}); more history must accumulate first"
+    )
 
 
 def _straddled(view: Projection, cuts: list[int]) -> set[int]:
@@ -862,8 +1125,7 @@ def _last_compaction_turn(view: Projection) -> int:
     pos = _last_compaction_pos(view)
     if pos < 0:
         return 0
-    return sum(1 for start in view.turn_starts
-               if view.items[view.units[start].items[0]].pos < pos)
+    return sum(1 for start in view.turn_starts if view.items[view.units[start].items[0]].pos < pos)
 
 
 def _tool_calls_at(view: Projection, pos: int) -> int:
@@ -882,21 +1144,27 @@ def _source_budget(request: SummaryRequest, window: int, counter: TokenCounter) 
     it, for tokenizers that count differently) less the answer and the instructions
     of a part request."""
     sample = msgspec.structs.replace(request, part=999_999, parts=999_999)
-    return int(window * WINDOW_SHARE) - request.max_tokens - counter.count(
-        sample.instructions())
+    return int(window * WINDOW_SHARE) - request.max_tokens - counter.count(sample.instructions())
 
 
-def _groups(summaries: list[str], budget: int, request: SummaryRequest,
-            counter: TokenCounter) -> list[tuple[int, int]] | None:
+def _groups(
+    summaries: list[str], budget: int, request: SummaryRequest, counter: TokenCounter
+) -> list[tuple[int, int]] | None:
     """Consecutive runs ``[lo, hi)`` of summaries whose merge input fits ``budget``,
     greedily from the first; None when two adjacent ones do not fit together."""
     groups: list[tuple[int, int]] = []
     lo = 0
     while lo < len(summaries):
         hi = lo + 1
-        while hi < len(summaries) and counter.count(msgspec.structs.replace(
-                request, messages=(), children=tuple(summaries[lo:hi + 1])).source_text()
-                ) <= budget:
+        while (
+            hi < len(summaries)
+            and counter.count(
+                msgspec.structs.replace(
+                    request, messages=(), children=tuple(summaries[lo : hi + 1])
+                ).source_text()
+            )
+            <= budget
+        ):
             hi += 1
         if hi - lo < 2 and hi < len(summaries):
             return None

@@ -104,8 +104,13 @@ class Copied(msgspec.Struct, frozen=True):
     cached: int
 
 
-def copy_log(source: Log, target: Log, *, sessions: Iterable[str] | None = None,
-             progress: Callable[[Copied], None] | None = None) -> Copied:
+def copy_log(
+    source: Log,
+    target: Log,
+    *,
+    sessions: Iterable[str] | None = None,
+    progress: Callable[[Copied], None] | None = None,
+) -> Copied:
     """Copy every session (or the given ones with their lineage), the blobs they
     refer to and the cached token counts of ``source`` into ``target``, byte for
     byte (every hash preserved).
@@ -139,8 +144,9 @@ def copy_log(source: Log, target: Log, *, sessions: Iterable[str] | None = None,
     if source.store is target.store:
         raise InvalidArgumentError("source and target are the same store")
     if progress is not None and not callable(progress):
-        raise InvalidArgumentError(f"progress must be callable or None, found "
-                                   f"{type(progress).__name__}")
+        raise InvalidArgumentError(
+            f"progress must be callable or None, found {type(progress).__name__}"
+        )
     wanted = None if sessions is None else _session_list(sessions)
     return _Copy(source, target, progress).run(wanted)
 
@@ -163,8 +169,9 @@ def _session_list(sessions: Iterable[str]) -> list[str]:
     for session in found:
         validate_session_id(session)
     if not found:
-        raise InvalidArgumentError("sessions is empty; give at least one session id, or None "
-                                   "to copy every session")
+        raise InvalidArgumentError(
+            "sessions is empty; give at least one session id, or None to copy every session"
+        )
     return found
 
 
@@ -189,17 +196,25 @@ def export_events(log: Log, session: str) -> Iterator[bytes]:
                         continue
                     data = txn.blob(digest)
                     if data is None:
-                        raise StoreCorruptError(f"{name}#{event.seq} refers to blob "
-                                                f"{digest[:16]}, which is missing; run "
-                                                "`turnlog verify`")
+                        raise StoreCorruptError(
+                            f"{name}#{event.seq} refers to blob "
+                            f"{digest[:16]}, which is missing; run "
+                            "`turnlog verify`"
+                        )
                     sent.add(digest)
-                    yield _BLOB_LINE.encode({"blob": digest,
-                                             "data": base64.b64encode(data).decode()}) + b"\n"
+                    yield (
+                        _BLOB_LINE.encode({"blob": digest, "data": base64.b64encode(data).decode()})
+                        + b"\n"
+                    )
                 yield event_to_json(event) + b"\n"
 
 
-def import_events(target: Log, lines: Iterable[bytes | str], *, origin: str = "the export",
-                  ) -> Copied:
+def import_events(
+    target: Log,
+    lines: Iterable[bytes | str],
+    *,
+    origin: str = "the export",
+) -> Copied:
     """Read what `export_events` wrote back into ``target``, every hash unchanged.
 
     The lines are checked whole before anything is written: each must be an
@@ -235,13 +250,17 @@ def import_events(target: Log, lines: Iterable[bytes | str], *, origin: str = "t
         try:
             raw = msgspec.json.decode(text)
         except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
-            raise ImportFormatError(f"{where} is not JSON; a turnlog export holds one JSON "
-                                    "object a line (`turnlog export SESSION`)") from None
+            raise ImportFormatError(
+                f"{where} is not JSON; a turnlog export holds one JSON "
+                "object a line (`turnlog export SESSION`)"
+            ) from None
         if isinstance(raw, dict) and set(raw) == {"blob", "data"}:
             digest, data = raw["blob"], _blob_data(raw["data"], where)
             if not isinstance(digest, str) or blake3.blake3(data).hexdigest() != digest:
-                raise ImportFormatError(f"{where}: the blob's data does not match its hash "
-                                        f"{str(digest)[:16]}; the file was changed")
+                raise ImportFormatError(
+                    f"{where}: the blob's data does not match its hash "
+                    f"{str(digest)[:16]}; the file was changed"
+                )
             blobs[digest] = data
             continue
         try:
@@ -250,8 +269,10 @@ def import_events(target: Log, lines: Iterable[bytes | str], *, origin: str = "t
             raise ImportFormatError(f"{where}: not an exported event or blob ({exc})") from None
         held = records.setdefault(event.session, [])
         if event.seq != len(held):
-            raise ImportFormatError(f"{where}: expected {event.session}#{len(held)}, found "
-                                    f"seq {event.seq}; the file was cut or reordered")
+            raise ImportFormatError(
+                f"{where}: expected {event.session}#{len(held)}, found "
+                f"seq {event.seq}; the file was cut or reordered"
+            )
         prev, digest = event.prev, event.hash
         bare = msgspec.structs.replace(event)
         msgspec.structs.force_setattr(bare, "prev", b"")
@@ -275,9 +296,11 @@ def import_events(target: Log, lines: Iterable[bytes | str], *, origin: str = "t
     staging.store.write(stage)
     report = staging.verify()
     if not report.ok:
-        raise ImportFormatError(f"{origin}: the exported events do not verify at "
-                                f"{report.problem}; the file was changed or is not whole. "
-                                "Nothing was imported")
+        raise ImportFormatError(
+            f"{origin}: the exported events do not verify at "
+            f"{report.problem}; the file was changed or is not whole. "
+            "Nothing was imported"
+        )
     copy = _Copy(staging, target, None)
     copy.origin = origin
     return copy.run(list(records))
@@ -302,8 +325,9 @@ def _blob_data(value: object, where: str) -> bytes:
     raise ImportFormatError(f"{where}: a blob's data must be base64 text")
 
 
-def _lineage(txn: ReadTxn, wanted: list[str], heads: dict[str, tuple[int, bytes]],
-             where: str) -> list[str]:
+def _lineage(
+    txn: ReadTxn, wanted: list[str], heads: dict[str, tuple[int, bytes]], where: str
+) -> list[str]:
     """``wanted`` with the sessions their histories continue, sources first; fills
     ``heads`` with each one's head."""
     order: list[str] = []
@@ -314,10 +338,14 @@ def _lineage(txn: ReadTxn, wanted: list[str], heads: dict[str, tuple[int, bytes]
             head = txn.head(name)
             if head is None:
                 if name == session:
-                    raise UnknownSessionError(f"no session {session!r} in {where}; list its "
-                                              "sessions with `turnlog sessions`")
-                raise StoreCorruptError(f"{where} lacks session {name!r}, which {chain[-1]!r} "
-                                        "was forked from; run `turnlog verify` on it")
+                    raise UnknownSessionError(
+                        f"no session {session!r} in {where}; list its "
+                        "sessions with `turnlog sessions`"
+                    )
+                raise StoreCorruptError(
+                    f"{where} lacks session {name!r}, which {chain[-1]!r} "
+                    "was forked from; run `turnlog verify` on it"
+                )
             heads[name] = head
             chain.append(name)
             first = txn.get(name, 0)
@@ -330,8 +358,7 @@ def _lineage(txn: ReadTxn, wanted: list[str], heads: dict[str, tuple[int, bytes]
 class _Copy:
     """One copy run: the counts so far."""
 
-    def __init__(self, source: Log, target: Log,
-                 progress: Callable[[Copied], None] | None) -> None:
+    def __init__(self, source: Log, target: Log, progress: Callable[[Copied], None] | None) -> None:
         self.source = source
         self.target = target
         self.progress = progress
@@ -346,10 +373,16 @@ class _Copy:
 
     def run(self, wanted: list[str] | None) -> Copied:
         with self.source.store.read() as txn:
-            heads = {name: (seq, digest) for name, seq, digest in txn.sessions()} \
-                if wanted is None else {}
-            order = list(heads) if wanted is None else _lineage(txn, wanted, heads,
-                                                                 f"the source {self.origin}")
+            heads = (
+                {name: (seq, digest) for name, seq, digest in txn.sessions()}
+                if wanted is None
+                else {}
+            )
+            order = (
+                list(heads)
+                if wanted is None
+                else _lineage(txn, wanted, heads, f"the source {self.origin}")
+            )
             starts = self.preflight(txn, order, heads)
             mark = json.dumps({"from": self.origin, "sessions": wanted}, ensure_ascii=False)
             self.target.store.write(lambda t: _set_mark(t, mark))
@@ -364,8 +397,9 @@ class _Copy:
         self.target.store.write(lambda t: _set_mark(t, None))
         return self.counts()
 
-    def preflight(self, txn: ReadTxn, order: list[str],
-                  heads: dict[str, tuple[int, bytes]]) -> dict[str, int]:
+    def preflight(
+        self, txn: ReadTxn, order: list[str], heads: dict[str, tuple[int, bytes]]
+    ) -> dict[str, int]:
         """The first seq to copy of each session: 0, or past what the target holds
         of it already (a prefix of the source's); anything else is refused before
         anything is written."""
@@ -382,7 +416,8 @@ class _Copy:
                     raise InvalidArgumentError(
                         f"the target {self.where} already holds session {session!r} with other "
                         f"events (its seq {seq} is not the source's); copy into a store "
-                        "without it")
+                        "without it"
+                    )
                 starts[session] = seq + 1
         return starts
 
@@ -393,7 +428,8 @@ class _Copy:
             if blake3.blake3(data).hexdigest() != digest:
                 raise StoreCorruptError(
                     f"blob {digest[:16]} of the source does not match its hash; run `turnlog "
-                    "verify` on the source and restore it from a backup before copying")
+                    "verify` on the source and restore it from a backup before copying"
+                )
             self.have.add(digest)
             self.checked.add(digest)
             chunk.append((digest, data))
@@ -409,7 +445,7 @@ class _Copy:
         except StoreError:
             return  # a backend that cannot list its cache: rebuilt on use
         for start in range(0, len(entries), _CHUNK_RECORDS):
-            part = entries[start:start + _CHUNK_RECORDS]
+            part = entries[start : start + _CHUNK_RECORDS]
 
             def put(t: WriteTxn, part: list[tuple[str, bytes, bytes]] = part) -> None:
                 for namespace, key, value in part:
@@ -418,22 +454,24 @@ class _Copy:
             self.target.store.write(put)
         self.cached += len(entries)
 
-    def copy_session(self, txn: ReadTxn, session: str, head: tuple[int, bytes],
-                     first: int) -> None:
+    def copy_session(self, txn: ReadTxn, session: str, head: tuple[int, bytes], first: int) -> None:
         head_seq, head_hash = head
         problem = fsck_session(txn, session, head_seq, head_hash, self.checked)
         if problem is not None:
             raise StoreCorruptError(
                 f"the source {self.origin} fails verification at {problem}; nothing of "
                 f"{session!r} was copied. Run `turnlog verify` on the source and restore it "
-                "from a backup before copying")
+                "from a backup before copying"
+            )
         records: list[bytes] = []
         size = 0
         for seq, record in txn.scan(session, first, head_seq + 1):
             if seq != first + len(records):
-                raise StoreCorruptError(f"the source lacks {session}#{first + len(records)} "
-                                        "(it changed during the copy?); run `turnlog verify` "
-                                        "on it")
+                raise StoreCorruptError(
+                    f"the source lacks {session}#{first + len(records)} "
+                    "(it changed during the copy?); run `turnlog verify` "
+                    "on it"
+                )
             records.append(bytes(record))
             size += len(record)
             if size >= _CHUNK_BYTES or len(records) >= _CHUNK_RECORDS:
@@ -456,8 +494,7 @@ class _Copy:
 
         self.blobs += self.target.store.write(put)
 
-    def write_records(self, txn: ReadTxn, session: str, first: int,
-                      records: list[bytes]) -> None:
+    def write_records(self, txn: ReadTxn, session: str, first: int, records: list[bytes]) -> None:
         if not records:
             return
         # The blobs these events refer to go first (a copy of some sessions only).
@@ -471,8 +508,10 @@ class _Copy:
                     continue
                 data = txn.blob(digest)
                 if data is None:  # verified a moment ago in this snapshot
-                    raise StoreCorruptError(f"the source lost blob {digest[:16]} during the "
-                                            "copy; run `turnlog verify` on it")
+                    raise StoreCorruptError(
+                        f"the source lost blob {digest[:16]} during the "
+                        "copy; run `turnlog verify` on it"
+                    )
                 self.have.add(digest)
                 chunk.append((digest, data))
                 size += len(data)
@@ -492,7 +531,11 @@ class _Copy:
                     f"session {session!r} of the target {where} was written by another writer "
                     f"during the copy (its head is at seq {actual}, the copy left it at "
                     f"{expected}); nothing of this part was written. Copy into a store nobody "
-                    "writes to meanwhile", session=session, expected=expected, actual=actual)
+                    "writes to meanwhile",
+                    session=session,
+                    expected=expected,
+                    actual=actual,
+                )
             t.put_events(session, first, records)
             for key, seq in keys:
                 if key is not None:

@@ -47,8 +47,16 @@ from ._policy import Policy
 from ._prompt import Message, Prompt
 from ._validation import check_integer, check_type
 
-__all__ = ["BREAKPOINT_CACHE", "CacheRule", "CostTotal", "CostedRequest",
-           "PREFIX_CACHE", "RequestCost", "SessionCost", "cost_of"]
+__all__ = [
+    "BREAKPOINT_CACHE",
+    "CacheRule",
+    "CostTotal",
+    "CostedRequest",
+    "PREFIX_CACHE",
+    "RequestCost",
+    "SessionCost",
+    "cost_of",
+]
 
 _MILLION = 1_000_000
 
@@ -181,8 +189,13 @@ class SessionCost(msgspec.Struct, frozen=True, kw_only=True):
 
 def _same_message(a: Message, b: Message) -> bool:
     # What the provider sees: ``source`` (lineage positions) is never sent.
-    return (a.role == b.role and a.parts == b.parts and a.tool_call_id == b.tool_call_id
-            and a.name == b.name and a.is_error == b.is_error)
+    return (
+        a.role == b.role
+        and a.parts == b.parts
+        and a.tool_call_id == b.tool_call_id
+        and a.name == b.name
+        and a.is_error == b.is_error
+    )
 
 
 class _Shape:
@@ -194,8 +207,11 @@ class _Shape:
         prompt = packed.prompt
         self.prompt = prompt
         self.tools = 1 if prompt.tools else 0
-        sizes = ([packed.budget.tools] if prompt.tools else []) + list(packed.section_tokens) \
+        sizes = (
+            ([packed.budget.tools] if prompt.tools else [])
+            + list(packed.section_tokens)
             + list(packed.message_tokens)
+        )
         ends = [0]
         for size in sizes:
             ends.append(ends[-1] + size)
@@ -238,8 +254,11 @@ def _marks(prompt: Prompt, tools: int, limit: int) -> tuple[int, ...]:
         elif point.at == "summary":
             at = tools + sections if summary else None
         else:
-            at = tools + sections + point.index + 1 \
-                if 0 <= point.index < len(prompt.messages) else None
+            at = (
+                tools + sections + point.index + 1
+                if 0 <= point.index < len(prompt.messages)
+                else None
+            )
         if at is None or at in found:
             continue
         if len(found) == limit:
@@ -248,8 +267,9 @@ def _marks(prompt: Prompt, tools: int, limit: int) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def _split(shape: _Shape, total: int, previous: tuple[_Shape, tuple[int, ...]] | None,
-           rule: CacheRule) -> tuple[int, int, int, tuple[int, ...]]:
+def _split(
+    shape: _Shape, total: int, previous: tuple[_Shape, tuple[int, ...]] | None, rule: CacheRule
+) -> tuple[int, int, int, tuple[int, ...]]:
     """(input, cache write, cache read) tokens of a prompt, and the block counts of the
     prefixes it leaves in the cache."""
     ends = shape.ends
@@ -258,15 +278,17 @@ def _split(shape: _Shape, total: int, previous: tuple[_Shape, tuple[int, ...]] |
         shared = shape.shared(previous[0])
     if not rule.breakpoints:
         tokens = ends[shared]
-        read = 0 if tokens < rule.minimum else \
-            rule.minimum + (tokens - rule.minimum) // rule.increment * rule.increment
+        read = (
+            0
+            if tokens < rule.minimum
+            else rule.minimum + (tokens - rule.minimum) // rule.increment * rule.increment
+        )
         read = min(read, total)
         return total - read, 0, read, ()
     cached = previous[1] if previous is not None else ()
     hit = 0
     for entry in cached:
-        if entry <= shared and any(entry <= mark <= entry + rule.lookback
-                                   for mark in shape.marks):
+        if entry <= shared and any(entry <= mark <= entry + rule.lookback for mark in shape.marks):
             hit = max(hit, entry)
     read = ends[hit]
     written = [mark for mark in shape.marks if ends[mark] >= rule.minimum]
@@ -280,8 +302,15 @@ def _split(shape: _Shape, total: int, previous: tuple[_Shape, tuple[int, ...]] |
 
 
 def _price(input_tokens: int, write: int, read: int, policy: Policy) -> float:
-    return round((input_tokens * policy.input_price + write * policy.cache_write_price
-                  + read * policy.cache_read_price) / _MILLION, 9)
+    return round(
+        (
+            input_tokens * policy.input_price
+            + write * policy.cache_write_price
+            + read * policy.cache_read_price
+        )
+        / _MILLION,
+        9,
+    )
 
 
 def _reported_price(usage: Usage, policy: Policy) -> float:
@@ -304,27 +333,52 @@ def cost_of(session: str, requests: Iterable[CostedRequest]) -> SessionCost:
     previous: dict[tuple[str, str], tuple[_Shape, tuple[int, ...]]] = {}
     for request in requests:
         policy = request.policy if request.policy is not None else Policy()
-        prices = {"input": policy.input_price, "cache_write": policy.cache_write_price,
-                  "cache_read": policy.cache_read_price}
-        reported_price = None if request.reported is None else \
-            _reported_price(request.reported, policy)
+        prices = {
+            "input": policy.input_price,
+            "cache_write": policy.cache_write_price,
+            "cache_read": policy.cache_read_price,
+        }
+        reported_price = (
+            None if request.reported is None else _reported_price(request.reported, policy)
+        )
         if request.packed is None:
-            rows.append(RequestCost(request_seq=request.request_seq, format=request.format,
-                                    model=request.model, tokens=0, input_tokens=0,
-                                    cache_write_tokens=0, cache_read_tokens=0, price=0.0,
-                                    prices=prices, reported=request.reported,
-                                    reported_price=reported_price, note=request.note))
+            rows.append(
+                RequestCost(
+                    request_seq=request.request_seq,
+                    format=request.format,
+                    model=request.model,
+                    tokens=0,
+                    input_tokens=0,
+                    cache_write_tokens=0,
+                    cache_read_tokens=0,
+                    price=0.0,
+                    prices=prices,
+                    reported=request.reported,
+                    reported_price=reported_price,
+                    note=request.note,
+                )
+            )
             continue
         key = (request.format, request.model)
         shape = _Shape(request.packed, request.rule)
         total = request.packed.tokens
         plain, write, read, holds = _split(shape, total, previous.get(key), request.rule)
         previous[key] = (shape, holds)
-        rows.append(RequestCost(request_seq=request.request_seq, format=request.format,
-                                model=request.model, tokens=total, input_tokens=plain,
-                                cache_write_tokens=write, cache_read_tokens=read,
-                                price=_price(plain, write, read, policy), prices=prices,
-                                reported=request.reported, reported_price=reported_price))
+        rows.append(
+            RequestCost(
+                request_seq=request.request_seq,
+                format=request.format,
+                model=request.model,
+                tokens=total,
+                input_tokens=plain,
+                cache_write_tokens=write,
+                cache_read_tokens=read,
+                price=_price(plain, write, read, policy),
+                prices=prices,
+                reported=request.reported,
+                reported_price=reported_price,
+            )
+        )
     return SessionCost(session=session, requests=tuple(rows), total=_total(rows))
 
 
@@ -335,15 +389,20 @@ def _total(rows: Sequence[RequestCost]) -> CostTotal:
     read = sum(r.cache_read_tokens for r in estimated)
     usage = [r.reported for r in reported if r.reported is not None]
     return CostTotal(
-        requests=len(estimated), tokens=tokens,
+        requests=len(estimated),
+        tokens=tokens,
         input_tokens=sum(r.input_tokens for r in estimated),
         cache_write_tokens=sum(r.cache_write_tokens for r in estimated),
-        cache_read_tokens=read, price=round(sum(r.price for r in estimated), 9),
+        cache_read_tokens=read,
+        price=round(sum(r.price for r in estimated), 9),
         cached_share=round(read / tokens, 6) if tokens else 0.0,
         reported_requests=len(reported),
-        reported=Usage(input_tokens=sum(u.input_tokens for u in usage),
-                       output_tokens=sum(u.output_tokens for u in usage),
-                       cache_read_tokens=sum(u.cache_read_tokens for u in usage),
-                       cache_write_tokens=sum(u.cache_write_tokens for u in usage),
-                       reasoning_tokens=sum(u.reasoning_tokens for u in usage)),
-        reported_price=round(sum(r.reported_price or 0.0 for r in reported), 9))
+        reported=Usage(
+            input_tokens=sum(u.input_tokens for u in usage),
+            output_tokens=sum(u.output_tokens for u in usage),
+            cache_read_tokens=sum(u.cache_read_tokens for u in usage),
+            cache_write_tokens=sum(u.cache_write_tokens for u in usage),
+            reasoning_tokens=sum(u.reasoning_tokens for u in usage),
+        ),
+        reported_price=round(sum(r.reported_price or 0.0 for r in reported), 9),
+    )

@@ -108,12 +108,17 @@ def stub_for(event: Event, by: int) -> bytes:
     elif isinstance(body, ToolResultAdded):
         call_ids, names = (body.call_id,), (body.tool_name,)
     stub = EventErased(kind=event.kind, by=by, call_ids=call_ids, tool_names=names)
-    return encode_event(Event(session=event.session, seq=event.seq, body=stub, time=event.time,
-                              key=event.key))[1]
+    return encode_event(
+        Event(session=event.session, seq=event.seq, body=stub, time=event.time, key=event.key)
+    )[1]
 
 
-def _targets(txn: ReadTxn, session: str, head: int, seqs: Iterable[int] | None,
-             ) -> tuple[list[int], list[int], dict[int, Event]]:
+def _targets(
+    txn: ReadTxn,
+    session: str,
+    head: int,
+    seqs: Iterable[int] | None,
+) -> tuple[list[int], list[int], dict[int, Event]]:
     """The seqs to erase now, those erased before, and the events to erase by seq."""
     explicit = seqs is not None
     wanted = sorted(set(seqs)) if seqs is not None else list(range(head + 1))
@@ -133,7 +138,8 @@ def _targets(txn: ReadTxn, session: str, head: int, seqs: Iterable[int] | None,
             if explicit:
                 raise InvalidArgumentError(
                     f"{session}#{seq} is a {type(body).__name__}, which holds no content and "
-                    "is never erased; name the events whose content must go")
+                    "is never erased; name the events whose content must go"
+                )
             continue
         new.append(seq)
         events[seq] = event
@@ -154,8 +160,9 @@ def _lineage_base(txn: ReadTxn, session: str) -> int:
     return base
 
 
-def _covering_summaries(txn: ReadTxn, session: str, head: int, erased: set[int],
-                        events: dict[int, Event]) -> None:
+def _covering_summaries(
+    txn: ReadTxn, session: str, head: int, erased: set[int], events: dict[int, Event]
+) -> None:
     """Add to ``events`` (and ``erased``) the compactions and part summaries of the
     session whose range covers an erased event: their summaries may quote it."""
     base = _lineage_base(txn, session)
@@ -168,7 +175,8 @@ def _covering_summaries(txn: ReadTxn, session: str, head: int, erased: set[int],
         event = record_event(record)
         body = event.body
         if isinstance(body, (CompactionCommitted, CompactionPartSummarized)) and any(
-                body.first_seq <= pos <= body.last_seq for pos in positions):
+            body.first_seq <= pos <= body.last_seq for pos in positions
+        ):
             erased.add(seq)
             events[seq] = event
             positions = sorted({*positions, base + seq})
@@ -215,8 +223,12 @@ QUOTE_MIN = 16
 _STRIDE = QUOTE_WINDOW // 2
 # The encoded tags of the derived kinds: a record holding none of them is skipped
 # undecoded (one search per record).
-_DERIVED_TAGS = re.compile(b"|".join(re.escape(msgspec.msgpack.encode(tag))
-                                     for tag in ("system", "memory", "recall", "compaction")))
+_DERIVED_TAGS = re.compile(
+    b"|".join(
+        re.escape(msgspec.msgpack.encode(tag))
+        for tag in ("system", "memory", "recall", "compaction")
+    )
+)
 _BLOB_TEXT_LIMIT = 8 * 2**20  # of a blob's text searched for quotes
 
 
@@ -255,8 +267,9 @@ def _needles(texts: Iterable[str]) -> set[str]:
         if len(text) <= QUOTE_WINDOW:
             found.add(text)
             continue
-        found.update(text[i:i + QUOTE_WINDOW]
-                     for i in range(0, len(text) - QUOTE_WINDOW + 1, _STRIDE))
+        found.update(
+            text[i : i + QUOTE_WINDOW] for i in range(0, len(text) - QUOTE_WINDOW + 1, _STRIDE)
+        )
         found.add(text[-QUOTE_WINDOW:])
     return found
 
@@ -266,8 +279,7 @@ def _quotes(text: str, needles: set[str], short: list[str]) -> bool:
     looked for with ``in``)."""
     if any(needle in text for needle in short):
         return True
-    return any(text[i:i + QUOTE_WINDOW] in needles
-               for i in range(len(text) - QUOTE_WINDOW + 1))
+    return any(text[i : i + QUOTE_WINDOW] in needles for i in range(len(text) - QUOTE_WINDOW + 1))
 
 
 def _derived_text(body: Body) -> str:
@@ -286,13 +298,15 @@ def _derived_from(event: Event, plan: dict[str, dict[int, Event]]) -> bool:
     """Whether ``event`` records that it was derived from an event of ``plan``."""
     body = event.body
     if isinstance(body, MemoryChanged):
-        if body.source_session and any(seq in plan.get(body.source_session, ())
-                                       for seq in body.source_seqs):
+        if body.source_session and any(
+            seq in plan.get(body.source_session, ()) for seq in body.source_seqs
+        ):
             return True
         # Another change of a memory whose content is erased: the same memory.
         return bool(body.title or body.content) and any(
             isinstance(other.body, MemoryChanged) and other.body.memory_id == body.memory_id
-            for other in plan.get(event.session, {}).values())
+            for other in plan.get(event.session, {}).values()
+        )
     if isinstance(body, RecallAdded):
         return any(hit.seq in plan.get(hit.session, ()) for hit in body.hits)
     return False
@@ -315,15 +329,16 @@ class _Needles:
             own = self.own.setdefault(name, (set(), []))
             own[0].update(needles)
             fresh |= needles
-        self.own = {name: (needles, sorted(n for n in needles if len(n) < QUOTE_WINDOW))
-                    for name, (needles, _) in self.own.items()}
+        self.own = {
+            name: (needles, sorted(n for n in needles if len(n) < QUOTE_WINDOW))
+            for name, (needles, _) in self.own.items()
+        }
         every = self.every[0] | fresh
         self.every = (every, sorted(n for n in every if len(n) < QUOTE_WINDOW))
 
     def quoted_in(self, event: Event, text: str) -> bool:
         everywhere = isinstance(event.body, SystemSectionSet | MemoryChanged)
-        needles, short = self.every if everywhere else self.own.get(event.session,
-                                                                    (set(), []))
+        needles, short = self.every if everywhere else self.own.get(event.session, (set(), []))
         return bool(needles) and _quotes(text, needles, short)
 
 
@@ -343,9 +358,12 @@ def _follow(txn: ReadTxn, plan: dict[str, dict[int, Event]]) -> None:
     fresh = [event for events in plan.values() for event in events.values()]
     while fresh:  # each round follows one step of derivation; candidates only shrink
         needles.add(txn, fresh)
-        found = [event for event, text in candidates
-                 if event.seq not in plan.get(event.session, ())
-                 and (_derived_from(event, plan) or needles.quoted_in(event, text))]
+        found = [
+            event
+            for event, text in candidates
+            if event.seq not in plan.get(event.session, ())
+            and (_derived_from(event, plan) or needles.quoted_in(event, text))
+        ]
         for event in found:
             plan.setdefault(event.session, {})[event.seq] = event
         fresh = list(found)
@@ -357,17 +375,26 @@ def _follow(txn: ReadTxn, plan: dict[str, dict[int, Event]]) -> None:
             fresh += [plan[name][seq] for seq in sorted(set(plan[name]) - before)]
 
 
-def _write_erasure(txn: WriteTxn, session: str, events: dict[int, Event], blobs: list[str],
-                   reason: str, time: int | None) -> Erased:
+def _write_erasure(
+    txn: WriteTxn,
+    session: str,
+    events: dict[int, Event],
+    blobs: list[str],
+    reason: str,
+    time: int | None,
+) -> Erased:
     """Append the erasure event of ``events`` to ``session`` and put the stubs in place."""
     head = txn.head(session)
     assert head is not None
     head_seq, head_hash = head
     order = sorted(events)
     by = head_seq + 1
-    body: Body = ContentErased(seqs=tuple(order),
-                               hashes=tuple(events[seq].hash.hex() for seq in order),
-                               reason=reason, blobs=tuple(blobs))
+    body: Body = ContentErased(
+        seqs=tuple(order),
+        hashes=tuple(events[seq].hash.hex() for seq in order),
+        reason=reason,
+        blobs=tuple(blobs),
+    )
     canonical = encode_event(Event(session=session, seq=by, body=body, time=time))[1]
     digest = link(head_hash if head_seq >= 0 else GENESIS, canonical)
     # The erasure event first, then the stubs: one transaction either way.
@@ -377,20 +404,24 @@ def _write_erasure(txn: WriteTxn, session: str, events: dict[int, Event], blobs:
         event = events[seq]
         record = txn.get(session, seq)
         assert record is not None
-        txn.replace_event(session, seq, pack_record(event.prev, record_hash(record),
-                                                    stub_for(event, by)))
+        txn.replace_event(
+            session, seq, pack_record(event.prev, record_hash(record), stub_for(event, by))
+        )
     for blob in blobs:
         txn.delete_blob(blob)
     return Erased(session, by, tuple(order), tuple(blobs))
 
 
-def erase_txn(txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: str,
-              time: int | None) -> Erased:
+def erase_txn(
+    txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: str, time: int | None
+) -> Erased:
     """Erase inside one write transaction (see `Log.erase`)."""
     head = txn.head(session)
     if head is None:
-        raise UnknownSessionError(f"no session {session!r} to erase; list sessions with "
-                                  "`turnlog sessions` (Python: `Log.sessions()`)")
+        raise UnknownSessionError(
+            f"no session {session!r} to erase; list sessions with "
+            "`turnlog sessions` (Python: `Log.sessions()`)"
+        )
     head_seq = head[0]
     new, already, events = _targets(txn, session, head_seq, seqs)
     if not new:
@@ -411,16 +442,16 @@ def erase_txn(txn: WriteTxn, session: str, seqs: Iterable[int] | None, reason: s
                 if blob in left:
                     left.discard(blob)
                     listed[name].append(blob)
-    done = [_write_erasure(txn, name, plan[name], sorted(listed[name]), reason, time)
-            for name in order]
+    done = [
+        _write_erasure(txn, name, plan[name], sorted(listed[name]), reason, time) for name in order
+    ]
     # The persisted token counts are keyed by a digest of each counted text: a digest of
     # erased text would confirm a guess of it. They are derived data: emptied, and
     # counted again as sessions are packed.
     for key, value in empty_chunks(lambda key: txn.cached(COUNTS_NAMESPACE, key)):
         txn.put_cached(COUNTS_NAMESPACE, key, value)
     first = done[0]
-    return Erased(session, first.seq, first.seqs, first.blobs, tuple(already),
-                  tuple(done[1:]))
+    return Erased(session, first.seq, first.seqs, first.blobs, tuple(already), tuple(done[1:]))
 
 
 #: The text packing shows in place of erased content.
@@ -441,13 +472,16 @@ def placeholder(event: Event) -> Event:
     elif body.kind == "notification":
         new = NotificationAdded(source="erased", text=PLACEHOLDER)
     elif body.kind == "assistant":
-        calls = tuple(ToolCall(id=i, name=n) for i, n in zip(body.call_ids, body.tool_names,
-                                                               strict=False))
+        calls = tuple(
+            ToolCall(id=i, name=n) for i, n in zip(body.call_ids, body.tool_names, strict=False)
+        )
         new = AssistantMessageAdded(parts=(TextPart(text=PLACEHOLDER), *calls))
     elif body.kind == "tool_result" and body.call_ids:
-        new = ToolResultAdded(call_id=body.call_ids[0],
-                              tool_name=body.tool_names[0] if body.tool_names else "erased",
-                              output=PLACEHOLDER)
+        new = ToolResultAdded(
+            call_id=body.call_ids[0],
+            tool_name=body.tool_names[0] if body.tool_names else "erased",
+            output=PLACEHOLDER,
+        )
     if new is None:
         return event
     return msgspec.structs.replace(event, body=new)

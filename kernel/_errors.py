@@ -92,12 +92,15 @@ class Hint(NamedTuple):
 
 
 #: The hint of an error that a check of the whole store would explain.
-VERIFY_HINT = Hint(cli="run `turnlog verify`",
-                   python="run `turnlog verify` (Python: `Log.verify()`)")
+VERIFY_HINT = Hint(
+    cli="run `turnlog verify`", python="run `turnlog verify` (Python: `Log.verify()`)"
+)
 
 #: The hint of an error naming a session that does not exist.
-SESSIONS_HINT = Hint(cli="list sessions with `turnlog sessions`",
-                     python="list sessions with `turnlog sessions` (Python: `Log.sessions()`)")
+SESSIONS_HINT = Hint(
+    cli="list sessions with `turnlog sessions`",
+    python="list sessions with `turnlog sessions` (Python: `Log.sessions()`)",
+)
 
 
 class KernelError(Exception):

@@ -79,18 +79,38 @@ OptHex = Annotated[str, msgspec.Meta(pattern="^([0-9a-f]{64})?$")]
 # decoded or validated, they hold no reference cycle, so the garbage collector need
 # not track them (a process holding millions pays for each in every full collection
 # otherwise). A caller who makes a cycle through an event's meta dict leaks it.
-class _Payload(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
-               forbid_unknown_fields=True, tag_field="type", kw_only=True):
+class _Payload(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    kw_only=True,
+):
     """Base of every payload kind (not public)."""
 
 
-class _Part(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
-            tag_field="type", kw_only=True):
+class _Part(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    kw_only=True,
+):
     """Base of the content parts of a message (not public)."""
 
 
-class BlobRef(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
-              kw_only=True):
+class BlobRef(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+):
     """A reference to content stored beside the log, addressed by its hash.
 
     Attributes:
@@ -220,8 +240,14 @@ class SystemSectionSet(_Payload, tag="system", frozen=True):
     position: Int64 = 0
 
 
-class ToolSpec(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
-               forbid_unknown_fields=True, kw_only=True):
+class ToolSpec(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+):
     """A tool the model may call. ``parameters`` is the JSON Schema as text.
 
     A *freeform* tool (``freeform=True``; OpenAI's custom tools) takes raw text:
@@ -258,8 +284,14 @@ class MemoryChanged(_Payload, tag="memory", frozen=True):
     reason: Name = ""
 
 
-class RecallHit(msgspec.Struct, frozen=True, gc=False, omit_defaults=True,
-                forbid_unknown_fields=True, kw_only=True):
+class RecallHit(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+):
     """One recall result: the text that goes into the prompt and where it came from.
 
     ``offset`` is the character offset in the event's whole text (its blob's, for
@@ -306,7 +338,8 @@ class CompactionCommitted(_Payload, tag="compaction", frozen=True):
     model: Name = ""
     prompt_hash: OptHex = ""
     reason: Literal["threshold", "overflow", "manual", "schedule", "imported", "rollup"] = (
-        "threshold")
+        "threshold"
+    )
     tokens_before: Count = 0
     tokens_after: Count = 0
     costs: str = ""
@@ -385,8 +418,14 @@ class RequestIssued(_Payload, tag="request", frozen=True):
     render_args: str = ""
 
 
-class Usage(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
-            kw_only=True):
+class Usage(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+):
     """Token usage as the provider reported it."""
 
     input_tokens: Count = 0
@@ -523,15 +562,19 @@ Body = (
 )
 
 #: tag -> payload class, for every payload kind.
-KINDS: dict[str, type[Any]] = {
-    cls.__struct_config__.tag: cls for cls in Body.__args__
-}
+KINDS: dict[str, type[Any]] = {cls.__struct_config__.tag: cls for cls in Body.__args__}
 #: The public name of `KINDS`.
 EVENT_KINDS = KINDS
 
 
-class Event(msgspec.Struct, frozen=True, gc=False, omit_defaults=True, forbid_unknown_fields=True,
-            kw_only=True):
+class Event(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    omit_defaults=True,
+    forbid_unknown_fields=True,
+    kw_only=True,
+):
     """One entry of a session's log.
 
     Attributes:

@@ -151,11 +151,12 @@ class _Walker:
             raise _Damage(f"{what} points at page {pgno}, outside pages 2..{self.last}")
         seen, byte, bit = self.seen, pgno >> 3, 1 << (pgno & 7)
         if seen[byte] & bit:
-            raise _Damage(f"{what} points at page {pgno}, which is reached twice (a loop or "
-                          "a shared page)")
+            raise _Damage(
+                f"{what} points at page {pgno}, which is reached twice (a loop or a shared page)"
+            )
         seen[byte] |= bit
         psize = self.psize
-        data = self.map[pgno * psize:(pgno + 1) * psize]
+        data = self.map[pgno * psize : (pgno + 1) * psize]
         if len(data) < psize:
             raise _Damage(f"page {pgno} lies past the end of the file (truncated)")
         header = _HEADER.unpack_from(data)
@@ -163,8 +164,13 @@ class _Walker:
             raise _Damage(f"page {pgno} holds the header of page {header[0]}")
         return data, header
 
-    def tree(self, db: tuple[int, ...], name: str, *, main: bool = False,
-             ) -> list[tuple[bytes, tuple[int, ...]]]:
+    def tree(
+        self,
+        db: tuple[int, ...],
+        name: str,
+        *,
+        main: bool = False,
+    ) -> list[tuple[bytes, tuple[int, ...]]]:
         """Check one database; return the sub-database records it holds (main only)."""
         _, _, depth, branches, leaf_pages, overflows, entries, root = db
         if root == _NO_PAGE:
@@ -185,77 +191,95 @@ class _Walker:
             data, (_, _, flags, lower, upper) = page(pgno, what)
             kind = _BRANCH if level < depth else _LEAF
             if flags & _KIND != kind:
-                raise _Damage(f"page {pgno} of database {name} has flags {flags:#x}, expected a "
-                              f"{'branch' if kind == _BRANCH else 'leaf'} page at depth {level}")
+                raise _Damage(
+                    f"page {pgno} of database {name} has flags {flags:#x}, expected a "
+                    f"{'branch' if kind == _BRANCH else 'leaf'} page at depth {level}"
+                )
             if not (16 <= lower <= upper <= psize and lower % 2 == 0):
                 raise _Damage(f"page {pgno} of database {name} has bounds {lower}..{upper}")
             counts[kind] += 1
             # The page as native 16-bit words (LMDB's own byte order): the node offsets
             # from byte 16, each node's header (size or child page, flags, key size).
             words = memoryview(data).cast("H")
-            for i, off in enumerate(words[8:lower >> 1]):
+            for i, off in enumerate(words[8 : lower >> 1]):
                 if off & 1 or not upper <= off <= limit:
-                    raise _Damage(f"page {pgno} of database {name}: node {i} at offset {off} "
-                                  f"lies outside {upper}..{self.psize}")
+                    raise _Damage(
+                        f"page {pgno} of database {name}: node {i} at offset {off} "
+                        f"lies outside {upper}..{self.psize}"
+                    )
                 w = off >> 1
                 lo, hi, nflags, ksize = words[w], words[w + 1], words[w + 2], words[w + 3]
                 body = off + 8 + ksize
                 if kind == _BRANCH:
                     if body > psize:
-                        raise _Damage(f"page {pgno} of database {name}: key {i} runs past "
-                                      "the page")
-                    stack.append((lo | hi << 16 | nflags << 32, level + 1,
-                                  f"page {pgno} of database {name}"))
+                        raise _Damage(f"page {pgno} of database {name}: key {i} runs past the page")
+                    stack.append(
+                        (lo | hi << 16 | nflags << 32, level + 1, f"page {pgno} of database {name}")
+                    )
                     continue
                 leaves += 1
                 if not nflags:  # the common case: a value stored in the node
                     if body + (lo | hi << 16) > psize:
-                        raise _Damage(f"page {pgno} of database {name}: node {i} runs past "
-                                      "the page")
+                        raise _Damage(
+                            f"page {pgno} of database {name}: node {i} runs past the page"
+                        )
                     continue
                 size = lo | hi << 16
                 if nflags & ~(_BIGDATA | _SUBDATA) or nflags & _DUPDATA:
-                    raise _Damage(f"page {pgno} of database {name}: node {i} has flags "
-                                  f"{nflags:#x}")
+                    raise _Damage(f"page {pgno} of database {name}: node {i} has flags {nflags:#x}")
                 if nflags & _BIGDATA:
                     if body + 8 > self.psize:
-                        raise _Damage(f"page {pgno} of database {name}: node {i} runs past "
-                                      "the page")
-                    self.overflow(struct.unpack_from("<Q", data, body)[0], size,
-                                  f"page {pgno} of database {name}")
+                        raise _Damage(
+                            f"page {pgno} of database {name}: node {i} runs past the page"
+                        )
+                    self.overflow(
+                        struct.unpack_from("<Q", data, body)[0],
+                        size,
+                        f"page {pgno} of database {name}",
+                    )
                 elif body + size > self.psize:
                     raise _Damage(f"page {pgno} of database {name}: value {i} runs past the page")
                 elif nflags & _SUBDATA:
                     if not main or size != _DB.size:
-                        raise _Damage(f"page {pgno} of database {name}: a sub-database record "
-                                      f"of {size} bytes")
-                    subs.append((data[off + _NODE.size:body], _DB.unpack_from(data, body)))
+                        raise _Damage(
+                            f"page {pgno} of database {name}: a sub-database record of {size} bytes"
+                        )
+                    subs.append((data[off + _NODE.size : body], _DB.unpack_from(data, body)))
         if leaves != entries:
             raise _Damage(f"database {name} holds {leaves} entries but claims {entries}")
         found = (counts[_BRANCH], counts[_LEAF], self.overflow_pages)
         if found != (branches, leaf_pages, overflows):
-            raise _Damage(f"database {name} has {found[0]} branch, {found[1]} leaf and "
-                          f"{found[2]} overflow pages but claims {branches}, {leaf_pages} and "
-                          f"{overflows}")
+            raise _Damage(
+                f"database {name} has {found[0]} branch, {found[1]} leaf and "
+                f"{found[2]} overflow pages but claims {branches}, {leaf_pages} and "
+                f"{overflows}"
+            )
         return subs
 
     def overflow(self, pgno: int, size: int, what: str) -> None:
         pages = -(-(size + 16) // self.psize)
         if not 2 <= pgno <= self.last - pages + 1:
-            raise _Damage(f"{what} points at {pages} overflow pages from page {pgno}, outside "
-                          f"pages 2..{self.last}")
+            raise _Damage(
+                f"{what} points at {pages} overflow pages from page {pgno}, outside "
+                f"pages 2..{self.last}"
+            )
         data, (_, _, flags, _, _) = self.page(pgno, what)
         if flags & _KIND != _OVERFLOW or _PAGES.unpack_from(data, 12)[0] != pages:
-            raise _Damage(f"overflow page {pgno} has flags {flags:#x} and "
-                          f"{_PAGES.unpack_from(data, 12)[0]} pages, expected {pages}")
+            raise _Damage(
+                f"overflow page {pgno} has flags {flags:#x} and "
+                f"{_PAGES.unpack_from(data, 12)[0]} pages, expected {pages}"
+            )
         self.overflow_pages += pages
         if (pgno + pages) * self.psize > self.size:
-            raise _Damage(f"overflow pages {pgno}..{pgno + pages - 1} lie past the end of the "
-                          "file (truncated)")
+            raise _Damage(
+                f"overflow pages {pgno}..{pgno + pages - 1} lie past the end of the "
+                "file (truncated)"
+            )
 
 
-def _check_file(path: Path, *, txnid: int | None = None,
-                deep: bool | Collection[bytes] = False) -> str | None:
+def _check_file(
+    path: Path, *, txnid: int | None = None, deep: bool | Collection[bytes] = False
+) -> str | None:
     """The first structural problem of ``data.mdb``, or None.
 
     Checks the newest valid meta page (or the one of transaction ``txnid``), that
@@ -273,16 +297,19 @@ def _check_file(path: Path, *, txnid: int | None = None,
             return None  # a new store: LMDB initializes the file
         metas = _read_metas(fd)
         if not metas:
-            return ("no valid LMDB meta page: the file is not a store, or its first pages are "
-                    "damaged")
+            return (
+                "no valid LMDB meta page: the file is not a store, or its first pages are damaged"
+            )
         chosen = [m for m in metas if m.txnid == txnid] if txnid is not None else metas
         if not chosen:
             return None  # a writer moved on since the snapshot: nothing to compare with
         meta = max(chosen, key=lambda m: m.txnid)
         needed = (meta.last + 1) * meta.page_size
         if size < needed:
-            return (f"the file is {size} bytes but its last page ends at byte {needed}: it was "
-                    "truncated")
+            return (
+                f"the file is {size} bytes but its last page ends at byte {needed}: it was "
+                "truncated"
+            )
         walker = _Walker(fd, meta, size)
         try:
             subs = walker.tree(meta.main, "(main)", main=True)
@@ -310,8 +337,9 @@ def _check_data_file(path: Path) -> None:
         problem = _check_file(path)
         if problem is None:
             return
-    raise StoreCorruptError(f"{str(path)!r}: {problem}; restore the store from a copy (LMDB "
-                            "cannot open it safely)")
+    raise StoreCorruptError(
+        f"{str(path)!r}: {problem}; restore the store from a copy (LMDB cannot open it safely)"
+    )
 
 
 def _disk_full(location: str) -> bool:
@@ -406,8 +434,9 @@ def _event_key(session: str, seq: int) -> bytes:
 
 
 class _LMDBRead(ReadTxn):
-    def __init__(self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database],
-                 data_file: Path) -> None:
+    def __init__(
+        self, txn: lmdb.Transaction, dbs: dict[bytes, lmdb._Database], data_file: Path
+    ) -> None:
         self._txn = txn
         self._dbs = dbs
         self._data_file = data_file
@@ -417,16 +446,24 @@ class _LMDBRead(ReadTxn):
         if value is None:
             return None
         if len(value) != 40:
-            raise StoreCorruptError(f"head entry of session {session!r} is {len(value)} bytes, "
-                                    "expected 40", hint=VERIFY_HINT)
+            raise StoreCorruptError(
+                f"head entry of session {session!r} is {len(value)} bytes, expected 40",
+                hint=VERIFY_HINT,
+            )
         return _U64.unpack_from(value)[0], bytes(value[8:])
 
     def get(self, session: str, seq: int) -> bytes | None:
         value = self._txn.get(_event_key(session, seq), db=self._dbs[b"events"])
         return None if value is None else bytes(value)
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         if every:  # what verify needs: every key, past the head too (it checked pages first)
             return self._cursor_scan(session, start, stop)
         return self._scan_to_head(session, start, stop)
@@ -437,8 +474,12 @@ class _LMDBRead(ReadTxn):
         last = -1 if head is None else head[0]
         return last if stop is None else min(last, stop - 1)
 
-    def _scan_to_head(self, session: str, start: int, stop: int | None,
-                      ) -> Iterator[tuple[int, bytes]]:
+    def _scan_to_head(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+    ) -> Iterator[tuple[int, bytes]]:
         # Events are fetched key by key up to the head: an exact lookup that meets
         # a damaged page gets MDB_CORRUPTED (StoreCorruptError), where a cursor
         # moving to the next page fails an LMDB assertion on it and aborts the
@@ -467,8 +508,12 @@ class _LMDBRead(ReadTxn):
             return super().records(session, start, stop)
         return cast(list[bytes], found)  # begun with buffers=False: bytes
 
-    def _cursor_scan(self, session: str, start: int, stop: int | None,
-                     ) -> Iterator[tuple[int, bytes]]:
+    def _cursor_scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+    ) -> Iterator[tuple[int, bytes]]:
         name = session.encode()
         prefix = name + b"\x00"
         size = len(prefix) + 8
@@ -491,8 +536,10 @@ class _LMDBRead(ReadTxn):
         # so its pages are checked with plain reads first.
         problem = _check_file(self._data_file, txnid=self._txn.id(), deep=(b"heads",))
         if problem is not None:
-            raise StoreCorruptError(f"{str(self._data_file)!r}: {problem}; run `turnlog "
-                                    "verify` and restore the store from a copy")
+            raise StoreCorruptError(
+                f"{str(self._data_file)!r}: {problem}; run `turnlog "
+                "verify` and restore the store from a copy"
+            )
         for key, value in self._txn.cursor(db=self._dbs[b"heads"]):
             yield bytes(key).decode(), _U64.unpack_from(value)[0], bytes(value[8:])
 
@@ -515,8 +562,10 @@ class _LMDBRead(ReadTxn):
     def idempotency_seqs(self, session: str, keys: Sequence[str]) -> list[int | None]:
         get, db, unpack = self._txn.get, self._dbs[b"idem"], _U64.unpack_from
         prefix = session.encode() + b"\x00"
-        return [None if (value := get(prefix + key.encode(), db=db)) is None
-                else int(unpack(value)[0]) for key in keys]
+        return [
+            None if (value := get(prefix + key.encode(), db=db)) is None else int(unpack(value)[0])
+            for key in keys
+        ]
 
     def idempotency_keys(self, session: str) -> Iterator[tuple[str, int]]:
         prefix = session.encode() + b"\x00"
@@ -526,8 +575,10 @@ class _LMDBRead(ReadTxn):
         for key, value in cast(Iterator[tuple[bytes, bytes]], cursor):
             if not key.startswith(prefix):
                 return
-            yield key[len(prefix):].decode(errors="surrogateescape"), \
-                int(_U64.unpack_from(value)[0])
+            yield (
+                key[len(prefix) :].decode(errors="surrogateescape"),
+                int(_U64.unpack_from(value)[0]),
+            )
 
     def cached(self, namespace: str, key: bytes) -> bytes | None:
         value = self._txn.get(namespace.encode() + b"\x00" + key, db=self._dbs[b"cache"])
@@ -567,8 +618,7 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
         if len(records) == 1:
             key, record = prefix + _U64.pack(first_seq), records[0]
             put = self._txn.put
-            if put(key, record, db=db, append=True) or put(key, record, db=db,
-                                                             overwrite=False):
+            if put(key, record, db=db, append=True) or put(key, record, db=db, overwrite=False):
                 return
         else:
             pack = _U64.pack
@@ -579,9 +629,11 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
                 added = cursor.putmulti(items, overwrite=False)[1]
             if added == len(items):
                 return
-        raise StoreCorruptError(f"session {session!r} has events beyond its head (from seq "
-                                f"{first_seq}); run `turnlog verify {session}` (Python: "
-                                f"`Log.verify({session!r})`)")
+        raise StoreCorruptError(
+            f"session {session!r} has events beyond its head (from seq "
+            f"{first_seq}); run `turnlog verify {session}` (Python: "
+            f"`Log.verify({session!r})`)"
+        )
 
     def set_head(self, session: str, seq: int, digest: bytes) -> None:
         self.wrote = True
@@ -589,8 +641,9 @@ class _LMDBWrite(_LMDBRead, WriteTxn):
 
     def put_idempotency(self, session: str, key: str, seq: int) -> None:
         self.wrote = True
-        self._txn.put(session.encode() + b"\x00" + key.encode(), _U64.pack(seq),
-                      db=self._dbs[b"idem"])
+        self._txn.put(
+            session.encode() + b"\x00" + key.encode(), _U64.pack(seq), db=self._dbs[b"idem"]
+        )
 
     def put_blob(self, digest: str, data: bytes) -> None:
         self.wrote = True
@@ -633,9 +686,16 @@ class LMDBStore(Store):
 
     name = "lmdb"
 
-    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False,
-                 map_size: int = _INITIAL_MAP, max_map_size: int = _MAX_MAP,
-                 sync: bool = True, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        map_size: int = _INITIAL_MAP,
+        max_map_size: int = _MAX_MAP,
+        sync: bool = True,
+        create: bool = True,
+    ) -> None:
         self.location = str(path)
         self.readonly = readonly
         self._max_map = max_map_size
@@ -647,16 +707,25 @@ class LMDBStore(Store):
         self._data_file = directory / "data.mdb"
         if (readonly or not create) and not self._data_file.exists():
             how = "for writing" if readonly else "with create=True"
-            raise StoreNotFoundError(f"no turnlog store at {self.location!r} (no data.mdb); "
-                                     f"check the path or create the store by opening it {how}")
+            raise StoreNotFoundError(
+                f"no turnlog store at {self.location!r} (no data.mdb); "
+                f"check the path or create the store by opening it {how}"
+            )
         _check_data_file(self._data_file)
         try:
             if not readonly:
                 directory.mkdir(parents=True, exist_ok=True)
             self._env = lmdb.open(
-                self.location, map_size=max(map_size, 1 << 20), max_dbs=len(_DBS),
-                readonly=readonly, lock=True, sync=sync, metasync=sync,
-                max_readers=512, subdir=True, readahead=False,
+                self.location,
+                map_size=max(map_size, 1 << 20),
+                max_dbs=len(_DBS),
+                readonly=readonly,
+                lock=True,
+                sync=sync,
+                metasync=sync,
+                max_readers=512,
+                subdir=True,
+                readahead=False,
                 create=not readonly,
             )
         except lmdb.DiskError as exc:
@@ -665,12 +734,16 @@ class LMDBStore(Store):
             raise StoreCorruptError(f"{self.location!r} is not a valid LMDB store: {exc}") from exc
         except (lmdb.Error, OSError) as exc:
             text = str(exc)
-            if not readonly and ("Read-only file system" in text or "Permission denied" in text
-                                 or isinstance(exc, lmdb.ReadonlyError)):
+            if not readonly and (
+                "Read-only file system" in text
+                or "Permission denied" in text
+                or isinstance(exc, lmdb.ReadonlyError)
+            ):
                 raise StoreReadOnlyError(
                     f"cannot open the store at {self.location!r} for writing ({text}); open it "
                     "read-only (turnlog.open(path, readonly=True)) to read, replay and "
-                    "verify it") from exc
+                    "verify it"
+                ) from exc
             raise StoreError(f"cannot open the store at {self.location!r}: {exc}") from exc
         try:
             self._dbs = self._open_dbs()
@@ -686,8 +759,10 @@ class LMDBStore(Store):
             # handles opened inside it; without a txn it keeps them open.
             return {name: self._env.open_db(name, create=not self.readonly) for name in _DBS}
         except lmdb.NotFoundError as exc:
-            raise StoreFormatError(f"{self.location!r} is an LMDB environment but not a turnlog "
-                                   "store (its databases are missing)") from exc
+            raise StoreFormatError(
+                f"{self.location!r} is an LMDB environment but not a turnlog "
+                "store (its databases are missing)"
+            ) from exc
         except lmdb.MapResizedError:
             self._env.set_mapsize(0)
             return self._open_dbs()
@@ -702,8 +777,10 @@ class LMDBStore(Store):
                 with self._env.begin(db=self._dbs[b"events"]) as txn:
                     empty = txn.stat(self._dbs[b"events"])["entries"] == 0
                 if not empty:
-                    raise StoreFormatError(f"{self.location!r} has events but no format marker; "
-                                           "it was not written by turnlog")
+                    raise StoreFormatError(
+                        f"{self.location!r} has events but no format marker; "
+                        "it was not written by turnlog"
+                    )
                 if not self.readonly:
                     self.write(lambda t: t._txn.put(b"format", FORMAT, db=self._dbs[b"meta"]))  # type: ignore[attr-defined]
                 return
@@ -711,11 +788,14 @@ class LMDBStore(Store):
             raise StoreFormatError(
                 f"store {self.location!r} has format {bytes(found).decode(errors='replace')!r}; "
                 f"this turnlog reads {FORMAT.decode()!r}",
-                hint=Hint(cli="open it with the turnlog version that wrote it, or export it there "
-                              "(`turnlog export`) and import it here",
-                          python="open it with the turnlog version that wrote it, or export it "
-                                 "there (`turnlog export`; Python: `event_to_json`) and import "
-                                 "it here"))
+                hint=Hint(
+                    cli="open it with the turnlog version that wrote it, or export it there "
+                    "(`turnlog export`) and import it here",
+                    python="open it with the turnlog version that wrote it, or export it "
+                    "there (`turnlog export`; Python: `event_to_json`) and import "
+                    "it here",
+                ),
+            )
 
     # -- guards ------------------------------------------------------------------
     def _check_process(self) -> None:
@@ -725,7 +805,8 @@ class LMDBStore(Store):
                 f"in child {os.getpid()} after fork(); LMDB forbids that, and the inherited "
                 "handle keeps the child from opening the path again. Start workers with the "
                 "'spawn' start method (multiprocessing.get_context('spawn')) or a subprocess, "
-                "or open the log only after fork(), in the process that uses it")
+                "or open the log only after fork(), in the process that uses it"
+            )
 
     @contextmanager
     def _guard(self) -> Iterator[None]:
@@ -737,35 +818,49 @@ class LMDBStore(Store):
     def _store_error(self, exc: lmdb.Error | OSError) -> StoreError:
         """The `StoreError` that an LMDB or OS error of this store becomes."""
         if isinstance(exc, lmdb.MapFullError):
-            return StoreFullError(f"the store's map is full at {self._env.info()['map_size']} "
-                                  f"bytes (limit {self._max_map}); nothing was written: open "
-                                  "it with a larger limit, Log(LMDBStore(path, "
-                                  "max_map_size=...))")
+            return StoreFullError(
+                f"the store's map is full at {self._env.info()['map_size']} "
+                f"bytes (limit {self._max_map}); nothing was written: open "
+                "it with a larger limit, Log(LMDBStore(path, "
+                "max_map_size=...))"
+            )
         if isinstance(exc, lmdb.DiskError):
-            return StoreFullError(f"the disk under {self.location!r} is full: {exc}; free space "
-                                  "and retry: nothing was written")
+            return StoreFullError(
+                f"the disk under {self.location!r} is full: {exc}; free space "
+                "and retry: nothing was written"
+            )
         if isinstance(exc, lmdb.ReadonlyError):
             return StoreReadOnlyError(f"store {self.location!r} is read-only")
         if isinstance(exc, lmdb.CorruptedError):
             return StoreCorruptError(
                 f"store {self.location!r} is corrupted: {exc}",
-                hint=Hint(cli="run `turnlog verify` on a copy",
-                          python="run `turnlog verify` (Python: `Log.verify()`) on a copy"))
+                hint=Hint(
+                    cli="run `turnlog verify` on a copy",
+                    python="run `turnlog verify` (Python: `Log.verify()`) on a copy",
+                ),
+            )
         if isinstance(exc, lmdb.Error):
             if "closed" in str(exc).lower() or "deleted" in str(exc).lower():
                 return StoreError(f"the store {self.location!r} is closed")
             if _disk_full(self.location):
                 # A write that ran out of space is a short write, which LMDB reports
                 # as EIO, not ENOSPC: the free space tells the two apart.
-                return StoreFullError(f"the disk under {self.location!r} is full ({exc}); free "
-                                      "space and retry: nothing was written")
-            if isinstance(exc, lmdb.InvalidError) or "MDB_PAGE_NOTFOUND" in str(exc) \
-                    or "MDB_BAD" in str(exc):
+                return StoreFullError(
+                    f"the disk under {self.location!r} is full ({exc}); free "
+                    "space and retry: nothing was written"
+                )
+            if (
+                isinstance(exc, lmdb.InvalidError)
+                or "MDB_PAGE_NOTFOUND" in str(exc)
+                or "MDB_BAD" in str(exc)
+            ):
                 return StoreCorruptError(f"store {self.location!r} is corrupted: {exc}")
             return StoreError(f"store {self.location!r} failed: {exc}")
         if exc.errno == errno.ENOSPC:
-            return StoreFullError(f"the disk under {self.location!r} is full; free space "
-                                  "and retry: nothing was written")
+            return StoreFullError(
+                f"the disk under {self.location!r} is full; free space "
+                "and retry: nothing was written"
+            )
         return StoreError(f"store {self.location!r} failed: {exc}")
 
     # -- Store -------------------------------------------------------------------
@@ -782,7 +877,8 @@ class LMDBStore(Store):
                 raise StoreError(
                     f"a write of this thread grew the map of {self.location!r} while this "
                     "snapshot was open, which ended it; take a new snapshot after "
-                    "writing") from exc
+                    "writing"
+                ) from exc
             # Only LMDB's own errors are the store's; the caller's pass through.
             with self._guard():
                 raise
@@ -810,8 +906,9 @@ class LMDBStore(Store):
         if os.getpid() != self._pid:
             self._check_process()
         if self.readonly:
-            raise StoreReadOnlyError(f"store {self.location!r} was opened read-only; open it "
-                                     "for writing to append")
+            raise StoreReadOnlyError(
+                f"store {self.location!r} was opened read-only; open it for writing to append"
+            )
         # Errors are converted as `_guard` does, without a context manager per write:
         # this is the fixed cost of every append.
         with self._write_lock:
@@ -894,17 +991,20 @@ class LMDBStore(Store):
         """
         self._check_process()
         if self.readonly:
-            raise StoreReadOnlyError(f"store {self.location!r} was opened read-only; open it "
-                                     "for writing to erase")
+            raise StoreReadOnlyError(
+                f"store {self.location!r} was opened read-only; open it for writing to erase"
+            )
         directory = Path(self.location)
         tmp = directory / "scrub.tmp"
         with self._write_lock, self._map.exclusive(), self._guard():
             others = _reader_pids(self._env.readers()) - {os.getpid()}
             live = sorted(pid for pid in others if _alive(pid))
             if live:
-                raise StoreError(f"cannot scrub the store at {hide_credentials(self.location)!r}"
-                                 f": process {live[0]} has it open; close the store in every "
-                                 "other process and run the erasure again (it completes it)")
+                raise StoreError(
+                    f"cannot scrub the store at {hide_credentials(self.location)!r}"
+                    f": process {live[0]} has it open; close the store in every "
+                    "other process and run the erasure again (it completes it)"
+                )
             if tmp.exists():
                 for leftover in tmp.iterdir():
                     leftover.unlink()
@@ -921,9 +1021,17 @@ class LMDBStore(Store):
                 finally:
                     os.close(fd)
             finally:
-                self._env = lmdb.open(self.location, map_size=size, max_dbs=len(_DBS),
-                                      lock=True, sync=self._sync, metasync=self._sync,
-                                      max_readers=512, subdir=True, readahead=False)
+                self._env = lmdb.open(
+                    self.location,
+                    map_size=size,
+                    max_dbs=len(_DBS),
+                    lock=True,
+                    sync=self._sync,
+                    metasync=self._sync,
+                    max_readers=512,
+                    subdir=True,
+                    readahead=False,
+                )
                 self._dbs = self._open_dbs()
                 for leftover in tmp.iterdir():
                     leftover.unlink()

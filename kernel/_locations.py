@@ -54,8 +54,10 @@ def _open_memory(location: str, readonly: bool, sync: bool, create: bool) -> Sto
     if readonly:
         raise InvalidArgumentError("an in-memory log cannot be read-only")
     if not create:
-        raise StoreNotFoundError("no in-memory store to open: one exists only from the "
-                                 "open that creates it; open ':memory:' with create=True")
+        raise StoreNotFoundError(
+            "no in-memory store to open: one exists only from the "
+            "open that creates it; open ':memory:' with create=True"
+        )
     return MemoryStore()
 
 
@@ -71,8 +73,12 @@ def _open_lmdb(location: str, readonly: bool, sync: bool, create: bool) -> Store
 #: directory, claims every location).
 SCHEMES: tuple[Scheme, ...] = (
     Scheme("memory", lambda location: location == ":memory:", _open_memory, ":memory:"),
-    Scheme("postgres", lambda location: location.startswith(("postgresql://", "postgres://")),
-           _open_postgres, "postgresql://user@host/dbname"),
+    Scheme(
+        "postgres",
+        lambda location: location.startswith(("postgresql://", "postgres://")),
+        _open_postgres,
+        "postgresql://user@host/dbname",
+    ),
     Scheme("lmdb", lambda location: True, _open_lmdb, "path/to/store"),
 )
 

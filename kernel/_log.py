@@ -177,8 +177,13 @@ class Retries:
 
     __slots__ = ("_draw", "attempts", "expected", "last", "session", "tries")
 
-    def __init__(self, session: str, *, attempts: int = DEFAULT_ATTEMPTS,
-                 draw: Callable[[], float] = random.random) -> None:
+    def __init__(
+        self,
+        session: str,
+        *,
+        attempts: int = DEFAULT_ATTEMPTS,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
         check_integer(attempts, "attempts", min_value=1)
         self.session = session
         self.attempts = attempts
@@ -221,7 +226,10 @@ class Retries:
             f"attempt{'s' if self.tries != 1 else ''} conflicted with "
             f"other writers (the last expected the head at seq {expected} and found it at "
             f"{actual}); nothing was written. Retry later or with more attempts",
-            session=self.session, expected=expected, actual=actual)
+            session=self.session,
+            expected=expected,
+            actual=actual,
+        )
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):
@@ -263,8 +271,10 @@ class Head(msgspec.Struct, frozen=True):
     hash: bytes
 
 
-_LONG_SESSION = ("use a shorter id. A session stored under a longer id (possible before "
-                 "the limit) still reads and verifies; Log.fork continues it under a shorter one")
+_LONG_SESSION = (
+    "use a shorter id. A session stored under a longer id (possible before "
+    "the limit) still reads and verifies; Log.fork continues it under a shorter one"
+)
 
 
 #: The largest seq (and time): the stores keep both as signed 64-bit integers.
@@ -293,8 +303,14 @@ class _Batch:
 
     __slots__ = ("blobs", "events", "keyed", "positional")
 
-    def __init__(self, events: list[_Prepared], blobs: list[tuple[str, bytes]], *,
-                 keyed: bool, positional: bool) -> None:
+    def __init__(
+        self,
+        events: list[_Prepared],
+        blobs: list[tuple[str, bytes]],
+        *,
+        keyed: bool,
+        positional: bool,
+    ) -> None:
         self.events = events
         self.blobs = blobs
         self.keyed = keyed
@@ -311,8 +327,9 @@ _PAYLOAD_TYPES = tuple(KINDS.values())
 _ERASURE_KINDS = (KINDS["erasure"], KINDS["erased"])
 _PAYLOAD_SET = frozenset(_PAYLOAD_TYPES) - frozenset(_ERASURE_KINDS)
 # Kinds whose fields must be checked against the position they land at.
-_POSITIONAL = frozenset((SessionForked, SessionRewound, EventsPinned, CompactionCommitted,
-                         CompactionPartSummarized))
+_POSITIONAL = frozenset(
+    (SessionForked, SessionRewound, EventsPinned, CompactionCommitted, CompactionPartSummarized)
+)
 # What `append` takes as one event rather than a sequence of them.
 _ONE_EVENT: tuple[type[Any], ...] = (Draft, *_PAYLOAD_TYPES)
 
@@ -343,8 +360,14 @@ class Snapshot:
         check_text(key, "key")
         return self._txn.idempotency(session, key)
 
-    def read(self, session: str, start: int = 0, stop: int | None = None, *,
-             kinds: Iterable[str] | None = None) -> list[Event]:
+    def read(
+        self,
+        session: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Event]:
         """Events of ``session`` with ``start <= seq < stop``, optionally of some kinds only.
 
         Raises:
@@ -361,22 +384,31 @@ class Snapshot:
             # Read again, lazily, to name the first unreadable event.
             return list(self.iter(session, start, stop))
 
-    def iter(self, session: str, start: int = 0, stop: int | None = None, *,
-             kinds: Iterable[str] | None = None) -> Iterator[Event]:
+    def iter(
+        self,
+        session: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        kinds: Iterable[str] | None = None,
+    ) -> Iterator[Event]:
         """Like `read`, lazily."""
         wanted = self._check_read(session, start, stop, kinds)
         for seq, record in self._txn.scan(session, start, stop):
             try:
                 event = record_event(record)
             except DecodeError as exc:
-                raise StoreCorruptError(f"event {session}#{seq} is unreadable ({exc}); run "
-                                        f"`turnlog verify {session}` (Python: "
-                                        f"`Log.verify({session!r})`)") from exc
+                raise StoreCorruptError(
+                    f"event {session}#{seq} is unreadable ({exc}); run "
+                    f"`turnlog verify {session}` (Python: "
+                    f"`Log.verify({session!r})`)"
+                ) from exc
             if wanted is None or event.kind in wanted:
                 yield event
 
-    def _check_read(self, session: str, start: int, stop: int | None,
-                    kinds: Iterable[str] | None) -> frozenset[str] | None:
+    def _check_read(
+        self, session: str, start: int, stop: int | None, kinds: Iterable[str] | None
+    ) -> frozenset[str] | None:
         """Check the arguments of a read and that the session exists; the kinds wanted."""
         validate_session_id(session)
         check_integer(start, "start", min_value=0, max_value=_MAX_SEQ)
@@ -388,8 +420,9 @@ class Snapshot:
             except TypeError:
                 wanted = None
             if wanted is None or not all(isinstance(k, str) for k in wanted):
-                invalid("kinds", "a collection of kind names such as ['user', 'tool_result']",
-                        kinds)
+                invalid(
+                    "kinds", "a collection of kind names such as ['user', 'tool_result']", kinds
+                )
             unknown = wanted - KINDS.keys()
             if unknown:
                 invalid("kinds", f"kind names out of {sorted(KINDS)}", sorted(unknown))
@@ -409,8 +442,11 @@ class Snapshot:
         if record is None:
             raise UnknownSessionError(
                 f"no event {session}#{seq}",
-                hint=Hint(cli=f"see `turnlog log {session}`",
-                          python=f"see `turnlog log {session}` (Python: `Log.read({session!r})`)"))
+                hint=Hint(
+                    cli=f"see `turnlog log {session}`",
+                    python=f"see `turnlog log {session}` (Python: `Log.read({session!r})`)",
+                ),
+            )
         try:
             return record_event(record)
         except DecodeError as exc:
@@ -459,15 +495,28 @@ class Log:
             extraction).
     """
 
-    def __init__(self, store: Store, *, blob_threshold: int = 64 * 1024,
-                 preview_chars: int = 16 * 1024, max_event_bytes: int = 8 * 2**20) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        blob_threshold: int = 64 * 1024,
+        preview_chars: int = 16 * 1024,
+        max_event_bytes: int = 8 * 2**20,
+    ) -> None:
         check_type(store, Store, "store", what="a turnlog Store")
-        for name, value in (("blob_threshold", blob_threshold), ("preview_chars", preview_chars),
-                            ("max_event_bytes", max_event_bytes)):
+        for name, value in (
+            ("blob_threshold", blob_threshold),
+            ("preview_chars", preview_chars),
+            ("max_event_bytes", max_event_bytes),
+        ):
             check_integer(value, name, min_value=1024)
         if preview_chars + preview_chars // 4 >= blob_threshold:
-            invalid("preview_chars", "small enough to leave the preview (preview_chars * 1.25) "
-                    f"below blob_threshold ({blob_threshold})", preview_chars)
+            invalid(
+                "preview_chars",
+                "small enough to leave the preview (preview_chars * 1.25) "
+                f"below blob_threshold ({blob_threshold})",
+                preview_chars,
+            )
         self.store = store
         self.blob_threshold = blob_threshold
         self.preview_head = preview_chars
@@ -512,8 +561,14 @@ class Log:
         with self.snapshot() as snap:
             return snap.sessions()
 
-    def read(self, session: str, start: int = 0, stop: int | None = None, *,
-             kinds: Iterable[str] | None = None) -> list[Event]:
+    def read(
+        self,
+        session: str,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        kinds: Iterable[str] | None = None,
+    ) -> list[Event]:
         """Events of a session by range (``start <= seq < stop``) and kind.
 
         Tail a session by reading from the seq after the last one you saw.
@@ -545,9 +600,16 @@ class Log:
         with self.snapshot() as snap:
             return snap.blob(digest)
 
-    def follow(self, session: str, after_seq: int = NEW_SESSION, *,
-               after_hash: bytes | str | None = None, timeout: float | None = None,
-               limit: int | None = None, outage: float = FOLLOW_OUTAGE) -> Iterator[Event]:
+    def follow(
+        self,
+        session: str,
+        after_seq: int = NEW_SESSION,
+        *,
+        after_hash: bytes | str | None = None,
+        timeout: float | None = None,
+        limit: int | None = None,
+        outage: float = FOLLOW_OUTAGE,
+    ) -> Iterator[Event]:
         """Yield the session's events after ``after_seq`` as they are appended.
 
         Events already stored come first, then each new one as soon as the store
@@ -595,12 +657,20 @@ class Log:
         check_integer(limit, "limit", min_value=1, max_value=_MAX_SEQ, optional=True)
         digest = None if after_hash is None else _hash_argument(after_hash)
         if digest is not None and after_seq < 0:
-            raise InvalidArgumentError("after_hash is the hash of the event at after_seq; "
-                                       "give after_seq >= 0 with it")
+            raise InvalidArgumentError(
+                "after_hash is the hash of the event at after_seq; give after_seq >= 0 with it"
+            )
         return self._follow(session, after_seq, digest, timeout, limit, float(outage))
 
-    def _follow(self, session: str, last: int, last_hash: bytes | None,
-                timeout: float | None, limit: int | None, outage: float) -> Iterator[Event]:
+    def _follow(
+        self,
+        session: str,
+        last: int,
+        last_hash: bytes | None,
+        timeout: float | None,
+        limit: int | None,
+        outage: float,
+    ) -> Iterator[Event]:
         left = limit
         check = last_hash is not None  # the event at `last` must have `last_hash`
         idle_until = None if timeout is None else monotonic() + timeout
@@ -612,8 +682,11 @@ class Log:
                     events = self._follow_read(session, last, last_hash, check)
                     check = False
                     if not events:
-                        span = _FOLLOW_SLICE if idle_until is None \
+                        span = (
+                            _FOLLOW_SLICE
+                            if idle_until is None
                             else max(0.0, idle_until - monotonic())
+                        )
                         if not wait(session, last, span) and idle_until is not None:
                             return
                         down_since = None
@@ -643,8 +716,9 @@ class Log:
                 if idle_until is not None:
                     idle_until = monotonic() + (timeout or 0.0)
 
-    def _follow_read(self, session: str, last: int, last_hash: bytes | None,
-                     check: bool) -> list[Event]:
+    def _follow_read(
+        self, session: str, last: int, last_hash: bytes | None, check: bool
+    ) -> list[Event]:
         """The next events after ``last`` (none when there are none yet, or while the
         store is behind ``last`` and ``last_hash`` can check what fills the gap)."""
         with self.snapshot() as snap:
@@ -659,7 +733,11 @@ class Log:
                         "follow resumes after: the store was restored from an older backup or "
                         "is a replica behind. Pass after_hash (the hash of the event at "
                         "after_seq) to wait for it and check the events that fill the gap, or "
-                        "follow from an earlier seq", session=session, seq=last, head=head_seq)
+                        "follow from an earlier seq",
+                        session=session,
+                        seq=last,
+                        head=head_seq,
+                    )
                 return []
             if check and last_hash is not None and last >= 0:
                 found = snap.get(session, last).hash
@@ -678,17 +756,25 @@ class Log:
         check_type(data, (bytes, bytearray, memoryview), "blob data", what="bytes")
         data = bytes(data)
         if len(data) > MAX_BATCH_BYTES:
-            raise EventTooLargeError(f"a blob holds at most {MAX_BATCH_BYTES} bytes on every "
-                                     f"backend, found {len(data)}; split the data")
-        ref = BlobRef(hash=blake3.blake3(data).hexdigest(), size=len(data),
-                      media_type=media_type)
-        validate_body(UserMessageAdded(text="", images=(ImagePart(media_type="x", blob=ref),)),
-                      where="blob ref")
+            raise EventTooLargeError(
+                f"a blob holds at most {MAX_BATCH_BYTES} bytes on every "
+                f"backend, found {len(data)}; split the data"
+            )
+        ref = BlobRef(hash=blake3.blake3(data).hexdigest(), size=len(data), media_type=media_type)
+        validate_body(
+            UserMessageAdded(text="", images=(ImagePart(media_type="x", blob=ref),)),
+            where="blob ref",
+        )
         self.store.write(lambda txn: txn.put_blob(ref.hash, data))
         return ref
 
-    def append(self, session: str, events: Sequence[Body | Draft] | Body | Draft, *,
-               expected_seq: int | None = None) -> Appended:
+    def append(
+        self,
+        session: str,
+        events: Sequence[Body | Draft] | Body | Draft,
+        *,
+        expected_seq: int | None = None,
+    ) -> Appended:
         """Append one event or a batch atomically.
 
         Parameters:
@@ -707,11 +793,13 @@ class Log:
             StoreError: the store failed. In every case nothing was written.
         """
         offset = self._session_offset(session)
-        check_integer(expected_seq, "expected_seq", min_value=NEW_SESSION, max_value=_MAX_SEQ,
-                      optional=True)
+        check_integer(
+            expected_seq, "expected_seq", min_value=NEW_SESSION, max_value=_MAX_SEQ, optional=True
+        )
         batch = self._prepare(session, events)
-        return self.store.write(lambda txn: self._append_txn(txn, session, offset, batch,
-                                                             expected_seq))
+        return self.store.write(
+            lambda txn: self._append_txn(txn, session, offset, batch, expected_seq)
+        )
 
     def validate(self, session: str, events: Sequence[Body | Draft] | Body | Draft) -> int:
         """Check a batch exactly as `append` would, without writing anything.
@@ -745,9 +833,13 @@ class Log:
                 known[session] = offset
         return offset
 
-    def update(self, session: str,
-               decide: Callable[[Head | None], Sequence[Body | Draft] | Body | Draft | None],
-               *, attempts: int = DEFAULT_ATTEMPTS) -> Appended | None:
+    def update(
+        self,
+        session: str,
+        decide: Callable[[Head | None], Sequence[Body | Draft] | Body | Draft | None],
+        *,
+        attempts: int = DEFAULT_ATTEMPTS,
+    ) -> Appended | None:
         """Append what ``decide`` makes of the session's head, atomically with respect to
         that head: read the head, decide, append with ``expected_seq``, and when another
         writer appended in between, wait (`Retries`) and do it all again.
@@ -803,8 +895,15 @@ class Log:
         with self.snapshot() as snap:
             return snap.find_key(session, key)
 
-    def fork(self, source: str, at_seq: int, new_session: str, *, time: int | None = None,
-             key: str | None = None) -> Appended:
+    def fork(
+        self,
+        source: str,
+        at_seq: int,
+        new_session: str,
+        *,
+        time: int | None = None,
+        key: str | None = None,
+    ) -> Appended:
         """Start ``new_session`` as a continuation of ``source`` after event ``at_seq``.
 
         Raises:
@@ -814,16 +913,22 @@ class Log:
         validate_session_id(source)
         event = self.get(source, at_seq)
         body = SessionForked(from_session=source, from_seq=at_seq, from_hash=event.hash.hex())
-        return self.append(new_session, [Draft(body=body, time=time, key=key)],
-                           expected_seq=NEW_SESSION)
+        return self.append(
+            new_session, [Draft(body=body, time=time, key=key)], expected_seq=NEW_SESSION
+        )
 
     def _prepare(self, session: str, events: Sequence[Body | Draft] | Body | Draft) -> _Batch:
         """Validate a batch and encode it: the prepared events and the blobs to write."""
         if isinstance(events, _ONE_EVENT):
             events = [events]
         elif not isinstance(events, Sequence) or isinstance(events, (str, bytes)):
-            invalid("events", "a payload, a Draft or a sequence of them", events,
-                    with_type=True, error=InvalidEventError)
+            invalid(
+                "events",
+                "a payload, a Draft or a sequence of them",
+                events,
+                with_type=True,
+                error=InvalidEventError,
+            )
         if not events:
             raise InvalidEventError("an append needs at least one event")
         if len(events) > 100_000:
@@ -852,12 +957,23 @@ class Log:
                 if not isinstance(body, _PAYLOAD_TYPES):
                     validate_body(body, where=_where(session, i))  # raises, naming the kinds
                 if isinstance(body, _ERASURE_KINDS):
-                    raise InvalidEventError(f"{_where(session, i)}: {type(body).__name__} is "
-                                            "written only by an erasure; call Log.erase("
-                                            "session, seqs, reason=...) instead")
+                    raise InvalidEventError(
+                        f"{_where(session, i)}: {type(body).__name__} is "
+                        "written only by an erasure; call Log.erase("
+                        "session, seqs, reason=...) instead"
+                    )
             try:
-                event, data = encode_event(Event(session=session, seq=0, body=body, time=time,
-                                                 key=key, causation=causation, meta=meta))
+                event, data = encode_event(
+                    Event(
+                        session=session,
+                        seq=0,
+                        body=body,
+                        time=time,
+                        key=key,
+                        causation=causation,
+                        meta=meta,
+                    )
+                )
             except InvalidEventError as exc:
                 where = _where(session, i)
                 if isinstance(item, Draft):
@@ -866,38 +982,50 @@ class Log:
                 raise InvalidEventError(f"{where}: {exc}") from exc.__cause__
             if key is not None:
                 if len(key) * 4 > MAX_KEY_BYTES:
-                    check_id_bytes(f"{_where(session, i)}: the idempotency key", key,
-                                   MAX_KEY_BYTES, "use a shorter key (e.g. a hash of this one)")
+                    check_id_bytes(
+                        f"{_where(session, i)}: the idempotency key",
+                        key,
+                        MAX_KEY_BYTES,
+                        "use a shorter key (e.g. a hash of this one)",
+                    )
                 if key in keys:
-                    raise InvalidEventError(f"{_where(session, i)}: idempotency key {key!r} "
-                                            "appears twice in the batch")
+                    raise InvalidEventError(
+                        f"{_where(session, i)}: idempotency key {key!r} appears twice in the batch"
+                    )
                 if "\x00" in key:
                     raise InvalidEventError(
                         f"{_where(session, i)}: idempotency key {key!r} holds a NUL "
                         "character, which no backend takes (PostgreSQL text cannot hold it); "
-                        "use a key without NUL")
+                        "use a key without NUL"
+                    )
                 keys.add(key)
             # The decoded payload is of a kind exactly, never a subclass.
             body = event.body
             kind = type(body)
             field = blob_fields[kind]
             if field and len(getattr(body, field)) > quarter:
-                body, found = extract_blobs(body, threshold=self.blob_threshold,
-                                            preview_head=self.preview_head,
-                                            preview_tail=self.preview_tail)
+                body, found = extract_blobs(
+                    body,
+                    threshold=self.blob_threshold,
+                    preview_head=self.preview_head,
+                    preview_tail=self.preview_tail,
+                )
                 if found:
                     blobs.extend(found)
                     data = encode_canonical(msgspec.structs.replace(event, body=body))
             if kind in _POSITIONAL:
                 positional = True
                 if i != 0 and kind is SessionForked:
-                    raise InvalidEventError(f"{_where(session, i)}: SessionForked can only "
-                                            "start a session; use Log.fork")
+                    raise InvalidEventError(
+                        f"{_where(session, i)}: SessionForked can only "
+                        "start a session; use Log.fork"
+                    )
             if len(data) > self.max_event_bytes:
                 raise EventTooLargeError(
                     f"{_where(session, i)} is {len(data)} bytes after moving large text to "
                     f"blobs; the limit is {self.max_event_bytes}. Put bulky data in a blob "
-                    "(Log.put_blob) or split it")
+                    "(Log.put_blob) or split it"
+                )
             prepared.append((body, key, data))
             size += len(data)
         if blobs:
@@ -906,31 +1034,39 @@ class Log:
             raise EventTooLargeError(
                 f"a batch stores at most {MAX_BATCH_BYTES} bytes on every backend (its "
                 f"events and the blobs it moves out of them), found {size} in "
-                f"{len(prepared)} events for {session!r}; split it into smaller appends")
+                f"{len(prepared)} events for {session!r}; split it into smaller appends"
+            )
         return _Batch(prepared, blobs, keyed=bool(keys), positional=positional)
 
     def _check_envelope(self, draft: Draft, session: str, index: int) -> None:
         time = draft.time
         if time is not None and not (type(time) is int and -(2**63) <= time < 2**63):
-            check_integer(time, f"{_where(session, index)}: time", min_value=-(2**63),
-                          max_value=_MAX_SEQ, hint="microseconds since the epoch, or None",
-                          error=InvalidEventError)
+            check_integer(
+                time,
+                f"{_where(session, index)}: time",
+                min_value=-(2**63),
+                max_value=_MAX_SEQ,
+                hint="microseconds since the epoch, or None",
+                error=InvalidEventError,
+            )
         for name, value in (("key", draft.key), ("causation", draft.causation)):
             if value is None:
                 continue
-            check_text(value, f"{_where(session, index)}: {name}", max_chars=256,
-                       error=InvalidEventError)
+            check_text(
+                value, f"{_where(session, index)}: {name}", max_chars=256, error=InvalidEventError
+            )
             try:
                 value.encode()
             except UnicodeEncodeError as exc:
-                raise InvalidEventError(f"{_where(session, index)}: {name} is not valid "
-                                        "UTF-8") from exc
+                raise InvalidEventError(
+                    f"{_where(session, index)}: {name} is not valid UTF-8"
+                ) from exc
         if type(draft.meta) is not dict or draft.meta:
-            validate_meta(draft.meta, where=_where(session, index),
-                          max_bytes=self.max_event_bytes)
+            validate_meta(draft.meta, where=_where(session, index), max_bytes=self.max_event_bytes)
 
-    def _append_txn(self, txn: WriteTxn, session: str, offset: int, batch: _Batch,
-                    expected_seq: int | None) -> Appended:
+    def _append_txn(
+        self, txn: WriteTxn, session: str, offset: int, batch: _Batch, expected_seq: int | None
+    ) -> Appended:
         head = txn.head(session)
         head_seq = head[0] if head is not None else NEW_SESSION
         events = batch.events
@@ -943,7 +1079,10 @@ class Log:
                 f"session {session!r} head is at seq {head_seq}, the append expected "
                 f"{expected_seq}; re-read the session from seq {expected_seq + 1}, then retry "
                 f"with expected_seq={head_seq}",
-                session=session, expected=expected_seq, actual=head_seq)
+                session=session,
+                expected=expected_seq,
+                actual=head_seq,
+            )
         prev = head[1] if head is not None else GENESIS
         first = head_seq + 1
         if batch.positional:
@@ -953,8 +1092,10 @@ class Log:
                     continue
                 if isinstance(body, SessionForked):
                     if seq != 0:
-                        raise InvalidEventError(f"SessionForked must be the first event of a "
-                                                f"session; {session!r} already has events")
+                        raise InvalidEventError(
+                            f"SessionForked must be the first event of a "
+                            f"session; {session!r} already has events"
+                        )
                     prev = self._fork_source(txn, body)
                 if base is None:
                     base = self._lineage_base(txn, session, events[0][0] if first == 0 else None)
@@ -976,13 +1117,14 @@ class Log:
     def _fork_source(txn: ReadTxn, body: SessionForked) -> bytes:
         record = txn.get(body.from_session, body.from_seq)
         if record is None:
-            raise UnknownSessionError(f"cannot fork: no event {body.from_session}#"
-                                      f"{body.from_seq}")
+            raise UnknownSessionError(f"cannot fork: no event {body.from_session}#{body.from_seq}")
         source = record_event(record)
         if source.hash.hex() != body.from_hash:
-            raise InvalidEventError(f"cannot fork: {body.from_session}#{body.from_seq} has hash "
-                                    f"{source.hash.hex()[:16]}, the fork names "
-                                    f"{body.from_hash[:16]}")
+            raise InvalidEventError(
+                f"cannot fork: {body.from_session}#{body.from_seq} has hash "
+                f"{source.hash.hex()[:16]}, the fork names "
+                f"{body.from_hash[:16]}"
+            )
         return source.hash
 
     @staticmethod
@@ -1008,37 +1150,48 @@ class Log:
         # Rewinds, pins and compactions name lineage positions, which equal
         # seqs except in a fork (where the forked-from history comes first).
         if isinstance(body, SessionRewound) and not -1 <= body.to_seq < pos:
-            raise InvalidEventError(f"SessionRewound.to_seq must be between -1 and {pos - 1} "
-                                    f"(positions before the rewind itself), found {body.to_seq}")
+            raise InvalidEventError(
+                f"SessionRewound.to_seq must be between -1 and {pos - 1} "
+                f"(positions before the rewind itself), found {body.to_seq}"
+            )
         if isinstance(body, EventsPinned) and any(s >= pos for s in body.seqs):
-            raise InvalidEventError(f"EventsPinned may only pin earlier events (position < "
-                                    f"{pos}), found {sorted(s for s in body.seqs if s >= pos)}")
+            raise InvalidEventError(
+                f"EventsPinned may only pin earlier events (position < "
+                f"{pos}), found {sorted(s for s in body.seqs if s >= pos)}"
+            )
         if isinstance(body, CompactionCommitted):
             if body.first_seq > body.last_seq:
-                raise InvalidEventError(f"compaction covers first_seq {body.first_seq} > "
-                                        f"last_seq {body.last_seq}")
+                raise InvalidEventError(
+                    f"compaction covers first_seq {body.first_seq} > last_seq {body.last_seq}"
+                )
             if body.last_seq >= pos:
-                raise InvalidEventError(f"compaction at {session}#{seq} (position {pos}) covers "
-                                        f"position {body.last_seq}, which is not earlier than "
-                                        "itself")
+                raise InvalidEventError(
+                    f"compaction at {session}#{seq} (position {pos}) covers "
+                    f"position {body.last_seq}, which is not earlier than "
+                    "itself"
+                )
         if isinstance(body, CompactionPartSummarized):
             if (body.first_seq, body.first_offset) > (body.last_seq, body.last_offset):
                 raise InvalidEventError(
                     f"part summary starts at position {body.first_seq} character "
                     f"{body.first_offset}, after where it ends (position {body.last_seq} "
-                    f"character {body.last_offset})")
+                    f"character {body.last_offset})"
+                )
             if body.last_seq >= pos:
-                raise InvalidEventError(f"part summary at {session}#{seq} (position {pos}) "
-                                        f"covers position {body.last_seq}, which is not earlier "
-                                        "than itself")
+                raise InvalidEventError(
+                    f"part summary at {session}#{seq} (position {pos}) "
+                    f"covers position {body.last_seq}, which is not earlier "
+                    "than itself"
+                )
             if body.part > body.parts:
-                raise InvalidEventError(f"part summary is part {body.part} of {body.parts}; "
-                                        "part must be at most parts")
+                raise InvalidEventError(
+                    f"part summary is part {body.part} of {body.parts}; part must be at most parts"
+                )
 
-    def _idempotent_retry(self, txn: ReadTxn, session: str, batch: list[_Prepared],
-                          offset: int) -> Appended | None:
-        found = [txn.idempotency(session, key) if key is not None else None
-                 for _, key, _ in batch]
+    def _idempotent_retry(
+        self, txn: ReadTxn, session: str, batch: list[_Prepared], offset: int
+    ) -> Appended | None:
+        found = [txn.idempotency(session, key) if key is not None else None for _, key, _ in batch]
         known = sum(f is not None for f in found)
         if known == 0:
             return None
@@ -1046,21 +1199,25 @@ class Log:
             raise IdempotencyError(
                 f"{known} of the {len(batch)} events of this batch for {session!r} have "
                 "idempotency keys that are already stored and the others do not; a retried "
-                "batch must repeat every event with the same keys. Nothing was written")
+                "batch must repeat every event with the same keys. Nothing was written"
+            )
         first = found[0]
         assert first is not None
         if found != list(range(first, first + len(batch))):
             raise IdempotencyError(
                 f"the keys of this batch are stored at seqs {found} of {session!r}, not as one "
-                "batch; do not mix keys of different batches. Nothing was written")
+                "batch; do not mix keys of different batches. Nothing was written"
+            )
         digest = b""
         for (_, key, data), seq in zip(batch, found, strict=True):
             assert seq is not None
             record = txn.get(session, seq)
             if record is None:
-                raise StoreCorruptError(f"idempotency key {key!r} points at missing "
-                                        f"event {session}#{seq}; run `turnlog verify` (Python: "
-                                        "`Log.verify()`)")
+                raise StoreCorruptError(
+                    f"idempotency key {key!r} points at missing "
+                    f"event {session}#{seq}; run `turnlog verify` (Python: "
+                    "`Log.verify()`)"
+                )
             # Same content iff same canonical bytes at that seq, but for the time: a
             # retry stamped later (a clock) is the same write. The stored event, its
             # time and its hash stay as they are.
@@ -1068,13 +1225,21 @@ class Log:
             if ours != stored and not _same_but_time(ours, stored):
                 raise IdempotencyError(
                     f"idempotency key {key!r} was used at {session}#{seq} for different "
-                    "content; use a new key for a new event. Nothing was written")
+                    "content; use a new key for a new event. Nothing was written"
+                )
             digest = record_hash(record)
         return Appended(session, first, first + len(batch) - 1, digest, duplicate=True)
 
     # -- erasure ---------------------------------------------------------------------
-    def erase(self, session: str, seqs: Iterable[int] | None = None, *, reason: str,
-              time: int | None = None, scrub: bool = True) -> Erased:
+    def erase(
+        self,
+        session: str,
+        seqs: Iterable[int] | None = None,
+        *,
+        reason: str,
+        time: int | None = None,
+        scrub: bool = True,
+    ) -> Erased:
         """Erase the content of events (every event of the session when ``seqs`` is
         None), keeping the chain verifiable; see docs/erasure.md.
 
@@ -1123,14 +1288,19 @@ class Log:
                 check_integer(seq, "seq", min_value=0, max_value=_MAX_SEQ)
         # The span carries counts and seqs only: never the reason (it may name the
         # data subject) nor anything of the erased content.
-        with otel_span("turnlog.erasure", {"turnlog.session": session,
-                                           "turnlog.erasure.scrub": scrub}) as current:
+        with otel_span(
+            "turnlog.erasure", {"turnlog.session": session, "turnlog.erasure.scrub": scrub}
+        ) as current:
             result = self.store.write(lambda txn: erase_txn(txn, session, wanted, reason, time))
-            otel_attributes(current, {"turnlog.erasure.seq": -1 if result.seq is None
-                                      else result.seq,
-                                      "turnlog.erasure.events": len(result.seqs),
-                                      "turnlog.erasure.blobs": len(result.blobs),
-                                      "turnlog.erasure.already": len(result.already)})
+            otel_attributes(
+                current,
+                {
+                    "turnlog.erasure.seq": -1 if result.seq is None else result.seq,
+                    "turnlog.erasure.events": len(result.seqs),
+                    "turnlog.erasure.blobs": len(result.blobs),
+                    "turnlog.erasure.already": len(result.already),
+                },
+            )
             if result.seq is not None:
                 self._erasures += 1
                 forget_unsaved()  # counts of erased text never to be saved
@@ -1138,8 +1308,14 @@ class Log:
                 self.store.scrub()
         return result
 
-    def erase_older_than(self, cutoff: int, *, reason: str, sessions: Iterable[str] | None = None,
-                         time: int | None = None) -> list[Erased]:
+    def erase_older_than(
+        self,
+        cutoff: int,
+        *,
+        reason: str,
+        sessions: Iterable[str] | None = None,
+        time: int | None = None,
+    ) -> list[Erased]:
         """Retention: erase every event whose ``time`` is below ``cutoff`` (microseconds
         since the Unix epoch, UTC). Event times are caller data: the cutoff is compared
         with the times the events were appended with, never with a clock of turnlog's;
@@ -1162,9 +1338,13 @@ class Log:
         done: list[Erased] = []
         for name in names:
             with self.snapshot() as snap:
-                old = [e.seq for e in snap.iter(name)
-                       if e.time is not None and e.time < cutoff
-                       and not isinstance(e.body, (*_ERASURE_KINDS, SessionForked))]
+                old = [
+                    e.seq
+                    for e in snap.iter(name)
+                    if e.time is not None
+                    and e.time < cutoff
+                    and not isinstance(e.body, (*_ERASURE_KINDS, SessionForked))
+                ]
             if old:
                 result = self.erase(name, old, reason=reason, time=time, scrub=False)
                 if result.seq is not None:
@@ -1173,9 +1353,15 @@ class Log:
         return done
 
     # -- integrity -----------------------------------------------------------------
-    def verify(self, session: str | None = None, *, checkpoint: Checkpoint | None = None,
-               key: bytes | None = None, strict: bool = False,
-               progress: Callable[[int], None] | None = None) -> VerifyReport:
+    def verify(
+        self,
+        session: str | None = None,
+        *,
+        checkpoint: Checkpoint | None = None,
+        key: bytes | None = None,
+        strict: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> VerifyReport:
         """Check the hash chain of one session (or all), every referenced blob,
         and optionally that the log extends a checkpoint.
 
@@ -1211,21 +1397,30 @@ class Log:
             invalid("progress", "callable or None", progress, with_type=True)
         _check_key(key)
         if checkpoint is not None:
-            if not isinstance(checkpoint, Checkpoint) or not _is_seq(checkpoint.seq) \
-                    or not isinstance(checkpoint.hash, str) or len(checkpoint.hash) != 64 \
-                    or not isinstance(checkpoint.mac, str):
-                invalid("checkpoint", "a Checkpoint (as returned by Log.checkpoint) with an int "
-                        "seq and a 64-digit hex hash", checkpoint, with_type=True)
+            if (
+                not isinstance(checkpoint, Checkpoint)
+                or not _is_seq(checkpoint.seq)
+                or not isinstance(checkpoint.hash, str)
+                or len(checkpoint.hash) != 64
+                or not isinstance(checkpoint.mac, str)
+            ):
+                invalid(
+                    "checkpoint",
+                    "a Checkpoint (as returned by Log.checkpoint) with an int "
+                    "seq and a 64-digit hex hash",
+                    checkpoint,
+                    with_type=True,
+                )
             validate_session_id(checkpoint.session)
             checkpoint.check_mac(key)
             session = checkpoint.session if session is None else session
             if session != checkpoint.session:
-                raise InvalidArgumentError(f"the checkpoint is for session "
-                                           f"{checkpoint.session!r}, not {session!r}")
+                raise InvalidArgumentError(
+                    f"the checkpoint is for session {checkpoint.session!r}, not {session!r}"
+                )
         if session is not None:
             validate_session_id(session)
-        return fsck(self.store, session, checkpoint=checkpoint, strict=strict,
-                    progress=progress)
+        return fsck(self.store, session, checkpoint=checkpoint, strict=strict, progress=progress)
 
     def checkpoint(self, session: str, *, key: bytes | None = None) -> Checkpoint:
         """A record of the session's current head to keep outside the log.
@@ -1235,8 +1430,7 @@ class Log:
         """
         head = self.head(session)
         if head is None:
-            raise UnknownSessionError(f"no session {session!r} to checkpoint",
-                                      hint=SESSIONS_HINT)
+            raise UnknownSessionError(f"no session {session!r} to checkpoint", hint=SESSIONS_HINT)
         cp = Checkpoint(session=session, seq=head.seq, hash=head.hash.hex())
         if key is not None:
             _check_key(key)
@@ -1250,8 +1444,7 @@ def _same_but_time(ours: bytes, stored: bytes) -> bool:
         theirs = decode_event(stored)
     except DecodeError:
         return False  # not ours to judge here: verify names a damaged record
-    return encode_canonical(msgspec.structs.replace(decode_event(ours),
-                                                    time=theirs.time)) == stored
+    return encode_canonical(msgspec.structs.replace(decode_event(ours), time=theirs.time)) == stored
 
 
 def _hash_argument(value: object) -> bytes:
@@ -1266,17 +1459,22 @@ def _hash_argument(value: object) -> bytes:
     else:
         digest = b""
     if len(digest) != 32:
-        raise InvalidArgumentError(f"after_hash must be an event hash (32 bytes or 64 hex "
-                                   f"digits), found {value!r:.80}")
+        raise InvalidArgumentError(
+            f"after_hash must be an event hash (32 bytes or 64 hex digits), found {value!r:.80}"
+        )
     return digest
 
 
-def _diverged(store: Store, session: str, seq: int, head: int, found: bytes,
-              expected: bytes) -> HistoryMismatchError:
+def _diverged(
+    store: Store, session: str, seq: int, head: int, found: bytes, expected: bytes
+) -> HistoryMismatchError:
     return HistoryMismatchError(
         f"{session}#{seq} in {hide_credentials(store.location) or store.name} has hash "
         f"{found.hex()[:16]}, "
         f"not {expected.hex()[:16]} as the follower saw: the store holds another history "
         "(restored from an older backup and written since, or another server). Nothing was "
         "skipped; run `turnlog verify` on it and re-read the session from an earlier seq",
-        session=session, seq=seq, head=head)
+        session=session,
+        seq=seq,
+        head=head,
+    )

@@ -94,8 +94,13 @@ MEMORY_SECTION_POSITION = 1000
 MEMORY_TYPES: tuple[str, ...] = ("project", "user", "decision")
 RETENTIONS: tuple[str, ...] = ("priority", "durable", "working")
 #: Section titles of the block, in render order.
-SECTION_TITLES: tuple[str, ...] = ("Priority Context", "Project Knowledge", "User Preferences",
-                                   "Key Decisions", "Working Memory")
+SECTION_TITLES: tuple[str, ...] = (
+    "Priority Context",
+    "Project Knowledge",
+    "User Preferences",
+    "Key Decisions",
+    "Working Memory",
+)
 #: The ``reason`` of a save that stores a compaction summary as a working memory.
 SUMMARY_REASON = "compaction"
 #: Default lifetime of a summary memory: 14 days, in microseconds.
@@ -288,12 +293,20 @@ class MemoryBook:
         if body.op == "save":
             self._forgotten.pop(mid, None)
             self._live[mid] = Memory(
-                memory_id=mid, memory_type=body.memory_type or "project",
-                retention=body.retention or "durable", title=body.title, content=body.content,
-                saved_pos=pos, changed_pos=pos, changed_time=time,
-                expires_seq=body.expires_seq, expires_time=body.expires_time,
-                source_session=body.source_session, source_seqs=body.source_seqs,
-                origin=body.reason)
+                memory_id=mid,
+                memory_type=body.memory_type or "project",
+                retention=body.retention or "durable",
+                title=body.title,
+                content=body.content,
+                saved_pos=pos,
+                changed_pos=pos,
+                changed_time=time,
+                expires_seq=body.expires_seq,
+                expires_time=body.expires_time,
+                source_session=body.source_session,
+                source_seqs=body.source_seqs,
+                origin=body.reason,
+            )
             return
         memory = self._live.get(mid)
         if memory is None:
@@ -310,13 +323,17 @@ class MemoryBook:
                 retention=body.retention or memory.retention,
                 title=body.title or memory.title,
                 content=body.content or memory.content,
-                expires_seq=body.expires_seq if body.expires_seq is not None
+                expires_seq=body.expires_seq
+                if body.expires_seq is not None
                 else memory.expires_seq,
-                expires_time=body.expires_time if body.expires_time is not None
+                expires_time=body.expires_time
+                if body.expires_time is not None
                 else memory.expires_time,
                 source_session=body.source_session or memory.source_session,
                 source_seqs=body.source_seqs or memory.source_seqs,
-                changed_pos=pos, changed_time=time)
+                changed_pos=pos,
+                changed_time=time,
+            )
 
     # -- queries -----------------------------------------------------------------
     def get(self, memory_id: str) -> Memory | None:
@@ -336,8 +353,7 @@ class MemoryBook:
             include_expired: also list expired memories.
         """
         head = self.head
-        found = [m for m in self._live.values()
-                 if include_expired or not m.expired(head, now)]
+        found = [m for m in self._live.values() if include_expired or not m.expired(head, now)]
         return sorted(found, key=_sort_key)
 
     def expired(self, *, now: int | None = None) -> list[Memory]:
@@ -349,10 +365,12 @@ class MemoryBook:
         """The memories the block shows under ``policy``, in render order (see the
         module docs for the caps)."""
         live = self.memories(now=now)
-        working = sorted((m for m in live if m.section == 4),
-                         key=lambda m: (not m.pinned, -m.saved_pos, m.memory_id))
-        dropped = {m.memory_id for m in working[policy.memory_working_max:]}
-        chosen = [m for m in live if m.memory_id not in dropped][:policy.memory_max_count]
+        working = sorted(
+            (m for m in live if m.section == 4),
+            key=lambda m: (not m.pinned, -m.saved_pos, m.memory_id),
+        )
+        dropped = {m.memory_id for m in working[policy.memory_working_max :]}
+        chosen = [m for m in live if m.memory_id not in dropped][: policy.memory_max_count]
         return _fit_chars(chosen, policy.memory_max_chars)
 
     def render(self, policy: Policy, *, now: int | None = None) -> str:
@@ -470,8 +488,7 @@ class MemoryManager:
                     self._book.extend(self.log.lineage(self.memory_session, head.seq + 1))
                     self._seen = head.seq
             elif head is not None and head.seq > self._seen:
-                self._book.extend(self.log.read(self.memory_session, self._seen + 1,
-                                                head.seq + 1))
+                self._book.extend(self.log.read(self.memory_session, self._seen + 1, head.seq + 1))
                 self._seen = head.seq
             return self._book
 
@@ -484,8 +501,7 @@ class MemoryManager:
             self._views.clear()
             self._erasures = self.log._erasures
 
-    def memories(self, *, now: int | None = None, include_expired: bool = False
-                 ) -> list[Memory]:
+    def memories(self, *, now: int | None = None, include_expired: bool = False) -> list[Memory]:
         """Live memories in render order (see `MemoryBook.memories`)."""
         return self.book().memories(now=now, include_expired=include_expired)
 
@@ -501,12 +517,22 @@ class MemoryManager:
         return self.book().render(policy, now=now)
 
     # -- operations ------------------------------------------------------------------
-    def save(self, title: str, content: str, *, memory_type: MemoryType = "project",
-             retention: Retention = "durable", memory_id: str | None = None,
-             pinned: bool = False, expires_seq: int | None = None,
-             expires_time: int | None = None, source_session: str = "",
-             source_seqs: Sequence[int] = (), reason: str = "",
-             time: int | None = None) -> Changed:
+    def save(
+        self,
+        title: str,
+        content: str,
+        *,
+        memory_type: MemoryType = "project",
+        retention: Retention = "durable",
+        memory_id: str | None = None,
+        pinned: bool = False,
+        expires_seq: int | None = None,
+        expires_time: int | None = None,
+        source_session: str = "",
+        source_seqs: Sequence[int] = (),
+        reason: str = "",
+        time: int | None = None,
+    ) -> Changed:
         """Save a new memory (appends ``save``, and ``pin`` when ``pinned``).
 
         Parameters:
@@ -534,33 +560,54 @@ class MemoryManager:
                 that names a live memory (use `update`).
         """
         if memory_type not in MEMORY_TYPES:
-            raise InvalidArgumentError(f"memory_type must be one of {list(MEMORY_TYPES)}, found "
-                                    f"{memory_type!r}")
+            raise InvalidArgumentError(
+                f"memory_type must be one of {list(MEMORY_TYPES)}, found {memory_type!r}"
+            )
         if retention not in RETENTIONS:
-            raise InvalidArgumentError(f"retention must be one of {list(RETENTIONS)}, found "
-                                    f"{retention!r}")
+            raise InvalidArgumentError(
+                f"retention must be one of {list(RETENTIONS)}, found {retention!r}"
+            )
         if not isinstance(content, str) or not content.strip():
-            invalid("content", "a str with more than white space (a memory needs non-empty "
-                    "content)", content, with_type=not isinstance(content, str))
+            invalid(
+                "content",
+                "a str with more than white space (a memory needs non-empty content)",
+                content,
+                with_type=not isinstance(content, str),
+            )
         seqs = tuple(source_seqs)
 
         def build(book: MemoryBook) -> tuple[str, list[MemoryChanged]]:
             mid = memory_id if memory_id is not None else f"m{book.head + 1}"
             if book.get(mid) is not None:
-                raise InvalidArgumentError(f"memory {mid!r} already exists; change it with update "
-                                        "or forget it first")
-            body = MemoryChanged(op="save", memory_id=mid, memory_type=memory_type,
-                                 retention=retention, title=title, content=content,
-                                 expires_seq=expires_seq, expires_time=expires_time,
-                                 source_session=source_session, source_seqs=seqs,
-                                 reason=reason)
+                raise InvalidArgumentError(
+                    f"memory {mid!r} already exists; change it with update or forget it first"
+                )
+            body = MemoryChanged(
+                op="save",
+                memory_id=mid,
+                memory_type=memory_type,
+                retention=retention,
+                title=title,
+                content=content,
+                expires_seq=expires_seq,
+                expires_time=expires_time,
+                source_session=source_session,
+                source_seqs=seqs,
+                reason=reason,
+            )
             pin = [MemoryChanged(op="pin", memory_id=mid)] if pinned else []
             return mid, [body, *pin]
 
         return self._change(build, time)
 
-    def save_summary(self, agent_session: str, compaction_seq: int, *,
-                     ttl: int | None = SUMMARY_TTL, time: int | None = None) -> Changed:
+    def save_summary(
+        self,
+        agent_session: str,
+        compaction_seq: int,
+        *,
+        ttl: int | None = SUMMARY_TTL,
+        time: int | None = None,
+    ) -> Changed:
         """Keep a committed compaction summary as a working memory.
 
         Parameters:
@@ -576,20 +623,38 @@ class MemoryManager:
         """
         event = self.log.get(agent_session, compaction_seq)
         if not isinstance(event.body, CompactionCommitted):
-            raise InvalidArgumentError(f"{agent_session}#{compaction_seq} is a {event.kind!r} "
-                                    "event, not a compaction")
+            raise InvalidArgumentError(
+                f"{agent_session}#{compaction_seq} is a {event.kind!r} event, not a compaction"
+            )
         base = time if time is not None else event.time
         expires = base + ttl if base is not None and ttl is not None else None
-        return self.save("Previous session summary", event.body.summary, memory_type="project",
-                         retention="working", expires_time=expires,
-                         source_session=agent_session, source_seqs=(compaction_seq,),
-                         reason=SUMMARY_REASON, time=time)
+        return self.save(
+            "Previous session summary",
+            event.body.summary,
+            memory_type="project",
+            retention="working",
+            expires_time=expires,
+            source_session=agent_session,
+            source_seqs=(compaction_seq,),
+            reason=SUMMARY_REASON,
+            time=time,
+        )
 
-    def update(self, memory_id: str, *, title: str = "", content: str = "",
-               memory_type: MemoryType | None = None, retention: Retention | None = None,
-               expires_seq: int | None = None, expires_time: int | None = None,
-               source_session: str = "", source_seqs: Sequence[int] = (), reason: str = "",
-               time: int | None = None) -> Changed:
+    def update(
+        self,
+        memory_id: str,
+        *,
+        title: str = "",
+        content: str = "",
+        memory_type: MemoryType | None = None,
+        retention: Retention | None = None,
+        expires_seq: int | None = None,
+        expires_time: int | None = None,
+        source_session: str = "",
+        source_seqs: Sequence[int] = (),
+        reason: str = "",
+        time: int | None = None,
+    ) -> Changed:
         """Change fields of a live memory (fields left at their default are kept).
 
         Parameters:
@@ -608,19 +673,30 @@ class MemoryManager:
                 or a bad type or class.
         """
         if memory_type is not None and memory_type not in MEMORY_TYPES:
-            raise InvalidArgumentError(f"memory_type must be one of {list(MEMORY_TYPES)}, found "
-                                    f"{memory_type!r}")
+            raise InvalidArgumentError(
+                f"memory_type must be one of {list(MEMORY_TYPES)}, found {memory_type!r}"
+            )
         if retention is not None and retention not in RETENTIONS:
-            raise InvalidArgumentError(f"retention must be one of {list(RETENTIONS)}, found "
-                                    f"{retention!r}")
-        body = MemoryChanged(op="update", memory_id=memory_id, memory_type=memory_type or "",
-                             retention=retention or "", title=title, content=content,
-                             expires_seq=expires_seq, expires_time=expires_time,
-                             source_session=source_session, source_seqs=tuple(source_seqs),
-                             reason=reason)
+            raise InvalidArgumentError(
+                f"retention must be one of {list(RETENTIONS)}, found {retention!r}"
+            )
+        body = MemoryChanged(
+            op="update",
+            memory_id=memory_id,
+            memory_type=memory_type or "",
+            retention=retention or "",
+            title=title,
+            content=content,
+            expires_seq=expires_seq,
+            expires_time=expires_time,
+            source_session=source_session,
+            source_seqs=tuple(source_seqs),
+            reason=reason,
+        )
         if body == MemoryChanged(op="update", memory_id=memory_id, reason=reason):
-            raise InvalidArgumentError(f"update of memory {memory_id!r} changes nothing; give a "
-                                    "field to change")
+            raise InvalidArgumentError(
+                f"update of memory {memory_id!r} changes nothing; give a field to change"
+            )
         return self._op(body, time)
 
     def forget(self, memory_id: str, *, reason: str = "", time: int | None = None) -> Changed:
@@ -674,9 +750,12 @@ class MemoryManager:
             if book.get(body.memory_id) is None:
                 raise InvalidArgumentError(
                     f"no live memory {body.memory_id!r} in session {self.memory_session!r}",
-                    hint=Hint(cli="list memories with `turnlog memories`",
-                              python="list memories with `turnlog memories` "
-                                     "(Python: `MemoryManager.memories()`)"))
+                    hint=Hint(
+                        cli="list memories with `turnlog memories`",
+                        python="list memories with `turnlog memories` "
+                        "(Python: `MemoryManager.memories()`)",
+                    ),
+                )
             return body.memory_id, [body]
 
         return self._change(build, time)
@@ -696,30 +775,41 @@ class MemoryManager:
             appended = self.log.update(self.memory_session, decide)
             assert appended is not None
             body = self.log.get(self.memory_session, appended.last_seq).body
-            otel_attributes(current, {"turnlog.memory.id": made[0],
-                                           "turnlog.memory.op": getattr(body, "op", "")})
+            otel_attributes(
+                current,
+                {"turnlog.memory.id": made[0], "turnlog.memory.op": getattr(body, "op", "")},
+            )
         return Changed(made[0], appended)
 
-    def _forget_all(self, pick: _Picker, time: int | None,
-                    ) -> tuple[tuple[tuple[str, str], ...], Appended | None]:
+    def _forget_all(
+        self,
+        pick: _Picker,
+        time: int | None,
+    ) -> tuple[tuple[tuple[str, str], ...], Appended | None]:
         due: list[tuple[str, str]] = []
 
         def decide(head: Head | None) -> list[Draft]:
             with self._lock:
                 due[:] = pick(self.book())
-            return [Draft(body=MemoryChanged(op="forget", memory_id=mid, reason=why), time=time)
-                    for mid, why in due]
+            return [
+                Draft(body=MemoryChanged(op="forget", memory_id=mid, reason=why), time=time)
+                for mid, why in due
+            ]
 
-        with otel_span("turnlog.memory", {"turnlog.session": self.memory_session,
-                                          "turnlog.memory.op": "forget"}) as current:
+        with otel_span(
+            "turnlog.memory",
+            {"turnlog.session": self.memory_session, "turnlog.memory.op": "forget"},
+        ) as current:
             appended = self.log.update(self.memory_session, decide)
-            otel_attributes(current, {"turnlog.memory.count": len(due)
-                                      if appended is not None else 0})
+            otel_attributes(
+                current, {"turnlog.memory.count": len(due) if appended is not None else 0}
+            )
         return (tuple(due), appended) if appended is not None else ((), None)
 
     # -- consolidation -------------------------------------------------------------------
-    def consolidate(self, *, now: int | None = None, policy: Policy | None = None,
-                    time: int | None = None) -> Consolidated:
+    def consolidate(
+        self, *, now: int | None = None, policy: Policy | None = None, time: int | None = None
+    ) -> Consolidated:
         """Forget expired memories and old summary memories, as events.
 
         Appends one ``forget`` per memory due (in one batch): reason
@@ -743,9 +833,14 @@ class MemoryManager:
             expired = book.expired(now=now)
             due = [(m.memory_id, "expired") for m in sorted(expired, key=lambda m: m.saved_pos)]
             gone = {m.memory_id for m in expired}
-            summaries = sorted((m for m in book.memories(now=now)
-                                if m.is_summary and not m.pinned and m.memory_id not in gone),
-                               key=lambda m: (-m.saved_pos, m.memory_id))
+            summaries = sorted(
+                (
+                    m
+                    for m in book.memories(now=now)
+                    if m.is_summary and not m.pinned and m.memory_id not in gone
+                ),
+                key=lambda m: (-m.saved_pos, m.memory_id),
+            )
             old = sorted(summaries[keep:], key=lambda m: m.saved_pos)
             due += [(m.memory_id, "consolidation") for m in old]
             return due
@@ -792,8 +887,9 @@ class MemoryManager:
             found = view.sections.get(MEMORY_SECTION)
             return "" if found is None else found[0]
 
-    def refresh(self, agent_session: str, *, policy: Policy, now: int | None = None,
-                point: Point = "manual") -> Appended | None:
+    def refresh(
+        self, agent_session: str, *, policy: Policy, now: int | None = None, point: Point = "manual"
+    ) -> Appended | None:
         """Put the current memory block into an agent session, if due.
 
         Appends ``SystemSectionSet(name="memories", text=block,
@@ -815,8 +911,9 @@ class MemoryManager:
             InvalidEventError: an unknown point.
         """
         if point not in REFRESH_POINTS:
-            raise InvalidArgumentError(f"refresh point must be one of {list(REFRESH_POINTS)}, "
-                                    f"found {point!r}")
+            raise InvalidArgumentError(
+                f"refresh point must be one of {list(REFRESH_POINTS)}, found {point!r}"
+            )
         if point not in policy.memory_refresh:
             return None
 
@@ -830,12 +927,21 @@ class MemoryManager:
                     return None
             elif found[0] == block and found[1] == MEMORY_SECTION_POSITION:
                 return None
-            return Draft(body=SystemSectionSet(name=MEMORY_SECTION, text=block,
-                                               position=MEMORY_SECTION_POSITION), time=now)
+            return Draft(
+                body=SystemSectionSet(
+                    name=MEMORY_SECTION, text=block, position=MEMORY_SECTION_POSITION
+                ),
+                time=now,
+            )
 
-        with otel_span("turnlog.memory", {"turnlog.session": agent_session,
-                                          "turnlog.memory.op": "refresh",
-                                          "turnlog.memory.point": point}) as current:
+        with otel_span(
+            "turnlog.memory",
+            {
+                "turnlog.session": agent_session,
+                "turnlog.memory.op": "refresh",
+                "turnlog.memory.point": point,
+            },
+        ) as current:
             appended = self.log.update(agent_session, decide)
             otel_attributes(current, {"turnlog.memory.changed": appended is not None})
         return appended
@@ -864,20 +970,27 @@ class MemoryManager:
         with self._lock:
             view, _ = self._view(agent_session)
             if view is None:
-                raise UnknownSessionError(f"no session {agent_session!r} to repair; list "
-                                          "sessions with `turnlog sessions` (Python: "
-                                          "`Log.sessions()`)")
-            rewound = frozenset(view.events[pos].seq for pos in view.rewound
-                                if view.events[pos].session == agent_session)
+                raise UnknownSessionError(
+                    f"no session {agent_session!r} to repair; list "
+                    "sessions with `turnlog sessions` (Python: "
+                    "`Log.sessions()`)"
+                )
+            rewound = frozenset(
+                view.events[pos].seq
+                for pos in view.rewound
+                if view.events[pos].session == agent_session
+            )
 
             def pick(book: MemoryBook) -> list[tuple[str, str]]:
-                hit = [m for m in book.memories(include_expired=True)
-                       if m.source_session == agent_session
-                       and any(seq in rewound for seq in m.source_seqs)]
-                return [(m.memory_id, "source rewound")
-                        for m in sorted(hit, key=lambda m: m.saved_pos)]
+                hit = [
+                    m
+                    for m in book.memories(include_expired=True)
+                    if m.source_session == agent_session
+                    and any(seq in rewound for seq in m.source_seqs)
+                ]
+                return [
+                    (m.memory_id, "source rewound") for m in sorted(hit, key=lambda m: m.saved_pos)
+                ]
 
             forgotten, appended = self._forget_all(pick, time)
-        return Repaired(agent_session, len(rewound), tuple(mid for mid, _ in forgotten),
-                        appended)
-
+        return Repaired(agent_session, len(rewound), tuple(mid for mid, _ in forgotten), appended)

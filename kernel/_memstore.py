@@ -40,8 +40,14 @@ class _MemoryRead(ReadTxn):
             return None
         return records[seq]
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         head = self._heads.get(session)
         if head is None:
             return
@@ -103,8 +109,14 @@ class _MemoryWrite(_MemoryRead, WriteTxn):
         pending = self._pending.get((session, seq))
         return pending if pending is not None else super().get(session, seq)
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         # Within a write, records are only ever added up to the new head.
         head = self._heads.get(session)
         if head is None:
@@ -176,8 +188,10 @@ class MemoryStore(Store):
         if self._closed:
             raise StoreError("the in-memory store is closed; open a new one")
         if os.getpid() != self._pid:
-            raise ForkedProcessError("this in-memory store belongs to the parent process; "
-                                     "a child after fork() must create its own")
+            raise ForkedProcessError(
+                "this in-memory store belongs to the parent process; "
+                "a child after fork() must create its own"
+            )
 
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:

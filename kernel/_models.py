@@ -63,15 +63,20 @@ class ModelTable:
     """
 
     def __init__(self, entries: Mapping[str, ModelInfo]) -> None:
-        self._entries = {name.lower(): msgspec.structs.replace(info, name=name.lower())
-                         for name, info in entries.items()}
+        self._entries = {
+            name.lower(): msgspec.structs.replace(info, name=name.lower())
+            for name, info in entries.items()
+        }
 
     @classmethod
     def shipped(cls) -> ModelTable:
         """The table turnlog ships (``turnlog/models.toml``)."""
         if not _SHIPPED:
-            text = resources.files(__package__ or "turnlog").joinpath("models.toml").read_text(
-                encoding="utf-8")
+            text = (
+                resources.files(__package__ or "turnlog")
+                .joinpath("models.toml")
+                .read_text(encoding="utf-8")
+            )
             _SHIPPED.append(cls.from_toml(text))
         return _SHIPPED[0]
 
@@ -95,18 +100,24 @@ class ModelTable:
             raise PolicyError(f"model table is not valid TOML: {exc}") from exc
         models = raw.get("models", {})
         if not isinstance(models, dict) or set(raw) - {"models"}:
-            raise PolicyError("a model table holds only [models.\"NAME\"] tables, found "
-                              f"top-level keys {sorted(raw)}")
+            raise PolicyError(
+                'a model table holds only [models."NAME"] tables, found '
+                f"top-level keys {sorted(raw)}"
+            )
         entries: dict[str, ModelInfo] = {}
         for name, fields in models.items():
             try:
                 entries[name] = msgspec.convert(fields, ModelInfo, strict=True)
             except msgspec.ValidationError as exc:
-                raise PolicyError(f"model table entry {name!r}: {exc}; an entry needs "
-                                  "context_window, output_limit and tokenizer") from exc
+                raise PolicyError(
+                    f"model table entry {name!r}: {exc}; an entry needs "
+                    "context_window, output_limit and tokenizer"
+                ) from exc
             if not entries[name].tokenizer:
-                raise PolicyError(f"model table entry {name!r}: tokenizer must name one, "
-                                  "e.g. 'o200k_base' or 'cl100k_base'")
+                raise PolicyError(
+                    f"model table entry {name!r}: tokenizer must name one, "
+                    "e.g. 'o200k_base' or 'cl100k_base'"
+                )
         return cls(entries)
 
     def merged(self, other: ModelTable | Mapping[str, ModelInfo]) -> ModelTable:
@@ -128,8 +139,9 @@ class ModelTable:
             return found
         best: ModelInfo | None = None
         for candidate, info in self._entries.items():
-            if name.startswith(candidate + "-") and (best is None
-                                                     or len(candidate) > len(best.name)):
+            if name.startswith(candidate + "-") and (
+                best is None or len(candidate) > len(best.name)
+            ):
                 best = info
         return best
 
@@ -146,7 +158,8 @@ class ModelTable:
                 "limit and tokenizer are unknown; pass a policy that names them, e.g. "
                 "Policy(context_window=128000, output_reserve=16000, tokenizer='cl100k_base'), "
                 "or add the model: turnlog.packing.ModelTable.shipped().merged({name: ModelInfo("
-                "context_window=..., output_limit=..., tokenizer=...)}) (see docs/policy.md)")
+                "context_window=..., output_limit=..., tokenizer=...)}) (see docs/policy.md)"
+            )
         return found
 
     def __contains__(self, model: object) -> bool:

@@ -68,15 +68,21 @@ class Packer:
             gives the same prompt; memory is bounded by this many sessions.
     """
 
-    def __init__(self, log: Log, *, stages: Sequence[tuple[str, Stage]] | None = None,
-                 cached_sessions: int = 64) -> None:
+    def __init__(
+        self,
+        log: Log,
+        *,
+        stages: Sequence[tuple[str, Stage]] | None = None,
+        cached_sessions: int = 64,
+    ) -> None:
         check_integer(cached_sessions, "cached_sessions", min_value=1)
         self.log = log
         self.stages = tuple(stages) if stages is not None else None
         self._names = "" if stages is None else ",".join(name for name, _ in stages)
         self._cached_sessions = cached_sessions
         self._projections: OrderedDict[tuple[str, str], tuple[Projection, int, PackIndex]] = (
-            OrderedDict())
+            OrderedDict()
+        )
         self._lock = threading.RLock()
         self._loaded: set[str] = set()
         # Per counter id: where the next chunk of counts goes, and the chunks found
@@ -139,13 +145,21 @@ class Packer:
                 damaged = tuple(self._damaged_chunks.get(name, ()))
                 start = self._next_chunk.get(name, 0)
 
-            def write(txn: WriteTxn, data: bytes = data, name: str = name,
-                      damaged: tuple[int, ...] = damaged, start: int = start) -> int:
+            def write(
+                txn: WriteTxn,
+                data: bytes = data,
+                name: str = name,
+                damaged: tuple[int, ...] = damaged,
+                start: int = start,
+            ) -> int:
                 # The new counts replace the first chunk still damaged (the others are
                 # emptied: their texts are counted again as they are used), or go
                 # after the last chunk (another process may have added some).
-                bad = [i for i in damaged if open_chunk(
-                    name, i, txn.cached(_CACHE_NS, chunk_key(name, i)) or b"") is None]
+                bad = [
+                    i
+                    for i in damaged
+                    if open_chunk(name, i, txn.cached(_CACHE_NS, chunk_key(name, i)) or b"") is None
+                ]
                 for i in bad[1:]:
                     txn.put_cached(_CACHE_NS, chunk_key(name, i), seal_chunk(name, i, b""))
                 index = start if not bad else bad[0]
@@ -219,13 +233,18 @@ class Packer:
         """`pack` one of the packer's projections with its pipeline and index (the
         policy as given: resolve a caller's policy first, see `Policy.resolved`)."""
         with otel_span("turnlog.pack") as current:
-            packed = pack_stored(view, policy, stages=self.stages, explain=explain,
-                                 index=self.index_of(view))
-            otel_attributes(current, {
-                "turnlog.policy_hash": packed.policy_hash,
-                "turnlog.prompt_hash": packed.prompt.hash,
-                "gen_ai.usage.input_tokens": packed.tokens,
-                "turnlog.stages_fired": ",".join(s.name for s in packed.stages if s.fired)})
+            packed = pack_stored(
+                view, policy, stages=self.stages, explain=explain, index=self.index_of(view)
+            )
+            otel_attributes(
+                current,
+                {
+                    "turnlog.policy_hash": packed.policy_hash,
+                    "turnlog.prompt_hash": packed.prompt.hash,
+                    "gen_ai.usage.input_tokens": packed.tokens,
+                    "turnlog.stages_fired": ",".join(s.name for s in packed.stages if s.fired),
+                },
+            )
             return packed
 
     def projection_at(self, session: str, head_seq: int, counter: TokenCounter) -> Projection:
@@ -262,8 +281,9 @@ class Packer:
                 resolved defaults when the log has none.
         """
         with self._lock:
-            return self._pack_as_given(session, self._policy_to_use(session, policy),
-                                       explain=explain)
+            return self._pack_as_given(
+                session, self._policy_to_use(session, policy), explain=explain
+            )
 
     def _pack_as_given(self, session: str, policy: Policy, *, explain: bool = True) -> Packed:
         counter = self.counter_for(policy, self._base_view(session, policy))
@@ -280,8 +300,8 @@ class Packer:
     def _base_view(self, session: str, policy: Policy) -> Projection | None:
         if not policy.tokenizer.startswith("calibrated:"):
             return None
-        return self.projection(session, get_counter(policy.tokenizer.removeprefix(
-            "calibrated:")))
+        return self.projection(session, get_counter(policy.tokenizer.removeprefix("calibrated:")))
+
 
 def policy_at(lineage: list[Event]) -> Policy | None:
     """The policy of the last ``PolicySet`` in ``lineage`` (None when it has none)."""

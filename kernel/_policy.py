@@ -62,15 +62,30 @@ _DEFAULT_USABLE = 112_000
 #: Fields whose default, under rules 3, is a share of the window: scaled in
 #: proportion to the usable budget when it is below `_DEFAULT_USABLE`, never above
 #: the absolute default (see `Policy.scaled`).
-_SCALED = ("warning_buffer", "compact_buffer", "blocking_buffer", "prune_protect_tokens",
-           "prune_min_savings", "segment_target_tokens", "segment_min_tokens")
+_SCALED = (
+    "warning_buffer",
+    "compact_buffer",
+    "blocking_buffer",
+    "prune_protect_tokens",
+    "prune_min_savings",
+    "segment_target_tokens",
+    "segment_min_tokens",
+)
 
 NonNeg = Annotated[int, msgspec.Meta(ge=0, le=2**40)]
 Ratio = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 
 ToolKind = Literal[
-    "file_read", "file_edit", "file_write", "grep", "glob", "bash", "shell_read",
-    "web_fetch", "web_search", "other",
+    "file_read",
+    "file_edit",
+    "file_write",
+    "grep",
+    "glob",
+    "bash",
+    "shell_read",
+    "web_fetch",
+    "web_search",
+    "other",
 ]
 
 #: Points at which the memory block of a session may be re-rendered (see
@@ -81,47 +96,116 @@ REFRESH_POINTS: tuple[str, ...] = ("session_start", "compaction", "every_turn", 
 # Tool name -> kind. Names seen in real transcripts (Claude Code, Codex,
 # SWE-agent, OpenHands, mini-swe-agent) and the generic names of the docs.
 DEFAULT_TOOL_KINDS: dict[str, str] = {
-    "Read": "file_read", "read_file": "file_read", "file_read": "file_read",
-    "view": "file_read", "read": "file_read", "open": "file_read", "cat": "file_read",
-    "Edit": "file_edit", "MultiEdit": "file_edit", "file_edit": "file_edit",
-    "edit": "file_edit", "str_replace_editor": "file_edit", "apply_patch": "file_edit",
-    "str_replace_based_edit_tool": "file_edit", "NotebookEdit": "file_edit",
-    "Write": "file_write", "file_write": "file_write", "write_file": "file_write",
+    "Read": "file_read",
+    "read_file": "file_read",
+    "file_read": "file_read",
+    "view": "file_read",
+    "read": "file_read",
+    "open": "file_read",
+    "cat": "file_read",
+    "Edit": "file_edit",
+    "MultiEdit": "file_edit",
+    "file_edit": "file_edit",
+    "edit": "file_edit",
+    "str_replace_editor": "file_edit",
+    "apply_patch": "file_edit",
+    "str_replace_based_edit_tool": "file_edit",
+    "NotebookEdit": "file_edit",
+    "Write": "file_write",
+    "file_write": "file_write",
+    "write_file": "file_write",
     "create": "file_write",
-    "Grep": "grep", "grep": "grep", "search_file": "grep", "search_dir": "grep",
-    "Glob": "glob", "glob": "glob", "LS": "glob", "find_file": "glob", "ls": "glob",
-    "Bash": "bash", "bash": "bash", "shell": "bash", "shell_command": "bash",
-    "run": "bash", "execute_bash": "bash", "exec": "bash",
-    "BashOutput": "shell_read", "shell_read": "shell_read",
-    "WebFetch": "web_fetch", "web_fetch": "web_fetch", "browse": "web_fetch",
-    "WebSearch": "web_search", "web_search": "web_search",
+    "Grep": "grep",
+    "grep": "grep",
+    "search_file": "grep",
+    "search_dir": "grep",
+    "Glob": "glob",
+    "glob": "glob",
+    "LS": "glob",
+    "find_file": "glob",
+    "ls": "glob",
+    "Bash": "bash",
+    "bash": "bash",
+    "shell": "bash",
+    "shell_command": "bash",
+    "run": "bash",
+    "execute_bash": "bash",
+    "exec": "bash",
+    "BashOutput": "shell_read",
+    "shell_read": "shell_read",
+    "WebFetch": "web_fetch",
+    "web_fetch": "web_fetch",
+    "browse": "web_fetch",
+    "WebSearch": "web_search",
+    "web_search": "web_search",
 }
 
 # Pruning weights by kind: higher is pruned first (seed 003's table).
 DEFAULT_TOOL_WEIGHTS: dict[str, int] = {
-    "bash": 70, "shell_read": 65, "web_fetch": 55, "grep": 50, "web_search": 40,
-    "file_read": 30, "file_edit": 20, "file_write": 20, "glob": 10, "other": 50,
+    "bash": 70,
+    "shell_read": 65,
+    "web_fetch": 55,
+    "grep": 50,
+    "web_search": 40,
+    "file_read": 30,
+    "file_edit": 20,
+    "file_write": 20,
+    "glob": 10,
+    "other": 50,
 }
 
 
 #: The parts of a policy, in order: part name -> its fields. Each field belongs to exactly
 #: one part; a policy file may give a part as a TOML table (``[truncation]``).
 POLICY_PARTS: dict[str, tuple[str, ...]] = {
-    "budget": ("context_window", "output_reserve", "safety_margin", "warning_buffer",
-               "warning_ratio", "compact_buffer", "compact_ratio", "blocking_buffer",
-               "blocking_ratio", "tokenizer"),
+    "budget": (
+        "context_window",
+        "output_reserve",
+        "safety_margin",
+        "warning_buffer",
+        "warning_ratio",
+        "compact_buffer",
+        "compact_ratio",
+        "blocking_buffer",
+        "blocking_ratio",
+        "tokenizer",
+    ),
     "truncation": ("truncate", "truncate_lines", "truncate_bytes", "truncate_head_ratio"),
     "deduplication": ("dedup",),
-    "pruning": ("prune", "prune_protect_turns", "prune_protect_tokens", "prune_min_savings",
-                "prune_reference_bonus", "prune_decision_bonus", "tool_kinds", "tool_weights"),
+    "pruning": (
+        "prune",
+        "prune_protect_turns",
+        "prune_protect_tokens",
+        "prune_min_savings",
+        "prune_reference_bonus",
+        "prune_decision_bonus",
+        "tool_kinds",
+        "tool_weights",
+    ),
     "trimming": ("trim", "trim_low_ratio"),
-    "compaction": ("summary_budget", "summary_max_tokens", "auto_compact",
-                   "compact_cooldown_turns", "compact_every_turns", "compact_every_tool_calls",
-                   "compact_max_failures", "keep_recent_turns", "keep_recent_messages",
-                   "summary_model", "segment_target_tokens", "segment_min_tokens",
-                   "segment_min_messages", "rollup_fanout"),
-    "memories": ("memory_max_count", "memory_max_chars", "memory_working_max",
-                 "memory_summary_keep", "memory_refresh"),
+    "compaction": (
+        "summary_budget",
+        "summary_max_tokens",
+        "auto_compact",
+        "compact_cooldown_turns",
+        "compact_every_turns",
+        "compact_every_tool_calls",
+        "compact_max_failures",
+        "keep_recent_turns",
+        "keep_recent_messages",
+        "summary_model",
+        "segment_target_tokens",
+        "segment_min_tokens",
+        "segment_min_messages",
+        "rollup_fanout",
+    ),
+    "memories": (
+        "memory_max_count",
+        "memory_max_chars",
+        "memory_working_max",
+        "memory_summary_keep",
+        "memory_refresh",
+    ),
     "recall": ("recall_max_chars", "recall_max_tokens"),
     "cache": ("cache_breakpoints", "cache_horizon_turns"),
     "prices": ("cache_write_price", "cache_read_price", "input_price"),
@@ -129,8 +213,9 @@ POLICY_PARTS: dict[str, tuple[str, ...]] = {
 }
 
 
-class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True,
-             omit_defaults=True):
+class Policy(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
     """Everything packing and compaction may depend on.
 
     Load one with `Policy.from_toml`, or construct it with keyword arguments;
@@ -176,9 +261,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     prune_reference_bonus: NonNeg = 15
     prune_decision_bonus: NonNeg = 10
     tool_kinds: dict[str, str] = msgspec.field(default_factory=lambda: dict(DEFAULT_TOOL_KINDS))
-    tool_weights: dict[str, int] = msgspec.field(
-        default_factory=lambda: dict(DEFAULT_TOOL_WEIGHTS)
-    )
+    tool_weights: dict[str, int] = msgspec.field(default_factory=lambda: dict(DEFAULT_TOOL_WEIGHTS))
     # -- trimming ------------------------------------------------------------
     trim: bool = True
     #: Rules 3: when the kept history passes the blocking level, trimming cuts it down
@@ -241,11 +324,25 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         if self.rules >= 3:
             for name, value in self.scaled().items():
                 msgspec.structs.force_setattr(self, name, value)
-        for name in ("warning_ratio", "compact_ratio", "blocking_ratio", "truncate_head_ratio",
-                     "summary_budget", "cache_write_price", "cache_read_price", "input_price",
-                     "clip_ratio", "summary_gate"):
-            check_number(getattr(self, name), f"policy field {name!r}", min_value=0,
-                         optional=True, error=PolicyError)
+        for name in (
+            "warning_ratio",
+            "compact_ratio",
+            "blocking_ratio",
+            "truncate_head_ratio",
+            "summary_budget",
+            "cache_write_price",
+            "cache_read_price",
+            "input_price",
+            "clip_ratio",
+            "summary_gate",
+        ):
+            check_number(
+                getattr(self, name),
+                f"policy field {name!r}",
+                min_value=0,
+                optional=True,
+                error=PolicyError,
+            )
         reserve = self.output_reserve
         if self.rules == 0 and RULES_DEFAULT >= 3:  # handed in: packs as resolved, scaled
             reserve = self.scaled().get("output_reserve", reserve)
@@ -253,11 +350,15 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             raise PolicyError(
                 f"output_reserve ({self.output_reserve}) + safety_margin "
                 f"({self.safety_margin}) must be below context_window ({self.context_window}); "
-                "raise context_window or lower the reserve")
+                "raise context_window or lower the reserve"
+            )
         if not isinstance(self.memory_refresh, tuple) or any(
-                point not in REFRESH_POINTS for point in self.memory_refresh):
-            raise PolicyError(f"policy field 'memory_refresh' must be a tuple of points out of "
-                              f"{list(REFRESH_POINTS)}, found {self.memory_refresh!r}")
+            point not in REFRESH_POINTS for point in self.memory_refresh
+        ):
+            raise PolicyError(
+                f"policy field 'memory_refresh' must be a tuple of points out of "
+                f"{list(REFRESH_POINTS)}, found {self.memory_refresh!r}"
+            )
         if not self.tokenizer:
             raise PolicyError("policy field 'tokenizer' must name an encoding, e.g. 'cl100k_base'")
 
@@ -272,7 +373,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         kept as given (one set *to* the absolute default is read as left at it)."""
         fields = Policy.__struct_defaults__
         names = Policy.__struct_fields__
-        default = dict(zip(names[len(names) - len(fields):], fields, strict=True))
+        default = dict(zip(names[len(names) - len(fields) :], fields, strict=True))
         out: dict[str, int] = {}
         reserve = self.output_reserve
         if reserve == default["output_reserve"]:
@@ -293,8 +394,7 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
 
     # -- made for a model -------------------------------------------------------------
     @classmethod
-    def for_model(cls, model: str, *, models: ModelTable | None = None,
-                  **fields: Any) -> Policy:
+    def for_model(cls, model: str, *, models: ModelTable | None = None, **fields: Any) -> Policy:
         """The default policy sized for a model of the model table.
 
         ``context_window`` and ``tokenizer`` are the model's; ``output_reserve`` is
@@ -315,8 +415,11 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         info = (models if models is not None else ModelTable.shipped())[model]
         window = info.context_window
         reserve = max(1, min(info.output_limit, window // 4, 32_000))
-        derived: dict[str, Any] = {"context_window": window, "output_reserve": reserve,
-                                   "tokenizer": info.tokenizer}
+        derived: dict[str, Any] = {
+            "context_window": window,
+            "output_reserve": reserve,
+            "tokenizer": info.tokenizer,
+        }
         default = cls()
         usable = window - reserve
         if usable < default.usable:
@@ -400,14 +503,21 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         except tomllib.TOMLDecodeError as exc:
             raise PolicyError(f"policy is not valid TOML: {exc}") from exc
         agents = raw.pop("agents", {})
-        check_type(agents, dict, "policy key 'agents'", what="a table of per-agent tables",
-                   error=PolicyError)
+        check_type(
+            agents,
+            dict,
+            "policy key 'agents'",
+            what="a table of per-agent tables",
+            error=PolicyError,
+        )
         raw = _flatten(raw, "")
         if agent is not None:
             override = agents.get(agent)
             if override is None:
-                raise PolicyError(f"policy has no [agents.{agent}] table; known agents: "
-                                  f"{sorted(agents) or 'none'}")
+                raise PolicyError(
+                    f"policy has no [agents.{agent}] table; known agents: "
+                    f"{sorted(agents) or 'none'}"
+                )
             check_type(override, dict, f"[agents.{agent}]", what="a table", error=PolicyError)
             raw = {**raw, **_flatten(override, f"agents.{agent}.")}
         return cls.from_dict(raw)
@@ -415,8 +525,10 @@ class Policy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
     def parts(self) -> dict[str, dict[str, Any]]:
         """The policy's fields by part (`POLICY_PARTS`), every field with its value;
         the layout `from_toml` reads as tables."""
-        return {part: {name: getattr(self, name) for name in names}
-                for part, names in POLICY_PARTS.items()}
+        return {
+            part: {name: getattr(self, name) for name in names}
+            for part, names in POLICY_PARTS.items()
+        }
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Policy:
@@ -452,8 +564,15 @@ def tool_kind(kinds: Mapping[str, str], tool_name: str) -> str:
 _TABLES = ", ".join([*(f"[{part}]" for part in POLICY_PARTS), "[agents.NAME]"])
 
 #: What msgspec calls a type, as a policy file's reader would say it.
-_TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "true or false",
-               "str": "a string", "array": "an array", "object": "a table", "null": "nothing"}
+_TYPE_WORDS = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "array": "an array",
+    "object": "a table",
+    "null": "nothing",
+}
 
 _EXPECTED = re.compile(r"^Expected `([^`]+)`, got `([^`]+)` - at `\$\.([A-Za-z_]\w*)")
 _AT = re.compile(r" - at `\$\.([A-Za-z_]\w*)([^`]*)`$")
@@ -469,14 +588,18 @@ def _unknown(key: str, value: object) -> str:
     if isinstance(value, dict):
         close = difflib.get_close_matches(key, [*POLICY_PARTS, "agents"], n=1, cutoff=0.6)
         hint = f"did you mean [{close[0]}]? " if close else ""
-        return (f"unknown policy table [{key}]; {hint}the tables are {_TABLES} (or every "
-                "field at the top level)")
+        return (
+            f"unknown policy table [{key}]; {hint}the tables are {_TABLES} (or every "
+            "field at the top level)"
+        )
     fields = sorted(f for names in POLICY_PARTS.values() for f in names)
     close = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
     home = next((p for p, names in POLICY_PARTS.items() if close and close[0] in names), "")
     hint = f"did you mean '{close[0]}' (in [{home}])? " if close else ""
-    return (f"unknown policy field '{key}'; {hint}fields go at the top level or in the "
-            f"table of their part: {_TABLES}; see docs/policy.md for every field")
+    return (
+        f"unknown policy field '{key}'; {hint}fields go at the top level or in the "
+        f"table of their part: {_TABLES}; see docs/policy.md for every field"
+    )
 
 
 def _short(value: object) -> str:
@@ -492,24 +615,39 @@ def _invalid(message: str, raw: object) -> str:
     if expected and isinstance(raw, dict):
         want, got, field = expected.groups()
         found = raw.get(field)
-        shown = f"the string {_short(found)}" if isinstance(found, str) else (
-            f"{_TYPE_WORDS.get(got, got)} ({_short(found)})" if not isinstance(found, dict)
-            else "a table")
+        shown = (
+            f"the string {_short(found)}"
+            if isinstance(found, str)
+            else (
+                f"{_TYPE_WORDS.get(got, got)} ({_short(found)})"
+                if not isinstance(found, dict)
+                else "a table"
+            )
+        )
         hint = ""
-        if want == "int" and isinstance(found, str) and re.fullmatch(
-                r"\s*\d{1,9}(\.\d{1,6})?\s*[kKmM]\s*", found):
+        if (
+            want == "int"
+            and isinstance(found, str)
+            and re.fullmatch(r"\s*\d{1,9}(\.\d{1,6})?\s*[kKmM]\s*", found)
+        ):
             scale = 1_000 if found.strip()[-1] in "kK" else 1_000_000
             hint = f" (write {round(float(found.strip()[:-1]) * scale)}, without quotes)"
-        return (f"invalid policy: {_TYPE_WORDS.get(want, want)} is expected at "
-                f"{field}, found {shown}{hint}")
+        return (
+            f"invalid policy: {_TYPE_WORDS.get(want, want)} is expected at "
+            f"{field}, found {shown}{hint}"
+        )
     at = _AT.search(message)
     if at:
         field, rest = at.group(1), at.group(2)
-        head = re.sub(r"^Expected `([^`]+)`", lambda m: _TYPE_WORDS.get(m[1], m[1]),
-                      message[:at.start()])
+        head = re.sub(
+            r"^Expected `([^`]+)`", lambda m: _TYPE_WORDS.get(m[1], m[1]), message[: at.start()]
+        )
         found = raw.get(field) if isinstance(raw, dict) and not rest else None
-        shown = f", found {_short(found)}" if found is not None and not isinstance(
-            found, (dict, list)) else ""
+        shown = (
+            f", found {_short(found)}"
+            if found is not None and not isinstance(found, (dict, list))
+            else ""
+        )
         return f"invalid policy: {head} is expected at {field}{rest}{shown}"
     return f"invalid policy: {message}"
 
@@ -526,16 +664,28 @@ def _flatten(raw: dict[str, Any], where: str) -> dict[str, Any]:
         table = raw.get(part)
         if table is None:
             continue
-        check_type(table, dict, f"policy key '{where}{part}'", what=f"a table of {part} fields",
-                   error=PolicyError)
+        check_type(
+            table,
+            dict,
+            f"policy key '{where}{part}'",
+            what=f"a table of {part} fields",
+            error=PolicyError,
+        )
         for key, value in table.items():
             if key not in names:
                 home = next((p for p, fields in POLICY_PARTS.items() if key in fields), None)
-                hint = f"; it belongs in [{home}]" if home else _did_you_mean(
-                    str(key), names, f"; the {part} fields are {', '.join(names)}")
+                hint = (
+                    f"; it belongs in [{home}]"
+                    if home
+                    else _did_you_mean(
+                        str(key), names, f"; the {part} fields are {', '.join(names)}"
+                    )
+                )
                 raise PolicyError(f"policy field '{key}' is not a {part} field{hint}")
             if key in flat:
-                raise PolicyError(f"policy field '{key}' is given twice: at the top level "
-                                  f"and in [{where}{part}]; keep one")
+                raise PolicyError(
+                    f"policy field '{key}' is given twice: at the top level "
+                    f"and in [{where}{part}]; keep one"
+                )
             flat[key] = value
     return flat

@@ -150,8 +150,7 @@ _BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
 
 _DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
-    'CREATE TABLE IF NOT EXISTS {s}.meta (key text COLLATE "C" PRIMARY KEY, '
-    "value text NOT NULL)",
+    'CREATE TABLE IF NOT EXISTS {s}.meta (key text COLLATE "C" PRIMARY KEY, value text NOT NULL)',
     'CREATE TABLE IF NOT EXISTS {s}.events (session text COLLATE "C" NOT NULL, '
     "seq bigint NOT NULL, record bytea NOT NULL, PRIMARY KEY (session, seq))",
     'CREATE TABLE IF NOT EXISTS {s}.heads (session text COLLATE "C" PRIMARY KEY, '
@@ -183,61 +182,60 @@ $fn$"""
 _QUERIES = {
     "format": "SELECT value FROM {s}.meta WHERE key = 'schema'",
     "set_format": "INSERT INTO {s}.meta (key, value) VALUES ('schema', %s) "
-                  "ON CONFLICT (key) DO NOTHING",
+    "ON CONFLICT (key) DO NOTHING",
     "functions": "SELECT value FROM {s}.meta WHERE key = 'functions'",
     "set_functions": "INSERT INTO {s}.meta (key, value) VALUES ('functions', %s) "
-                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
     "lock_functions": "SELECT pg_advisory_xact_lock(hashtext('turnlog.functions.' || %s))",
     # Locks the row of each head assumed (sessions sorted: no deadlock between two
     # such writers) and refuses unless every one is still the head assumed (a NULL
     # seq: no row) and no key assumed new is stored. The CTE is read to its end
     # unless a mismatch is found (which refuses anyway): every row gets locked.
     "expect": "WITH a AS (SELECT * FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) "
-              "AS a(session, seq, hash)), "
-              "l AS MATERIALIZED (SELECT h.session, h.seq, h.hash FROM {s}.heads h "
-              "WHERE h.session = ANY(%s::text[]) ORDER BY h.session FOR UPDATE) "
-              "SELECT {s}.refuse() WHERE EXISTS (SELECT 1 FROM a LEFT JOIN l "
-              "ON l.session = a.session WHERE CASE WHEN a.seq IS NULL "
-              "THEN l.session IS NOT NULL ELSE l.session IS NULL OR l.seq <> a.seq "
-              "OR l.hash <> a.hash END) OR EXISTS (SELECT 1 FROM {s}.idem d, "
-              "unnest(%s::text[], %s::text[]) AS k(session, key) "
-              "WHERE d.session = k.session AND d.key = k.key)",
+    "AS a(session, seq, hash)), "
+    "l AS MATERIALIZED (SELECT h.session, h.seq, h.hash FROM {s}.heads h "
+    "WHERE h.session = ANY(%s::text[]) ORDER BY h.session FOR UPDATE) "
+    "SELECT {s}.refuse() WHERE EXISTS (SELECT 1 FROM a LEFT JOIN l "
+    "ON l.session = a.session WHERE CASE WHEN a.seq IS NULL "
+    "THEN l.session IS NOT NULL ELSE l.session IS NULL OR l.seq <> a.seq "
+    "OR l.hash <> a.hash END) OR EXISTS (SELECT 1 FROM {s}.idem d, "
+    "unnest(%s::text[], %s::text[]) AS k(session, key) "
+    "WHERE d.session = k.session AND d.key = k.key)",
     "any_event": "SELECT 1 FROM {s}.events LIMIT 1",
     "head": "SELECT seq, hash FROM {s}.heads WHERE session = %s",
     "head_lock": "SELECT seq, hash FROM {s}.heads WHERE session = %s FOR UPDATE",
     "get": "SELECT record FROM {s}.events WHERE session = %s AND seq = %s",
     "scan": "SELECT seq, record FROM {s}.events WHERE session = %s AND seq >= %s "
-            "AND seq < %s ORDER BY seq LIMIT %s",
+    "AND seq < %s ORDER BY seq LIMIT %s",
     "sessions": "SELECT session, seq, hash FROM {s}.heads WHERE session > %s "
-                "ORDER BY session LIMIT %s",
+    "ORDER BY session LIMIT %s",
     "blob": "SELECT data FROM {s}.blobs WHERE hash = %s",
     "has_blob": "SELECT 1 FROM {s}.blobs WHERE hash = %s",
     "blob_sizes": "SELECT hash, octet_length(data) FROM {s}.blobs WHERE hash > %s "
-                  "ORDER BY hash LIMIT %s",
+    "ORDER BY hash LIMIT %s",
     "blobs_in": "SELECT hash, data FROM {s}.blobs WHERE hash = ANY(%s) ORDER BY hash",
     "mark": "SELECT value FROM {s}.meta WHERE key = %s",
     "set_mark": "INSERT INTO {s}.meta (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
     "del_mark": "DELETE FROM {s}.meta WHERE key = %s",
     "idem": "SELECT seq FROM {s}.idem WHERE session = %s AND key = %s",
     "idem_many": "SELECT key, seq FROM {s}.idem WHERE session = %s AND key = ANY(%s)",
     "idem_keys": "SELECT key, seq FROM {s}.idem WHERE session = %s AND key > %s "
-                 "ORDER BY key LIMIT %s",
+    "ORDER BY key LIMIT %s",
     "cached": "SELECT value FROM {s}.cache WHERE namespace = %s AND key = %s",
     "cache_items": "SELECT namespace, key, value FROM {s}.cache ORDER BY namespace, key",
     "put_events": "INSERT INTO {s}.events (session, seq, record) "
-                  "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])",
+    "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])",
     "set_head": "INSERT INTO {s}.heads (session, seq, hash) VALUES (%s, %s, %s) "
-                "ON CONFLICT (session) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash",
+    "ON CONFLICT (session) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash",
     "put_idem": "INSERT INTO {s}.idem (session, key, seq) "
-                "SELECT %s, unnest(%s::text[]), unnest(%s::bigint[])",
+    "SELECT %s, unnest(%s::text[]), unnest(%s::bigint[])",
     "replace_event": "UPDATE {s}.events SET record = %s WHERE session = %s AND seq = %s",
     "del_blob": "DELETE FROM {s}.blobs WHERE hash = %s",
     "vacuum": "VACUUM (FULL) {s}.events, {s}.blobs",
-    "put_blob": "INSERT INTO {s}.blobs (hash, data) VALUES (%s, %s) "
-                "ON CONFLICT (hash) DO NOTHING",
+    "put_blob": "INSERT INTO {s}.blobs (hash, data) VALUES (%s, %s) ON CONFLICT (hash) DO NOTHING",
     "put_cached": "INSERT INTO {s}.cache (namespace, key, value) VALUES (%s, %s, %s) "
-                  "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value",
+    "ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value",
 }
 
 
@@ -289,8 +287,14 @@ class _PostgresRead(ReadTxn):
             row = self._one("get", (session, seq))
         return None if row is None else bytes(row[0])
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         seq = max(start, 0)
         first: list[TupleRow] | None = None
         if type(self) is _PostgresRead and session not in self._heads:
@@ -299,8 +303,9 @@ class _PostgresRead(ReadTxn):
             bound = min(stop, 2**63 - 1) if stop is not None else 2**63 - 1
             with self._conn.pipeline():
                 heads = self._conn.execute(self._q["head"], (session,), prepare=True)
-                page = self._conn.execute(self._q["scan"], (session, seq, bound, _PAGE),
-                                          prepare=True)
+                page = self._conn.execute(
+                    self._q["scan"], (session, seq, bound, _PAGE), prepare=True
+                )
             row = heads.fetchone()
             self._heads[session] = None if row is None else (int(row[0]), bytes(row[1]))
             first = page.fetchall()
@@ -417,8 +422,9 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
     idempotency key) is assumed rather than read, and `commit` has the server check
     the assumptions in the round trip that commits (see `PostgresStore.write`)."""
 
-    def __init__(self, store: PostgresStore, conn: Connection[TupleRow], *,
-                 assume: bool = False) -> None:
+    def __init__(
+        self, store: PostgresStore, conn: Connection[TupleRow], *, assume: bool = False
+    ) -> None:
         super().__init__(store, conn)
         self._assume = assume
         # What was assumed, not read: heads (None: no row) and keys taken as new.
@@ -469,8 +475,14 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         pending = self._replaced.get((session, seq)) or self._pending.get((session, seq))
         return pending if pending is not None else super().get(session, seq)
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         head = self.head(session)
         if head is None:
             return
@@ -536,7 +548,8 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             raise InvalidEventError(
                 f"{session}#{seq}: idempotency key {key!r} holds a NUL character, which "
                 f"PostgreSQL text cannot hold; nothing was written. A store written before "
-                "turnlog refused such keys keeps them readable where it is (LMDB)")
+                "turnlog refused such keys keeps them readable where it is (LMDB)"
+            )
         self._idem[(session, key)] = seq
 
     def put_blob(self, digest: str, data: bytes) -> None:
@@ -609,11 +622,17 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             if self.assumed or self.assumed_keys:
                 sessions = sorted(self.assumed)
                 heads = [self.assumed[session] for session in sessions]
-                run("expect", (
-                    sessions, [None if h is None else h[0] for h in heads],
-                    [None if h is None else h[1] for h in heads], sessions,
-                    [session for session, _ in self.assumed_keys],
-                    [key for _, key in self.assumed_keys]))
+                run(
+                    "expect",
+                    (
+                        sessions,
+                        [None if h is None else h[0] for h in heads],
+                        [None if h is None else h[1] for h in heads],
+                        sessions,
+                        [session for session, _ in self.assumed_keys],
+                        [key for _, key in self.assumed_keys],
+                    ),
+                )
                 # The check's answer leaves the server before the statements after it
                 # run: a connection lost before that answer arrived committed nothing.
                 pipeline.command_queue.append(conn.pgconn.send_flush_request)
@@ -686,42 +705,66 @@ class PostgresStore(Store):
 
     name = "postgres"
 
-    def __init__(self, url: str, *, readonly: bool = False, schema: str | None = None,
-                 pool_size: int | None = None, pool_timeout: float | None = None,
-                 notify: bool = True, create: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        readonly: bool = False,
+        schema: str | None = None,
+        pool_size: int | None = None,
+        pool_timeout: float | None = None,
+        notify: bool = True,
+        create: bool = True,
+    ) -> None:
         if not _HAVE_PSYCOPG:
-            raise StoreError("the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
-                             "pip install 'turnlog[postgres]'")
+            raise StoreError(
+                "the PostgreSQL backend needs psycopg 3 and psycopg_pool: "
+                "pip install 'turnlog[postgres]'"
+            )
         check_type(url, str, "url", what="a str (postgresql://user@host:port/dbname?...)")
         url, own = _own_params(url)
         try:
             params = conninfo_to_dict(url)
         except psycopg.ProgrammingError:
-            raise InvalidArgumentError("the PostgreSQL URL is malformed; expected "
-                                       "postgresql://user@host:port/dbname?...") from None
+            raise InvalidArgumentError(
+                "the PostgreSQL URL is malformed; expected postgresql://user@host:port/dbname?..."
+            ) from None
         self._secrets = [str(params[k]) for k in _SECRET_KEYS if params.get(k)]
         url_schema = own.get("schema")
         url_pool = own.get("pool_size")
         schema = schema if schema is not None else str(url_schema or "turnlog")
         if not isinstance(schema, str) or not _SCHEMA_NAME.match(schema):
-            invalid("schema", "a lowercase identifier (letters, digits, _; at most 55, so that "
-                    "the notification channel 'turnlog.SCHEMA' fits PostgreSQL's 63 bytes)",
-                    schema, with_type=not isinstance(schema, str))
+            invalid(
+                "schema",
+                "a lowercase identifier (letters, digits, _; at most 55, so that "
+                "the notification channel 'turnlog.SCHEMA' fits PostgreSQL's 63 bytes)",
+                schema,
+                with_type=not isinstance(schema, str),
+            )
         if pool_size is None:
             try:
                 pool_size = int(str(url_pool)) if url_pool is not None else 8
             except ValueError:
-                raise InvalidArgumentError(f"pool_size in the URL must be an integer, found "
-                                           f"{url_pool!r}") from None
+                raise InvalidArgumentError(
+                    f"pool_size in the URL must be an integer, found {url_pool!r}"
+                ) from None
         check_integer(pool_size, "pool_size", min_value=1, max_value=1000)
         if pool_timeout is None:
             try:
                 pool_timeout = float(own.get("pool_timeout", "30"))
             except ValueError:
-                raise InvalidArgumentError(f"pool_timeout in the URL must be a number of "
-                                           f"seconds, found {own['pool_timeout']!r}") from None
-        check_number(pool_timeout, "pool_timeout", min_value=0, exclusive_min=True,
-                     max_value=3600, hint="a number of seconds")
+                raise InvalidArgumentError(
+                    f"pool_timeout in the URL must be a number of "
+                    f"seconds, found {own['pool_timeout']!r}"
+                ) from None
+        check_number(
+            pool_timeout,
+            "pool_timeout",
+            min_value=0,
+            exclusive_min=True,
+            max_value=3600,
+            hint="a number of seconds",
+        )
         self.schema = schema
         self.readonly = readonly
         self.create = create
@@ -740,12 +783,20 @@ class PostgresStore(Store):
         # _SEEN sessions): a write assumes it instead of reading it (see `write`).
         self._seen: dict[str, tuple[int, bytes]] = {}
         self._assume = False  # the server has the function that checks assumptions
-        self._q = {name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
-                   for name, text in _QUERIES.items()}
+        self._q = {
+            name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
+            for name, text in _QUERIES.items()
+        }
         self._pool = psycopg_pool.ConnectionPool(
-            self._conninfo, min_size=1, max_size=pool_size, open=False,
-            kwargs={"autocommit": True}, timeout=self._timeout, name="turnlog",
-            reconnect_timeout=self._timeout)
+            self._conninfo,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            kwargs={"autocommit": True},
+            timeout=self._timeout,
+            name="turnlog",
+            reconnect_timeout=self._timeout,
+        )
         try:
             with self._guard("open the store"):
                 # The pool connects in the background while a connection of our own
@@ -779,8 +830,9 @@ class PostgresStore(Store):
         ``timeout``)."""
         if "connect_timeout" in self._params:
             return psycopg.Connection.connect(self._conninfo, autocommit=True)
-        return psycopg.Connection.connect(self._conninfo, autocommit=True,
-                                          connect_timeout=max(2, math.ceil(timeout)))
+        return psycopg.Connection.connect(
+            self._conninfo, autocommit=True, connect_timeout=max(2, math.ceil(timeout))
+        )
 
     def _connect_first(self) -> Connection[TupleRow]:
         """The first connection: a refusal for good (no such database or role, a
@@ -798,13 +850,15 @@ class PostgresStore(Store):
                         f"cannot open the store: the server of {self.location} refused the "
                         f"connection ({_server_words(reason)}); check the user, the password "
                         "and the database name of the URL, or the server's pg_hba.conf: "
-                        "retrying will not help. Nothing was written") from None
+                        "retrying will not help. Nothing was written"
+                    ) from None
                 if time.monotonic() + pause >= deadline:
                     raise StoreUnavailableError(
                         f"cannot open the store: no connection to {self.location} within "
                         f"{self._timeout:g} s ({reason}); check that the server is up and "
                         "reachable (pool_timeout=SECONDS in the URL waits longer). Nothing "
-                        "was written") from None
+                        "was written"
+                    ) from None
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
 
@@ -815,16 +869,19 @@ class PostgresStore(Store):
             row = None
             if self.readonly or not self.create:
                 how = "for writing" if self.readonly else "with create=True"
-                raise StoreNotFoundError(f"no turnlog store at {self.location} (schema "
-                                         f"{self.schema!r} has no turnlog tables); check the "
-                                         f"URL or create the store by opening it {how}"
-                                         ) from None
+                raise StoreNotFoundError(
+                    f"no turnlog store at {self.location} (schema "
+                    f"{self.schema!r} has no turnlog tables); check the "
+                    f"URL or create the store by opening it {how}"
+                ) from None
             self._create(conn)
             row = conn.execute(self._q["format"]).fetchone()
         if row is None:
             if conn.execute(self._q["any_event"]).fetchone() is not None:
-                raise StoreFormatError(f"{self.location} has events but no schema version; "
-                                       "it was not written by turnlog")
+                raise StoreFormatError(
+                    f"{self.location} has events but no schema version; "
+                    "it was not written by turnlog"
+                )
             if self.readonly:
                 return
             conn.execute(self._q["set_format"], (SCHEMA,))
@@ -843,7 +900,8 @@ class PostgresStore(Store):
                 f"store {self.location} has schema {found!r}; this turnlog reads {SCHEMA!r}. "
                 "Open it with the turnlog version that wrote it, or copy it there into an "
                 "empty store (`turnlog copy`) that this version can read; schemas are never "
-                "upgraded implicitly")
+                "upgraded implicitly"
+            )
         if not self.readonly:
             self._install_functions(conn)
 
@@ -871,19 +929,24 @@ class PostgresStore(Store):
     def _create(self, conn: Connection[TupleRow]) -> None:
         encoding = conn.execute("SHOW server_encoding").fetchone()
         if encoding is None or str(encoding[0]).upper() not in ("UTF8", "UTF-8"):
-            raise StoreError(f"the database of {self.location} has encoding "
-                             f"{encoding[0] if encoding else '?'}; turnlog needs UTF8 "
-                             "(createdb -E UTF8)")
+            raise StoreError(
+                f"the database of {self.location} has encoding "
+                f"{encoding[0] if encoding else '?'}; turnlog needs UTF8 "
+                "(createdb -E UTF8)"
+            )
         for attempt in range(5):
             try:
                 with conn.transaction():
                     for statement in _DDL:
-                        conn.execute(sql.SQL(statement).format(
-                            s=sql.Identifier(self.schema)))
+                        conn.execute(sql.SQL(statement).format(s=sql.Identifier(self.schema)))
                     conn.execute(self._q["set_format"], (SCHEMA,))
                 return
-            except (pg_errors.UniqueViolation, pg_errors.DuplicateObject,
-                    pg_errors.DuplicateTable, pg_errors.DuplicateSchema):
+            except (
+                pg_errors.UniqueViolation,
+                pg_errors.DuplicateObject,
+                pg_errors.DuplicateTable,
+                pg_errors.DuplicateSchema,
+            ):
                 # Another process created the same tables at the same moment.
                 time.sleep(0.01 * (attempt + 1))
         raise StoreError(f"could not create the turnlog tables in {self.location}; retry")
@@ -896,15 +959,20 @@ class PostgresStore(Store):
             raise ForkedProcessError(
                 f"this handle on {self.location} was opened in process {self._pid} and is used "
                 f"in child {os.getpid()} after fork(); its connections belong to the parent. "
-                "Open the log again in the child (turnlog.open(url))")
+                "Open the log again in the child (turnlog.open(url))"
+            )
 
     def _say(self, text: str) -> str:
         """A server's or libpq's message as one line, without the password."""
         return _one_line(redact(text, self._secrets))
 
     @contextmanager
-    def _guard(self, doing: str, *, committing: Callable[[], bool] | None = None,
-               ) -> Iterator[None]:
+    def _guard(
+        self,
+        doing: str,
+        *,
+        committing: Callable[[], bool] | None = None,
+    ) -> Iterator[None]:
         """Convert psycopg's errors to turnlog's (see the module docstring)."""
         try:
             yield
@@ -914,44 +982,58 @@ class PostgresStore(Store):
             raise StoreUnavailableError(
                 f"cannot {doing}: a statement on {self.location} ran past its timeout "
                 f"({self._say(str(exc).strip())}); nothing was written. Retry, or raise "
-                "statement_timeout (options=-c statement_timeout=MS in the URL)") from None
+                "statement_timeout (options=-c statement_timeout=MS in the URL)"
+            ) from None
         except pg_errors.LockNotAvailable as exc:
             # Raised by a statement before the COMMIT (the pipeline skips the COMMIT);
             # the notification after it never fails a write (_PostgresWrite.commit).
             raise StoreUnavailableError(
                 f"cannot {doing}: a statement on {self.location} waited past lock_timeout "
                 f"({self._say(str(exc).strip())}); nothing was written. Retry, or raise "
-                "lock_timeout (options=-c lock_timeout=MS in the URL)") from None
+                "lock_timeout (options=-c lock_timeout=MS in the URL)"
+            ) from None
         except pg_errors.DiskFull as exc:
             raise StoreFullError(
                 f"cannot {doing}: the database server's disk is full "
                 f"({self._say(str(exc).strip())}); nothing was written. Free space on the "
-                "server and retry") from None
+                "server and retry"
+            ) from None
         except pg_errors.ReadOnlySqlTransaction as exc:
             raise StoreReadOnlyError(
                 f"cannot {doing}: {self.location} accepts no writes (a read replica or a "
                 f"read-only server: {self._say(str(exc).strip())}); point writers at the "
-                "primary") from None
+                "primary"
+            ) from None
         except pg_errors.InsufficientPrivilege as exc:
-            raise StoreError(f"cannot {doing}: permission denied on {self.location} "
-                             f"({self._say(str(exc).strip())}); grant the user access to "
-                             f"schema {self.schema!r}") from None
+            raise StoreError(
+                f"cannot {doing}: permission denied on {self.location} "
+                f"({self._say(str(exc).strip())}); grant the user access to "
+                f"schema {self.schema!r}"
+            ) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             maybe = committing is not None and committing()
-            outcome = ("the batch may or may not have been committed: retry it with the same "
-                       "idempotency keys (it applies once) or re-read the session head "
-                       "before appending again" if maybe else "nothing was written")
+            outcome = (
+                "the batch may or may not have been committed: retry it with the same "
+                "idempotency keys (it applies once) or re-read the session head "
+                "before appending again"
+                if maybe
+                else "nothing was written"
+            )
             raise StoreUnavailableError(
                 f"cannot {doing}: the connection to {self.location} failed "
                 f"({self._say(str(exc).strip()) or type(exc).__name__}); {outcome}. Check "
-                "that the server is up, then retry") from None
+                "that the server is up, then retry"
+            ) from None
         except pg_errors.DataCorrupted as exc:
-            raise StoreCorruptError(f"{self.location} reports corrupt data "
-                                    f"({self._say(str(exc).strip())}); run `turnlog verify` "
-                                    "and restore the database from a backup") from None
+            raise StoreCorruptError(
+                f"{self.location} reports corrupt data "
+                f"({self._say(str(exc).strip())}); run `turnlog verify` "
+                "and restore the database from a backup"
+            ) from None
         except psycopg.Error as exc:
-            raise StoreError(f"cannot {doing}: {self.location} failed "
-                             f"({self._say(str(exc).strip())})") from None
+            raise StoreError(
+                f"cannot {doing}: {self.location} failed ({self._say(str(exc).strip())})"
+            ) from None
 
     def _pool_timeout(self, doing: str) -> StoreError:
         """The error for a pool that gave no connection in time: one connection of
@@ -966,19 +1048,24 @@ class PostgresStore(Store):
                     f"cannot {doing}: the server of {self.location} refuses the connection "
                     f"({_server_words(reason)}); check the user, the password and the "
                     "database name of the URL, or the server's pg_hba.conf. Nothing was "
-                    "written")
+                    "written"
+                )
             return StoreUnavailableError(
                 f"cannot {doing}: no connection to {self.location} within {self._timeout:g} s "
                 f"({reason}); check that the server is up and reachable, then retry. Nothing "
-                "was written")
+                "was written"
+            )
         return StoreUnavailableError(
             f"cannot {doing}: every connection to {self.location} stayed busy for "
             f"{self._timeout:g} s (pool_size {self._pool.max_size}); raise pool_size, or "
-            "close snapshots sooner. Nothing was written")
+            "close snapshots sooner. Nothing was written"
+        )
 
     @contextmanager
-    def _connection(self, begin: LiteralString | None = None,
-                    ) -> Iterator[Connection[TupleRow]]:
+    def _connection(
+        self,
+        begin: LiteralString | None = None,
+    ) -> Iterator[Connection[TupleRow]]:
         """A pooled connection, in a transaction begun with ``begin`` (if given).
 
         A connection the server dropped while it sat in the pool (a restart, an
@@ -1015,8 +1102,9 @@ class PostgresStore(Store):
         filled its segment and checkpointed on its own."""
         self._check()
         if self.readonly:
-            raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
-                                     "for writing to erase")
+            raise StoreReadOnlyError(
+                f"store {self.location} was opened read-only; open it for writing to erase"
+            )
         with self._guard("write"), self._connection() as conn:
             conn.execute(self._q["vacuum"])
             # Without the privileges, the server's own switch and checkpoint do it
@@ -1030,8 +1118,7 @@ class PostgresStore(Store):
     @contextmanager
     def read(self) -> Iterator[ReadTxn]:
         self._check()
-        with self._guard("read"), \
-                self._connection(_BEGIN_SNAPSHOT) as conn:
+        with self._guard("read"), self._connection(_BEGIN_SNAPSHOT) as conn:
             try:
                 yield _PostgresRead(self, conn)
             finally:
@@ -1053,20 +1140,26 @@ class PostgresStore(Store):
         """
         self._check()
         if self.readonly:
-            raise StoreReadOnlyError(f"store {self.location} was opened read-only; open it "
-                                     "for writing to append")
+            raise StoreReadOnlyError(
+                f"store {self.location} was opened read-only; open it for writing to append"
+            )
         state: list[_PostgresWrite] = []  # the guard asks whether COMMIT was sent
         assume = self._assume
         for attempt in range(_RETRIES):
-            with self._guard("write", committing=lambda: bool(state) and state[-1].committing), \
-                    self._connection() as conn:
+            with (
+                self._guard("write", committing=lambda: bool(state) and state[-1].committing),
+                self._connection() as conn,
+            ):
                 txn = _PostgresWrite(self, conn, assume=assume)
                 state.append(txn)
                 try:
                     result = fn(txn)
                     txn.commit(self._channel if self.notify else None)
-                except (pg_errors.UniqueViolation, pg_errors.SerializationFailure,
-                        pg_errors.DeadlockDetected) as exc:
+                except (
+                    pg_errors.UniqueViolation,
+                    pg_errors.SerializationFailure,
+                    pg_errors.DeadlockDetected,
+                ) as exc:
                     # Nothing of this transaction was written: run fn again, where the
                     # Log sees what the other writer did (module docstring).
                     self._rollback(conn, failed=True)
@@ -1104,8 +1197,10 @@ class PostgresStore(Store):
                     raise
                 self._remember(txn)
                 return result
-        raise StoreError(f"a write to {self.location} lost {_RETRIES} races in a row with "
-                         "other writers of the same session; nothing was written, retry")
+        raise StoreError(
+            f"a write to {self.location} lost {_RETRIES} races in a row with "
+            "other writers of the same session; nothing was written, retry"
+        )
 
     def _remember(self, txn: _PostgresWrite) -> None:
         """Keep the heads a committed write left (see `write`)."""
@@ -1144,8 +1239,7 @@ class PostgresStore(Store):
             else:
                 conn.rollback()
 
-    def _check_race(self, conn: Connection[TupleRow], txn: _PostgresWrite,
-                    exc: Exception) -> None:
+    def _check_race(self, conn: Connection[TupleRow], txn: _PostgresWrite, exc: Exception) -> None:
         """After a unique violation: a racing writer moved a head we read (retry), or
         the store holds rows past a head (corrupt; retrying would never succeed)."""
         for session, seen in txn._heads.items():
@@ -1155,7 +1249,8 @@ class PostgresStore(Store):
         raise StoreCorruptError(
             f"{self.location}: a write collided with rows no head accounts for "
             f"({self._say(str(exc).strip())}); session rows exist beyond their head. Run "
-            "`turnlog verify` and restore the database from a backup")
+            "`turnlog verify` and restore the database from a backup"
+        )
 
     def close(self) -> None:
         if self._closed:
@@ -1238,15 +1333,19 @@ class _Listener:
             return conn
         self._release()
         store = self._store
-        conn = psycopg.Connection.connect(store._conninfo, autocommit=True,
-                                          connect_timeout=max(1, int(store._timeout)))
+        conn = psycopg.Connection.connect(
+            store._conninfo, autocommit=True, connect_timeout=max(1, int(store._timeout))
+        )
         with store._listeners_lock:
             store._listeners.add(conn)
         self._conn = conn
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
-        except (pg_errors.FeatureNotSupported, pg_errors.ReadOnlySqlTransaction,
-                pg_errors.ObjectNotInPrerequisiteState):
+        except (
+            pg_errors.FeatureNotSupported,
+            pg_errors.ReadOnlySqlTransaction,
+            pg_errors.ObjectNotInPrerequisiteState,
+        ):
             self._polling = True
             self._release()
             return None
@@ -1271,11 +1370,18 @@ class _Listener:
 # What a server (or libpq) says when it refuses a connection for good: retrying
 # cannot help. A server whose messages are translated (lc_messages) is not
 # recognised, and is waited for up to pool_timeout as a server that is down.
-_REFUSALS = ("does not exist", "authentication failed", "no pg_hba.conf entry",
-             "not permitted to log in", "permission denied for database",
-             "no password supplied", "not currently accepting connections",
-             "does not allow connections", "but ssl was required",
-             "server does not support ssl")
+_REFUSALS = (
+    "does not exist",
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "not permitted to log in",
+    "permission denied for database",
+    "no password supplied",
+    "not currently accepting connections",
+    "does not allow connections",
+    "but ssl was required",
+    "server does not support ssl",
+)
 
 
 def _refused(reason: str) -> bool:

@@ -88,8 +88,14 @@ from ._tokens import (
 __all__ = ["Item", "Projection", "Unit", "notification_text", "recall_text"]
 
 #: The conversation events a provider's compaction replaces (those before it).
-_REPLACEABLE = (UserMessageAdded, AssistantMessageAdded, ToolResultAdded, NotificationAdded,
-                RecallAdded, CompactionCommitted)
+_REPLACEABLE = (
+    UserMessageAdded,
+    AssistantMessageAdded,
+    ToolResultAdded,
+    NotificationAdded,
+    RecallAdded,
+    CompactionCommitted,
+)
 
 
 def compacts(body: object) -> NativePart | None:
@@ -101,6 +107,7 @@ def compacts(body: object) -> NativePart | None:
         if isinstance(part, NativePart) and part.item_type == "compaction":
             found = part
     return found
+
 
 _PATH_KEYS = ("file_path", "path", "filename", "file", "notebook_path", "target_file")
 
@@ -204,9 +211,12 @@ def recall_text(body: RecallAdded, keep: int) -> str:
     """A recall result as the prompt carries it, with its first ``keep`` hits."""
     # A hit's offset (where in a long output it is) shows only when there is one:
     # hits recorded before offsets existed render as they always did.
-    hits = "\n".join(f'<hit session="{h.session}" seq="{h.seq}"'
-                     + (f' offset="{h.offset}"' if h.offset else "")
-                     + f'>\n{h.text}\n</hit>' for h in body.hits[:keep])
+    hits = "\n".join(
+        f'<hit session="{h.session}" seq="{h.seq}"'
+        + (f' offset="{h.offset}"' if h.offset else "")
+        + f">\n{h.text}\n</hit>"
+        for h in body.hits[:keep]
+    )
     omitted = len(body.hits) - keep
     more = f"\n[{omitted} more results omitted by the recall cap]" if omitted else ""
     return f'<recall query="{body.query}">\n{hits}{more}\n</recall>'
@@ -304,8 +314,9 @@ class Projection:
         else:
             self._record(pos, body)
 
-    def _message(self, pos: int, event: Event,
-                 body: UserMessageAdded | NotificationAdded | RecallAdded) -> None:
+    def _message(
+        self, pos: int, event: Event, body: UserMessageAdded | NotificationAdded | RecallAdded
+    ) -> None:
         if isinstance(body, UserMessageAdded):
             self._turn_starts.append(len(self._units))
             kind = "user"
@@ -321,7 +332,8 @@ class Projection:
         unit = self._new_unit(item, calls)
         if calls:
             self._units[unit.index] = unit = msgspec.structs.replace(
-                unit, wire_ids=self._wire_ids(calls))
+                unit, wire_ids=self._wire_ids(calls)
+            )
         self._tool_calls += len(calls)
         if calls:
             self._open_units.add(unit.index)
@@ -347,8 +359,7 @@ class Projection:
         unit_index = self._call_unit.get(body.call_id)
         if unit_index is None or body.call_id not in self._units[unit_index].open_calls:
             # an orphan: no open call to answer; packing drops it
-            self._new_item(pos, event, "tool", -1, call_id=body.call_id,
-                           tool_name=body.tool_name)
+            self._new_item(pos, event, "tool", -1, call_id=body.call_id, tool_name=body.tool_name)
             return
         unit = self._units[unit_index]
         call_body = self._items[unit.items[0]].event.body
@@ -358,13 +369,22 @@ class Projection:
             if isinstance(part, ToolCall) and part.id == body.call_id:
                 args = _parse_args(part.arguments)
                 break
-        item = self._new_item(pos, event, "tool", unit_index, call_id=body.call_id,
-                              tool_name=body.tool_name, args=args, target=call_target(args))
+        item = self._new_item(
+            pos,
+            event,
+            "tool",
+            unit_index,
+            call_id=body.call_id,
+            tool_name=body.tool_name,
+            args=args,
+            target=call_target(args),
+        )
         open_calls = tuple(c for c in unit.open_calls if c != body.call_id)
         if not open_calls:
             self._open_units.discard(unit_index)
         self._units[unit_index] = msgspec.structs.replace(
-            unit, items=(*unit.items, item.index), open_calls=open_calls)
+            unit, items=(*unit.items, item.index), open_calls=open_calls
+        )
         self._unit_tokens += item.tokens
 
     def _record(self, pos: int, body: object) -> None:
@@ -383,7 +403,8 @@ class Projection:
             count = self.counter.count
             self._tools_tokens = sum(
                 TOOL_SCHEMA_OVERHEAD + count(t.name) + count(t.description) + count(t.parameters)
-                for t in body.tools)
+                for t in body.tools
+            )
         elif isinstance(body, CompactionCommitted):
             self._compactions.append(pos)
         elif isinstance(body, CompactionFailed):
@@ -440,11 +461,32 @@ class Projection:
             self.apply(event)
         self._pins.add(pos)
 
-    def _new_item(self, pos: int, event: Event, kind: str, unit: int, *, call_id: str = "",
-                  tool_name: str = "", args: dict[str, Any] | None = None,
-                  target: str = "") -> Item:
-        item = Item(len(self._items), pos, event, kind, len(self._turn_starts), unit,
-                    self._measure(event), call_id, tool_name, args or {}, target, self._kit)
+    def _new_item(
+        self,
+        pos: int,
+        event: Event,
+        kind: str,
+        unit: int,
+        *,
+        call_id: str = "",
+        tool_name: str = "",
+        args: dict[str, Any] | None = None,
+        target: str = "",
+    ) -> Item:
+        item = Item(
+            len(self._items),
+            pos,
+            event,
+            kind,
+            len(self._turn_starts),
+            unit,
+            self._measure(event),
+            call_id,
+            tool_name,
+            args or {},
+            target,
+            self._kit,
+        )
         self._items.append(item)
         self._item_at[pos] = item.index
         return item
@@ -532,8 +574,11 @@ class Projection:
     def replaced(self, pos: int) -> bool:
         """True when the event at ``pos`` is conversation that a provider's compaction
         replaced (it stays in ``events``, out of the items)."""
-        return pos < self._cut and pos not in self._rewound \
+        return (
+            pos < self._cut
+            and pos not in self._rewound
             and isinstance(self._events[pos].body, _REPLACEABLE)
+        )
 
     @property
     def rewinds(self) -> Mapping[int, frozenset[int]]:
@@ -640,7 +685,8 @@ class Projection:
         """True when the latest request ended in a context-overflow error: the next
         pack is a deterministic recovery pack."""
         return self._last_overflow > self._last_request >= 0 or (
-            self._last_overflow >= 0 and self._last_request < 0)
+            self._last_overflow >= 0 and self._last_request < 0
+        )
 
     @property
     def head(self) -> int:

@@ -154,14 +154,18 @@ def check_prompt(prompt: Prompt) -> list[str]:
             problems.append(f"message {i} ({message.role}) is empty")
         if message.role == "tool":
             if message.tool_call_id not in open_calls:
-                problems.append(f"message {i}: tool result for {message.tool_call_id!r} does "
-                                "not answer a call of the preceding assistant message")
+                problems.append(
+                    f"message {i}: tool result for {message.tool_call_id!r} does "
+                    "not answer a call of the preceding assistant message"
+                )
             else:
                 del open_calls[message.tool_call_id]
             continue
         if open_calls:
-            problems.append(f"message {i}: calls {sorted(open_calls)} of message "
-                            f"{last_assistant} are not answered before it")
+            problems.append(
+                f"message {i}: calls {sorted(open_calls)} of message "
+                f"{last_assistant} are not answered before it"
+            )
         open_calls = {}
         if message.role == "assistant":
             last_assistant = i
@@ -176,6 +180,8 @@ def check_prompt(prompt: Prompt) -> list[str]:
         elif not all(isinstance(p, (TextPart, ImagePart)) for p in message.parts):
             problems.append(f"message {i}: unexpected part type")
     if open_calls:
-        problems.append(f"calls {sorted(open_calls)} of message {last_assistant} are not "
-                        "answered at the end of the prompt")
+        problems.append(
+            f"calls {sorted(open_calls)} of message {last_assistant} are not "
+            "answered at the end of the prompt"
+        )
     return problems

@@ -217,8 +217,14 @@ class Recaller:
             this many characters, each found (and ranked) on its own.
     """
 
-    def __init__(self, log: Log, *, embed: Embedder | None = None,
-                 snippet_chars: int = 800, chunk_chars: int = CHUNK_CHARS) -> None:
+    def __init__(
+        self,
+        log: Log,
+        *,
+        embed: Embedder | None = None,
+        snippet_chars: int = 800,
+        chunk_chars: int = CHUNK_CHARS,
+    ) -> None:
         check_integer(snippet_chars, "snippet_chars", min_value=16)
         check_integer(chunk_chars, "chunk_chars", min_value=256)
         self.log = log
@@ -289,13 +295,24 @@ class Recaller:
         if rewound:
             view = Projection(_NoCount())
             view.extend(self.log.lineage(session, head.seq + 1))
-            index.exclude(frozenset(view.events[pos].seq for pos in view.rewound
-                                    if view.events[pos].session == session))
+            index.exclude(
+                frozenset(
+                    view.events[pos].seq
+                    for pos in view.rewound
+                    if view.events[pos].session == session
+                )
+            )
         return added
 
     # -- searching -------------------------------------------------------------------
-    def search(self, query: str, *, sessions: Iterable[str] | None = None, k: int = 5,
-               exclude_session: str | None = None) -> list[RecallHit]:
+    def search(
+        self,
+        query: str,
+        *,
+        sessions: Iterable[str] | None = None,
+        k: int = 5,
+        exclude_session: str | None = None,
+    ) -> list[RecallHit]:
         """The ``k`` best hits for ``query``, best first.
 
         Parameters:
@@ -326,12 +343,16 @@ class Recaller:
             hits: list[RecallHit] = []
             for (name, seq, offset), score in scored[:k]:
                 text, start = self._snippet(self._index[name].docs[(seq, offset)].text, terms)
-                hits.append(RecallHit(session=name, seq=seq, text=text, score=score,
-                                      offset=offset + start))
+                hits.append(
+                    RecallHit(session=name, seq=seq, text=text, score=score, offset=offset + start)
+                )
             return hits
 
-    def _bm25(self, terms: list[str], indexes: list[tuple[str, _SessionIndex]],
-              ) -> list[tuple[int, tuple[str, int, int]]]:
+    def _bm25(
+        self,
+        terms: list[str],
+        indexes: list[tuple[str, _SessionIndex]],
+    ) -> list[tuple[int, tuple[str, int, int]]]:
         """``(quantized score, (session, seq, offset))`` of every matching document,
         ranked."""
         count = sum(index.count for _, index in indexes)
@@ -352,15 +373,17 @@ class Recaller:
                     tf = doc.tf[term]
                     norm = BM25_K1 * (1.0 - BM25_B + BM25_B * doc.length / avgdl)
                     key = (name, *found)
-                    scores[key] = scores.get(key, 0.0) + weight * tf * (BM25_K1 + 1.0) / (
-                        tf + norm)
+                    scores[key] = scores.get(key, 0.0) + weight * tf * (BM25_K1 + 1.0) / (tf + norm)
         ranked = [(_quantize(score), key) for key, score in scores.items()]
         ranked.sort(key=lambda item: (-item[0], item[1]))
         return ranked
 
-    def _fuse(self, query: str, ranked: list[tuple[int, tuple[str, int, int]]],
-              indexes: list[tuple[str, _SessionIndex]],
-              ) -> list[tuple[tuple[str, int, int], str]]:
+    def _fuse(
+        self,
+        query: str,
+        ranked: list[tuple[int, tuple[str, int, int]]],
+        indexes: list[tuple[str, _SessionIndex]],
+    ) -> list[tuple[tuple[str, int, int], str]]:
         assert self.embed is not None
         qvec = tuple(float(x) for x in self.embed(query))
         similar: list[tuple[int, tuple[str, int, int]]] = []
@@ -400,15 +423,22 @@ class Recaller:
             start = space + 1 if space >= 0 and start - space < 40 else start
         prefix = "..." if start else ""
         room = limit - len(prefix)
-        piece = text[start:start + room]
+        piece = text[start : start + room]
         if start + room < len(text):
-            piece = piece[:room - 3] + "..."
+            piece = piece[: room - 3] + "..."
         return prefix + piece, lead + start
 
     # -- committing ------------------------------------------------------------------
-    def commit(self, session: str, query: str, *, policy: Policy,
-               sessions: Iterable[str] | None = None, k: int = 5,
-               time: int | None = None) -> Appended | None:
+    def commit(
+        self,
+        session: str,
+        query: str,
+        *,
+        policy: Policy,
+        sessions: Iterable[str] | None = None,
+        k: int = 5,
+        time: int | None = None,
+    ) -> Appended | None:
         """Search and append the hits to ``session`` as a ``RecallAdded`` event.
 
         Parameters:
@@ -496,5 +526,6 @@ def capped_hits(query: str, hits: Sequence[RecallHit], policy: Policy) -> list[R
 
 
 def _cut(hit: RecallHit, length: int) -> RecallHit:
-    return RecallHit(session=hit.session, seq=hit.seq, text=hit.text[:length].rstrip() + _CUT,
-                     score=hit.score)
+    return RecallHit(
+        session=hit.session, seq=hit.seq, text=hit.text[:length].rstrip() + _CUT, score=hit.score
+    )

@@ -173,10 +173,19 @@ class Replayer:
         self._replay_lock = threading.Lock()
         self._erasures = self.log._erasures
 
-    def record(self, session: str, *, policy: Policy | None = None, model: str = "",
-               time: int | None = None, format: str = "neutral",  # noqa: A002
-               render: Renderer | None = None, attempts: int = DEFAULT_ATTEMPTS,
-               key: str | None = None, render_args: str = "") -> Recorded:
+    def record(
+        self,
+        session: str,
+        *,
+        policy: Policy | None = None,
+        model: str = "",
+        time: int | None = None,
+        format: str = "neutral",  # noqa: A002
+        render: Renderer | None = None,
+        attempts: int = DEFAULT_ATTEMPTS,
+        key: str | None = None,
+        render_args: str = "",
+    ) -> Recorded:
         """Pack the session and append the ``RequestIssued`` record, atomically
         with respect to the log head (see the module docstring).
 
@@ -236,19 +245,34 @@ class Replayer:
                         f"another writer put a different policy in force in session "
                         f"{session!r} while this request was being recorded; nothing of it "
                         "was written. Record again (with the policy that should win)",
-                        session=session, expected=head.seq, actual=head.seq)
+                        session=session,
+                        expected=head.seq,
+                        actual=head.seq,
+                    )
                 # `use` is in force: pack with the policy in force, as recorded
                 packed = packer.pack(session)
                 rendered = render(packed.prompt) if render is not None else b""
                 made[:] = [(packed, rendered)]
-                return Draft(body=RequestIssued(
-                    head_seq=head.seq, head_hash=head.hash.hex(), policy_hash=use.hash,
-                    tokenizer=packed.tokenizer, prompt_hash=packed.prompt.hash,
-                    tokens=packed.tokens, format=format, model=model, recovery=packed.recovery,
-                    stages=packer._names, calibration=packed.tokenizer.partition("*")[2],
-                    digests=packed.prompt.part_digests(),
-                    rendered_hash=blake3.blake3(rendered).hexdigest() if render else "",
-                    render_args=render_args if render is not None else ""), time=time, key=key)
+                return Draft(
+                    body=RequestIssued(
+                        head_seq=head.seq,
+                        head_hash=head.hash.hex(),
+                        policy_hash=use.hash,
+                        tokenizer=packed.tokenizer,
+                        prompt_hash=packed.prompt.hash,
+                        tokens=packed.tokens,
+                        format=format,
+                        model=model,
+                        recovery=packed.recovery,
+                        stages=packer._names,
+                        calibration=packed.tokenizer.partition("*")[2],
+                        digests=packed.prompt.part_digests(),
+                        rendered_hash=blake3.blake3(rendered).hexdigest() if render else "",
+                        render_args=render_args if render is not None else "",
+                    ),
+                    time=time,
+                    key=key,
+                )
 
         done = self.log.update(session, decide, attempts=attempts)
         assert done is not None
@@ -264,25 +288,35 @@ class Replayer:
         """The request a retried `record` stored at ``seq``, re-packed and re-rendered."""
         body = self.log.get(session, seq).body
         if not isinstance(body, RequestIssued):
-            raise IdempotencyError(f"the key of this record is stored at {session}#{seq}, a "
-                                   f"{type(body).__name__} event; use a new key for a request")
+            raise IdempotencyError(
+                f"the key of this record is stored at {session}#{seq}, a "
+                f"{type(body).__name__} event; use a new key for a request"
+            )
         packed = self.repack(session, seq)
         rendered = render(packed.prompt) if render is not None else b""
         if render is not None and blake3.blake3(rendered).hexdigest() != body.rendered_hash:
-            raise ReplayMismatchError(f"the request stored under this key ({session}#{seq}) "
-                                      "does not re-render to its recorded hash; was it "
-                                      "recorded with another renderer?")
+            raise ReplayMismatchError(
+                f"the request stored under this key ({session}#{seq}) "
+                "does not re-render to its recorded hash; was it "
+                "recorded with another renderer?"
+            )
         return Recorded(packed, seq, rendered, duplicate=True)
 
     # -- replay and explain --------------------------------------------------------------
-    def _request(self, session: str, request_seq: int, snap: Snapshot | None = None,
-                 ) -> RequestIssued:
+    def _request(
+        self,
+        session: str,
+        request_seq: int,
+        snap: Snapshot | None = None,
+    ) -> RequestIssued:
         event = (snap or self.log).get(session, request_seq)
         if not isinstance(event.body, RequestIssued):
-            raise InvalidArgumentError(f"{session}#{request_seq} is a {event.kind!r} event, not a "
-                                    "request record; list requests with `turnlog log "
-                                    f"{session} --kind request` (Python: "
-                                    f"`Replayer.requests({session!r})`)")
+            raise InvalidArgumentError(
+                f"{session}#{request_seq} is a {event.kind!r} event, not a "
+                "request record; list requests with `turnlog log "
+                f"{session} --kind request` (Python: "
+                f"`Replayer.requests({session!r})`)"
+            )
         return event.body
 
     def repack(self, session: str, request_seq: int) -> Packed:
@@ -292,8 +326,14 @@ class Replayer:
     def _repack(self, session: str, request_seq: int, *, explain: bool) -> Packed:
         return self._repack_under(session, request_seq, explain=explain)[0]
 
-    def _repack_under(self, session: str, request_seq: int, *, explain: bool,
-                      found: list[RequestIssued] | None = None) -> tuple[Packed, Policy]:
+    def _repack_under(
+        self,
+        session: str,
+        request_seq: int,
+        *,
+        explain: bool,
+        found: list[RequestIssued] | None = None,
+    ) -> tuple[Packed, Policy]:
         """The re-packed request and the policy it was packed under (the request
         record is appended to ``found``). The request, its head and the events the
         kept view lacks are read in one snapshot: on a server store each snapshot is
@@ -308,21 +348,28 @@ class Replayer:
             if policy is None or policy.hash != request.policy_hash:
                 raise ReplayMismatchError(self._policy_differs(session, request))
             try:
-                return pack_stored(state.view, policy, stages=self.packer.stages, explain=explain,
-                                   index=state.index), policy
+                return pack_stored(
+                    state.view,
+                    policy,
+                    stages=self.packer.stages,
+                    explain=explain,
+                    index=state.index,
+                ), policy
             except BaseException:
                 # A pack that fails part-way may leave the index half caught up.
                 self._replays.pop((session, state.view.counter.id), None)
                 raise
 
-    def _replay_state(self, snap: Snapshot, session: str, request_seq: int,
-                      request: RequestIssued) -> _ReplayView:
+    def _replay_state(
+        self, snap: Snapshot, session: str, request_seq: int, request: RequestIssued
+    ) -> _ReplayView:
         """The checked replay view of a request (the caller holds the replay lock)."""
         if request.stages != self.packer._names:
             raise ReplayMismatchError(
                 f"request {session}#{request_seq} was packed with stages "
                 f"{request.stages or '(built-in)'!r}; this packer has "
-                f"{self.packer._names or '(built-in)'!r}. Replay with the same custom stages")
+                f"{self.packer._names or '(built-in)'!r}. Replay with the same custom stages"
+            )
         try:
             counter = get_counter(request.tokenizer)
         except TokenizerError:
@@ -347,17 +394,22 @@ class Replayer:
     @staticmethod
     def _check_head(found: bytes, session: str, request: RequestIssued) -> None:
         if found.hex() != request.head_hash:
-            raise ReplayMismatchError(f"the log's event {session}#{request.head_seq} no longer "
-                                      "has the recorded hash; run `turnlog verify` (Python: "
-                                      "`Log.verify()`)")
+            raise ReplayMismatchError(
+                f"the log's event {session}#{request.head_seq} no longer "
+                "has the recorded hash; run `turnlog verify` (Python: "
+                "`Log.verify()`)"
+            )
 
     @staticmethod
     def _policy_differs(session: str, request: RequestIssued) -> str:
-        return (f"the policy in force at {session}#{request.head_seq} is not the recorded "
-                f"one ({request.policy_hash[:16]})")
+        return (
+            f"the policy in force at {session}#{request.head_seq} is not the recorded "
+            f"one ({request.policy_hash[:16]})"
+        )
 
-    def _replay_view(self, session: str, head_seq: int, counter: TokenCounter,
-                     snap: Snapshot | None = None) -> _ReplayView:
+    def _replay_view(
+        self, session: str, head_seq: int, counter: TokenCounter, snap: Snapshot | None = None
+    ) -> _ReplayView:
         """The lineage up to own seq ``head_seq`` folded with ``counter`` (the kept
         projection grown when it ends at or before ``head_seq``, else a fresh one)."""
         if self.log._erasures != self._erasures:
@@ -387,8 +439,9 @@ class Replayer:
             self._replays.popitem(last=False)
         return state
 
-    def replay(self, session: str, request_seq: int, *,
-               render: Renderer | None = None) -> ReplayResult:
+    def replay(
+        self, session: str, request_seq: int, *, render: Renderer | None = None
+    ) -> ReplayResult:
         """Re-pack a recorded request and compare it with the record.
 
         Parameters:
@@ -413,16 +466,24 @@ class Replayer:
         if not ok:
             by = self._erased_by(session, request.head_seq)
             if by is not None:
-                return ReplayResult(session, request_seq, False, request.prompt_hash, replayed,
-                                    f"content it included was erased by {by[0]}#{by[1]}",
-                                    erased_by=by[1])
+                return ReplayResult(
+                    session,
+                    request_seq,
+                    False,
+                    request.prompt_hash,
+                    replayed,
+                    f"content it included was erased by {by[0]}#{by[1]}",
+                    erased_by=by[1],
+                )
             difference = _first_difference(request.digests, packed)
         elif request.rendered_hash and render is not None:
             rendered = blake3.blake3(render(packed.prompt)).hexdigest()
             if rendered != request.rendered_hash:
                 ok = False
-                difference = (f"the neutral prompt matches but the {request.format} rendering "
-                              f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})")
+                difference = (
+                    f"the neutral prompt matches but the {request.format} rendering "
+                    f"differs ({rendered[:16]} vs {request.rendered_hash[:16]})"
+                )
         return ReplayResult(session, request_seq, ok, request.prompt_hash, replayed, difference)
 
     def _erased_by(self, session: str, head_seq: int) -> tuple[str, int] | None:
@@ -436,9 +497,13 @@ class Replayer:
                 found = (event.session, body.by)
         return found
 
-    def replay_all(self, session: str, request_seqs: Iterable[int] | None = None, *,
-                   render: Callable[[RequestIssued], Renderer | None] | None = None,
-                   ) -> Iterator[ReplayResult]:
+    def replay_all(
+        self,
+        session: str,
+        request_seqs: Iterable[int] | None = None,
+        *,
+        render: Callable[[RequestIssued], Renderer | None] | None = None,
+    ) -> Iterator[ReplayResult]:
         """Replay a session's recorded requests, folding its lineage once.
 
         Each result is the one `replay` gives for that request; requests in
@@ -464,16 +529,22 @@ class Replayer:
         """Like `replay`, but raise `ReplayMismatchError` on a mismatch."""
         result = self.replay(session, request_seq)
         if not result.ok:
-            raise ReplayMismatchError(f"replay of {session}#{request_seq} differs: "
-                                      f"{result.difference}")
+            raise ReplayMismatchError(
+                f"replay of {session}#{request_seq} differs: {result.difference}"
+            )
         return self.repack(session, request_seq)
 
     def requests(self, session: str) -> list[int]:
         """Seqs of the session's request records."""
         return [e.seq for e in self.log.read(session, kinds=["request"])]
 
-    def cost(self, session: str, *, caching: Mapping[str, CacheRule] | None = None,
-             default: CacheRule = BREAKPOINT_CACHE) -> SessionCost:
+    def cost(
+        self,
+        session: str,
+        *,
+        caching: Mapping[str, CacheRule] | None = None,
+        default: CacheRule = BREAKPOINT_CACHE,
+    ) -> SessionCost:
         """What the session's recorded requests cost: input, cache-write and cache-read
         tokens and their price, each request re-packed and read by its format's cache
         rule, beside the usage the provider reported (see ``turnlog.replay.cost_of``).
@@ -499,8 +570,10 @@ class Replayer:
         for name, rule in rules.items():
             check_type(rule, CacheRule, f"caching[{name!r}]", what="a CacheRule")
         if self.log.head(session) is None:
-            raise UnknownSessionError(f"no session {session!r} in this log; list sessions "
-                                      "with `turnlog sessions` (Python: `Log.sessions()`)")
+            raise UnknownSessionError(
+                f"no session {session!r} in this log; list sessions "
+                "with `turnlog sessions` (Python: `Log.sessions()`)"
+            )
         reported: dict[int, Usage] = {}
         for event in self.log.read(session, kinds=["response"]):
             body = event.body
@@ -520,13 +593,25 @@ class Replayer:
                 note = f"cannot be re-packed: {exc}"
             if packed is not None and packed.prompt.hash != request.prompt_hash:
                 by = self._erased_by(session, request.head_seq)
-                note = (f"content it included was erased by {by[0]}#{by[1]}" if by is not None
-                        else "does not replay to its record; run `turnlog replay "
-                        f"{session} {event.seq}`")
+                note = (
+                    f"content it included was erased by {by[0]}#{by[1]}"
+                    if by is not None
+                    else "does not replay to its record; run `turnlog replay "
+                    f"{session} {event.seq}`"
+                )
                 packed = None
-            items.append(CostedRequest(request_seq=event.seq, format=request.format,
-                                       model=request.model, packed=packed, policy=policy,
-                                       rule=rule, reported=reported.get(event.seq), note=note))
+            items.append(
+                CostedRequest(
+                    request_seq=event.seq,
+                    format=request.format,
+                    model=request.model,
+                    packed=packed,
+                    policy=policy,
+                    rule=rule,
+                    reported=reported.get(event.seq),
+                    note=note,
+                )
+            )
         return cost_of(session, items)
 
     def explain(self, session: str, request_seq: int) -> Packed:
@@ -543,21 +628,31 @@ class Replayer:
         shared_tokens = 0
         if not system_changed and not tools_changed:
             shared_tokens = sum(a.section_tokens) + a.budget.tools
-            for ma, mb, ta in zip(a.prompt.messages, b.prompt.messages, a.message_tokens,
-                                  strict=False):
+            for ma, mb, ta in zip(
+                a.prompt.messages, b.prompt.messages, a.message_tokens, strict=False
+            ):
                 if ma != mb:
                     break
                 shared += 1
                 shared_tokens += ta
         changes = tuple(_changes(a.decisions, b.decisions))
-        return RequestDiff(request_a, request_b, shared, shared_tokens, a.tokens, b.tokens,
-                           system_changed, tools_changed, changes)
+        return RequestDiff(
+            request_a,
+            request_b,
+            shared,
+            shared_tokens,
+            a.tokens,
+            b.tokens,
+            system_changed,
+            tools_changed,
+            changes,
+        )
 
 
 def _first_difference(recorded: bytes, packed: Packed) -> str:
     replayed = packed.prompt.part_digests()
     for i in range(0, max(len(recorded), len(replayed)), 8):
-        if recorded[i:i + 8] != replayed[i:i + 8]:
+        if recorded[i : i + 8] != replayed[i : i + 8]:
             return f"first difference at {packed.prompt.describe_part(i // 8)}"
     return "the parts match but the breakpoints differ"
 
@@ -566,8 +661,17 @@ def _changes(a: tuple[Decision, ...], b: tuple[Decision, ...]) -> list[DecisionC
     out = []
     for da, db in zip(a, b, strict=False):
         if da.decision != db.decision:
-            out.append(DecisionChange(pos=db.pos, seq=db.seq, kind=db.kind, before=da.decision,
-                                      after=db.decision, rule=db.rule, detail=db.detail))
+            out.append(
+                DecisionChange(
+                    pos=db.pos,
+                    seq=db.seq,
+                    kind=db.kind,
+                    before=da.decision,
+                    after=db.decision,
+                    rule=db.rule,
+                    detail=db.detail,
+                )
+            )
     return out
 
 
@@ -575,8 +679,16 @@ def _changes(a: tuple[Decision, ...], b: tuple[Decision, ...]) -> list[DecisionC
 #: The methods `Packer` had in 0.2.0 that are the `Replayer`'s now. They still resolve on a
 #: `Packer` for one more release, with a `DeprecationWarning` naming the new spelling, and
 #: forward to one `Replayer` kept per packer (so a replay keeps its folded projections).
-_MOVED_TO_REPLAYER = ("check", "diff", "explain", "record", "repack", "replay", "replay_all",
-                      "requests")
+_MOVED_TO_REPLAYER = (
+    "check",
+    "diff",
+    "explain",
+    "record",
+    "repack",
+    "replay",
+    "replay_all",
+    "requests",
+)
 
 
 def _replayer_of(packer: Packer) -> Replayer:
@@ -592,14 +704,19 @@ def _forwarder(name: str) -> Callable[..., object]:
     method = getattr(Replayer, name)
 
     def forward(self: Packer, *args: object, **kwargs: object) -> object:
-        warnings.warn(f"Packer.{name} has moved: use turnlog.Replayer(packer).{name}(...) "
-                      f"(from turnlog import Replayer); Packer.{name} goes in the next "
-                      "release", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"Packer.{name} has moved: use turnlog.Replayer(packer).{name}(...) "
+            f"(from turnlog import Replayer); Packer.{name} goes in the next "
+            "release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(_replayer_of(self), name)(*args, **kwargs)
 
     forward.__name__ = forward.__qualname__ = name
-    forward.__doc__ = (f"Deprecated: use `Replayer.{name}` (``Replayer(packer).{name}``).\n\n"
-                       + (method.__doc__ or ""))
+    forward.__doc__ = f"Deprecated: use `Replayer.{name}` (``Replayer(packer).{name}``).\n\n" + (
+        method.__doc__ or ""
+    )
     return forward
 
 

@@ -54,8 +54,14 @@ class ReadTxn(ABC):
         """The stored record at ``(session, seq)``."""
 
     @abstractmethod
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         """``(seq, record)`` for ``start <= seq < stop`` (to the head when stop is None).
 
         With ``every``, every record stored for the session in that range, also
@@ -246,8 +252,9 @@ class Store(ABC):
 
 # libpq's secret parameters, in a URL's query or a "key=value" connection string.
 _SECRET_PARAMS = frozenset({"password", "sslpassword"})
-_CONNINFO_SECRET = re.compile(r"(?<![\w.])(?:ssl)?password\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)\s*",
-                              re.IGNORECASE)
+_CONNINFO_SECRET = re.compile(
+    r"(?<![\w.])(?:ssl)?password\s*=\s*(?:'(?:[^'\\]|\\.)*'?|\S*)\s*", re.IGNORECASE
+)
 
 
 def hide_credentials(location: str) -> str:
@@ -276,10 +283,13 @@ def hide_credentials(location: str) -> str:
     at = authority.rfind("@")
     if at >= 0:
         user = authority[:at].partition(":")[0]
-        rest = f"{user}@{rest[at + 1:]}" if user else rest[at + 1:]
+        rest = f"{user}@{rest[at + 1 :]}" if user else rest[at + 1 :]
     head, qsep, query = rest.partition("?")
     if qsep:
-        kept = [part for part in query.split("&")
-                if part.partition("=")[0].strip().lower() not in _SECRET_PARAMS]
+        kept = [
+            part
+            for part in query.split("&")
+            if part.partition("=")[0].strip().lower() not in _SECRET_PARAMS
+        ]
         rest = f"{head}?{'&'.join(kept)}" if kept else head
     return f"{scheme}://{rest}"

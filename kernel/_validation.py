@@ -42,23 +42,35 @@ def shown(value: object, *, with_type: bool = False) -> str:
     except Exception:  # a hostile __repr__ must not hide the real error
         text = f"<{type(value).__name__} object>"
     if len(text) > _SHOWN:
-        text = text[:_SHOWN - 3] + "..."
+        text = text[: _SHOWN - 3] + "..."
     if with_type and not text.startswith(type(value).__name__ + "("):
         return f"{text} (type {type(value).__name__})"
     return text
 
 
-def invalid(name: str, expected: str, value: object, *, hint: str = "",
-            with_type: bool = False,
-            error: type[KernelError] = InvalidArgumentError) -> NoReturn:
+def invalid(
+    name: str,
+    expected: str,
+    value: object,
+    *,
+    hint: str = "",
+    with_type: bool = False,
+    error: type[KernelError] = InvalidArgumentError,
+) -> NoReturn:
     """Raise ``error`` saying that ``name`` must be ``expected`` and was ``value``."""
     message = f"{name} must be {expected}, found {shown(value, with_type=with_type)}"
     raise error(f"{message}; {hint}" if hint else message)
 
 
-def check_type(value: object, expected: type | tuple[type, ...], name: str, *,
-               what: str | None = None, hint: str = "",
-               error: type[KernelError] = InvalidArgumentError) -> None:
+def check_type(
+    value: object,
+    expected: type | tuple[type, ...],
+    name: str,
+    *,
+    what: str | None = None,
+    hint: str = "",
+    error: type[KernelError] = InvalidArgumentError,
+) -> None:
     """``value`` is an instance of ``expected`` (never a ``bool`` standing in for an int).
 
     Parameters:
@@ -72,47 +84,77 @@ def check_type(value: object, expected: type | tuple[type, ...], name: str, *,
     invalid(name, what, value, hint=hint, with_type=True, error=error)
 
 
-def check_integer(value: object, name: str, *, min_value: int | None = None,
-                  max_value: int | None = None, optional: bool = False, hint: str = "",
-                  error: type[KernelError] = InvalidArgumentError) -> None:
+def check_integer(
+    value: object,
+    name: str,
+    *,
+    min_value: int | None = None,
+    max_value: int | None = None,
+    optional: bool = False,
+    hint: str = "",
+    error: type[KernelError] = InvalidArgumentError,
+) -> None:
     """``value`` is an ``int`` (not a ``bool``) from ``min_value`` to ``max_value``,
     or ``None`` when ``optional``."""
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
-        invalid(name, _expected("an int", min_value, max_value, optional), value, hint=hint,
-                with_type=True, error=error)
+        invalid(
+            name,
+            _expected("an int", min_value, max_value, optional),
+            value,
+            hint=hint,
+            with_type=True,
+            error=error,
+        )
     if (min_value is not None and value < min_value) or (
-            max_value is not None and value > max_value):
-        invalid(name, _expected("an int", min_value, max_value, optional), value, hint=hint,
-                error=error)
+        max_value is not None and value > max_value
+    ):
+        invalid(
+            name, _expected("an int", min_value, max_value, optional), value, hint=hint, error=error
+        )
 
 
-def check_number(value: object, name: str, *, min_value: float | None = None,
-                 max_value: float | None = None, exclusive_min: bool = False,
-                 optional: bool = False, hint: str = "",
-                 error: type[KernelError] = InvalidArgumentError) -> None:
+def check_number(
+    value: object,
+    name: str,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    exclusive_min: bool = False,
+    optional: bool = False,
+    hint: str = "",
+    error: type[KernelError] = InvalidArgumentError,
+) -> None:
     """``value`` is a finite ``int`` or ``float`` (not a ``bool``) from ``min_value``
     (above it when ``exclusive_min``) to ``max_value``, or ``None`` when ``optional``."""
     if optional and value is None:
         return
-    expected = _expected("a finite number", min_value, max_value, optional,
-                         exclusive_min=exclusive_min)
+    expected = _expected(
+        "a finite number", min_value, max_value, optional, exclusive_min=exclusive_min
+    )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         invalid(name, expected, value, hint=hint, with_type=True, error=error)
-    if not math.isfinite(value) or (min_value is not None and (
-            value <= min_value if exclusive_min else value < min_value)) or (
-            max_value is not None and value > max_value):
+    if (
+        not math.isfinite(value)
+        or (min_value is not None and (value <= min_value if exclusive_min else value < min_value))
+        or (max_value is not None and value > max_value)
+    ):
         invalid(name, expected, value, hint=hint, error=error)
 
 
-def check_text(value: object, name: str, *, max_chars: int | None = None,
-               what: str | None = None, hint: str = "",
-               error: type[KernelError] = InvalidArgumentError) -> None:
+def check_text(
+    value: object,
+    name: str,
+    *,
+    max_chars: int | None = None,
+    what: str | None = None,
+    hint: str = "",
+    error: type[KernelError] = InvalidArgumentError,
+) -> None:
     """``value`` is a non-empty ``str`` of at most ``max_chars`` characters."""
     if what is None:
-        what = ("a non-empty str" if max_chars is None
-                else f"a str of 1 to {max_chars} characters")
+        what = "a non-empty str" if max_chars is None else f"a str of 1 to {max_chars} characters"
     if not isinstance(value, str):
         invalid(name, what, value, hint=hint, with_type=True, error=error)
     if not value or (max_chars is not None and len(value) > max_chars):
@@ -124,8 +166,9 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
-def _expected(kind: str, low: float | None, high: float | None, optional: bool, *,
-              exclusive_min: bool = False) -> str:
+def _expected(
+    kind: str, low: float | None, high: float | None, optional: bool, *, exclusive_min: bool = False
+) -> str:
     """How a message names a number in a range: ``an int from 1 to 1000``, ``None or...``."""
     if low is not None and high is not None:
         text = f"{kind} from {_num(low)} to {_num(high)}"

@@ -59,9 +59,11 @@ class _Key(msgspec.Struct):
 _KEY_DECODER = msgspec.msgpack.Decoder(_Key)
 _KEY_FIELD = msgspec.msgpack.encode("key")  # a record without these bytes has no key
 _KEY_BATCH = 512  # keys looked up in the index at once
-_REINDEX = ("a retry with that key would be taken for a new event, or another event for "
-            "a duplicate. Restore the store from a backup, or copy it (`turnlog copy`) into a "
-            "new store, which rebuilds the index from the events")
+_REINDEX = (
+    "a retry with that key would be taken for a new event, or another event for "
+    "a duplicate. Restore the store from a backup, or copy it (`turnlog copy`) into a "
+    "new store, which rebuilds the index from the events"
+)
 
 _ERASED_TAG = msgspec.msgpack.encode("erased")  # in every stub's bytes
 _ERASURE_TAG = msgspec.msgpack.encode("erasure")  # in every erasure event's bytes
@@ -131,9 +133,14 @@ _REF_FIELDS: dict[type[Any], tuple[str, ...]] = {
 }
 
 
-def fsck(store: Store, session: str | None = None, *, checkpoint: Checkpoint | None = None,
-         strict: bool = False, progress: Callable[[int], None] | None = None,
-         ) -> VerifyReport:
+def fsck(
+    store: Store,
+    session: str | None = None,
+    *,
+    checkpoint: Checkpoint | None = None,
+    strict: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
     """Check one session (or every one) of ``store``; see `Log.verify`, which checks
     the arguments (and a checkpoint's MAC) and calls this.
 
@@ -155,8 +162,13 @@ def fsck(store: Store, session: str | None = None, *, checkpoint: Checkpoint | N
     """
     damage = store.check_structure()
     if damage is not None:
-        return VerifyReport(False, Problem("", None, f"the {store.name} store's files "
-                                           f"are damaged: {damage}"), 0, 0, 0)
+        return VerifyReport(
+            False,
+            Problem("", None, f"the {store.name} store's files are damaged: {damage}"),
+            0,
+            0,
+            0,
+        )
     with store.read() as txn:
         return _Fsck(txn, strict, _Progress(progress)).run(session, checkpoint)
 
@@ -185,12 +197,23 @@ class _Fsck:
             heads = [h for h in heads if h[0] == session]
             if not heads:
                 if checkpoint is not None:
-                    return VerifyReport(False, Problem(session, checkpoint.seq,
-                                        "the session is gone: the log was truncated or "
-                                        "replaced since the checkpoint"), 0, 0, 0)
-                raise UnknownSessionError(f"no session {session!r} to verify; list sessions "
-                                          "with `turnlog sessions` (Python: "
-                                          "`Log.sessions()`)")
+                    return VerifyReport(
+                        False,
+                        Problem(
+                            session,
+                            checkpoint.seq,
+                            "the session is gone: the log was truncated or "
+                            "replaced since the checkpoint",
+                        ),
+                        0,
+                        0,
+                        0,
+                    )
+                raise UnknownSessionError(
+                    f"no session {session!r} to verify; list sessions "
+                    "with `turnlog sessions` (Python: "
+                    "`Log.sessions()`)"
+                )
         for name, head_seq, head_hash in heads:
             problem = self.session(name, head_seq, head_hash)
             if problem is not None:
@@ -215,17 +238,24 @@ class _Fsck:
                     continue
                 self.blobs += 1
                 if blake3.blake3(data).hexdigest() != digest:
-                    return self.report(Problem("", None, "blob content does not match its "
-                                               "hash (no event references it)", digest),
-                                       len(heads))
-            warnings = tuple(check_count_cache(
-                lambda key: txn.cached(COUNTS_NAMESPACE, key)))
-        return VerifyReport(True, None, nsessions, self.events, self.blobs, warnings,
-                            tuple(self.erased))
+                    return self.report(
+                        Problem(
+                            "",
+                            None,
+                            "blob content does not match its hash (no event references it)",
+                            digest,
+                        ),
+                        len(heads),
+                    )
+            warnings = tuple(check_count_cache(lambda key: txn.cached(COUNTS_NAMESPACE, key)))
+        return VerifyReport(
+            True, None, nsessions, self.events, self.blobs, warnings, tuple(self.erased)
+        )
 
     def report(self, problem: Problem, sessions: int) -> VerifyReport:
-        return VerifyReport(False, problem, sessions, self.events, self.blobs,
-                            erased=tuple(self.erased))
+        return VerifyReport(
+            False, problem, sessions, self.events, self.blobs, erased=tuple(self.erased)
+        )
 
     def erasure(self, session: str, by: int) -> dict[int, str] | str:
         """The seqs (with their hashes, hex) the erasure event at ``by`` lists, or
@@ -247,8 +277,13 @@ class _Fsck:
         self.erasures[key] = listed
         return listed
 
-    def stub(self, session: str, seq: int, prev: bytes, record: bytes,
-             ) -> tuple[bool, str | None]:
+    def stub(
+        self,
+        session: str,
+        seq: int,
+        prev: bytes,
+        record: bytes,
+    ) -> tuple[bool, str | None]:
         """Whether ``record`` is an erased event's stub, and what is wrong with it
         (None: it is exactly what the erasure it names wrote)."""
         if _ERASED_TAG not in record or len(record) <= 64:
@@ -265,12 +300,16 @@ class _Fsck:
         if encode_canonical(event) != canonical:
             return True, "the erased event's stub is not canonical"
         if event.session != session or event.seq != seq:
-            return True, (f"the stub claims position {event.session!r}#{event.seq} but is "
-                          f"stored at {session!r}#{seq}")
+            return True, (
+                f"the stub claims position {event.session!r}#{event.seq} but is "
+                f"stored at {session!r}#{seq}"
+            )
         expected_prev = prev if seq else GENESIS
         if record[:32] != expected_prev:
-            return True, (f"prev hash {record[:32].hex()[:16]} of the erased event does not "
-                          f"match the previous event's hash {expected_prev.hex()[:16]}")
+            return True, (
+                f"prev hash {record[:32].hex()[:16]} of the erased event does not "
+                f"match the previous event's hash {expected_prev.hex()[:16]}"
+            )
         if body.by <= seq:
             return True, f"the stub names erasure event #{body.by}, which is not later"
         listed = self.erasure(session, body.by)
@@ -278,8 +317,10 @@ class _Fsck:
             return True, listed
         digest = record_hash(record).hex()
         if listed.get(seq) != digest:
-            return True, (f"the stored hash {digest[:16]} of the erased event is not the one "
-                          f"erasure event #{body.by} lists for it")
+            return True, (
+                f"the stored hash {digest[:16]} of the erased event is not the one "
+                f"erasure event #{body.by} lists for it"
+            )
         self.erased.append((session, seq, body.by))
         return True, None
 
@@ -298,8 +339,10 @@ class _Fsck:
             stored = self.txn.get(session, erased) if erased < seq else None
             stub = None if stored is None else _stub_body(stored)
             if stub is None or stub.by != seq:
-                return (f"the erasure event lists #{erased}, whose content is still stored "
-                        "(or is not an earlier event)")
+                return (
+                    f"the erasure event lists #{erased}, whose content is still stored "
+                    "(or is not an earlier event)"
+                )
         return None
 
     def lineage(self, session: str) -> tuple[Problem | None, int]:
@@ -320,12 +363,26 @@ class _Fsck:
             sources += 1
             problem = self.session(source, stop - 1, None, stop=stop)
             if problem is not None:
-                return (Problem(problem.session, problem.seq, f"{problem.reason} (in the history "
-                                f"{fork!r} was forked from)", problem.blob), sources)
+                return (
+                    Problem(
+                        problem.session,
+                        problem.seq,
+                        f"{problem.reason} (in the history {fork!r} was forked from)",
+                        problem.blob,
+                    ),
+                    sources,
+                )
             session = source
 
-    def session(self, session: str, head_seq: int, head_hash: bytes | None, *,
-                stop: int | None = None, index: bool = True) -> Problem | None:
+    def session(
+        self,
+        session: str,
+        head_seq: int,
+        head_hash: bytes | None,
+        *,
+        stop: int | None = None,
+        index: bool = True,
+    ) -> Problem | None:
         """Check a session's events (those below ``stop`` only, when given: then
         ``head_hash`` is not known and the events must reach ``head_seq``), and
         with ``index`` its idempotency index."""
@@ -338,8 +395,7 @@ class _Fsck:
         keys = _Keys(txn, session) if stop is None and index else None
         for seq, record in txn.scan(session, 0, stop, every=True):
             if seq != expected_seq:
-                return Problem(session, expected_seq, "event is missing (seqs jump to "
-                               f"{seq})")
+                return Problem(session, expected_seq, f"event is missing (seqs jump to {seq})")
             self.events += 1
             if step is not None:
                 step()
@@ -355,8 +411,9 @@ class _Fsck:
             if doubt and not is_stub:
                 # In full, and on any doubt: check_record names what is wrong. Seq
                 # 0's prev is the genesis or a fork's source: first() checks the link.
-                event, reason = check_record(record, session=session, seq=seq,
-                                             prev=prev if seq else None)
+                event, reason = check_record(
+                    record, session=session, seq=seq, prev=prev if seq else None
+                )
                 if reason is not None or event is None:
                     return Problem(session, seq, reason or "unreadable")
                 if seq == 0:
@@ -372,8 +429,7 @@ class _Fsck:
                     try:
                         event = record_event(record)
                     except DecodeError:
-                        reason = check_record(record, session=session, seq=seq,
-                                              prev=prev)[1]
+                        reason = check_record(record, session=session, seq=seq, prev=prev)[1]
                         return Problem(session, seq, reason or "unreadable")
                 for ref in _blob_refs(event.body):
                     self.blobs += 1
@@ -390,12 +446,18 @@ class _Fsck:
             expected_seq += 1
         if stop is not None:
             if expected_seq != stop:
-                return Problem(session, expected_seq, "event is missing (the events end at "
-                               f"seq {expected_seq - 1})")
+                return Problem(
+                    session,
+                    expected_seq,
+                    f"event is missing (the events end at seq {expected_seq - 1})",
+                )
             return None
         if expected_seq != head_seq + 1:
-            return Problem(session, expected_seq, f"the head says seq {head_seq} but the "
-                           f"events end at seq {expected_seq - 1}")
+            return Problem(
+                session,
+                expected_seq,
+                f"the head says seq {head_seq} but the events end at seq {expected_seq - 1}",
+            )
         if prev != head_hash:
             return Problem(session, head_seq, "the head hash does not match the last event")
         return None if keys is None else keys.finish()
@@ -405,10 +467,11 @@ class _Fsck:
         if isinstance(event.body, SessionForked):
             source = self.txn.get(event.body.from_session, event.body.from_seq)
             if source is None:
-                return (f"fork source {event.body.from_session}#{event.body.from_seq} is "
-                        "missing")
-            if record_hash(source).hex() != event.body.from_hash or event.prev.hex() != \
-                    event.body.from_hash:
+                return f"fork source {event.body.from_session}#{event.body.from_seq} is missing"
+            if (
+                record_hash(source).hex() != event.body.from_hash
+                or event.prev.hex() != event.body.from_hash
+            ):
                 return "fork does not link to its source event's hash"
             return None
         if event.prev != GENESIS:
@@ -434,13 +497,19 @@ class _Fsck:
         """What shows the log no longer extends ``checkpoint`` (None: it does)."""
         head = self.txn.head(checkpoint.session)
         if head is None or head[0] < checkpoint.seq:
-            return Problem(checkpoint.session, checkpoint.seq,
-                           f"the log ends at seq {head[0] if head else -1}, before the "
-                           "checkpoint: it was truncated")
+            return Problem(
+                checkpoint.session,
+                checkpoint.seq,
+                f"the log ends at seq {head[0] if head else -1}, before the "
+                "checkpoint: it was truncated",
+            )
         record = self.txn.get(checkpoint.session, checkpoint.seq)
         if record is None or record_hash(record).hex() != checkpoint.hash:
-            return Problem(checkpoint.session, checkpoint.seq,
-                           "the event's hash differs from the checkpoint: the log was rewritten")
+            return Problem(
+                checkpoint.session,
+                checkpoint.seq,
+                "the event's hash differs from the checkpoint: the log was rewritten",
+            )
         return None
 
 
@@ -476,13 +545,21 @@ class _Keys:
         found = self.txn.idempotency_seqs(self.session, [key for key, _ in pending])
         for (key, seq), indexed in zip(pending, found, strict=True):
             if indexed is None:
-                return Problem(self.session, seq, f"the idempotency index has no entry for "
-                               f"the event's key {key!r} (deleted or changed behind turnlog's "
-                               f"back): {_REINDEX}")
+                return Problem(
+                    self.session,
+                    seq,
+                    f"the idempotency index has no entry for "
+                    f"the event's key {key!r} (deleted or changed behind turnlog's "
+                    f"back): {_REINDEX}",
+                )
             if indexed != seq:
-                return Problem(self.session, seq, f"the idempotency index maps the event's "
-                               f"key {key!r} to seq {indexed} (changed behind turnlog's "
-                               f"back): {_REINDEX}")
+                return Problem(
+                    self.session,
+                    seq,
+                    f"the idempotency index maps the event's "
+                    f"key {key!r} to seq {indexed} (changed behind turnlog's "
+                    f"back): {_REINDEX}",
+                )
         return None
 
     def finish(self) -> Problem | None:
@@ -498,11 +575,20 @@ class _Keys:
             record = self.txn.get(self.session, seq)
             held = None if record is None else _event_key(record)
             if held != key:
-                what = ("no event" if record is None else
-                        "an event without a key" if held is None else f"an event keyed {held!r}")
-                return Problem(self.session, seq, f"the idempotency index holds the key "
-                               f"{key!r} at seq {seq}, where the session has {what} (added or "
-                               f"changed behind turnlog's back): {_REINDEX}")
+                what = (
+                    "no event"
+                    if record is None
+                    else "an event without a key"
+                    if held is None
+                    else f"an event keyed {held!r}"
+                )
+                return Problem(
+                    self.session,
+                    seq,
+                    f"the idempotency index holds the key "
+                    f"{key!r} at seq {seq}, where the session has {what} (added or "
+                    f"changed behind turnlog's back): {_REINDEX}",
+                )
         return None
 
 
@@ -514,15 +600,21 @@ def describe_copy_mark(mark: str) -> str:
         found = {}
     source = found.get("from") if isinstance(found, dict) else None
     sessions = found.get("sessions") if isinstance(found, dict) else None
-    what = "the sessions " + ", ".join(repr(s) for s in sessions) + " of " \
-        if isinstance(sessions, list) and sessions else ""
-    return (f"the store is an unfinished copy of {what}{source or 'another store'}: the copy "
-            "stopped before it finished. Run the same `turnlog copy` again to finish it "
-            "(Python: turnlog.log.copy_log); it resumes where it stopped")
+    what = (
+        "the sessions " + ", ".join(repr(s) for s in sessions) + " of "
+        if isinstance(sessions, list) and sessions
+        else ""
+    )
+    return (
+        f"the store is an unfinished copy of {what}{source or 'another store'}: the copy "
+        "stopped before it finished. Run the same `turnlog copy` again to finish it "
+        "(Python: turnlog.log.copy_log); it resumes where it stopped"
+    )
 
 
-def fsck_session(txn: ReadTxn, session: str, head_seq: int, head_hash: bytes,
-                 checked_blobs: set[str]) -> Problem | None:
+def fsck_session(
+    txn: ReadTxn, session: str, head_seq: int, head_hash: bytes, checked_blobs: set[str]
+) -> Problem | None:
     """Check one session of a snapshot as `Log.verify` does (its events, rows past
     its head, its fork link, the blobs it refers to), but not its idempotency
     index, which a copy rebuilds from the events: what `copy_log` checks before

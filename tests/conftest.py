@@ -46,8 +46,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Add ``--run-slow``."""
-    parser.addoption("--run-slow", action="store_true", default=False,
-                     help="also run tests marked slow (crash rounds, soak)")
+    parser.addoption(
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="also run tests marked slow (crash rounds, soak)",
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -30,8 +30,10 @@ from pathlib import Path
 
 __all__ = ["SKIP_REASON", "Server", "available", "bin_dir", "shared"]
 
-SKIP_REASON = ("no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in "
-               "/usr/lib/postgresql/*/bin; install them with `apt-get install postgresql`")
+SKIP_REASON = (
+    "no PostgreSQL server binaries (initdb, pg_ctl) on PATH or in "
+    "/usr/lib/postgresql/*/bin; install them with `apt-get install postgresql`"
+)
 
 
 def bin_dir() -> Path | None:
@@ -39,8 +41,10 @@ def bin_dir() -> Path | None:
     found = shutil.which("pg_ctl")
     if found and shutil.which("initdb"):
         return Path(os.path.realpath(found)).parent
-    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
-                        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0)
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"),
+        key=lambda p: int(p.split("/")[4]) if p.split("/")[4].isdigit() else 0,
+    )
     return Path(candidates[-1]).parent if candidates else None
 
 
@@ -79,8 +83,13 @@ class Server:
             a relation that would grow past it fails as on a full disk.
     """
 
-    def __init__(self, *, durable: bool = False, settings: dict[str, str] | None = None,
-                 file_limit: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        durable: bool = False,
+        settings: dict[str, str] | None = None,
+        file_limit: int | None = None,
+    ) -> None:
         binaries = bin_dir()
         if binaries is None or _run_as() == "absent":
             raise RuntimeError(SKIP_REASON)
@@ -123,10 +132,25 @@ class Server:
             if self.user is not None:
                 pw = pwd.getpwnam(self.user)
                 os.chown(template_root, pw.pw_uid, pw.pw_gid)
-            subprocess.run(self._as_user([str(self.bin / "initdb"), "-D", str(template),
-                                          "-U", "postgres", "--auth=trust", "-E", "UTF8",
-                                          "--locale=C", "--no-sync"]),
-                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            subprocess.run(
+                self._as_user(
+                    [
+                        str(self.bin / "initdb"),
+                        "-D",
+                        str(template),
+                        "-U",
+                        "postgres",
+                        "--auth=trust",
+                        "-E",
+                        "UTF8",
+                        "--locale=C",
+                        "--no-sync",
+                    ]
+                ),
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
             _TEMPLATE["data"] = template
             atexit.register(shutil.rmtree, template_root, True)
         subprocess.run(self._as_user(["cp", "-a", str(template), str(self.data)]), check=True)
@@ -134,34 +158,71 @@ class Server:
 
     def url(self, dbname: str = "postgres", **params: str) -> str:
         """A URL to this server (``params`` are added to the query)."""
-        query = "&".join([f"host={self.root}", f"port={self.port}",
-                          *(f"{k}={v}" for k, v in params.items())])
+        query = "&".join(
+            [f"host={self.root}", f"port={self.port}", *(f"{k}={v}" for k, v in params.items())]
+        )
         return f"postgresql://postgres@/{dbname}?{query}"
 
     def start(self) -> None:
         """Start the server (again) and wait until it accepts connections."""
         options = " ".join(f"-c {k}={v}" for k, v in self.settings.items())
-        argv = self._as_user([str(self.bin / "pg_ctl"), "-D", str(self.data), "-w", "-t", "60",
-                              "-l", str(self.root / "log"), "-o", options, "start"])
+        argv = self._as_user(
+            [
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(self.data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(self.root / "log"),
+                "-o",
+                options,
+                "start",
+            ]
+        )
         limit = self.file_limit
 
         def pre() -> None:
             if limit is not None:
                 import resource
+
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       preexec_fn=pre if limit is not None else None)
+        subprocess.run(
+            argv,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=pre if limit is not None else None,
+        )
         if not self._watched:
             # Should this process die without its atexit handlers (SIGKILL, a killed CI
             # job), a watchdog stops the server and removes its directory.
             self._watched = True
-            stop = " ".join(self._as_user([str(self.bin / "pg_ctl"), "-D", str(self.data),
-                                           "-m", "immediate", "-w", "stop"]))
-            script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; {stop}; "
-                      f"rm -rf '{self.root}' '{self.data_template}'")
-            self._watchdog = subprocess.Popen(["sh", "-c", script], stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL, start_new_session=True)
+            stop = " ".join(
+                self._as_user(
+                    [
+                        str(self.bin / "pg_ctl"),
+                        "-D",
+                        str(self.data),
+                        "-m",
+                        "immediate",
+                        "-w",
+                        "stop",
+                    ]
+                )
+            )
+            script = (
+                f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 1; done; {stop}; "
+                f"rm -rf '{self.root}' '{self.data_template}'"
+            )
+            self._watchdog = subprocess.Popen(
+                ["sh", "-c", script],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     def pid(self) -> int:
         """The postmaster's process id."""
@@ -191,9 +252,22 @@ class Server:
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove its directory."""
         if (self.data / "postmaster.pid").exists():
-            subprocess.run(self._as_user([str(self.bin / "pg_ctl"), "-D", str(self.data),
-                                          "-m", "immediate", "-w", "stop"]),
-                           check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                self._as_user(
+                    [
+                        str(self.bin / "pg_ctl"),
+                        "-D",
+                        str(self.data),
+                        "-m",
+                        "immediate",
+                        "-w",
+                        "stop",
+                    ]
+                ),
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         shutil.rmtree(self.root, ignore_errors=True)
         if self._watchdog is not None:
             self._watchdog.kill()

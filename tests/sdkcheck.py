@@ -20,13 +20,18 @@ import typing_extensions
 
 __all__ = ["check", "problems"]
 
-_TYPED_DICT_META = (type(typing.TypedDict("_A", {})),  # type: ignore[operator]
-                    type(typing_extensions.TypedDict("_B", {})))  # type: ignore[operator]
+_TYPED_DICT_META = (
+    type(typing.TypedDict("_A", {})),  # type: ignore[operator]
+    type(typing_extensions.TypedDict("_B", {})),  # type: ignore[operator]
+)  # type: ignore[operator]
 
 
 def _is_typed_dict(tp: object) -> bool:
-    return isinstance(tp, type) and isinstance(tp, _TYPED_DICT_META) and hasattr(
-        tp, "__required_keys__")
+    return (
+        isinstance(tp, type)
+        and isinstance(tp, _TYPED_DICT_META)
+        and hasattr(tp, "__required_keys__")
+    )
 
 
 def _alias(metadata: tuple[object, ...]) -> str | None:
@@ -42,8 +47,13 @@ def _strip(tp: Any) -> tuple[Any, str | None]:
     alias = None
     while True:
         origin = typing_extensions.get_origin(tp)
-        if origin in (typing_extensions.Required, typing_extensions.NotRequired,
-                      typing.Required, typing.NotRequired, typing_extensions.ReadOnly):
+        if origin in (
+            typing_extensions.Required,
+            typing_extensions.NotRequired,
+            typing.Required,
+            typing.NotRequired,
+            typing_extensions.ReadOnly,
+        ):
             tp = typing_extensions.get_args(tp)[0]
         elif origin is typing_extensions.Annotated or origin is typing.Annotated:
             alias = alias or _alias(tuple(tp.__metadata__))
@@ -70,26 +80,36 @@ def problems(value: object, tp: Any, path: str = "$") -> list[str]:
             if not issue:
                 return []
             # The closest member is the one whose tag (type/role) matched.
-            shallow = sum(p.startswith((f"{path}:", f"{path}.type:", f"{path}.role:"))
-                          for p in issue)
-            found.append(((shallow, len(issue)), getattr(_strip(member)[0], "__name__",
-                                                         str(member)), issue))
+            shallow = sum(
+                p.startswith((f"{path}:", f"{path}.type:", f"{path}.role:")) for p in issue
+            )
+            found.append(
+                ((shallow, len(issue)), getattr(_strip(member)[0], "__name__", str(member)), issue)
+            )
         _, name, issue = min(found, key=lambda f: f[0])
-        return [f"{path}: matches no member of the union; closest {name}: "
-                f"{'; '.join(issue[:3])}"]
+        return [f"{path}: matches no member of the union; closest {name}: {'; '.join(issue[:3])}"]
     if origin is typing.Literal or origin is typing_extensions.Literal:
-        return [] if value in args and type(value) in {type(a) for a in args} else [
-            f"{path}: expected one of {args}, found {value!r:.60}"]
+        return (
+            []
+            if value in args and type(value) in {type(a) for a in args}
+            else [f"{path}: expected one of {args}, found {value!r:.60}"]
+        )
     if tp is str:
         return [] if isinstance(value, str) else [f"{path}: expected str, found {value!r:.60}"]
     if tp is bool:
         return [] if isinstance(value, bool) else [f"{path}: expected bool, found {value!r:.60}"]
     if tp is int:
-        return [] if isinstance(value, int) and not isinstance(value, bool) else [
-            f"{path}: expected int, found {value!r:.60}"]
+        return (
+            []
+            if isinstance(value, int) and not isinstance(value, bool)
+            else [f"{path}: expected int, found {value!r:.60}"]
+        )
     if tp is float:
-        return [] if isinstance(value, (int, float)) and not isinstance(value, bool) else [
-            f"{path}: expected number, found {value!r:.60}"]
+        return (
+            []
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else [f"{path}: expected number, found {value!r:.60}"]
+        )
     if origin in (dict, collections.abc.Mapping, typing.Dict):  # noqa: UP006
         if not isinstance(value, dict):
             return [f"{path}: expected an object, found {value!r:.60}"]
@@ -98,9 +118,18 @@ def problems(value: object, tp: Any, path: str = "$") -> list[str]:
         for key, item in value.items():
             out += problems(item, value_type, f"{path}.{key}")
         return out
-    if origin in (list, collections.abc.Iterable, collections.abc.Sequence, typing.List,  # noqa: UP006
-                  tuple) or getattr(tp, "__name__", "") == "SequenceNotStr" or getattr(
-                      origin, "__name__", "") == "SequenceNotStr":
+    if (
+        origin
+        in (
+            list,
+            collections.abc.Iterable,
+            collections.abc.Sequence,
+            typing.List,  # noqa: UP006
+            tuple,
+        )
+        or getattr(tp, "__name__", "") == "SequenceNotStr"
+        or getattr(origin, "__name__", "") == "SequenceNotStr"
+    ):
         if not isinstance(value, list):
             return [f"{path}: expected an array, found {value!r:.60}"]
         item_type = args[0] if args else Any
@@ -140,8 +169,9 @@ def _required(tp: Any, name: str, hint: Any) -> bool:
         if origin is typing_extensions.ReadOnly:
             hint = typing_extensions.get_args(hint)[0]
             continue
-        return name in tp.__required_keys__ or (bool(getattr(tp, "__total__", True)) and (
-            name not in tp.__optional_keys__))
+        return name in tp.__required_keys__ or (
+            bool(getattr(tp, "__total__", True)) and (name not in tp.__optional_keys__)
+        )
 
 
 def _typed_dict(value: object, tp: Any, path: str) -> list[str]:
@@ -151,8 +181,7 @@ def _typed_dict(value: object, tp: Any, path: str) -> list[str]:
     out: list[str] = []
     for key in value:
         if key not in wire:
-            out.append(f"{path}: unknown key {key!r} for {tp.__name__} "
-                       f"(known: {sorted(wire)})")
+            out.append(f"{path}: unknown key {key!r} for {tp.__name__} (known: {sorted(wire)})")
     for key, (required, hint) in wire.items():
         if key not in value:
             if required:

@@ -64,9 +64,15 @@ _SCHEMAS = itertools.count()
 
 def backend_params() -> list[Any]:
     """`BACKENDS` as pytest params, the PostgreSQL one skipped without a server."""
-    return [pytest.param(name, marks=pytest.mark.skipif(not pgserver.available(),
-                                                        reason=pgserver.SKIP_REASON))
-            if name == "postgres" else name for name in BACKENDS]
+    return [
+        pytest.param(
+            name, marks=pytest.mark.skipif(not pgserver.available(), reason=pgserver.SKIP_REASON)
+        )
+        if name == "postgres"
+        else name
+        for name in BACKENDS
+    ]
+
 
 GENESIS_HASH = bytes(32)
 
@@ -136,12 +142,18 @@ def drop_schemas(schemas: list[str]) -> None:
     """Drop test schemas from the shared PostgreSQL server."""
     with psycopg.connect(pgserver.shared().url(), autocommit=True) as conn:
         for schema in schemas:
-            conn.execute(psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
-                psycopg.sql.Identifier(schema)))
+            conn.execute(
+                psycopg.sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    psycopg.sql.Identifier(schema)
+                )
+            )
 
 
-def temp_factory(backend: str, *, sync: bool = False,
-                 ) -> tuple[LogFactory, tempfile.TemporaryDirectory[str]]:
+def temp_factory(
+    backend: str,
+    *,
+    sync: bool = False,
+) -> tuple[LogFactory, tempfile.TemporaryDirectory[str]]:
     """A `LogFactory` in its own temporary directory (for hypothesis machines, which
     cannot use function-scoped pytest fixtures). The caller cleans up both."""
     tmp = tempfile.TemporaryDirectory(prefix="turnlog-test-")
@@ -155,9 +167,10 @@ def dump(log: Log) -> dict[str, Any]:
     with store.read() as txn:
         heads = list(txn.sessions())
         out["sessions"] = heads
-        out["events"] = {name: [(seq, bytes(rec))
-                                for seq, rec in txn.scan(name, 0, None, every=True)]
-                         for name, _, _ in heads}
+        out["events"] = {
+            name: [(seq, bytes(rec)) for seq, rec in txn.scan(name, 0, None, every=True)]
+            for name, _, _ in heads
+        }
         out["blobs"] = list(txn.blobs())
     if isinstance(store, LMDBStore):
         out["raw"] = _lmdb_raw(store)
@@ -172,13 +185,20 @@ def dump(log: Log) -> dict[str, Any]:
 
 def _postgres_raw(store: PostgresStore) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every turnlog table of ``store``'s schema, in key order."""
-    tables = {"meta": "key", "events": "session, seq", "heads": "session",
-              "idem": "session, key", "blobs": "hash", "cache": "namespace, key"}
+    tables = {
+        "meta": "key",
+        "events": "session, seq",
+        "heads": "session",
+        "idem": "session, key",
+        "blobs": "hash",
+        "cache": "namespace, key",
+    }
     raw: dict[str, list[tuple[Any, ...]]] = {}
     with psycopg.connect(pgserver.shared().url(), autocommit=True) as conn:
         for table, order in tables.items():
             query = psycopg.sql.SQL("SELECT * FROM {}.{} ORDER BY " + order).format(
-                psycopg.sql.Identifier(store.schema), psycopg.sql.Identifier(table))
+                psycopg.sql.Identifier(store.schema), psycopg.sql.Identifier(table)
+            )
             raw[table] = conn.execute(query).fetchall()
     return raw
 
@@ -214,8 +234,10 @@ def recompute_hash(event: Event) -> bytes:
 
 def keyed_batch(prefix: str, n: int, *, time: int | None = None) -> list[Draft]:
     """``n`` user messages with idempotency keys ``prefix-0 .. prefix-(n-1)``."""
-    return [Draft(body=UserMessageAdded(text=f"{prefix} message {i}"), key=f"{prefix}-{i}",
-                  time=time) for i in range(n)]
+    return [
+        Draft(body=UserMessageAdded(text=f"{prefix} message {i}"), key=f"{prefix}-{i}", time=time)
+        for i in range(n)
+    ]
 
 
 def iter_all(log: Log) -> Iterator[Event]:
@@ -234,16 +256,23 @@ def bodies(*, big: bool = True) -> st.SearchStrategy[Any]:
     text = safe_text
     if big:
         # Now and then one that crosses the default blob threshold (64 KiB).
-        text = st.one_of(safe_text,
-                         safe_text.filter(bool).map(lambda s: s * (70_000 // len(s) + 1)))
+        text = st.one_of(
+            safe_text, safe_text.filter(bool).map(lambda s: s * (70_000 // len(s) + 1))
+        )
     return st.one_of(
         st.builds(UserMessageAdded, text=text),
-        st.builds(ToolResultAdded, call_id=st.just("call-1"), tool_name=st.just("bash"),
-                  output=text, is_error=st.booleans()),
+        st.builds(
+            ToolResultAdded,
+            call_id=st.just("call-1"),
+            tool_name=st.just("bash"),
+            output=text,
+            is_error=st.booleans(),
+        ),
         st.builds(NotificationAdded, source=st.just("watcher"), text=safe_text),
-        st.builds(AssistantMessageAdded,
-                  parts=st.lists(st.builds(TextPart, text=safe_text), min_size=1, max_size=3)
-                  .map(tuple)),
+        st.builds(
+            AssistantMessageAdded,
+            parts=st.lists(st.builds(TextPart, text=safe_text), min_size=1, max_size=3).map(tuple),
+        ),
     )
 
 

@@ -29,15 +29,15 @@ set_tracing_disabled(True)
 
 @pytest.mark.parametrize("streamed", [False, True])
 def test_every_call_the_sdk_makes_is_packed_recorded_and_sent_as_rendered(
-        tmp_path: Path, streamed: bool) -> None:
+    tmp_path: Path, streamed: bool
+) -> None:
     async def main() -> list[Any]:
-        with turnlog.open(tmp_path / "store") as log, \
-                FakeServer(agents_sdk.SCRIPT) as server:
-            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
-                                 max_retries=0)
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
             model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add],
-                          model=model)
+            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add], model=model)
             config = RunConfig(tracing_disabled=True)
             outputs = []
             for question in ("What is 19 + 23?", "What was the result?"):
@@ -47,7 +47,8 @@ def test_every_call_the_sdk_makes_is_packed_recorded_and_sent_as_rendered(
                         pass
                 else:
                     result = await Runner.run(  # type: ignore[assignment]
-                        agent, question, run_config=config)
+                        agent, question, run_config=config
+                    )
                 outputs.append(result.final_output)
             await client.close()
             replayer = Replayer(Packer(log))
@@ -72,35 +73,53 @@ def test_every_call_the_sdk_makes_is_packed_recorded_and_sent_as_rendered(
     assert asyncio.run(main()) == ["19 + 23 = 42.", "It was 42, computed with the add tool."]
 
 
-def test_the_example_replays_every_request_it_made(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_example_replays_every_request_it_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = tmp_path / "store"
     assert agents_sdk.main([str(store)]) == 0
     out = capsys.readouterr().out
     assert "recorded requests: 3  requests received: 3" in out
     script = str(Path(sys.executable).with_name("turnlog"))
-    done = subprocess.run([script, "--store", str(store), "replay", agents_sdk.SESSION],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [script, "--store", str(store), "replay", agents_sdk.SESSION],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 of 3 requests reproduced byte for byte" in done.stdout
 
 
-@pytest.mark.parametrize("item", [
-    {"type": "item_reference", "id": "msg_1"},
-    {"type": "web_search_call", "id": "ws_1", "status": "completed",
-     "action": {"type": "search", "query": "q"}},
-])
-def test_an_item_turnlog_cannot_pack_is_refused_naming_its_type(tmp_path: Path,
-                                                              item: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "item",
+    [
+        {"type": "item_reference", "id": "msg_1"},
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "q"},
+        },
+    ],
+)
+def test_an_item_turnlog_cannot_pack_is_refused_naming_its_type(
+    tmp_path: Path, item: dict[str, Any]
+) -> None:
     async def main() -> None:
         with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
-            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
-                                 max_retries=0)
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
             model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
             agent = Agent(name="a", instructions="Add.", model=model)
             with pytest.raises(InvalidEventError, match=repr(item["type"])):
-                await Runner.run(agent, [{"role": "user", "content": "hi"}, item],  # type: ignore[list-item]
-                                 run_config=RunConfig(tracing_disabled=True))
+                await Runner.run(
+                    agent,
+                    [{"role": "user", "content": "hi"}, item],  # type: ignore[list-item]
+                    run_config=RunConfig(tracing_disabled=True),
+                )
             await client.close()
             assert server.requests == [] and log.head("s") is None
 
@@ -108,24 +127,31 @@ def test_an_item_turnlog_cannot_pack_is_refused_naming_its_type(tmp_path: Path,
 
 
 def test_a_run_whose_input_holds_a_compaction_item_is_packed_recorded_and_replayed(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     compaction = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA+/=é opaque"}
-    earlier: list[dict[str, Any]] = [{"role": "user", "content": "an old question"},
-               {"type": "message", "role": "assistant",
-                "content": [{"type": "output_text", "text": "an old answer",
-                             "annotations": []}]}]
+    earlier: list[dict[str, Any]] = [
+        {"role": "user", "content": "an old question"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "an old answer", "annotations": []}],
+        },
+    ]
 
     async def main() -> None:
         with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
-            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
-                                 max_retries=0)
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
             model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add],
-                          model=model)
-            run_input: list[Any] = [*earlier, compaction,
-                                    {"role": "user", "content": "What is 19 + 23?"}]
-            result = await Runner.run(agent, run_input,
-                                      run_config=RunConfig(tracing_disabled=True))
+            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add], model=model)
+            run_input: list[Any] = [
+                *earlier,
+                compaction,
+                {"role": "user", "content": "What is 19 + 23?"},
+            ]
+            result = await Runner.run(agent, run_input, run_config=RunConfig(tracing_disabled=True))
             await client.close()
             assert result.final_output == "19 + 23 = 42."
             replayer = Replayer(Packer(log))
@@ -140,35 +166,47 @@ def test_a_run_whose_input_holds_a_compaction_item_is_packed_recorded_and_replay
                 assert isinstance(sent, list) and sent[0] == compaction
                 assert b"an old question" not in received.body  # replaced by the item
             # The log keeps what the item replaced.
-            assert "an old question" in [e.body.text for e in log.read("s", kinds=["user"])
-                                         if isinstance(e.body, UserMessageAdded)]
+            assert "an old question" in [
+                e.body.text
+                for e in log.read("s", kinds=["user"])
+                if isinstance(e.body, UserMessageAdded)
+            ]
 
     asyncio.run(main())
 
 
 def test_a_reply_holding_a_compaction_is_recorded_as_sent_and_the_next_call_starts_with_it(
-        tmp_path: Path) -> None:
-    script = [FakeReply(text="Let me add them.", compaction="Summary: asked to add",
-                        tool_calls=(ToolCall(id="call_1", name="add",
-                                             arguments='{"a": 19, "b": 23}'),)),
-              FakeReply(text="19 + 23 = 42.")]
+    tmp_path: Path,
+) -> None:
+    script = [
+        FakeReply(
+            text="Let me add them.",
+            compaction="Summary: asked to add",
+            tool_calls=(ToolCall(id="call_1", name="add", arguments='{"a": 19, "b": 23}'),),
+        ),
+        FakeReply(text="19 + 23 = 42."),
+    ]
 
     async def main() -> None:
         with turnlog.open(tmp_path / "store") as log, FakeServer(script) as server:
-            client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="k",
-                                 max_retries=0)
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
             model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add],
-                          model=model)
-            result = await Runner.run(agent, "What is 19 + 23?",
-                                      run_config=RunConfig(tracing_disabled=True))
+            agent = Agent(name="adder", instructions="Add.", tools=[agents_sdk.add], model=model)
+            result = await Runner.run(
+                agent, "What is 19 + 23?", run_config=RunConfig(tracing_disabled=True)
+            )
             await client.close()
             assert result.final_output == "19 + 23 = 42."
             sent = server.requests[1].json()["input"]
             assert isinstance(sent, list)
             # The item as the server sent it (no field the SDK's model adds), first.
-            assert sent[0] == {"type": "compaction", "id": "cmp_fake1",
-                               "encrypted_content": sent[0]["encrypted_content"]}
+            assert sent[0] == {
+                "type": "compaction",
+                "id": "cmp_fake1",
+                "encrypted_content": sent[0]["encrypted_content"],
+            }
             assert b"What is 19 + 23?" not in server.requests[1].body
             replayer = Replayer(Packer(log))
             assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))

@@ -40,20 +40,34 @@ def _respond(received: Received) -> FakeReply:
     assert isinstance(messages, list)
     results = [m for m in messages if isinstance(m, dict) and m.get("role") == "tool"]
     if not results:
-        return FakeReply(text="Computing.", tool_calls=(
-            ToolCall(id="call_0", name="calculate", arguments='{"expression": "6 * 7"}'),))
+        return FakeReply(
+            text="Computing.",
+            tool_calls=(
+                ToolCall(id="call_0", name="calculate", arguments='{"expression": "6 * 7"}'),
+            ),
+        )
     return FakeReply(text=f"The answer is {results[-1]['content']}.")
 
 
 async def _agent(log: Log, sid: str, base_url: str) -> str:
-    session = AsyncSession(log, sid, model="fake-model", max_tokens=256,
-                           policy=Policy(context_window=8_000, output_reserve=256))
+    session = AsyncSession(
+        log,
+        sid,
+        model="fake-model",
+        max_tokens=256,
+        policy=Policy(context_window=8_000, output_reserve=256),
+    )
     await session.tools(example_agent.TOOLS)
     await session.user(f"What is 6 * 7? ({sid})")
     for _ in range(4):
         request = await session.prepare()
-        reply = await asend(session.format, request.body, api_key="offline",
-                            base_url=base_url, request_seq=request.request_seq)
+        reply = await asend(
+            session.format,
+            request.body,
+            api_key="offline",
+            base_url=base_url,
+            request_seq=request.request_seq,
+        )
         answer = await session.record(reply)
         if answer.done:
             return answer.text
@@ -133,8 +147,9 @@ def test_the_async_shell_makes_the_sync_shells_decisions(log: Log) -> None:
     asyncio.run(main())
 
 
-def test_the_example_runs_on_asyncsession(capsys: pytest.CaptureFixture[str],
-                                          tmp_path: Path) -> None:
+def test_the_example_runs_on_asyncsession(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     store = tmp_path / "store"
     assert example_agent.main(["--async", str(store)]) == 0
     out = capsys.readouterr().out
@@ -143,8 +158,13 @@ def test_the_example_runs_on_asyncsession(capsys: pytest.CaptureFixture[str],
     assert len(replays) == 3 and all(line.endswith(": ok") for line in replays)
     assert "requests: 3 recorded, 3 received" in out
     script = str(Path(sys.executable).with_name("turnlog"))
-    done = subprocess.run([script, "--store", str(store), "replay", "example"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [script, "--store", str(store), "replay", "example"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     with turnlog.open(store, readonly=True) as log:
         assert len(Replayer(Packer(log)).requests("example")) == len(example_agent.SCRIPT)

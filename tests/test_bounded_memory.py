@@ -35,18 +35,29 @@ SESSIONS = ("a", "b", "c", "d")
 
 
 @settings(deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(SESSIONS), st.booleans(), st.integers(1, 40)),
-                min_size=1, max_size=40),
-       st.integers(1, 3))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(SESSIONS), st.booleans(), st.integers(1, 40)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.integers(1, 3),
+)
 def test_a_bounded_packer_packs_what_an_unbounded_one_packs(
-        steps: list[tuple[str, bool, int]], cached: int) -> None:
+    steps: list[tuple[str, bool, int]], cached: int
+) -> None:
     log = turnlog.open(":memory:")
     small = Packer(log, cached_sessions=cached)
     large = Packer(log, cached_sessions=len(SESSIONS))
     for n, (session, append, words) in enumerate(steps):
         if append or log.head(session) is None:
-            log.append(session, [UserMessageAdded(text=f"question {n} " * words),
-                                 AssistantMessageAdded(parts=(TextPart(text=f"answer {n}"),))])
+            log.append(
+                session,
+                [
+                    UserMessageAdded(text=f"question {n} " * words),
+                    AssistantMessageAdded(parts=(TextPart(text=f"answer {n}"),)),
+                ],
+            )
         got = small.pack(session, policy=POLICY, explain=False)
         want = large.pack(session, policy=POLICY, explain=False)
         assert got.prompt == want.prompt
@@ -130,14 +141,31 @@ def test_the_policy_in_force_is_read_from_an_up_to_date_projection() -> None:
 def test_projections_add_no_objects_for_the_garbage_collector_to_walk() -> None:
     log = turnlog.open(":memory:")
     for i in range(200):
-        log.append("s", [
-            UserMessageAdded(text=f"question {i}"),
-            AssistantMessageAdded(parts=(TextPart(text="looking"), *(
-                ToolCall(id=f"c{i}.{k}", name="Read", arguments=f'{{"file_path": "f{k}.py"}}')
-                for k in range(2)))),
-            *(ToolResultAdded(call_id=f"c{i}.{k}", tool_name="Read",
-                              output=f"line one of file {k}, long enough to be quoted\n" * 3)
-              for k in range(2))])
+        log.append(
+            "s",
+            [
+                UserMessageAdded(text=f"question {i}"),
+                AssistantMessageAdded(
+                    parts=(
+                        TextPart(text="looking"),
+                        *(
+                            ToolCall(
+                                id=f"c{i}.{k}", name="Read", arguments=f'{{"file_path": "f{k}.py"}}'
+                            )
+                            for k in range(2)
+                        ),
+                    )
+                ),
+                *(
+                    ToolResultAdded(
+                        call_id=f"c{i}.{k}",
+                        tool_name="Read",
+                        output=f"line one of file {k}, long enough to be quoted\n" * 3,
+                    )
+                    for k in range(2)
+                ),
+            ],
+        )
     log.append("warm-up", UserMessageAdded(text="hello"))
     packer = Packer(log)
     packer.pack("warm-up", policy=POLICY)  # first-use imports and caches

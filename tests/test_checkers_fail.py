@@ -55,25 +55,33 @@ def _call(call_id: str, name: str, **args: str) -> ToolCall:
 
 
 SESSION: list[SessionItem] = [
-    SystemSectionSet(name="base", text="You are a careful engineer."),            # 0
-    ToolsSet(tools=(ToolSpec(name="Read"), ToolSpec(name="Bash"))),               # 1
-    UserMessageAdded(text="first task"),                                          # 2
-    AssistantMessageAdded(parts=(TextPart(text="Reading."),                       # 3 (pinned)
-                                 _call("c1", "Read", file_path="a.py"),
-                                 _call("c2", "Bash", command="make"))),
-    ToolResultAdded(call_id="c1", tool_name="Read", output="print('a')\n" * 30),   # 4
-    ToolResultAdded(call_id="c2", tool_name="Bash", output="built ok\n" * 30),     # 5
-    AssistantMessageAdded(parts=(TextPart(text="Done with the first."),)),        # 6
-    UserMessageAdded(text="second task"),                                         # 7
-    AssistantMessageAdded(parts=(_call("c3", "Read", file_path="b.py"),)),        # 8
-    ToolResultAdded(call_id="c3", tool_name="Read", output="print('b')\n" * 30),   # 9
-    AssistantMessageAdded(parts=(_call("c5", "Bash", command="sleep 999"),)),     # 10 (pending)
-    NotificationAdded(source="watcher", text="b.py changed"),                     # 11
-    EventsPinned(seqs=(3,)),                                                      # 12
-    UserMessageAdded(text="third task"),                                          # 13
-    AssistantMessageAdded(parts=(TextPart(text="On it."),                         # 14
-                                 _call("c4", "Read", file_path="c.py"))),
-    ToolResultAdded(call_id="c4", tool_name="Read", output="print('c')\n" * 30),   # 15
+    SystemSectionSet(name="base", text="You are a careful engineer."),  # 0
+    ToolsSet(tools=(ToolSpec(name="Read"), ToolSpec(name="Bash"))),  # 1
+    UserMessageAdded(text="first task"),  # 2
+    AssistantMessageAdded(
+        parts=(
+            TextPart(text="Reading."),  # 3 (pinned)
+            _call("c1", "Read", file_path="a.py"),
+            _call("c2", "Bash", command="make"),
+        )
+    ),
+    ToolResultAdded(call_id="c1", tool_name="Read", output="print('a')\n" * 30),  # 4
+    ToolResultAdded(call_id="c2", tool_name="Bash", output="built ok\n" * 30),  # 5
+    AssistantMessageAdded(parts=(TextPart(text="Done with the first."),)),  # 6
+    UserMessageAdded(text="second task"),  # 7
+    AssistantMessageAdded(parts=(_call("c3", "Read", file_path="b.py"),)),  # 8
+    ToolResultAdded(call_id="c3", tool_name="Read", output="print('b')\n" * 30),  # 9
+    AssistantMessageAdded(parts=(_call("c5", "Bash", command="sleep 999"),)),  # 10 (pending)
+    NotificationAdded(source="watcher", text="b.py changed"),  # 11
+    EventsPinned(seqs=(3,)),  # 12
+    UserMessageAdded(text="third task"),  # 13
+    AssistantMessageAdded(
+        parts=(
+            TextPart(text="On it."),  # 14
+            _call("c4", "Read", file_path="c.py"),
+        )
+    ),
+    ToolResultAdded(call_id="c4", tool_name="Read", output="print('c')\n" * 30),  # 15
 ]
 
 # Item indexes (the projection numbers model-visible events from 0).
@@ -82,8 +90,13 @@ USER_2, CALL_B, READ_B, PENDING, NOTE = 5, 6, 7, 8, 9
 USER_3, CALLS_3, READ_C = 10, 11, 12
 
 
-def packed_with(stage: Stage, *, policy: Policy = ROOMY, position: str = "before:trim",
-                items: list[SessionItem] = SESSION) -> tuple[Projection, Packed]:
+def packed_with(
+    stage: Stage,
+    *,
+    policy: Policy = ROOMY,
+    position: str = "before:trim",
+    items: list[SessionItem] = SESSION,
+) -> tuple[Projection, Packed]:
     log = memory_log()
     session = build(log, "s", items)
     view = project(log, session)
@@ -112,8 +125,11 @@ def test_check_mandatory_tail_fails_when_a_stage_drops_the_tail() -> None:
 
     rules1 = msgspec.structs.replace(ROOMY, rules=1)
     view, packed = packed_with(drop_tail, policy=rules1)
-    with pytest.raises(AssertionError, match=r"position 13 \(user s#13\) is in the mandatory "
-                                             r"tail \(unit \d+\) but not in the prompt"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 13 \(user s#13\) is in the mandatory "
+        r"tail \(unit \d+\) but not in the prompt",
+    ):
         check_mandatory_tail(view, packed, rules1)
 
 
@@ -123,8 +139,11 @@ def test_check_mandatory_tail_fails_when_a_stage_drops_the_latest_user_message()
         state.dropped[state.protection.turn_unit] = ("trimmed", "broken.opening", "")
 
     view, packed = packed_with(drop_opening)
-    with pytest.raises(AssertionError, match=r"position 13 \(user s#13\) is the latest user "
-                                             r"message but not in the prompt"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 13 \(user s#13\) is the latest user "
+        r"message but not in the prompt",
+    ):
         check_mandatory_tail(view, packed, ROOMY)
 
 
@@ -134,8 +153,11 @@ def test_check_mandatory_tail_fails_when_a_stage_trims_a_latest_step() -> None:
         state.dropped[state.tail_unit] = ("trimmed", "broken.tail", "")
 
     view, packed = packed_with(drop_step)
-    with pytest.raises(AssertionError, match=r"position 14 \(assistant s#14\) is in the last 4 "
-                                             r"steps but was trimmed by broken.tail"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 14 \(assistant s#14\) is in the last 4 "
+        r"steps but was trimmed by broken.tail",
+    ):
         check_mandatory_tail(view, packed, ROOMY)
 
 
@@ -177,9 +199,13 @@ def test_check_order_fails_when_units_are_reordered() -> None:
     messages = packed.prompt.messages
     swapped = (*messages[1:4], messages[0], *messages[4:])
     packed = msgspec.structs.replace(
-        packed, prompt=msgspec.structs.replace(packed.prompt, messages=swapped))
-    with pytest.raises(AssertionError, match=r"messages 2 and 3 are out of order: message 2 "
-                                             r"comes from position 5 .*message 3 from position 2"):
+        packed, prompt=msgspec.structs.replace(packed.prompt, messages=swapped)
+    )
+    with pytest.raises(
+        AssertionError,
+        match=r"messages 2 and 3 are out of order: message 2 "
+        r"comes from position 5 .*message 3 from position 2",
+    ):
         check_order(view, packed)
 
 
@@ -195,12 +221,16 @@ def test_check_budget_fails_when_a_stage_hides_tokens() -> None:
 
 def test_check_budget_fails_when_a_stage_lies_about_a_replacement() -> None:
     def lie(state: PackState) -> None:
-        state.replace(READ_A, "a long replacement " * 50, decision="truncated",
-                      rule="broken.lie", tokens=5)
+        state.replace(
+            READ_A, "a long replacement " * 50, decision="truncated", rule="broken.lie", tokens=5
+        )
 
     _, packed = packed_with(lie)
-    with pytest.raises(AssertionError, match=r"message 2 \(role tool, from positions \[4\]\) "
-                                             r"is counted as 5 tokens but measures"):
+    with pytest.raises(
+        AssertionError,
+        match=r"message 2 \(role tool, from positions \[4\]\) "
+        r"is counted as 5 tokens but measures",
+    ):
         check_budget(packed, ROOMY)
 
 
@@ -221,8 +251,11 @@ def test_check_overflow_fails_when_trimming_is_skipped() -> None:
     no_trim = tuple((n, s) for n, s in DEFAULT_STAGES if n != "trim")
     with pytest.raises(BudgetExceededError) as info:
         pack(view, tight, stages=no_trim)
-    with pytest.raises(AssertionError, match=r"although the protected part needs only \d+ of "
-                                             r"\d+ usable tokens"):
+    with pytest.raises(
+        AssertionError,
+        match=r"although the protected part needs only \d+ of "
+        r"\d+ usable tokens",
+    ):
         check_overflow(view, tight, info.value)
     pack(view, tight)  # the full pipeline fits it
 
@@ -234,8 +267,11 @@ def test_check_protected_fails_when_a_pinned_unit_is_pruned() -> None:
         state.replace(BASH, "[gone]", decision="pruned", rule="broken.pin")
 
     view, packed = packed_with(prune_pinned)
-    with pytest.raises(AssertionError, match=r"position 5 .* is protected \(pinned position 3\) "
-                                             r"but was pruned \(broken.pin\)"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 5 .* is protected \(pinned position 3\) "
+        r"but was pruned \(broken.pin\)",
+    ):
         check_protected(view, packed)
 
 
@@ -247,8 +283,11 @@ def test_check_protected_fails_when_a_unit_awaiting_a_result_is_trimmed() -> Non
 
     # rules 1: c5 awaits its result though a later turn started (rules 2: abandoned)
     view, packed = packed_with(trim_pending, policy=msgspec.structs.replace(ROOMY, rules=1))
-    with pytest.raises(AssertionError, match=r"position 10 .* is protected \(calls \['c5'\] await "
-                                             r"a result\) but was trimmed"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 10 .* is protected \(calls \['c5'\] await "
+        r"a result\) but was trimmed",
+    ):
         check_protected(view, packed)
 
 
@@ -269,9 +308,12 @@ def test_check_summaries_fails_when_summarized_events_are_labelled_trimmed() -> 
             state.dropped[state.view.items[i].unit] = ("trimmed", "trim.turn", "relabelled")
 
     packed = pack(view, shown, stages=with_stage("broken", relabel, "before:trim"))
-    with pytest.raises(AssertionError, match=r"the summaries stage reports '1 summaries shown, "
-                                             r"2 events summarized'; the decisions say '1 "
-                                             r"summaries shown, 0 events summarized'"):
+    with pytest.raises(
+        AssertionError,
+        match=r"the summaries stage reports '1 summaries shown, "
+        r"2 events summarized'; the decisions say '1 "
+        r"summaries shown, 0 events summarized'",
+    ):
         check_summaries(view, packed, shown)
 
 
@@ -282,8 +324,11 @@ def test_check_decisions_fails_when_a_decision_contradicts_the_prompt() -> None:
         state.slots[READ_B].decision = "trimmed"
 
     view, packed = packed_with(mislabel)
-    with pytest.raises(AssertionError, match=r"position 9 .* is trimmed \(broken.label\) but "
-                                             r"message 7 carries it"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 9 .* is trimmed \(broken.label\) but "
+        r"message 7 carries it",
+    ):
         check_decisions(view, packed)
 
 
@@ -293,8 +338,11 @@ def test_check_decisions_fails_when_verbatim_content_was_changed() -> None:
         state.slots[READ_B].decision = "verbatim"
 
     view, packed = packed_with(rewrite)
-    with pytest.raises(AssertionError, match=r"position 9 .* is verbatim but message 7: message "
-                                             r"content differs"):
+    with pytest.raises(
+        AssertionError,
+        match=r"position 9 .* is verbatim but message 7: message "
+        r"content differs",
+    ):
         check_decisions(view, packed)
 
 
@@ -309,8 +357,11 @@ def test_check_deterministic_fails_on_a_stage_with_global_state() -> None:
     log = memory_log()
     session = build(log, "s", SESSION)
     stages = with_stage("broken", counting)
-    with pytest.raises(AssertionError, match=r"gives different prompt bytes: first difference "
-                                             r"at message 7"):
+    with pytest.raises(
+        AssertionError,
+        match=r"gives different prompt bytes: first difference "
+        r"at message 7",
+    ):
         check_deterministic(lambda: project(log, session), ROOMY, stages=stages)
 
 
@@ -339,8 +390,9 @@ def test_check_stage_fails_on_a_broken_stage(name: str) -> None:
 
 
 def test_check_stage_passes_a_well_behaved_stage() -> None:
-    packed = check_stage("old-notifications", drop_old_notifications, SESSION, ROOMY,
-                         position="before:dedup")
+    packed = check_stage(
+        "old-notifications", drop_old_notifications, SESSION, ROOMY, position="before:dedup"
+    )
     assert packed is not None
     assert with_stage("x", drop_old_notifications, "first")[0][0] == "x"
     with pytest.raises(ValueError, match="before:NAME"):

@@ -71,8 +71,10 @@ def head_of(path: Path, session: str = SESSION) -> turnlog.log.Head:
 
 # -- demo ----------------------------------------------------------------------------------
 
-def test_demo_prints_a_line_per_turn_and_ends_with_verify(capsys: pytest.CaptureFixture[str],
-                                                          fresh: Path) -> None:
+
+def test_demo_prints_a_line_per_turn_and_ends_with_verify(
+    capsys: pytest.CaptureFixture[str], fresh: Path
+) -> None:
     code, out, err = run(capsys, "--store", str(fresh), "demo", "--turns", "6")
     lines = out.splitlines()
     assert code == 0 and err == ""
@@ -95,17 +97,30 @@ def test_demo_default_session_is_long_and_has_blobs(store: Path) -> None:
     assert len(events) >= 300
     packing = {"policy", "request", "response", "provider_error", "compaction"}
     assert all(e.time is not None for e in events)
-    generated = [e for e in events if e.kind not in packing and not (
-        isinstance(e.body, turnlog.events.SystemSectionSet) and e.body.name == "memories")]
+    generated = [
+        e
+        for e in events
+        if e.kind not in packing
+        and not (isinstance(e.body, turnlog.events.SystemSectionSet) and e.body.name == "memories")
+    ]
     assert all(e.key and e.key.startswith("demo-") for e in generated)
     kinds = {e.kind for e in events}
-    assert kinds >= {"system", "tools", "user", "assistant", "tool_result", "notification",
-                     "memory", "pin"} | packing
+    assert (
+        kinds
+        >= {"system", "tools", "user", "assistant", "tool_result", "notification", "memory", "pin"}
+        | packing
+    )
     requests = [e for e in events if e.kind == "request"]
     assert len(requests) == 41 and any(e.body.recovery for e in requests)  # type: ignore[union-attr]
     assert report.ok and report.blobs >= 5
-    assert sum(len(e.body.parts) > 2 for e in events if isinstance(
-        e.body, turnlog.events.AssistantMessageAdded)) >= 10  # parallel tool calls
+    assert (
+        sum(
+            len(e.body.parts) > 2
+            for e in events
+            if isinstance(e.body, turnlog.events.AssistantMessageAdded)
+        )
+        >= 10
+    )  # parallel tool calls
 
 
 def test_demo_rerun_appends_nothing(capsys: pytest.CaptureFixture[str], store: Path) -> None:
@@ -118,8 +133,9 @@ def test_demo_rerun_appends_nothing(capsys: pytest.CaptureFixture[str], store: P
     assert head_of(store) == before
 
 
-def test_demo_is_deterministic(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                               store: Path) -> None:
+def test_demo_is_deterministic(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, store: Path
+) -> None:
     other = tmp_path / "other"
     code, out, _ = run(capsys, "--store", str(other), "demo", "--json")
     assert code == 0
@@ -143,14 +159,18 @@ def test_demo_extends_a_shorter_run(capsys: pytest.CaptureFixture[str], tmp_path
 
 
 def test_demo_refuses_a_session_holding_other_events_under_its_keys(
-        capsys: pytest.CaptureFixture[str], fresh: Path) -> None:
+    capsys: pytest.CaptureFixture[str], fresh: Path
+) -> None:
     with turnlog.open(fresh) as log:
-        log.append(SESSION, [turnlog.Draft(body=turnlog.events.UserMessageAdded(text="mine"),
-                                           key="demo-1-0")])
+        log.append(
+            SESSION,
+            [turnlog.Draft(body=turnlog.events.UserMessageAdded(text="mine"), key="demo-1-0")],
+        )
     code, _, err = run(capsys, "--store", str(fresh), "demo", "--turns", "2")
     assert code == 3
-    assert err.startswith("turnlog: error: session 'demo' already holds other events under "
-                          "the demo's keys")
+    assert err.startswith(
+        "turnlog: error: session 'demo' already holds other events under the demo's keys"
+    )
     assert "Traceback" not in err
 
 
@@ -166,22 +186,32 @@ def test_run_demo_calls_the_turn_hook() -> None:
 
 # -- sessions, log, show -------------------------------------------------------------------
 
+
 def test_sessions_text_and_json(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     head = head_of(store)
     code, out, _ = run(capsys, "--store", str(store), "sessions")
     assert code == 0
     assert out.splitlines()[0].split() == ["SESSION", "HEAD", "EVENTS", "HEAD", "HASH"]
-    assert out.splitlines()[1].split() == [SESSION, str(head.seq), str(head.seq + 1),
-                                           head.hash.hex()[:16]]
+    assert out.splitlines()[1].split() == [
+        SESSION,
+        str(head.seq),
+        str(head.seq + 1),
+        head.hash.hex()[:16],
+    ]
     code, out, _ = run(capsys, "--store", str(store), "sessions", "--json")
     doc = json.loads(out)
-    assert doc["sessions"][0] == {"session": SESSION, "head_seq": head.seq,
-                                  "events": head.seq + 1, "head_hash": head.hash.hex()}
+    assert doc["sessions"][0] == {
+        "session": SESSION,
+        "head_seq": head.seq,
+        "events": head.seq + 1,
+        "head_hash": head.hash.hex(),
+    }
     assert [s["session"] for s in doc["sessions"]] == [SESSION, f"{SESSION}-memories"]
 
 
-def test_store_comes_from_the_environment(capsys: pytest.CaptureFixture[str], store: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_store_comes_from_the_environment(
+    capsys: pytest.CaptureFixture[str], store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TURNLOG_STORE", str(store))
     code, out, _ = run(capsys, "sessions", "--json")
     assert code == 0 and json.loads(out)["store"] == str(store)
@@ -189,8 +219,9 @@ def test_store_comes_from_the_environment(capsys: pytest.CaptureFixture[str], st
     assert code == 0
 
 
-def test_log_lists_every_event_with_a_summary(capsys: pytest.CaptureFixture[str],
-                                              store: Path) -> None:
+def test_log_lists_every_event_with_a_summary(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
     code, out, _ = run(capsys, "--store", str(store), "log", SESSION)
     lines = out.splitlines()
     assert code == 0 and len(lines) == head_of(store).seq + 1
@@ -201,15 +232,38 @@ def test_log_lists_every_event_with_a_summary(capsys: pytest.CaptureFixture[str]
 
 
 def test_log_filters_and_json_lines(capsys: pytest.CaptureFixture[str], store: Path) -> None:
-    code, out, _ = run(capsys, "--store", str(store), "log", SESSION, "--from", "100",
-                       "--kind", "user", "--kind", "notification", "--limit", "5", "--json")
+    code, out, _ = run(
+        capsys,
+        "--store",
+        str(store),
+        "log",
+        SESSION,
+        "--from",
+        "100",
+        "--kind",
+        "user",
+        "--kind",
+        "notification",
+        "--limit",
+        "5",
+        "--json",
+    )
     records = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(records) == 5
     assert all(r["seq"] >= 100 and r["kind"] in ("user", "notification") for r in records)
-    assert set(records[0]) >= {"session", "seq", "kind", "time", "key", "causation", "hash",
-                               "summary"}
-    code, out, _ = run(capsys, "--store", str(store), "log", SESSION, "--kind", "tool_result",
-                       "--json")
+    assert set(records[0]) >= {
+        "session",
+        "seq",
+        "kind",
+        "time",
+        "key",
+        "causation",
+        "hash",
+        "summary",
+    }
+    code, out, _ = run(
+        capsys, "--store", str(store), "log", SESSION, "--kind", "tool_result", "--json"
+    )
     blobs = [json.loads(line)["blob"] for line in out.splitlines() if '"blob"' in line]
     assert len(blobs) >= 4
 
@@ -226,13 +280,15 @@ def test_show_prints_one_event_in_full(capsys: pytest.CaptureFixture[str], store
     assert raw["hash"] == event.hash.hex() and raw["body"]["type"] == "tool_result"
 
 
-def test_show_counts_negative_seqs_from_the_head(capsys: pytest.CaptureFixture[str],
-                                                 store: Path) -> None:
+def test_show_counts_negative_seqs_from_the_head(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
     code, out, _ = run(capsys, "--store", str(store), "show", SESSION, "-1", "--json")
     assert code == 0 and json.loads(out)["seq"] == head_of(store).seq
 
 
 # -- verify and checkpoints ----------------------------------------------------------------
+
 
 def test_verify_intact_store(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     code, out, _ = run(capsys, "--store", str(store), "verify")
@@ -243,26 +299,36 @@ def test_verify_intact_store(capsys: pytest.CaptureFixture[str], store: Path) ->
     assert doc["events"] == head_of(store).seq + 1
 
 
-def test_verify_strict_and_progress(capsys: pytest.CaptureFixture[str], store: Path,
-                                    tmp_path: Path) -> None:
+def test_verify_strict_and_progress(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     # The strict level checks the same events; progress goes to stderr, the report to
     # stdout as before (every 10,000 events and at the end).
     code, out, _ = run(capsys, "--store", str(store), "verify", "--json")
     fast = json.loads(out)
-    code, out, err = run(capsys, "--store", str(store), "verify", "--strict", "--progress",
-                         "--json")
+    code, out, err = run(
+        capsys, "--store", str(store), "verify", "--strict", "--progress", "--json"
+    )
     strict = json.loads(out)
     assert code == 0 and strict["ok"] and strict["events"] == fast["events"]
     assert err.splitlines()[-1] == f"verify: {strict['events']:,} events checked"
     many = tmp_path / "many"
     with turnlog.open(many) as log:
         for start in range(0, 25_000, 5_000):
-            log.append("s", [turnlog.events.UserMessageAdded(text=f"m{i}")
-                             for i in range(start, start + 5_000)])
+            log.append(
+                "s",
+                [
+                    turnlog.events.UserMessageAdded(text=f"m{i}")
+                    for i in range(start, start + 5_000)
+                ],
+            )
     code, _, err = run(capsys, "--store", str(many), "verify", "--progress")
     assert code == 0
-    assert err.splitlines() == ["verify: 10,000 events checked", "verify: 20,000 events checked",
-                                "verify: 25,000 events checked"]
+    assert err.splitlines() == [
+        "verify: 10,000 events checked",
+        "verify: 20,000 events checked",
+        "verify: 25,000 events checked",
+    ]
 
 
 def tamper(source: Path, target: Path, marker: bytes) -> None:
@@ -277,12 +343,16 @@ def tamper(source: Path, target: Path, marker: bytes) -> None:
     (target / "data.mdb").write_bytes(bytes(data))
 
 
-def test_verify_names_the_first_bad_event(capsys: pytest.CaptureFixture[str], store: Path,
-                                          tmp_path: Path) -> None:
+def test_verify_names_the_first_bad_event(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     with turnlog.open(store, readonly=True) as log:
-        seq = next(e.seq for e in log.read(SESSION, kinds=["user"])
-                   if isinstance(e.body, turnlog.events.UserMessageAdded)
-                   and e.body.text.startswith("Plan looks good"))
+        seq = next(
+            e.seq
+            for e in log.read(SESSION, kinds=["user"])
+            if isinstance(e.body, turnlog.events.UserMessageAdded)
+            and e.body.text.startswith("Plan looks good")
+        )
     bad = tmp_path / "bad"
     tamper(store, bad, b"Plan looks good, go ahead")
     code, out, _ = run(capsys, "--store", str(bad), "verify")
@@ -293,12 +363,13 @@ def test_verify_names_the_first_bad_event(capsys: pytest.CaptureFixture[str], st
     assert code == 1 and (problem["session"], problem["seq"]) == (SESSION, seq)
 
 
-def test_verify_finds_a_damaged_blob(capsys: pytest.CaptureFixture[str], store: Path,
-                                     tmp_path: Path) -> None:
+def test_verify_finds_a_damaged_blob(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     event, ref = first_blob(store)
     with turnlog.open(store, readonly=True) as log:
         data = log.blob(ref)
-    middle = data[len(data) // 2:len(data) // 2 + 48]  # far from the preview's head and tail
+    middle = data[len(data) // 2 : len(data) // 2 + 48]  # far from the preview's head and tail
     bad = tmp_path / "bad"
     tamper(store, bad, middle)
     code, out, _ = run(capsys, "--store", str(bad), "verify", "--json")
@@ -308,30 +379,43 @@ def test_verify_finds_a_damaged_blob(capsys: pytest.CaptureFixture[str], store: 
     assert "blob" in problem["reason"]
 
 
-def test_signed_checkpoint_round_trip(capsys: pytest.CaptureFixture[str], store: Path,
-                                      tmp_path: Path) -> None:
+def test_signed_checkpoint_round_trip(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     key, cp = tmp_path / "key", tmp_path / "cp.json"
     key.write_bytes(b"correct horse\n")
-    code, _, err = run(capsys, "--store", str(store), "checkpoint", SESSION, "--key-file",
-                       str(key), "-o", str(cp))
+    code, _, err = run(
+        capsys, "--store", str(store), "checkpoint", SESSION, "--key-file", str(key), "-o", str(cp)
+    )
     assert code == 0 and "signed" in err
     doc = json.loads(cp.read_text())
     head = head_of(store)
     assert (doc["session"], doc["seq"], doc["hash"]) == (SESSION, head.seq, head.hash.hex())
     assert len(doc["mac"]) == 64
-    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp),
-                       "--key-file", str(key))
+    code, out, _ = run(
+        capsys, "--store", str(store), "verify", "--checkpoint", str(cp), "--key-file", str(key)
+    )
     assert code == 0 and "signature ok" in out
     code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp))
     assert code == 1 and out.startswith("FAILED: checkpoint:")
     key.write_bytes(b"wrong horse")
-    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp),
-                       "--key-file", str(key), "--json")
+    code, out, _ = run(
+        capsys,
+        "--store",
+        str(store),
+        "verify",
+        "--checkpoint",
+        str(cp),
+        "--key-file",
+        str(key),
+        "--json",
+    )
     assert code == 1 and "does not match" in json.loads(out)["error"]
 
 
 def test_checkpoint_to_stdout_and_a_log_that_no_longer_extends_it(
-        capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path) -> None:
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     code, out, _ = run(capsys, "--store", str(store), "checkpoint", SESSION)
     doc = json.loads(out)
     assert code == 0 and doc["mac"] == ""
@@ -346,8 +430,10 @@ def test_checkpoint_to_stdout_and_a_log_that_no_longer_extends_it(
 
 # -- export and blobs ----------------------------------------------------------------------
 
-def test_export_writes_every_event_with_its_chain(capsys: pytest.CaptureFixture[str],
-                                                  store: Path, tmp_path: Path) -> None:
+
+def test_export_writes_every_event_with_its_chain(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     code, out, _ = run(capsys, "--store", str(store), "export", SESSION)
     lines = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and len(lines) == head_of(store).seq + 1
@@ -360,8 +446,9 @@ def test_export_writes_every_event_with_its_chain(capsys: pytest.CaptureFixture[
     assert turnlog._codec.event_from_json(out.splitlines()[5]).seq == 5
 
 
-def test_blob_writes_raw_bytes(capsysbinary: pytest.CaptureFixture[bytes], store: Path,
-                               tmp_path: Path) -> None:
+def test_blob_writes_raw_bytes(
+    capsysbinary: pytest.CaptureFixture[bytes], store: Path, tmp_path: Path
+) -> None:
     _, ref = first_blob(store)
     assert main(["--store", str(store), "blob", ref.hash]) == 0
     data = capsysbinary.readouterr().out
@@ -382,6 +469,7 @@ def test_blob_errors(capsys: pytest.CaptureFixture[str], store: Path) -> None:
 
 # -- pack: the policy it records, the reply it asks for -------------------------------------
 
+
 @pytest.fixture
 def demo_copy(store: Path, tmp_path: Path) -> Path:
     """A copy of the demo store to write to."""
@@ -391,39 +479,47 @@ def demo_copy(store: Path, tmp_path: Path) -> Path:
 
 
 def test_pack_budget_record_says_which_policy_fields_it_changed(
-        capsys: pytest.CaptureFixture[str], demo_copy: Path) -> None:
+    capsys: pytest.CaptureFixture[str], demo_copy: Path
+) -> None:
     with turnlog.open(demo_copy, readonly=True) as log:
         before = turnlog.Packer(log).policy_in_force(SESSION)
     assert before is not None and before.context_window == 32_000
-    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
-                         "--record")
+    code, out, err = run(
+        capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000", "--record"
+    )
     assert code == 0 and "recorded as" in out
     # rules 3: recall_max_tokens, left at its default, scales with the window
-    assert err.startswith("the session's policy changed (3 fields): context_window 32,000 -> "
-                          "8,000; output_reserve 4,000 -> 2,000; recall_max_tokens 2,000 -> "
-                          "750. ")
+    assert err.startswith(
+        "the session's policy changed (3 fields): context_window 32,000 -> "
+        "8,000; output_reserve 4,000 -> 2,000; recall_max_tokens 2,000 -> "
+        "750. "
+    )
     with turnlog.open(demo_copy, readonly=True) as log:
         after = turnlog.Packer(log).policy_in_force(SESSION)
     # --budget keeps the rest of the policy in force.
-    assert after == msgspec.structs.replace(before, context_window=8000, output_reserve=2000,
-                                            recall_max_tokens=750)
-    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
-                         "--record", "--json")
+    assert after == msgspec.structs.replace(
+        before, context_window=8000, output_reserve=2000, recall_max_tokens=750
+    )
+    code, out, err = run(
+        capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000", "--record", "--json"
+    )
     assert code == 0 and err == ""  # the policy in force already: nothing changed
     assert json.loads(out)["policy_changes"] == []
-    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "9000",
-                         "--record", "--json")
+    code, out, err = run(
+        capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "9000", "--record", "--json"
+    )
     assert json.loads(out)["policy_changes"] == [
-        {"field": "context_window", "from": 8000, "to": 9000}]
+        {"field": "context_window", "from": 8000, "to": 9000}
+    ]
     assert "policy changed (1 field): context_window 8,000 -> 9,000." in err
 
 
 def test_pack_record_into_a_session_without_a_policy_names_what_differs_from_the_defaults(
-        capsys: pytest.CaptureFixture[str], fresh: Path) -> None:
+    capsys: pytest.CaptureFixture[str], fresh: Path
+) -> None:
     with turnlog.open(fresh) as log:
         log.append("s", turnlog.events.UserMessageAdded(text="hello"))
-    code, _, err = run(capsys, "--store", str(fresh), "pack", "s", "--budget", "64000",
-                       "--record")
+    code, _, err = run(capsys, "--store", str(fresh), "pack", "s", "--budget", "64000", "--record")
     assert code == 0
     assert err.startswith("the session had no policy; it now has one (")
     assert "context_window 128,000 -> 64,000" in err
@@ -432,40 +528,75 @@ def test_pack_record_into_a_session_without_a_policy_names_what_differs_from_the
 
 
 def test_pack_max_tokens_above_the_output_reserve_names_both_and_records_nothing(
-        capsys: pytest.CaptureFixture[str], demo_copy: Path) -> None:
+    capsys: pytest.CaptureFixture[str], demo_copy: Path
+) -> None:
     head = head_of(demo_copy)
     for extra in ((), ("--record",), ("--format", "anthropic", "--record")):
-        code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION,
-                             "--max-tokens", "5000", *extra)
+        code, out, err = run(
+            capsys, "--store", str(demo_copy), "pack", SESSION, "--max-tokens", "5000", *extra
+        )
         assert code == 2 and out == ""
         assert "--max-tokens 5,000 is above the policy's output reserve (4,000 tokens)" in err
         assert "Pass --max-tokens 4,000 or less, or raise output_reserve" in err
     assert head_of(demo_copy) == head
-    code, out, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000",
-                         "--max-tokens", "2001", "--format", "anthropic")
+    code, out, err = run(
+        capsys,
+        "--store",
+        str(demo_copy),
+        "pack",
+        SESSION,
+        "--budget",
+        "8000",
+        "--max-tokens",
+        "2001",
+        "--format",
+        "anthropic",
+    )
     assert code == 2 and "(2,000 tokens)" in err  # the reserve of the policy given
-    code, out, _ = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--max-tokens", "4000",
-                       "--format", "anthropic")
+    code, out, _ = run(
+        capsys,
+        "--store",
+        str(demo_copy),
+        "pack",
+        SESSION,
+        "--max-tokens",
+        "4000",
+        "--format",
+        "anthropic",
+    )
     assert code == 0 and json.loads(out)["max_tokens"] == 4000
 
 
 # -- exit codes ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv", [
-    [], ["frobnicate"], ["log"], ["log", SESSION, "--kind", "bogus"], ["show", SESSION, "x"],
-    ["log", SESSION, "--from", "-3"], ["demo", "--turns", "0"], ["verify", "--key-file", "k"],
-])
-def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], store: Path,
-                             argv: list[str]) -> None:
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["frobnicate"],
+        ["log"],
+        ["log", SESSION, "--kind", "bogus"],
+        ["show", SESSION, "x"],
+        ["log", SESSION, "--from", "-3"],
+        ["demo", "--turns", "0"],
+        ["verify", "--key-file", "k"],
+    ],
+)
+def test_usage_errors_exit_2(
+    capsys: pytest.CaptureFixture[str], store: Path, argv: list[str]
+) -> None:
     code, _, err = run(capsys, "--store", str(store), *argv)
     assert code == 2
     assert "error" in err and "Traceback" not in err
 
 
-def test_unreadable_or_malformed_input_files_exit_2(capsys: pytest.CaptureFixture[str],
-                                                    store: Path, tmp_path: Path) -> None:
-    code, _, err = run(capsys, "--store", str(store), "verify", "--checkpoint",
-                       str(tmp_path / "missing.json"))
+def test_unreadable_or_malformed_input_files_exit_2(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
+    code, _, err = run(
+        capsys, "--store", str(store), "verify", "--checkpoint", str(tmp_path / "missing.json")
+    )
     assert code == 2 and "cannot read checkpoint file" in err
     bad = tmp_path / "bad.json"
     bad.write_text('{"session": "demo", "seq": "3"}')
@@ -473,21 +604,30 @@ def test_unreadable_or_malformed_input_files_exit_2(capsys: pytest.CaptureFixtur
     assert code == 2 and "not a turnlog checkpoint" in err
 
 
-@pytest.mark.parametrize("argv", [["log", "nosuch"], ["show", "nosuch", "0"],
-                                  ["show", SESSION, "100000"], ["verify", "nosuch"],
-                                  ["checkpoint", "nosuch"], ["export", "nosuch"]])
-def test_turnlog_errors_exit_3_with_one_clean_line(capsys: pytest.CaptureFixture[str],
-                                                   store: Path, argv: list[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["log", "nosuch"],
+        ["show", "nosuch", "0"],
+        ["show", SESSION, "100000"],
+        ["verify", "nosuch"],
+        ["checkpoint", "nosuch"],
+        ["export", "nosuch"],
+    ],
+)
+def test_turnlog_errors_exit_3_with_one_clean_line(
+    capsys: pytest.CaptureFixture[str], store: Path, argv: list[str]
+) -> None:
     code, out, err = run(capsys, "--store", str(store), *argv)
     assert code == 3 and out == ""
     assert err.startswith("turnlog: error: ") and err.count("\n") == 1
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("verb", [["sessions"], ["log", SESSION], ["verify"],
-                                  ["blob", "0" * 64]])
-def test_missing_store_exits_4(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                               verb: list[str]) -> None:
+@pytest.mark.parametrize("verb", [["sessions"], ["log", SESSION], ["verify"], ["blob", "0" * 64]])
+def test_missing_store_exits_4(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, verb: list[str]
+) -> None:
     code, _, err = run(capsys, "--store", str(tmp_path / "nowhere"), *verb)
     assert code == 4 and "no turnlog store" in err
     assert not (tmp_path / "nowhere").exists()
@@ -495,12 +635,14 @@ def test_missing_store_exits_4(capsys: pytest.CaptureFixture[str], tmp_path: Pat
 
 # -- the console script --------------------------------------------------------------------
 
+
 def test_console_script_end_to_end(tmp_path: Path) -> None:
     env = {**os.environ, "TURNLOG_STORE": str(tmp_path / "store")}
 
     def sh(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([script(), *argv], capture_output=True, text=True, env=env,
-                              timeout=120, check=False)
+        return subprocess.run(
+            [script(), *argv], capture_output=True, text=True, env=env, timeout=120, check=False
+        )
 
     done = sh("demo", "--turns", "5")
     assert done.returncode == 0 and "\nverify: ok" in done.stdout
@@ -511,10 +653,14 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
     assert sh("verify").returncode == 0
     exported = sh("export", SESSION).stdout.splitlines()
     assert len(exported) == sessions[0]["events"]
-    blob = next(json.loads(line)["blob"] for line in sh("log", SESSION, "--json").stdout
-                .splitlines() if '"blob"' in line)
-    raw = subprocess.run([script(), "blob", blob], capture_output=True, env=env, timeout=60,
-                         check=True).stdout
+    blob = next(
+        json.loads(line)["blob"]
+        for line in sh("log", SESSION, "--json").stdout.splitlines()
+        if '"blob"' in line
+    )
+    raw = subprocess.run(
+        [script(), "blob", blob], capture_output=True, env=env, timeout=60, check=True
+    ).stdout
     assert blake3.blake3(raw).hexdigest() == blob
     assert json.loads(sh("checkpoint", SESSION).stdout)["seq"] == sessions[0]["head_seq"]
     missing = sh("log", "nosuch")
@@ -524,16 +670,23 @@ def test_console_script_end_to_end(tmp_path: Path) -> None:
 
 
 def test_python_dash_m_runs_the_command(store: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "turnlog.tools", "--store", str(store),
-                           "sessions", "--json"], capture_output=True, text=True, timeout=60,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "turnlog.tools", "--store", str(store), "sessions", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0
     assert json.loads(done.stdout)["sessions"][0]["session"] == SESSION
 
 
 def test_a_closed_pipe_ends_the_command_quietly(store: Path) -> None:
-    with subprocess.Popen([script(), "--store", str(store), "export", SESSION],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    with subprocess.Popen(
+        [script(), "--store", str(store), "export", SESSION],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         assert proc.stdout.readline().startswith(b"{")
         proc.stdout.close()
@@ -543,16 +696,31 @@ def test_a_closed_pipe_ends_the_command_quietly(store: Path) -> None:
 
 
 def test_compact_on_a_single_turn_session_compacts_older_steps_and_says_why_it_skips(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "store"
     with turnlog.open(path) as log:
         log.append("one", turnlog.events.UserMessageAdded(text="fix the failing tests"))
         for i in range(40):
-            log.append("one", [
-                turnlog.events.AssistantMessageAdded(parts=(turnlog.events.ToolCall(
-                    id=f"c{i}", name="Bash", arguments=json.dumps({"command": f"run {i}"})),)),
-                turnlog.events.ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
-                                               output="\n".join(f"line {j}" for j in range(60)))])
+            log.append(
+                "one",
+                [
+                    turnlog.events.AssistantMessageAdded(
+                        parts=(
+                            turnlog.events.ToolCall(
+                                id=f"c{i}",
+                                name="Bash",
+                                arguments=json.dumps({"command": f"run {i}"}),
+                            ),
+                        )
+                    ),
+                    turnlog.events.ToolResultAdded(
+                        call_id=f"c{i}",
+                        tool_name="Bash",
+                        output="\n".join(f"line {j}" for j in range(60)),
+                    ),
+                ],
+            )
         log.append("short", turnlog.events.UserMessageAdded(text="hi"))
     code, out, _ = run(capsys, "--store", str(path), "compact", "one")
     assert code == 0 and out.startswith("committed"), out

@@ -21,8 +21,10 @@ import turnlog
 
 # OSC 52 (clipboard write), a title change, a screen clear with a cursor move home,
 # a cursor-up + erase-line that overwrites the line above, C1 CSI, bidi overrides.
-HOSTILE = ("find \x1b]52;c;cm0gLXJmIH4=\x07 \x1b]0;owned\x07 \x1b[2J\x1b[H "
-           "\x1b[1A\x1b[2Kverify: ok \x9b31m \u202eevil\u202c \u2066iso\u2069 \x85 \r\x08 end")
+HOSTILE = (
+    "find \x1b]52;c;cm0gLXJmIH4=\x07 \x1b]0;owned\x07 \x1b[2J\x1b[H "
+    "\x1b[1A\x1b[2Kverify: ok \x9b31m \u202eevil\u202c \u2066iso\u2069 \x85 \r\x08 end"
+)
 RAW = ("\x1b", "\x07", "\x9b", "\x85", "\u202e", "\u202c", "\u2066", "\u2069", "\r", "\x08")
 SESSION = "hostile"
 BAD_ID = "evil\u202eid\x85"
@@ -35,18 +37,27 @@ def script() -> str:
     return found
 
 
-def cli(store: Path, *argv: str, limit_memory: int | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    store: Path, *argv: str, limit_memory: int | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``turnlog --store STORE ARGV...`` (optionally under an address-space limit)."""
+
     def limit() -> None:
         assert limit_memory is not None
         resource.setrlimit(resource.RLIMIT_AS, (limit_memory, limit_memory))
 
     env = {**os.environ, "NO_COLOR": "1"}
     env.pop("TURNLOG_STORE", None)
-    return subprocess.run([script(), "--store", str(store), *argv], capture_output=True,
-                          text=True, encoding="utf-8", env=env, check=False,
-                          preexec_fn=limit if limit_memory else None, timeout=300)
+    return subprocess.run(
+        [script(), "--store", str(store), *argv],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        check=False,
+        preexec_fn=limit if limit_memory else None,
+        timeout=300,
+    )
 
 
 def no_traceback(result: subprocess.CompletedProcess[str], code: int) -> None:
@@ -59,19 +70,27 @@ def no_traceback(result: subprocess.CompletedProcess[str], code: int) -> None:
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("hostile") / "store"
     with turnlog.open(path) as log:
-        log.append(SESSION, [
-            turnlog.events.SystemSectionSet(name="base", text="You are a coding agent."),
-            turnlog.events.UserMessageAdded(text=HOSTILE),
-            turnlog.events.AssistantMessageAdded(parts=(
-                turnlog.events.TextPart(text=HOSTILE),
-                turnlog.events.ToolCall(id="c1", name="Bash",
-                                        arguments=json.dumps({"cmd": HOSTILE})),
-                turnlog.events.ToolCall(id="c2", name="Deep", arguments=DEEP_ARGS))),
-            turnlog.events.ToolResultAdded(call_id="c1", tool_name="Bash", output=HOSTILE),
-            turnlog.events.ToolResultAdded(call_id="c2", tool_name="Deep", output="ok"),
-        ])
+        log.append(
+            SESSION,
+            [
+                turnlog.events.SystemSectionSet(name="base", text="You are a coding agent."),
+                turnlog.events.UserMessageAdded(text=HOSTILE),
+                turnlog.events.AssistantMessageAdded(
+                    parts=(
+                        turnlog.events.TextPart(text=HOSTILE),
+                        turnlog.events.ToolCall(
+                            id="c1", name="Bash", arguments=json.dumps({"cmd": HOSTILE})
+                        ),
+                        turnlog.events.ToolCall(id="c2", name="Deep", arguments=DEEP_ARGS),
+                    )
+                ),
+                turnlog.events.ToolResultAdded(call_id="c1", tool_name="Bash", output=HOSTILE),
+                turnlog.events.ToolResultAdded(call_id="c2", tool_name="Deep", output="ok"),
+            ],
+        )
         turnlog.memories.MemoryManager(log, memory_session=f"{SESSION}-memories").save(
-            HOSTILE, HOSTILE)
+            HOSTILE, HOSTILE
+        )
         log.append(BAD_ID, turnlog.events.UserMessageAdded(text="hello"))
     return path
 
@@ -82,19 +101,30 @@ def assert_escaped(text: str) -> None:
     assert "\\x1b]52;c;" in text
 
 
-@pytest.mark.parametrize("argv", [
-    ("log", SESSION), ("show", SESSION, "1"), ("show", SESSION, "2"), ("show", SESSION, "3"),
-    ("pack", SESSION), ("memories", SESSION), ("recall", "find"),
-], ids=lambda argv: "-".join(argv[:2]))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("log", SESSION),
+        ("show", SESSION, "1"),
+        ("show", SESSION, "2"),
+        ("show", SESSION, "3"),
+        ("pack", SESSION),
+        ("memories", SESSION),
+        ("recall", "find"),
+    ],
+    ids=lambda argv: "-".join(argv[:2]),
+)
 def test_human_output_shows_terminal_escapes_instead_of_sending_them(
-        store: Path, argv: tuple[str, ...]) -> None:
+    store: Path, argv: tuple[str, ...]
+) -> None:
     result = cli(store, *argv)
     assert result.returncode == 0, result.stderr
     assert_escaped(result.stdout)
 
 
 def test_sessions_and_errors_show_c1_controls_and_bidi_overrides_in_session_ids(
-        store: Path) -> None:
+    store: Path,
+) -> None:
     result = cli(store, "sessions")
     assert result.returncode == 0
     assert "evil\\u202eid\\x85" in result.stdout and "\u202e" not in result.stdout
@@ -108,8 +138,12 @@ def test_sessions_and_errors_show_c1_controls_and_bidi_overrides_in_session_ids(
 def test_an_abbreviated_flag_is_a_usage_error_not_raw_json(store: Path) -> None:
     # `--j` was taken as `--json`, which prints session ids unescaped (found by the CLI
     # fuzz harness); flags are spelled in full.
-    for argv in (("sessions", "--j"), ("sessions", "--js"), ("log", SESSION, "--jso"),
-                 ("--sto", str(store), "sessions")):
+    for argv in (
+        ("sessions", "--j"),
+        ("sessions", "--js"),
+        ("log", SESSION, "--jso"),
+        ("--sto", str(store), "sessions"),
+    ):
         result = cli(store, *argv)
         assert result.returncode == 2, argv
         assert "turnlog: error:" in result.stderr and "\u202e" not in result.stdout
@@ -135,11 +169,13 @@ def test_tool_call_arguments_nested_a_thousand_deep_list_and_show(store: Path) -
 
 @pytest.mark.parametrize("shape", ["array", "object"])
 def test_import_of_json_nested_200000_deep_is_an_import_format_error(
-        tmp_path: Path, shape: str) -> None:
+    tmp_path: Path, shape: str
+) -> None:
     deep = tmp_path / "deep.json"
     depth = 200_000
-    deep.write_text("[" * depth + "]" * depth if shape == "array"
-                    else '{"a":' * depth + "1" + "}" * depth)
+    deep.write_text(
+        "[" * depth + "]" * depth if shape == "array" else '{"a":' * depth + "1" + "}" * depth
+    )
     store = tmp_path / "store"
     result = cli(store, "import", str(deep))
     no_traceback(result, 3)
@@ -149,8 +185,9 @@ def test_import_of_json_nested_200000_deep_is_an_import_format_error(
         assert "nested too deeply" in forced.stderr or "recursion" in forced.stderr
 
 
-def test_verify_checkpoint_of_deeply_nested_json_is_a_usage_error(store: Path,
-                                                                   tmp_path: Path) -> None:
+def test_verify_checkpoint_of_deeply_nested_json_is_a_usage_error(
+    store: Path, tmp_path: Path
+) -> None:
     deep = tmp_path / "cp.json"
     deep.write_text('{"session": ' + "[" * 200_000 + "]" * 200_000 + "}")
     result = cli(store, "verify", "--checkpoint", str(deep))
@@ -179,7 +216,8 @@ def test_checkpoint_with_a_non_ascii_mac_is_refused(store: Path, tmp_path: Path)
 
 
 def test_log_verify_of_a_checkpoint_with_a_non_ascii_mac_is_a_verification_error(
-        store: Path) -> None:
+    store: Path,
+) -> None:
     with turnlog.open(store, readonly=True) as log:
         cp = log.checkpoint(SESSION, key=b"k")
         for mac in ("é" * 64, "ü", "A" * 64):
@@ -211,8 +249,7 @@ def test_usage_errors_show_control_characters_of_the_arguments(store: Path) -> N
     assert "\\x1b[2J" in result.stderr
 
 
-def test_paths_too_long_for_the_file_system_are_clear_errors(store: Path, tmp_path: Path
-                                                              ) -> None:
+def test_paths_too_long_for_the_file_system_are_clear_errors(store: Path, tmp_path: Path) -> None:
     long = "x" * 300
     no_traceback(cli(tmp_path / long, "sessions"), 4)
     no_traceback(cli(store, "import", long), 3)

@@ -22,8 +22,10 @@ from pathlib import Path
 import pytest
 import turnlog
 
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+)
 
 
 def script() -> str:
@@ -32,23 +34,32 @@ def script() -> str:
     return found
 
 
-def cli(store: Path, *argv: str, env: dict[str, str] | None = None
-        ) -> subprocess.CompletedProcess[str]:
+def cli(
+    store: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("TURNLOG_STORE", "NO_COLOR")}
-    return subprocess.run([script(), "--store", str(store), *argv], capture_output=True,
-                          text=True, encoding="utf-8", env={**base, **(env or {})},
-                          check=False, timeout=300)
+    return subprocess.run(
+        [script(), "--store", str(store), *argv],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env={**base, **(env or {})},
+        check=False,
+        timeout=300,
+    )
 
 
-def on_terminal(store: Path, *argv: str, env: dict[str, str] | None = None
-                ) -> tuple[int, str]:
+def on_terminal(store: Path, *argv: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """Run the command with stdout and stderr on a pseudo-terminal; (exit code, output)."""
     master, slave = pty.openpty()
     base = {k: v for k, v in os.environ.items() if k not in ("TURNLOG_STORE", "NO_COLOR")}
-    proc = subprocess.Popen([script(), "--store", str(store), *argv], stdout=slave,
-                            stderr=slave, stdin=subprocess.DEVNULL,
-                            env={**base, "TERM": "xterm-256color", "COLUMNS": "200",
-                                 **(env or {})})
+    proc = subprocess.Popen(
+        [script(), "--store", str(store), *argv],
+        stdout=slave,
+        stderr=slave,
+        stdin=subprocess.DEVNULL,
+        env={**base, "TERM": "xterm-256color", "COLUMNS": "200", **(env or {})},
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -80,17 +91,22 @@ def fresh(tmp_path: Path) -> Path:
 
 def table_header(output: str, *headers: str) -> None:
     first = output.splitlines()[0] if output else ""
-    assert first.split()[:len(headers)] == list(headers), output[:300]
+    assert first.split()[: len(headers)] == list(headers), output[:300]
 
 
 # -- pack --format ---------------------------------------------------------------------------
+
 
 def test_pack_format_takes_the_model_the_session_recorded(demo: Path) -> None:
     done = cli(demo, "pack", "demo", "--format", "anthropic")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["model"] == "demo-model"
-    assert json.loads(cli(demo, "pack", "demo", "--format", "anthropic", "--model", "m")
-                      .stdout)["model"] == "m"
+    assert (
+        json.loads(cli(demo, "pack", "demo", "--format", "anthropic", "--model", "m").stdout)[
+            "model"
+        ]
+        == "m"
+    )
     assert "recorded request" in cli(demo, "pack", "--help").stdout
 
 
@@ -102,21 +118,40 @@ def test_pack_format_without_a_recorded_model_names_the_model_flag(fresh: Path) 
     assert "--model" in done.stderr and "model must be" not in done.stderr
 
 
-CLAUDE_CODE = (CORPUS / "claude_code_jsonl" / "Durban-Designer__vsla" / "docs" / "history"
-               / "raw_sessions" / "-home-kenth56-vsla"
-               / "069508a5-1193-487c-a9b5-a6f5f3ae4f98.jsonl")
-CODEX = (CORPUS / "codex_rollout_jsonl" / "MoonLadderStudios__MoonMind" / "codex" / "sessions"
-         / "2025" / "11" / "13" / "rollout-2025-11-13T18-21-11-019a802a-aab1-7c31-9831-"
-         "d2510c7a74a2.jsonl")
+CLAUDE_CODE = (
+    CORPUS
+    / "claude_code_jsonl"
+    / "Durban-Designer__vsla"
+    / "docs"
+    / "history"
+    / "raw_sessions"
+    / "-home-kenth56-vsla"
+    / "069508a5-1193-487c-a9b5-a6f5f3ae4f98.jsonl"
+)
+CODEX = (
+    CORPUS
+    / "codex_rollout_jsonl"
+    / "MoonLadderStudios__MoonMind"
+    / "codex"
+    / "sessions"
+    / "2025"
+    / "11"
+    / "13"
+    / "rollout-2025-11-13T18-21-11-019a802a-aab1-7c31-9831-"
+    "d2510c7a74a2.jsonl"
+)
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no corpus at {CORPUS}")
 
 
 @needs_corpus
-@pytest.mark.parametrize(("path", "model"), [(CLAUDE_CODE, "claude-opus-4-20250514"),
-                                             (CODEX, "gpt-5.1-codex")],
-                         ids=["claude_code", "codex"])
-def test_pack_format_takes_the_model_an_imported_transcript_names(fresh: Path, path: Path,
-                                                                  model: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "model"),
+    [(CLAUDE_CODE, "claude-opus-4-20250514"), (CODEX, "gpt-5.1-codex")],
+    ids=["claude_code", "codex"],
+)
+def test_pack_format_takes_the_model_an_imported_transcript_names(
+    fresh: Path, path: Path, model: str
+) -> None:
     # No request is recorded; the transcript names the model on its assistant messages.
     assert cli(fresh, "import", str(path)).returncode == 0
     session = json.loads(cli(fresh, "sessions", "--json").stdout)["sessions"][0]["session"]
@@ -143,15 +178,17 @@ def test_pack_format_is_indented_on_a_terminal_and_exact_in_a_pipe(demo: Path) -
 
 # -- errors name flags ----------------------------------------------------------------------
 
-def test_import_errors_name_the_flags_not_python_parameters(tmp_path: Path,
-                                                            fresh: Path) -> None:
+
+def test_import_errors_name_the_flags_not_python_parameters(tmp_path: Path, fresh: Path) -> None:
     unknown = tmp_path / "notes.jsonl"
     unknown.write_text('{"hello": 1}\n')
     done = cli(fresh, "import", str(unknown))
     assert done.returncode == 3 and "--format" in done.stderr and "format=" not in done.stderr
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"type": "user", "uuid": "u1", "sessionId": "s", "message": '
-                   '{"role": "user", "content": "hi"}}\n{not json\n')
+    bad.write_text(
+        '{"type": "user", "uuid": "u1", "sessionId": "s", "message": '
+        '{"role": "user", "content": "hi"}}\n{not json\n'
+    )
     done = cli(fresh, "import", str(bad), "--format", "claude_code")
     assert done.returncode == 3
     assert "--skip-bad" in done.stderr and "skip_bad" not in done.stderr
@@ -168,26 +205,34 @@ def test_policy_flag_errors_name_the_flag(demo: Path, tmp_path: Path) -> None:
 
 # -- import ---------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def transcripts(tmp_path: Path) -> Path:
     """A directory of two real Claude Code transcripts and one with a malformed record
     sorted between them."""
-    found = sorted(p for p in (CORPUS / "claude_code_jsonl").rglob("*.jsonl")
-                   if p.stat().st_size < 200_000 and "subagents" not in p.parts
-                   and not p.name.startswith("agent-"))
+    found = sorted(
+        p
+        for p in (CORPUS / "claude_code_jsonl").rglob("*.jsonl")
+        if p.stat().st_size < 200_000
+        and "subagents" not in p.parts
+        and not p.name.startswith("agent-")
+    )
     if len(found) < 2:
         pytest.skip("needs ../shared/corpus (see README: Tests)")
     folder = tmp_path / "transcripts"
     folder.mkdir()
     shutil.copy(found[0], folder / "a.jsonl")
     shutil.copy(found[1], folder / "c.jsonl")
-    (folder / "b.jsonl").write_text('{"type": "user", "uuid": "u1", "sessionId": "s", '
-                                    '"message": {"role": "user", "content": "hi"}}\n{bad\n')
+    (folder / "b.jsonl").write_text(
+        '{"type": "user", "uuid": "u1", "sessionId": "s", '
+        '"message": {"role": "user", "content": "hi"}}\n{bad\n'
+    )
     return folder
 
 
 def test_import_of_a_directory_stops_at_a_bad_file_and_says_what_was_imported(
-        transcripts: Path, fresh: Path) -> None:
+    transcripts: Path, fresh: Path
+) -> None:
     done = cli(fresh, "import", str(transcripts))
     assert done.returncode == 3
     assert "b.jsonl" in done.stderr and "a.jsonl" in done.stderr
@@ -212,7 +257,8 @@ def test_import_keep_going_reports_each_file(transcripts: Path, fresh: Path) -> 
 
 @pytest.mark.parametrize("what", ["no transcripts", "empty directory", "random bytes"])
 def test_an_import_that_imports_nothing_fails_and_creates_no_store(
-        tmp_path: Path, what: str) -> None:
+    tmp_path: Path, what: str
+) -> None:
     source = tmp_path / "source"
     source.mkdir()
     argv = [str(source)]
@@ -231,8 +277,7 @@ def test_an_import_that_imports_nothing_fails_and_creates_no_store(
     assert not store.exists(), "a failed import created a store"
 
 
-def test_a_failed_import_into_an_existing_directory_leaves_it_as_it_was(tmp_path: Path
-                                                                        ) -> None:
+def test_a_failed_import_into_an_existing_directory_leaves_it_as_it_was(tmp_path: Path) -> None:
     store = tmp_path / "store"
     store.mkdir()
     (store / "README").write_text("mine")
@@ -243,11 +288,16 @@ def test_a_failed_import_into_an_existing_directory_leaves_it_as_it_was(tmp_path
 
 # -- compact ---------------------------------------------------------------------------------
 
+
 def test_compact_says_why_it_skipped(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append("chat", [turnlog.events.UserMessageAdded(text="hello"),
-                            turnlog.events.AssistantMessageAdded(
-                                parts=(turnlog.events.TextPart(text="hi"),))])
+        log.append(
+            "chat",
+            [
+                turnlog.events.UserMessageAdded(text="hello"),
+                turnlog.events.AssistantMessageAdded(parts=(turnlog.events.TextPart(text="hi"),)),
+            ],
+        )
     done = cli(fresh, "compact", "chat")
     assert done.returncode == 0
     line = done.stdout.strip()
@@ -255,6 +305,7 @@ def test_compact_says_why_it_skipped(fresh: Path) -> None:
 
 
 # -- consistent, loud arguments -----------------------------------------------------------
+
 
 def test_negative_request_seqs_count_requests_from_the_end(demo: Path) -> None:
     with turnlog.open(demo, readonly=True) as log:
@@ -270,29 +321,36 @@ def test_negative_request_seqs_count_requests_from_the_end(demo: Path) -> None:
     assert too_far.returncode == 2 and "recorded requests" in too_far.stderr
 
 
-@pytest.mark.parametrize("argv", [("memories", "nosuch"),
-                                  ("memories", "demo", "--memory-session", "nosuch"),
-                                  ("recall", "amount", "--session", "nosuch"),
-                                  ("recall", "amount", "--commit", "nosuch"),
-                                  ("explain", "nosuch", "-1"), ("replay", "nosuch")],
-                         ids=" ".join)
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("memories", "nosuch"),
+        ("memories", "demo", "--memory-session", "nosuch"),
+        ("recall", "amount", "--session", "nosuch"),
+        ("recall", "amount", "--commit", "nosuch"),
+        ("explain", "nosuch", "-1"),
+        ("replay", "nosuch"),
+    ],
+    ids=" ".join,
+)
 def test_unknown_sessions_are_errors_everywhere(demo: Path, argv: tuple[str, ...]) -> None:
     done = cli(demo, *argv)
     assert done.returncode == 3 and "nosuch" in done.stderr, done.stdout
 
 
-@pytest.mark.parametrize("verb", [("pack", "demo"), ("compact", "demo"),
-                                  ("recall", "amount")], ids=lambda v: v[0])
-def test_agent_without_a_policy_file_is_a_usage_error(demo: Path, verb: tuple[str, ...]
-                                                      ) -> None:
+@pytest.mark.parametrize(
+    "verb", [("pack", "demo"), ("compact", "demo"), ("recall", "amount")], ids=lambda v: v[0]
+)
+def test_agent_without_a_policy_file_is_a_usage_error(demo: Path, verb: tuple[str, ...]) -> None:
     done = cli(demo, *verb, "--agent", "small")
     assert done.returncode == 2 and "--agent small needs --policy FILE" in done.stderr
 
 
 def test_recall_commit_brings_back_other_sessions_only(fresh: Path) -> None:
     with turnlog.open(fresh) as log:
-        log.append("old",
-                   turnlog.events.UserMessageAdded(text="the parser handles decimal amounts"))
+        log.append(
+            "old", turnlog.events.UserMessageAdded(text="the parser handles decimal amounts")
+        )
         log.append("new", turnlog.events.UserMessageAdded(text="fix the decimal amounts parser"))
     done = cli(fresh, "recall", "decimal amounts parser", "--commit", "new", "--json")
     assert done.returncode == 0, done.stderr
@@ -304,14 +362,20 @@ def test_recall_commit_brings_back_other_sessions_only(fresh: Path) -> None:
 
 # -- output ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("argv", "headers"), [
-    (("sessions",), ("SESSION", "HEAD", "EVENTS")),
-    (("memories", "demo"), ("memory",)),
-    (("recall", "parse amount"), ("EVENT", "AT", "SCORE", "TEXT")),
-    (("log", "demo", "--limit", "3"), ("0",)),
-], ids=lambda v: v[0] if isinstance(v, tuple) and v and v[0][0].islower() else "")
-def test_listings_are_tables_with_headers(demo: Path, argv: tuple[str, ...],
-                                          headers: tuple[str, ...]) -> None:
+
+@pytest.mark.parametrize(
+    ("argv", "headers"),
+    [
+        (("sessions",), ("SESSION", "HEAD", "EVENTS")),
+        (("memories", "demo"), ("memory",)),
+        (("recall", "parse amount"), ("EVENT", "AT", "SCORE", "TEXT")),
+        (("log", "demo", "--limit", "3"), ("0",)),
+    ],
+    ids=lambda v: v[0] if isinstance(v, tuple) and v and v[0][0].islower() else "",
+)
+def test_listings_are_tables_with_headers(
+    demo: Path, argv: tuple[str, ...], headers: tuple[str, ...]
+) -> None:
     done = cli(demo, *argv)
     assert done.returncode == 0, done.stderr
     table_header(done.stdout, *headers)
@@ -337,8 +401,11 @@ def test_counts_are_plural_aware(fresh: Path) -> None:
     assert verified.stdout == "ok: 1 session, 1 event, 0 blob refs intact\n"
     for argv in (("demo", "--turns", "1"), ("verify",), ("replay", "demo")):
         out = cli(fresh, *argv).stdout
-        singular = re.findall(r"(?<![\d,.])1 (?:events|messages|requests|sessions|turns|"
-                              r"blob refs|memories)\b", out)
+        singular = re.findall(
+            r"(?<![\d,.])1 (?:events|messages|requests|sessions|turns|"
+            r"blob refs|memories)\b",
+            out,
+        )
         assert not singular and "(s)" not in out, (argv, singular)
 
 
@@ -346,8 +413,11 @@ def test_show_aligns_the_values_of_each_level(demo: Path) -> None:
     with turnlog.open(demo, readonly=True) as log:
         seq = next(e.seq for e in log.read("demo", kinds=["tool_result"]))
     lines = cli(demo, "show", "demo", str(seq)).stdout.split("\n\n", 1)[1].splitlines()
-    starts = {len(line) - len(line.split(None, 1)[1]) for line in lines
-              if line and not line.startswith(" ") and len(line.split(None, 1)) == 2}
+    starts = {
+        len(line) - len(line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith(" ") and len(line.split(None, 1)) == 2
+    }
     assert len(starts) == 1, lines
 
 
@@ -379,8 +449,9 @@ def test_library_errors_that_name_a_command_name_the_api_call_too(demo: Path) ->
             log.read("nosuch")
         with pytest.raises(turnlog.errors.UnknownSessionError, match=r"Log\.read\('demo'\)"):
             log.get("demo", 10**6)
-        with pytest.raises(turnlog.errors.InvalidArgumentError,
-                           match=r"Replayer\.requests\('demo'\)"):
+        with pytest.raises(
+            turnlog.errors.InvalidArgumentError, match=r"Replayer\.requests\('demo'\)"
+        ):
             turnlog.Replayer(turnlog.Packer(log)).explain("demo", 0)
     done = cli(demo, "log", "nosuch")  # the command names only itself
     assert done.returncode == 3 and "`turnlog sessions`" in done.stderr
@@ -388,8 +459,7 @@ def test_library_errors_that_name_a_command_name_the_api_call_too(demo: Path) ->
 
 
 @needs_corpus
-def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(
-        fresh: Path) -> None:
+def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(fresh: Path) -> None:
     # A Codex rollout: its instructions and environment as notifications, one user
     # message, then 41 tool calls; the default policy keeps the last 3 turns verbatim.
     assert cli(fresh, "import", str(CODEX)).returncode == 0
@@ -403,8 +473,9 @@ def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(
     with turnlog.open(fresh, readonly=True) as log:
         events = log.read(session)
         user = next(e.seq for e in events if isinstance(e.body, turnlog.events.UserMessageAdded))
-        compactions = [e.body for e in events
-                       if isinstance(e.body, turnlog.events.CompactionCommitted)]
+        compactions = [
+            e.body for e in events if isinstance(e.body, turnlog.events.CompactionCommitted)
+        ]
     assert len(compactions) == 1
     # the older steps after the instruction, not what came before it or the instruction
     assert compactions[0].first_seq > user
@@ -413,13 +484,17 @@ def test_compact_takes_the_older_steps_of_a_one_instruction_session_in_one_run(
     assert after["tokens"] < json.loads(due.stdout)["tokens"]
 
 
-@pytest.mark.parametrize(("text", "words"), [
-    ("context_windw = 32000\n", "did you mean 'context_window'"),
-    ("[budgt]\ncontext_window = 32000\n", "did you mean [budget]? the tables are [budget]"),
-    ("context_window = \"32k\"\n", "an integer is expected at context_window"),
-])
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("context_windw = 32000\n", "did you mean 'context_window'"),
+        ("[budgt]\ncontext_window = 32000\n", "did you mean [budget]? the tables are [budget]"),
+        ('context_window = "32k"\n', "an integer is expected at context_window"),
+    ],
+)
 def test_a_policy_file_mistake_is_a_usage_error_that_says_what_to_write(
-        demo: Path, tmp_path: Path, text: str, words: str) -> None:
+    demo: Path, tmp_path: Path, text: str, words: str
+) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text(text)
     done = cli(demo, "pack", "demo", "--policy", str(policy))

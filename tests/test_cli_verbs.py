@@ -59,8 +59,9 @@ def test_every_declared_verb_parses_and_has_help(capsys: pytest.CaptureFixture[s
 
 
 def test_a_hint_is_worded_for_python_in_str_and_for_the_command_in_cli_message() -> None:
-    error = ImportFormatError("x.jsonl: not a transcript",
-                              hint=Hint(cli="pass --format FORMAT", python="pass format="))
+    error = ImportFormatError(
+        "x.jsonl: not a transcript", hint=Hint(cli="pass --format FORMAT", python="pass format=")
+    )
     assert str(error) == "x.jsonl: not a transcript; pass format="
     assert error.cli_message() == "x.jsonl: not a transcript; pass --format FORMAT"
     assert error.args == ("x.jsonl: not a transcript",)
@@ -71,7 +72,8 @@ def test_a_hint_is_worded_for_python_in_str_and_for_the_command_in_cli_message()
 
 
 def test_library_errors_reach_the_command_in_its_own_wording(
-        capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path) -> None:
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
     with turnlog.open(store, readonly=True) as log, pytest.raises(UnknownSessionError) as info:
         log.get("alpha", 99)
     assert "(Python: `Log.read('alpha')`)" in str(info.value)
@@ -91,8 +93,7 @@ def test_library_errors_reach_the_command_in_its_own_wording(
 # -- session prefixes ------------------------------------------------------------------
 
 
-def test_a_unique_prefix_names_its_session(capsys: pytest.CaptureFixture[str],
-                                           store: Path) -> None:
+def test_a_unique_prefix_names_its_session(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     code, out, err = run(capsys, "--store", str(store), "log", "beta-s", "--json")
     assert code == 0, err
     assert json.loads(out.splitlines()[0])["session"] == "beta-session"
@@ -100,22 +101,23 @@ def test_a_unique_prefix_names_its_session(capsys: pytest.CaptureFixture[str],
     assert code == 0 and json.loads(out)["session"] == "alpha-2"
 
 
-def test_an_exact_id_wins_over_the_ids_it_begins(capsys: pytest.CaptureFixture[str],
-                                                 store: Path) -> None:
+def test_an_exact_id_wins_over_the_ids_it_begins(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
     code, out, _ = run(capsys, "--store", str(store), "checkpoint", "alpha")
     assert code == 0 and json.loads(out)["session"] == "alpha"
 
 
-def test_an_ambiguous_prefix_lists_the_candidates(capsys: pytest.CaptureFixture[str],
-                                                  store: Path) -> None:
+def test_an_ambiguous_prefix_lists_the_candidates(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
     code, out, err = run(capsys, "--store", str(store), "log", "alpha-")
     assert code == 2 and out == ""
     assert "session prefix 'alpha-' is ambiguous" in err
     assert "'alpha-1', 'alpha-2'" in err and "'alpha'" not in err
 
 
-def test_a_miss_names_the_closest_ids(capsys: pytest.CaptureFixture[str],
-                                      store: Path) -> None:
+def test_a_miss_names_the_closest_ids(capsys: pytest.CaptureFixture[str], store: Path) -> None:
     code, _, err = run(capsys, "--store", str(store), "verify", "beta-sesion")
     assert code == 3
     assert "no session 'beta-sesion'" in err and "did you mean 'beta-session'" in err
@@ -123,13 +125,16 @@ def test_a_miss_names_the_closest_ids(capsys: pytest.CaptureFixture[str],
     assert code == 3 and "no session 'zzz'" in err and "did you mean" not in err
 
 
-def test_prefixes_in_options_naming_sessions(capsys: pytest.CaptureFixture[str],
-                                             store: Path) -> None:
-    code, out, err = run(capsys, "--store", str(store), "memories", "beta",
-                         "--memory-session", "mem-b", "--json")
+def test_prefixes_in_options_naming_sessions(
+    capsys: pytest.CaptureFixture[str], store: Path
+) -> None:
+    code, out, err = run(
+        capsys, "--store", str(store), "memories", "beta", "--memory-session", "mem-b", "--json"
+    )
     assert code == 0, err
     assert json.loads(out)["memory_session"] == "mem-beta"
-    code, out, err = run(capsys, "--store", str(store), "recall", "hello", "--session", "mem",
-                         "--json")
+    code, out, err = run(
+        capsys, "--store", str(store), "recall", "hello", "--session", "mem", "--json"
+    )
     assert code == 0, err
     assert {hit["session"] for hit in json.loads(out)["hits"]} == {"mem-beta"}

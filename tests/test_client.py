@@ -42,8 +42,7 @@ SHELLS = ["sync", "async"]
 BODIES: dict[str, dict[str, object]] = {
     "openai-chat": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
     "openai-responses": {"model": "m", "input": "hi"},
-    "anthropic": {"model": "m", "max_tokens": 64,
-                  "messages": [{"role": "user", "content": "hi"}]},
+    "anthropic": {"model": "m", "max_tokens": 64, "messages": [{"role": "user", "content": "hi"}]},
 }
 
 
@@ -75,13 +74,22 @@ def closed_port() -> int:
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("fmt", sorted(BODIES))
 def test_both_shells_parse_the_same_answer_alike(fmt: str, stream: bool) -> None:
-    scripted = FakeReply(text="It is 42.", tool_calls=(
-        ToolCall(id="call_1", name="calculate", arguments='{"expression": "6 * 7"}'),))
+    scripted = FakeReply(
+        text="It is 42.",
+        tool_calls=(ToolCall(id="call_1", name="calculate", arguments='{"expression": "6 * 7"}'),),
+    )
     replies, received = [], []
     for shell in SHELLS:
         with FakeServer([scripted]) as server:  # each answer numbered 1
-            replies.append(call(shell, fmt, body(fmt, stream=stream),
-                                base_url=server.base_url(fmt), request_seq=7))
+            replies.append(
+                call(
+                    shell,
+                    fmt,
+                    body(fmt, stream=stream),
+                    base_url=server.base_url(fmt),
+                    request_seq=7,
+                )
+            )
             received.extend(server.requests)
     assert replies[0] == replies[1]
     reply = replies[0]
@@ -95,12 +103,20 @@ def test_both_shells_parse_the_same_answer_alike(fmt: str, stream: bool) -> None
 @pytest.mark.parametrize("shell", SHELLS)
 def test_http_error_statuses_come_back_as_replies(server: FakeServer, shell: str) -> None:
     url = server.base_url("openai-chat")
-    server.script(http_error(500, "upstream exploded"), overflow_error(),
-                  http_error(429, "slow down"),
-                  malformed(b"<html>bad gateway</html>", status=502, content_type="text/html"),
-                  http_error(503, "down for a moment", in_stream=False))
-    expected = [(500, False, "upstream exploded"), (400, True, ""), (429, False, "slow down"),
-                (502, False, "bad gateway"), (503, False, "down for a moment")]
+    server.script(
+        http_error(500, "upstream exploded"),
+        overflow_error(),
+        http_error(429, "slow down"),
+        malformed(b"<html>bad gateway</html>", status=502, content_type="text/html"),
+        http_error(503, "down for a moment", in_stream=False),
+    )
+    expected = [
+        (500, False, "upstream exploded"),
+        (400, True, ""),
+        (429, False, "slow down"),
+        (502, False, "bad gateway"),
+        (503, False, "down for a moment"),
+    ]
     for status, overflow, words in expected:
         reply = call(shell, "openai-chat", body(), base_url=url, request_seq=3)
         assert reply.error is not None and reply.message is None
@@ -112,8 +128,11 @@ def test_http_error_statuses_come_back_as_replies(server: FakeServer, shell: str
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_closed_port_is_a_provider_error_saying_it_cannot_reach_it(shell: str) -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
-    with pytest.raises(ProviderError, match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/"
-                       r"completions: .*refused") as caught:
+    with pytest.raises(
+        ProviderError,
+        match=r"cannot reach http://127\.0\.0\.1:\d+/v1/chat/"
+        r"completions: .*refused",
+    ) as caught:
         call(shell, "openai-chat", body(), base_url=url, timeout=5, request_seq=2)
     assert not isinstance(caught.value, TimeoutError)
     assert isinstance(caught.value, turnlog.KernelError)
@@ -126,8 +145,11 @@ def test_a_closed_port_is_a_provider_error_saying_it_cannot_reach_it(shell: str)
 def test_a_server_too_slow_is_a_timeout(server: FakeServer, shell: str) -> None:
     server.script(FakeReply(text="late", delay=3.0))
     url = server.base_url("anthropic")
-    with pytest.raises(ProviderTimeoutError, match=r"no answer from http://.*/v1/messages "
-                       r"within 0\.3 s") as caught:
+    with pytest.raises(
+        ProviderTimeoutError,
+        match=r"no answer from http://.*/v1/messages "
+        r"within 0\.3 s",
+    ) as caught:
         call(shell, "anthropic", body("anthropic"), base_url=url, timeout=0.3, request_seq=5)
     assert isinstance(caught.value, TimeoutError)
     assert caught.value.error.error_type == "timeout" and caught.value.error.request_seq == 5
@@ -135,20 +157,25 @@ def test_a_server_too_slow_is_a_timeout(server: FakeServer, shell: str) -> None:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("shell", SHELLS)
-def test_an_answer_that_breaks_off_is_a_provider_error(server: FakeServer, shell: str,
-                                                       stream: bool) -> None:
+def test_an_answer_that_breaks_off_is_a_provider_error(
+    server: FakeServer, shell: str, stream: bool
+) -> None:
     server.script(FakeReply(text="a long answer " * 20, cut=40))
     url = server.base_url("openai-chat")
-    with pytest.raises(ProviderError, match=r"the answer from http://.*/chat/completions "
-                       r"broke off after 40 bytes of the body") as caught:
+    with pytest.raises(
+        ProviderError,
+        match=r"the answer from http://.*/chat/completions "
+        r"broke off after 40 bytes of the body",
+    ) as caught:
         call(shell, "openai-chat", body(stream=stream), base_url=url, timeout=5)
     assert not isinstance(caught.value, TimeoutError)
     assert caught.value.error.error_type == "connection"
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_an_error_status_whose_body_breaks_off_is_still_the_error(server: FakeServer,
-                                                                  shell: str) -> None:
+def test_an_error_status_whose_body_breaks_off_is_still_the_error(
+    server: FakeServer, shell: str
+) -> None:
     server.script(FakeReply(status=503, error_message="overloaded", cut=10))
     reply = call(shell, "openai-chat", body(), base_url=server.base_url("openai-chat"))
     assert reply.error is not None and reply.error.status == 503
@@ -158,26 +185,29 @@ MALFORMED = {
     "a JSON body cut short": malformed(b'{"id": "x", '),
     "a JSON body of another shape": malformed(b'{"unexpected": true}'),
     "HTML sent as a stream": malformed(b"<html>oops</html>", content_type="text/event-stream"),
-    "an event that is not JSON": malformed(b"data: {not json\n\n",
-                                           content_type="text/event-stream"),
+    "an event that is not JSON": malformed(
+        b"data: {not json\n\n", content_type="text/event-stream"
+    ),
     "a stream that stops before its end": malformed(
         b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m",'
         b'"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}\n\n',
-        content_type="text/event-stream"),
-    "a stream that is not UTF-8": malformed(b"data: \xff\xfe\n\n",
-                                            content_type="text/event-stream"),
+        content_type="text/event-stream",
+    ),
+    "a stream that is not UTF-8": malformed(
+        b"data: \xff\xfe\n\n", content_type="text/event-stream"
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 @pytest.mark.parametrize("shell", SHELLS)
-def test_a_malformed_answer_is_a_decode_error_like_the_parsers(server: FakeServer, shell: str,
-                                                              case: str) -> None:
+def test_a_malformed_answer_is_a_decode_error_like_the_parsers(
+    server: FakeServer, shell: str, case: str
+) -> None:
     reply = MALFORMED[case]
     assert reply.raw is not None
     with pytest.raises(DecodeError) as parsed:
-        parse_http("openai-chat", 200, reply.raw,
-                   stream=reply.content_type == "text/event-stream")
+        parse_http("openai-chat", 200, reply.raw, stream=reply.content_type == "text/event-stream")
     server.script(reply)
     with pytest.raises(DecodeError) as caught:
         call(shell, "openai-chat", body(stream=True), base_url=server.base_url("openai-chat"))
@@ -194,11 +224,15 @@ def test_a_url_that_is_not_http_is_a_provider_error(shell: str) -> None:
 
 @pytest.mark.parametrize("shell", SHELLS)
 def test_a_key_or_header_http_cannot_carry_is_refused_unsent_and_unechoed(
-        server: FakeServer, shell: str) -> None:
+    server: FakeServer, shell: str
+) -> None:
     url = server.base_url("openai-chat")
-    for key, headers in (("sk-secret\nx-injected: 1", {}), ("sk-s\u00e9cret", {}),
-                         ("sk-ok", {"x-trace": "caf\u00e9-secret"}),
-                         ("sk-ok", {"x bad name": "v"})):
+    for key, headers in (
+        ("sk-secret\nx-injected: 1", {}),
+        ("sk-s\u00e9cret", {}),
+        ("sk-ok", {"x-trace": "caf\u00e9-secret"}),
+        ("sk-ok", {"x bad name": "v"}),
+    ):
         with pytest.raises(InvalidArgumentError, match="an HTTP header cannot carry") as caught:
             call(shell, "openai-chat", body(), base_url=url, api_key=key, headers=headers)
         assert "secret" not in str(caught.value)
@@ -211,8 +245,10 @@ def test_a_client_passed_in_keeps_its_connection_between_calls() -> None:
         url = server.base_url("openai-chat")
         with httpx.Client() as client:
             for _ in range(3):
-                assert send("openai-chat", body(), api_key="k", base_url=url,
-                            client=client).message is not None
+                assert (
+                    send("openai-chat", body(), api_key="k", base_url=url, client=client).message
+                    is not None
+                )
             assert not client.is_closed
         assert server.connections == 1
         for _ in range(2):  # a client of each call's own: a connection each
@@ -227,8 +263,9 @@ def test_an_async_client_passed_in_keeps_its_connection_between_calls() -> None:
         async def main() -> None:
             async with httpx.AsyncClient() as client:
                 for _ in range(3):
-                    reply = await asend("openai-chat", body(), api_key="k", base_url=url,
-                                        client=client)
+                    reply = await asend(
+                        "openai-chat", body(), api_key="k", base_url=url, client=client
+                    )
                     assert reply.message is not None
                 assert not client.is_closed
 
@@ -239,8 +276,9 @@ def test_an_async_client_passed_in_keeps_its_connection_between_calls() -> None:
 class _NoThreads(concurrent.futures.ThreadPoolExecutor):
     """An executor that refuses work: a call that needs a worker thread fails."""
 
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-               ) -> concurrent.futures.Future[Any]:
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
         raise AssertionError(f"a worker thread was asked to run {fn!r}")
 
 
@@ -250,25 +288,30 @@ def test_asend_does_its_io_on_the_event_loop(server: FakeServer) -> None:
 
     async def main() -> list[Reply]:
         asyncio.get_running_loop().set_default_executor(_NoThreads())
-        return await asyncio.gather(*[asend("openai-chat", body(), api_key="k", base_url=url)
-                                      for _ in range(5)])
+        return await asyncio.gather(
+            *[asend("openai-chat", body(), api_key="k", base_url=url) for _ in range(5)]
+        )
 
     replies = asyncio.run(main())
-    assert sorted(r.message.parts[0].text for r in replies  # type: ignore[union-attr]
-                  ) == [f"answer {i}" for i in range(5)]
+    assert sorted(
+        r.message.parts[0].text  # type: ignore[union-attr]
+        for r in replies  # type: ignore[union-attr]
+    ) == [f"answer {i}" for i in range(5)]
 
 
-def test_twenty_requests_at_once_on_one_async_client_are_all_answered(
-        server: FakeServer) -> None:
+def test_twenty_requests_at_once_on_one_async_client_are_all_answered(server: FakeServer) -> None:
     url = server.base_url("openai-chat")
 
     async def main() -> list[Reply]:
         async with httpx.AsyncClient() as client:
             out: list[Reply] = []
             for _ in range(3):
-                out += await asyncio.gather(*[
-                    asend("openai-chat", body(), api_key="k", base_url=url, client=client)
-                    for _ in range(20)])
+                out += await asyncio.gather(
+                    *[
+                        asend("openai-chat", body(), api_key="k", base_url=url, client=client)
+                        for _ in range(20)
+                    ]
+                )
             return out
 
     replies = asyncio.run(main())

@@ -36,15 +36,21 @@ from turnlog.events import (
     UserMessageAdded,
 )
 
-session_ids = st.text(st.characters(min_codepoint=0x20, exclude_categories=["Cs"]),
-                      min_size=1, max_size=256).filter(lambda s: "\x7f" not in s)
+session_ids = st.text(
+    st.characters(min_codepoint=0x20, exclude_categories=["Cs"]), min_size=1, max_size=256
+).filter(lambda s: "\x7f" not in s)
 seqs = st.one_of(st.integers(0, 300), st.integers(0, 2**62))
 
 
-@given(session=session_ids, seq=seqs, body=bodies(big=False),
-       time=st.none() | st.integers(-(2**63), 2**63 - 1))
-def test_with_seq_gives_the_canonical_bytes_at_that_seq(session: str, seq: int, body: object,
-                                                         time: int | None) -> None:
+@given(
+    session=session_ids,
+    seq=seqs,
+    body=bodies(big=False),
+    time=st.none() | st.integers(-(2**63), 2**63 - 1),
+)
+def test_with_seq_gives_the_canonical_bytes_at_that_seq(
+    session: str, seq: int, body: object, time: int | None
+) -> None:
     event = Event(session=session, seq=0, body=body, time=time)  # type: ignore[arg-type]
     checked, data = encode_event(event)
     assert data == encode_canonical(checked)
@@ -52,15 +58,33 @@ def test_with_seq_gives_the_canonical_bytes_at_that_seq(session: str, seq: int, 
     assert with_seq(data, seq_offset(session), seq) == encode_canonical(at_seq)
 
 
-@pytest.mark.parametrize("body", [
-    PolicySet(policy=Policy(cache_read_price=1, input_price=2)),  # ints for float fields
-    AssistantMessageAdded(parts=[TextPart(text="a")]),  # type: ignore[arg-type]
-    AssistantMessageAdded(parts=({"type": "text", "text": "a"},)),  # type: ignore[arg-type]
-    AssistantMessageAdded(parts=(ToolCall(id="c", name="n", arguments="{" + "}"),)),
-    UserMessageAdded(text="a", images=(ImagePart(media_type="image/png", blob=BlobRef(
-        hash="0" * 64, size=1, media_type="text/plain; " + "charset=utf-8")),)),
-], ids=["int-for-float", "list-for-tuple", "dict-for-struct", "default-by-value",
-        "nested-default-by-value"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        PolicySet(policy=Policy(cache_read_price=1, input_price=2)),  # ints for float fields
+        AssistantMessageAdded(parts=[TextPart(text="a")]),  # type: ignore[arg-type]
+        AssistantMessageAdded(parts=({"type": "text", "text": "a"},)),  # type: ignore[arg-type]
+        AssistantMessageAdded(parts=(ToolCall(id="c", name="n", arguments="{" + "}"),)),
+        UserMessageAdded(
+            text="a",
+            images=(
+                ImagePart(
+                    media_type="image/png",
+                    blob=BlobRef(
+                        hash="0" * 64, size=1, media_type="text/plain; " + "charset=utf-8"
+                    ),
+                ),
+            ),
+        ),
+    ],
+    ids=[
+        "int-for-float",
+        "list-for-tuple",
+        "dict-for-struct",
+        "default-by-value",
+        "nested-default-by-value",
+    ],
+)
 def test_encode_event_bytes_do_not_depend_on_how_the_event_was_built(body: object) -> None:
     checked, data = encode_event(Event(session="s", seq=0, body=body))  # type: ignore[arg-type]
     assert data == encode_canonical(checked)
@@ -79,8 +103,11 @@ def test_encode_event_rejects_what_the_schema_rejects() -> None:
 @given(body=bodies(big=False), seq=seqs)
 def test_a_record_without_a_blob_key_holds_no_blob_ref(body: object, seq: int) -> None:
     ref = BlobRef(hash="a" * 64, size=3)
-    for payload in (body, ToolResultAdded(call_id="c", tool_name="t", output="x", blob=ref),
-                    UserMessageAdded(text="x", images=(ImagePart(media_type="i", blob=ref),))):
+    for payload in (
+        body,
+        ToolResultAdded(call_id="c", tool_name="t", output="x", blob=ref),
+        UserMessageAdded(text="x", images=(ImagePart(media_type="i", blob=ref),)),
+    ):
         data = encode_canonical(Event(session="s", seq=seq, body=payload))  # type: ignore[arg-type]
         refs = turnlog._verify._blob_refs(decode_event(data).body)
         assert may_hold_blob_refs(data) or not refs

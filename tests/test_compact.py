@@ -33,15 +33,32 @@ from turnlog.events import (
 )
 from turnlog.packing import get_counter
 
-SMALL = Policy(context_window=12_000, output_reserve=1_000, warning_buffer=5_000,
-               compact_buffer=4_000, blocking_buffer=1_000, prune=False,
-               summary_max_tokens=300, segment_target_tokens=2_000, segment_min_tokens=300,
-               segment_min_messages=2, rollup_fanout=3, keep_recent_turns=2,
-               keep_recent_messages=4, compact_cooldown_turns=1)
+SMALL = Policy(
+    context_window=12_000,
+    output_reserve=1_000,
+    warning_buffer=5_000,
+    compact_buffer=4_000,
+    blocking_buffer=1_000,
+    prune=False,
+    summary_max_tokens=300,
+    segment_target_tokens=2_000,
+    segment_min_tokens=300,
+    segment_min_messages=2,
+    rollup_fanout=3,
+    keep_recent_turns=2,
+    keep_recent_messages=4,
+    compact_cooldown_turns=1,
+)
 
 
-def turn(log: turnlog.Log, t: int, *, size: int = 60, pending: bool = False,
-         late: list[int] | None = None) -> None:
+def turn(
+    log: turnlog.Log,
+    t: int,
+    *,
+    size: int = 60,
+    pending: bool = False,
+    late: list[int] | None = None,
+) -> None:
     """Append one realistic turn: user, assistant with two parallel calls, results, reply.
 
     With ``late``, the shell result is held back and appended (to ``late``) only
@@ -49,25 +66,41 @@ def turn(log: turnlog.Log, t: int, *, size: int = 60, pending: bool = False,
     """
     log.append("s", UserMessageAdded(text=f"turn {t}: fix the failing test in mod{t % 4}.py"))
     for held in late or []:
-        log.append("s", ToolResultAdded(call_id=f"b{held}", tool_name="Bash", output="late ok",
-                                        exit_code=0))
+        log.append(
+            "s",
+            ToolResultAdded(call_id=f"b{held}", tool_name="Bash", output="late ok", exit_code=0),
+        )
     if late:
         late.clear()
     read_args = json.dumps({"file_path": f"mod{t % 4}.py"})
-    calls = (ToolCall(id=f"r{t}", name="Read", arguments=read_args),
-             ToolCall(id=f"b{t}", name="Bash", arguments=json.dumps({"command": "pytest -q"})))
+    calls = (
+        ToolCall(id=f"r{t}", name="Read", arguments=read_args),
+        ToolCall(id=f"b{t}", name="Bash", arguments=json.dumps({"command": "pytest -q"})),
+    )
     log.append("s", AssistantMessageAdded(parts=(TextPart(text="Looking."), *calls)))
-    log.append("s", ToolResultAdded(call_id=f"r{t}", tool_name="Read",
-                                    output="\n".join(f"{i}: code {t} {i}" for i in range(size))))
+    log.append(
+        "s",
+        ToolResultAdded(
+            call_id=f"r{t}",
+            tool_name="Read",
+            output="\n".join(f"{i}: code {t} {i}" for i in range(size)),
+        ),
+    )
     if pending:
         return
     if late is not None:
         late.append(t)
         return
-    log.append("s", ToolResultAdded(call_id=f"b{t}", tool_name="Bash", output=f"1 failed ({t})",
-                                    exit_code=1))
-    log.append("s", AssistantMessageAdded(parts=(TextPart(text=f"Based on mod{t % 4}.py the "
-                                                          f"issue is case {t}."),)))
+    log.append(
+        "s",
+        ToolResultAdded(call_id=f"b{t}", tool_name="Bash", output=f"1 failed ({t})", exit_code=1),
+    )
+    log.append(
+        "s",
+        AssistantMessageAdded(
+            parts=(TextPart(text=f"Based on mod{t % 4}.py the issue is case {t}."),)
+        ),
+    )
 
 
 def fresh(tmp_path: Path | None = None) -> tuple[turnlog.Log, Packer, Compactor]:
@@ -97,7 +130,7 @@ def test_compaction_commits_provenance_over_the_covered_events(tmp_path: Path) -
     for _, body in found:
         if body.level:
             continue
-        hashes = [e.hash for e in lineage[body.first_seq:body.last_seq + 1]]
+        hashes = [e.hash for e in lineage[body.first_seq : body.last_seq + 1]]
         assert body.covered_digest == covered_digest(hashes)
         assert body.summarizer == "extractive" and body.reason == "manual"
         assert body.tokens_after <= SMALL.summary_max_tokens
@@ -110,9 +143,11 @@ def test_compaction_commits_provenance_over_the_covered_events(tmp_path: Path) -
 @pytest.mark.parametrize("late_results", [False, True])
 @pytest.mark.parametrize("pending_last", [False, True])
 def test_compaction_never_covers_the_tail_or_splits_a_tool_pair(
-        keep_messages: int, late_results: bool, pending_last: bool) -> None:
-    policy = Policy(**{**_fields(SMALL), "keep_recent_messages": keep_messages,
-                       "keep_recent_turns": 1})
+    keep_messages: int, late_results: bool, pending_last: bool
+) -> None:
+    policy = Policy(
+        **{**_fields(SMALL), "keep_recent_messages": keep_messages, "keep_recent_turns": 1}
+    )
     log, packer, compactor = fresh()
     late: list[int] | None = [] if late_results else None
     for t in range(10):
@@ -180,8 +215,9 @@ def test_rollups_summarize_children_and_packing_expands_breadth_first() -> None:
     assert roomy.prompt.system[-1].name == tight.prompt.system[-1].name == "conversation_summary"
     assert 'level="L1"' in tight_text
     assert roomy_text.count('level="L0"') > tight_text.count('level="L0"')
-    expanded = [d for d in roomy.decisions if d.rule == "summaries.not_shown"
-                and "expanded" in d.detail]
+    expanded = [
+        d for d in roomy.decisions if d.rule == "summaries.not_shown" and "expanded" in d.detail
+    ]
     assert expanded, "no rollup was expanded under the roomy budget"
 
 
@@ -268,9 +304,16 @@ def test_overflow_recovery_compacts_without_a_model_and_records_a_recovery_pack(
     for t in range(10):
         turn(log, t)
     request = Replayer(packer).record("s", policy=SMALL)
-    log.append("s", ProviderErrorReceived(request_seq=request.request_seq, status=400,
-                                          code="context_length_exceeded", overflow=True,
-                                          message="This model's maximum context length is 8192"))
+    log.append(
+        "s",
+        ProviderErrorReceived(
+            request_seq=request.request_seq,
+            status=400,
+            code="context_length_exceeded",
+            overflow=True,
+            message="This model's maximum context length is 8192",
+        ),
+    )
     outcome = compactor.recover("s", policy=SMALL)
     assert outcome.status == "committed" and outcome.reason == "overflow"
     body = compactions(log)[-1][1]
@@ -322,8 +365,14 @@ def test_extractive_summary_has_the_structured_sections() -> None:
         turn(log, t)
     view = packer.projection("s", get_counter("cl100k_base"))
     messages, _ = Compactor(log, packer)._full_span(view, 0, view.head)
-    request = SummaryRequest(session="s", first_pos=0, last_pos=view.head, level=0,
-                             max_tokens=400, messages=tuple(messages))
+    request = SummaryRequest(
+        session="s",
+        first_pos=0,
+        last_pos=view.head,
+        level=0,
+        max_tokens=400,
+        messages=tuple(messages),
+    )
     summary = ExtractiveSummarizer(get_counter("cl100k_base")).summarize(request)
     for section in ("## Goal", "## Key Decisions", "## Relevant Files", "## Errors"):
         assert section in summary.text
@@ -332,18 +381,30 @@ def test_extractive_summary_has_the_structured_sections() -> None:
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=st.integers(4, 24), sizes=st.lists(st.integers(1, 200), min_size=24, max_size=24),
-       pending_at=st.integers(0, 30), window=st.sampled_from([6_000, 9_000, 14_000]))
+@given(
+    turns=st.integers(4, 24),
+    sizes=st.lists(st.integers(1, 200), min_size=24, max_size=24),
+    pending_at=st.integers(0, 30),
+    window=st.sampled_from([6_000, 9_000, 14_000]),
+)
 def test_compaction_properties_hold_over_generated_sessions(
-        turns: int, sizes: list[int], pending_at: int, window: int) -> None:
-    policy = Policy(**{**_fields(SMALL), "context_window": window,
-                       "warning_buffer": window // 3, "compact_buffer": window // 4})
+    turns: int, sizes: list[int], pending_at: int, window: int
+) -> None:
+    policy = Policy(
+        **{
+            **_fields(SMALL),
+            "context_window": window,
+            "warning_buffer": window // 3,
+            "compact_buffer": window // 4,
+        }
+    )
     log, packer, compactor = fresh()
     for t in range(turns):
         turn(log, t, size=sizes[t], pending=(t == pending_at))
         if t == pending_at:
-            log.append("s", ToolResultAdded(call_id=f"b{t}", tool_name="Bash", output="ok",
-                                            exit_code=0))
+            log.append(
+                "s", ToolResultAdded(call_id=f"b{t}", tool_name="Bash", output="ok", exit_code=0)
+            )
         compactor.maybe_compact("s", policy=policy)
         try:
             packed = packer.pack("s", policy=policy)
@@ -399,8 +460,9 @@ def test_a_rewind_while_summarizing_keeps_the_compaction_out() -> None:
     log, packer, _ = fresh()
     for t in range(12):
         turn(log, t)
-    compactor = Compactor(log, packer,
-                          summarizer=Meanwhile(log, SessionRewound(to_seq=3, reason="undo")))
+    compactor = Compactor(
+        log, packer, summarizer=Meanwhile(log, SessionRewound(to_seq=3, reason="undo"))
+    )
     with pytest.raises(CompactionError, match="rewound while summarizing"):
         compactor.compact("s", policy=SMALL)
     assert compactions(log) == [] and log.verify().ok
@@ -428,8 +490,9 @@ class Recording:
 
 def big_output(words: int = 48_000) -> str:
     """About 300 KB of log lines with one word (SIDEHILL) and one error in the middle."""
-    lines = [f"{i:06d} INFO processed row {i} of ledger batch {i % 97} ok"
-             for i in range(words // 8)]
+    lines = [
+        f"{i:06d} INFO processed row {i} of ledger batch {i % 97} ok" for i in range(words // 8)
+    ]
     middle = len(lines) // 2
     lines[middle] = f"{middle:06d} ERROR row {middle}: SIDEHILL checksum mismatch"
     lines[middle + 1] = "ValueError: checksum mismatch in batch 42"
@@ -439,8 +502,17 @@ def big_output(words: int = 48_000) -> str:
 def big_session(log: turnlog.Log, output: str) -> None:
     log.append("s", SystemSectionSet(name="base", text="You are a coding agent."))
     log.append("s", UserMessageAdded(text="import the ledger and tell me what failed"))
-    log.append("s", AssistantMessageAdded(parts=(TextPart(text="Running the import."), ToolCall(
-        id="b0", name="Bash", arguments=json.dumps({"command": "ledger import big.csv"})))))
+    log.append(
+        "s",
+        AssistantMessageAdded(
+            parts=(
+                TextPart(text="Running the import."),
+                ToolCall(
+                    id="b0", name="Bash", arguments=json.dumps({"command": "ledger import big.csv"})
+                ),
+            )
+        ),
+    )
     log.append("s", ToolResultAdded(call_id="b0", tool_name="Bash", output=output, exit_code=1))
     log.append("s", AssistantMessageAdded(parts=(TextPart(text="The import failed."),)))
     for t in range(1, 4):
@@ -458,11 +530,13 @@ def test_compaction_summarizes_a_blob_stored_output_from_its_whole_text() -> Non
     counter = get_counter("cl100k_base")
     recording = Recording(ExtractiveSummarizer(counter), log)
     outcome = Compactor(log, packer, summarizer=recording).compact(
-        "s", policy=msgspec.structs.replace(SMALL, segment_target_tokens=200_000))
+        "s", policy=msgspec.structs.replace(SMALL, segment_target_tokens=200_000)
+    )
     assert outcome.status == "committed", outcome
     first = compactions(log)[0][1]
-    [(request, _)] = [r for r in recording.requests
-                      if r[0].first_pos == first.first_seq and not r[0].merges]
+    [(request, _)] = [
+        r for r in recording.requests if r[0].first_pos == first.first_seq and not r[0].merges
+    ]
     assert output in request.source_text()
     assert first.prompt_hash == request.prompt_hash()
     # what it covers is counted whole: the output's tokens, not its preview's
@@ -509,8 +583,12 @@ def test_a_span_larger_than_the_summarizer_window_is_summarized_in_parts_then_me
     assert first.parts and set(first.parts) <= set(parts)
     # every request fits the window; none reads a summary that is not in the log yet
     for request, head in recording.requests:
-        assert counter.count(request.instructions()) + counter.count(request.source_text()) \
-            + request.max_tokens <= 8_000
+        assert (
+            counter.count(request.instructions())
+            + counter.count(request.source_text())
+            + request.max_tokens
+            <= 8_000
+        )
         for child in request.children:
             assert any(b.summary == child and seq <= head for seq, b in parts.items())
     # the level-0 parts cut the transcript in order, each output's text contiguously
@@ -575,18 +653,28 @@ def test_the_demo_compaction_summarizes_its_outputs_from_their_full_text() -> No
 
     def on_turn(result: demo.TurnResult) -> None:
         if not compactions_of(log):
-            demo.pack_turn(log, packer, compactor, demo.DEFAULT_SESSION, result,
-                           policy=demo.policy_for_turn(result.turn),
-                           overflow=result.turn == demo.OVERFLOW_TURN)
+            demo.pack_turn(
+                log,
+                packer,
+                compactor,
+                demo.DEFAULT_SESSION,
+                result,
+                policy=demo.policy_for_turn(result.turn),
+                overflow=result.turn == demo.OVERFLOW_TURN,
+            )
 
     demo.run_demo(log, turns=30, on_turn=on_turn)
     _, body = compactions_of(log)[0]
     lineage = log.lineage(demo.DEFAULT_SESSION)
-    blobs = [e.body.blob for e in lineage[body.first_seq:body.last_seq + 1]
-             if isinstance(e.body, ToolResultAdded) and e.body.blob is not None]
+    blobs = [
+        e.body.blob
+        for e in lineage[body.first_seq : body.last_seq + 1]
+        if isinstance(e.body, ToolResultAdded) and e.body.blob is not None
+    ]
     assert blobs
-    [(request, _)] = [r for r in recording.requests
-                      if r[0].first_pos == body.first_seq and not r[0].merges]
+    [(request, _)] = [
+        r for r in recording.requests if r[0].first_pos == body.first_seq and not r[0].merges
+    ]
     counter = get_counter("cl100k_base")
     whole = 0
     for ref in blobs:

@@ -20,22 +20,37 @@ from turnlog.packing import CONTEXT_TOOLS
 from turnlog.tools.cli import main as cli_main
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic")
-POLICY = Policy(context_window=64_000, output_reserve=1_000, truncate_lines=40,
-                truncate_bytes=4_000)
-MINE = {"name": "run", "description": "Run a command.",
-        "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}
-BIG = "\n".join(f"line {n:04d} " + ("ZANZIBAR" if n == 2000 else "filler text here")
-                for n in range(1, 4001))
+POLICY = Policy(
+    context_window=64_000, output_reserve=1_000, truncate_lines=40, truncate_bytes=4_000
+)
+MINE = {
+    "name": "run",
+    "description": "Run a command.",
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+}
+BIG = "\n".join(
+    f"line {n:04d} " + ("ZANZIBAR" if n == 2000 else "filler text here") for n in range(1, 4001)
+)
 
 
 def chat_body(calls: list[tuple[str, str, dict[str, object]]], ident: str) -> dict[str, object]:
     """A Chat Completions reply making ``calls`` (id, name, arguments)."""
-    message: dict[str, object] = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
-        for i, n, a in calls]}
-    return {"id": ident, "object": "chat.completion", "created": 1, "model": "fake-model",
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23}}
+    message: dict[str, object] = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for i, n, a in calls
+        ],
+    }
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": 1,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23},
+    }
 
 
 @pytest.fixture
@@ -132,15 +147,20 @@ def test_search_history_finds_a_word_in_the_middle_of_a_blob(log: Log) -> None:
 
 def test_memory_tools_save_search_and_forget(log: Log) -> None:
     session = make(log)
-    saved = call(session, "c1", "memory_save", {"title": "build", "content": "use make -j2",
-                                                "type": "decision"})
+    saved = call(
+        session,
+        "c1",
+        "memory_save",
+        {"title": "build", "content": "use make -j2", "type": "decision"},
+    )
     memory_id = saved.removeprefix("saved memory ")
     assert MemoryManager(log).book().get(memory_id) is not None
     assert memory_id in call(session, "c2", "memory_search", {"query": "make"})
     assert call(session, "c3", "memory_forget", {"id": memory_id}) == f"forgot memory {memory_id}"
     assert call(session, "c4", "memory_search", {"query": "make"}) == "no memory matches"
-    assert call(session, "c5", "memory_save", {"title": "x", "content": "y", "type": "odd"}
-                ).startswith("error: type must be")
+    assert call(
+        session, "c5", "memory_save", {"title": "x", "content": "y", "type": "odd"}
+    ).startswith("error: type must be")
 
 
 def test_expand_summary_shows_what_a_summary_replaced(log: Log) -> None:
@@ -148,9 +168,21 @@ def test_expand_summary_shows_what_a_summary_replaced(log: Log) -> None:
     for turn in range(4):
         session.user(f"next step {turn}")
         session.prepare()
-        session.record({"id": f"cmpl-t{turn}", "object": "chat.completion", "created": 1,
-                        "model": "fake-model", "choices": [{"index": 0, "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": f"done {turn}"}}]})
+        session.record(
+            {
+                "id": f"cmpl-t{turn}",
+                "object": "chat.completion",
+                "created": 1,
+                "model": "fake-model",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": f"done {turn}"},
+                    }
+                ],
+            }
+        )
     outcome = session.compact()
     assert outcome.status == "committed" and outcome.seqs
     shown = call(session, "c1", "expand_summary", {"id": outcome.seqs[0]})
@@ -165,8 +197,9 @@ def test_an_inline_output_is_read_by_its_event_ref(log: Log) -> None:
     session.user("go")
     session.prepare()
     session.record(chat_body([("c0", "read_output", {"ref": "x"})], "cmpl-0"))
-    done = session.tool_result("c0", "\n".join(f"row {n} MIDDLE" if n == 50 else f"row {n}"
-                                                for n in range(100)))
+    done = session.tool_result(
+        "c0", "\n".join(f"row {n} MIDDLE" if n == 50 else f"row {n}" for n in range(100))
+    )
     session.prepare()
     assert f'read_output tool, ref "s1#{done.last_seq}"' in notice_of(session)
     got = call(session, "c1", "read_output", {"ref": f"s1#{done.last_seq}", "grep": "middle"})
@@ -176,6 +209,7 @@ def test_an_inline_output_is_read_by_its_event_ref(log: Log) -> None:
 def test_a_call_that_is_not_open_is_refused(log: Log) -> None:
     session = make(log)
     from turnlog.events import ToolCall
+
     with pytest.raises(InvalidEventError, match="no call 'zz' is waiting"):
         session.call_context_tool(ToolCall(id="zz", name="read_output", arguments="{}"))
 
@@ -187,8 +221,9 @@ def test_the_async_session_runs_the_kit_through_the_shared_core(log: Log) -> Non
         session = AsyncSession(log, "s1", model="fake-model", max_tokens=512, policy=POLICY)
         assert session.context_tools() == CONTEXT_TOOLS
         await session.prepare()
-        answer = await session.record(chat_body(
-            [("a1", "search_history", {"query": "zanzibar"})], "cmpl-a1"))
+        answer = await session.record(
+            chat_body([("a1", "search_history", {"query": "zanzibar"})], "cmpl-a1")
+        )
         result = await session.call_context_tool(answer.tool_calls[0])
         return result.output
 
@@ -196,7 +231,8 @@ def test_the_async_session_runs_the_kit_through_the_shared_core(log: Log) -> Non
 
 
 def test_turnlog_recall_finds_a_word_in_the_middle_of_a_300_kb_output(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines = [f"row {n:06d} nothing to see here, all fine" for n in range(1, 8001)]
     lines[4000] = "row 004001 the QUILLWORT gauge failed"
     output = "\n".join(lines)
@@ -218,30 +254,57 @@ def test_turnlog_recall_finds_a_word_in_the_middle_of_a_300_kb_output(
     # the hit says where in the output it is, and read_output fetches around it there
     where = output.index("QUILLWORT")
     assert hit["offset"] <= where < hit["offset"] + len(hit["text"])
-    assert output[hit["offset"]:].startswith(hit["text"].removeprefix("...").split("...")[0])
+    assert output[hit["offset"] :].startswith(hit["text"].removeprefix("...").split("...")[0])
     with turnlog.open(tmp_path / "store") as log:
         session = Session(log, "s1", model="fake-model", max_tokens=512, policy=POLICY)
         session.tools(session.context_tools())
         found = call(session, "c1", "search_history", {"query": "quillwort"})
         assert f"[s1#{done.last_seq}, character {hit['offset']}]" in found
-        around = call(session, "c2", "read_output", {"ref": f"s1#{done.last_seq}",
-                                                     "offset": hit["offset"], "length": 300})
+        around = call(
+            session,
+            "c2",
+            "read_output",
+            {"ref": f"s1#{done.last_seq}", "offset": hit["offset"], "length": 300},
+        )
         assert "QUILLWORT gauge failed" in around
 
 
 def test_bad_calls_get_error_results_saying_what_was_expected(log: Log) -> None:
     session = make(log)
     assert call(session, "c1", "read_output", {"ref": "s1#999"}).startswith(
-        "error: no event 's1#999' in this conversation")
+        "error: no event 's1#999' in this conversation"
+    )
     session.prepare()
-    answer = session.record({"id": "cmpl-bad", "object": "chat.completion", "created": 1,
-                             "model": "fake-model", "choices": [{"index": 0,
-                             "finish_reason": "tool_calls", "message": {
-                                 "role": "assistant", "content": "", "tool_calls": [
-                                     {"id": "b1", "type": "function", "function": {
-                                         "name": "read_output", "arguments": "not json"}},
-                                     {"id": "b2", "type": "function", "function": {
-                                         "name": "read_output", "arguments": "[1]"}}]}}]})
+    answer = session.record(
+        {
+            "id": "cmpl-bad",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "fake-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": "",
+                        "tool_calls": [
+                            {
+                                "id": "b1",
+                                "type": "function",
+                                "function": {"name": "read_output", "arguments": "not json"},
+                            },
+                            {
+                                "id": "b2",
+                                "type": "function",
+                                "function": {"name": "read_output", "arguments": "[1]"},
+                            },
+                        ],
+                    },
+                }
+            ],
+        }
+    )
     first, second = (session.call_context_tool(c) for c in answer.tool_calls)
     assert first.is_error and first.output.startswith("error: the arguments must be a JSON")
     assert second.is_error and "found [1]" in second.output

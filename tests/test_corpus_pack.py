@@ -32,8 +32,9 @@ from turnlog.events import (
 from turnlog.packing import Projection, get_counter
 from turnlog.testing import Compact, SessionItem, build, check_all, memory_log
 
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).parents[1] / ".." / "shared" / "corpus").resolve()
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS") or Path(__file__).parents[1] / ".." / "shared" / "corpus"
+).resolve()
 
 pytestmark = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"no transcript corpus at {CORPUS}")
 
@@ -66,10 +67,18 @@ class _Session:
     def add(self, item: SessionItem) -> None:
         self.items.append(item)
 
-    def result(self, call_id: str, output: str, *, is_error: bool = False,
-               exit_code: int | None = None) -> None:
-        self.add(ToolResultAdded(call_id=call_id or "unknown", tool_name=self.names.get(
-            call_id, "unknown"), output=output, is_error=is_error, exit_code=exit_code))
+    def result(
+        self, call_id: str, output: str, *, is_error: bool = False, exit_code: int | None = None
+    ) -> None:
+        self.add(
+            ToolResultAdded(
+                call_id=call_id or "unknown",
+                tool_name=self.names.get(call_id, "unknown"),
+                output=output,
+                is_error=is_error,
+                exit_code=exit_code,
+            )
+        )
 
     def done(self) -> list[SessionItem]:
         out: list[SessionItem] = []
@@ -127,12 +136,21 @@ def load_claude_code(path: Path) -> list[SessionItem]:
                 elif block.get("type") == "text" and block.get("text"):
                     parts.append(TextPart(text=block["text"]))
                 elif block.get("type") == "thinking":
-                    parts.append(ReasoningPart(text=block.get("thinking", ""),
-                                               opaque=block.get("signature", ""),
-                                               provider="anthropic"))
+                    parts.append(
+                        ReasoningPart(
+                            text=block.get("thinking", ""),
+                            opaque=block.get("signature", ""),
+                            provider="anthropic",
+                        )
+                    )
                 elif block.get("type") == "tool_use":
-                    parts.append(ToolCall(id=block["id"], name=block.get("name", "tool"),
-                                          arguments=json.dumps(block.get("input", {}))))
+                    parts.append(
+                        ToolCall(
+                            id=block["id"],
+                            name=block.get("name", "tool"),
+                            arguments=json.dumps(block.get("input", {})),
+                        )
+                    )
             if parts:
                 session.assistant(parts, message.get("id"))
             continue
@@ -145,8 +163,11 @@ def load_claude_code(path: Path) -> list[SessionItem]:
             texts = []
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "tool_result":
-                    session.result(block.get("tool_use_id", ""), _text(block.get("content")),
-                                   is_error=bool(block.get("is_error")))
+                    session.result(
+                        block.get("tool_use_id", ""),
+                        _text(block.get("content")),
+                        is_error=bool(block.get("is_error")),
+                    )
                 else:
                     texts.append(_text([block]))
             if any(texts):
@@ -187,8 +208,15 @@ def load_codex(path: Path) -> list[SessionItem]:
             arguments = payload.get("arguments")
             if kind == "custom_tool_call":
                 arguments = json.dumps({"input": payload.get("input", "")})
-            session.assistant([ToolCall(id=payload.get("call_id") or "call", name=payload.get(
-                "name", "tool"), arguments=arguments if isinstance(arguments, str) else "{}")])
+            session.assistant(
+                [
+                    ToolCall(
+                        id=payload.get("call_id") or "call",
+                        name=payload.get("name", "tool"),
+                        arguments=arguments if isinstance(arguments, str) else "{}",
+                    )
+                ]
+            )
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = payload.get("output")
             exit_code = None
@@ -231,8 +259,13 @@ def load_swe_agent(path: Path) -> list[SessionItem]:
             parts: list[Part] = [TextPart(text=text)] if text else []
             for call in message.get("tool_calls") or []:
                 function = call.get("function", {})
-                parts.append(ToolCall(id=call.get("id") or f"call-{i}", name=function.get(
-                    "name", "tool"), arguments=function.get("arguments") or "{}"))
+                parts.append(
+                    ToolCall(
+                        id=call.get("id") or f"call-{i}",
+                        name=function.get("name", "tool"),
+                        arguments=function.get("arguments") or "{}",
+                    )
+                )
             session.add(AssistantMessageAdded(parts=tuple(parts or [TextPart(text="(empty)")])))
             for part in parts:
                 if isinstance(part, ToolCall):
@@ -261,8 +294,11 @@ def load_openhands(path: Path) -> list[SessionItem]:
         last_action = ""
         for i, event in enumerate(events):
             ident = f"oh{n}-{event.get('id', i)}"
-            args: dict[str, Any] = event["args"] if isinstance(event.get("args"), dict) else {
-                k: v for k, v in event.items() if k not in ("action", "observation")}
+            args: dict[str, Any] = (
+                event["args"]
+                if isinstance(event.get("args"), dict)
+                else {k: v for k, v in event.items() if k not in ("action", "observation")}
+            )
             action, observation = event.get("action"), event.get("observation")
             if action == "message":
                 text = args.get("content") or event.get("message") or ""
@@ -273,27 +309,36 @@ def load_openhands(path: Path) -> list[SessionItem]:
                     session.add(AssistantMessageAdded(parts=(TextPart(text=str(text)),)))
             elif action:
                 thought = str(args.get("thought") or event.get("message") or "")
-                clean = {k: v for k, v in args.items()
-                         if k not in ("thought", "tool_call_metadata")}
+                clean = {
+                    k: v for k, v in args.items() if k not in ("thought", "tool_call_metadata")
+                }
                 parts: list[Part] = [TextPart(text=thought)] if thought else []
                 if action in ("finish", "think", "reject"):
                     parts = parts or [TextPart(text=action)]
                 else:
-                    parts.append(ToolCall(id=ident, name=str(action),
-                                          arguments=json.dumps(clean, default=str)))
+                    parts.append(
+                        ToolCall(
+                            id=ident, name=str(action), arguments=json.dumps(clean, default=str)
+                        )
+                    )
                     session.names[ident] = str(action)
                     last_action = ident
                 session.add(AssistantMessageAdded(parts=tuple(parts)))
             elif observation:
                 cause = event.get("cause")
                 call_id = f"oh{n}-{cause}" if cause is not None else last_action
-                extras: dict[str, Any] = (event["extras"] if isinstance(event.get("extras"), dict)
-                                          else {})
+                extras: dict[str, Any] = (
+                    event["extras"] if isinstance(event.get("extras"), dict) else {}
+                )
                 code = extras.get("exit_code", event.get("exit_code"))
-                session.result(call_id, str(event.get("content", "")),
-                               is_error=observation == "error",
-                               exit_code=int(code) if isinstance(code, (int, str)) and str(
-                                   code).lstrip("-").isdigit() else None)
+                session.result(
+                    call_id,
+                    str(event.get("content", "")),
+                    is_error=observation == "error",
+                    exit_code=int(code)
+                    if isinstance(code, (int, str)) and str(code).lstrip("-").isdigit()
+                    else None,
+                )
     return session.done()
 
 
@@ -331,15 +376,32 @@ def policies_for(window: int) -> list[Policy]:
     """The defaults scaled to the window, and a ratio policy under which every stage fires."""
     reserve = window // 8
     usable = window - reserve
-    scaled = Policy(context_window=window, output_reserve=reserve,
-                    warning_buffer=usable * 15 // 100, compact_buffer=usable * 75 // 1000,
-                    blocking_buffer=usable * 2 // 100, prune_protect_tokens=usable // 4,
-                    prune_min_savings=usable // 8, truncate_bytes=min(50_000, usable * 2))
-    eager = Policy(context_window=window, output_reserve=reserve, warning_buffer=None,
-                   warning_ratio=0.5, compact_buffer=None, compact_ratio=0.7,
-                   blocking_buffer=None, blocking_ratio=0.9, prune_protect_turns=1,
-                   prune_protect_tokens=usable // 20, prune_min_savings=0,
-                   truncate_lines=400, truncate_bytes=min(50_000, usable), cache_breakpoints=2)
+    scaled = Policy(
+        context_window=window,
+        output_reserve=reserve,
+        warning_buffer=usable * 15 // 100,
+        compact_buffer=usable * 75 // 1000,
+        blocking_buffer=usable * 2 // 100,
+        prune_protect_tokens=usable // 4,
+        prune_min_savings=usable // 8,
+        truncate_bytes=min(50_000, usable * 2),
+    )
+    eager = Policy(
+        context_window=window,
+        output_reserve=reserve,
+        warning_buffer=None,
+        warning_ratio=0.5,
+        compact_buffer=None,
+        compact_ratio=0.7,
+        blocking_buffer=None,
+        blocking_ratio=0.9,
+        prune_protect_turns=1,
+        prune_protect_tokens=usable // 20,
+        prune_min_savings=0,
+        truncate_lines=400,
+        truncate_bytes=min(50_000, usable),
+        cache_breakpoints=2,
+    )
     return [scaled, eager]
 
 
@@ -351,10 +413,8 @@ def test_the_corpus_has_every_format() -> None:
 
 
 @pytest.mark.parametrize("window", [8_000, 32_000, 128_000])
-@pytest.mark.parametrize(("folder", "path"), CASES,
-                         ids=[f"{f}/{p.name[:40]}" for f, p in CASES])
-def test_a_real_transcript_packs_with_every_invariant(folder: str, path: Path,
-                                                      window: int) -> None:
+@pytest.mark.parametrize(("folder", "path"), CASES, ids=[f"{f}/{p.name[:40]}" for f, p in CASES])
+def test_a_real_transcript_packs_with_every_invariant(folder: str, path: Path, window: int) -> None:
     events = lineage(folder, path)
     counter = get_counter("cl100k_base")
 

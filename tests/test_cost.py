@@ -25,10 +25,15 @@ from turnlog.replay import BREAKPOINT_CACHE, PREFIX_CACHE, CacheRule, SessionCos
 from turnlog.tools import demo
 from turnlog.tools.cli import main
 
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
-TRANSCRIPT = (CORPUS / "claude_code_jsonl/M-Thisness__M-Claude/Archives"
-              / "93a38075-1e1b-4210-978f-8e927e43b55b.jsonl")
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+)
+TRANSCRIPT = (
+    CORPUS
+    / "claude_code_jsonl/M-Thisness__M-Claude/Archives"
+    / "93a38075-1e1b-4210-978f-8e927e43b55b.jsonl"
+)
 
 SESSION = "s"
 #: A system prompt well above the caches' minimum of 1,024 tokens.
@@ -37,17 +42,31 @@ SYSTEM = " ".join(f"rule{i} keep the answer short and exact." for i in range(300
 
 def session_log() -> turnlog.Log:
     log = turnlog.open(":memory:")
-    log.append(SESSION, [
-        SystemSectionSet(name="base", text=SYSTEM),
-        ToolsSet(tools=(ToolSpec(name="run", description="run a command",
-                                 parameters='{"type": "object"}'),)),
-        UserMessageAdded(text="What is in the repository?")])
+    log.append(
+        SESSION,
+        [
+            SystemSectionSet(name="base", text=SYSTEM),
+            ToolsSet(
+                tools=(
+                    ToolSpec(
+                        name="run", description="run a command", parameters='{"type": "object"}'
+                    ),
+                )
+            ),
+            UserMessageAdded(text="What is in the repository?"),
+        ],
+    )
     return log
 
 
 def turn(log: turnlog.Log, n: int) -> None:
-    log.append(SESSION, [AssistantMessageAdded(parts=(TextPart(text=f"Answer {n}."),)),
-                         UserMessageAdded(text=f"Question {n}?")])
+    log.append(
+        SESSION,
+        [
+            AssistantMessageAdded(parts=(TextPart(text=f"Answer {n}."),)),
+            UserMessageAdded(text=f"Question {n}?"),
+        ],
+    )
 
 
 def record(replayer: Replayer, fmt: str = "anthropic", model: str = "m") -> int:
@@ -59,6 +78,7 @@ def cost(replayer: Replayer) -> SessionCost:
 
 
 # -- the rules -----------------------------------------------------------------------------
+
 
 def test_a_request_that_appends_reads_what_the_previous_one_wrote_at_its_breakpoints() -> None:
     log = session_log()
@@ -74,8 +94,9 @@ def test_a_request_that_appends_reads_what_the_previous_one_wrote_at_its_breakpo
     for row in (first, second):
         assert row.input_tokens + row.cache_write_tokens + row.cache_read_tokens == row.tokens
         assert row.price == pytest.approx(
-            (row.input_tokens * 3.0 + row.cache_write_tokens * 3.75
-             + row.cache_read_tokens * 0.30) / 1e6)
+            (row.input_tokens * 3.0 + row.cache_write_tokens * 3.75 + row.cache_read_tokens * 0.30)
+            / 1e6
+        )
 
 
 def test_prefix_caching_reads_in_steps_of_128_past_1024_and_bills_no_writes() -> None:
@@ -120,8 +141,9 @@ def test_a_cached_prefix_is_found_only_within_the_lookback_of_a_breakpoint() -> 
 
 def test_prompts_below_the_minimum_are_not_cached() -> None:
     log = turnlog.open(":memory:")
-    log.append(SESSION, [SystemSectionSet(name="base", text="Be brief."),
-                         UserMessageAdded(text="hi")])
+    log.append(
+        SESSION, [SystemSectionSet(name="base", text="Be brief."), UserMessageAdded(text="hi")]
+    )
     replayer = Replayer(Packer(log))
     record(replayer)
     record(replayer)
@@ -136,8 +158,9 @@ def test_reported_usage_stands_beside_the_estimate_priced_the_same_way() -> None
     replayer = Replayer(Packer(log))
     seq = record(replayer)
     unanswered = record(replayer)
-    usage = Usage(input_tokens=5000, output_tokens=40, cache_read_tokens=3000,
-                  cache_write_tokens=1500)
+    usage = Usage(
+        input_tokens=5000, output_tokens=40, cache_read_tokens=3000, cache_write_tokens=1500
+    )
     log.append(SESSION, ResponseReceived(request_seq=seq, usage=usage))
     rows = cost(replayer)
     answered, other = rows.requests
@@ -180,6 +203,7 @@ def test_a_cache_rule_refuses_a_bad_argument() -> None:
 
 # -- the command ---------------------------------------------------------------------------
 
+
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out, err = capsys.readouterr()
@@ -193,28 +217,52 @@ def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-ROW_KEYS = {"request_seq", "format", "model", "estimated", "note", "tokens", "input_tokens",
-            "cache_write_tokens", "cache_read_tokens", "price", "prices", "reported",
-            "reported_price"}
-TOTAL_KEYS = {"requests", "tokens", "input_tokens", "cache_write_tokens", "cache_read_tokens",
-              "price", "cached_share", "reported_requests", "reported", "reported_price"}
+ROW_KEYS = {
+    "request_seq",
+    "format",
+    "model",
+    "estimated",
+    "note",
+    "tokens",
+    "input_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+    "price",
+    "prices",
+    "reported",
+    "reported_price",
+}
+TOTAL_KEYS = {
+    "requests",
+    "tokens",
+    "input_tokens",
+    "cache_write_tokens",
+    "cache_read_tokens",
+    "price",
+    "cached_share",
+    "reported_requests",
+    "reported",
+    "reported_price",
+}
 
 
 def test_cost_of_the_demo_prints_a_row_per_request_and_the_totals(
-        capsys: pytest.CaptureFixture[str], demo_store: Path) -> None:
+    capsys: pytest.CaptureFixture[str], demo_store: Path
+) -> None:
     code, out, err = run(capsys, "--store", str(demo_store), "cost", demo.DEFAULT_SESSION)
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert lines[0].split()[:4] == ["REQ", "FORMAT", "TOKENS", "INPUT"]
     with turnlog.open(demo_store, readonly=True) as log:
         requests = [e.seq for e in log.read(demo.DEFAULT_SESSION, kinds=["request"])]
-    assert [int(line.split()[0]) for line in lines[1:1 + len(requests)]] == requests
+    assert [int(line.split()[0]) for line in lines[1 : 1 + len(requests)]] == requests
     assert lines[1 + len(requests)].startswith(f"total: {len(requests)} requests, ")
     assert lines[2 + len(requests)].startswith("reported by the provider for ")
 
 
-def test_cost_json_is_the_documented_document(capsys: pytest.CaptureFixture[str],
-                                              demo_store: Path) -> None:
+def test_cost_json_is_the_documented_document(
+    capsys: pytest.CaptureFixture[str], demo_store: Path
+) -> None:
     code, out, _ = run(capsys, "--store", str(demo_store), "cost", "demo", "--json")
     doc = json.loads(out)
     assert code == 0 and set(doc) == {"session", "requests", "total"}
@@ -231,14 +279,16 @@ def test_cost_json_is_the_documented_document(capsys: pytest.CaptureFixture[str]
 
 
 def test_cost_of_an_unknown_session_says_which_one_was_meant(
-        capsys: pytest.CaptureFixture[str], demo_store: Path) -> None:
+    capsys: pytest.CaptureFixture[str], demo_store: Path
+) -> None:
     code, out, err = run(capsys, "--store", str(demo_store), "cost", "dmeo")
     assert code == 3 and out == ""
     assert "no session 'dmeo'" in err and "did you mean 'demo'" in err
 
 
 def test_cost_of_a_corpus_import_before_and_after_recording(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     store = str(tmp_path / "store")
     assert main(["--store", store, "import", str(TRANSCRIPT), "--json"]) == 0
     session = json.loads(capsys.readouterr().out.splitlines()[-1])["sessions"][0]
@@ -250,8 +300,20 @@ def test_cost_of_a_corpus_import_before_and_after_recording(
     empty = json.loads(out)
     assert empty["requests"] == [] and empty["total"]["requests"] == 0
     for _ in range(2):
-        code, _, _ = run(capsys, "--store", store, "pack", session, "--record", "--budget",
-                         "32000", "--format", "anthropic", "--model", "claude-sonnet-4-5")
+        code, _, _ = run(
+            capsys,
+            "--store",
+            store,
+            "pack",
+            session,
+            "--record",
+            "--budget",
+            "32000",
+            "--format",
+            "anthropic",
+            "--model",
+            "claude-sonnet-4-5",
+        )
         assert code == 0
     code, out, _ = run(capsys, "--store", store, "cost", session[:8], "--json")
     first, second = json.loads(out)["requests"]

@@ -44,19 +44,26 @@ TIMEOUT = 30.0
 
 def batch(i: int) -> list[Draft]:
     """Batch ``i``: `BATCH` user messages keyed ``b{i}-{j}``; the same every time."""
-    return [Draft(body=UserMessageAdded(text=f"batch {i} event {j}"), key=f"b{i}-{j}",
-                  meta={"batch": i, "j": j}) for j in range(BATCH)]
+    return [
+        Draft(
+            body=UserMessageAdded(text=f"batch {i} event {j}"),
+            key=f"b{i}-{j}",
+            meta={"batch": i, "j": j},
+        )
+        for j in range(BATCH)
+    ]
 
 
-APPENDER = "\n".join([
-    "from __future__ import annotations",
-    "import sys",
-    "import turnlog",
-    "from turnlog import Draft",
-    "from turnlog.events import UserMessageAdded",
-    f"BATCH = {BATCH}",
-    inspect.getsource(batch),
-    textwrap.dedent(f"""
+APPENDER = "\n".join(
+    [
+        "from __future__ import annotations",
+        "import sys",
+        "import turnlog",
+        "from turnlog import Draft",
+        "from turnlog.events import UserMessageAdded",
+        f"BATCH = {BATCH}",
+        inspect.getsource(batch),
+        textwrap.dedent(f"""
     log = turnlog.open(sys.argv[1])
     i = int(sys.argv[2])
     out = sys.stdout
@@ -70,7 +77,8 @@ APPENDER = "\n".join([
         out.flush()
         i += 1
     """),
-])
+    ]
+)
 
 
 @dataclass
@@ -95,8 +103,9 @@ class Child:
     def __init__(self, script: Path, *args: str) -> None:
         self.errors = script.with_suffix(".stderr")
         with self.errors.open("wb") as err:
-            self.proc = subprocess.Popen([sys.executable, str(script), *args],
-                                         stdout=subprocess.PIPE, stderr=err, bufsize=0)
+            self.proc = subprocess.Popen(
+                [sys.executable, str(script), *args], stdout=subprocess.PIPE, stderr=err, bufsize=0
+            )
 
     def stderr(self) -> str:
         """What the child wrote to stderr so far."""
@@ -112,8 +121,7 @@ class Child:
         while True:
             line = self.proc.stdout.readline()
             if not line:
-                raise AssertionError(f"child ended before printing {expected!r}: "
-                                     f"{self.stderr()}")
+                raise AssertionError(f"child ended before printing {expected!r}: {self.stderr()}")
             seen.append(line.decode().strip())
             if seen[-1].startswith(expected):
                 return seen
@@ -228,9 +236,11 @@ def test_sigkill_during_appends_loses_no_acknowledged_batch(tmp_path: Path) -> N
 def test_sigkill_during_appends_loses_nothing_over_many_rounds(tmp_path: Path) -> None:
     seed = random.randrange(2**32)
     tally = crash_rounds(tmp_path / "store", SLOW_ROUNDS, seed, after_first_ack=0.5)
-    print(f"\ncrash rounds: {tally.rounds}, acknowledged batches: {tally.acked}, "
-          f"unacknowledged but landed: {tally.landed_unacked}, unacknowledged and absent: "
-          f"{tally.absent_unacked}, seed {seed}")
+    print(
+        f"\ncrash rounds: {tally.rounds}, acknowledged batches: {tally.acked}, "
+        f"unacknowledged but landed: {tally.landed_unacked}, unacknowledged and absent: "
+        f"{tally.absent_unacked}, seed {seed}"
+    )
     assert tally.rounds == SLOW_ROUNDS
     assert tally.acked > SLOW_ROUNDS
 

@@ -43,16 +43,31 @@ def chain_hashes(directory: str) -> dict[str, list[str]]:
     forward = {word: len(word) for word in words}
     backward = {word: len(word) for word in sorted(words, reverse=True)}
     nested = {"outer": {w: {"v": [i, str(i), i / 4]} for i, w in enumerate(sorted(words))}}
-    renested = {"outer": {w: {"v": [i, str(i), i / 4]}
-                          for i, w in reversed(list(enumerate(sorted(words))))}}
+    renested = {
+        "outer": {w: {"v": [i, str(i), i / 4]} for i, w in reversed(list(enumerate(sorted(words))))}
+    }
     policy = Policy(tool_kinds={w: "bash" for w in words}, input_price=2.5)
     drafts = [
         Draft(body=UserMessageAdded(text="hello"), time=1, meta=forward),
         Draft(body=UserMessageAdded(text="hello"), time=1, meta=backward),
-        Draft(body=AssistantMessageAdded(parts=(TextPart(text="hi"), ToolCall(
-            id="c1", name="bash", arguments='{"b": 1, "a": 2}'))), meta=nested),
-        Draft(body=AssistantMessageAdded(parts=(TextPart(text="hi"), ToolCall(
-            id="c1", name="bash", arguments='{"b": 1, "a": 2}'))), meta=renested),
+        Draft(
+            body=AssistantMessageAdded(
+                parts=(
+                    TextPart(text="hi"),
+                    ToolCall(id="c1", name="bash", arguments='{"b": 1, "a": 2}'),
+                )
+            ),
+            meta=nested,
+        ),
+        Draft(
+            body=AssistantMessageAdded(
+                parts=(
+                    TextPart(text="hi"),
+                    ToolCall(id="c1", name="bash", arguments='{"b": 1, "a": 2}'),
+                )
+            ),
+            meta=renested,
+        ),
         Draft(body=ToolResultAdded(call_id="c1", tool_name="bash", output="é" * 40_000)),
         Draft(body=PolicySet(policy=policy), key="policy", causation="setup"),
         Draft(body=UserMessageAdded(text="\u2603 \U0001f600 \x00 tab\t"), time=-(2**63)),
@@ -71,18 +86,24 @@ def chain_hashes(directory: str) -> dict[str, list[str]]:
 def golden_event_hash() -> str:
     """The hash of the pinned event, appended to a fresh in-memory log."""
     with turnlog.open(":memory:") as log:
-        done = log.append("golden", Draft(body=UserMessageAdded(text="hello"), time=0,
-                                          meta={"b": 1, "a": [1.5, None, True]}))
+        done = log.append(
+            "golden",
+            Draft(
+                body=UserMessageAdded(text="hello"), time=0, meta={"b": 1, "a": [1.5, None, True]}
+            ),
+        )
         return done.head_hash.hex()
 
 
-SCRIPT = "\n".join([
-    inspect.getsource(chain_hashes),
-    textwrap.dedent("""
+SCRIPT = "\n".join(
+    [
+        inspect.getsource(chain_hashes),
+        textwrap.dedent("""
         import json, sys
         print(json.dumps(chain_hashes(sys.argv[1])))
     """),
-])
+    ]
+)
 
 
 def run_with_seed(seed: str, directory: Path) -> dict[str, list[str]]:
@@ -92,8 +113,14 @@ def run_with_seed(seed: str, directory: Path) -> dict[str, list[str]]:
     env = {**os.environ, "PYTHONHASHSEED": seed}
     run_dir = directory / f"seed-{seed}"
     run_dir.mkdir()
-    done = subprocess.run([sys.executable, str(script), str(run_dir)], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, str(script), str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     result: dict[str, list[str]] = json.loads(done.stdout)
     return result

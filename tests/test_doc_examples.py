@@ -33,19 +33,24 @@ PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 BIN = Path(sys.executable).parent
 FRESH = "/tmp/demo"
 #: A Claude Code transcript for the README's import example (session id ``SESSION``).
-TRANSCRIPT = "\n".join([
-    '{"type": "user", "sessionId": "SESSION", "uuid": "u1", "timestamp": '
-    '"2025-01-01T10:00:00Z", "message": {"role": "user", "content": "Why does test_parse '
-    'fail?"}}',
-    '{"type": "assistant", "sessionId": "SESSION", "uuid": "a1", "parentUuid": "u1", '
-    '"timestamp": "2025-01-01T10:00:05Z", "message": {"id": "m1", "role": "assistant", '
-    '"model": "claude-sonnet-4-5", "content": [{"type": "text", "text": "Reading it."}, '
-    '{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "parse.py"}}], '
-    '"usage": {"input_tokens": 120, "output_tokens": 30}}}',
-    '{"type": "user", "sessionId": "SESSION", "uuid": "u2", "parentUuid": "a1", '
-    '"timestamp": "2025-01-01T10:00:06Z", "message": {"role": "user", "content": '
-    '[{"type": "tool_result", "tool_use_id": "t1", "content": "def parse(s): ..."}]}}',
-]) + "\n"
+TRANSCRIPT = (
+    "\n".join(
+        [
+            '{"type": "user", "sessionId": "SESSION", "uuid": "u1", "timestamp": '
+            '"2025-01-01T10:00:00Z", "message": {"role": "user", "content": "Why does test_parse '
+            'fail?"}}',
+            '{"type": "assistant", "sessionId": "SESSION", "uuid": "a1", "parentUuid": "u1", '
+            '"timestamp": "2025-01-01T10:00:05Z", "message": {"id": "m1", "role": "assistant", '
+            '"model": "claude-sonnet-4-5", "content": [{"type": "text", "text": "Reading it."}, '
+            '{"type": "tool_use", "id": "t1", "name": "Read", "input": {"file_path": "parse.py"}}], '  # noqa: E501
+            '"usage": {"input_tokens": 120, "output_tokens": 30}}}',
+            '{"type": "user", "sessionId": "SESSION", "uuid": "u2", "parentUuid": "a1", '
+            '"timestamp": "2025-01-01T10:00:06Z", "message": {"role": "user", "content": '
+            '[{"type": "tool_result", "tool_use_id": "t1", "content": "def parse(s): ..."}]}}',
+        ]
+    )
+    + "\n"
+)
 
 
 def blocks(kind: str) -> list[tuple[str, int, str]]:
@@ -54,7 +59,7 @@ def blocks(kind: str) -> list[tuple[str, int, str]]:
     for page in PAGES:
         text = page.read_text()
         for match in re.finditer(rf"^```{kind}\n(.*?)^```$", text, re.S | re.M):
-            line = text[:match.start()].count("\n") + 1
+            line = text[: match.start()].count("\n") + 1
             found.append((page.relative_to(ROOT).as_posix(), line, match.group(1)))
     return found
 
@@ -83,21 +88,38 @@ def matches(expected: list[str], actual: list[str]) -> bool:
 @pytest.fixture(scope="module")
 def demo_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = tmp_path_factory.mktemp("docs") / "store"
-    done = subprocess.run([str(BIN / "turnlog"), "--store", str(store), "demo"],
-                          capture_output=True, text=True, check=False, timeout=300)
+    done = subprocess.run(
+        [str(BIN / "turnlog"), "--store", str(store), "demo"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return store
 
 
 def environment(home: Path, store: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
-    return {**env, "HOME": str(home), "TURNLOG_STORE": str(store),
-            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}", "LC_ALL": "C.UTF-8"}
+    return {
+        **env,
+        "HOME": str(home),
+        "TURNLOG_STORE": str(store),
+        "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        "LC_ALL": "C.UTF-8",
+    }
 
 
 def run(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", command],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
 
 
 CONSOLE = blocks("console")
@@ -108,23 +130,29 @@ def test_the_pages_have_examples() -> None:
     assert {page for page, _, _ in CONSOLE} >= {"docs/cli.md", "README.md"}
 
 
-@pytest.mark.parametrize(("page", "line", "block"), CONSOLE,
-                         ids=[f"{page}:{line}" for page, line, _ in CONSOLE])
-def test_console_example_prints_what_the_page_shows(page: str, line: int, block: str,
-                                                    demo_store: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("page", "line", "block"), CONSOLE, ids=[f"{page}:{line}" for page, line, _ in CONSOLE]
+)
+def test_console_example_prints_what_the_page_shows(
+    page: str, line: int, block: str, demo_store: Path, tmp_path: Path
+) -> None:
     store = tmp_path / "store"
     shutil.copytree(demo_store, store)
     (tmp_path / ".turnlog-key").write_text("example-key\n")
     fresh = tmp_path / "fresh-demo"
     env = environment(tmp_path, store)
     for command, expected in commands(block):
-        done = run(command.replace(FRESH, str(fresh)).replace(".venv/bin/", f"{BIN}/"),
-                   tmp_path, env)
+        done = run(
+            command.replace(FRESH, str(fresh)).replace(".venv/bin/", f"{BIN}/"), tmp_path, env
+        )
         shown = (done.stdout + done.stderr).replace(str(fresh), FRESH)
         actual = [text.rstrip() for text in shown.splitlines()]
         assert matches([text.rstrip() for text in expected], actual), (
             f"{page}:{line}: `{command}` printed (exit {done.returncode}):\n"
-            + "\n".join(actual) + "\n\nthe page shows:\n" + "\n".join(expected))
+            + "\n".join(actual)
+            + "\n\nthe page shows:\n"
+            + "\n".join(expected)
+        )
 
 
 def run_python(page: str, line: int, block: str, namespace: dict[str, object]) -> None:
@@ -147,8 +175,9 @@ class _Handled(Exception):
 
 
 def test_the_deployment_follow_example_resumes_after_the_last_event_handled() -> None:
-    [(page, line, block)] = [b for b in blocks("python") if b[0] == "docs/deployment.md"
-                              and "log.follow" in b[2]]
+    [(page, line, block)] = [
+        b for b in blocks("python") if b[0] == "docs/deployment.md" and "log.follow" in b[2]
+    ]
     log = turnlog.open(":memory:")
     log.append("s1", [turnlog.events.UserMessageAdded(text=f"m{i}") for i in range(3)])
     handled: list[int] = []
@@ -178,8 +207,9 @@ def test_readme_shell_examples_run(tmp_path: Path) -> None:
                 continue  # setting up, and the test suite itself
             command = written.replace(".venv/bin/", f"{BIN}/")
             done = run(command, tmp_path, env)
-            assert done.returncode == 0, (f"{page}:{line}: `{command}` failed:\n"
-                                          + done.stdout + done.stderr)
+            assert done.returncode == 0, (
+                f"{page}:{line}: `{command}` failed:\n" + done.stdout + done.stderr
+            )
             ran += 1
     assert ran >= 9
 
@@ -190,8 +220,11 @@ def _refreshed(expected: list[str], actual: list[str]) -> list[str]:
         return actual
     cut = expected.index("...")
     head, rest = actual[:cut], actual[cut:]
-    tail = _refreshed(expected[cut + 1:], rest[-len(expected[cut + 1:]):]) \
-        if expected[cut + 1:] else []
+    tail = (
+        _refreshed(expected[cut + 1 :], rest[-len(expected[cut + 1 :]) :])
+        if expected[cut + 1 :]
+        else []
+    )
     return [*head, "...", *tail]
 
 
@@ -208,11 +241,18 @@ def write(store: Path, scratch: Path) -> None:
             env = environment(work, work / "store")
             lines = []
             for command, expected in commands(match.group(1)):
-                done = run(command.replace(FRESH, str(work / "fresh-demo"))
-                           .replace(".venv/bin/", f"{BIN}/"), work, env)
+                done = run(
+                    command.replace(FRESH, str(work / "fresh-demo")).replace(
+                        ".venv/bin/", f"{BIN}/"
+                    ),
+                    work,
+                    env,
+                )
                 shown = (done.stdout + done.stderr).replace(str(work / "fresh-demo"), FRESH)
-                lines += [f"$ {command}", *_refreshed(
-                    expected, [t.rstrip() for t in shown.splitlines()])]
+                lines += [
+                    f"$ {command}",
+                    *_refreshed(expected, [t.rstrip() for t in shown.splitlines()]),
+                ]
             return "```console\n" + "\n".join(lines) + "\n```"
 
         page.write_text(re.sub(r"^```console\n(.*?)^```$", refresh, text, flags=re.S | re.M))
@@ -221,6 +261,7 @@ def write(store: Path, scratch: Path) -> None:
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
     with tempfile.TemporaryDirectory() as tmp:
         demo = Path(tmp) / "store"
-        subprocess.run([str(BIN / "turnlog"), "--store", str(demo), "demo"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(BIN / "turnlog"), "--store", str(demo), "demo"], check=True, capture_output=True
+        )
         write(demo, Path(tmp))

@@ -49,10 +49,15 @@ def conversation(log: Log) -> Replayer:
     replayer = Replayer(Packer(log))
     log.append(SESSION, UserMessageAdded(text=f"my key is {SECRET}"))
     replayer.record(SESSION, policy=POLICY, model="m")
-    log.append(SESSION, AssistantMessageAdded(parts=(
-        TextPart(text="reading it"), ToolCall(id="c1", name="cat", arguments="{}"))))
-    log.append(SESSION, ToolResultAdded(call_id="c1", tool_name="cat",
-                                        output=TOOL_SECRET * 8000))  # > blob threshold
+    log.append(
+        SESSION,
+        AssistantMessageAdded(
+            parts=(TextPart(text="reading it"), ToolCall(id="c1", name="cat", arguments="{}"))
+        ),
+    )
+    log.append(
+        SESSION, ToolResultAdded(call_id="c1", tool_name="cat", output=TOOL_SECRET * 8000)
+    )  # > blob threshold
     log.append(SESSION, UserMessageAdded(text="thanks"))
     replayer.record(SESSION, policy=POLICY, model="m")
     log.append(SESSION, AssistantMessageAdded(parts=(TextPart(text="done"),)))
@@ -79,8 +84,9 @@ def test_erase_a_user_message_and_a_tool_output_in_a_blob(log: Log) -> None:
     events = log.read(SESSION)
     assert {e.seq: e.hash for e in events[:8]} == before  # hashes kept
     assert isinstance(events[0].body, EventErased) and events[0].body.by == 8
-    assert events[4].body == EventErased(kind="tool_result", by=8, call_ids=("c1",),
-                                         tool_names=("cat",))
+    assert events[4].body == EventErased(
+        kind="tool_result", by=8, call_ids=("c1",), tool_names=("cat",)
+    )
     record = events[8].body
     assert isinstance(record, ContentErased)
     assert record.seqs == (0, 4) and record.reason == "data-subject request"
@@ -107,8 +113,12 @@ def test_packing_shows_placeholders_and_replay_reports_erased(log: Log) -> None:
 def test_whole_session_and_a_summary_that_quoted_it(log: Log) -> None:
     conversation(log)
     digest = "0" * 64
-    log.append(SESSION, CompactionCommitted(first_seq=0, last_seq=2, covered_digest=digest,
-                                            summary=f"user said {SUMMARY_SECRET}"))
+    log.append(
+        SESSION,
+        CompactionCommitted(
+            first_seq=0, last_seq=2, covered_digest=digest, summary=f"user said {SUMMARY_SECRET}"
+        ),
+    )
     log.append("other", UserMessageAdded(text="kept text"))
     erased = log.erase(SESSION, [0], reason="gdpr")
     assert erased.seqs == (0, 8)  # with the compaction covering #0
@@ -189,8 +199,13 @@ def test_the_erase_command(tmp_path: Path) -> None:
 
     store = str(tmp_path / "store")
     with turnlog.open(store) as log:
-        log.append(SESSION, [Draft(body=UserMessageAdded(text=f"old {SECRET}"), time=1),
-                             Draft(body=UserMessageAdded(text="recent"), time=2**62)])
+        log.append(
+            SESSION,
+            [
+                Draft(body=UserMessageAdded(text=f"old {SECRET}"), time=1),
+                Draft(body=UserMessageAdded(text="recent"), time=2**62),
+            ],
+        )
         log.append("other", Draft(body=UserMessageAdded(text=TOOL_SECRET), time=5))
     assert main(["--store", store, "erase", "nope", "--reason", "r"]) != 0
     assert main(["--store", store, "erase", SESSION, "7", "--reason", "r"]) != 0
@@ -226,7 +241,8 @@ with turnlog.open(store) as log:
 
 @pytest.mark.parametrize("phase", ["in-transaction", "before-scrub", "in-scrub"])
 def test_sigkill_during_erase_leaves_old_or_new_state_and_a_rerun_completes_it(
-        tmp_path: Path, phase: str) -> None:
+    tmp_path: Path, phase: str
+) -> None:
     import signal
     import subprocess
     import sys
@@ -235,8 +251,9 @@ def test_sigkill_during_erase_leaves_old_or_new_state_and_a_rerun_completes_it(
     with turnlog.open(store) as log:
         conversation(log)
         before = dump(log)
-    child = subprocess.run([sys.executable, "-c", _CHILD, phase, store], capture_output=True,
-                           check=False)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, phase, store], capture_output=True, check=False
+    )
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()
     assert not (tmp_path / "store" / "scrub.tmp" / "data.mdb").exists() or phase == "in-scrub"
     with turnlog.open(store) as log:
@@ -259,8 +276,9 @@ GOLDEN = Path(__file__).parent / "golden"
 
 
 @pytest.mark.parametrize("version", ["v0.1.0", "v0.2.0"])
-def test_a_store_of_an_earlier_release_erases_verifies_and_replays(tmp_path: Path,
-                                                                   version: str) -> None:
+def test_a_store_of_an_earlier_release_erases_verifies_and_replays(
+    tmp_path: Path, version: str
+) -> None:
     import shutil
 
     shutil.copytree(GOLDEN / version / "store", tmp_path / "store")

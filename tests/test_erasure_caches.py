@@ -57,8 +57,9 @@ def test_a_fork_packed_before_its_parent_is_erased_shows_placeholders(log: Log) 
     replayer = conversation(log)
     head = log.head(SESSION)
     assert head is not None
-    log.append("child", SessionForked(from_session=SESSION, from_seq=head.seq,
-                                      from_hash=head.hash.hex()))
+    log.append(
+        "child", SessionForked(from_session=SESSION, from_seq=head.seq, from_hash=head.hash.hex())
+    )
     log.append("child", UserMessageAdded(text="and now?"))
     packer = replayer.packer
     assert SECRET in _text(packer.pack("child", policy=POLICY).prompt)
@@ -107,5 +108,7 @@ def test_no_token_count_digest_of_erased_text_is_left_in_the_store(tmp_path: Pat
         replayer.packer.flush()
         assert xxhash.xxh3_128_digest(unsaved.encode()) not in data.read_bytes()
         # Counted again as sessions are packed: the same prompt as before the wipe.
-        assert Packer(log).pack(SESSION, policy=POLICY).prompt.hash == \
-            replayer.packer.pack(SESSION, policy=POLICY).prompt.hash
+        assert (
+            Packer(log).pack(SESSION, policy=POLICY).prompt.hash
+            == replayer.packer.pack(SESSION, policy=POLICY).prompt.hash
+        )

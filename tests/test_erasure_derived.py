@@ -39,8 +39,10 @@ def _session_with_summary(log: Log) -> int:
     it (#9) whose summary quotes it; returns the compaction's seq."""
     conversation(log)
     log.append(SESSION, UserMessageAdded(text=QUOTED))
-    done = log.append(SESSION, CompactionCommitted(first_seq=0, last_seq=8,
-                                                   covered_digest="0" * 64, summary=SUMMARY))
+    done = log.append(
+        SESSION,
+        CompactionCommitted(first_seq=0, last_seq=8, covered_digest="0" * 64, summary=SUMMARY),
+    )
     return done.last_seq
 
 
@@ -73,15 +75,22 @@ def test_a_memory_saved_from_an_erased_summary_and_the_block_quoting_it_go(log: 
     assert {s for s, _, _ in report.erased} == {SESSION, "memories", "agent"}
 
 
-def test_a_working_memory_section_of_another_session_quoting_the_summary_goes(
-        log: Log) -> None:
+def test_a_working_memory_section_of_another_session_quoting_the_summary_goes(log: Log) -> None:
     _session_with_summary(log)
-    log.append("next", [SystemSectionSet(name="system", text=SYSTEM_PROMPT),
-                        SystemSectionSet(name="Working Memory",
-                                         text=f"Previous session:\n{SUMMARY}", position=5),
-                        UserMessageAdded(text=f"as I said before: {QUOTED}")])
-    log.append("other", [SystemSectionSet(name="system", text=SYSTEM_PROMPT),
-                         UserMessageAdded(text="unrelated")])
+    log.append(
+        "next",
+        [
+            SystemSectionSet(name="system", text=SYSTEM_PROMPT),
+            SystemSectionSet(
+                name="Working Memory", text=f"Previous session:\n{SUMMARY}", position=5
+            ),
+            UserMessageAdded(text=f"as I said before: {QUOTED}"),
+        ],
+    )
+    log.append(
+        "other",
+        [SystemSectionSet(name="system", text=SYSTEM_PROMPT), UserMessageAdded(text="unrelated")],
+    )
     log.append(SESSION, SystemSectionSet(name="system", text=SYSTEM_PROMPT))
 
     erased = log.erase(SESSION, reason="account deleted")  # the whole session
@@ -95,8 +104,7 @@ def test_a_working_memory_section_of_another_session_quoting_the_summary_goes(
     assert log.verify().ok
 
 
-def test_a_recall_that_hit_an_erased_message_goes_and_recall_finds_nothing_erased(
-        log: Log) -> None:
+def test_a_recall_that_hit_an_erased_message_goes_and_recall_finds_nothing_erased(log: Log) -> None:
     conversation(log)
     recaller = Recaller(log)
     assert recaller.search("sk-live-SECRETUSERTEXT-4242")  # indexed, in this process
@@ -121,9 +129,10 @@ def test_nothing_derived_means_nothing_followed(log: Log) -> None:
     assert [e.kind for e in log.read("other")] == ["system"]
 
 
-def test_the_erase_command_names_the_sessions_followed(tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str],
-                                                       ) -> None:
+def test_the_erase_command_names_the_sessions_followed(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from turnlog.tools.cli import main
 
     store = str(tmp_path / "store")

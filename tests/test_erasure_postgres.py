@@ -45,10 +45,13 @@ def test_erase_on_postgres_leaves_no_dead_copy_in_the_table_files() -> None:
         policy = Policy(context_window=200_000, output_reserve=500)
         log.append("s", UserMessageAdded(text=f"my key is {SECRET}"))
         replayer.record("s", policy=policy, model="m")
-        log.append("s", AssistantMessageAdded(parts=(
-            TextPart(text="reading"), ToolCall(id="c1", name="cat", arguments="{}"))))
-        log.append("s", ToolResultAdded(call_id="c1", tool_name="cat",
-                                        output=TOOL_SECRET * 8000))
+        log.append(
+            "s",
+            AssistantMessageAdded(
+                parts=(TextPart(text="reading"), ToolCall(id="c1", name="cat", arguments="{}"))
+            ),
+        )
+        log.append("s", ToolResultAdded(call_id="c1", tool_name="cat", output=TOOL_SECRET * 8000))
         log.append("other", UserMessageAdded(text="kept"))
         log.store.scrub()  # so that the text is in the table files before the erase
         assert _files_holding(server.data, SECRET.encode())
@@ -76,15 +79,17 @@ def test_with_wal_recycle_off_no_wal_segment_holds_the_erased_text(recycle: str)
     try:
         with turnlog.open(server.url(schema="wal")) as log:
             log.append("s", UserMessageAdded(text=f"my key is {SECRET}"))
-            log.append("s", ToolResultAdded(call_id="c1", tool_name="cat",
-                                            output=TOOL_SECRET * 8000))
+            log.append(
+                "s", ToolResultAdded(call_id="c1", tool_name="cat", output=TOOL_SECRET * 8000)
+            )
             log.append("other", UserMessageAdded(text="kept"))
             assert _files_holding(server.data, SECRET.encode(), skip="-")  # in the WAL now
             log.erase("s", [0, 1], reason="gdpr")
             assert log.verify().ok
             assert [e.kind for e in log.read("other")] == ["user"]
-        left = (_files_holding(server.data, SECRET.encode(), skip="-")
-                + _files_holding(server.data, TOOL_SECRET.encode(), skip="-"))
+        left = _files_holding(server.data, SECRET.encode(), skip="-") + _files_holding(
+            server.data, TOOL_SECRET.encode(), skip="-"
+        )
         if recycle == "off":
             assert left == []
         else:

@@ -17,8 +17,9 @@ from turnlog.events import RequestIssued, ToolCall, ToolResultAdded
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_example_answers_and_replays_every_request(capsys: pytest.CaptureFixture[str],
-                                                       tmp_path: Path) -> None:
+def test_the_example_answers_and_replays_every_request(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     assert example_agent.main([str(tmp_path / "store")]) == 0
     out = capsys.readouterr().out
     assert "answer: Invoice 2024-117 comes to 70.5" in out
@@ -41,7 +42,8 @@ def test_the_example_answers_and_replays_every_request(capsys: pytest.CaptureFix
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_the_example_with_context_tools_reads_the_truncated_middle_back(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path, use_async: bool) -> None:
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, use_async: bool
+) -> None:
     args = ["--context-tools", str(tmp_path / "store")] + (["--async"] if use_async else [])
     assert example_agent.main(args) == 0
     out = capsys.readouterr().out
@@ -50,8 +52,11 @@ def test_the_example_with_context_tools_reads_the_truncated_middle_back(
     replays = [line for line in out.splitlines() if line.startswith("replay #")]
     assert len(replays) == 4 and all(line.endswith(": ok") for line in replays)
     with turnlog.open(tmp_path / "store", readonly=True) as log:
-        results = {e.body.tool_name: e.body.output for e in log.lineage("example")
-                   if isinstance(e.body, ToolResultAdded)}
+        results = {
+            e.body.tool_name: e.body.output
+            for e in log.lineage("example")
+            if isinstance(e.body, ToolResultAdded)
+        }
         middle = "[02500] error: SIDEHILL checksum mismatch"
         # the model's first view of the log left the middle out; read_output brought it
         assert middle not in results["read_file"] and middle in results["read_output"]
@@ -62,8 +67,13 @@ def test_the_example_with_context_tools_reads_the_truncated_middle_back(
 
 
 def test_the_example_runs_as_a_module() -> None:
-    done = subprocess.run([sys.executable, "-m", "turnlog.adapters.example_agent"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "turnlog.adapters.example_agent"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "verify: ok" in done.stdout
 
@@ -79,11 +89,13 @@ def test_the_example_tools_stay_in_the_workspace_and_only_compute(tmp_path: Path
     assert example_agent.read_file(tmp_path, "a.txt") == "alpha"
     assert example_agent.list_dir(tmp_path, ".") == "a.txt"
     assert example_agent.calculate("2 ** 10 - (3 * 4) / 8") == "1022.5"
-    for call in (ToolCall(id="1", name="read_file", arguments='{"path": "../etc/passwd"}'),
-                 ToolCall(id="2", name="calculate", arguments='{"expression": "__import__(1)"}'),
-                 ToolCall(id="3", name="calculate", arguments='{"expression": "1/0"}'),
-                 ToolCall(id="4", name="list_dir", arguments="not json"),
-                 ToolCall(id="5", name="delete", arguments="{}")):
+    for call in (
+        ToolCall(id="1", name="read_file", arguments='{"path": "../etc/passwd"}'),
+        ToolCall(id="2", name="calculate", arguments='{"expression": "__import__(1)"}'),
+        ToolCall(id="3", name="calculate", arguments='{"expression": "1/0"}'),
+        ToolCall(id="4", name="list_dir", arguments="not json"),
+        ToolCall(id="5", name="delete", arguments="{}"),
+    ):
         output, failed = example_agent.run_tool(tmp_path, call)
         assert failed, (call, output)
 
@@ -91,38 +103,63 @@ def test_the_example_tools_stay_in_the_workspace_and_only_compute(tmp_path: Path
 #: Expressions a model could send that must come back as a tool error at once: huge
 #: powers (`9**9**9` has 369,693,100 digits), products past any float, nesting that
 #: would exhaust the recursion, bad syntax, very long input, complex results.
-HOSTILE = ["9**9**9", "9**9**9**9", "(10**300)**(10**300)", "2**100000", "10.0**400",
-           "0.5**-5000", "(-2)**0.5", "1e300*1e300*1e300", "(1+" * 120 + "1" + ")" * 120,
-           "(" * 300 + "1" + ")" * 300,
-           "-" * 500 + "1", "1" + "+1" * 2000, "1+", "", "True + 1", "10**301",
-           "99999**99999 - 99999**99999"]
+HOSTILE = [
+    "9**9**9",
+    "9**9**9**9",
+    "(10**300)**(10**300)",
+    "2**100000",
+    "10.0**400",
+    "0.5**-5000",
+    "(-2)**0.5",
+    "1e300*1e300*1e300",
+    "(1+" * 120 + "1" + ")" * 120,
+    "(" * 300 + "1" + ")" * 300,
+    "-" * 500 + "1",
+    "1" + "+1" * 2000,
+    "1+",
+    "",
+    "True + 1",
+    "10**301",
+    "99999**99999 - 99999**99999",
+]
 
 
 def test_calculate_refuses_what_it_cannot_compute_quickly() -> None:
     # In a child process: before the bounds, the first expression ran for hours.
-    code = ("import json, sys\n"
-            "from turnlog.events import ToolCall\n"
-            "from turnlog.adapters.example_agent import run_tool\n"
-            "for i, e in enumerate(json.loads(sys.stdin.read())):\n"
-            "    out, failed = run_tool(None, ToolCall(id=str(i), name='calculate',\n"
-            "                           arguments=json.dumps({'expression': e})))\n"
-            "    print(json.dumps([e[:40], failed, out[:200]]))\n")
-    done = subprocess.run([sys.executable, "-c", code], input=json.dumps(HOSTILE),
-                          capture_output=True, text=True, timeout=60, check=False)
+    code = (
+        "import json, sys\n"
+        "from turnlog.events import ToolCall\n"
+        "from turnlog.adapters.example_agent import run_tool\n"
+        "for i, e in enumerate(json.loads(sys.stdin.read())):\n"
+        "    out, failed = run_tool(None, ToolCall(id=str(i), name='calculate',\n"
+        "                           arguments=json.dumps({'expression': e})))\n"
+        "    print(json.dumps([e[:40], failed, out[:200]]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(HOSTILE),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     results = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(results) == len(HOSTILE)
     for expression, failed, output in results:
         assert failed and output.startswith(("ValueError: ", "ZeroDivisionError: ")), (
-            expression, output)
+            expression,
+            output,
+        )
     assert example_agent.calculate("-(2 ** 10) + 10 ** 300 - 10 ** 300") == "-1024"
-    assert example_agent.calculate("2 ** 0.5 * 2 ** 0.5") == str(2 ** 0.5 * 2 ** 0.5)
-    assert example_agent.calculate("9 ** 9 ** 2 / 3") == str(9 ** 81 / 3)
+    assert example_agent.calculate("2 ** 0.5 * 2 ** 0.5") == str(2**0.5 * 2**0.5)
+    assert example_agent.calculate("9 ** 9 ** 2 / 3") == str(9**81 / 3)
     assert example_agent.calculate("((((1 + 2))))") == "3"
 
 
-def test_the_example_runs_twice_on_the_same_store(capsys: pytest.CaptureFixture[str],
-                                                  tmp_path: Path) -> None:
+def test_the_example_runs_twice_on_the_same_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     # The second run appends a second task with the same call ids to the same session.
     for _ in range(2):
         assert example_agent.main([str(tmp_path / "store")]) == 0
@@ -137,11 +174,18 @@ def test_the_example_runs_twice_on_the_same_store(capsys: pytest.CaptureFixture[
             assert replayer.replay("example", seq, render=renderer_for(record, blobs=log.blob)).ok
 
 
-@pytest.mark.parametrize("module", ["turnlog.adapters.example_agent",
-                                    "turnlog.adapters.examples.langgraph"])
+@pytest.mark.parametrize(
+    "module", ["turnlog.adapters.example_agent", "turnlog.adapters.examples.langgraph"]
+)
 def test_an_unknown_flag_is_a_usage_error_not_a_store(module: str, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", module, "--no-such-flag"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--no-such-flag"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 2
     assert "unrecognized arguments: --no-such-flag" in done.stderr
     assert list(tmp_path.iterdir()) == []  # no store named after the flag

@@ -20,13 +20,17 @@ CASES = [
 
 
 @pytest.mark.parametrize(("module", "missing", "extra"), CASES)
-def test_an_example_without_its_extra_names_the_extra(module: str, missing: str,
-                                                      extra: str, tmp_path: object) -> None:
-    code = (f"import runpy, sys; sys.modules[{missing!r}] = None; "
-            f"sys.argv = [{module!r}, {str(tmp_path)!r}]; "
-            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=False)
+def test_an_example_without_its_extra_names_the_extra(
+    module: str, missing: str, extra: str, tmp_path: object
+) -> None:
+    code = (
+        f"import runpy, sys; sys.modules[{missing!r}] = None; "
+        f"sys.argv = [{module!r}, {str(tmp_path)!r}]; "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert f"pip install '{extra}'" in done.stderr
@@ -35,12 +39,15 @@ def test_an_example_without_its_extra_names_the_extra(module: str, missing: str,
 
 
 def test_importing_an_example_without_its_extra_still_raises() -> None:
-    code = ("import sys; sys.modules['langchain_openai'] = None\n"
-            "try:\n"
-            "    import turnlog.adapters.examples.langgraph\n"
-            "except ImportError as exc:\n"
-            "    print(exc.name)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=False)
+    code = (
+        "import sys; sys.modules['langchain_openai'] = None\n"
+        "try:\n"
+        "    import turnlog.adapters.examples.langgraph\n"
+        "except ImportError as exc:\n"
+        "    print(exc.name)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "langchain_openai"

@@ -16,66 +16,197 @@ import turnlog
 import turnlog.adapters
 
 #: The kernel's public modules besides the package itself.
-PUBLIC_KERNEL_MODULES = {"compaction", "errors", "events", "log", "memories", "packing",
-                         "replay", "stores", "testing", "tracing", "validation"}
+PUBLIC_KERNEL_MODULES = {
+    "compaction",
+    "errors",
+    "events",
+    "log",
+    "memories",
+    "packing",
+    "replay",
+    "stores",
+    "testing",
+    "tracing",
+    "validation",
+}
 
 #: The submodules whose every name is re-exported from a private module.
 REEXPORTING_MODULES = sorted(PUBLIC_KERNEL_MODULES - {"testing"})
 
 #: The top level: the main path and nothing else.
-TOP_LEVEL = ["Compactor", "Draft", "KernelError", "Log", "Packer", "Policy", "Replayer", "open",
-             "pack"]
+TOP_LEVEL = [
+    "Compactor",
+    "Draft",
+    "KernelError",
+    "Log",
+    "Packer",
+    "Policy",
+    "Replayer",
+    "open",
+    "pack",
+]
 
 #: Every name ``turnlog.__all__`` listed in 0.2.0.
 RELEASED_0_2_0 = {
-    "AppendConflictError", "Appended", "AssistantMessageAdded", "BlobNotFoundError",
-    "BlobRef", "Body", "Breakpoint", "Budget", "BudgetExceededError", "Checkpoint",
-    "CompactionCommitted", "CompactionError", "CompactionFailed", "Compactor", "Copied",
-    "CostEstimate", "DECISIONS", "DEFAULT_STAGES", "Decision", "DecisionChange",
-    "DecodeError", "Draft", "EVENT_KINDS", "Embedder", "Event", "EventTooLargeError",
-    "EventsPinned", "ExtractiveSummarizer", "ForkedProcessError", "GENESIS", "Head",
-    "IdempotencyError", "ImagePart", "ImportFormatError", "InvalidArgumentError",
-    "InvalidEventError", "Item", "KernelError", "LMDBStore", "Log", "MEMORY_SECTION",
-    "Memory", "MemoryBook", "MemoryChanged", "MemoryManager", "MemoryStore", "Message",
-    "NEW_SESSION", "NotificationAdded", "Outcome", "POLICY_PARTS", "PackError", "PackIndex",
-    "PackState", "Packed", "Packer", "Part", "Policy", "PolicyError", "PolicySet",
-    "PostgresStore", "Problem", "Projection", "Prompt", "ProviderErrorReceived", "ReadTxn",
-    "ReasoningPart", "RecallAdded", "RecallHit", "Recaller", "Recorded", "Renderer",
-    "ReplayMismatchError", "ReplayResult", "RequestDiff", "RequestIssued",
-    "ResponseReceived", "SUMMARY_SECTION", "Section", "SessionForked", "SessionRewound",
-    "Snapshot", "Stage", "StageReport", "Store", "StoreCorruptError", "StoreError",
-    "StoreFormatError", "StoreFullError", "StoreReadOnlyError", "StoreUnavailableError",
-    "Summarizer", "Summary", "SummaryRequest", "SystemSectionSet", "TextPart",
-    "TokenCounter", "TokenizerError", "ToolCall", "ToolResultAdded", "ToolSpec", "ToolsSet",
-    "Unit", "UnknownSessionError", "Usage", "UserMessageAdded", "VerificationError",
-    "VerifyReport", "WriteTxn", "backoff", "copy_log", "covered_digest", "event_from_json",
-    "event_to_json", "get_counter", "notification_text", "open", "pack", "recall_text",
+    "AppendConflictError",
+    "Appended",
+    "AssistantMessageAdded",
+    "BlobNotFoundError",
+    "BlobRef",
+    "Body",
+    "Breakpoint",
+    "Budget",
+    "BudgetExceededError",
+    "Checkpoint",
+    "CompactionCommitted",
+    "CompactionError",
+    "CompactionFailed",
+    "Compactor",
+    "Copied",
+    "CostEstimate",
+    "DECISIONS",
+    "DEFAULT_STAGES",
+    "Decision",
+    "DecisionChange",
+    "DecodeError",
+    "Draft",
+    "EVENT_KINDS",
+    "Embedder",
+    "Event",
+    "EventTooLargeError",
+    "EventsPinned",
+    "ExtractiveSummarizer",
+    "ForkedProcessError",
+    "GENESIS",
+    "Head",
+    "IdempotencyError",
+    "ImagePart",
+    "ImportFormatError",
+    "InvalidArgumentError",
+    "InvalidEventError",
+    "Item",
+    "KernelError",
+    "LMDBStore",
+    "Log",
+    "MEMORY_SECTION",
+    "Memory",
+    "MemoryBook",
+    "MemoryChanged",
+    "MemoryManager",
+    "MemoryStore",
+    "Message",
+    "NEW_SESSION",
+    "NotificationAdded",
+    "Outcome",
+    "POLICY_PARTS",
+    "PackError",
+    "PackIndex",
+    "PackState",
+    "Packed",
+    "Packer",
+    "Part",
+    "Policy",
+    "PolicyError",
+    "PolicySet",
+    "PostgresStore",
+    "Problem",
+    "Projection",
+    "Prompt",
+    "ProviderErrorReceived",
+    "ReadTxn",
+    "ReasoningPart",
+    "RecallAdded",
+    "RecallHit",
+    "Recaller",
+    "Recorded",
+    "Renderer",
+    "ReplayMismatchError",
+    "ReplayResult",
+    "RequestDiff",
+    "RequestIssued",
+    "ResponseReceived",
+    "SUMMARY_SECTION",
+    "Section",
+    "SessionForked",
+    "SessionRewound",
+    "Snapshot",
+    "Stage",
+    "StageReport",
+    "Store",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreFormatError",
+    "StoreFullError",
+    "StoreReadOnlyError",
+    "StoreUnavailableError",
+    "Summarizer",
+    "Summary",
+    "SummaryRequest",
+    "SystemSectionSet",
+    "TextPart",
+    "TokenCounter",
+    "TokenizerError",
+    "ToolCall",
+    "ToolResultAdded",
+    "ToolSpec",
+    "ToolsSet",
+    "Unit",
+    "UnknownSessionError",
+    "Usage",
+    "UserMessageAdded",
+    "VerificationError",
+    "VerifyReport",
+    "WriteTxn",
+    "backoff",
+    "copy_log",
+    "covered_digest",
+    "event_from_json",
+    "event_to_json",
+    "get_counter",
+    "notification_text",
+    "open",
+    "pack",
+    "recall_text",
 }
 
 #: Engine parts that left the public surface: the old path resolves to this module's name.
-INTERNAL = {"Item": "turnlog._projection", "PackIndex": "turnlog._pack._index",
-            "Unit": "turnlog._projection"}
+INTERNAL = {
+    "Item": "turnlog._projection",
+    "PackIndex": "turnlog._pack._index",
+    "Unit": "turnlog._projection",
+}
 
-KERNEL_MODULES = sorted(info.name for info in pkgutil.iter_modules(turnlog.__path__)
-                        if info.name not in ("adapters", "tools"))
+KERNEL_MODULES = sorted(
+    info.name
+    for info in pkgutil.iter_modules(turnlog.__path__)
+    if info.name not in ("adapters", "tools")
+)
 PRIVATE_MODULES = sorted(
     info.name.removeprefix("turnlog.")
     for info in pkgutil.walk_packages(turnlog.__path__, "turnlog.")
-    if info.name.removeprefix("turnlog.").startswith("_"))
+    if info.name.removeprefix("turnlog.").startswith("_")
+)
 ADAPTER_MODULES = sorted(
-    info.name for info in pkgutil.walk_packages(turnlog.adapters.__path__, "turnlog.adapters."))
+    info.name for info in pkgutil.walk_packages(turnlog.adapters.__path__, "turnlog.adapters.")
+)
 
 
 def public_names(module: ModuleType) -> set[str]:
     """Classes and functions bound in ``module`` under a name without a leading underscore."""
-    return {name for name, value in vars(module).items()
-            if not name.startswith("_") and (inspect.isclass(value) or inspect.isfunction(value))}
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and (inspect.isclass(value) or inspect.isfunction(value))
+    }
 
 
 def defined_here(module: ModuleType) -> set[str]:
     """Public classes and functions defined in ``module`` itself (not imported)."""
-    return {name for name in public_names(module)
-            if getattr(vars(module)[name], "__module__", None) == module.__name__}
+    return {
+        name
+        for name in public_names(module)
+        if getattr(vars(module)[name], "__module__", None) == module.__name__
+    }
 
 
 def public_home() -> dict[str, str]:
@@ -94,8 +225,9 @@ def test_top_level_is_the_main_path() -> None:
     assert turnlog.__all__ == TOP_LEVEL
 
 
-@pytest.mark.parametrize("name", ["turnlog", *(f"turnlog.{m}" for m in
-                                               sorted(PUBLIC_KERNEL_MODULES))])
+@pytest.mark.parametrize(
+    "name", ["turnlog", *(f"turnlog.{m}" for m in sorted(PUBLIC_KERNEL_MODULES))]
+)
 def test_all_is_sorted_without_duplicates_and_complete(name: str) -> None:
     module = importlib.import_module(name)
     declared = module.__all__
@@ -122,20 +254,51 @@ def test_each_public_name_has_one_home_besides_the_base_error() -> None:
 
 
 def test_the_package_and_its_submodules_export_what_a_user_needs() -> None:
-    needed = {"open", "Log", "Draft", "KernelError", "Policy", "Packer", "Replayer", "pack",
-              "Compactor"}
+    needed = {
+        "open",
+        "Log",
+        "Draft",
+        "KernelError",
+        "Policy",
+        "Packer",
+        "Replayer",
+        "pack",
+        "Compactor",
+    }
     assert needed <= set(turnlog.__all__)
     home = public_home()
-    assert {name: home[name] for name in ("Appended", "Store", "Packed", "Stage", "PackState",
-                                          "StageReport", "Summarizer", "Projection", "Prompt",
-                                          "MemoryStore", "LMDBStore", "UserMessageAdded",
-                                          "AppendConflictError")} == {
-        "Appended": "turnlog.log", "Store": "turnlog.stores", "Packed": "turnlog.packing",
-        "Stage": "turnlog.packing", "PackState": "turnlog.packing",
-        "StageReport": "turnlog.packing", "Summarizer": "turnlog.compaction",
-        "Projection": "turnlog.packing", "Prompt": "turnlog.packing",
-        "MemoryStore": "turnlog.stores", "LMDBStore": "turnlog.stores",
-        "UserMessageAdded": "turnlog.events", "AppendConflictError": "turnlog.errors"}
+    assert {
+        name: home[name]
+        for name in (
+            "Appended",
+            "Store",
+            "Packed",
+            "Stage",
+            "PackState",
+            "StageReport",
+            "Summarizer",
+            "Projection",
+            "Prompt",
+            "MemoryStore",
+            "LMDBStore",
+            "UserMessageAdded",
+            "AppendConflictError",
+        )
+    } == {
+        "Appended": "turnlog.log",
+        "Store": "turnlog.stores",
+        "Packed": "turnlog.packing",
+        "Stage": "turnlog.packing",
+        "PackState": "turnlog.packing",
+        "StageReport": "turnlog.packing",
+        "Summarizer": "turnlog.compaction",
+        "Projection": "turnlog.packing",
+        "Prompt": "turnlog.packing",
+        "MemoryStore": "turnlog.stores",
+        "LMDBStore": "turnlog.stores",
+        "UserMessageAdded": "turnlog.events",
+        "AppendConflictError": "turnlog.errors",
+    }
 
 
 def test_engine_parts_are_not_public() -> None:
@@ -208,15 +371,16 @@ def test_private_module_all_lists_what_the_public_modules_reexport(name: str) ->
 
 
 @pytest.mark.parametrize("name", PRIVATE_MODULES)
-def test_every_public_name_defined_in_a_private_module_is_exported_or_internal(
-        name: str) -> None:
+def test_every_public_name_defined_in_a_private_module_is_exported_or_internal(name: str) -> None:
     # A public-looking class or function defined in a private module is either exported
     # or used only inside the kernel; one that is exported is in its module's __all__.
     module = importlib.import_module(f"turnlog.{name}")
     exported = set(turnlog.__all__) | set(public_home())
     for defined in defined_here(module) & exported:
-        assert defined in module.__all__, f"turnlog.{name}.{defined} is exported by the " \
+        assert defined in module.__all__, (
+            f"turnlog.{name}.{defined} is exported by the "
             "package but missing from the module's __all__"
+        )
 
 
 @pytest.mark.parametrize("name", ADAPTER_MODULES)
@@ -230,8 +394,7 @@ def test_public_module_declares_all(name: str) -> None:
 
 
 #: The `Packer` methods of 0.2.0 that are the `Replayer`'s now.
-PACKER_0_2_0 = ("check", "diff", "explain", "record", "repack", "replay", "replay_all",
-                "requests")
+PACKER_0_2_0 = ("check", "diff", "explain", "record", "repack", "replay", "replay_all", "requests")
 
 
 @pytest.mark.parametrize("name", PACKER_0_2_0)
@@ -241,10 +404,20 @@ def test_a_packer_method_of_0_2_0_warns_naming_the_replayer_and_forwards(name: s
     packer = turnlog.Packer(log)
     seq = turnlog.Replayer(packer).record("s").request_seq
     args: dict[str, tuple[object, ...]] = {
-        "check": ("s", seq), "diff": ("s", seq, seq), "explain": ("s", seq), "record": ("s",),
-        "repack": ("s", seq), "replay": ("s", seq), "replay_all": ("s",), "requests": ("s",)}
-    with pytest.warns(DeprecationWarning, match=rf"Packer\.{name} has moved: use "
-                      rf"turnlog\.Replayer\(packer\)\.{name}") as caught:
+        "check": ("s", seq),
+        "diff": ("s", seq, seq),
+        "explain": ("s", seq),
+        "record": ("s",),
+        "repack": ("s", seq),
+        "replay": ("s", seq),
+        "replay_all": ("s",),
+        "requests": ("s",),
+    }
+    with pytest.warns(
+        DeprecationWarning,
+        match=rf"Packer\.{name} has moved: use "
+        rf"turnlog\.Replayer\(packer\)\.{name}",
+    ) as caught:
         found = getattr(packer, name)(*args[name])
     assert caught[0].filename == __file__  # the warning points at the caller's line
     expected = getattr(turnlog.Replayer(packer), name)(*args[name])

@@ -47,25 +47,34 @@ def drop_notifications(state: PackState) -> StageReport:
     dropped = sum(
         state.drop_unit(unit.index, decision="trimmed", rule="toy.notifications")
         for unit in state.view.units
-        if state.view.items[unit.items[0]].kind == "notification")
+        if state.view.items[unit.items[0]].kind == "notification"
+    )
     return StageReport(name="toy-notifications", fired=dropped > 0, events=dropped)
 
 
 def test_a_custom_stage_needs_no_change_to_turnlog(tmp_path: Path) -> None:
     log = turnlog.open(tmp_path / "store")
-    log.append("s", [UserMessageAdded(text="hello"),
-                     NotificationAdded(text="build finished", source="ci"),
-                     AssistantMessageAdded(parts=(TextPart(text="hi"),)),
-                     UserMessageAdded(text="and now?")])
+    log.append(
+        "s",
+        [
+            UserMessageAdded(text="hello"),
+            NotificationAdded(text="build finished", source="ci"),
+            AssistantMessageAdded(parts=(TextPart(text="hi"),)),
+            UserMessageAdded(text="and now?"),
+        ],
+    )
     stages = list(DEFAULT_STAGES)
     stages.insert(3, ("toy-notifications", drop_notifications))
     packer = Packer(log, stages=stages)
     replayer = Replayer(packer)
     recorded = replayer.record("s", policy=Policy(context_window=8_000, output_reserve=1_000))
-    assert not any("build finished" in json.dumps(m.parts, default=str)
-                   for m in recorded.packed.prompt.messages)
-    assert [d.rule for d in recorded.packed.decisions if d.kind == "notification"] == \
-        ["toy.notifications"]
+    assert not any(
+        "build finished" in json.dumps(m.parts, default=str)
+        for m in recorded.packed.prompt.messages
+    )
+    assert [d.rule for d in recorded.packed.decisions if d.kind == "notification"] == [
+        "toy.notifications"
+    ]
     assert replayer.replay("s", recorded.request_seq).ok
     log.close()
 
@@ -78,28 +87,45 @@ def _toy_headers(api_key: str) -> dict[str, str]:
 def toy_provider() -> Provider:
     """A Chat-Completions-shaped API behind its own deployment path and key header."""
     chat = provider("openai-chat")
-    return Provider(name="toy-chat", description="a toy deployment of a chat API",
-                    path="/chat/completions", base_url="https://toy.invalid/v1",
-                    headers=_toy_headers, build=chat.build, parse=chat.parse,
-                    parse_stream=chat.parse_stream, max_tokens_required=True)
+    return Provider(
+        name="toy-chat",
+        description="a toy deployment of a chat API",
+        path="/chat/completions",
+        base_url="https://toy.invalid/v1",
+        headers=_toy_headers,
+        build=chat.build,
+        parse=chat.parse,
+        parse_stream=chat.parse_stream,
+        max_tokens_required=True,
+    )
 
 
-def test_a_new_provider_is_one_record_in_the_registry(monkeypatch: pytest.MonkeyPatch,
-                                                      tmp_path: Path) -> None:
+def test_a_new_provider_is_one_record_in_the_registry(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(PROVIDERS, "toy-chat", toy_provider())  # the registry line
     with pytest.raises(turnlog.KernelError, match="needs max_tokens"):
         renderer("toy-chat", model="m", max_tokens=None)("unused")  # type: ignore[arg-type]
     log = turnlog.open(tmp_path / "store")
     with FakeServer() as server:
-        server.script(FakeReply(tool_calls=(ToolCall(id="c1", name="Read", arguments="{}"),)),
-                      FakeReply(text="done"))
-        session = Session(log, "s", model="toy-model", format="toy-chat", max_tokens=256,
-                          policy=Policy(context_window=8_000, output_reserve=1_000))
+        server.script(
+            FakeReply(tool_calls=(ToolCall(id="c1", name="Read", arguments="{}"),)),
+            FakeReply(text="done"),
+        )
+        session = Session(
+            log,
+            "s",
+            model="toy-model",
+            format="toy-chat",
+            max_tokens=256,
+            policy=Policy(context_window=8_000, output_reserve=1_000),
+        )
         session.tools([{"name": "Read", "parameters": {"type": "object"}}])
         session.user("read it")
         request = session.prepare()
         reply = turnlog.adapters.providers.send(
-            "toy-chat", request.body, api_key="secret", base_url=server.base_url("openai-chat"))
+            "toy-chat", request.body, api_key="secret", base_url=server.base_url("openai-chat")
+        )
         answer = session.record(reply)
         for call in answer.tool_calls:
             session.tool_result(call.id, "contents")
@@ -129,10 +155,14 @@ def _parse_toy(data: bytes, name: str, skip_bad: bool) -> Parsed:
     plan = Plan(natural="toy")
     for n, line in enumerate(data.decode().splitlines()):
         role, _, text = line.partition(": ")
-        body: Body = UserMessageAdded(text=text) if role == "user" else \
-            AssistantMessageAdded(parts=(TextPart(text=text),))
-        plan.entries.append(Entry(body=body, key=f"toy-{n}", time=None, meta={},
-                                  where=f"line {n + 1}"))
+        body: Body = (
+            UserMessageAdded(text=text)
+            if role == "user"
+            else AssistantMessageAdded(parts=(TextPart(text=text),))
+        )
+        plan.entries.append(
+            Entry(body=body, key=f"toy-{n}", time=None, meta={}, where=f"line {n + 1}")
+        )
     return Parsed(format="toy", plans=[plan])
 
 
@@ -141,7 +171,8 @@ def _export_toy(session: ExportSession) -> bytes:
 
 
 def test_a_new_importer_is_one_module_and_one_registry_entry(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     toy = Format("toy", _parse_toy, _export_toy)  # the module's record
     monkeypatch.setitem(_transcripts._REGISTRY, toy.name, toy)  # the registry line
     path = tmp_path / "chat.toy"
@@ -149,11 +180,17 @@ def test_a_new_importer_is_one_module_and_one_registry_entry(
     log = turnlog.open(tmp_path / "store")
     summary = import_file(log, path, format="toy")
     assert list(summary.sessions) == ["toy"]
-    assert [type(e.body).__name__ for e in log.read("toy")] == \
-        ["UserMessageAdded", "AssistantMessageAdded"]
+    assert [type(e.body).__name__ for e in log.read("toy")] == [
+        "UserMessageAdded",
+        "AssistantMessageAdded",
+    ]
     assert import_file(log, path, format="toy").appended == 0  # idempotent by its keys
-    assert Replayer(Packer(log)).record("toy", policy=Policy(context_window=8_000,
-                                                   output_reserve=1_000)).packed.tokens > 0
+    assert (
+        Replayer(Packer(log))
+        .record("toy", policy=Policy(context_window=8_000, output_reserve=1_000))
+        .packed.tokens
+        > 0
+    )
     log.close()
 
 
@@ -170,8 +207,14 @@ class _ToyRead(ReadTxn):
     def get(self, session: str, seq: int) -> bytes | None:
         return self.s["events"].get((session, seq))  # type: ignore[no-any-return]
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         head = self.head(session)
         seq = max(start, 0)
         while (stop is None or seq < stop) and (every or (head is not None and seq <= head[0])):
@@ -223,8 +266,10 @@ class ToyStore(Store):
     name = "toy"
 
     def __init__(self) -> None:
-        self._state: dict[str, dict] = {k: {} for k in  # type: ignore[type-arg]
-                                        ("heads", "events", "keys", "blobs", "cache")}
+        self._state: dict[str, dict] = {
+            k: {}
+            for k in ("heads", "events", "keys", "blobs", "cache")  # type: ignore[type-arg]
+        }
         self._lock = threading.Lock()
 
     @contextmanager
@@ -244,13 +289,26 @@ class ToyStore(Store):
 
 def test_a_new_store_backend_needs_nothing_above_the_store_interface() -> None:
     log = Log(ToyStore(), blob_threshold=8_192, preview_chars=1_024)
-    first = log.append("s", [Draft(body=UserMessageAdded(text="run it")),
-                             Draft(body=AssistantMessageAdded(parts=(
-                                 ToolCall(id="c1", name="Bash", arguments="{}"),))),
-                             Draft(body=ToolResultAdded(call_id="c1", tool_name="Bash",
-                                                   output="x" * 20_000), key="r1")])
-    assert log.append("s", [Draft(body=ToolResultAdded(call_id="c1", tool_name="Bash",
-                                                  output="x" * 20_000), key="r1")]).duplicate
+    first = log.append(
+        "s",
+        [
+            Draft(body=UserMessageAdded(text="run it")),
+            Draft(
+                body=AssistantMessageAdded(parts=(ToolCall(id="c1", name="Bash", arguments="{}"),))
+            ),
+            Draft(
+                body=ToolResultAdded(call_id="c1", tool_name="Bash", output="x" * 20_000), key="r1"
+            ),
+        ],
+    )
+    assert log.append(
+        "s",
+        [
+            Draft(
+                body=ToolResultAdded(call_id="c1", tool_name="Bash", output="x" * 20_000), key="r1"
+            )
+        ],
+    ).duplicate
     with pytest.raises(turnlog.errors.AppendConflictError):
         log.append("s", [Draft(body=UserMessageAdded(text="late"))], expected_seq=first.first_seq)
     log.fork("s", 1, "t")
@@ -273,7 +331,8 @@ class TestToyStoreConforms(StoreConformance):
 
 
 TestToyStoreAgreesWithMemory = agreement_machine(
-    {"memory": turnlog.stores.MemoryStore, "toy": ToyStore}).TestCase
+    {"memory": turnlog.stores.MemoryStore, "toy": ToyStore}
+).TestCase
 TestToyStoreAgreesWithMemory.settings = settings(stateful_step_count=20)
 
 
@@ -304,12 +363,16 @@ class _StaleToyStore(ToyStore):
         yield Live(self._state)
 
 
-@pytest.mark.parametrize(("broken", "case"), [
-    (_LeakyToyStore, "test_a_failed_append_leaves_the_store_as_it_was"),
-    (_StaleToyStore, "test_a_snapshot_does_not_see_later_writes"),
-])
+@pytest.mark.parametrize(
+    ("broken", "case"),
+    [
+        (_LeakyToyStore, "test_a_failed_append_leaves_the_store_as_it_was"),
+        (_StaleToyStore, "test_a_snapshot_does_not_see_later_writes"),
+    ],
+)
 def test_the_shipped_suite_fails_a_store_that_breaks_its_contract(
-        broken: Callable[[], Store], case: str) -> None:
+    broken: Callable[[], Store], case: str
+) -> None:
     class Suite(StoreConformance):
         def make_store(self) -> Store:
             return broken()
@@ -341,9 +404,13 @@ class _ForgetfulToyStore(ToyStore):
 
 
 def test_the_agreement_machine_fails_stores_that_disagree() -> None:
-    machine = agreement_machine({"memory": turnlog.stores.MemoryStore,
-                                 "forgetful": _ForgetfulToyStore})
+    machine = agreement_machine(
+        {"memory": turnlog.stores.MemoryStore, "forgetful": _ForgetfulToyStore}
+    )
     with pytest.raises(AssertionError):
-        run_state_machine_as_test(machine, settings=settings(
-            max_examples=50, stateful_step_count=20, database=None, deadline=None))
-
+        run_state_machine_as_test(
+            machine,
+            settings=settings(
+                max_examples=50, stateful_step_count=20, database=None, deadline=None
+            ),
+        )

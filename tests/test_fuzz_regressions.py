@@ -48,7 +48,8 @@ _RAW = msgspec.msgpack.Encoder()  # no key sorting: it can write what a canonica
 def _record_with_meta(meta: object) -> bytes:
     """Canonical-looking event bytes whose meta holds ``meta`` (written raw)."""
     good = msgspec.msgpack.Encoder(order="deterministic").encode(
-        Event(session="x", seq=0, body=UserMessageAdded(text="hi"), meta={"m": 1}))
+        Event(session="x", seq=0, body=UserMessageAdded(text="hi"), meta={"m": 1})
+    )
     return good.replace(b"\xa1m\x01", b"\xa1m" + _RAW.encode(meta))
 
 
@@ -91,8 +92,14 @@ def test_verify_reports_a_stored_record_with_an_int_key_in_meta(log: turnlog.Log
 
 
 def test_an_export_line_with_meta_nested_too_deep_is_refused() -> None:
-    line = {"session": "x", "seq": 0, "body": {"type": "user", "text": "hi"},
-            "meta": json.loads('{"a":' * 40 + "1" + "}" * 40), "prev": "", "hash": ""}
+    line = {
+        "session": "x",
+        "seq": 0,
+        "body": {"type": "user", "text": "hi"},
+        "meta": json.loads('{"a":' * 40 + "1" + "}" * 40),
+        "prev": "",
+        "hash": "",
+    }
     with pytest.raises(DecodeError, match="nested deeper"):
         event_from_json(json.dumps(line))
 
@@ -107,9 +114,13 @@ def test_a_message_with_two_calls_of_one_id_is_refused(log: turnlog.Log) -> None
     # Found: the packer answered both calls with a placeholder but counted one, so the
     # prompt's token count was short by a message, and the prompt repeated the id.
     before = dump(log)
-    message = AssistantMessageAdded(parts=(TextPart(text="two at once"),
-                                           ToolCall(id="c3", name="Write", arguments="{}"),
-                                           ToolCall(id="c3", name="Glob", arguments="{}")))
+    message = AssistantMessageAdded(
+        parts=(
+            TextPart(text="two at once"),
+            ToolCall(id="c3", name="Write", arguments="{}"),
+            ToolCall(id="c3", name="Glob", arguments="{}"),
+        )
+    )
     with pytest.raises(InvalidEventError, match="several tool calls with id 'c3'"):
         log.append("s", message)
     assert dump(log) == before
@@ -117,9 +128,16 @@ def test_a_message_with_two_calls_of_one_id_is_refused(log: turnlog.Log) -> None
 
 def test_distinct_ids_in_one_message_pack_with_exact_accounting() -> None:
     log = memory_log()
-    log.append("s", AssistantMessageAdded(parts=(
-        TextPart(text="hi"), ToolCall(id="c3", name="Write", arguments="{}"),
-        ToolCall(id="c4", name="Glob", arguments="{}"))))
+    log.append(
+        "s",
+        AssistantMessageAdded(
+            parts=(
+                TextPart(text="hi"),
+                ToolCall(id="c3", name="Write", arguments="{}"),
+                ToolCall(id="c4", name="Glob", arguments="{}"),
+            )
+        ),
+    )
     view = project(log, "s")
     packed = turnlog._pack.pack(view, Policy())
     check_packed(view, packed, Policy())
@@ -129,9 +147,14 @@ def test_distinct_ids_in_one_message_pack_with_exact_accounting() -> None:
 def test_deeply_nested_tool_arguments_are_stored_and_packed_as_text() -> None:
     log = memory_log()
     arguments = '{"a":' * 3_000 + "1" + "}" * 3_000
-    log.append("s", [UserMessageAdded(text="go"), AssistantMessageAdded(parts=(
-        ToolCall(id="c1", name="Glob", arguments=arguments),)),
-        ToolResultAdded(call_id="c1", tool_name="Glob", output="ok")])
+    log.append(
+        "s",
+        [
+            UserMessageAdded(text="go"),
+            AssistantMessageAdded(parts=(ToolCall(id="c1", name="Glob", arguments=arguments),)),
+            ToolResultAdded(call_id="c1", tool_name="Glob", output="ok"),
+        ],
+    )
     view = project(log, "s")
     packed = turnlog._pack.pack(view, Policy())
     check_packed(view, packed, Policy())
@@ -145,9 +168,14 @@ def test_clipping_arguments_nested_deeper_than_a_walk_keeps_them_json(depth: int
     # few hundred deep (which json.loads takes) overflowed the recursive clip walk.
     log = memory_log()
     arguments = '{"a":' * depth + json.dumps("x" * 40_000) + "}" * depth
-    log.append("s", [UserMessageAdded(text="go"), AssistantMessageAdded(parts=(
-        ToolCall(id="c1", name="Write", arguments=arguments),)),
-        ToolResultAdded(call_id="c1", tool_name="Write", output="ok")])
+    log.append(
+        "s",
+        [
+            UserMessageAdded(text="go"),
+            AssistantMessageAdded(parts=(ToolCall(id="c1", name="Write", arguments=arguments),)),
+            ToolResultAdded(call_id="c1", tool_name="Write", output="ok"),
+        ],
+    )
     view = project(log, "s")
     policy = Policy(context_window=8_000, output_reserve=1_000, rules=2)
     packed = turnlog.pack(view, policy)
@@ -178,9 +206,14 @@ def test_a_transcript_with_two_records_of_one_id_is_refused_whole(tmp_path: Path
 def test_duplicate_ids_in_a_later_batch_do_not_leave_the_earlier_batches(tmp_path: Path) -> None:
     # Claude Code records with one uuid, far apart: refused before the first batch.
     def rec(uuid: str, parent: str | None, text: str, ts: int) -> dict[str, object]:
-        return {"type": "user", "uuid": uuid, "parentUuid": parent, "sessionId": "dup",
-                "timestamp": f"2025-01-01T00:00:{ts:02d}Z",
-                "message": {"role": "user", "content": text}}
+        return {
+            "type": "user",
+            "uuid": uuid,
+            "parentUuid": parent,
+            "sessionId": "dup",
+            "timestamp": f"2025-01-01T00:00:{ts:02d}Z",
+            "message": {"role": "user", "content": text},
+        }
 
     lines = [rec("u1", None, "one", 1), rec("u2", "u1", "two", 2), rec("u1", "u2", "again", 3)]
     path = tmp_path / "dup.jsonl"
@@ -194,10 +227,14 @@ def test_duplicate_ids_in_a_later_batch_do_not_leave_the_earlier_batches(tmp_pat
 
 # -- view: quadratic path matching (fuzz_pack, crash-slow-path-regex) ---------------------------
 _PATH_REGEX = re.compile(r"[\w./\\-]*\w\.\w{1,8}\b")
-_PHRASES = [*DECISION_PHRASES, *(p.upper() for p in DECISION_PHRASES),
-            *(p.title() for p in DECISION_PHRASES)]
-_DECISION_REGEX = re.compile(r"\b(" + "|".join(map(re.escape, DECISION_PHRASES)) + r")\b",
-                             re.IGNORECASE)
+_PHRASES = [
+    *DECISION_PHRASES,
+    *(p.upper() for p in DECISION_PHRASES),
+    *(p.title() for p in DECISION_PHRASES),
+]
+_DECISION_REGEX = re.compile(
+    r"\b(" + "|".join(map(re.escape, DECISION_PHRASES)) + r")\b", re.IGNORECASE
+)
 
 
 @settings(max_examples=500, deadline=None)
@@ -211,23 +248,36 @@ def test_long_runs_of_path_characters_pack_in_linear_time() -> None:
     # projection step; 200 KB (a base64 file written through a tool call) took hours.
     log = memory_log()
     blob = "QUJD" * 50_000
-    log.append("s", [UserMessageAdded(text="write it"), AssistantMessageAdded(parts=(
-        TextPart(text="-" * 200_000 + "\n" + "." * 200_000 + " see src/app.py"),
-        ToolCall(id="c1", name="Write", arguments=json.dumps({"content": blob})))),
-        ToolResultAdded(call_id="c1", tool_name="Write", output="written")])
+    log.append(
+        "s",
+        [
+            UserMessageAdded(text="write it"),
+            AssistantMessageAdded(
+                parts=(
+                    TextPart(text="-" * 200_000 + "\n" + "." * 200_000 + " see src/app.py"),
+                    ToolCall(id="c1", name="Write", arguments=json.dumps({"content": blob})),
+                )
+            ),
+            ToolResultAdded(call_id="c1", tool_name="Write", output="written"),
+        ],
+    )
     view = project(log, "s")
     assert _pathish("see src/app.py") == ["src/app.py"]
     check_packed(view, turnlog._pack.pack(view, Policy()), Policy())
 
 
-def test_an_openhands_output_with_a_flat_system_action_imports_and_exports(
-        tmp_path: Path) -> None:
+def test_an_openhands_output_with_a_flat_system_action_imports_and_exports(tmp_path: Path) -> None:
     # Found: a "system" action without "args" (the flat form of output.jsonl) raised
     # KeyError from the importer instead of being imported like its other flat actions.
-    line = {"instruction": "x", "history": [
-        {"action": "system", "content": "You are a helpful agent."},
-        {"action": "message", "content": "fix the bug"},
-        {"action": "run", "command": "ls"}, {"observation": "run", "content": "a.py"}]}
+    line = {
+        "instruction": "x",
+        "history": [
+            {"action": "system", "content": "You are a helpful agent."},
+            {"action": "message", "content": "fix the bug"},
+            {"action": "run", "command": "ls"},
+            {"observation": "run", "content": "a.py"},
+        ],
+    }
     path = tmp_path / "output.jsonl"
     path.write_text(json.dumps(line) + "\n")
     log = memory_log()
@@ -243,28 +293,52 @@ def test_an_openhands_output_with_a_flat_system_action_imports_and_exports(
 def test_a_reply_with_two_tool_calls_of_one_id_is_a_decode_error() -> None:
     # Found: parse_response returned such a reply, which Log.append then refused;
     # a parsed reply must be appendable as it is, so the parser refuses it instead.
-    body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-            "content": [{"type": "tool_use", "id": "toolu_02", "name": "a", "input": {}},
-                        {"type": "tool_use", "id": "toolu_02", "name": "b", "input": {}}],
-            "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}}
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [
+            {"type": "tool_use", "id": "toolu_02", "name": "a", "input": {}},
+            {"type": "tool_use", "id": "toolu_02", "name": "b", "input": {}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
     with pytest.raises(DecodeError, match="several tool calls with id 'toolu_02'"):
         parse_response("anthropic", json.dumps(body))
 
 
 # -- importers: two dead branches named alike (fuzz_importers, crash-claude-branch-names) --------
-def test_dead_branches_whose_ids_share_a_prefix_get_sessions_of_their_own(
-        tmp_path: Path) -> None:
+def test_dead_branches_whose_ids_share_a_prefix_get_sessions_of_their_own(tmp_path: Path) -> None:
     # Dead branches are named after the first 8 characters of their root's uuid; two
     # roots alike there made the import fork twice into one session (InvalidEventError).
     def record(uuid: str, parent: str | None, kind: str, text: str, ts: int) -> dict[str, object]:
         message: dict[str, object] = (
-            {"role": "user", "content": text} if kind == "user" else
-            {"id": f"msg_{uuid}", "type": "message", "role": "assistant", "model": "claude-x",
-             "content": [{"type": "text", "text": text}], "stop_reason": None,
-             "usage": {"input_tokens": 3, "output_tokens": 5}})
-        return {"parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": "/w",
-                "sessionId": "s-1", "version": "2.1.5", "type": kind, "uuid": uuid,
-                "timestamp": f"2026-01-01T00:00:{ts:02d}.000Z", "message": message}
+            {"role": "user", "content": text}
+            if kind == "user"
+            else {
+                "id": f"msg_{uuid}",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-x",
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": None,
+                "usage": {"input_tokens": 3, "output_tokens": 5},
+            }
+        )
+        return {
+            "parentUuid": parent,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": "/w",
+            "sessionId": "s-1",
+            "version": "2.1.5",
+            "type": kind,
+            "uuid": uuid,
+            "timestamp": f"2026-01-01T00:00:{ts:02d}.000Z",
+            "message": message,
+        }
 
     records = [
         record("u1", None, "user", "first question", 1),
@@ -281,11 +355,15 @@ def test_dead_branches_whose_ids_share_a_prefix_get_sessions_of_their_own(
     assert len(summary.sessions) == len(set(summary.sessions)) == 3
     branches = sorted(summary.sessions[1:])
     assert branches[1] == branches[0] + "-2"
-    said = {name: [e.body.text for e in log.lineage(name) if isinstance(e.body, UserMessageAdded)]
-            for name in summary.sessions}
-    assert sorted(said.values()) == [["first question", "an abandoned question"],
-                                     ["first question", "another abandoned question"],
-                                     ["first question", "the question kept"]]
+    said = {
+        name: [e.body.text for e in log.lineage(name) if isinstance(e.body, UserMessageAdded)]
+        for name in summary.sessions
+    }
+    assert sorted(said.values()) == [
+        ["first question", "an abandoned question"],
+        ["first question", "another abandoned question"],
+        ["first question", "the question kept"],
+    ]
     assert log.verify().ok
     assert import_file(log, path).appended == 0  # the same names again: nothing new
 
@@ -309,8 +387,18 @@ def test_format_detection_takes_any_json_as_a_record_type(kind: str, tmp_path: P
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(_PHRASES), st.text(alphabet=st.sampled_from(
-    list("abeiost'_ .\nBTI\u017f\u0131\u0130\u212a\u0301")), max_size=12)), max_size=8))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(_PHRASES),
+            st.text(
+                alphabet=st.sampled_from(list("abeiost'_ .\nBTI\u017f\u0131\u0130\u212a\u0301")),
+                max_size=12,
+            ),
+        ),
+        max_size=8,
+    )
+)
 def test_decision_language_is_found_as_the_phrase_alternation_finds_it(parts: list[str]) -> None:
     text = "".join(parts)
     assert bool(_DECISION.search(text)) == bool(_DECISION_REGEX.search(text))
@@ -322,8 +410,25 @@ def _quote_keys_of_every_line(text: str) -> tuple[int, ...]:
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from(["a" * 30, "b" * 5, "\r", "\n", "\r\n", " " * 4_000, "c" * 4_090,
-                                 "\x85", "d" * 25, "\u2028"]), max_size=12))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "a" * 30,
+                "b" * 5,
+                "\r",
+                "\n",
+                "\r\n",
+                " " * 4_000,
+                "c" * 4_090,
+                "\x85",
+                "d" * 25,
+                "\u2028",
+            ]
+        ),
+        max_size=12,
+    )
+)
 def test_quoted_lines_of_a_long_output_are_its_first_lines(parts: list[str]) -> None:
     text = "".join(parts)
     assert _quote_keys(text) == _quote_keys_of_every_line(text)

@@ -62,8 +62,9 @@ def test_every_golden_request_replays_byte_for_byte(golden: tuple[Path, turnlog.
             assert result.ok, (head.session, event.seq, result.difference)
             formats.add(request.format)
             replayed += 1
-    expected = sum(1 for packs in manifest["packs"].values() for p in packs
-                   if p["outcome"] == "recorded")
+    expected = sum(
+        1 for packs in manifest["packs"].values() for p in packs if p["outcome"] == "recorded"
+    )
     assert replayed >= expected + 40  # the demo's requests and the recorded packs
     assert formats == set(manifest["formats"])
 
@@ -75,8 +76,12 @@ def test_every_golden_session_replays_in_one_pass(golden: tuple[Path, turnlog.Lo
     replayer = Replayer(packer)
     for head in log.sessions():
         seqs = [e.seq for e in log.read(head.session, kinds=["request"])]
-        results = list(replayer.replay_all(
-            head.session, render=lambda request: renderer_for(request, blobs=log.blob)))
+        results = list(
+            replayer.replay_all(
+                head.session, render=lambda request: renderer_for(request, blobs=log.blob)
+            )
+        )
         assert [r.request_seq for r in results] == seqs
-        assert all(r.ok for r in results), [(r.request_seq, r.difference) for r in results
-                                            if not r.ok]
+        assert all(r.ok for r in results), [
+            (r.request_seq, r.difference) for r in results if not r.ok
+        ]

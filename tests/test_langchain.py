@@ -56,23 +56,47 @@ def conversation() -> list[BaseMessage]:
     return [
         SystemMessage("You are a careful agent."),
         HumanMessage("Read a.py and add 2 and 3.", id="h1", name="ada"),
-        AIMessage("", id="ai1", tool_calls=[
-            {"name": "read_file", "args": {"path": "a.py"}, "id": "call_1"},
-            {"name": "add", "args": {"a": 2, "b": 3.5, "nested": {"x": [1, None]}},
-             "id": "call_2"}],
+        AIMessage(
+            "",
+            id="ai1",
+            tool_calls=[
+                {"name": "read_file", "args": {"path": "a.py"}, "id": "call_1"},
+                {
+                    "name": "add",
+                    "args": {"a": 2, "b": 3.5, "nested": {"x": [1, None]}},
+                    "id": "call_2",
+                },
+            ],
             usage_metadata={"input_tokens": 30, "output_tokens": 12, "total_tokens": 42},
             response_metadata={"model_name": "gpt-test", "finish_reason": "tool_calls"},
-            additional_kwargs={"refusal": None}),
+            additional_kwargs={"refusal": None},
+        ),
         ToolMessage("def f(): pass", tool_call_id="call_1", artifact={"lines": 1}),
-        ToolMessage("add failed: overflow", tool_call_id="call_2", status="error",
-                    name="add"),
-        AIMessage([{"type": "thinking", "thinking": "Retry.", "signature": "sig=="},
-                   {"type": "text", "text": "a.py defines f; the sum failed."}]),
-        HumanMessage([{"type": "text", "text": "What is in this picture?"},
-                      {"type": "image_url", "image_url": {"url": "https://example.com/p.png"}}]),
-        AIMessage("A cat.", invalid_tool_calls=[{"name": "zoom", "args": "{bad json",
-                                                 "id": "call_3", "error": "bad json",
-                                                 "type": "invalid_tool_call"}]),
+        ToolMessage("add failed: overflow", tool_call_id="call_2", status="error", name="add"),
+        AIMessage(
+            [
+                {"type": "thinking", "thinking": "Retry.", "signature": "sig=="},
+                {"type": "text", "text": "a.py defines f; the sum failed."},
+            ]
+        ),
+        HumanMessage(
+            [
+                {"type": "text", "text": "What is in this picture?"},
+                {"type": "image_url", "image_url": {"url": "https://example.com/p.png"}},
+            ]
+        ),
+        AIMessage(
+            "A cat.",
+            invalid_tool_calls=[
+                {
+                    "name": "zoom",
+                    "args": "{bad json",
+                    "id": "call_3",
+                    "error": "bad json",
+                    "type": "invalid_tool_call",
+                }
+            ],
+        ),
         AIMessage("", tool_calls=[{"name": "look", "args": {}, "id": None}]),
         ChatMessage(content="Looks fine to me.", role="critic"),
     ]
@@ -90,18 +114,28 @@ def test_messages_become_the_matching_events(log: Log) -> None:
     history = TurnlogChatMessageHistory(log, "chat")
     history.add_messages(conversation())
     events = log.read("chat")
-    assert [e.kind for e in events] == ["system", "user", "assistant", "tool_result",
-                                        "tool_result", "assistant", "user", "assistant",
-                                        "assistant", "notification"]
-    assert events[0].body == SystemSectionSet(name="langchain.0",
-                                              text="You are a careful agent.")
+    assert [e.kind for e in events] == [
+        "system",
+        "user",
+        "assistant",
+        "tool_result",
+        "tool_result",
+        "assistant",
+        "user",
+        "assistant",
+        "assistant",
+        "notification",
+    ]
+    assert events[0].body == SystemSectionSet(name="langchain.0", text="You are a careful agent.")
     assert events[1].body == UserMessageAdded(text="Read a.py and add 2 and 3.")
     call = events[2].body
     assert isinstance(call, AssistantMessageAdded)
     assert call.parts == (
         ToolCall(id="call_1", name="read_file", arguments='{"path": "a.py"}'),
-        ToolCall(id="call_2", name="add",
-                 arguments='{"a": 2, "b": 3.5, "nested": {"x": [1, null]}}'))
+        ToolCall(
+            id="call_2", name="add", arguments='{"a": 2, "b": 3.5, "nested": {"x": [1, null]}}'
+        ),
+    )
     first, second = events[3].body, events[4].body
     assert isinstance(first, ToolResultAdded) and isinstance(second, ToolResultAdded)
     assert (first.tool_name, first.is_error) == ("read_file", False)  # name from the call
@@ -113,8 +147,13 @@ def test_messages_become_the_matching_events(log: Log) -> None:
 def test_a_large_tool_output_reads_back_in_full(log: Log) -> None:
     history = TurnlogChatMessageHistory(log, "chat")
     output = "\n".join(f"line {i}: " + "x" * 60 for i in range(3000))
-    history.add_messages([HumanMessage("go"), AIMessage("", tool_calls=[
-        {"name": "cat", "args": {}, "id": "c1"}]), ToolMessage(output, tool_call_id="c1")])
+    history.add_messages(
+        [
+            HumanMessage("go"),
+            AIMessage("", tool_calls=[{"name": "cat", "args": {}, "id": "c1"}]),
+            ToolMessage(output, tool_call_id="c1"),
+        ]
+    )
     stored = log.read("chat", kinds=["tool_result"])[0].body
     assert isinstance(stored, ToolResultAdded) and stored.blob is not None
     assert len(stored.output) < len(output)
@@ -159,14 +198,22 @@ def test_remove_message_is_refused(log: Log) -> None:
 
 
 def test_packed_messages_are_budgeted_recorded_and_replayable(log: Log) -> None:
-    policy = Policy(context_window=3000, output_reserve=500, warning_buffer=800,
-                    compact_buffer=500, blocking_buffer=200)
+    policy = Policy(
+        context_window=3000,
+        output_reserve=500,
+        warning_buffer=800,
+        compact_buffer=500,
+        blocking_buffer=200,
+    )
     history = TurnlogChatMessageHistory(log, "chat", policy=policy)
     history.add_messages([SystemMessage("Be brief.")])
     for turn in range(12):
-        history.add_messages([
-            HumanMessage(f"question {turn}: " + "why " * 150),
-            AIMessage(f"answer {turn}: " + "because " * 150)])
+        history.add_messages(
+            [
+                HumanMessage(f"question {turn}: " + "why " * 150),
+                AIMessage(f"answer {turn}: " + "because " * 150),
+            ]
+        )
     history.add_messages([HumanMessage("last question")])
     packed = history.packed_messages(model="gpt-test")
     assert isinstance(packed[0], SystemMessage) and packed[0].content == "Be brief."
@@ -177,9 +224,19 @@ def test_packed_messages_are_budgeted_recorded_and_replayable(log: Log) -> None:
     request = body_of(requests[0], RequestIssued)
     assert request.model == "gpt-test" and request.tokens <= policy.usable
     assert Replayer(Packer(log)).replay("chat", requests[0].seq).ok
-    history.add_messages([AIMessage("fine", usage_metadata={
-        "input_tokens": 900, "output_tokens": 2, "total_tokens": 902,
-        "input_token_details": {"cache_read": 600}})])
+    history.add_messages(
+        [
+            AIMessage(
+                "fine",
+                usage_metadata={
+                    "input_tokens": 900,
+                    "output_tokens": 2,
+                    "total_tokens": 902,
+                    "input_token_details": {"cache_read": 600},
+                },
+            )
+        ]
+    )
     response = log.read("chat")[-1].body
     assert isinstance(response, ResponseReceived) and response.request_seq == requests[0].seq
     assert (response.usage.input_tokens, response.usage.cache_read_tokens) == (900, 600)
@@ -192,12 +249,26 @@ def test_packed_messages_are_budgeted_recorded_and_replayable(log: Log) -> None:
 
 def test_packed_messages_answer_calls_left_open_by_a_final_run_of_results(log: Log) -> None:
     history = TurnlogChatMessageHistory(log, "chat", policy=POLICY)
-    history.add_messages([HumanMessage("go"), AIMessage("", tool_calls=[
-        {"name": "a", "args": {}, "id": "c1"}, {"name": "b", "args": {}, "id": "c2"}]),
-        ToolMessage("done a", tool_call_id="c1")])
+    history.add_messages(
+        [
+            HumanMessage("go"),
+            AIMessage(
+                "",
+                tool_calls=[
+                    {"name": "a", "args": {}, "id": "c1"},
+                    {"name": "b", "args": {}, "id": "c2"},
+                ],
+            ),
+            ToolMessage("done a", tool_call_id="c1"),
+        ]
+    )
     packed = history.packed_messages(record=False)
-    assert [type(m).__name__ for m in packed] == ["HumanMessage", "AIMessage", "ToolMessage",
-                                                  "ToolMessage"]
+    assert [type(m).__name__ for m in packed] == [
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+        "ToolMessage",
+    ]
     missing = packed[-1]  # every provider refuses a call without its result
     assert isinstance(missing, ToolMessage)
     assert (missing.tool_call_id, missing.status) == ("c2", "error")
@@ -211,9 +282,11 @@ def test_events_from_the_facade_read_back_as_messages(log: Log) -> None:
     session.user("hi")
     session.notify("ci", "tests passed")
     history = TurnlogChatMessageHistory(log, "chat")
-    assert history.messages == [SystemMessage("Be brief."), HumanMessage("hi"),
-                                HumanMessage('<notification source="ci">\ntests passed\n'
-                                             "</notification>")]
+    assert history.messages == [
+        SystemMessage("Be brief."),
+        HumanMessage("hi"),
+        HumanMessage('<notification source="ci">\ntests passed\n</notification>'),
+    ]
 
 
 def test_the_history_works_where_langchain_expects_one(log: Log) -> None:
@@ -225,7 +298,8 @@ def test_the_history_works_where_langchain_expects_one(log: Log) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the runnable is deprecated
         chain = RunnableWithMessageHistory(
-            model, lambda session_id: TurnlogChatMessageHistory(log, session_id))
+            model, lambda session_id: TurnlogChatMessageHistory(log, session_id)
+        )
         config = {"configurable": {"session_id": "chat"}}
         chain.invoke("hi", config=config)  # type: ignore[arg-type]
         chain.invoke("again", config=config)  # type: ignore[arg-type]

@@ -64,10 +64,18 @@ def test_checkpoint_values_are_blobs_shared_between_checkpoints(log: Log) -> Non
     saver = TurnlogSaver(log)
     config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
     big = "x" * 10_000
-    first = saver.put(config, _checkpoint("1", {"a": big, "b": 1}, {"a": 1, "b": 1}),
-                      {"source": "input", "step": 0}, {"a": 1, "b": 1})
-    saver.put(first, _checkpoint("2", {"a": big, "b": 2}, {"a": 1, "b": 2}),
-              {"source": "loop", "step": 1}, {"b": 2})
+    first = saver.put(
+        config,
+        _checkpoint("1", {"a": big, "b": 1}, {"a": 1, "b": 1}),
+        {"source": "input", "step": 0},
+        {"a": 1, "b": 1},
+    )
+    saver.put(
+        first,
+        _checkpoint("2", {"a": big, "b": 2}, {"a": 1, "b": 2}),
+        {"source": "loop", "step": 1},
+        {"b": 2},
+    )
     events = log.read("t")
     assert [e.kind for e in events] == ["state", "state"]
     second = events[1].body
@@ -133,24 +141,34 @@ def test_async_saver_calls_do_not_block_the_event_loop(tmp_path: Path) -> None:
 
 
 def _checkpoint(ident: str, values: dict[str, Any], versions: dict[str, Any]) -> Any:
-    return {"v": 1, "id": ident, "ts": "2026-01-01T00:00:00+00:00", "channel_values": values,
-            "channel_versions": versions, "versions_seen": {}, "pending_sends": [],
-            "updated_channels": None}
+    return {
+        "v": 1,
+        "id": ident,
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": values,
+        "channel_versions": versions,
+        "versions_seen": {},
+        "pending_sends": [],
+        "updated_channels": None,
+    }
 
 
 # -- the model hooks and the example -------------------------------------------------------------
 def _turnlog(*argv: str) -> subprocess.CompletedProcess[str]:
     script = str(Path(sys.executable).with_name("turnlog"))
-    return subprocess.run([script, *argv], capture_output=True, text=True, timeout=300,
-                          check=False)
+    return subprocess.run([script, *argv], capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_the_example_runs_and_every_request_replays_from_the_command_line(
-        tmp_path: Path) -> None:
+def test_the_example_runs_and_every_request_replays_from_the_command_line(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    run = subprocess.run([sys.executable, "-m", "turnlog.adapters.examples.langgraph",
-                          str(store)], capture_output=True, text=True, timeout=300,
-                         check=False, env={**os.environ, "PYTHONWARNINGS": "error"})
+    run = subprocess.run(
+        [sys.executable, "-m", "turnlog.adapters.examples.langgraph", str(store)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
     assert run.returncode == 0, run.stderr
     assert "recorded requests: 3  requests received: 3" in run.stdout
     replay = _turnlog("--store", str(store), "replay", "langgraph-invoice")
@@ -168,8 +186,13 @@ def test_every_model_call_is_packed_from_events_appended_before_it(tmp_path: Pat
     log = turnlog.open(tmp_path / "store")
     session = out["session"]
     events = log.read(session)
-    calls = [p for e in events if isinstance(e.body, AssistantMessageAdded)
-             for p in e.body.parts if isinstance(p, ToolCall)]
+    calls = [
+        p
+        for e in events
+        if isinstance(e.body, AssistantMessageAdded)
+        for p in e.body.parts
+        if isinstance(p, ToolCall)
+    ]
     assert [c.name for c in calls] == ["hours_worked", "multiply", "multiply"]
     replayer = turnlog.Replayer(turnlog.Packer(log))
     for seq, body in zip(out["request_seqs"], out["bodies"], strict=True):
@@ -182,8 +205,11 @@ def test_every_model_call_is_packed_from_events_appended_before_it(tmp_path: Pat
         # was an event before the request record that packed it.
         assert [m["role"] for m in sent] == [m.role for m in prompt.messages]
         assert [m.get("content") or "" for m in sent] == [m.text for m in prompt.messages]
-        answered = [e.body for e in events if isinstance(e.body, ResponseReceived)
-                    and e.body.request_seq == seq]
+        answered = [
+            e.body
+            for e in events
+            if isinstance(e.body, ResponseReceived) and e.body.request_seq == seq
+        ]
         assert len(answered) == 1 and answered[0].usage.input_tokens > 0
     policy = replayer.packer.policy_in_force(session)
     assert policy is not None and policy.tokenizer == "o200k_base"  # gpt-4o-mini's
@@ -206,8 +232,10 @@ def test_an_item_that_is_not_a_message_is_refused_naming_its_type(log: Log) -> N
     with pytest.raises(turnlog.errors.InvalidEventError, match="found Fraction"):
         from fractions import Fraction
 
-        hooks.pre_model({"messages": [HumanMessage("hi", id="m1"), Fraction(1, 3)]},
-                        {"configurable": {"thread_id": "t"}})
+        hooks.pre_model(
+            {"messages": [HumanMessage("hi", id="m1"), Fraction(1, 3)]},
+            {"configurable": {"thread_id": "t"}},
+        )
     assert log.head("t") is None  # nothing appended
 
 
@@ -216,9 +244,12 @@ def test_a_reply_and_its_tool_results_go_in_once_across_calls(log: Log) -> None:
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}
     state: dict[str, Any] = {"messages": [HumanMessage("hi", id="m1")]}
     hooks.pre_model(state, config)
-    reply = AIMessage("", id="m2", tool_calls=[{"name": "f", "args": {}, "id": "c1"}],
-                      usage_metadata={"input_tokens": 9, "output_tokens": 2,
-                                      "total_tokens": 11})
+    reply = AIMessage(
+        "",
+        id="m2",
+        tool_calls=[{"name": "f", "args": {}, "id": "c1"}],
+        usage_metadata={"input_tokens": 9, "output_tokens": 2, "total_tokens": 11},
+    )
     state["messages"].append(reply)
     hooks.post_model(state, config)
     state["messages"].append(ToolMessage("42", tool_call_id="c1", id="m3"))
@@ -232,10 +263,15 @@ def test_a_reply_and_its_tool_results_go_in_once_across_calls(log: Log) -> None:
 def test_a_copy_sees_what_the_source_sees_after_pruning(log: Log) -> None:
     saver = TurnlogSaver(log)
     config: RunnableConfig = {"configurable": {"thread_id": "src", "checkpoint_ns": ""}}
-    first = saver.put(config, _checkpoint("1", {"a": "kept", "b": 1}, {"a": 1, "b": 1}),
-                      {"step": 0}, {"a": 1, "b": 1})
-    second = saver.put(first, _checkpoint("2", {"a": "kept", "b": 2}, {"a": 1, "b": 2}),
-                       {"step": 1}, {"b": 2})
+    first = saver.put(
+        config,
+        _checkpoint("1", {"a": "kept", "b": 1}, {"a": 1, "b": 1}),
+        {"step": 0},
+        {"a": 1, "b": 1},
+    )
+    second = saver.put(
+        first, _checkpoint("2", {"a": "kept", "b": 2}, {"a": 1, "b": 2}), {"step": 1}, {"b": 2}
+    )
     saver.put_writes(second, [("b", 3)], "task")
     saver.prune(["src"])  # hides checkpoint 1, which holds a's value
     saver.copy_thread("src", "dst")
@@ -243,8 +279,7 @@ def test_a_copy_sees_what_the_source_sees_after_pruning(log: Log) -> None:
     assert copied is not None
     assert copied.checkpoint["channel_values"] == {"a": "kept", "b": 2}
     assert copied.pending_writes == [("task", "b", 3)]
-    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "dst"}})] \
-        == ["2"]
+    assert [t.checkpoint["id"] for t in saver.list({"configurable": {"thread_id": "dst"}})] == ["2"]
 
 
 def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) -> None:
@@ -259,14 +294,21 @@ def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) ->
     log = turnlog.open(tmp_path / "store")
     hooks = TurnlogModelHooks(log, model=example.MODEL)
     with FakeServer(example.SCRIPT) as server:
-        model = ChatOpenAI(model=example.MODEL, base_url=server.base_url("openai-chat"),
-                           api_key="k", max_retries=0)  # type: ignore[arg-type]
+        model = ChatOpenAI(
+            model=example.MODEL,
+            base_url=server.base_url("openai-chat"),
+            api_key="k",  # type: ignore[arg-type]
+            max_retries=0,  # type: ignore[arg-type]
+        )  # type: ignore[arg-type]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            agent = create_react_agent(model, [example.hours_worked, example.multiply],
-                                       pre_model_hook=hooks.pre_model,
-                                       post_model_hook=hooks.post_model,
-                                       checkpointer=TurnlogSaver(log))
+            agent = create_react_agent(
+                model,
+                [example.hours_worked, example.multiply],
+                pre_model_hook=hooks.pre_model,
+                post_model_hook=hooks.post_model,
+                checkpointer=TurnlogSaver(log),
+            )
         config: RunnableConfig = {"configurable": {"thread_id": "async"}}
         result = asyncio.run(agent.ainvoke({"messages": [Human("Invoice 2024-117?")]}, config))
         received = len(server.requests)
@@ -276,8 +318,7 @@ def test_the_agent_runs_on_an_event_loop_with_the_async_saver(tmp_path: Path) ->
     assert len(requests) == received == 3
     assert all(replayer.replay("async", seq).ok for seq in requests)
     state = asyncio.run(agent.aget_state(config))
-    assert [m.content for m in state.values["messages"]] == \
-        [m.content for m in result["messages"]]
+    assert [m.content for m in state.values["messages"]] == [m.content for m in result["messages"]]
 
 
 def test_a_state_event_the_saver_did_not_write_is_named(log: Log) -> None:

@@ -29,11 +29,28 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"kernel": "turnlog", "adapters": "turnlog.adapters", "tools": "turnlog.tools"}
 #: What the pure packing core must not import: the log and every store.
-IO_MODULES = ("turnlog._log", "turnlog._store", "turnlog._memstore", "turnlog._lmdb",
-              "turnlog._postgres", "turnlog._copy", "turnlog._verify", "turnlog._packer",
-              "turnlog._replay")
-NETWORK = ("http", "socket", "urllib", "requests", "httpx", "aiohttp", "urllib3", "ssl",
-           "websockets")
+IO_MODULES = (
+    "turnlog._log",
+    "turnlog._store",
+    "turnlog._memstore",
+    "turnlog._lmdb",
+    "turnlog._postgres",
+    "turnlog._copy",
+    "turnlog._verify",
+    "turnlog._packer",
+    "turnlog._replay",
+)
+NETWORK = (
+    "http",
+    "socket",
+    "urllib",
+    "requests",
+    "httpx",
+    "aiohttp",
+    "urllib3",
+    "ssl",
+    "websockets",
+)
 
 
 def imported_modules(source: str, package: str) -> Iterator[tuple[int, str]]:
@@ -60,11 +77,17 @@ def imported_modules(source: str, package: str) -> Iterator[tuple[int, str]]:
                 yield node.lineno, f"{module}.{alias.name}"
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
-            name = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) else "")
+            name = (
+                func.id
+                if isinstance(func, ast.Name)
+                else (func.attr if isinstance(func, ast.Attribute) else "")
+            )
             first = node.args[0]
-            if name in ("__import__", "import_module") and isinstance(first, ast.Constant) \
-                    and isinstance(first.value, str):
+            if (
+                name in ("__import__", "import_module")
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
                 yield node.lineno, first.value
 
 
@@ -80,8 +103,9 @@ def violations(source: str, folder: str, filename: str) -> list[str]:
     package = ".".join([PACKAGES[folder], *Path(filename).parent.parts])
     for line, module in imported_modules(source, package):
         where = f"{folder}/{filename}:{line} imports {module}"
-        if folder == "kernel" and (within(module, "turnlog.adapters")
-                                   or within(module, "turnlog.tools")):
+        if folder == "kernel" and (
+            within(module, "turnlog.adapters") or within(module, "turnlog.tools")
+        ):
             found.append(f"{where}: the kernel must not depend on adapters or tools")
         if folder == "adapters" and within(module, "turnlog.tools"):
             found.append(f"{where}: adapters must not depend on tools")
@@ -89,13 +113,19 @@ def violations(source: str, folder: str, filename: str) -> list[str]:
             found.append(f"{where}: outside the kernel, use the public API (import turnlog)")
         if within(module, "lmdb") and (folder, filename) != ("kernel", "_lmdb.py"):
             found.append(f"{where}: only kernel/_lmdb.py may import lmdb")
-        if (within(module, "psycopg") or within(module, "psycopg_pool")) \
-                and (folder, filename) != ("kernel", "_postgres.py"):
+        if (within(module, "psycopg") or within(module, "psycopg_pool")) and (folder, filename) != (
+            "kernel",
+            "_postgres.py",
+        ):
             found.append(f"{where}: only kernel/_postgres.py may import psycopg")
-        if folder == "kernel" and filename.startswith("_pack/") \
-                and any(within(module, io) for io in IO_MODULES):
-            found.append(f"{where}: the packing core does no I/O (the Packer shell is "
-                         "kernel/_packer.py)")
+        if (
+            folder == "kernel"
+            and filename.startswith("_pack/")
+            and any(within(module, io) for io in IO_MODULES)
+        ):
+            found.append(
+                f"{where}: the packing core does no I/O (the Packer shell is kernel/_packer.py)"
+            )
         if folder == "kernel" and any(within(module, net) for net in NETWORK):
             found.append(f"{where}: the kernel does no network I/O")
     return found
@@ -111,8 +141,9 @@ def project_modules() -> Iterator[tuple[str, str, str]]:
 MODULES = list(project_modules())
 
 
-@pytest.mark.parametrize(("folder", "filename", "source"), MODULES,
-                         ids=[f"{f}/{n}" for f, n, _ in MODULES])
+@pytest.mark.parametrize(
+    ("folder", "filename", "source"), MODULES, ids=[f"{f}/{n}" for f, n, _ in MODULES]
+)
 def test_module_respects_the_layering(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename) == []
 
@@ -128,48 +159,55 @@ def test_lmdb_backend_is_found_importing_lmdb() -> None:
     assert any(module == "lmdb" for _, module in imported_modules(source, "turnlog"))
 
 
-@pytest.mark.parametrize(("folder", "filename", "source"), [
-    ("kernel", "pack.py", "from turnlog.adapters import openai"),
-    ("kernel", "pack.py", "import turnlog.tools.cli"),
-    ("kernel", "pack.py", "from .adapters import anthropic"),
-    ("kernel", "pack.py", "from . import tools"),
-    ("kernel", "pack.py", "def f():\n    from .tools.cli import main\n"),
-    ("kernel", "store.py", "import lmdb"),
-    ("kernel", "log.py", "from lmdb import Environment"),
-    ("kernel", "view.py", "import socket"),
-    ("kernel", "view.py", "from http.client import HTTPConnection"),
-    ("kernel", "view.py", "import urllib.request"),
-    ("kernel", "view.py", "import requests"),
-    ("kernel", "view.py", "importlib.import_module('httpx')"),
-    ("kernel", "view.py", "__import__('socket')"),
-    ("adapters", "openai.py", "from turnlog.tools import cli"),
-    ("adapters", "openai.py", "from ..tools import cli"),
-    ("adapters", "openai.py", "from .. import tools"),
-    ("adapters", "openai.py", "import lmdb"),
-    ("tools", "cli.py", "import lmdb"),
-    ("adapters", "session.py", "from turnlog._log import backoff"),
-    ("tools", "cli.py", "import turnlog._packer"),
-    ("kernel", "_pack/_engine.py", "from .._log import Log"),
-    ("kernel", "_pack/_stage.py", "from turnlog._store import ReadTxn"),
-    ("kernel", "_pack/_engine.py", "from .. import _lmdb"),
-    ("kernel", "_pack/_engine.py", "if TYPE_CHECKING:\n    from .._packer import Packer\n"),
-], ids=lambda value: value if isinstance(value, str) and "\n" not in value else None)
+@pytest.mark.parametrize(
+    ("folder", "filename", "source"),
+    [
+        ("kernel", "pack.py", "from turnlog.adapters import openai"),
+        ("kernel", "pack.py", "import turnlog.tools.cli"),
+        ("kernel", "pack.py", "from .adapters import anthropic"),
+        ("kernel", "pack.py", "from . import tools"),
+        ("kernel", "pack.py", "def f():\n    from .tools.cli import main\n"),
+        ("kernel", "store.py", "import lmdb"),
+        ("kernel", "log.py", "from lmdb import Environment"),
+        ("kernel", "view.py", "import socket"),
+        ("kernel", "view.py", "from http.client import HTTPConnection"),
+        ("kernel", "view.py", "import urllib.request"),
+        ("kernel", "view.py", "import requests"),
+        ("kernel", "view.py", "importlib.import_module('httpx')"),
+        ("kernel", "view.py", "__import__('socket')"),
+        ("adapters", "openai.py", "from turnlog.tools import cli"),
+        ("adapters", "openai.py", "from ..tools import cli"),
+        ("adapters", "openai.py", "from .. import tools"),
+        ("adapters", "openai.py", "import lmdb"),
+        ("tools", "cli.py", "import lmdb"),
+        ("adapters", "session.py", "from turnlog._log import backoff"),
+        ("tools", "cli.py", "import turnlog._packer"),
+        ("kernel", "_pack/_engine.py", "from .._log import Log"),
+        ("kernel", "_pack/_stage.py", "from turnlog._store import ReadTxn"),
+        ("kernel", "_pack/_engine.py", "from .. import _lmdb"),
+        ("kernel", "_pack/_engine.py", "if TYPE_CHECKING:\n    from .._packer import Packer\n"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and "\n" not in value else None,
+)
 def test_checker_catches_a_forbidden_import(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename)
 
 
-@pytest.mark.parametrize(("folder", "filename", "source"), [
-    ("kernel", "_lmdb.py", "import lmdb"),
-    ("kernel", "log.py", "from .store import Store"),
-    ("kernel", "log.py", "from . import events"),
-    ("adapters", "openai.py", "from .. import Log"),
-    ("adapters", "openai.py", "import turnlog"),
-    ("tools", "cli.py", "from turnlog.adapters import openai"),
-    ("tools", "cli.py", "import socket"),
-    ("kernel", "view.py", "import httpcore_like_name_but_not_http"),
-    ("kernel", "_pack/_engine.py", "from .._projection import Projection"),
-    ("kernel", "_packer.py", "from ._log import Log"),
-])
+@pytest.mark.parametrize(
+    ("folder", "filename", "source"),
+    [
+        ("kernel", "_lmdb.py", "import lmdb"),
+        ("kernel", "log.py", "from .store import Store"),
+        ("kernel", "log.py", "from . import events"),
+        ("adapters", "openai.py", "from .. import Log"),
+        ("adapters", "openai.py", "import turnlog"),
+        ("tools", "cli.py", "from turnlog.adapters import openai"),
+        ("tools", "cli.py", "import socket"),
+        ("kernel", "view.py", "import httpcore_like_name_but_not_http"),
+        ("kernel", "_pack/_engine.py", "from .._projection import Projection"),
+        ("kernel", "_packer.py", "from ._log import Log"),
+    ],
+)
 def test_checker_allows_a_permitted_import(folder: str, filename: str, source: str) -> None:
     assert violations(source, folder, filename) == []
 

@@ -23,8 +23,7 @@ def _leaf_pages(log: turnlog.Log) -> int:
 
 
 @pytest.mark.parametrize("batch", [50, 1])
-def test_batches_at_the_end_of_the_database_fill_whole_pages(tmp_path: Path,
-                                                             batch: int) -> None:
+def test_batches_at_the_end_of_the_database_fill_whole_pages(tmp_path: Path, batch: int) -> None:
     with turnlog.open(tmp_path / "store", sync=False) as log:
         for i in range(1000 // batch):
             events = [UserMessageAdded(text=f"{i}-{j}-" + "x" * 1000) for j in range(batch)]
@@ -42,8 +41,7 @@ def test_sessions_written_in_turns_read_back_in_order(tmp_path: Path, batch: int
             # "a" and "b" sort before sessions written after them: their batches are
             # inserted, the others appended.
             for name in ["b", "a", "b 1", "b1", "c", "a"]:
-                texts = [f"{name} {round_} {len(expected.get(name, [])) + j}"
-                         for j in range(batch)]
+                texts = [f"{name} {round_} {len(expected.get(name, [])) + j}" for j in range(batch)]
                 events = [UserMessageAdded(text=t) for t in texts]
                 log.append(name, events if batch > 1 else events[0])
                 expected.setdefault(name, []).extend(texts)
@@ -55,15 +53,19 @@ def test_sessions_written_in_turns_read_back_in_order(tmp_path: Path, batch: int
         assert log.verify().ok
 
 
-@pytest.mark.parametrize(("stray", "batch", "after"), [
-    (1, 1, None),  # the next event's key is the database's last: not appended, not inserted
-    (1, 3, None),  # the batch's first key
-    (2, 3, None),  # a key inside the batch: its first is inserted, then the stray refuses
-    (1, 1, "t"),   # another session's keys follow: inserted, and refused
-    (2, 3, "t"),
-])
+@pytest.mark.parametrize(
+    ("stray", "batch", "after"),
+    [
+        (1, 1, None),  # the next event's key is the database's last: not appended, not inserted
+        (1, 3, None),  # the batch's first key
+        (2, 3, None),  # a key inside the batch: its first is inserted, then the stray refuses
+        (1, 1, "t"),  # another session's keys follow: inserted, and refused
+        (2, 3, "t"),
+    ],
+)
 def test_an_event_beyond_the_head_makes_the_append_fail_and_change_nothing(
-        tmp_path: Path, stray: int, batch: int, after: str | None) -> None:
+    tmp_path: Path, stray: int, batch: int, after: str | None
+) -> None:
     with turnlog.open(tmp_path / "store", sync=False) as log:
         log.append("s", UserMessageAdded(text="one"))
         # A record that the head does not know about (a damaged store).
@@ -104,10 +106,15 @@ def test_threads_sharing_a_log_read_while_another_thread_grows_the_map(tmp_path:
     def writer() -> None:
         try:
             for i in range(120):
-                head = log.append("chat", [
-                    AssistantMessageAdded(parts=(ToolCall(id=f"c{i}", name="dump"),)),
-                    ToolResultAdded(call_id=f"c{i}", tool_name="dump",
-                                    output=f"{i:08d}" + "x" * (1 << 20))]).last_seq
+                head = log.append(
+                    "chat",
+                    [
+                        AssistantMessageAdded(parts=(ToolCall(id=f"c{i}", name="dump"),)),
+                        ToolResultAdded(
+                            call_id=f"c{i}", tool_name="dump", output=f"{i:08d}" + "x" * (1 << 20)
+                        ),
+                    ],
+                ).last_seq
                 with pytest.raises(turnlog.errors.AppendConflictError):
                     log.append("chat", UserMessageAdded(text="late"), expected_seq=head - 1)
         except BaseException as exc:  # reported below
@@ -130,7 +137,8 @@ def test_threads_sharing_a_log_read_while_another_thread_grows_the_map(tmp_path:
 
 
 def test_a_session_stored_under_an_id_over_the_byte_limit_still_reads(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Before the byte limit, LMDB took session ids of up to 502 UTF-8 bytes.
     old = "é" * 200
     with monkeypatch.context() as patched:

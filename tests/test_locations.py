@@ -15,17 +15,19 @@ from turnlog.events import UserMessageAdded
 from turnlog.stores import LMDBStore, MemoryStore, PostgresStore
 
 
-@pytest.mark.parametrize(("location", "backend"), [
-    (":memory:", "memory"),
-    ("postgresql://agent@db.example/turnlog", "postgres"),
-    ("postgres://agent@db.example/turnlog", "postgres"),
-    ("store", "lmdb"),
-    ("./:memory:", "lmdb"),
-    ("postgresql", "lmdb"),
-    (Path("some/dir"), "lmdb"),
-])
-def test_a_location_names_its_backend_through_the_table(location: str | Path,
-                                                         backend: str) -> None:
+@pytest.mark.parametrize(
+    ("location", "backend"),
+    [
+        (":memory:", "memory"),
+        ("postgresql://agent@db.example/turnlog", "postgres"),
+        ("postgres://agent@db.example/turnlog", "postgres"),
+        ("store", "lmdb"),
+        ("./:memory:", "lmdb"),
+        ("postgresql", "lmdb"),
+        (Path("some/dir"), "lmdb"),
+    ],
+)
+def test_a_location_names_its_backend_through_the_table(location: str | Path, backend: str) -> None:
     scheme, text = scheme_for(location)
     assert scheme.name == backend and text == os.fspath(location)
 
@@ -43,7 +45,8 @@ def test_open_refuses_a_location_that_is_not_a_path() -> None:
 
 
 def test_open_without_create_refuses_a_missing_lmdb_store_and_creates_nothing(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "nothing-here"
     with pytest.raises(StoreNotFoundError, match=r"no turnlog store at .*create=True"):
         turnlog.open(path, create=False)

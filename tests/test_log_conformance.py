@@ -98,8 +98,14 @@ def test_batch_failing_validation_writes_nothing(log: Log) -> None:
     fill(log, "s", 2)
     before = dump(log)
     with pytest.raises(InvalidEventError):
-        log.append("s", [UserMessageAdded(text="ok"), UserMessageAdded(text="ok"),
-                         UserMessageAdded(text="bad \ud800")])
+        log.append(
+            "s",
+            [
+                UserMessageAdded(text="ok"),
+                UserMessageAdded(text="ok"),
+                UserMessageAdded(text="bad \ud800"),
+            ],
+        )
     assert dump(log) == before
 
 
@@ -108,10 +114,13 @@ def test_batch_failing_inside_the_transaction_writes_nothing(log: Log) -> None:
     # linked and their idempotency keys recorded.
     fill(log, "s", 2)
     before = dump(log)
-    doomed = [*keyed_batch("k", 2),
-              Draft(body=ToolResultAdded(call_id="c", tool_name="bash", output=big_output()),
-                    key="k-out"),
-              Draft(body=SessionRewound(to_seq=50), key="k-rewind")]
+    doomed = [
+        *keyed_batch("k", 2),
+        Draft(
+            body=ToolResultAdded(call_id="c", tool_name="bash", output=big_output()), key="k-out"
+        ),
+        Draft(body=SessionRewound(to_seq=50), key="k-rewind"),
+    ]
     with pytest.raises(InvalidEventError):
         log.append("s", doomed)
     assert dump(log) == before
@@ -140,8 +149,16 @@ def test_first_event_links_to_the_genesis_hash(log: Log) -> None:
 def test_each_event_links_to_its_predecessor(log: Log) -> None:
     fill(log, "s", 3)
     log.append("s", [UserMessageAdded(text=f"batch {i}") for i in range(4)])
-    log.append("s", Draft(body=UserMessageAdded(text="meta"), meta={"b": 1, "a": [1, 2.5]},
-                          time=1_700_000_000_000_000, key="k", causation="c"))
+    log.append(
+        "s",
+        Draft(
+            body=UserMessageAdded(text="meta"),
+            meta={"b": 1, "a": [1, 2.5]},
+            time=1_700_000_000_000_000,
+            key="k",
+            causation="c",
+        ),
+    )
     events = log.read("s")
     assert len(events) == 8
     for before, after in itertools.pairwise(events):
@@ -221,7 +238,8 @@ def test_update_with_nothing_to_append_writes_nothing(log: Log) -> None:
 
 
 def test_update_decides_again_when_another_writer_moved_the_head(
-        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
     waits: list[float] = []
     monkeypatch.setattr(turnlog._log, "sleep", waits.append)
     fill(log, "s", 1)
@@ -242,7 +260,8 @@ def test_update_decides_again_when_another_writer_moved_the_head(
 
 
 def test_update_that_keeps_conflicting_reports_the_real_head(
-        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(turnlog._log, "sleep", lambda seconds: None)
     fill(log, "s", 1)
 
@@ -305,8 +324,9 @@ def test_an_async_loop_drives_retries_as_its_docstring_shows(log: Log) -> None:
             if not events:
                 return None
             try:
-                return await asyncio.to_thread(log.append, "s", events,
-                                               expected_seq=retries.expect(head))
+                return await asyncio.to_thread(
+                    log.append, "s", events, expected_seq=retries.expect(head)
+                )
             except AppendConflictError as exc:
                 retries.conflict(exc)
 
@@ -353,7 +373,10 @@ def test_full_retry_returns_original_positions_and_writes_nothing(log: Log) -> N
     retry = log.append("s", keyed_batch("b", 3))
     assert retry.duplicate
     assert (retry.first_seq, retry.last_seq, retry.head_hash) == (
-        original.first_seq, original.last_seq, original.head_hash)
+        original.first_seq,
+        original.last_seq,
+        original.head_hash,
+    )
     assert dump(log) == before
 
 
@@ -378,8 +401,10 @@ def test_partial_key_match_is_an_idempotency_error(log: Log) -> None:
     mixed = [*keyed_batch("b", 3)[:2], Draft(body=UserMessageAdded(text="new"), key="fresh")]
     with pytest.raises(IdempotencyError):
         log.append("s", mixed)
-    unkeyed: list[Draft | UserMessageAdded] = [*keyed_batch("b", 1),
-                                               UserMessageAdded(text="no key")]
+    unkeyed: list[Draft | UserMessageAdded] = [
+        *keyed_batch("b", 1),
+        UserMessageAdded(text="no key"),
+    ]
     with pytest.raises(IdempotencyError):
         log.append("s", unkeyed)
     assert dump(log) == before
@@ -411,8 +436,10 @@ def test_a_retry_stamped_with_another_time_is_a_duplicate(log: Log) -> None:
         assert retry == msgspec.structs.replace(original, duplicate=True)
     assert [e.time for e in log.read("s", 0, 2)] == [1_000, 1_000]  # as first stored
     assert dump(log) == before
-    changed = [keyed_batch("b", 2, time=3_000)[0],
-               Draft(body=UserMessageAdded(text="changed"), key="b-1", time=3_000)]
+    changed = [
+        keyed_batch("b", 2, time=3_000)[0],
+        Draft(body=UserMessageAdded(text="changed"), key="b-1", time=3_000),
+    ]
     with pytest.raises(IdempotencyError, match="b-1"):
         log.append("s", changed)
     assert dump(log) == before and log.verify().ok
@@ -428,8 +455,10 @@ def test_keys_out_of_their_stored_order_are_an_idempotency_error(log: Log) -> No
 
 def test_duplicate_key_inside_one_batch_is_invalid(log: Log) -> None:
     before = dump(log)
-    twice = [Draft(body=UserMessageAdded(text="a"), key="k"),
-             Draft(body=UserMessageAdded(text="b"), key="k")]
+    twice = [
+        Draft(body=UserMessageAdded(text="a"), key="k"),
+        Draft(body=UserMessageAdded(text="b"), key="k"),
+    ]
     with pytest.raises(InvalidEventError) as info:
         log.append("s", twice)
     assert type(info.value) is InvalidEventError
@@ -444,10 +473,12 @@ def test_idempotency_keys_are_scoped_to_their_session(log: Log) -> None:
     assert head_seq(log, "b") == 1
 
 
-@pytest.mark.parametrize("session", ["s" * 256, "é" * 128, "🙂" * 64, "x" + "€" * 85],
-                         ids=["ascii", "2-byte", "4-byte", "3-byte"])
-def test_ids_and_keys_at_their_byte_limits_work_on_every_backend(log: Log,
-                                                                 session: str) -> None:
+@pytest.mark.parametrize(
+    "session",
+    ["s" * 256, "é" * 128, "🙂" * 64, "x" + "€" * 85],
+    ids=["ascii", "2-byte", "4-byte", "3-byte"],
+)
+def test_ids_and_keys_at_their_byte_limits_work_on_every_backend(log: Log, session: str) -> None:
     # 256 UTF-8 bytes of session id and 254 of key: the longest every backend stores.
     keys = ["k" * 254, "é" * 127, "🙂" * 63 + "kk"]
     assert [len(k.encode()) for k in keys] == [254] * 3
@@ -465,17 +496,20 @@ def test_ids_and_keys_at_their_byte_limits_work_on_every_backend(log: Log,
 def test_ids_and_keys_over_their_byte_limits_are_refused_on_every_backend(log: Log) -> None:
     log.append("s", UserMessageAdded(text="x"))
     before = dump(log)
-    for session, key, limit in [("é" * 129, None, "256 UTF-8 bytes"),
-                                ("s" * 256, "k" * 255, "254 UTF-8 bytes"),
-                                ("s", "🙂" * 64, "254 UTF-8 bytes")]:
+    for session, key, limit in [
+        ("é" * 129, None, "256 UTF-8 bytes"),
+        ("s" * 256, "k" * 255, "254 UTF-8 bytes"),
+        ("s", "🙂" * 64, "254 UTF-8 bytes"),
+    ]:
         with pytest.raises(InvalidEventError, match=limit):
             log.append(session, Draft(body=UserMessageAdded(text="y"), key=key))
     assert dump(log) == before
 
 
 def test_retry_of_a_batch_with_a_blob_is_a_duplicate(log: Log) -> None:
-    batch = [Draft(body=ToolResultAdded(call_id="c", tool_name="bash", output=big_output()),
-                   key="out")]
+    batch = [
+        Draft(body=ToolResultAdded(call_id="c", tool_name="bash", output=big_output()), key="out")
+    ]
     original = log.append("s", batch)
     before = dump(log)
     retry = log.append("s", batch)
@@ -503,13 +537,16 @@ def test_read_from_a_seq_onward_tails_the_session(log: Log) -> None:
 
 
 def test_read_by_kind(log: Log) -> None:
-    log.append("s", [
-        UserMessageAdded(text="q"),
-        AssistantMessageAdded(parts=(TextPart(text="a"),)),
-        ToolResultAdded(call_id="c", tool_name="bash", output="o"),
-        NotificationAdded(source="w", text="n"),
-        UserMessageAdded(text="q2"),
-    ])
+    log.append(
+        "s",
+        [
+            UserMessageAdded(text="q"),
+            AssistantMessageAdded(parts=(TextPart(text="a"),)),
+            ToolResultAdded(call_id="c", tool_name="bash", output="o"),
+            NotificationAdded(source="w", text="n"),
+            UserMessageAdded(text="q2"),
+        ],
+    )
     assert [e.seq for e in log.read("s", kinds=["user"])] == [0, 4]
     assert [e.seq for e in log.read("s", kinds={"tool_result", "notification"})] == [2, 3]
     assert [e.seq for e in log.read("s", 1, 4, kinds=["user", "assistant"])] == [1]
@@ -534,8 +571,10 @@ def test_read_of_an_unknown_session_raises(log: Log) -> None:
 
 def test_events_keep_their_envelope(log: Log) -> None:
     meta = {"z": 1, "a": {"nested": [1, "two", None, True, 2.5]}}
-    log.append("s", Draft(body=UserMessageAdded(text="x"), time=123, key="k1",
-                          causation="req-1", meta=meta))
+    log.append(
+        "s",
+        Draft(body=UserMessageAdded(text="x"), time=123, key="k1", causation="req-1", meta=meta),
+    )
     event = log.get("s", 0)
     assert (event.time, event.key, event.causation, event.meta) == (123, "k1", "req-1", meta)
     assert event.kind == "user"
@@ -579,8 +618,13 @@ def test_reader_never_sees_half_a_batch(log: Log) -> None:
             for b in range(max_batches):
                 if enough.is_set():
                     return
-                log.append("s", [Draft(body=UserMessageAdded(text=f"{b}/{i}"), meta={"b": b})
-                                 for i in range(batch_size)])
+                log.append(
+                    "s",
+                    [
+                        Draft(body=UserMessageAdded(text=f"{b}/{i}"), meta={"b": b})
+                        for i in range(batch_size)
+                    ],
+                )
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -667,8 +711,13 @@ def test_user_messages_and_notifications_move_to_blobs_too(log: Log) -> None:
 
 def test_identical_outputs_share_one_blob(log: Log) -> None:
     output = big_output()
-    log.append("s", [ToolResultAdded(call_id="a", tool_name="bash", output=output),
-                     ToolResultAdded(call_id="b", tool_name="bash", output=output)])
+    log.append(
+        "s",
+        [
+            ToolResultAdded(call_id="a", tool_name="bash", output=output),
+            ToolResultAdded(call_id="b", tool_name="bash", output=output),
+        ],
+    )
     log.append("t", ToolResultAdded(call_id="c", tool_name="bash", output=output))
     log.append("t", ToolResultAdded(call_id="d", tool_name="bash", output=big_output("y")))
     with log.store.read() as txn:
@@ -684,8 +733,9 @@ def test_put_blob_returns_a_ref_an_event_can_carry(log: Log) -> None:
     image = bytes(range(256)) * 10
     ref = log.put_blob(image, "image/png")
     assert ref.size == len(image) and ref.media_type == "image/png"
-    log.append("s", UserMessageAdded(text="look", images=(ImagePart(media_type="image/png",
-                                                                    blob=ref),)))
+    log.append(
+        "s", UserMessageAdded(text="look", images=(ImagePart(media_type="image/png", blob=ref),))
+    )
     blob = body_of(log.get("s", 0), UserMessageAdded).images[0].blob
     assert blob is not None and log.blob(blob) == image
     report = log.verify()
@@ -705,8 +755,7 @@ def test_fork_starts_with_a_session_forked_event_chained_to_the_source(log: Log)
     assert (done.first_seq, done.last_seq) == (0, 0)
     first = log.get("branch", 0)
     assert isinstance(first.body, SessionForked)
-    assert first.body == SessionForked(from_session="main", from_seq=2,
-                                       from_hash=source.hash.hex())
+    assert first.body == SessionForked(from_session="main", from_seq=2, from_hash=source.hash.hex())
     assert first.prev == source.hash
     assert first.hash == recompute_hash(first)
     assert first.time == 42 and first.key == "fork-1"
@@ -722,7 +771,14 @@ def test_lineage_follows_forks_back_to_the_root(log: Log) -> None:
     fill(log, "b2", 1, prefix="b2-")
     lineage = log.lineage("b2")
     assert [(e.session, e.seq) for e in lineage] == [
-        ("main", 0), ("main", 1), ("main", 2), ("b1", 0), ("b1", 1), ("b2", 0), ("b2", 1)]
+        ("main", 0),
+        ("main", 1),
+        ("main", 2),
+        ("b1", 0),
+        ("b1", 1),
+        ("b2", 0),
+        ("b2", 1),
+    ]
     assert [(e.session, e.seq) for e in log.lineage("main")] == [("main", i) for i in range(5)]
     assert log.verify().ok
 
@@ -889,13 +945,15 @@ def test_log_is_usable_as_a_context_manager(logs: LogFactory) -> None:
 def test_forks_take_rewinds_pins_and_compactions_by_lineage_position(log: Log) -> None:
     """In a fork, positions count the forked-from history first."""
     from turnlog.events import CompactionCommitted, EventsPinned, SessionRewound
+
     log.append("src", [UserMessageAdded(text=f"m{i}") for i in range(5)])
     log.fork("src", 3, "f")  # the fork's seq 0 is lineage position 4
     log.append("f", [UserMessageAdded(text="a"), UserMessageAdded(text="b")])  # positions 5, 6
     assert [e.seq for e in log.lineage("f")] == [0, 1, 2, 3, 0, 1, 2]
     log.append("f", EventsPinned(seqs=(6,)))  # position 7 pins position 6
-    log.append("f", CompactionCommitted(first_seq=0, last_seq=6, covered_digest="0" * 64,
-                                        summary="s"))
+    log.append(
+        "f", CompactionCommitted(first_seq=0, last_seq=6, covered_digest="0" * 64, summary="s")
+    )
     log.append("f", SessionRewound(to_seq=5))
     with pytest.raises(InvalidEventError, match="position"):
         log.append("f", EventsPinned(seqs=(99,)))
@@ -920,8 +978,9 @@ def test_follow_yields_stored_events_then_new_ones_as_they_come(log: Log) -> Non
 
 def test_follow_waits_for_a_session_that_does_not_exist_yet(log: Log) -> None:
     seen: list[int] = []
-    follower = threading.Thread(target=lambda: seen.extend(
-        e.seq for e in log.follow("later", timeout=30, limit=2)))
+    follower = threading.Thread(
+        target=lambda: seen.extend(e.seq for e in log.follow("later", timeout=30, limit=2))
+    )
     follower.start()
     fill(log, "later", 2)
     follower.join(timeout=60)
@@ -936,7 +995,8 @@ def test_follow_stops_after_its_timeout_without_new_events(log: Log) -> None:
 
 
 def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
-        logs: LogFactory) -> None:
+    logs: LogFactory,
+) -> None:
     # The follower saw five events; the store it resumes on holds three of them
     # (restored from an older backup, or a replica behind).
     seen, restored = logs.open(), logs.open()
@@ -951,30 +1011,46 @@ def test_follow_past_the_head_is_refused_without_a_hash_and_never_skips_the_gap(
 
     def follow() -> None:
         try:
-            outcome.extend(texts(restored.follow(
-                "s", 4, after_hash=last.hash, timeout=30, limit=1)))
+            outcome.extend(
+                texts(restored.follow("s", 4, after_hash=last.hash, timeout=30, limit=1))
+            )
         except turnlog.errors.HistoryMismatchError as exc:
             outcome.append(exc)
 
     follower = threading.Thread(target=follow)
     follower.start()
-    restored.append("s", [UserMessageAdded(text="other3"), UserMessageAdded(text="other4"),
-                          UserMessageAdded(text="new")])
+    restored.append(
+        "s",
+        [
+            UserMessageAdded(text="other3"),
+            UserMessageAdded(text="other4"),
+            UserMessageAdded(text="new"),
+        ],
+    )
     follower.join(timeout=60)
     assert len(outcome) == 1
     assert isinstance(outcome[0], turnlog.errors.HistoryMismatchError), outcome
     assert "s#4" in str(outcome[0]) and "another history" in str(outcome[0])
     # The same history caught up: the follower goes on after its last event.
     fill(seen, "s", 1, prefix="next")
-    assert texts(seen.follow("s", 4, after_hash=last.hash.hex(),
-                                             timeout=0)) == ["next0"]
+    assert texts(seen.follow("s", 4, after_hash=last.hash.hex(), timeout=0)) == ["next0"]
     with pytest.raises(turnlog.errors.HistoryMismatchError, match="another history"):
         next(restored.follow("s", 4, after_hash=last.hash, timeout=0))
 
 
-@pytest.mark.parametrize("bad", [{"after_seq": -2}, {"after_seq": "0"}, {"timeout": -1},
-                                 {"limit": 0}, {"timeout": True}, {"outage": -1},
-                                 {"after_hash": "00"}, {"after_hash": bytes(32)}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"after_seq": -2},
+        {"after_seq": "0"},
+        {"timeout": -1},
+        {"limit": 0},
+        {"timeout": True},
+        {"outage": -1},
+        {"after_hash": "00"},
+        {"after_hash": bytes(32)},
+    ],
+)
 def test_follow_rejects_bad_arguments(log: Log, bad: dict[str, object]) -> None:
     with pytest.raises(turnlog.errors.InvalidArgumentError):
         log.follow("s", **bad)  # type: ignore[arg-type]
@@ -984,9 +1060,13 @@ def test_follow_rejects_bad_arguments(log: Log, bad: dict[str, object]) -> None:
 def test_copy_log_to_another_store_keeps_every_hash_key_and_blob(logs: LogFactory) -> None:
     source, target = logs.open(), logs.open()
     fill(source, "a", 3)
-    source.append("a", [Draft(body=UserMessageAdded(text="k"), key="key-1"),
-                        Draft(body=ToolResultAdded(call_id="c", tool_name="t",
-                                                   output=big_output()))])
+    source.append(
+        "a",
+        [
+            Draft(body=UserMessageAdded(text="k"), key="key-1"),
+            Draft(body=ToolResultAdded(call_id="c", tool_name="t", output=big_output())),
+        ],
+    )
     source.fork("a", 1, "b")
     copied = turnlog.log.copy_log(source, target)
     assert (copied.sessions, copied.events, copied.blobs) == (2, 6, 1)

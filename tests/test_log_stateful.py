@@ -46,8 +46,7 @@ STEPS = settings(stateful_step_count=30)
 def expand(log: Log, body: Any) -> Any:
     """The payload as it was given: text moved to a blob is read back and put in place."""
     ref = getattr(body, "blob", None)
-    if ref is None or not isinstance(body, (ToolResultAdded, UserMessageAdded,
-                                            NotificationAdded)):
+    if ref is None or not isinstance(body, (ToolResultAdded, UserMessageAdded, NotificationAdded)):
         return body
     field = "output" if isinstance(body, ToolResultAdded) else "text"
     return msgspec.structs.replace(body, **{field: log.blob(ref).decode(), "blob": None})
@@ -97,20 +96,25 @@ class LogMachine(RuleBasedStateMachine):
     def drafts(self, payloads: list[Any], keyed: bool) -> list[Draft]:
         """Drafts with a fresh time and, when ``keyed``, fresh idempotency keys."""
         self.counter += 1
-        return [Draft(body=p, time=self.counter,
-                      key=f"k{self.counter}-{i}" if keyed else None)
-                for i, p in enumerate(payloads)]
+        return [
+            Draft(body=p, time=self.counter, key=f"k{self.counter}-{i}" if keyed else None)
+            for i, p in enumerate(payloads)
+        ]
 
     # -- rules -------------------------------------------------------------------------------
-    @rule(session=st.sampled_from(SESSIONS), payloads=st.lists(bodies(), min_size=1, max_size=4),
-          keyed=st.booleans(), expect=st.sampled_from(["none", "right", "wrong"]),
-          pick=st.integers(0, 2))
-    def append(self, session: str, payloads: list[Any], keyed: bool, expect: str,
-               pick: int) -> None:
+    @rule(
+        session=st.sampled_from(SESSIONS),
+        payloads=st.lists(bodies(), min_size=1, max_size=4),
+        keyed=st.booleans(),
+        expect=st.sampled_from(["none", "right", "wrong"]),
+        pick=st.integers(0, 2),
+    )
+    def append(
+        self, session: str, payloads: list[Any], keyed: bool, expect: str, pick: int
+    ) -> None:
         batch = self.drafts(payloads, keyed)
         right = self.head_seq(session)
-        expected = {"none": None, "right": right,
-                    "wrong": wrong_expectation(right, pick)}[expect]
+        expected = {"none": None, "right": right, "wrong": wrong_expectation(right, pick)}[expect]
         if expect == "wrong":
             try:
                 self.log.append(session, batch, expected_seq=expected)
@@ -232,7 +236,8 @@ TestMemoryLogAgainstModel.settings = STEPS
 TestLMDBLogAgainstModel = _machine_for("lmdb").TestCase
 TestLMDBLogAgainstModel.settings = STEPS
 TestPostgresLogAgainstModel = pytest.mark.skipif(
-    not pgserver.available(), reason=pgserver.SKIP_REASON)(_machine_for("postgres").TestCase)
+    not pgserver.available(), reason=pgserver.SKIP_REASON
+)(_machine_for("postgres").TestCase)
 TestPostgresLogAgainstModel.settings = STEPS
 
 
@@ -242,8 +247,9 @@ def test_a_model_step_sequence_replays_on_a_fresh_log() -> None:
     machine = _machine_for("lmdb")()
     try:
         machine.append("a", [UserMessageAdded(text="hi")], keyed=True, expect="right", pick=0)
-        machine.append("a", [UserMessageAdded(text="x" * 70_000)], keyed=False, expect="none",
-                       pick=0)
+        machine.append(
+            "a", [UserMessageAdded(text="x" * 70_000)], keyed=False, expect="none", pick=0
+        )
         machine.append("b", [UserMessageAdded(text="b")], keyed=False, expect="wrong", pick=1)
         machine.reopen()
         machine.verify_is_ok()

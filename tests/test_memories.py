@@ -71,9 +71,17 @@ def test_every_operation_is_an_event_and_the_fold_follows_it(log: turnlog.Log) -
     m0 = book.get("m0")
     assert m0 is not None
     assert (m0.content, m0.retention, m0.title, m0.changed_time) == (
-        "UUID primary keys", "priority", "Schema", T0 + DAY)
+        "UUID primary keys",
+        "priority",
+        "Schema",
+        T0 + DAY,
+    )
     assert (m0.source_session, m0.source_seqs, m0.saved_pos, m0.changed_pos) == (
-        "agent", (3, 4), 0, 2)
+        "agent",
+        (3, 4),
+        0,
+        2,
+    )
     m1 = book.get("m1")
     assert m1 is not None and m1.pinned
     mm.unpin("m1")
@@ -84,8 +92,14 @@ def test_every_operation_is_an_event_and_the_fold_follows_it(log: turnlog.Log) -
     [gone] = mm.book().forgotten()
     assert (gone.memory.memory_id, gone.reason, gone.pos) == ("m0", "wrong", 5)
     ops = [(e.op, e.memory_id) for e in memory_events(log)]
-    assert ops == [("save", "m0"), ("save", "m1"), ("update", "m0"), ("pin", "m1"),
-                   ("unpin", "m1"), ("forget", "m0")]
+    assert ops == [
+        ("save", "m0"),
+        ("save", "m1"),
+        ("update", "m0"),
+        ("pin", "m1"),
+        ("unpin", "m1"),
+        ("forget", "m0"),
+    ]
     assert memory_events(log)[0].source_seqs == (3, 4)
     # The fold is a pure function of the events: a fresh manager and a fresh book agree.
     again = MemoryBook.from_events(log.lineage("memories"))
@@ -119,20 +133,27 @@ def test_operations_refuse_what_the_fold_would_ignore(log: turnlog.Log) -> None:
     assert mm.save("A", "reborn", memory_id="a").memory_id == "a"  # a save after forget
 
 
-def test_the_fold_ignores_operations_on_unknown_ids_and_a_resave_replaces(
-        log: turnlog.Log) -> None:
-    log.append("memories", [
-        MemoryChanged(op="update", memory_id="x", content="ghost"),
-        MemoryChanged(op="pin", memory_id="x"),
-        MemoryChanged(op="save", memory_id="x", content="first"),
-        MemoryChanged(op="pin", memory_id="x"),
-        MemoryChanged(op="save", memory_id="x", content="second", memory_type="user"),
-        MemoryChanged(op="forget", memory_id="y"),
-    ])
+def test_the_fold_ignores_operations_on_unknown_ids_and_a_resave_replaces(log: turnlog.Log) -> None:
+    log.append(
+        "memories",
+        [
+            MemoryChanged(op="update", memory_id="x", content="ghost"),
+            MemoryChanged(op="pin", memory_id="x"),
+            MemoryChanged(op="save", memory_id="x", content="first"),
+            MemoryChanged(op="pin", memory_id="x"),
+            MemoryChanged(op="save", memory_id="x", content="second", memory_type="user"),
+            MemoryChanged(op="forget", memory_id="y"),
+        ],
+    )
     book = MemoryBook.from_events(log.read("memories"))
     [only] = book.memories()
     assert (only.content, only.memory_type, only.retention, only.pinned, only.saved_pos) == (
-        "second", "user", "durable", False, 4)
+        "second",
+        "user",
+        "durable",
+        False,
+        4,
+    )
     assert book.forgotten() == []
 
 
@@ -177,23 +198,29 @@ def test_a_pinned_memory_never_expires(log: turnlog.Log) -> None:
 
 
 # -- consolidation ----------------------------------------------------------------------
-def test_consolidation_forgets_expired_and_old_summary_memories_by_events(
-        log: turnlog.Log) -> None:
+def test_consolidation_forgets_expired_and_old_summary_memories_by_events(log: turnlog.Log) -> None:
     mm = MemoryManager(log)
     mm.save("Old fact", "expired", expires_time=T0)
-    ids = [mm.save(f"Summary {i}", f"summary {i}", retention="working",
-                   reason="compaction").memory_id for i in range(13)]
+    ids = [
+        mm.save(f"Summary {i}", f"summary {i}", retention="working", reason="compaction").memory_id
+        for i in range(13)
+    ]
     mm.pin(ids[0])
     mm.save("Note", "working but not a summary", retention="working")
     before = log.head("memories")
     assert before is not None
     done = mm.consolidate(now=T0 + DAY, policy=Policy(), time=T0 + DAY)
-    assert done.forgotten == (("m0", "expired"), (ids[1], "consolidation"),
-                              (ids[2], "consolidation"))
+    assert done.forgotten == (
+        ("m0", "expired"),
+        (ids[1], "consolidation"),
+        (ids[2], "consolidation"),
+    )
     assert done.appended is not None and done.appended.first_seq == before.seq + 1
     events = log.read("memories", before.seq + 1)
-    assert [(e.body.op, e.body.reason, e.time) for e in events  # type: ignore[union-attr]
-            ] == [("forget", "expired", T0 + DAY)] + [("forget", "consolidation", T0 + DAY)] * 2
+    assert [
+        (e.body.op, e.body.reason, e.time)  # type: ignore[union-attr]
+        for e in events  # type: ignore[union-attr]
+    ] == [("forget", "expired", T0 + DAY)] + [("forget", "consolidation", T0 + DAY)] * 2
     live = {m.memory_id for m in mm.memories(now=T0 + DAY)}
     assert ids[0] in live  # pinned: never consolidated
     assert set(ids[3:]) <= live and len([i for i in ids[1:] if i in live]) == 10
@@ -211,21 +238,34 @@ def test_consolidation_keep_count_is_a_policy_field(log: turnlog.Log) -> None:
     assert [mid for mid, _ in done.forgotten] == ["m0", "m1", "m2"]
 
 
-def test_a_compaction_summary_becomes_a_working_memory_with_provenance(
-        log: turnlog.Log) -> None:
+def test_a_compaction_summary_becomes_a_working_memory_with_provenance(log: turnlog.Log) -> None:
     chat(log, "agent", 2)
     hashes = [e.hash for e in log.read("agent", 0, 2)]
-    log.append("agent", turnlog.Draft(body=CompactionCommitted(
-        first_seq=0, last_seq=1, covered_digest=covered_digest(hashes),
-        summary="## Goal\nShip it"), time=T0))
+    log.append(
+        "agent",
+        turnlog.Draft(
+            body=CompactionCommitted(
+                first_seq=0,
+                last_seq=1,
+                covered_digest=covered_digest(hashes),
+                summary="## Goal\nShip it",
+            ),
+            time=T0,
+        ),
+    )
     mm = MemoryManager(log)
     changed = mm.save_summary("agent", 4)
     memory = mm.book().get(changed.memory_id)
     assert memory is not None and memory.is_summary
-    assert (memory.retention, memory.source_session, memory.source_seqs, memory.expires_time) \
-        == ("working", "agent", (4,), T0 + SUMMARY_TTL)
+    assert (memory.retention, memory.source_session, memory.source_seqs, memory.expires_time) == (
+        "working",
+        "agent",
+        (4,),
+        T0 + SUMMARY_TTL,
+    )
     assert "## Working Memory\n- Previous session summary: ## Goal\n  Ship it" in mm.render(
-        Policy())
+        Policy()
+    )
     with pytest.raises(InvalidArgumentError, match="not a compaction"):
         mm.save_summary("agent", 0)
 
@@ -234,12 +274,15 @@ def test_a_compaction_summary_becomes_a_working_memory_with_provenance(
 def seed_memories(mm: MemoryManager) -> None:
     mm.save("Database schema", "Uses PostgreSQL with UUID primary keys", time=T0)
     mm.save("Code style", "Prefers early returns over nested conditionals", memory_type="user")
-    mm.save("Critical architecture note", "The API gateway uses rate limiting per tenant",
-            retention="priority")
-    mm.save("Auth approach", "JWT with refresh tokens", memory_type="decision",
-            time=T0 + 3 * DAY)
-    mm.save("Previous session summary", "Implemented the payment webhook handler",
-            retention="working")
+    mm.save(
+        "Critical architecture note",
+        "The API gateway uses rate limiting per tenant",
+        retention="priority",
+    )
+    mm.save("Auth approach", "JWT with refresh tokens", memory_type="decision", time=T0 + 3 * DAY)
+    mm.save(
+        "Previous session summary", "Implemented the payment webhook handler", retention="working"
+    )
     mm.save("Test conventions", "All tests extend BaseTestCase", time=T0 + 5 * DAY)
 
 
@@ -280,9 +323,11 @@ def test_the_count_cap_counts_priority_memories_first(log: turnlog.Log) -> None:
     mm = MemoryManager(log)
     seed_memories(mm)
     block = mm.render(Policy(memory_max_count=2))
-    assert block == ("# Memories\n\n## Priority Context\n- Critical architecture note: The API "
-                     "gateway uses rate limiting per tenant\n\n## Project Knowledge\n- Database "
-                     "schema: Uses PostgreSQL with UUID primary keys (2026-03-15)")
+    assert block == (
+        "# Memories\n\n## Priority Context\n- Critical architecture note: The API "
+        "gateway uses rate limiting per tenant\n\n## Project Knowledge\n- Database "
+        "schema: Uses PostgreSQL with UUID primary keys (2026-03-15)"
+    )
     assert mm.render(Policy(memory_max_count=0)) == ""
 
 
@@ -292,8 +337,10 @@ def test_the_working_cap_keeps_the_most_recent_working_memories(log: turnlog.Log
         mm.save(f"W{i}", f"working {i}", retention="working")
     mm.pin("m0")
     block = mm.render(Policy(memory_working_max=3, memory_max_count=100))
-    assert block == "# Memories\n\n## Working Memory\n- W0: working 0\n- W5: working 5\n" \
-                    "- W6: working 6"
+    assert (
+        block == "# Memories\n\n## Working Memory\n- W0: working 0\n- W5: working 5\n"
+        "- W6: working 6"
+    )
 
 
 def test_the_char_cap_drops_whole_entries_from_the_end(log: turnlog.Log) -> None:
@@ -302,7 +349,7 @@ def test_the_char_cap_drops_whole_entries_from_the_end(log: turnlog.Log) -> None
     full = mm.render(Policy(memory_max_count=100))
     assert mm.render(Policy(memory_max_count=100, memory_max_chars=len(full))) == full
     cut = mm.render(Policy(memory_max_count=100, memory_max_chars=len(full) - 1))
-    assert cut == full[:full.index("\n\n## Working Memory")]
+    assert cut == full[: full.index("\n\n## Working Memory")]
     for limit in range(0, len(full) + 1, 7):
         block = mm.render(Policy(memory_max_count=100, memory_max_chars=limit))
         assert len(block) <= limit
@@ -328,8 +375,9 @@ def test_the_block_does_not_depend_on_other_sessions_or_their_order(tmp_path: Pa
             chat(log, "agent", 1)
             mm.refresh("agent", policy=Policy(), now=T0)
             section = log.read("agent", kinds=["system"])[-1]
-            texts.append((mm.render(Policy(), now=T0).encode(),
-                          msgspec.msgpack.encode(section.body)))
+            texts.append(
+                (mm.render(Policy(), now=T0).encode(), msgspec.msgpack.encode(section.body))
+            )
     assert texts[0] == texts[1]
 
 
@@ -345,8 +393,9 @@ def test_refresh_appends_only_at_named_points_and_only_on_change(log: turnlog.Lo
     done = mm.refresh("agent", policy=policy, point="session_start", now=T0)
     assert done is not None and done.first_seq == 0
     [event] = log.read("agent")
-    assert event.body == SystemSectionSet(name=MEMORY_SECTION, text=BLOCK,
-                                          position=MEMORY_SECTION_POSITION)
+    assert event.body == SystemSectionSet(
+        name=MEMORY_SECTION, text=BLOCK, position=MEMORY_SECTION_POSITION
+    )
     assert event.time == T0
     assert mm.refresh("agent", policy=policy, point="session_start") is None  # unchanged
     mm.save("New", "fact")
@@ -364,14 +413,16 @@ def test_an_empty_block_removes_the_section(log: turnlog.Log) -> None:
     mm.forget("m0")
     assert mm.refresh("agent", policy=Policy()) is not None
     assert log.read("agent")[-1].body == SystemSectionSet(
-        name=MEMORY_SECTION, text="", position=MEMORY_SECTION_POSITION)
+        name=MEMORY_SECTION, text="", position=MEMORY_SECTION_POSITION
+    )
     assert mm.block_in_force("agent") == ""
     assert mm.refresh("agent", policy=Policy()) is None
     assert memory_section(Packer(log).pack("agent")) is None
 
 
 def test_the_block_follows_the_static_sections_and_stays_frozen_across_turns(
-        log: turnlog.Log) -> None:
+    log: turnlog.Log,
+) -> None:
     mm = MemoryManager(log)
     log.append("agent", SystemSectionSet(name="base", text="You are an agent.", position=0))
     seed_memories(mm)
@@ -421,27 +472,42 @@ class _Run:
 
 
 OPS = st.one_of(
-    st.tuples(st.just("save"), st.sampled_from(["project", "user", "decision"]),
-              st.sampled_from(["priority", "durable", "working"]), st.booleans(),
-              st.one_of(st.none(), st.integers(1, 5))),
+    st.tuples(
+        st.just("save"),
+        st.sampled_from(["project", "user", "decision"]),
+        st.sampled_from(["priority", "durable", "working"]),
+        st.booleans(),
+        st.one_of(st.none(), st.integers(1, 5)),
+    ),
     st.tuples(st.sampled_from(["update", "forget", "pin", "unpin"]), st.integers(0, 50)),
     st.tuples(st.just("turn"), st.integers(1, 3)),
-    st.tuples(st.just("refresh"), st.sampled_from(["session_start", "compaction", "every_turn",
-                                                   "manual"])),
+    st.tuples(
+        st.just("refresh"), st.sampled_from(["session_start", "compaction", "every_turn", "manual"])
+    ),
     st.tuples(st.just("consolidate")),
 )
 
 
-@given(ops=st.lists(OPS, max_size=30),
-       points=st.lists(st.sampled_from(["session_start", "compaction", "every_turn", "manual"]),
-                       unique=True, max_size=4),
-       max_count=st.integers(0, 6), max_chars=st.integers(0, 600))
+@given(
+    ops=st.lists(OPS, max_size=30),
+    points=st.lists(
+        st.sampled_from(["session_start", "compaction", "every_turn", "manual"]),
+        unique=True,
+        max_size=4,
+    ),
+    max_count=st.integers(0, 6),
+    max_chars=st.integers(0, 600),
+)
 def test_the_memory_section_changes_only_when_a_refresh_was_appended(
-        ops: list[tuple[object, ...]], points: list[str], max_count: int,
-        max_chars: int) -> None:
-    policy = Policy(memory_refresh=tuple(points),  # type: ignore[arg-type]
-                    memory_max_count=max_count, memory_max_chars=max_chars,
-                    memory_working_max=2, memory_summary_keep=1)
+    ops: list[tuple[object, ...]], points: list[str], max_count: int, max_chars: int
+) -> None:
+    policy = Policy(
+        memory_refresh=tuple(points),  # type: ignore[arg-type]
+        memory_max_count=max_count,
+        memory_max_chars=max_chars,
+        memory_working_max=2,
+        memory_summary_keep=1,
+    )
     with tempfile.TemporaryDirectory() as tmp, turnlog.open(Path(tmp) / "s") as log:
         run = _Run(log, policy)
         for op in ops:
@@ -450,10 +516,14 @@ def test_the_memory_section_changes_only_when_a_refresh_was_appended(
             if kind == "save":
                 _, mtype, retention, summary, ttl = op
                 assert ttl is None or isinstance(ttl, int)
-                run.mm.save(f"T{run.clock}", f"content at {run.clock}",
-                            memory_type=mtype, retention=retention,  # type: ignore[arg-type]
-                            reason="compaction" if summary else "",
-                            expires_time=None if ttl is None else run.clock + ttl * DAY)
+                run.mm.save(
+                    f"T{run.clock}",
+                    f"content at {run.clock}",
+                    memory_type=mtype,  # type: ignore[arg-type]
+                    retention=retention,  # type: ignore[arg-type]
+                    reason="compaction" if summary else "",
+                    expires_time=None if ttl is None else run.clock + ttl * DAY,
+                )
             elif kind in ("update", "forget", "pin", "unpin"):
                 live = run.live_ids()
                 if not live:
@@ -467,8 +537,7 @@ def test_the_memory_section_changes_only_when_a_refresh_was_appended(
                 chat(log, "agent", int(op[1]), word=f"t{run.turns}")  # type: ignore[call-overload]
                 run.turns += 1
             elif kind == "refresh":
-                done = run.mm.refresh("agent", policy=policy, now=run.clock,
-                                      point=op[1])  # type: ignore[arg-type]
+                done = run.mm.refresh("agent", policy=policy, now=run.clock, point=op[1])  # type: ignore[arg-type]
                 if op[1] not in points:
                     assert done is None
                 if done is not None:
@@ -485,8 +554,10 @@ def test_the_memory_section_changes_only_when_a_refresh_was_appended(
             run.last = section
             run.refreshed = False
         # The packs are reproducible from the log alone.
-        assert Packer(log).pack("agent", policy=policy).prompt == run.packer.pack(
-            "agent", policy=policy).prompt
+        assert (
+            Packer(log).pack("agent", policy=policy).prompt
+            == run.packer.pack("agent", policy=policy).prompt
+        )
 
 
 # -- repairs ----------------------------------------------------------------------------
@@ -514,7 +585,8 @@ def test_managers_racing_on_one_memory_session_lose_nothing(tmp_path: Path) -> N
         saved = [m for m in MemoryManager(log).memories()]
         assert sorted(m.memory_id for m in saved) == sorted(f"m{i}" for i in range(60))
         assert sorted((m.title, m.content) for m in saved) == sorted(
-            (f"w{w}", f"note {n}") for w in range(4) for n in range(15))
+            (f"w{w}", f"note {n}") for w in range(4) for n in range(15)
+        )
         assert log.verify().ok
 
 
@@ -532,8 +604,9 @@ def test_repair_forgets_memories_derived_from_rewound_events(log: turnlog.Log) -
     assert repaired.rewound_seqs == 2
     assert repaired.appended is not None
     forget = log.get("memories", repaired.appended.first_seq)
-    assert forget.body == MemoryChanged(op="forget", memory_id=late.memory_id,
-                                        reason="source rewound")
+    assert forget.body == MemoryChanged(
+        op="forget", memory_id=late.memory_id, reason="source rewound"
+    )
     live = [m.memory_id for m in mm.memories()]
     assert live == [kept.memory_id, other.memory_id, plain.memory_id]
     assert mm.repair("agent").forgotten == ()  # idempotent
@@ -542,12 +615,19 @@ def test_repair_forgets_memories_derived_from_rewound_events(log: turnlog.Log) -
 
 
 def test_a_rewound_compaction_leaves_the_view_and_its_summary_memory_is_repaired(
-        log: turnlog.Log) -> None:
+    log: turnlog.Log,
+) -> None:
     chat(log, "agent", 2)  # seqs 0..3
     hashes = [e.hash for e in log.read("agent", 0, 2)]
-    log.append("agent", CompactionCommitted(first_seq=0, last_seq=1,
-                                            covered_digest=covered_digest(hashes),
-                                            summary="SUMMARY-OF-STEP-ZERO"))  # seq 4
+    log.append(
+        "agent",
+        CompactionCommitted(
+            first_seq=0,
+            last_seq=1,
+            covered_digest=covered_digest(hashes),
+            summary="SUMMARY-OF-STEP-ZERO",
+        ),
+    )  # seq 4
     log.append("agent", UserMessageAdded(text="next"))  # seq 5
     mm = MemoryManager(log)
     summary = mm.save_summary("agent", 4, time=T0)
@@ -555,8 +635,11 @@ def test_a_rewound_compaction_leaves_the_view_and_its_summary_memory_is_repaired
     packer = Packer(log)
     shown = Policy(summary_gate=0.0)  # the summary at any pressure (rules 2 gates it)
     before = packer.pack("agent", policy=shown)
-    assert any("SUMMARY-OF-STEP-ZERO" in s.text for s in before.prompt.system
-               if s.name == "conversation_summary")
+    assert any(
+        "SUMMARY-OF-STEP-ZERO" in s.text
+        for s in before.prompt.system
+        if s.name == "conversation_summary"
+    )
     assert "please work on step 0" not in [m.text for m in before.prompt.messages]
     log.append("agent", SessionRewound(to_seq=3))
     after = packer.pack("agent", policy=shown)

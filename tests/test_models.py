@@ -55,12 +55,13 @@ def test_o200k_counts_agree_with_an_independent_encoder_on_corpus_text() -> None
     counter = TiktokenCounter("o200k_base")
     corpus = Path(__file__).resolve().parents[1] / "README.md"
     text = corpus.read_text(encoding="utf-8")[:20_000]
-    chunks = [text[i:i + 2_000] for i in range(0, len(text), 2_000)]
+    chunks = [text[i : i + 2_000] for i in range(0, len(text), 2_000)]
     assert [counter.count(c) for c in chunks] == [len(reference.encode(c)) for c in chunks]
 
 
 def test_a_vocabulary_that_is_not_the_published_one_is_refused(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import turnlog._tokens as tokens
 
     monkeypatch.setitem(tokens._VOCABULARY_SHA256, "o200k_base", "0" * 64)
@@ -68,8 +69,7 @@ def test_a_vocabulary_that_is_not_the_published_one_is_refused(
         TiktokenCounter("o200k_base")
 
 
-def test_a_missing_vocabulary_package_says_what_to_install(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_vocabulary_package_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     import turnlog._tokens as tokens
 
     monkeypatch.setitem(tokens._PACKAGED, "o200k_base", ("no_such_vocabulary_package", "x"))
@@ -78,20 +78,23 @@ def test_a_missing_vocabulary_package_says_what_to_install(
 
 
 # -- the table -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "entry"), [
-    ("gpt-4o", "gpt-4o"),
-    ("gpt-4o-2024-08-06", "gpt-4o"),
-    ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
-    ("openai/gpt-4.1-mini", "gpt-4.1-mini"),
-    ("gpt-4-0613", "gpt-4"),
-    ("gpt-4-turbo-2024-04-09", "gpt-4-turbo"),
-    ("o3-mini-2025-01-31", "o3-mini"),
-    ("GPT-5", "gpt-5"),
-    ("claude-3-5-sonnet-latest", "claude-3-5-sonnet"),
-    ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
-    ("claude-opus-4-1-20250805", "claude-opus-4-1"),
-    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b-instruct"),
-])
+@pytest.mark.parametrize(
+    ("name", "entry"),
+    [
+        ("gpt-4o", "gpt-4o"),
+        ("gpt-4o-2024-08-06", "gpt-4o"),
+        ("gpt-4o-mini-2024-07-18", "gpt-4o-mini"),
+        ("openai/gpt-4.1-mini", "gpt-4.1-mini"),
+        ("gpt-4-0613", "gpt-4"),
+        ("gpt-4-turbo-2024-04-09", "gpt-4-turbo"),
+        ("o3-mini-2025-01-31", "o3-mini"),
+        ("GPT-5", "gpt-5"),
+        ("claude-3-5-sonnet-latest", "claude-3-5-sonnet"),
+        ("claude-sonnet-4-5-20250929", "claude-sonnet-4-5"),
+        ("claude-opus-4-1-20250805", "claude-opus-4-1"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b-instruct"),
+    ],
+)
 def test_model_names_match_the_longest_table_name_they_continue(name: str, entry: str) -> None:
     found = ModelTable.shipped().lookup(name)
     assert found is not None and found.name == entry
@@ -99,9 +102,22 @@ def test_model_names_match_the_longest_table_name_they_continue(name: str, entry
 
 def test_the_table_covers_openai_anthropic_and_open_models() -> None:
     table = ModelTable.shipped()
-    for name in ("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4-mini", "claude-3-5-sonnet",
-                 "claude-sonnet-4", "claude-opus-4-5", "llama-3.3-70b-instruct",
-                 "qwen2.5-72b-instruct", "mistral-large", "deepseek-chat", "gpt-oss-120b"):
+    for name in (
+        "gpt-4o",
+        "gpt-4.1",
+        "gpt-5",
+        "o1",
+        "o3",
+        "o4-mini",
+        "claude-3-5-sonnet",
+        "claude-sonnet-4",
+        "claude-opus-4-5",
+        "llama-3.3-70b-instruct",
+        "qwen2.5-72b-instruct",
+        "mistral-large",
+        "deepseek-chat",
+        "gpt-oss-120b",
+    ):
         assert name in table
     for name in ("gpt-4o", "gpt-4.1", "gpt-5", "o1", "o3", "o4-mini"):
         assert table[name].tokenizer == "o200k_base"
@@ -126,24 +142,30 @@ def test_the_table_is_overridable_entry_by_entry() -> None:
     mine = ModelTable.from_toml(
         '[models."my-local-model"]\ncontext_window = 32768\noutput_limit = 4096\n'
         'tokenizer = "cl100k_base"\n[models."gpt-4o"]\ncontext_window = 64000\n'
-        'output_limit = 4000\ntokenizer = "cl100k_base"\n')
+        'output_limit = 4000\ntokenizer = "cl100k_base"\n'
+    )
     table = ModelTable.shipped().merged(mine)
     assert Policy.for_model("my-local-model", models=table).context_window == 32_768
-    assert table["gpt-4o"] == ModelInfo(name="gpt-4o", context_window=64_000,
-                                        output_limit=4_000, tokenizer="cl100k_base")
+    assert table["gpt-4o"] == ModelInfo(
+        name="gpt-4o", context_window=64_000, output_limit=4_000, tokenizer="cl100k_base"
+    )
     assert ModelTable.shipped()["gpt-4o"].context_window == 128_000  # shipped one unchanged
-    extended = ModelTable.shipped().merged({"tiny": ModelInfo(
-        context_window=4096, output_limit=512, tokenizer="cl100k_base")})
+    extended = ModelTable.shipped().merged(
+        {"tiny": ModelInfo(context_window=4096, output_limit=512, tokenizer="cl100k_base")}
+    )
     assert extended["tiny-v2"].name == "tiny"
 
 
-@pytest.mark.parametrize("text", [
-    '[models."x"]\ncontext_window = 100\n',                        # fields missing
-    '[models."x"]\ncontext_window = "big"\noutput_limit = 1\ntokenizer = "cl100k_base"\n',
-    'models = 3\n',
-    '[other]\n',
-    '[models."x"\n',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[models."x"]\ncontext_window = 100\n',  # fields missing
+        '[models."x"]\ncontext_window = "big"\noutput_limit = 1\ntokenizer = "cl100k_base"\n',
+        "models = 3\n",
+        "[other]\n",
+        '[models."x"\n',
+    ],
+)
 def test_a_bad_model_table_is_refused_naming_the_problem(text: str) -> None:
     with pytest.raises(PolicyError, match="model table"):
         ModelTable.from_toml(text)
@@ -152,8 +174,11 @@ def test_a_bad_model_table_is_refused_naming_the_problem(text: str) -> None:
 # -- Policy.for_model ----------------------------------------------------------------------
 def test_policy_for_model_takes_window_reserve_and_tokenizer_from_the_table() -> None:
     policy = Policy.for_model("gpt-5")
-    assert (policy.context_window, policy.output_reserve, policy.tokenizer) == \
-        (400_000, 32_000, "o200k_base")
+    assert (policy.context_window, policy.output_reserve, policy.tokenizer) == (
+        400_000,
+        32_000,
+        "o200k_base",
+    )
     assert policy.warning_buffer == Policy().warning_buffer  # a large window keeps them
     small = Policy.for_model("gemma-2-9b-it")
     assert (small.context_window, small.output_reserve) == (8_192, 2_048)
@@ -163,8 +188,11 @@ def test_policy_for_model_takes_window_reserve_and_tokenizer_from_the_table() ->
 
 def test_explicit_fields_win_over_the_table() -> None:
     policy = Policy.for_model("gpt-4o", output_reserve=4_000, tokenizer="cl100k_base")
-    assert (policy.context_window, policy.output_reserve, policy.tokenizer) == \
-        (128_000, 4_000, "cl100k_base")
+    assert (policy.context_window, policy.output_reserve, policy.tokenizer) == (
+        128_000,
+        4_000,
+        "cl100k_base",
+    )
     with pytest.raises(PolicyError):
         Policy.for_model("gpt-4o", output_reserve=200_000)
 
@@ -192,8 +220,7 @@ def test_an_unknown_model_or_an_explicit_policy_keeps_the_default_rules() -> Non
     log = turnlog.open(":memory:")
     assert _record(Session(log, "a", model="fake-model")).tokenizer == "cl100k_base"
     explicit = Policy(context_window=16_000, output_reserve=1_000)
-    assert _record(Session(log, "b", model="gpt-4o", policy=explicit)).tokenizer == \
-        "cl100k_base"
+    assert _record(Session(log, "b", model="gpt-4o", policy=explicit)).tokenizer == "cl100k_base"
 
 
 def test_a_session_with_a_policy_in_force_keeps_it_when_a_model_is_named() -> None:

@@ -38,9 +38,13 @@ from turnlog.testing import (
 from turnlog.tools.cli import main
 
 #: An opaque payload with every character class a base64 or JSON escape could disturb.
-OPAQUE = "gAAAAB+/=\\u00e9\"quoted\" é 💡 \n end"
-RESPONSES_ITEM = {"type": "compaction", "id": "cmp_9", "encrypted_content": OPAQUE,
-                  "created_by": "server"}
+OPAQUE = 'gAAAAB+/=\\u00e9"quoted" é 💡 \n end'
+RESPONSES_ITEM = {
+    "type": "compaction",
+    "id": "cmp_9",
+    "encrypted_content": OPAQUE,
+    "created_by": "server",
+}
 ANTHROPIC_BLOCK = {"type": "compaction", "content": "Summary: the user said hello. é"}
 
 
@@ -52,8 +56,9 @@ def log() -> Iterator[Log]:
 
 def post(server: FakeServer, fmt: str, body: bytes) -> tuple[int, bytes]:
     """POST a rendered body to the fake server: (status, raw reply bytes)."""
-    request = urllib.request.Request(endpoint(fmt, server.base_url(fmt)), data=body,
-                                     headers={"content-type": "application/json"})
+    request = urllib.request.Request(
+        endpoint(fmt, server.base_url(fmt)), data=body, headers={"content-type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
             return answer.status, answer.read()
@@ -61,11 +66,15 @@ def post(server: FakeServer, fmt: str, body: bytes) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def converse(log: Log, fmt: str, *, stream: bool = False) -> tuple[Session, FakeServer,
-                                                                    list[bytes]]:
+def converse(
+    log: Log, fmt: str, *, stream: bool = False
+) -> tuple[Session, FakeServer, list[bytes]]:
     """Three turns through a session; the second reply carries a provider compaction."""
-    replies = [FakeReply(text="first"), FakeReply(text="after it", compaction="Summary so far"),
-               FakeReply(text="third")]
+    replies = [
+        FakeReply(text="first"),
+        FakeReply(text="after it", compaction="Summary so far"),
+        FakeReply(text="third"),
+    ]
     raw: list[bytes] = []
     with FakeServer(replies) as server:
         session = Session(log, "s", model="m", format=fmt, max_tokens=200, stream=stream)
@@ -80,14 +89,20 @@ def converse(log: Log, fmt: str, *, stream: bool = False) -> tuple[Session, Fake
 
 
 def native_parts(log: Log) -> list[NativePart]:
-    return [p for e in log.read("s") if isinstance(e.body, AssistantMessageAdded)
-            for p in e.body.parts if isinstance(p, NativePart)]
+    return [
+        p
+        for e in log.read("s")
+        if isinstance(e.body, AssistantMessageAdded)
+        for p in e.body.parts
+        if isinstance(p, NativePart)
+    ]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("fmt", ["openai-responses", "anthropic"])
-def test_a_provider_compaction_is_kept_and_sent_back_unchanged(log: Log, fmt: str,
-                                                               stream: bool) -> None:
+def test_a_provider_compaction_is_kept_and_sent_back_unchanged(
+    log: Log, fmt: str, stream: bool
+) -> None:
     session, server, raw = converse(log, fmt, stream=stream)
     [part] = native_parts(log)
     assert (part.format, part.item_type) == (fmt, "compaction")
@@ -112,7 +127,8 @@ def test_a_provider_compaction_is_kept_and_sent_back_unchanged(log: Log, fmt: st
 
 @pytest.mark.parametrize("fmt", ["openai-responses", "anthropic"])
 def test_what_a_compaction_replaced_is_not_sent_again_and_stays_in_the_log(
-        log: Log, fmt: str) -> None:
+    log: Log, fmt: str
+) -> None:
     session, server, _ = converse(log, fmt)
     before, after = server.requests[1].body, server.requests[2].body
     assert b"hello" in before and b"first" in before
@@ -123,8 +139,12 @@ def test_what_a_compaction_replaced_is_not_sent_again_and_stays_in_the_log(
     assert log.verify("s").ok
     packed = session.explain()
     by_pos = {d.pos: d for d in packed.decisions}
-    cut = next(e.seq for e in log.read("s") if isinstance(e.body, AssistantMessageAdded)
-               and any(isinstance(p, NativePart) for p in e.body.parts))
+    cut = next(
+        e.seq
+        for e in log.read("s")
+        if isinstance(e.body, AssistantMessageAdded)
+        and any(isinstance(p, NativePart) for p in e.body.parts)
+    )
     for event in log.read("s"):
         if event.seq < cut and event.kind in ("user", "assistant"):
             decision = by_pos[event.seq]
@@ -135,8 +155,12 @@ def test_what_a_compaction_replaced_is_not_sent_again_and_stays_in_the_log(
 
 def test_a_rewind_to_before_the_compaction_brings_the_history_back(log: Log) -> None:
     session, _, _ = converse(log, "openai-responses")
-    cut = next(e.seq for e in log.read("s") if isinstance(e.body, AssistantMessageAdded)
-               and any(isinstance(p, NativePart) for p in e.body.parts))
+    cut = next(
+        e.seq
+        for e in log.read("s")
+        if isinstance(e.body, AssistantMessageAdded)
+        and any(isinstance(p, NativePart) for p in e.body.parts)
+    )
     log.append("s", SessionRewound(to_seq=cut - 1, reason="undo"))
     session.user("back again")
     body = session.prepare().body
@@ -144,12 +168,16 @@ def test_a_rewind_to_before_the_compaction_brings_the_history_back(log: Log) -> 
     assert all(session.replay(seq).ok for seq in session.requests())
 
 
-@pytest.mark.parametrize(("owner", "others"), [
-    ("openai-responses", ["openai-chat", "anthropic"]),
-    ("anthropic", ["openai-chat", "openai-responses"]),
-])
-def test_another_format_refuses_the_item_naming_its_type(log: Log, owner: str,
-                                                         others: list[str]) -> None:
+@pytest.mark.parametrize(
+    ("owner", "others"),
+    [
+        ("openai-responses", ["openai-chat", "anthropic"]),
+        ("anthropic", ["openai-chat", "openai-responses"]),
+    ],
+)
+def test_another_format_refuses_the_item_naming_its_type(
+    log: Log, owner: str, others: list[str]
+) -> None:
     converse(log, owner)
     prompt = Packer(log).pack("s").prompt
     render(prompt, owner, model="m", max_tokens=100)  # its own format takes it
@@ -169,25 +197,57 @@ def test_a_session_may_not_send_it_to_another_provider(log: Log) -> None:
     assert log.head("s") == head  # the refused request was not recorded
 
 
-@pytest.mark.parametrize(("fmt", "body", "refusal"), [
-    ("openai-responses", {"model": "m", "input": [ANTHROPIC_BLOCK]},
-     "Unknown parameter: 'input[0].content'."),
-    ("openai-responses", {"model": "m", "input": [{"type": "compaction", "id": "cmp_1"}]},
-     "Missing required parameter: 'input[0].encrypted_content'."),
-    ("anthropic", {"model": "m", "max_tokens": 10, "messages": [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": [RESPONSES_ITEM]}]},
-     "messages.1.content.0.compaction.created_by: Extra inputs are not permitted"),
-    ("anthropic", {"model": "m", "max_tokens": 10, "messages": [
-        {"role": "user", "content": [ANTHROPIC_BLOCK]}]},
-     "messages.0.content.0: compaction blocks are only allowed in assistant messages"),
-    ("anthropic", {"model": "m", "max_tokens": 10, "messages": [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": [{"type": "compaction", "content": ""}]}]},
-     "String should have at least 1 character"),
-])
-def test_the_fake_server_refuses_a_compaction_the_api_would(fmt: str, body: dict[str, object],
-                                                            refusal: str) -> None:
+@pytest.mark.parametrize(
+    ("fmt", "body", "refusal"),
+    [
+        (
+            "openai-responses",
+            {"model": "m", "input": [ANTHROPIC_BLOCK]},
+            "Unknown parameter: 'input[0].content'.",
+        ),
+        (
+            "openai-responses",
+            {"model": "m", "input": [{"type": "compaction", "id": "cmp_1"}]},
+            "Missing required parameter: 'input[0].encrypted_content'.",
+        ),
+        (
+            "anthropic",
+            {
+                "model": "m",
+                "max_tokens": 10,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [RESPONSES_ITEM]},
+                ],
+            },
+            "messages.1.content.0.compaction.created_by: Extra inputs are not permitted",
+        ),
+        (
+            "anthropic",
+            {
+                "model": "m",
+                "max_tokens": 10,
+                "messages": [{"role": "user", "content": [ANTHROPIC_BLOCK]}],
+            },
+            "messages.0.content.0: compaction blocks are only allowed in assistant messages",
+        ),
+        (
+            "anthropic",
+            {
+                "model": "m",
+                "max_tokens": 10,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": [{"type": "compaction", "content": ""}]},
+                ],
+            },
+            "String should have at least 1 character",
+        ),
+    ],
+)
+def test_the_fake_server_refuses_a_compaction_the_api_would(
+    fmt: str, body: dict[str, object], refusal: str
+) -> None:
     with FakeServer() as server:
         status, data = post(server, fmt, json.dumps(body).encode())
     assert status == 400
@@ -196,24 +256,44 @@ def test_the_fake_server_refuses_a_compaction_the_api_would(fmt: str, body: dict
 
 def test_the_fake_server_accepts_each_compaction_in_its_own_format() -> None:
     with FakeServer() as server:
-        status, _ = post(server, "openai-responses", json.dumps(
-            {"model": "m", "input": [RESPONSES_ITEM, {"role": "user", "content": "hi"}]}).encode())
+        status, _ = post(
+            server,
+            "openai-responses",
+            json.dumps(
+                {"model": "m", "input": [RESPONSES_ITEM, {"role": "user", "content": "hi"}]}
+            ).encode(),
+        )
         assert status == 200
-        status, _ = post(server, "anthropic", json.dumps(
-            {"model": "m", "max_tokens": 10, "messages": [
-                {"role": "user", "content": "hi"},
-                {"role": "assistant", "content": [ANTHROPIC_BLOCK, {"type": "text",
-                                                                    "text": "ok"}]},
-                {"role": "user", "content": "go on"}]}).encode())
+        status, _ = post(
+            server,
+            "anthropic",
+            json.dumps(
+                {
+                    "model": "m",
+                    "max_tokens": 10,
+                    "messages": [
+                        {"role": "user", "content": "hi"},
+                        {
+                            "role": "assistant",
+                            "content": [ANTHROPIC_BLOCK, {"type": "text", "text": "ok"}],
+                        },
+                        {"role": "user", "content": "go on"},
+                    ],
+                }
+            ).encode(),
+        )
         assert status == 200
 
 
 def test_a_responses_transcript_keeps_its_compaction_item_byte_for_byte(
-        log: Log, tmp_path: Path) -> None:
-    items = [{"type": "message", "role": "user", "content": "old question"},
-             {"type": "message", "role": "assistant", "content": "old answer"},
-             RESPONSES_ITEM,
-             {"type": "message", "role": "user", "content": "new question"}]
+    log: Log, tmp_path: Path
+) -> None:
+    items = [
+        {"type": "message", "role": "user", "content": "old question"},
+        {"type": "message", "role": "assistant", "content": "old answer"},
+        RESPONSES_ITEM,
+        {"type": "message", "role": "user", "content": "new question"},
+    ]
     path = tmp_path / "items.json"
     path.write_text(json.dumps(items), encoding="utf-8")
     import_file(log, path, format="openai_responses", session="s")
@@ -221,8 +301,9 @@ def test_a_responses_transcript_keeps_its_compaction_item_byte_for_byte(
     assert part.data == msgspec.json.encode(RESPONSES_ITEM).decode()
     assert json.loads(part.data)["encrypted_content"] == OPAQUE
     assert json.loads(export_session(log, "s", format="openai_responses")) == items
-    body = json.loads(render(Packer(log).pack("s").prompt, "openai-responses", model="m",
-                             max_tokens=None))
+    body = json.loads(
+        render(Packer(log).pack("s").prompt, "openai-responses", model="m", max_tokens=None)
+    )
     assert body["input"][0] == RESPONSES_ITEM
     assert "old question" not in json.dumps(body)
 
@@ -235,8 +316,12 @@ def test_the_replay_of_a_request_holding_a_compaction_is_checked(log: Log) -> No
 
 
 # -- properties: generated sessions holding provider compactions ---------------------------------
-PROPS = settings(settings.default, deadline=None, max_examples=max(100, settings().max_examples),
-                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPS = settings(
+    settings.default,
+    deadline=None,
+    max_examples=max(100, settings().max_examples),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def _pack_or_none(view: Projection, policy: Policy) -> Packed | None:
@@ -249,16 +334,24 @@ def _pack_or_none(view: Projection, policy: Policy) -> Packed | None:
 
 @PROPS
 @given(items=sessions(native=True), policy=policies(max_window=64_000))
-def test_every_invariant_holds_with_provider_compactions(items: list[SessionItem],
-                                                         policy: Policy) -> None:
+def test_every_invariant_holds_with_provider_compactions(
+    items: list[SessionItem], policy: Policy
+) -> None:
     log = memory_log()
     session = build(log, "s", items)
     check_all(lambda: project(log, session), policy)
     view = project(log, session)
     # The latest provider compaction in the view, found from the events themselves.
-    cut = max((pos for pos, e in enumerate(view.events) if pos not in view.rewound
-               and isinstance(e.body, AssistantMessageAdded)
-               and any(isinstance(p, NativePart) for p in e.body.parts)), default=-1)
+    cut = max(
+        (
+            pos
+            for pos, e in enumerate(view.events)
+            if pos not in view.rewound
+            and isinstance(e.body, AssistantMessageAdded)
+            and any(isinstance(p, NativePart) for p in e.body.parts)
+        ),
+        default=-1,
+    )
     assert view.cut == cut
     packed = _pack_or_none(view, policy)
     if packed is None or cut < 0:
@@ -273,7 +366,8 @@ def test_every_invariant_holds_with_provider_compactions(items: list[SessionItem
 @PROPS
 @given(items=sessions(native=True), policy=policies(max_window=32_000), data=st.data())
 def test_an_incremental_projection_with_provider_compactions_packs_like_a_fresh_one(
-        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    items: list[SessionItem], policy: Policy, data: st.DataObject
+) -> None:
     log = memory_log()
     session = build(log, "s", items)
     lineage = log.lineage(session)
@@ -297,7 +391,8 @@ def test_an_incremental_projection_with_provider_compactions_packs_like_a_fresh_
 @PROPS
 @given(items=sessions(native=True), policy=policies(max_window=64_000), data=st.data())
 def test_a_request_holding_a_provider_compaction_replays_after_later_appends(
-        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    items: list[SessionItem], policy: Policy, data: st.DataObject
+) -> None:
     split = data.draw(st.integers(1, max(1, len(items))))
     log = memory_log()
     session = build(log, "s", items[:split])
@@ -312,7 +407,8 @@ def test_a_request_holding_a_provider_compaction_replays_after_later_appends(
 
 
 def test_the_command_shows_the_item_and_what_it_replaced(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     store = tmp_path / "store"
     with turnlog.open(store) as opened:
         converse(opened, "anthropic")
@@ -326,11 +422,14 @@ def test_the_command_shows_the_item_and_what_it_replaced(
     assert "3 of 3 requests reproduced byte for byte" in capsys.readouterr().out
 
 
-def test_erasing_the_compaction_brings_the_history_back(
-        log: Log) -> None:
+def test_erasing_the_compaction_brings_the_history_back(log: Log) -> None:
     session, _, _ = converse(log, "anthropic")
-    cut = next(e.seq for e in log.read("s") if isinstance(e.body, AssistantMessageAdded)
-               and any(isinstance(p, NativePart) for p in e.body.parts))
+    cut = next(
+        e.seq
+        for e in log.read("s")
+        if isinstance(e.body, AssistantMessageAdded)
+        and any(isinstance(p, NativePart) for p in e.body.parts)
+    )
     log.erase("s", [cut], reason="retention")
     assert not native_parts(log) and log.verify("s").ok
     session.user("still there?")

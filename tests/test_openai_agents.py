@@ -53,19 +53,28 @@ def add(a: int, b: int) -> int:
 
 
 def script() -> list[FakeReply]:
-    return [FakeReply(text="Adding.", tool_calls=(
-                ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'),)),
-            FakeReply(text="2 + 3 = 5."),
-            FakeReply(text="Still 5.")]
+    return [
+        FakeReply(
+            text="Adding.",
+            tool_calls=(ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'),),
+        ),
+        FakeReply(text="2 + 3 = 5."),
+        FakeReply(text="Still 5."),
+    ]
 
 
 async def two_runs(session: Any) -> tuple[list[Any], list[dict[str, object]]]:
     """Two runs of a one-tool agent against a fresh fake server: (items, request inputs)."""
     with FakeServer(script()) as server:
-        client = AsyncOpenAI(base_url=server.base_url("openai-responses"), api_key="test",
-                             max_retries=0)
-        agent = Agent(name="adder", instructions="Add numbers with the tool.", tools=[add],
-                      model=OpenAIResponsesModel(model="fake-model", openai_client=client))
+        client = AsyncOpenAI(
+            base_url=server.base_url("openai-responses"), api_key="test", max_retries=0
+        )
+        agent = Agent(
+            name="adder",
+            instructions="Add numbers with the tool.",
+            tools=[add],
+            model=OpenAIResponsesModel(model="fake-model", openai_client=client),
+        )
         config = RunConfig(tracing_disabled=True)
         first = await Runner.run(agent, "What is 2 + 3?", session=session, run_config=config)
         second = await Runner.run(agent, "And again?", session=session, run_config=config)
@@ -85,12 +94,20 @@ def test_runs_see_the_same_history_as_with_the_sdk_sqlite_session(log: Log) -> N
     assert ours == theirs
     assert our_inputs == their_inputs  # the model received the same input items
     events = log.read("agent")
-    assert [e.kind for e in events] == ["user", "assistant", "tool_result", "assistant",
-                                        "user", "assistant"]
+    assert [e.kind for e in events] == [
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     call = events[1].body
     assert isinstance(call, AssistantMessageAdded)
-    assert call.parts == (TextPart(text="Adding."),
-                          ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'))
+    assert call.parts == (
+        TextPart(text="Adding."),
+        ToolCall(id="call_1", name="add", arguments='{"a": 2, "b": 3}'),
+    )
     result = events[2].body
     assert result == ToolResultAdded(call_id="call_1", tool_name="add", output="5")
     assert "output" not in events[2].meta[META_KEY][0]  # kept once, in the event
@@ -101,10 +118,22 @@ def test_pop_item_rewinds_and_keeps_the_rest_of_a_model_turn(log: Log) -> None:
     session = TurnlogSession(log, "agent")
     items: list[dict[str, Any]] = [
         {"role": "user", "content": "hi"},
-        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
-         "content": [{"type": "output_text", "text": "Looking.", "annotations": []}]},
-        {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}",
-         "id": "fc_1", "status": "completed"}]
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Looking.", "annotations": []}],
+        },
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "ls",
+            "arguments": "{}",
+            "id": "fc_1",
+            "status": "completed",
+        },
+    ]
     session.add(items)
     assert asyncio.run(session.pop_item()) == items[2]
     assert session.items() == items[:2]
@@ -141,14 +170,25 @@ def test_items_of_every_kind_are_kept_and_pack_for_the_responses_api(log: Log) -
     output = "\n".join(f"row {i}: " + "y" * 70 for i in range(2000))  # stored as a blob
     items: list[dict[str, Any]] = [
         {"type": "message", "role": "developer", "content": "Be terse."},
-        {"role": "user", "content": [{"type": "input_text", "text": "Show the table"},
-                                     {"type": "input_image", "image_url": "https://x/t.png",
-                                      "detail": "auto"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text",
-                                                         "text": "Query it."}],
-         "encrypted_content": "gAAAA"},
-        {"type": "web_search_call", "id": "ws_1", "status": "completed",
-         "action": {"type": "search", "query": "table"}},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_text", "text": "Show the table"},
+                {"type": "input_image", "image_url": "https://x/t.png", "detail": "auto"},
+            ],
+        },
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [{"type": "summary_text", "text": "Query it."}],
+            "encrypted_content": "gAAAA",
+        },
+        {
+            "type": "web_search_call",
+            "id": "ws_1",
+            "status": "completed",
+            "action": {"type": "search", "query": "table"},
+        },
         {"type": "function_call", "call_id": "c1", "name": "query", "arguments": '{"q":1}'},
         {"type": "function_call_output", "call_id": "c1", "output": output},
         {"type": "item_reference", "id": "msg_old"},
@@ -158,14 +198,14 @@ def test_items_of_every_kind_are_kept_and_pack_for_the_responses_api(log: Log) -
     assert session.items() == items
     bodies = [e.body for e in log.read("agent")]
     assert isinstance(bodies[0], NotificationAdded) and bodies[0].source == "developer"
-    assert isinstance(bodies[1], UserMessageAdded) and bodies[1].images[0].url == \
-        "https://x/t.png"
+    assert isinstance(bodies[1], UserMessageAdded) and bodies[1].images[0].url == "https://x/t.png"
     model = bodies[2]
     assert isinstance(model, AssistantMessageAdded)
     assert model.parts == (
         ReasoningPart(text="Query it.", opaque="gAAAA", provider="openai", id="rs_1"),
         TextPart(text="[web_search_call]"),
-        ToolCall(id="c1", name="query", arguments='{"q":1}'))
+        ToolCall(id="c1", name="query", arguments='{"q":1}'),
+    )
     result = bodies[3]
     assert isinstance(result, ToolResultAdded) and result.blob is not None
     assert result.tool_name == "query"
@@ -173,11 +213,16 @@ def test_items_of_every_kind_are_kept_and_pack_for_the_responses_api(log: Log) -
     packer = Packer(log)
     replayer = Replayer(packer)
     render = renderer("openai-responses", model="fake-model", max_tokens=256, blobs=log.blob)
-    recorded = replayer.record("agent", format="openai-responses", model="fake-model",
-                             render=render)
+    recorded = replayer.record(
+        "agent", format="openai-responses", model="fake-model", render=render
+    )
     sent = json.loads(recorded.rendered)
-    assert [i["type"] for i in sent["input"]][2:6] == ["reasoning", "message",
-                                                       "function_call", "function_call_output"]
+    assert [i["type"] for i in sent["input"]][2:6] == [
+        "reasoning",
+        "message",
+        "function_call",
+        "function_call_output",
+    ]
     assert replayer.replay("agent", recorded.request_seq, render=render).ok
 
 
@@ -187,12 +232,20 @@ def test_events_from_the_facade_read_back_as_items(log: Log) -> None:
     facade.notify("ci", "green")
     assert TurnlogSession(log, "agent").items() == [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
-        {"type": "message", "role": "developer",
-         "content": [{"type": "input_text", "text": "green"}]}]
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "green"}],
+        },
+    ]
 
 
-COMPACTION = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA+/=\"é\" opaque",
-              "created_by": "server"}
+COMPACTION = {
+    "type": "compaction",
+    "id": "cmp_1",
+    "encrypted_content": 'gAAAA+/="é" opaque',
+    "created_by": "server",
+}
 
 
 def test_a_compaction_item_is_kept_byte_for_byte_and_read_back_unchanged(log: Log) -> None:
@@ -213,13 +266,17 @@ def test_a_compaction_item_is_kept_byte_for_byte_and_read_back_unchanged(log: Lo
     native = bodies[2]
     assert isinstance(native, AssistantMessageAdded)
     # It starts its own message (what came before it is what it replaces).
-    assert native.parts[0] == NativePart(format="openai-responses", item_type="compaction",
-                                         data=msgspec.json.encode(COMPACTION).decode())
+    assert native.parts[0] == NativePart(
+        format="openai-responses",
+        item_type="compaction",
+        data=msgspec.json.encode(COMPACTION).decode(),
+    )
     assert native.parts[1] == TextPart(text="after it")
     assert log.read("agent")[2].meta[META_KEY][0] == {"type": "compaction"}  # stored once
     render = renderer("openai-responses", model="fake-model", max_tokens=256)
-    recorded = Replayer(Packer(log)).record("agent", format="openai-responses",
-                                            model="fake-model", render=render)
+    recorded = Replayer(Packer(log)).record(
+        "agent", format="openai-responses", model="fake-model", render=render
+    )
     sent = json.loads(recorded.rendered)["input"]
     assert sent[0] == COMPACTION and "an old question" not in recorded.rendered.decode()
     assert asyncio.run(session.pop_item()) == items[-1]
@@ -235,19 +292,31 @@ def test_a_compaction_item_without_its_encrypted_content_is_refused(log: Log) ->
 
 def test_an_sdk_run_with_a_compaction_item_in_the_session(log: Log) -> None:
     session = TurnlogSession(log, "agent")
-    session.add([{"role": "user", "content": "an old question"},
-                 {"type": "message", "role": "assistant", "content": "an old answer"},
-                 COMPACTION])
+    session.add(
+        [
+            {"role": "user", "content": "an old question"},
+            {"type": "message", "role": "assistant", "content": "an old answer"},
+            COMPACTION,
+        ]
+    )
 
     async def run() -> tuple[Any, list[bytes]]:
         with FakeServer(script()) as server:
-            client = AsyncOpenAI(base_url=server.base_url("openai-responses"),
-                                 api_key="test", max_retries=0)
-            agent = Agent(name="adder", instructions="Add numbers with the tool.",
-                          tools=[add],
-                          model=OpenAIResponsesModel(model="fake-model", openai_client=client))
-            result = await Runner.run(agent, "What is 2 + 3?", session=session,
-                                      run_config=RunConfig(tracing_disabled=True))
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="test", max_retries=0
+            )
+            agent = Agent(
+                name="adder",
+                instructions="Add numbers with the tool.",
+                tools=[add],
+                model=OpenAIResponsesModel(model="fake-model", openai_client=client),
+            )
+            result = await Runner.run(
+                agent,
+                "What is 2 + 3?",
+                session=session,
+                run_config=RunConfig(tracing_disabled=True),
+            )
             await client.close()
             return result.final_output, [r.body for r in server.requests]
 
@@ -255,8 +324,11 @@ def test_an_sdk_run_with_a_compaction_item_in_the_session(log: Log) -> None:
     assert final == "2 + 3 = 5."  # the fake server took the item, as the API does
     first = json.loads(bodies[0])["input"]
     # The SDK sends the item as its param type has it (without ``created_by``).
-    assert {"type": "compaction", "id": "cmp_1",
-            "encrypted_content": COMPACTION["encrypted_content"]} in first
+    assert {
+        "type": "compaction",
+        "id": "cmp_1",
+        "encrypted_content": COMPACTION["encrypted_content"],
+    } in first
     items = session.items()
     assert items[2] == COMPACTION and items[3] == {"role": "user", "content": "What is 2 + 3?"}
     assert len(items) > 4

@@ -53,8 +53,9 @@ set_tracing_disabled(True)
 _LOGS: list[Log] = []
 
 
-def SQLiteSession(session_id: str, db_path: Path | None = None,
-                  session_settings: SessionSettings | None = None) -> TurnlogSession:
+def SQLiteSession(
+    session_id: str, db_path: Path | None = None, session_settings: SessionSettings | None = None
+) -> TurnlogSession:
     """The SDK tests' constructor, on a turnlog store next to where the db would be."""
     log = turnlog.open(db_path.with_suffix(".store") if db_path is not None else ":memory:")
     _LOGS.append(log)
@@ -73,8 +74,12 @@ class ServedModel(OpenAIResponsesModel):
 
     def __init__(self, server: FakeServer) -> None:
         self.server = server
-        super().__init__(model="fake-model", openai_client=AsyncOpenAI(
-            base_url=server.base_url("openai-responses"), api_key="test", max_retries=0))
+        super().__init__(
+            model="fake-model",
+            openai_client=AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="test", max_retries=0
+            ),
+        )
 
     def set_next_output(self, texts: list[str]) -> None:
         self.server.script(*(FakeReply(text=t) for t in texts))
@@ -106,9 +111,11 @@ def get_text_message(text: str) -> str:
 
 def run(body: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     """``pytest.mark.asyncio``: run the test's body on a fresh event loop."""
+
     @functools.wraps(body)
     def test(*args: Any, **kwargs: Any) -> None:
         asyncio.run(body(*args, **kwargs))
+
     return test
 
 
@@ -122,8 +129,9 @@ def _run_sync_wrapper(agent: Agent[Any], input_data: Any, **kwargs: Any) -> Any:
         loop.close()
 
 
-async def run_agent_async(runner_method: str, agent: Agent[Any], input_data: Any,
-                          **kwargs: Any) -> Any:
+async def run_agent_async(
+    runner_method: str, agent: Agent[Any], input_data: Any, **kwargs: Any
+) -> Any:
     """Helper function to run agent with different methods."""
     if runner_method == "run":
         return await Runner.run(agent, input_data, **kwargs)
@@ -154,13 +162,14 @@ async def test_session_memory_basic_functionality_parametrized(runner_method: st
         model = FakeModel()
         agent = Agent(name="test", model=model)
         model.set_next_output([get_text_message("San Francisco")])
-        result1 = await run_agent_async(runner_method, agent,
-                                        "What city is the Golden Gate Bridge in?",
-                                        session=session)
+        result1 = await run_agent_async(
+            runner_method, agent, "What city is the Golden Gate Bridge in?", session=session
+        )
         assert result1.final_output == "San Francisco"
         model.set_next_output([get_text_message("California")])
-        result2 = await run_agent_async(runner_method, agent, "What state is it in?",
-                                        session=session)
+        result2 = await run_agent_async(
+            runner_method, agent, "What state is it in?", session=session
+        )
         assert result2.final_output == "California"
         last_input = model.last_turn_args["input"]
         assert len(last_input) > 1
@@ -180,8 +189,9 @@ async def test_session_memory_with_explicit_instance_parametrized(runner_method:
         result1 = await run_agent_async(runner_method, agent, "Hi there", session=session)
         assert result1.final_output == "Hello"
         model.set_next_output([get_text_message("I remember you said hi")])
-        result2 = await run_agent_async(runner_method, agent, "Do you remember what I said?",
-                                        session=session)
+        result2 = await run_agent_async(
+            runner_method, agent, "Do you remember what I said?", session=session
+        )
         assert result2.final_output == "I remember you said hi"
         session.close()
 
@@ -219,8 +229,9 @@ async def test_session_memory_different_sessions_parametrized(runner_method: str
         result2 = await run_agent_async(runner_method, agent, "I like dogs", session=session_2)
         assert result2.final_output == "I like dogs"
         model.set_next_output([get_text_message("Yes, you mentioned cats")])
-        result3 = await run_agent_async(runner_method, agent, "What did I say I like?",
-                                        session=session_1)
+        result3 = await run_agent_async(
+            runner_method, agent, "What did I say I like?", session=session_1
+        )
         assert result3.final_output == "Yes, you mentioned cats"
         session_1.close()
         session_2.close()
@@ -302,8 +313,12 @@ async def test_session_memory_pop_different_sessions() -> None:
         session_1 = TurnlogSession(log, "session_1")
         session_2 = TurnlogSession(log, "session_2")
         await session_1.add_items([{"role": "user", "content": "Session 1 message"}])
-        await session_2.add_items([{"role": "user", "content": "Session 2 message 1"},
-                                   {"role": "user", "content": "Session 2 message 2"}])
+        await session_2.add_items(
+            [
+                {"role": "user", "content": "Session 2 message 1"},
+                {"role": "user", "content": "Session 2 message 2"},
+            ]
+        )
         popped = await session_2.pop_item()
         assert popped is not None
         assert popped.get("content") == "Session 2 message 2"
@@ -338,8 +353,12 @@ async def test_sqlite_session_get_items_with_limit() -> None:
         latest_2 = await session.get_items(limit=2)
         assert [i.get("content") for i in latest_2] == ["Message 3", "Response 3"]
         latest_4 = await session.get_items(limit=4)
-        assert [i.get("content") for i in latest_4] == ["Message 2", "Response 2",
-                                                        "Message 3", "Response 3"]
+        assert [i.get("content") for i in latest_4] == [
+            "Message 2",
+            "Response 2",
+            "Message 3",
+            "Response 3",
+        ]
         latest_10 = await session.get_items(limit=10)
         assert len(latest_10) == 6
         assert len(await session.get_items(limit=0)) == 0
@@ -351,8 +370,9 @@ async def test_sqlite_session_get_items_with_limit() -> None:
 async def test_session_memory_appends_list_input_by_default(runner_method: str) -> None:
     """Test that list inputs are appended to session history when no callback is provided."""
     with tempfile.TemporaryDirectory() as temp_dir:
-        session = SQLiteSession("test_validation_parametrized",
-                                Path(temp_dir) / "test_validation.db")
+        session = SQLiteSession(
+            "test_validation_parametrized", Path(temp_dir) / "test_validation.db"
+        )
         model = FakeModel()
         agent = Agent(name="test", model=model)
         initial_history: list[TResponseInputItem] = [
@@ -387,9 +407,13 @@ async def test_session_callback_prepared_input(runner_method: str) -> None:
 
             new_turn_input = [{"role": "user", "content": "What your name?"}]
             model.set_next_output([get_text_message("I'm gpt-4o")])
-            await run_agent_async(runner_method, agent, new_turn_input, session=session,
-                                  run_config=RunConfig(
-                                      session_input_callback=filter_assistant_messages))
+            await run_agent_async(
+                runner_method,
+                agent,
+                new_turn_input,
+                session=session,
+                run_config=RunConfig(session_input_callback=filter_assistant_messages),
+            )
             expected_model_input = [initial_history[0], new_turn_input[0]]
             assert len(model.last_turn_args["input"]) == 2
             assert model.last_turn_args["input"] == expected_model_input
@@ -402,9 +426,13 @@ async def test_sqlite_session_unicode_content() -> None:
     """Test that session correctly stores and retrieves unicode/non-ASCII content."""
     with tempfile.TemporaryDirectory() as temp_dir:
         session = SQLiteSession("unicode_test", Path(temp_dir) / "test_unicode.db")
-        await session.add_items([{"role": "user", "content": "こんにちは"},
-                                 {"role": "assistant", "content": "😊👍"},
-                                 {"role": "user", "content": "Привет"}])
+        await session.add_items(
+            [
+                {"role": "user", "content": "こんにちは"},
+                {"role": "assistant", "content": "😊👍"},
+                {"role": "user", "content": "Привет"},
+            ]
+        )
         retrieved = await session.get_items()
         assert [i.get("content") for i in retrieved] == ["こんにちは", "😊👍", "Привет"]
         session.close()
@@ -434,7 +462,8 @@ async def test_sqlite_session_concurrent_access() -> None:
     with tempfile.TemporaryDirectory() as temp_dir:
         session = SQLiteSession("concurrent_test", Path(temp_dir) / "test_concurrent.db")
         items: list[TResponseInputItem] = [
-            {"role": "user", "content": f"Message {i}"} for i in range(10)]
+            {"role": "user", "content": f"Message {i}"} for i in range(10)
+        ]
 
         def add_item(item: TResponseInputItem) -> None:
             loop = asyncio.new_event_loop()
@@ -458,8 +487,10 @@ async def test_sessions_on_one_store_written_concurrently() -> None:
         _LOGS.append(log)
         session_1 = TurnlogSession(log, "session_1")
         session_2 = TurnlogSession(log, "session_2")
-        await asyncio.gather(session_1.add_items([{"role": "user", "content": "session_1"}]),
-                             session_2.add_items([{"role": "user", "content": "session_2"}]))
+        await asyncio.gather(
+            session_1.add_items([{"role": "user", "content": "session_1"}]),
+            session_2.add_items([{"role": "user", "content": "session_2"}]),
+        )
         assert [i.get("content") for i in await session_1.get_items()] == ["session_1"]
         assert [i.get("content") for i in await session_2.get_items()] == ["session_2"]
         session_1.close()
@@ -521,8 +552,11 @@ def test_session_settings_dict_is_normalized_and_unknown_keys_refused() -> None:
 async def test_get_items_uses_session_settings_limit() -> None:
     """Test that get_items uses session_settings.limit as default."""
     with tempfile.TemporaryDirectory() as temp_dir:
-        session = SQLiteSession("uses_settings_limit_test", Path(temp_dir) / "limit.db",
-                                session_settings=SessionSettings(limit=3))
+        session = SQLiteSession(
+            "uses_settings_limit_test",
+            Path(temp_dir) / "limit.db",
+            session_settings=SessionSettings(limit=3),
+        )
         await session.add_items([{"role": "user", "content": f"Message {i}"} for i in range(5)])
         retrieved = await session.get_items()
         assert [i.get("content") for i in retrieved] == ["Message 2", "Message 3", "Message 4"]
@@ -533,8 +567,11 @@ async def test_get_items_uses_session_settings_limit() -> None:
 async def test_get_items_explicit_limit_overrides_session_settings() -> None:
     """Test that explicit limit parameter overrides session_settings."""
     with tempfile.TemporaryDirectory() as temp_dir:
-        session = SQLiteSession("explicit_override_test", Path(temp_dir) / "override.db",
-                                session_settings=SessionSettings(limit=5))
+        session = SQLiteSession(
+            "explicit_override_test",
+            Path(temp_dir) / "override.db",
+            session_settings=SessionSettings(limit=5),
+        )
         await session.add_items([{"role": "user", "content": f"Message {i}"} for i in range(10)])
         retrieved = await session.get_items(limit=2)
         assert [i.get("content") for i in retrieved] == ["Message 8", "Message 9"]
@@ -555,14 +592,21 @@ async def test_session_settings_resolve() -> None:
 async def test_runner_with_session_settings_override() -> None:
     """Test that RunConfig can override session's default settings."""
     with tempfile.TemporaryDirectory() as temp_dir:
-        session = SQLiteSession("runner_override_test", Path(temp_dir) / "runner.db",
-                                session_settings=SessionSettings(limit=100))
+        session = SQLiteSession(
+            "runner_override_test",
+            Path(temp_dir) / "runner.db",
+            session_settings=SessionSettings(limit=100),
+        )
         await session.add_items([{"role": "user", "content": f"Turn {i}"} for i in range(10)])
         model = FakeModel()
         agent = Agent(name="test", model=model)
         model.set_next_output([get_text_message("Got it")])
-        await Runner.run(agent, "New question", session=session,
-                         run_config=RunConfig(session_settings=SessionSettings(limit=2)))
+        await Runner.run(
+            agent,
+            "New question",
+            session=session,
+            run_config=RunConfig(session_settings=SessionSettings(limit=2)),
+        )
         last_input = model.last_turn_args["input"]
         history_items = [item for item in last_input if item.get("content") != "New question"]
         assert len(history_items) == 2

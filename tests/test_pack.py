@@ -65,8 +65,12 @@ def user(text: str) -> UserMessageAdded:
     return UserMessageAdded(text=text)
 
 
-def run(items: list[SessionItem], policy: Policy, *, log: Log | None = None,
-        ) -> tuple[Projection, Packed]:
+def run(
+    items: list[SessionItem],
+    policy: Policy,
+    *,
+    log: Log | None = None,
+) -> tuple[Projection, Packed]:
     """Build, pack, and check every invariant."""
     log = log or memory_log()
     session = build(log, "s", items)
@@ -77,8 +81,11 @@ def run(items: list[SessionItem], policy: Policy, *, log: Log | None = None,
 
 
 def message_of(packed: Packed, pos: int) -> Message:
-    found = [m for m in packed.prompt.messages if m.source == (pos,) and
-             not (m.role == "tool" and m.text.startswith("[no result"))]
+    found = [
+        m
+        for m in packed.prompt.messages
+        if m.source == (pos,) and not (m.role == "tool" and m.text.startswith("[no result"))
+    ]
     assert len(found) == 1, f"position {pos} is in {len(found)} messages"
     return found[0]
 
@@ -90,24 +97,32 @@ def decision(packed: Packed, pos: int) -> str:
 def pressured(**overrides: Any) -> Policy:
     """A roomy window whose warning level is 0: dedup and pruning always run (rules 2;
     rules 3 rewrite earlier results only in a recovery pack)."""
-    base: dict[str, Any] = dict(context_window=100_000, output_reserve=1_000, warning_buffer=None,
-                                warning_ratio=0.0, compact_buffer=None, blocking_buffer=None,
-                                trim=False, rules=2)
+    base: dict[str, Any] = dict(
+        context_window=100_000,
+        output_reserve=1_000,
+        warning_buffer=None,
+        warning_ratio=0.0,
+        compact_buffer=None,
+        blocking_buffer=None,
+        trim=False,
+        rules=2,
+    )
     base.update(overrides)
     return Policy(**base)
 
 
 def file_lines(name: str, n: int, version: int = 0) -> str:
-    return "\n".join(f"{i:4d}  {name}_line_{i} = compute({i}, version={version})"
-                     for i in range(n))
+    return "\n".join(f"{i:4d}  {name}_line_{i} = compute({i}, version={version})" for i in range(n))
 
 
 # -- truncation -----------------------------------------------------------------------------------
 def test_truncation_keeps_head_and_tail_and_names_the_event() -> None:
     output = "\n".join(f"line {i}" for i in range(500))
     policy = msgspec.structs.replace(ROOMY, truncate_lines=100, truncate_head_ratio=0.6)
-    _, packed = run([user("go"), asst(call("c1", "Bash", command="seq 500")),
-                     result("c1", "Bash", output)], policy)
+    _, packed = run(
+        [user("go"), asst(call("c1", "Bash", command="seq 500")), result("c1", "Bash", output)],
+        policy,
+    )
     text = message_of(packed, 2).text
     head, _, rest = text.partition("\n[... truncated: ")
     notice, _, tail = rest.partition("...]\n")
@@ -122,8 +137,10 @@ def test_truncation_keeps_head_and_tail_and_names_the_event() -> None:
 def test_truncation_by_bytes_cuts_one_long_line() -> None:
     output = "x" * 5_000
     policy = msgspec.structs.replace(ROOMY, truncate_bytes=1_000, truncate_head_ratio=0.5)
-    _, packed = run([user("go"), asst(call("c1", "Bash", command="yes x")),
-                     result("c1", "Bash", output)], policy)
+    _, packed = run(
+        [user("go"), asst(call("c1", "Bash", command="yes x")), result("c1", "Bash", output)],
+        policy,
+    )
     text = message_of(packed, 2).text
     assert packed.decisions[2].rule == "truncate.bytes"
     assert text.startswith("x" * 500 + "\n[... truncated:")
@@ -134,8 +151,11 @@ def test_truncation_by_bytes_cuts_one_long_line() -> None:
 def test_a_blob_output_is_a_truncated_preview_and_the_notice_names_the_blob() -> None:
     log = Log(MemoryStore(), blob_threshold=2_048, preview_chars=1_024)
     output = "\n".join(f"row {i} " + "y" * 30 for i in range(300))
-    items: list[SessionItem] = [user("go"), asst(call("c1", "Bash", command="dump")),
-                                result("c1", "Bash", output)]
+    items: list[SessionItem] = [
+        user("go"),
+        asst(call("c1", "Bash", command="dump")),
+        result("c1", "Bash", output),
+    ]
     view, packed = run(items, ROOMY, log=log)
     body = view.events[2].body
     assert isinstance(body, ToolResultAdded) and body.blob is not None
@@ -148,7 +168,8 @@ def test_a_blob_output_is_a_truncated_preview_and_the_notice_names_the_blob() ->
     check_packed(view, packed, small)
     assert packed.decisions[2].rule == "truncate.bytes"
     assert f"blob {body.blob.hash} (read it back with `turnlog blob {body.blob.hash}`)" in (
-        message_of(packed, 2).text)
+        message_of(packed, 2).text
+    )
 
 
 def test_a_long_notification_is_truncated_inside_its_wrapper() -> None:
@@ -167,8 +188,10 @@ def test_dedup_tier1_replaces_an_identical_earlier_read() -> None:
     content = file_lines("app", 40)
     items: list[SessionItem] = [
         user("read it twice"),
-        asst(call("c1", "Read", file_path="src/app.py")), result("c1", "Read", content),
-        asst(call("c2", "Read", file_path="src/app.py")), result("c2", "Read", content),
+        asst(call("c1", "Read", file_path="src/app.py")),
+        result("c1", "Read", content),
+        asst(call("c2", "Read", file_path="src/app.py")),
+        result("c2", "Read", content),
         user("thanks"),
     ]
     _, packed = run(items, pressured(prune=False))
@@ -206,7 +229,8 @@ def test_dedup_tier3_replaces_a_grep_subsumed_by_a_full_read() -> None:
     ]
     _, packed = run(items, pressured(prune=False))
     assert message_of(packed, 2).text == (
-        "[Superseded -- content included in later file_read of app.py]")
+        "[Superseded -- content included in later file_read of app.py]"
+    )
     assert packed.decisions[2].rule == "dedup.tier3"
 
 
@@ -214,8 +238,10 @@ def test_dedup_waits_for_the_warning_level_and_spares_the_tail() -> None:
     content = file_lines("app", 40)
     items: list[SessionItem] = [
         user("read it twice"),
-        asst(call("c1", "Read", file_path="src/app.py")), result("c1", "Read", content),
-        asst(call("c2", "Read", file_path="src/app.py")), result("c2", "Read", content),
+        asst(call("c1", "Read", file_path="src/app.py")),
+        result("c1", "Read", content),
+        asst(call("c2", "Read", file_path="src/app.py")),
+        result("c2", "Read", content),
     ]
     _, packed = run([*items, user("thanks")], ROOMY)
     assert decision(packed, 2) == "verbatim"  # below warning: nothing superseded
@@ -231,11 +257,18 @@ def test_pruning_placeholders_keep_the_tool_name_and_target() -> None:
     big = file_lines("x", 60)
     items: list[SessionItem] = [
         user("look around"),
-        asst(call("c1", "Read", file_path="src/models/user.py"), call("c2", "Bash", command="ls"),
-             call("c3", "Glob", pattern="**/*.py"), call("c4", "Grep", pattern="def", path="src/"),
-             call("c5", "mystery")),
-        result("c1", "Read", big), result("c2", "Bash", big), result("c3", "Glob", big),
-        result("c4", "Grep", big), result("c5", "mystery", big),
+        asst(
+            call("c1", "Read", file_path="src/models/user.py"),
+            call("c2", "Bash", command="ls"),
+            call("c3", "Glob", pattern="**/*.py"),
+            call("c4", "Grep", pattern="def", path="src/"),
+            call("c5", "mystery"),
+        ),
+        result("c1", "Read", big),
+        result("c2", "Bash", big),
+        result("c3", "Glob", big),
+        result("c4", "Grep", big),
+        result("c5", "mystery", big),
         user("now fix it"),
     ]
     _, packed = run(items, pressured(**PRUNE))
@@ -259,8 +292,9 @@ def _prune_one(items: list[SessionItem], **overrides: Any) -> Packed:
     view = project(log, session)
     total = pack(view, pressured(prune=False, dedup=False)).tokens
     # rules 2: pruning on pressure (rules 3 prunes only in a recovery pack)
-    policy = pressured(**{**PRUNE, **overrides}, warning_ratio=None,
-                       warning_buffer=99_000 - (total - 1), rules=2)
+    policy = pressured(
+        **{**PRUNE, **overrides}, warning_ratio=None, warning_buffer=99_000 - (total - 1), rules=2
+    )
     packed = pack(view, policy)
     check_packed(view, packed, policy)
     return packed
@@ -270,9 +304,14 @@ def test_pruning_goes_by_kind_weight_first() -> None:
     out = file_lines("z", 30)
     items: list[SessionItem] = [
         user("survey"),
-        asst(call("c1", "Glob", pattern="*"), call("c2", "Read", file_path="a.txt"),
-             call("c3", "Bash", command="make")),
-        result("c1", "Glob", out), result("c2", "Read", out), result("c3", "Bash", out),
+        asst(
+            call("c1", "Glob", pattern="*"),
+            call("c2", "Read", file_path="a.txt"),
+            call("c3", "Bash", command="make"),
+        ),
+        result("c1", "Glob", out),
+        result("c2", "Read", out),
+        result("c3", "Bash", out),
         user("go on"),
     ]
     packed = _prune_one(items)
@@ -285,7 +324,8 @@ def test_pruning_spares_results_referenced_later_and_breaks_ties_oldest_first() 
     items: list[SessionItem] = [
         user("read both"),
         asst(call("c1", "Read", file_path="src/a.py"), call("c2", "Read", file_path="src/b.py")),
-        result("c1", "Read", out_a), result("c2", "Read", out_b),
+        result("c1", "Read", out_a),
+        result("c2", "Read", out_b),
         asst(text="Both are read."),
         user("go on"),
     ]
@@ -301,9 +341,11 @@ def test_pruning_spares_results_that_led_to_a_decision() -> None:
     out_a, out_b = file_lines("a", 30), file_lines("b", 30)
     items: list[SessionItem] = [
         user("read"),
-        asst(call("c1", "Bash", command="cat a")), result("c1", "Bash", out_a),
+        asst(call("c1", "Bash", command="cat a")),
+        result("c1", "Bash", out_a),
         asst(text="The issue is clear now."),
-        asst(call("c2", "Bash", command="cat b")), result("c2", "Bash", out_b),
+        asst(call("c2", "Bash", command="cat b")),
+        result("c2", "Bash", out_b),
         asst(text="Nothing here."),
         user("go on"),
     ]
@@ -316,7 +358,9 @@ def test_pruning_spares_results_that_led_to_a_decision() -> None:
 def test_pruning_needs_the_minimum_savings() -> None:
     out = file_lines("z", 30)
     items: list[SessionItem] = [
-        user("survey"), asst(call("c1", "Bash", command="make")), result("c1", "Bash", out),
+        user("survey"),
+        asst(call("c1", "Bash", command="make")),
+        result("c1", "Bash", out),
         user("go on"),
     ]
     _, packed = run(items, pressured(**{**PRUNE, "prune_min_savings": 10_000}))
@@ -330,8 +374,12 @@ def test_pruning_needs_the_minimum_savings() -> None:
 def test_pruning_protects_the_latest_turns_and_recent_output() -> None:
     out = file_lines("z", 30)
     items: list[SessionItem] = [
-        user("one"), asst(call("c1", "Bash", command="a")), result("c1", "Bash", out),
-        user("two"), asst(call("c2", "Bash", command="b")), result("c2", "Bash", out),
+        user("one"),
+        asst(call("c1", "Bash", command="a")),
+        result("c1", "Bash", out),
+        user("two"),
+        asst(call("c2", "Bash", command="b")),
+        result("c2", "Bash", out),
         user("three"),
     ]
     _, packed = run(items, pressured(**{**PRUNE, "prune_protect_turns": 2}))
@@ -350,9 +398,11 @@ def _log_and_session(items: list[SessionItem]) -> tuple[Log, str]:
 def _turns(n: int) -> list[SessionItem]:
     items: list[SessionItem] = []
     for t in range(n):
-        items += [user(f"turn {t}: " + "please " * 20),
-                  asst(call(f"c{t}", "Bash", command=f"job {t}")),
-                  result(f"c{t}", "Bash", file_lines(f"t{t}", 20))]
+        items += [
+            user(f"turn {t}: " + "please " * 20),
+            asst(call(f"c{t}", "Bash", command=f"job {t}")),
+            result(f"c{t}", "Bash", file_lines(f"t{t}", 20)),
+        ]
     return items
 
 
@@ -363,9 +413,16 @@ def test_trimming_drops_whole_oldest_turns_and_keeps_the_tail() -> None:
     per_turn = sum(full.message_tokens[:3])
     usable = 8_000
     # Blocking level leaves room for a bit more than two turns.
-    policy = Policy(context_window=usable + 1_000, output_reserve=1_000, warning_buffer=None,
-                    compact_buffer=None, blocking_buffer=usable - (full.tokens - 2 * per_turn - 5),
-                    prune=False, dedup=False, **RULES1)
+    policy = Policy(
+        context_window=usable + 1_000,
+        output_reserve=1_000,
+        warning_buffer=None,
+        compact_buffer=None,
+        blocking_buffer=usable - (full.tokens - 2 * per_turn - 5),
+        prune=False,
+        dedup=False,
+        **RULES1,
+    )
     _, packed = run(items, policy)
     assert [decision(packed, p) for p in range(15)] == ["trimmed"] * 9 + ["verbatim"] * 6
     assert packed.prompt.messages[0].role == "user"
@@ -375,12 +432,23 @@ def test_trimming_drops_whole_oldest_turns_and_keeps_the_tail() -> None:
 
 
 def test_trimming_never_drops_the_mandatory_tail() -> None:
-    items = [*_turns(3), user("last " * 50), asst(call("cz", "Bash", command="big")),
-             result("cz", "Bash", file_lines("big", 120))]
+    items = [
+        *_turns(3),
+        user("last " * 50),
+        asst(call("cz", "Bash", command="big")),
+        result("cz", "Bash", file_lines("big", 120)),
+    ]
     log, session = _log_and_session(items)
     tail = sum(pack(project(log, session), ROOMY).message_tokens[-3:])
-    policy = Policy(context_window=tail + 1_100, output_reserve=1_000, blocking_buffer=0,
-                    warning_buffer=None, compact_buffer=None, truncate=False, **RULES1)
+    policy = Policy(
+        context_window=tail + 1_100,
+        output_reserve=1_000,
+        blocking_buffer=0,
+        warning_buffer=None,
+        compact_buffer=None,
+        truncate=False,
+        **RULES1,
+    )
     _, packed = run(items, policy)
     assert [decision(packed, p) for p in range(9)] == ["trimmed"] * 9
     assert [decision(packed, p) for p in range(9, 12)] == ["verbatim"] * 3
@@ -406,8 +474,15 @@ def test_pinned_and_pending_units_are_never_trimmed() -> None:
     items.append(EventsPinned(seqs=(0,)))
     items.append(user("and now?"))
     log, session = _log_and_session(items)
-    policy = Policy(context_window=1_500, output_reserve=200, warning_buffer=None,
-                    compact_buffer=None, blocking_buffer=0, truncate=False, **RULES1)
+    policy = Policy(
+        context_window=1_500,
+        output_reserve=200,
+        warning_buffer=None,
+        compact_buffer=None,
+        blocking_buffer=0,
+        truncate=False,
+        **RULES1,
+    )
     view = project(log, session)
     packed = pack(view, policy)
     check_packed(view, packed, policy)
@@ -421,8 +496,11 @@ def test_pinned_and_pending_units_are_never_trimmed() -> None:
 # -- breakpoints ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("limit", [0, 1, 2, 3, 4])
 def test_breakpoints_are_at_most_the_policy_limit(limit: int) -> None:
-    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are helpful."),
-                                *_turns(3), Compact(first=1, last=3, summary="Turn 0 ran a job.")]
+    items: list[SessionItem] = [
+        SystemSectionSet(name="base", text="You are helpful."),
+        *_turns(3),
+        Compact(first=1, last=3, summary="Turn 0 ran a job."),
+    ]
     items.append(user("next"))
     policy = msgspec.structs.replace(SUMMARIES, cache_breakpoints=limit)
     _, packed = run(items, policy)
@@ -435,9 +513,12 @@ def test_breakpoints_are_at_most_the_policy_limit(limit: int) -> None:
 
 # -- summaries ------------------------------------------------------------------------------------
 def test_a_compaction_replaces_its_span_by_the_summary_section() -> None:
-    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are helpful."),
-                                *_turns(3), Compact(first=1, last=6, summary="Ran jobs 0 and 1."),
-                                user("next")]
+    items: list[SessionItem] = [
+        SystemSectionSet(name="base", text="You are helpful."),
+        *_turns(3),
+        Compact(first=1, last=6, summary="Ran jobs 0 and 1."),
+        user("next"),
+    ]
     _, packed = run(items, SUMMARIES)
     assert [decision(packed, p) for p in range(1, 7)] == ["summarized"] * 6
     assert [decision(packed, p) for p in range(7, 10)] == ["verbatim"] * 3
@@ -449,20 +530,24 @@ def test_a_compaction_replaces_its_span_by_the_summary_section() -> None:
 
 
 def test_a_compaction_cutting_a_tool_exchange_summarizes_the_whole_exchange() -> None:
-    items: list[SessionItem] = [*_turns(3), Compact(first=0, last=1, summary="Started a job."),
-                                user("next")]
+    items: list[SessionItem] = [
+        *_turns(3),
+        Compact(first=0, last=1, summary="Started a job."),
+        user("next"),
+    ]
     _, packed = run(items, SUMMARIES)
     assert [decision(packed, p) for p in range(3)] == ["summarized"] * 3
     assert "completes a tool exchange" in packed.decisions[2].detail
 
 
 def _hierarchy(summary_budget: float) -> Packed:
-    items: list[SessionItem] = [*_turns(4),
-                                Compact(first=0, last=2, summary="Job 0 ran."),      # pos 12
-                                Compact(first=3, last=5, summary="Job 1 ran."),      # pos 13
-                                Compact(first=0, last=5, summary="Jobs 0-1.", level=1,
-                                        children=(12, 13)),                          # pos 14
-                                user("next")]
+    items: list[SessionItem] = [
+        *_turns(4),
+        Compact(first=0, last=2, summary="Job 0 ran."),  # pos 12
+        Compact(first=3, last=5, summary="Job 1 ran."),  # pos 13
+        Compact(first=0, last=5, summary="Jobs 0-1.", level=1, children=(12, 13)),  # pos 14
+        user("next"),
+    ]
     policy = msgspec.structs.replace(SUMMARIES, summary_budget=summary_budget)
     return run(items, policy)[1]
 
@@ -490,13 +575,22 @@ def test_a_summary_never_takes_the_room_of_the_mandatory_tail() -> None:
     # Regression: a summary that fits its ratio of the history budget, next to a
     # tail that fills the rest, used to raise BudgetExceededError.
     tail = "word " * 1_000
-    items: list[SessionItem] = [*_turns(2), Compact(first=0, last=5, summary="Job. " * 150),
-                                user(tail)]
+    items: list[SessionItem] = [
+        *_turns(2),
+        Compact(first=0, last=5, summary="Job. " * 150),
+        user(tail),
+    ]
     log, session = _log_and_session(items)
-    need = pack(project(log, session), msgspec.structs.replace(ROOMY, summary_budget=0.0,
-                                                              rules=1)).tokens
-    policy = Policy(context_window=need + 100, output_reserve=50, blocking_buffer=0,
-                    summary_budget=0.75, **RULES1)
+    need = pack(
+        project(log, session), msgspec.structs.replace(ROOMY, summary_budget=0.0, rules=1)
+    ).tokens
+    policy = Policy(
+        context_window=need + 100,
+        output_reserve=50,
+        blocking_buffer=0,
+        summary_budget=0.75,
+        **RULES1,
+    )
     _, packed = run(items, policy)
     assert decision(packed, 6) == "dropped"
     assert "the protected part leaves" in packed.decisions[6].detail
@@ -506,8 +600,11 @@ def test_a_summary_never_takes_the_room_of_the_mandatory_tail() -> None:
 def test_a_summary_alone_in_the_system_prompt_counts_its_framing() -> None:
     # Regression: with no static sections the summary opens the system message,
     # whose framing was not counted.
-    items: list[SessionItem] = [*_turns(2), Compact(first=0, last=2, summary="Job 0."),
-                                user("next")]
+    items: list[SessionItem] = [
+        *_turns(2),
+        Compact(first=0, last=2, summary="Job 0."),
+        user("next"),
+    ]
     _, packed = run(items, SUMMARIES)  # check_budget verifies the accounting
     assert [s.name for s in packed.prompt.system] == ["conversation_summary"]
 
@@ -515,9 +612,11 @@ def test_a_summary_alone_in_the_system_prompt_counts_its_framing() -> None:
 # -- rewind, orphans, pending calls ---------------------------------------------------------------
 def test_a_rewind_removes_events_and_their_effects_from_the_view() -> None:
     items: list[SessionItem] = [
-        user("first"), asst(text="answer one"),
+        user("first"),
+        asst(text="answer one"),
         SystemSectionSet(name="mode", text="plan mode"),
-        user("second"), asst(text="answer two"),
+        user("second"),
+        asst(text="answer two"),
         SessionRewound(to_seq=1, reason="user went back"),
         user("second, again"),
     ]
@@ -546,8 +645,12 @@ def test_an_orphan_result_is_dropped_and_a_missing_one_is_stood_in_for() -> None
 
 # -- recall caps ----------------------------------------------------------------------------------
 def _recall(n: int, words: int) -> RecallAdded:
-    return RecallAdded(query="budget", hits=tuple(
-        RecallHit(session="old", seq=i, text=f"hit {i}: " + "word " * words) for i in range(n)))
+    return RecallAdded(
+        query="budget",
+        hits=tuple(
+            RecallHit(session="old", seq=i, text=f"hit {i}: " + "word " * words) for i in range(n)
+        ),
+    )
 
 
 def test_recall_is_capped_by_characters_then_tokens() -> None:
@@ -608,25 +711,32 @@ def test_policy_from_toml_reads_fields_and_applies_an_agent_override() -> None:
     base = Policy.from_toml(TOML)
     assert (base.context_window, base.output_reserve, base.prune) == (32_000, 4_000, True)
     reviewer = Policy.from_toml(TOML.encode(), agent="reviewer")
-    assert (reviewer.context_window, reviewer.output_reserve, reviewer.prune) == (8_000, 4_000,
-                                                                                 False)
+    assert (reviewer.context_window, reviewer.output_reserve, reviewer.prune) == (
+        8_000,
+        4_000,
+        False,
+    )
     assert reviewer.prune_min_savings == 5_000
     assert reviewer.hash != base.hash
 
 
-@pytest.mark.parametrize(("text", "agent", "says"), [
-    (TOML, "nobody", "no [agents.nobody] table; known agents: ['reviewer']"),
-    ("contxt_window = 1000\n", None, "contxt_window"),
-    ('context_window = "big"\n', None, "context_window"),
-    ("context_window = 1000\noutput_reserve = 1000\n", None, "must be below context_window"),
-    ("warning_ratio = 1.5\n", None, "warning_ratio"),
-    ("context_window = \n", None, "not valid TOML"),
-    ("agents = 3\n", None, "'agents' must be a table"),
-    ("[agents]\nreviewer = 3\n", "reviewer", "[agents.reviewer] must be a table"),
-    (b"\xff\xfe", None, "not UTF-8"),
-])
-def test_policy_from_toml_names_what_is_wrong(text: str | bytes, agent: str | None,
-                                              says: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "agent", "says"),
+    [
+        (TOML, "nobody", "no [agents.nobody] table; known agents: ['reviewer']"),
+        ("contxt_window = 1000\n", None, "contxt_window"),
+        ('context_window = "big"\n', None, "context_window"),
+        ("context_window = 1000\noutput_reserve = 1000\n", None, "must be below context_window"),
+        ("warning_ratio = 1.5\n", None, "warning_ratio"),
+        ("context_window = \n", None, "not valid TOML"),
+        ("agents = 3\n", None, "'agents' must be a table"),
+        ("[agents]\nreviewer = 3\n", "reviewer", "[agents.reviewer] must be a table"),
+        (b"\xff\xfe", None, "not UTF-8"),
+    ],
+)
+def test_policy_from_toml_names_what_is_wrong(
+    text: str | bytes, agent: str | None, says: str
+) -> None:
     with pytest.raises(PolicyError) as info:
         Policy.from_toml(text, agent=agent)
     assert says in str(info.value)

@@ -56,11 +56,18 @@ from turnlog.testing import (
 
 # At least 150 examples; more under a bigger profile (HYPOTHESIS_PROFILE=thorough).
 # (The loaded profile is the parent: HYPOTHESIS_PROFILE=triage skips shrinking.)
-FAST = settings(settings.default, deadline=None,
-                max_examples=max(150, settings().max_examples),
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-SLOW = settings(settings.default, deadline=None, max_examples=1_500,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    settings.default,
+    deadline=None,
+    max_examples=max(150, settings().max_examples),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+SLOW = settings(
+    settings.default,
+    deadline=None,
+    max_examples=1_500,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 _CONVERSATION = (UserMessageAdded, AssistantMessageAdded, ToolResultAdded, NotificationAdded)
 
@@ -88,8 +95,7 @@ def test_every_invariant_holds_at_any_budget(items: list[SessionItem], policy: P
 
 @FAST
 @given(items=sessions(), policy=policies(min_window=2_000, max_window=8_000))
-def test_every_invariant_holds_in_small_windows(items: list[SessionItem],
-                                                policy: Policy) -> None:
+def test_every_invariant_holds_in_small_windows(items: list[SessionItem], policy: Policy) -> None:
     log, session = _built(items)
     check_all(lambda: project(log, session), policy)
 
@@ -132,10 +138,14 @@ def drop_old_notifications(state: PackState) -> StageReport:
 
 
 @FAST
-@given(items=sessions(), policy=policies(max_window=32_000),
-       position=st.sampled_from(("first", "before:dedup", "before:trim", "last")))
-def test_a_custom_stage_keeps_every_invariant(items: list[SessionItem], policy: Policy,
-                                             position: str) -> None:
+@given(
+    items=sessions(),
+    policy=policies(max_window=32_000),
+    position=st.sampled_from(("first", "before:dedup", "before:trim", "last")),
+)
+def test_a_custom_stage_keeps_every_invariant(
+    items: list[SessionItem], policy: Policy, position: str
+) -> None:
     check_stage("old-notifications", drop_old_notifications, items, policy, position=position)
 
 
@@ -156,19 +166,23 @@ def reduce_everything(state: PackState) -> StageReport:
 
 
 @FAST
-@given(items=sessions(), policy=policies(max_window=32_000),
-       position=st.sampled_from(("first", "after:summaries", "before:trim", "last")))
-def test_a_careless_stage_cannot_break_the_protections(items: list[SessionItem],
-                                                       policy: Policy, position: str) -> None:
+@given(
+    items=sessions(),
+    policy=policies(max_window=32_000),
+    position=st.sampled_from(("first", "after:summaries", "before:trim", "last")),
+)
+def test_a_careless_stage_cannot_break_the_protections(
+    items: list[SessionItem], policy: Policy, position: str
+) -> None:
     check_stage("greedy", reduce_everything, items, policy, position=position)
 
 
 # -- projections: incremental == fresh, reuse across policies == fresh -----------------------------
 @FAST
 @given(items=sessions(), policy=policies(max_window=32_000), data=st.data())
-def test_incremental_projection_packs_like_a_fresh_one(items: list[SessionItem],
-                                                      policy: Policy,
-                                                      data: st.DataObject) -> None:
+def test_incremental_projection_packs_like_a_fresh_one(
+    items: list[SessionItem], policy: Policy, data: st.DataObject
+) -> None:
     log, session = _built(items)
     lineage = log.lineage(session)
     stops = set(data.draw(st.lists(st.integers(0, max(0, len(lineage) - 1)), max_size=4)))
@@ -205,11 +219,16 @@ _FIELDS = tuple(f for group in _GROUPS for f in group)
 
 
 @FAST
-@given(items=sessions(), first=policies(max_window=32_000), other=policies(max_window=32_000),
-       group=st.sampled_from(_GROUPS), extra=st.sets(st.sampled_from(_FIELDS), max_size=1))
+@given(
+    items=sessions(),
+    first=policies(max_window=32_000),
+    other=policies(max_window=32_000),
+    group=st.sampled_from(_GROUPS),
+    extra=st.sets(st.sampled_from(_FIELDS), max_size=1),
+)
 def test_a_projection_reused_under_another_policy_packs_like_a_fresh_one(
-        items: list[SessionItem], first: Policy, other: Policy, group: tuple[str, ...],
-        extra: set[str]) -> None:
+    items: list[SessionItem], first: Policy, other: Policy, group: tuple[str, ...], extra: set[str]
+) -> None:
     fields = set(group) | extra
     try:
         second = msgspec.structs.replace(first, **{f: getattr(other, f) for f in fields})
@@ -223,8 +242,9 @@ def test_a_projection_reused_under_another_policy_packs_like_a_fresh_one(
     fresh = _pack_or_none(project(log, session), second)
     assert (reused is None) == (fresh is None)
     if reused is not None and fresh is not None:
-        assert reused.prompt.encode() == fresh.prompt.encode(), (
-            reused.prompt.first_difference(fresh.prompt))
+        assert reused.prompt.encode() == fresh.prompt.encode(), reused.prompt.first_difference(
+            fresh.prompt
+        )
         assert reused.decisions == fresh.decisions
 
 
@@ -264,16 +284,23 @@ def _pack_lines(cases: list[tuple[list[Event], list[Policy]]]) -> list[str]:
             except BudgetExceededError as exc:
                 lines.append(f"over {exc.needed}")
                 continue
-            lines.append(f"{packed.prompt.hash} "
-                         f"{blake3.blake3(msgspec.msgpack.encode(packed.decisions)).hexdigest()}")
+            lines.append(
+                f"{packed.prompt.hash} "
+                f"{blake3.blake3(msgspec.msgpack.encode(packed.decisions)).hexdigest()}"
+            )
     return lines
 
 
-@settings(settings.default, deadline=None, max_examples=2,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    settings.default,
+    deadline=None,
+    max_examples=2,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_packing_is_identical_across_hash_seeds(
-        data: st.DataObject, tmp_path_factory: pytest.TempPathFactory) -> None:
+    data: st.DataObject, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     cases: list[tuple[list[Event], list[Policy]]] = []
     for _ in range(4):
         items = data.draw(sessions())
@@ -287,8 +314,14 @@ def test_packing_is_identical_across_hash_seeds(
     outputs = []
     for seed in ("1", "999"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run([sys.executable, str(script), str(path)], env=env,
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [sys.executable, str(script), str(path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         outputs.append(done.stdout.splitlines())
     assert outputs[0] == outputs[1], "PYTHONHASHSEED=1 and =999 pack different prompts"
@@ -299,7 +332,8 @@ def test_packing_is_identical_across_hash_seeds(
 @FAST
 @given(items=sessions(), policy=policies(max_window=64_000), data=st.data())
 def test_replay_of_an_earlier_request_survives_later_appends(
-        items: list[SessionItem], policy: Policy, data: st.DataObject) -> None:
+    items: list[SessionItem], policy: Policy, data: st.DataObject
+) -> None:
     split = data.draw(st.integers(1, max(1, len(items))))
     log = memory_log()
     session = build(log, "s", items[:split])
@@ -318,19 +352,22 @@ def test_replay_of_an_earlier_request_survives_later_appends(
         result = fresh.replay(session, recorded.request_seq)
         assert result.ok, result.difference
     assert Replayer(Packer(log)).repack(session, recorded.request_seq).prompt.encode() == (
-        recorded.packed.prompt.encode())
+        recorded.packed.prompt.encode()
+    )
 
 
 @FAST
 @given(items=sessions(), data=st.data())
 def test_a_packer_replaying_many_requests_packs_each_like_a_fresh_packer(
-        items: list[SessionItem], data: st.DataObject) -> None:
+    items: list[SessionItem], data: st.DataObject
+) -> None:
     # Requests recorded under changing policies between appends (forks, rewinds and
     # compactions included); one Packer replays them all, in order and shuffled,
     # growing its kept projection, and must give each request's bytes and decisions
     # exactly as a Packer that projects that request from nothing.
-    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(items))), min_size=1,
-                                         max_size=5))))
+    cuts = sorted(
+        set(data.draw(st.lists(st.integers(1, max(1, len(items))), min_size=1, max_size=5)))
+    )
     log = memory_log()
     recorded: dict[str, list[int]] = {}
     session, start = "s", 0
@@ -341,7 +378,8 @@ def test_a_packer_replaying_many_requests_packs_each_like_a_fresh_packer(
             continue
         with contextlib.suppress(BudgetExceededError):
             done = Replayer(Packer(log)).record(
-                session, policy=data.draw(policies(max_window=64_000)))
+                session, policy=data.draw(policies(max_window=64_000))
+            )
             recorded.setdefault(session, []).append(done.request_seq)
     assume(recorded)
     for name, seqs in recorded.items():
@@ -374,8 +412,11 @@ def _deferred_summary(view: Projection, packed: Packed) -> bool:
         body = view.events[pos].body
         if pos not in view.rewound and isinstance(body, CompactionCommitted):
             covered.update(range(body.first_seq, body.last_seq + 1))
-    return any(pos in view.item_at and packed.decisions[pos].decision != "summarized"
-               for pos in covered if pos < len(packed.decisions))
+    return any(
+        pos in view.item_at and packed.decisions[pos].decision != "summarized"
+        for pos in covered
+        if pos < len(packed.decisions)
+    )
 
 
 def _tokens_before(packed: Packed) -> int:
@@ -389,8 +430,9 @@ def _body(item: SessionItem) -> object:
 
 @FAST
 @given(items=sessions(), policy=policies(min_window=16_000))
-def test_prompt_of_request_n_is_a_prefix_of_request_n_plus_1(items: list[SessionItem],
-                                                            policy: Policy) -> None:
+def test_prompt_of_request_n_is_a_prefix_of_request_n_plus_1(
+    items: list[SessionItem], policy: Policy
+) -> None:
     # A request after every appended item; each pair (N, N+1) with a conversation
     # event in between and both below the warning level is compared. The projection
     # is the packer's incremental one.
@@ -417,38 +459,48 @@ def test_prompt_of_request_n_is_a_prefix_of_request_n_plus_1(items: list[Session
             assert packed.prompt.tools == previous.prompt.tools, f"step {step}: tools changed"
             n = len(previous.prompt.messages)
             assert len(packed.prompt.messages) >= n, f"step {step}: fewer messages than before"
-            for i, (a, b) in enumerate(zip(previous.prompt.messages, packed.prompt.messages,
-                                           strict=False)):
-                assert a == b, (f"step {step}: message {i} of request N (from positions "
-                                f"{list(a.source)}) changed in request N+1 (from positions "
-                                f"{list(b.source)})")
+            for i, (a, b) in enumerate(
+                zip(previous.prompt.messages, packed.prompt.messages, strict=False)
+            ):
+                assert a == b, (
+                    f"step {step}: message {i} of request N (from positions "
+                    f"{list(a.source)}) changed in request N+1 (from positions "
+                    f"{list(b.source)})"
+                )
         # A result that answers a call the prompt had to close with a placeholder
         # necessarily rewrites that message; a compaction that covers protected units
         # applies once the tail moves on: such a request is no prefix to compare.
-        previous = (None if _has_placeholder(view, packed) or _deferred_summary(view, packed)
-                    else packed)
+        previous = (
+            None if _has_placeholder(view, packed) or _deferred_summary(view, packed) else packed
+        )
 
 
 # -- monotonicity in the window -------------------------------------------------------------------
 @FAST
-@given(items=sessions(), policy=policies(max_window=64_000),
-       extra=st.sampled_from((1, 100, 1_000, 8_000, 64_000)))
+@given(
+    items=sessions(),
+    policy=policies(max_window=64_000),
+    extra=st.sampled_from((1, 100, 1_000, 8_000, 64_000)),
+)
 def test_a_larger_window_never_reduces_what_a_smaller_one_kept(
-        items: list[SessionItem], policy: Policy, extra: int) -> None:
+    items: list[SessionItem], policy: Policy, extra: int
+) -> None:
     larger = msgspec.structs.replace(policy, context_window=policy.context_window + extra)
     log, session = _built(items)
     small = _pack_or_none(project(log, session), policy)
     large = _pack_or_none(project(log, session), larger)
     if small is None:
         return
-    assert large is not None, (f"window {larger.context_window} overflows where "
-                               f"{policy.context_window} fits")
+    assert large is not None, (
+        f"window {larger.context_window} overflows where {policy.context_window} fits"
+    )
     reduced = {"trimmed", "pruned", "deduplicated", "summarized"}
     for a, b in zip(small.decisions, large.decisions, strict=True):
         if a.decision == "verbatim":
             assert b.decision not in reduced, (
                 f"position {a.pos} ({a.kind}) is verbatim at window {policy.context_window} but "
-                f"{b.decision} ({b.rule}: {b.detail}) at window {larger.context_window}")
+                f"{b.decision} ({b.rule}: {b.detail}) at window {larger.context_window}"
+            )
 
 
 # -- the generators themselves --------------------------------------------------------------------
@@ -459,14 +511,20 @@ def explore_generators(examples: int = 300) -> dict[str, list[str] | int]:
     fired: set[str] = set()
     overflowed = []
 
-    @settings(deadline=None, max_examples=examples, database=None, derandomize=True,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        deadline=None,
+        max_examples=examples,
+        database=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(items=sessions(), policy=policies(max_window=32_000))
     def explore(items: list[SessionItem], policy: Policy) -> None:
         log, session = _built(items)
         # rules 3 dedup and prune only in a recovery pack: rules 2 show them on pressure
-        chosen = [policy] if policy.rules != 3 else [
-            policy, msgspec.structs.replace(policy, rules=2)]
+        chosen = (
+            [policy] if policy.rules != 3 else [policy, msgspec.structs.replace(policy, rules=2)]
+        )
         for one in chosen:
             try:
                 packed = pack(project(log, session), one)
@@ -485,26 +543,49 @@ def test_generated_sessions_reach_every_decision_and_stage() -> None:
     # In a child process: hypothesis mixes the literals of every module loaded so far
     # into what it generates, so in this process the examples would depend on which
     # tests ran before this one; there they depend only on the code.
-    code = ("import json, sys; sys.path.insert(0, 'tests'); import test_pack_properties as t; "
-            "print(json.dumps(t.explore_generators()))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=600, check=False, cwd=Path(__file__).resolve().parents[1])
+    code = (
+        "import json, sys; sys.path.insert(0, 'tests'); import test_pack_properties as t; "
+        "print(json.dumps(t.explore_generators()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     seen, fired = set(found["seen"]), set(found["fired"])
-    for decision in ("verbatim", "truncated", "deduplicated", "pruned", "summarized", "trimmed",
-                     "dropped", "not_a_prompt_event", "orphan", "rewind", "truncate.blob_preview",
-                     "dedup.tier1", "dedup.tier2"):
+    for decision in (
+        "verbatim",
+        "truncated",
+        "deduplicated",
+        "pruned",
+        "summarized",
+        "trimmed",
+        "dropped",
+        "not_a_prompt_event",
+        "orphan",
+        "rewind",
+        "truncate.blob_preview",
+        "dedup.tier1",
+        "dedup.tier2",
+    ):
         assert decision in seen, f"no generated session gave {decision!r}"
     assert {"truncate", "summaries", "dedup", "prune", "trim"} <= fired
     assert found["overflowed"], "no generated session overflowed its budget"
 
 
 def test_turnlog_does_not_import_hypothesis() -> None:
-    code = ("import sys, turnlog, turnlog._pack, turnlog._packer; "
-            "assert 'hypothesis' not in sys.modules and 'turnlog.testing' not in sys.modules")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+    code = (
+        "import sys, turnlog, turnlog._pack, turnlog._packer; "
+        "assert 'hypothesis' not in sys.modules and 'turnlog.testing' not in sys.modules"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr[-2000:]
 
 

@@ -17,7 +17,8 @@ def test_the_reference_is_current() -> None:
     text = DOC.read_text()
     assert policydoc.replace(text) == text, (
         "docs/policy.md is out of date: run python -m turnlog.tools.policydoc --write "
-        "docs/policy.md")
+        "docs/policy.md"
+    )
 
 
 def test_every_field_is_described_and_in_one_part() -> None:

@@ -64,8 +64,10 @@ def server() -> Iterator[pgserver.Server]:
 
 def keyed(batch: int, size: int = 3) -> list[Draft]:
     """Batch number ``batch``: ``size`` messages with keys ``b{batch}-{i}``."""
-    return [Draft(body=UserMessageAdded(text=f"batch {batch} message {i}"), key=f"b{batch}-{i}")
-            for i in range(size)]
+    return [
+        Draft(body=UserMessageAdded(text=f"batch {batch} message {i}"), key=f"b{batch}-{i}")
+        for i in range(size)
+    ]
 
 
 def batches_stored(log: turnlog.Log, session: str) -> dict[int, int]:
@@ -90,20 +92,21 @@ def test_first_open_creates_the_schema_with_its_version(logs: LogFactory) -> Non
     log = logs.open()
     assert isinstance(log.store, PostgresStore)
     with admin(pgserver.shared()) as conn:
-        row = conn.execute(f"SELECT value FROM {log.store.schema}.meta "
-                           "WHERE key = 'schema'").fetchone()
+        row = conn.execute(
+            f"SELECT value FROM {log.store.schema}.meta WHERE key = 'schema'"
+        ).fetchone()
     assert row == ("turnlog-postgres/1",)
 
 
 @pytest.mark.parametrize("version", ["turnlog-postgres/2", "turnlog-postgres/0"])
-def test_a_newer_or_older_schema_is_refused_like_an_lmdb_format(logs: LogFactory,
-                                                                 version: str) -> None:
+def test_a_newer_or_older_schema_is_refused_like_an_lmdb_format(
+    logs: LogFactory, version: str
+) -> None:
     log = logs.open()
     log.append("s", UserMessageAdded(text="hi"))
     schema = log.store.schema  # type: ignore[attr-defined]
     with admin(pgserver.shared()) as conn:
-        conn.execute(f"UPDATE {schema}.meta SET value = %s WHERE key = 'schema'",
-                     (version,))
+        conn.execute(f"UPDATE {schema}.meta SET value = %s WHERE key = 'schema'", (version,))
     before = dump(log)
     with pytest.raises(StoreFormatError, match="this turnlog reads 'turnlog-postgres/1'"):
         turnlog.open(pgserver.shared().url(schema=schema))
@@ -115,8 +118,9 @@ def test_a_missing_schema_opened_read_only_is_refused_and_not_created() -> None:
     with pytest.raises(StoreError, match="no turnlog store"):
         turnlog.open(url, readonly=True)
     with admin(pgserver.shared()) as conn:
-        found = conn.execute("SELECT 1 FROM information_schema.schemata "
-                             "WHERE schema_name = 'never_created'").fetchone()
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'never_created'"
+        ).fetchone()
     assert found is None
 
 
@@ -129,8 +133,8 @@ def test_a_bad_schema_name_or_pool_size_is_an_argument_error() -> None:
 
 # -- credentials --------------------------------------------------------------------------
 def test_the_password_appears_in_no_error_repr_log_or_cli_output(
-        logs: LogFactory, capsys: pytest.CaptureFixture[str],
-        caplog: pytest.LogCaptureFixture) -> None:
+    logs: LogFactory, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level("DEBUG")
     shared = pgserver.shared()
     # Unreachable: a port nothing listens on.
@@ -140,15 +144,20 @@ def test_the_password_appears_in_no_error_repr_log_or_cli_output(
     assert SECRET not in str(caught.value)
     assert caught.value.__cause__ is None or SECRET not in str(caught.value.__cause__)
     # Reachable (the test server trusts local users, so any password is accepted).
-    url = (f"postgresql://postgres:{SECRET}@/postgres?host={shared.root}&port={shared.port}"
-           "&schema=secret_test")
+    url = (
+        f"postgresql://postgres:{SECRET}@/postgres?host={shared.root}&port={shared.port}"
+        "&schema=secret_test"
+    )
     log = turnlog.open(url)
     try:
         log.append("s", UserMessageAdded(text="hi"))
         assert SECRET not in repr(log) and SECRET not in log.store.location
         assert SECRET not in repr(log.store)
-        for argv in (["--store", url, "sessions", "--json"], ["--store", url, "verify", "--json"],
-                     ["--store", url, "show", "s", "0", "--json"]):
+        for argv in (
+            ["--store", url, "sessions", "--json"],
+            ["--store", url, "verify", "--json"],
+            ["--store", url, "show", "s", "0", "--json"],
+        ):
             assert main(argv) == 0
             out, err = capsys.readouterr()
             assert SECRET not in out + err
@@ -163,15 +172,27 @@ def test_the_password_appears_in_no_error_repr_log_or_cli_output(
     assert SECRET not in caplog.text  # the pool's log records, if any, lack the password
 
 
-def _no_secret_in_any_verb(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                           ) -> list[tuple[list[str], int]]:
+def _no_secret_in_any_verb(
+    url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> list[tuple[list[str], int]]:
     """Run every verb of the command on ``url`` (and on a copy of it); each one's
     stdout and stderr must lack `SECRET`. Returns the verbs with their exit codes."""
     shared = pgserver.shared()
     transcript = tmp_path / "t.jsonl"
-    transcript.write_text(json.dumps({
-        "type": "user", "sessionId": "imported", "uuid": "u1", "timestamp":
-        "2025-01-01T00:00:00Z", "message": {"role": "user", "content": "hi"}}) + "\n")
+    transcript.write_text(
+        json.dumps(
+            {
+                "type": "user",
+                "sessionId": "imported",
+                "uuid": "u1",
+                "timestamp": "2025-01-01T00:00:00Z",
+                "message": {"role": "user", "content": "hi"},
+            }
+        )
+        + "\n"
+    )
     lmdb = str(tmp_path / "copy")
     demo = [["demo"], ["demo", "--json"]]
     ran: list[tuple[list[str], int]] = []
@@ -189,26 +210,49 @@ def _no_secret_in_any_verb(url: str, tmp_path: Path, capsys: pytest.CaptureFixtu
         digest = next(txn.blobs())[0]
         requests = [e.seq for e in log.read("demo") if e.kind == "request"]
     verbs = [
-        ["sessions"], ["sessions", "--json"], ["log", "demo"], ["log", "demo", "--json"],
-        ["show", "demo", "-1"], ["show", "demo", "-1", "--json"], ["verify"],
-        ["verify", "--json"], ["verify", "demo", "--progress"], ["checkpoint", "demo"],
-        ["export", "demo", "--output", str(tmp_path / "out.jsonl")], ["blob", digest[:12]],
-        ["pack", "demo"], ["explain", "demo", str(requests[-1])], ["replay", "demo"],
-        ["replay", "demo", "--json"], ["diff", "demo", str(requests[-2]), str(requests[-1])],
-        ["compact", "demo"], ["compact", "demo", "--json"], ["memories", "demo"],
-        ["recall", "demo", "test"], ["import", str(transcript)],
-        ["import", str(transcript), "--json"], ["log", "no-such-session"],
-        ["show", "demo", "100000"]]
+        ["sessions"],
+        ["sessions", "--json"],
+        ["log", "demo"],
+        ["log", "demo", "--json"],
+        ["show", "demo", "-1"],
+        ["show", "demo", "-1", "--json"],
+        ["verify"],
+        ["verify", "--json"],
+        ["verify", "demo", "--progress"],
+        ["checkpoint", "demo"],
+        ["export", "demo", "--output", str(tmp_path / "out.jsonl")],
+        ["blob", digest[:12]],
+        ["pack", "demo"],
+        ["explain", "demo", str(requests[-1])],
+        ["replay", "demo"],
+        ["replay", "demo", "--json"],
+        ["diff", "demo", str(requests[-2]), str(requests[-1])],
+        ["compact", "demo"],
+        ["compact", "demo", "--json"],
+        ["memories", "demo"],
+        ["recall", "demo", "test"],
+        ["import", str(transcript)],
+        ["import", str(transcript), "--json"],
+        ["log", "no-such-session"],
+        ["show", "demo", "100000"],
+    ]
     for argv in verbs:
         run(["--store", url, *argv])
     run(["copy", url, lmdb])
     run(["copy", "--json", lmdb, url.replace("schema=", "schema=c")])
     run(["copy", lmdb, url.replace("schema=", "schema=c")])  # refused: the target has them
     # Unreachable, no such database, a read verb on a schema without tables.
-    dead = url.replace(f"host={shared.root}", "host=127.0.0.1").replace(
-        f"port={shared.port}", "port=1") + "&pool_timeout=1"
-    for bad in (dead, url.replace("/postgres?", "/no_such_db?"),
-                url.replace("schema=", "schema=missing")):
+    dead = (
+        url.replace(f"host={shared.root}", "host=127.0.0.1").replace(
+            f"port={shared.port}", "port=1"
+        )
+        + "&pool_timeout=1"
+    )
+    for bad in (
+        dead,
+        url.replace("/postgres?", "/no_such_db?"),
+        url.replace("schema=", "schema=missing"),
+    ):
         assert run(["--store", bad, "sessions"]) == 3
         assert run(["--store", bad, "log", "s", "--json"]) == 3
     assert run(["copy", dead, lmdb + "2"]) == 3
@@ -218,16 +262,19 @@ def _no_secret_in_any_verb(url: str, tmp_path: Path, capsys: pytest.CaptureFixtu
 
 @pytest.mark.parametrize("where", ["user info", "query"])
 def test_no_verb_prints_the_password_of_a_store_url(
-        where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    where: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The test server trusts local users: any password is accepted, and none may be
     shown, in human output, --json, hints (the demo's "try next") or errors."""
     shared = pgserver.shared()
     schema = "every_verb_" + where.replace(" ", "_")
-    url = (f"postgresql://postgres:{SECRET}@/postgres?host={shared.root}&port={shared.port}"
-           f"&schema={schema}" if where == "user info" else
-           f"postgresql://postgres@/postgres?host={shared.root}&password={SECRET}"
-           f"&port={shared.port}&schema={schema}")
+    url = (
+        f"postgresql://postgres:{SECRET}@/postgres?host={shared.root}&port={shared.port}"
+        f"&schema={schema}"
+        if where == "user info"
+        else f"postgresql://postgres@/postgres?host={shared.root}&password={SECRET}"
+        f"&port={shared.port}&schema={schema}"
+    )
     monkeypatch.setenv("TURNLOG_STORE", url)  # also where a message could find it
     try:
         ran = _no_secret_in_any_verb(url, tmp_path, capsys)
@@ -241,16 +288,19 @@ def test_no_verb_prints_the_password_of_a_store_url(
             conn.execute(f"DROP SCHEMA IF EXISTS c{schema} CASCADE")
 
 
-@pytest.mark.parametrize("location", [
-    "postgresql://agent:SECRET@db.internal:5432/agents",
-    "postgres://agent:SEC@RET@db/agents?sslmode=require",
-    "postgresql://agent:SEC?RET@db/agents",
-    "postgresql://:SECRET@db/agents",
-    "postgresql://agent@/agents?host=/run/pg&password=SECRET&schema=x",
-    "postgresql://agent@db/agents?sslpassword=SECRET&PASSWORD=SECRET",
-    "host=db user=agent password=SECRET dbname=agents",
-    "host=db password = 'SE CRET' dbname=agents user=agent",
-])
+@pytest.mark.parametrize(
+    "location",
+    [
+        "postgresql://agent:SECRET@db.internal:5432/agents",
+        "postgres://agent:SEC@RET@db/agents?sslmode=require",
+        "postgresql://agent:SEC?RET@db/agents",
+        "postgresql://:SECRET@db/agents",
+        "postgresql://agent@/agents?host=/run/pg&password=SECRET&schema=x",
+        "postgresql://agent@db/agents?sslpassword=SECRET&PASSWORD=SECRET",
+        "host=db user=agent password=SECRET dbname=agents",
+        "host=db password = 'SE CRET' dbname=agents user=agent",
+    ],
+)
 def test_hide_credentials_leaves_no_password_and_keeps_the_rest(location: str) -> None:
     hidden = turnlog.stores.hide_credentials(location)
     assert "SEC" not in hidden and "RET" not in hidden
@@ -276,13 +326,13 @@ def test_a_wrong_database_or_role_fails_at_once_with_the_servers_reason(wrong: s
     assert "retrying will not help" in message and "\n" not in message
 
 
-def test_a_wrong_password_fails_at_once_with_the_servers_reason(
-        server: pgserver.Server) -> None:
+def test_a_wrong_password_fails_at_once_with_the_servers_reason(server: pgserver.Server) -> None:
     with admin(server) as conn:
         conn.execute("CREATE ROLE agent LOGIN PASSWORD 'right-password'")
         conn.execute("GRANT CREATE ON DATABASE postgres TO agent")
-    (server.data / "pg_hba.conf").write_text("local all postgres trust\n"
-                                             "local all all scram-sha-256\n")
+    (server.data / "pg_hba.conf").write_text(
+        "local all postgres trust\nlocal all all scram-sha-256\n"
+    )
     with admin(server) as conn:
         conn.execute("SELECT pg_reload_conf()")
     base = server.url(pool_timeout="5")
@@ -297,7 +347,8 @@ def test_a_wrong_password_fails_at_once_with_the_servers_reason(
 
 
 def test_a_pool_with_every_connection_busy_says_so_rather_than_blaming_the_server(
-        logs: LogFactory) -> None:
+    logs: LogFactory,
+) -> None:
     log = logs.open()
     log.append("s", UserMessageAdded(text="hi"))
     schema = log.store.schema  # type: ignore[attr-defined]
@@ -317,28 +368,44 @@ def test_a_pool_with_every_connection_busy_says_so_rather_than_blaming_the_serve
 def _stderr_of(code: str, url: str) -> str:
     """The stderr of a fresh interpreter running ``code`` with ``URL`` set."""
     env = {**os.environ, "URL": url}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert done.stdout == "" or "turnlog" not in code, done.stdout
     return done.stderr
 
 
 @pytest.mark.parametrize("case", ["unreachable", "no database"])
 def test_a_connection_error_is_one_line_on_the_cli_and_nothing_for_a_library_user(
-        case: str) -> None:
+    case: str,
+) -> None:
     """No psycopg_pool log records and no libpq continuation lines reach stderr."""
     shared = pgserver.shared()
-    url = (f"postgresql://agent:{SECRET}@127.0.0.1:1/db?pool_timeout=2" if case == "unreachable"
-           else shared.url("no_such_db", pool_timeout="2"))
-    cli = _stderr_of("import os, sys; from turnlog.tools.cli import main; "
-                     "sys.exit(main(['--store', os.environ['URL'], 'sessions']))", url)
+    url = (
+        f"postgresql://agent:{SECRET}@127.0.0.1:1/db?pool_timeout=2"
+        if case == "unreachable"
+        else shared.url("no_such_db", pool_timeout="2")
+    )
+    cli = _stderr_of(
+        "import os, sys; from turnlog.tools.cli import main; "
+        "sys.exit(main(['--store', os.environ['URL'], 'sessions']))",
+        url,
+    )
     assert cli.count("\n") == 1 and cli.startswith("turnlog: error: cannot open the store"), cli
     assert SECRET not in cli
-    library = _stderr_of("import os, turnlog\n"
-                         "try:\n    turnlog.open(os.environ['URL'])\n"
-                         "except turnlog.errors.StoreError as exc:\n"
-                         "    assert '\\n' not in str(exc)\n"
-                         "else:\n    raise SystemExit('opened')", url)
+    library = _stderr_of(
+        "import os, turnlog\n"
+        "try:\n    turnlog.open(os.environ['URL'])\n"
+        "except turnlog.errors.StoreError as exc:\n"
+        "    assert '\\n' not in str(exc)\n"
+        "else:\n    raise SystemExit('opened')",
+        url,
+    )
     assert library == ""
 
 
@@ -420,8 +487,7 @@ class _RacedStore(PostgresStore):
         return super().write(raced)
 
 
-def test_a_lost_first_writer_race_leaves_no_prepared_statement_missing(
-        logs: LogFactory) -> None:
+def test_a_lost_first_writer_race_leaves_no_prepared_statement_missing(logs: LogFactory) -> None:
     # psycopg prepares a statement at its sixth execution on a connection. When that
     # execution is queued behind the insert that loses the race, the server skips it;
     # rolled back with a ROLLBACK statement, psycopg's cache still named it prepared and
@@ -444,8 +510,11 @@ def test_a_lost_first_writer_race_leaves_no_prepared_statement_missing(
         assert texts(rival.read("raced")) == ["first", "second", "third"], appends
         with psycopg.connect(pgserver.shared().url(), autocommit=True) as conn:
             for table in ("events", "heads"):
-                conn.execute(sql.SQL("DELETE FROM {}.{} WHERE session = 'raced'").format(
-                    sql.Identifier(schema), sql.Identifier(table)))
+                conn.execute(
+                    sql.SQL("DELETE FROM {}.{} WHERE session = 'raced'").format(
+                        sql.Identifier(schema), sql.Identifier(table)
+                    )
+                )
 
 
 def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path: Path) -> None:
@@ -460,7 +529,8 @@ def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path
         " key=f'b{worker * 1000 + n}-{i}') for i in range(3)]\n"
         "    log.append('shared', drafts)\n"
         "    log.append(f'own{worker}', drafts)\n"
-        "log.close()\n")
+        "log.close()\n"
+    )
     procs = [subprocess.Popen([sys.executable, "-c", script, url, str(w)]) for w in range(4)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     expected = {w * 1000 + n: 3 for w in range(4) for n in range(20)}
@@ -474,11 +544,15 @@ def test_writer_processes_on_many_hosts_share_one_log(logs: LogFactory, tmp_path
 def reads_of(log: turnlog.Log, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The queries a write of ``log`` sends before its commit, recorded as they go."""
     from turnlog import _postgres
+
     seen: list[str] = []
     rows = _postgres._PostgresWrite._rows
 
-    def spy(self: _postgres._PostgresWrite, query: str, params: tuple[object, ...] = (),
-            ) -> list[tuple[object, ...]]:
+    def spy(
+        self: _postgres._PostgresWrite,
+        query: str,
+        params: tuple[object, ...] = (),
+    ) -> list[tuple[object, ...]]:
         seen.append(query)
         return rows(self, query, params)
 
@@ -487,7 +561,8 @@ def reads_of(log: turnlog.Log, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def test_a_keyed_append_after_a_write_of_the_session_reads_nothing_before_its_commit(
-        logs: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = logs.open()
     reads = reads_of(log, monkeypatch)
     log.append("s", keyed(0, 1))
@@ -500,7 +575,8 @@ def test_a_keyed_append_after_a_write_of_the_session_reads_nothing_before_its_co
 
 
 def test_a_head_moved_by_another_writer_is_found_by_the_server_and_the_append_lands_after_it(
-        logs: LogFactory) -> None:
+    logs: LogFactory,
+) -> None:
     first = logs.open()
     url = pgserver.shared().url(schema=first.store.schema)  # type: ignore[attr-defined]
     first.append("s", keyed(0))
@@ -523,7 +599,8 @@ def test_a_head_moved_by_another_writer_is_found_by_the_server_and_the_append_la
 
 
 def test_retries_refused_by_the_servers_check_leave_no_missing_prepared_statement(
-        logs: LogFactory) -> None:
+    logs: LogFactory,
+) -> None:
     """Each retry of a stored key is refused by the statement that checks the keys
     assumed new, which skips the rest of its pipeline, past the uses after which
     psycopg prepares a statement: a statement taken as prepared whose preparation
@@ -537,7 +614,8 @@ def test_retries_refused_by_the_servers_check_leave_no_missing_prepared_statemen
 
 
 def test_a_store_of_an_older_turnlog_gets_the_function_and_keeps_its_tables(
-        logs: LogFactory) -> None:
+    logs: LogFactory,
+) -> None:
     log = logs.open()
     log.append("s", keyed(0))
     schema = log.store.schema  # type: ignore[attr-defined]
@@ -548,8 +626,10 @@ def test_a_store_of_an_older_turnlog_gets_the_function_and_keeps_its_tables(
     with turnlog.open(url, readonly=True) as reader:  # a reader creates nothing
         assert batches_stored(reader, "s") == {0: 3}
     with admin(pgserver.shared()) as conn:
-        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'functions'"
-                            ).fetchone() is None
+        assert (
+            conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'functions'").fetchone()
+            is None
+        )
     with turnlog.open(url) as writer:
         writer.append("s", keyed(1))
         other = turnlog.open(url)
@@ -558,32 +638,39 @@ def test_a_store_of_an_older_turnlog_gets_the_function_and_keeps_its_tables(
             writer.append("s", keyed(3), expected_seq=5)
         other.close()
     with admin(pgserver.shared()) as conn:
-        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'schema'"
-                            ).fetchone() == ("turnlog-postgres/1",)
-        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'functions'"
-                            ).fetchone() == ("turnlog-postgres-functions/1",)
+        assert conn.execute(f"SELECT value FROM {schema}.meta WHERE key = 'schema'").fetchone() == (
+            "turnlog-postgres/1",
+        )
+        assert conn.execute(
+            f"SELECT value FROM {schema}.meta WHERE key = 'functions'"
+        ).fetchone() == ("turnlog-postgres-functions/1",)
     assert batches_stored(log, "s") == {0: 3, 1: 3, 2: 3}
 
 
 # -- faults ----------------------------------------------------------------------------------
-def hold_head_lock(server: pgserver.Server, schema: str, session: str,
-                   ) -> psycopg.Connection[tuple[object, ...]]:
+def hold_head_lock(
+    server: pgserver.Server,
+    schema: str,
+    session: str,
+) -> psycopg.Connection[tuple[object, ...]]:
     """A connection holding the row lock on a session's head (an append then waits)."""
     conn = psycopg.connect(server.url())
-    conn.execute(f"SELECT 1 FROM {schema}.heads WHERE session = %s FOR UPDATE",
-                 (session,))
+    conn.execute(f"SELECT 1 FROM {schema}.heads WHERE session = %s FOR UPDATE", (session,))
     return conn
 
 
 def waiting_pid(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
     """The backend of an append waiting for a session's head row lock, if any."""
-    row = conn.execute("SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                       "AND query LIKE '%.heads%FOR UPDATE%'").fetchone()
+    row = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE '%.heads%FOR UPDATE%'"
+    ).fetchone()
     return int(row[0]) if row else None  # type: ignore[call-overload]
 
 
 def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applies_once(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     log = turnlog.open(server.url(schema="faults"))
     try:
         log.append("s", keyed(0))
@@ -613,7 +700,8 @@ def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applie
 
 
 def test_a_connection_terminated_at_every_attempt_is_a_clear_error_and_writes_nothing(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     log = turnlog.open(server.url(schema="faults", pool_size="2"))
     try:
         log.append("s", keyed(0))
@@ -657,7 +745,8 @@ def test_a_statement_timeout_is_a_clear_error_and_writes_nothing(server: pgserve
 
 
 def test_a_lock_timeout_before_the_commit_writes_nothing_and_says_so(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     log = turnlog.open(server.url(schema="faults", options="-c%20lock_timeout%3D300"))
     try:
         log.append("s", keyed(0))
@@ -675,7 +764,8 @@ def test_a_lock_timeout_before_the_commit_writes_nothing_and_says_so(
 
 
 def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     """Another session holds PostgreSQL's database-wide notify lock: it committed a
     write and a NOTIFY and waits for a synchronous standby that never answers (as a
     slow fsync or a busy notify queue would hold it). Writers with lock_timeout
@@ -685,24 +775,28 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
         conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'never_there'")
         conn.execute("SELECT pg_reload_conf()")
     # This store's own commits wait for the local disk only.
-    url = server.url(schema="n", options="-c%20synchronous_commit%3Dlocal%20"
-                                         "-c%20lock_timeout%3D200")
+    url = server.url(
+        schema="n", options="-c%20synchronous_commit%3Dlocal%20-c%20lock_timeout%3D200"
+    )
     early = turnlog.open(url)  # opened before the lock is held
     early.append("s", keyed(0))
     blocker = admin(server)
 
     def hold() -> None:
         with contextlib.suppress(psycopg.OperationalError):  # terminated at the end
-            blocker.execute("CREATE TABLE hold (x int); INSERT INTO hold VALUES (1); "
-                            "NOTIFY elsewhere")
+            blocker.execute(
+                "CREATE TABLE hold (x int); INSERT INTO hold VALUES (1); NOTIFY elsewhere"
+            )
 
     held = threading.Thread(target=hold)
     held.start()
     try:
         with admin(server) as conn:
             for _ in range(500):  # until the blocker waits for its standby, lock held
-                row = conn.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
-                                   (blocker.info.backend_pid,)).fetchone()
+                row = conn.execute(
+                    "SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                    (blocker.info.backend_pid,),
+                ).fetchone()
                 if row == ("SyncRep",):
                     break
                 threading.Event().wait(0.01)
@@ -711,8 +805,12 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
         assert [r.first_seq for r in results] == [3, 6, 9]
         with turnlog.open(url) as late:  # opens (it failed 13 of 20 times)
             assert late.append("s", keyed(4)).first_seq == 12
-            assert [e.seq for e in late.follow("s", after_seq=10, timeout=0.1)][:4] == \
-                [11, 12, 13, 14]
+            assert [e.seq for e in late.follow("s", after_seq=10, timeout=0.1)][:4] == [
+                11,
+                12,
+                13,
+                14,
+            ]
         assert batches_stored(early, "s") == {n: 3 for n in range(5)}
     finally:
         with admin(server) as conn:
@@ -723,7 +821,8 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
 
 
 def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     url = server.url(schema="faults", pool_timeout="2")
     log = turnlog.open(url)
     acknowledged: list[int] = []
@@ -807,15 +906,17 @@ def dump_rows(server: pgserver.Server) -> dict[str, list[tuple[object, ...]]]:
 
 # -- following --------------------------------------------------------------------------------
 def test_a_follower_is_woken_by_a_writer_on_another_connection(
-        logs: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Without its once-a-second re-read of the head, only a notification can wake it.
     monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
     log = logs.open()
     url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
     log.append("s", UserMessageAdded(text="0"))
     seen: list[str] = []
-    follower = threading.Thread(target=lambda: seen.extend(
-        texts(log.follow("s", 0, timeout=3600, limit=3))), daemon=True)
+    follower = threading.Thread(
+        target=lambda: seen.extend(texts(log.follow("s", 0, timeout=3600, limit=3))), daemon=True
+    )
     follower.start()
     other = turnlog.open(url)
     try:
@@ -830,12 +931,14 @@ def test_a_follower_is_woken_by_a_writer_on_another_connection(
 def listening(server: pgserver.Server) -> list[tuple[object, ...]]:
     """The backends of ``server`` whose last statement was a LISTEN."""
     with admin(server) as conn:
-        return conn.execute("SELECT pid, state, wait_event FROM pg_stat_activity "
-                            "WHERE query LIKE 'LISTEN%'").fetchall()
+        return conn.execute(
+            "SELECT pid, state, wait_event FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+        ).fetchall()
 
 
 def test_a_finished_or_closed_follow_unlistens_and_closes_its_connection(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     log = turnlog.open(server.url(schema="follow"))
     try:
         log.append("s", UserMessageAdded(text="0"))
@@ -859,8 +962,10 @@ def test_a_finished_or_closed_follow_unlistens_and_closes_its_connection(
             usage = []
             for batch in range(3):
                 log.append("s", UserMessageAdded(text=f"more {batch}"))
-                conn.execute("SELECT pg_notify('turnlog.follow', n::text) "
-                             "FROM generate_series(1, 20000) AS n")
+                conn.execute(
+                    "SELECT pg_notify('turnlog.follow', n::text) "
+                    "FROM generate_series(1, 20000) AS n"
+                )
                 row = conn.execute("SELECT pg_notification_queue_usage()").fetchone()
                 usage.append(float(row[0]))  # type: ignore[index, arg-type]
         assert usage[2] <= usage[0], usage
@@ -869,7 +974,8 @@ def test_a_finished_or_closed_follow_unlistens_and_closes_its_connection(
 
 
 def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothing(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     url = server.url(schema="follow", pool_timeout="5")
     writer, reader = turnlog.open(url), turnlog.open(url)
     seen: list[turnlog.events.Event] = []
@@ -909,8 +1015,9 @@ def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothi
             append(f"m{n}")
             n += 1
         with admin(server) as conn:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE query LIKE 'LISTEN%'")
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+            )
         for _ in range(15):
             append(f"m{n}")
             n += 1
@@ -921,14 +1028,18 @@ def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothi
         assert head is not None
         assert [e.seq for e in seen] == list(range(head.seq + 1))
         assert texts(seen) == [  # type: ignore[attr-defined]
-            "first", *(f"m{i}" for i in range(n)), "end"]
+            "first",
+            *(f"m{i}" for i in range(n)),
+            "end",
+        ]
     finally:
         writer.close()
         reader.close()
 
 
 def test_a_follower_raises_once_the_store_stays_unreachable_past_its_outage(
-        server: pgserver.Server) -> None:
+    server: pgserver.Server,
+) -> None:
     log = turnlog.open(server.url(schema="follow", pool_timeout="1"))
     try:
         log.append("s", UserMessageAdded(text="0"))
@@ -954,15 +1065,17 @@ def replay_all(log: turnlog.Log) -> int:
         for event in log.read(head.session, kinds=["request"]):
             request = event.body
             assert isinstance(request, turnlog.events.RequestIssued)
-            result = replayer.replay(head.session, event.seq,
-                                   render=renderer_for(request, blobs=log.blob))
+            result = replayer.replay(
+                head.session, event.seq, render=renderer_for(request, blobs=log.blob)
+            )
             assert result.ok, (head.session, event.seq, result.difference)
             replayed += 1
     return replayed
 
 
 def test_copy_lmdb_to_postgres_to_lmdb_keeps_every_hash_and_replays(
-        logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = tmp_path / "golden"
     shutil.copytree(GOLDEN, source)  # LMDB writes a lock file beside the data
     middle = logs.open()
@@ -974,8 +1087,10 @@ def test_copy_lmdb_to_postgres_to_lmdb_keeps_every_hash_and_replays(
     assert first["cached"] > 0  # the Packer's token counts travel too
     assert main(["copy", url, str(back)]) == 0
     assert "verify: ok" in capsys.readouterr().out
-    with turnlog.open(source, readonly=True) as original, \
-            turnlog.open(back, readonly=True) as returned:
+    with (
+        turnlog.open(source, readonly=True) as original,
+        turnlog.open(back, readonly=True) as returned,
+    ):
         expected = dump(original)
         for log in (middle, returned):
             copied = dump(log)
@@ -986,11 +1101,19 @@ def test_copy_lmdb_to_postgres_to_lmdb_keeps_every_hash_and_replays(
             assert log.verify().ok
         assert replay_all(middle) == replay_all(returned) == replay_all(original) > 40
         # Old idempotency keys still apply once on the copy.
-        keyed = next(e for h in original.sessions() for e in original.read(h.session)
-                     if e.key is not None)
-        again = middle.append(keyed.session, Draft(body=keyed.body, time=keyed.time,
-                                                   key=keyed.key, causation=keyed.causation,
-                                                   meta=keyed.meta))
+        keyed = next(
+            e for h in original.sessions() for e in original.read(h.session) if e.key is not None
+        )
+        again = middle.append(
+            keyed.session,
+            Draft(
+                body=keyed.body,
+                time=keyed.time,
+                key=keyed.key,
+                causation=keyed.causation,
+                meta=keyed.meta,
+            ),
+        )
         assert again.duplicate and again.first_seq == keyed.seq
 
 
@@ -1009,23 +1132,36 @@ def test_verify_names_the_first_row_changed_behind_turnlogs_back(logs: LogFactor
     log.append("s", [UserMessageAdded(text=f"m{i}") for i in range(5)])
     schema = log.store.schema  # type: ignore[attr-defined]
     with admin(pgserver.shared()) as conn:
-        conn.execute(f"UPDATE {schema}.events SET record = overlay(record placing "
-                     "'\\x4e'::bytea from length(record)) WHERE session = 's' AND seq IN (2, 4)")
+        conn.execute(
+            f"UPDATE {schema}.events SET record = overlay(record placing "
+            "'\\x4e'::bytea from length(record)) WHERE session = 's' AND seq IN (2, 4)"
+        )
     report = log.verify()
     assert not report.ok
     assert (problem_of(report).session, problem_of(report).seq) == ("s", 2)
 
 
-@pytest.mark.parametrize(("sql", "seq", "reason"), [
-    ("DELETE FROM {s}.idem WHERE key = 'b1-1'", 4, "has no entry for the event's key 'b1-1'"),
-    ("UPDATE {s}.idem SET seq = 0 WHERE key = 'b1-1'", 4, "maps the event's key 'b1-1' to seq 0"),
-    ("UPDATE {s}.idem SET key = 'other' WHERE key = 'b1-1'", 4, "has no entry"),
-    ("INSERT INTO {s}.idem VALUES ('s', 'stray', 1)", 1,
-     "holds the key 'stray' at seq 1, where the session has an event keyed 'b0-1'"),
-], ids=["delete", "move", "rename", "add"])
+@pytest.mark.parametrize(
+    ("sql", "seq", "reason"),
+    [
+        ("DELETE FROM {s}.idem WHERE key = 'b1-1'", 4, "has no entry for the event's key 'b1-1'"),
+        (
+            "UPDATE {s}.idem SET seq = 0 WHERE key = 'b1-1'",
+            4,
+            "maps the event's key 'b1-1' to seq 0",
+        ),
+        ("UPDATE {s}.idem SET key = 'other' WHERE key = 'b1-1'", 4, "has no entry"),
+        (
+            "INSERT INTO {s}.idem VALUES ('s', 'stray', 1)",
+            1,
+            "holds the key 'stray' at seq 1, where the session has an event keyed 'b0-1'",
+        ),
+    ],
+    ids=["delete", "move", "rename", "add"],
+)
 def test_verify_names_an_idempotency_row_changed_with_sql(
-        logs: LogFactory, capsys: pytest.CaptureFixture[str], sql: str, seq: int,
-        reason: str) -> None:
+    logs: LogFactory, capsys: pytest.CaptureFixture[str], sql: str, seq: int, reason: str
+) -> None:
     log = logs.open()
     log.append("s", keyed(0))
     log.append("s", keyed(1))
@@ -1040,8 +1176,7 @@ def test_verify_names_an_idempotency_row_changed_with_sql(
     assert main(["--store", url, "verify", "s"]) == 1
     assert f"s#{seq}: the idempotency index" in capsys.readouterr().out
     if "DELETE" in sql:  # what goes unreported otherwise: a retry appends the key again
-        again = log.append("s", Draft(body=UserMessageAdded(text="batch 1 message 1"),
-                                      key="b1-1"))
+        again = log.append("s", Draft(body=UserMessageAdded(text="batch 1 message 1"), key="b1-1"))
         assert not again.duplicate and again.first_seq == 6
 
 
@@ -1050,6 +1185,7 @@ def _old_store_with_a_nul_key(path: Path) -> turnlog.Log:
     """An LMDB store as turnlog wrote it before keys with a NUL were refused."""
     import blake3
     import msgspec
+
     log = turnlog.open(path)
     log.append("s", Draft(body=UserMessageAdded(text="first"), key="a"))
     prev = log.head("s").hash  # type: ignore[union-attr]
@@ -1067,7 +1203,8 @@ def _old_store_with_a_nul_key(path: Path) -> turnlog.Log:
 
 
 def test_a_nul_in_a_key_is_refused_on_every_backend_and_old_lmdb_keys_still_read(
-        tmp_path: Path, logs: LogFactory) -> None:
+    tmp_path: Path, logs: LogFactory
+) -> None:
     target = logs.open()
     with _old_store_with_a_nul_key(tmp_path / "old") as old:
         assert [e.key for e in old.read("s")] == ["a", "k\x00"]
@@ -1077,8 +1214,9 @@ def test_a_nul_in_a_key_is_refused_on_every_backend_and_old_lmdb_keys_still_read
                 log.append("s", Draft(body=UserMessageAdded(text="x"), key="b\x00"))
         assert target.find_key("s", "k\x00") is None  # a lookup, not a StoreError
         # A copy to PostgreSQL names the key instead of failing with a generic error.
-        with pytest.raises(turnlog.errors.InvalidEventError,
-                           match=r"s#1: idempotency key 'k\\x00' holds a NUL"):
+        with pytest.raises(
+            turnlog.errors.InvalidEventError, match=r"s#1: idempotency key 'k\\x00' holds a NUL"
+        ):
             turnlog.log.copy_log(old, target)
         assert target.sessions() == []
         with turnlog.open(tmp_path / "new") as lmdb:  # LMDB still takes it
@@ -1087,17 +1225,20 @@ def test_a_nul_in_a_key_is_refused_on_every_backend_and_old_lmdb_keys_still_read
 
 
 def test_a_batch_over_the_size_limit_is_refused_alike_before_anything_is_sent(
-        tmp_path: Path, logs: LogFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The limit (512 MiB; PostgreSQL takes no value of 1 GiB) is lowered to 1 MiB here
     so the test holds a few MiB, not gigabytes."""
     import turnlog._log
+
     assert turnlog._log.MAX_BATCH_BYTES == 2**29
     monkeypatch.setattr(turnlog._log, "MAX_BATCH_BYTES", 2**20)
     big = [UserMessageAdded(text=f"{n} " + "x" * 300_000) for n in range(4)]  # as blobs
     for log in (logs.open(), turnlog.open(tmp_path / "lmdb"), turnlog.open(":memory:")):
         before = dump(log)
-        with pytest.raises(turnlog.errors.EventTooLargeError,
-                           match="at most 1048576 bytes") as caught:
+        with pytest.raises(
+            turnlog.errors.EventTooLargeError, match="at most 1048576 bytes"
+        ) as caught:
             log.append("s", big)
         assert "split it" in str(caught.value)
         with pytest.raises(turnlog.errors.EventTooLargeError, match="at most 1048576 bytes"):
@@ -1113,8 +1254,9 @@ def test_a_schema_name_too_long_for_the_notify_channel_is_refused_before_connect
         with pytest.raises(turnlog.errors.InvalidArgumentError, match="at most 55"):
             turnlog.open(shared.url(schema=name))
     with admin(shared) as conn:
-        found = conn.execute("SELECT count(*) FROM information_schema.schemata "
-                             "WHERE schema_name LIKE 'sssss%'").fetchone()
+        found = conn.execute(
+            "SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'sssss%'"
+        ).fetchone()
     assert found == (0,)  # nothing was created
     try:
         with turnlog.open(shared.url(schema=longest)) as log:
@@ -1132,8 +1274,9 @@ def copy_source(path: Path, sessions: int, *, blobs: int = 0) -> turnlog.Log:
     for n in range(sessions):
         batch: list[Draft | turnlog.events.Body] = list(keyed(n, 3))
         if n < blobs:
-            batch.append(turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
-                                                 output=f"{n} " * 40_000))
+            batch.append(
+                turnlog.events.ToolResultAdded(call_id="c", tool_name="t", output=f"{n} " * 40_000)
+            )
         else:
             batch.append(UserMessageAdded(text=f"session {n}"))
         log.append(f"s{n:04}", batch)
@@ -1149,8 +1292,10 @@ def heads_in(schema: str) -> int:
 
 
 def test_a_killed_copy_is_reported_unfinished_and_resumes_where_it_stopped(
-        logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import signal
+
     source = copy_source(tmp_path / "src", 400, blobs=30)
     expected = dump(source)
     source.close()
@@ -1159,8 +1304,10 @@ def test_a_killed_copy_is_reported_unfinished_and_resumes_where_it_stopped(
     url = pgserver.shared().url(schema=schema)
     killed = 0
     for threshold in (60, 200, 320):
-        proc = subprocess.Popen([sys.executable, "-m", "turnlog.tools", "copy",
-                                 str(tmp_path / "src"), url], stdout=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "turnlog.tools", "copy", str(tmp_path / "src"), url],
+            stdout=subprocess.DEVNULL,
+        )
         while proc.poll() is None and heads_in(schema) < threshold:
             threading.Event().wait(0.005)
         proc.send_signal(signal.SIGKILL)
@@ -1183,7 +1330,8 @@ def test_a_killed_copy_is_reported_unfinished_and_resumes_where_it_stopped(
 
 
 def test_copy_refuses_a_damaged_source_instead_of_laundering_it(
-        logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = logs.open()
     source.append("a", UserMessageAdded(text="fine"))
     source.append("s", [UserMessageAdded(text=f"m{i}") for i in range(5)])
@@ -1191,8 +1339,7 @@ def test_copy_refuses_a_damaged_source_instead_of_laundering_it(
     url = pgserver.shared().url(schema=schema)
     moved = source.get("s", 2).hash
     with admin(pgserver.shared()) as conn:  # the head moved back past rows that remain
-        conn.execute(f"UPDATE {schema}.heads SET seq = 2, hash = %s WHERE session = 's'",
-                     (moved,))
+        conn.execute(f"UPDATE {schema}.heads SET seq = 2, hash = %s WHERE session = 's'", (moved,))
     assert main(["--store", url, "verify"]) == 1
     capsys.readouterr()
     target = tmp_path / "copy"
@@ -1205,9 +1352,11 @@ def test_copy_refuses_a_damaged_source_instead_of_laundering_it(
 
 
 def test_copy_and_verify_hold_a_bounded_share_of_the_blobs_at_once(
-        logs: LogFactory, tmp_path: Path) -> None:
+    logs: LogFactory, tmp_path: Path
+) -> None:
     import os
     import tracemalloc
+
     source = logs.open()
     blob = 4 * 2**20
     for n in range(16):  # 64 MiB of blobs; one page of the old listing held them all
@@ -1229,8 +1378,7 @@ def test_copy_and_verify_hold_a_bounded_share_of_the_blobs_at_once(
     assert copy_peak < 5 * blob, copy_peak
 
 
-def test_copy_racing_a_writer_of_the_target_is_a_conflict_not_corruption(
-        logs: LogFactory) -> None:
+def test_copy_racing_a_writer_of_the_target_is_a_conflict_not_corruption(logs: LogFactory) -> None:
     source, target = logs.open(), logs.open()
     for name in ("a", "b", "c"):
         source.append(name, [UserMessageAdded(text=f"{name}{i}") for i in range(3)])
@@ -1245,23 +1393,27 @@ def test_copy_racing_a_writer_of_the_target_is_a_conflict_not_corruption(
         turnlog.log.copy_log(source, target, progress=another_writer)
     assert (caught.value.session, caught.value.expected, caught.value.actual) == ("c", -1, 0)
     assert texts(target.read("c")) == [  # type: ignore[attr-defined]
-        "written meanwhile"]
+        "written meanwhile"
+    ]
     assert "unfinished copy" in str(target.verify().problem)
 
 
 def test_copy_of_some_sessions_brings_their_lineage_and_their_blobs_only(
-        logs: LogFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    logs: LogFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
     source, shard = logs.open(), logs.open()
     big = "x" * 100_000
     source.append("base", [UserMessageAdded(text=f"b{i}") for i in range(4)])
-    source.append("base", turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
-                                                         output=big + "base"))
+    source.append(
+        "base", turnlog.events.ToolResultAdded(call_id="c", tool_name="t", output=big + "base")
+    )
     source.fork("base", 2, "fork1")
     source.append("fork1", UserMessageAdded(text="f1"))
     source.fork("fork1", 1, "fork2")
     source.append("fork2", UserMessageAdded(text="f2"))
-    source.append("other", turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
-                                                   output=big + "other"))
+    source.append(
+        "other", turnlog.events.ToolResultAdded(call_id="c", tool_name="t", output=big + "other")
+    )
     src = pgserver.shared().url(schema=source.store.schema)  # type: ignore[attr-defined]
     dst = pgserver.shared().url(schema=shard.store.schema)  # type: ignore[attr-defined]
     assert main(["copy", src, dst, "--session", "fork2", "--json"]) == 0
@@ -1288,11 +1440,16 @@ def test_copy_of_some_sessions_brings_their_lineage_and_their_blobs_only(
 
 
 def test_an_export_of_one_session_imports_back_to_the_same_hashes(
-        logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs: LogFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = logs.open()
-    source.append("base", [UserMessageAdded(text="b0"),
-                           turnlog.events.ToolResultAdded(call_id="c", tool_name="t",
-                                                   output="y" * 100_000)])
+    source.append(
+        "base",
+        [
+            UserMessageAdded(text="b0"),
+            turnlog.events.ToolResultAdded(call_id="c", tool_name="t", output="y" * 100_000),
+        ],
+    )
     source.fork("base", 1, "fork")
     source.append("fork", Draft(body=UserMessageAdded(text="f1"), key="k1"))
     source.append("other", UserMessageAdded(text="not exported"))
@@ -1301,18 +1458,20 @@ def test_an_export_of_one_session_imports_back_to_the_same_hashes(
     assert main(["--store", url, "export", "fork", "--complete", "-o", str(backup)]) == 0
     capsys.readouterr()
     shard = logs.open()
-    for where in (pgserver.shared().url(schema=shard.store.schema),  # type: ignore[attr-defined]
-                  str(tmp_path / "lmdb")):
+    for where in (
+        pgserver.shared().url(schema=shard.store.schema),  # type: ignore[attr-defined]
+        str(tmp_path / "lmdb"),
+    ):
         assert main(["--store", where, "import", str(backup), "--json"]) == 0
         result = json.loads(capsys.readouterr().out.splitlines()[-1])
         assert result["sessions"] == ["base", "fork"] and result["appended"] == 4
         with turnlog.open(where) as target:
             for name in ("base", "fork"):
-                assert [e.hash for e in target.read(name)] == [e.hash for e in
-                                                               source.read(name)]
+                assert [e.hash for e in target.read(name)] == [e.hash for e in source.read(name)]
             assert target.verify().ok and target.head("other") is None
-            assert target.append("fork", Draft(body=UserMessageAdded(text="f1"),
-                                               key="k1")).duplicate  # its keys came along
+            assert target.append(
+                "fork", Draft(body=UserMessageAdded(text="f1"), key="k1")
+            ).duplicate  # its keys came along
         assert main(["--store", where, "import", str(backup), "--json"]) == 0  # again: a no-op
         assert json.loads(capsys.readouterr().out.splitlines()[-1])["appended"] == 0
     # A changed line is refused, nothing written.

@@ -19,8 +19,11 @@ from turnlog.events import AssistantMessageAdded, TextPart, ToolCall
 from turnlog.packing import Projection
 from turnlog.testing import SessionItem, build, memory_log, project, sessions
 
-FAST = settings(deadline=None, max_examples=max(80, settings().max_examples),
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    deadline=None,
+    max_examples=max(80, settings().max_examples),
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 _PATHISH = re.compile(r"[\w./\\-]*\w\.\w{1,8}\b")
 
 
@@ -30,16 +33,18 @@ def counted_directly(view: Projection) -> list[int]:
         body = message.event.body
         if not isinstance(body, AssistantMessageAdded):
             continue
-        text = "\n".join([p.text for p in body.parts if isinstance(p, TextPart)]
-                         + [p.arguments for p in body.parts if isinstance(p, ToolCall)])
+        text = "\n".join(
+            [p.text for p in body.parts if isinstance(p, TextPart)]
+            + [p.arguments for p in body.parts if isinstance(p, ToolCall)]
+        )
         named = {_basename(m) for m in _PATHISH.findall(text)}
-        quoted = {_line_key(line.strip()) for line in text.splitlines()
-                  if len(line.strip()) >= 24}
-        for item in view.items[:message.index]:
+        quoted = {_line_key(line.strip()) for line in text.splitlines() if len(line.strip()) >= 24}
+        for item in view.items[: message.index]:
             if item.kind != "tool" or item.unit < 0:
                 continue
             if (item.target and _basename(item.target) in named) or (
-                    set(quote_keys(item.event.body.output)) & quoted):  # type: ignore[union-attr]
+                set(quote_keys(item.event.body.output)) & quoted  # type: ignore[union-attr]
+            ):  # type: ignore[union-attr]
                 refs[item.index] += 1
     return refs
 
@@ -61,18 +66,24 @@ def test_reference_counts_match_a_direct_count(items: list[SessionItem]) -> None
 
 def test_a_message_that_names_and_quotes_a_result_counts_once() -> None:
     from turnlog.events import ToolResultAdded, UserMessageAdded
+
     line = "def handle_request(self, request): return self.router(request)"
     log = memory_log()
-    build(log, "s", [
-        UserMessageAdded(text="look at the server"),
-        AssistantMessageAdded(parts=(ToolCall(id="c1", name="Read",
-                                              arguments='{"file_path": "src/server.py"}'),)),
-        ToolResultAdded(call_id="c1", tool_name="Read", output=f"{line}\nmore"),
-        AssistantMessageAdded(parts=(TextPart(text=f"In src/server.py:\n{line}"),)),
-        AssistantMessageAdded(parts=(TextPart(text="server.py again"),)),
-        AssistantMessageAdded(parts=(TextPart(text=line),)),
-        AssistantMessageAdded(parts=(TextPart(text="nothing about it"),)),
-    ])
+    build(
+        log,
+        "s",
+        [
+            UserMessageAdded(text="look at the server"),
+            AssistantMessageAdded(
+                parts=(ToolCall(id="c1", name="Read", arguments='{"file_path": "src/server.py"}'),)
+            ),
+            ToolResultAdded(call_id="c1", tool_name="Read", output=f"{line}\nmore"),
+            AssistantMessageAdded(parts=(TextPart(text=f"In src/server.py:\n{line}"),)),
+            AssistantMessageAdded(parts=(TextPart(text="server.py again"),)),
+            AssistantMessageAdded(parts=(TextPart(text=line),)),
+            AssistantMessageAdded(parts=(TextPart(text="nothing about it"),)),
+        ],
+    )
     view = project(log, "s")
     assert refs(view)[2] == 3
     assert counted_directly(view)[2] == 3

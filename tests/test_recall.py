@@ -67,7 +67,15 @@ def keys(hits: Sequence[RecallHit]) -> list[tuple[str, int]]:
 
 def test_tokens_are_lowercase_runs_of_letters_and_digits() -> None:
     assert tokenize("Set pool_size=20 in DB.toml; Größe!") == [
-        "set", "pool", "size", "20", "in", "db", "toml", "größe"]
+        "set",
+        "pool",
+        "size",
+        "20",
+        "in",
+        "db",
+        "toml",
+        "größe",
+    ]
 
 
 # -- ranking ----------------------------------------------------------------------------
@@ -133,20 +141,35 @@ def test_sessions_and_exclude_session_limit_the_search(log: turnlog.Log) -> None
 
 
 def test_only_conversation_text_is_indexed_never_summaries_or_recalls(log: turnlog.Log) -> None:
-    log.append("s", [
-        UserMessageAdded(text="user says alpha"),
-        AssistantMessageAdded(parts=(TextPart(text="assistant says bravo"),
-                                     ToolCall(id="c1", name="Bash", arguments='{"cmd": "zulu"}'))),
-        ToolResultAdded(call_id="c1", tool_name="Bash", output="tool says charlie"),
-        NotificationAdded(source="ci", text="notification says delta"),
-        SystemSectionSet(name="base", text="system says echo"),
-        RecallAdded(query="q", hits=(RecallHit(session="x", seq=0, text="recall says foxtrot"),)),
-        MemoryChanged(op="save", memory_id="m", content="memory says golf"),
-    ])
+    log.append(
+        "s",
+        [
+            UserMessageAdded(text="user says alpha"),
+            AssistantMessageAdded(
+                parts=(
+                    TextPart(text="assistant says bravo"),
+                    ToolCall(id="c1", name="Bash", arguments='{"cmd": "zulu"}'),
+                )
+            ),
+            ToolResultAdded(call_id="c1", tool_name="Bash", output="tool says charlie"),
+            NotificationAdded(source="ci", text="notification says delta"),
+            SystemSectionSet(name="base", text="system says echo"),
+            RecallAdded(
+                query="q", hits=(RecallHit(session="x", seq=0, text="recall says foxtrot"),)
+            ),
+            MemoryChanged(op="save", memory_id="m", content="memory says golf"),
+        ],
+    )
     hashes = [e.hash for e in log.read("s", 0, 2)]
-    log.append("s", CompactionCommitted(first_seq=0, last_seq=1,
-                                        covered_digest=covered_digest(hashes),
-                                        summary="summary says hotel"))
+    log.append(
+        "s",
+        CompactionCommitted(
+            first_seq=0,
+            last_seq=1,
+            covered_digest=covered_digest(hashes),
+            summary="summary says hotel",
+        ),
+    )
     recaller = Recaller(log)
     for word, seq in (("alpha", 0), ("bravo", 1), ("charlie", 2), ("delta", 3)):
         assert keys(recaller.search(word)) == [("s", seq)], word
@@ -165,8 +188,7 @@ def test_the_index_is_incremental(log: turnlog.Log) -> None:
     assert recaller.index() == 0
 
 
-def test_rewound_events_are_not_searched_until_a_rewind_brings_them_back(
-        log: turnlog.Log) -> None:
+def test_rewound_events_are_not_searched_until_a_rewind_brings_them_back(log: turnlog.Log) -> None:
     say(log, "s", "keep apple", "reply", "drop apple", "reply")  # 0..3
     recaller = Recaller(log)
     assert keys(recaller.search("apple")) == [("s", 0), ("s", 2)]
@@ -180,8 +202,11 @@ def test_rewound_events_are_not_searched_until_a_rewind_brings_them_back(
 
 
 def test_long_texts_are_cut_to_a_snippet_around_the_first_match(log: turnlog.Log) -> None:
-    text = " ".join(f"word{i}" for i in range(400)) + " needle " + " ".join(
-        f"tail{i}" for i in range(400))
+    text = (
+        " ".join(f"word{i}" for i in range(400))
+        + " needle "
+        + " ".join(f"tail{i}" for i in range(400))
+    )
     log.append("s", ToolResultAdded(call_id="c", tool_name="Read", output=text))
     [hit] = Recaller(log, snippet_chars=200).search("needle")
     assert len(hit.text) <= 200
@@ -190,8 +215,11 @@ def test_long_texts_are_cut_to_a_snippet_around_the_first_match(log: turnlog.Log
 
 
 # -- fusion with an embedding ----------------------------------------------------------------
-GROUPS = (("car", "automobile", "vehicle", "truck"), ("fruit", "apple", "banana"),
-          ("music", "song", "guitar"))
+GROUPS = (
+    ("car", "automobile", "vehicle", "truck"),
+    ("fruit", "apple", "banana"),
+    ("music", "song", "guitar"),
+)
 
 
 def tiny_embed(text: str) -> list[float]:
@@ -201,8 +229,14 @@ def tiny_embed(text: str) -> list[float]:
 
 
 def test_an_embedding_is_fused_with_bm25_by_reciprocal_rank(log: turnlog.Log) -> None:
-    say(log, "s", "my car broke down", "buy some banana bread", "the automobile dealer called",
-        "guitar lessons on monday")
+    say(
+        log,
+        "s",
+        "my car broke down",
+        "buy some banana bread",
+        "the automobile dealer called",
+        "guitar lessons on monday",
+    )
     plain = Recaller(log)
     assert keys(plain.search("automobile")) == [("s", 2)]
     fused = Recaller(log, embed=tiny_embed)
@@ -217,8 +251,7 @@ def test_an_embedding_is_fused_with_bm25_by_reciprocal_rank(log: turnlog.Log) ->
 
 
 # -- commits ----------------------------------------------------------------------------------
-def test_commit_appends_a_recall_event_and_nothing_when_there_is_no_hit(
-        log: turnlog.Log) -> None:
+def test_commit_appends_a_recall_event_and_nothing_when_there_is_no_hit(log: turnlog.Log) -> None:
     say(log, "past", "we chose sqlite for the cache", "ok")
     say(log, "agent", "what did we choose for the cache?")
     recaller = Recaller(log)
@@ -229,9 +262,18 @@ def test_commit_appends_a_recall_event_and_nothing_when_there_is_no_hit(
     event = log.get("agent", 1)
     body = event.body
     assert event.time == 7 and isinstance(body, RecallAdded)
-    assert body == RecallAdded(query="sqlite cache", hits=(RecallHit(
-        session="past", seq=0, text="we chose sqlite for the cache", score=body.hits[0].score),),
-        searcher="bm25")
+    assert body == RecallAdded(
+        query="sqlite cache",
+        hits=(
+            RecallHit(
+                session="past",
+                seq=0,
+                text="we chose sqlite for the cache",
+                score=body.hits[0].score,
+            ),
+        ),
+        searcher="bm25",
+    )
     # By default the agent's own session is not searched (it asked the question).
     assert all(h.session != "agent" for h in body.hits)
 
@@ -241,8 +283,12 @@ def test_committed_hits_are_capped_by_chars_and_tokens(log: turnlog.Log) -> None
         log.append("past", UserMessageAdded(text=f"release notes {i}: " + "details " * 120))
     recaller = Recaller(log)
     counter = get_counter("cl100k_base")
-    for policy in (Policy(), Policy(recall_max_chars=1_500), Policy(recall_max_tokens=300),
-                   Policy(recall_max_chars=700, recall_max_tokens=10_000)):
+    for policy in (
+        Policy(),
+        Policy(recall_max_chars=1_500),
+        Policy(recall_max_tokens=300),
+        Policy(recall_max_chars=700, recall_max_tokens=10_000),
+    ):
         done = recaller.commit("agent", "release notes", policy=policy, k=12)
         assert done is not None
         body = log.get("agent", done.first_seq).body
@@ -271,15 +317,17 @@ PAST = ["amber", "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor
 AGENT = ["kettle", "lantern", "meadow", "nickel"]
 
 
-@given(past=st.lists(st.lists(st.sampled_from(PAST), min_size=1, max_size=12), min_size=1,
-                     max_size=8),
-       agent=st.lists(st.lists(st.sampled_from(AGENT), min_size=1, max_size=6), min_size=1,
-                      max_size=4),
-       query=st.lists(st.sampled_from(PAST), min_size=1, max_size=3),
-       max_chars=st.integers(0, 600))
+@given(
+    past=st.lists(st.lists(st.sampled_from(PAST), min_size=1, max_size=12), min_size=1, max_size=8),
+    agent=st.lists(
+        st.lists(st.sampled_from(AGENT), min_size=1, max_size=6), min_size=1, max_size=4
+    ),
+    query=st.lists(st.sampled_from(PAST), min_size=1, max_size=3),
+    max_chars=st.integers(0, 600),
+)
 def test_search_results_reach_a_prompt_only_through_a_committed_recall(
-        past: list[list[str]], agent: list[list[str]], query: list[str],
-        max_chars: int) -> None:
+    past: list[list[str]], agent: list[list[str]], query: list[str], max_chars: int
+) -> None:
     policy = Policy(recall_max_chars=max_chars)
     with tempfile.TemporaryDirectory() as tmp, turnlog.open(Path(tmp) / "s") as log:
         for i, words in enumerate(past):
@@ -337,22 +385,23 @@ def test_ranking_does_not_depend_on_the_hash_seed() -> None:
     results = set()
     for seed in ("0", "1", "12345", "random"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
-                              text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True
+        )
         results.add(done.stdout)
     assert len(results) == 1
     assert len(json.loads(results.pop())[0]) == 8
 
 
 # -- chunks ----------------------------------------------------------------------------------
-@given(text=st.text(alphabet=st.sampled_from("ab \n"), max_size=3_000),
-       size=st.integers(256, 900))
+@given(text=st.text(alphabet=st.sampled_from("ab \n"), max_size=3_000), size=st.integers(256, 900))
 def test_chunks_cover_the_text_in_order_and_within_the_size(text: str, size: int) -> None:
     cut = chunks(text, size)
     assert "".join(piece for _, piece in cut) == text
     assert all(len(piece) <= size for _, piece in cut)
-    assert [offset for offset, _ in cut] == [sum(len(p) for _, p in cut[:i])
-                                              for i in range(len(cut))]
+    assert [offset for offset, _ in cut] == [
+        sum(len(p) for _, p in cut[:i]) for i in range(len(cut))
+    ]
 
 
 def test_a_long_output_is_searched_in_chunks_and_each_hit_says_where_it_is() -> None:
@@ -372,7 +421,7 @@ def test_a_long_output_is_searched_in_chunks_and_each_hit_says_where_it_is() -> 
     for hit, n in zip(sorted(chunked, key=lambda h: h.offset), (3_000, 9_000), strict=True):
         where = output.index(f"row {n:06d} the SIDEHILL")
         assert hit.offset <= where < hit.offset + len(hit.text)
-        assert output[hit.offset:].startswith(hit.text.removeprefix("...").removesuffix("..."))
+        assert output[hit.offset :].startswith(hit.text.removeprefix("...").removesuffix("..."))
     # a chunk is scored like a short document: the output's hits outrank the short message
     assert hits[0].seq == seq
     assert Recaller(log, snippet_chars=200).search("sidehill sensor", k=1) == hits[:1]
@@ -398,4 +447,5 @@ def test_a_committed_hit_shows_its_offset_in_the_prompt() -> None:
     log.append("b", old)
     packed = Packer(log).pack("b", policy=Policy())
     assert '<hit session="a" seq="0">\nt\n</hit>' in "\n".join(
-        m.text for m in packed.prompt.messages)
+        m.text for m in packed.prompt.messages
+    )

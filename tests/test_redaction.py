@@ -21,13 +21,31 @@ from turnlog.adapters.redaction import META_KEY, RedactionError, Redactor
 from turnlog.events import ToolCall, ToolResultAdded, UserMessageAdded
 from turnlog.tools.cli import main
 
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
-CODEX = (CORPUS / "codex_rollout_jsonl" / "Python-AI-Solutions__agentic-neurodata-conversion"
-         / "codex" / "sessions" / "2025" / "09" / "26"
-         / "rollout-2025-09-26T20-11-25-01998678-c228-73e1-86d1-ff72b4845b64.jsonl")
-CLAUDE = (CORPUS / "claude_code_jsonl" / "Durban-Designer__vsla" / "docs" / "history"
-          / "raw_sessions" / "-home-kenth56-vsla" / "069508a5-1193-487c-a9b5-a6f5f3ae4f98.jsonl")
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+)
+CODEX = (
+    CORPUS
+    / "codex_rollout_jsonl"
+    / "Python-AI-Solutions__agentic-neurodata-conversion"
+    / "codex"
+    / "sessions"
+    / "2025"
+    / "09"
+    / "26"
+    / "rollout-2025-09-26T20-11-25-01998678-c228-73e1-86d1-ff72b4845b64.jsonl"
+)
+CLAUDE = (
+    CORPUS
+    / "claude_code_jsonl"
+    / "Durban-Designer__vsla"
+    / "docs"
+    / "history"
+    / "raw_sessions"
+    / "-home-kenth56-vsla"
+    / "069508a5-1193-487c-a9b5-a6f5f3ae4f98.jsonl"
+)
 
 # Planted secrets, one of each kind the door must stop (all fake).
 AWS = "AKIAZ7QXWERTYUIOP4JK"
@@ -35,17 +53,21 @@ GITHUB = "ghp_" + "Zx9" * 12
 BEARER = "d1a7f0c2b9e84f5aa3c6e1b07d2f9c4e8b5a"
 DB_PASSWORD = "Tr0ub4dor-and-3"
 KEY_LINE = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun"
-PRIVATE_KEY = ("-----BEGIN RSA PRIVATE KEY-----\n" + KEY_LINE
-               + "\nVaLSHl9lmkAWNtIQxMOtU0XlvqEWsKHtqMbpTzLhE5Rf0DAQABAoIBAQCi\n"
-               "-----END RSA PRIVATE KEY-----")
+PRIVATE_KEY = (
+    "-----BEGIN RSA PRIVATE KEY-----\n"
+    + KEY_LINE
+    + "\nVaLSHl9lmkAWNtIQxMOtU0XlvqEWsKHtqMbpTzLhE5Rf0DAQABAoIBAQCi\n"
+    "-----END RSA PRIVATE KEY-----"
+)
 EMPLOYEE = "EMP-731942"
 SECRETS = (AWS, GITHUB, BEARER, DB_PASSWORD, KEY_LINE, EMPLOYEE)
 
-USER_TEXT = (f"deploy with AWS_ACCESS_KEY_ID={AWS} and token {GITHUB}; "
-             f"I am {EMPLOYEE}")
-TOOL_TEXT = (f"$ cat .env\nDATABASE_URL=postgresql://app:{DB_PASSWORD}@db.internal:5432/app\n"
-             f"curl -H 'Authorization: Bearer {BEARER}' https://api.example.com\n"
-             f"$ cat id_rsa\n{PRIVATE_KEY}\n")
+USER_TEXT = f"deploy with AWS_ACCESS_KEY_ID={AWS} and token {GITHUB}; I am {EMPLOYEE}"
+TOOL_TEXT = (
+    f"$ cat .env\nDATABASE_URL=postgresql://app:{DB_PASSWORD}@db.internal:5432/app\n"
+    f"curl -H 'Authorization: Bearer {BEARER}' https://api.example.com\n"
+    f"$ cat id_rsa\n{PRIVATE_KEY}\n"
+)
 PATTERNS = {"employee id": r"EMP-[0-9]{6}"}
 
 
@@ -67,8 +89,14 @@ def test_every_kind_is_replaced_by_its_placeholder() -> None:
     text, counts = redactor().text(USER_TEXT + "\n" + TOOL_TEXT)
     for secret in SECRETS:
         assert secret not in text
-    assert counts == {"AWS Access Key": 1, "GitHub Token": 1, "employee id": 1,
-                      "Basic Auth Credentials": 1, "Bearer Token": 1, "Private Key": 1}
+    assert counts == {
+        "AWS Access Key": 1,
+        "GitHub Token": 1,
+        "employee id": 1,
+        "Basic Auth Credentials": 1,
+        "Bearer Token": 1,
+        "Private Key": 1,
+    }
     assert "postgresql://app:[redacted: Basic Auth Credentials]@db.internal" in text
     assert "$ cat id_rsa\n[redacted: Private Key]\n" in text  # the whole key block
     assert "I am [redacted: employee id]" in text
@@ -97,11 +125,18 @@ def test_text_without_secrets_and_its_draft_are_unchanged() -> None:
 
 
 def test_a_draft_records_the_kinds_never_the_secret() -> None:
-    draft = redactor().draft(Draft(
-        body=ToolResultAdded(call_id="c1", tool_name="bash", output=TOOL_TEXT),
-        meta={"raw": {"env": f"AWS={AWS}"}}))
-    assert draft.meta[META_KEY] == {"AWS Access Key": 1, "Basic Auth Credentials": 1,
-                                    "Bearer Token": 1, "Private Key": 1}
+    draft = redactor().draft(
+        Draft(
+            body=ToolResultAdded(call_id="c1", tool_name="bash", output=TOOL_TEXT),
+            meta={"raw": {"env": f"AWS={AWS}"}},
+        )
+    )
+    assert draft.meta[META_KEY] == {
+        "AWS Access Key": 1,
+        "Basic Auth Credentials": 1,
+        "Bearer Token": 1,
+        "Private Key": 1,
+    }
     assert_no_secret(msgspec.json.encode(draft))
 
 
@@ -113,8 +148,10 @@ def test_a_bad_pattern_or_detector_is_a_specific_error() -> None:
 
 
 def test_without_detect_secrets_redaction_says_what_to_install(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        ) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setitem(sys.modules, "detect_secrets.core.plugins.util", None)
     with pytest.raises(RedactionError, match="detect-secrets") as caught:
         Redactor()
@@ -130,13 +167,36 @@ def _chat(log: Log, session: Session) -> None:
     session.system("rules", f"the deploy key is {AWS}")
     session.user(USER_TEXT)
     session.prepare()
-    session.record({"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini",
-                    "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                        "role": "assistant", "content": None, "tool_calls": [{
-                            "id": "call_1", "type": "function", "function": {
-                                "name": "bash", "arguments": json.dumps(
-                                    {"cmd": f"psql postgresql://app:{DB_PASSWORD}@db"})}}]}}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+    session.record(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "gpt-4o-mini",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {
+                                    "name": "bash",
+                                    "arguments": json.dumps(
+                                        {"cmd": f"psql postgresql://app:{DB_PASSWORD}@db"}
+                                    ),
+                                },
+                            }
+                        ],
+                    },
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+    )
     # A long output: stored as a blob.
     session.tool_result("call_1", TOOL_TEXT + "row\n" * 30_000)
 
@@ -148,16 +208,25 @@ def test_a_session_with_a_redactor_stores_no_secret(tmp_path: Path) -> None:
         # Setting the same section again appends nothing (compared as stored).
         assert session.system("rules", f"the deploy key is {AWS}") is None
         events = log.read("chat")
-        assert any(e.body.blob is not None for e in events  # type: ignore[union-attr]
-                   if isinstance(e.body, ToolResultAdded))
+        assert any(
+            e.body.blob is not None
+            for e in events  # type: ignore[union-attr]
+            if isinstance(e.body, ToolResultAdded)
+        )
         kinds = {e.kind: e.meta.get(META_KEY) for e in events if META_KEY in e.meta}
-        assert kinds == {"system": {"AWS Access Key": 1},
-                         "user": {"AWS Access Key": 1, "GitHub Token": 1, "employee id": 1},
-                         "assistant": {"Basic Auth Credentials": 1},
-                         "tool_result": {"Basic Auth Credentials": 1, "Bearer Token": 1,
-                                         "Private Key": 1}}
-        call = next(p for e in events if e.kind == "assistant"
-                    for p in e.body.parts if isinstance(p, ToolCall))  # type: ignore[union-attr]
+        assert kinds == {
+            "system": {"AWS Access Key": 1},
+            "user": {"AWS Access Key": 1, "GitHub Token": 1, "employee id": 1},
+            "assistant": {"Basic Auth Credentials": 1},
+            "tool_result": {"Basic Auth Credentials": 1, "Bearer Token": 1, "Private Key": 1},
+        }
+        call = next(
+            p
+            for e in events
+            if e.kind == "assistant"
+            for p in e.body.parts  # type: ignore[union-attr]
+            if isinstance(p, ToolCall)
+        )  # type: ignore[union-attr]
         assert json.loads(call.arguments)["cmd"].startswith("psql postgresql://app:[redacted")
         body = session.prepare().body
         assert_no_secret(body)
@@ -183,8 +252,11 @@ def test_an_async_session_redacts_the_same_way(tmp_path: Path) -> None:
         asyncio.run(run(log))
         events = log.read("chat")
         assert len(events) == 1
-        assert events[0].meta[META_KEY] == {"AWS Access Key": 1, "GitHub Token": 1,
-                                            "employee id": 1}
+        assert events[0].meta[META_KEY] == {
+            "AWS Access Key": 1,
+            "GitHub Token": 1,
+            "employee id": 1,
+        }
     assert_no_secret(raw_store(tmp_path / "store"))
 
 
@@ -197,8 +269,12 @@ def _plant_codex(tmp_path: Path) -> Path:
     for i, line in enumerate(lines):
         record = json.loads(line)
         payload = record.get("payload") or {}
-        if (not user and payload.get("type") == "message" and payload.get("role") == "user"
-                and payload["content"][0]["text"].startswith("# Context")):
+        if (
+            not user
+            and payload.get("type") == "message"
+            and payload.get("role") == "user"
+            and payload["content"][0]["text"].startswith("# Context")
+        ):
             payload["content"][0]["text"] += "\n" + USER_TEXT
             user = True
         elif not output and payload.get("type") == "function_call_output":
@@ -225,8 +301,12 @@ def _plant_claude(tmp_path: Path) -> Path:
         if not user and record.get("type") == "user" and isinstance(content, str):
             record["message"]["content"] = content + "\n" + USER_TEXT
             user = True
-        elif not output and isinstance(content, list) and content \
-                and content[0].get("type") == "tool_result":
+        elif (
+            not output
+            and isinstance(content, list)
+            and content
+            and content[0].get("type") == "tool_result"
+        ):
             content[0]["content"] = TOOL_TEXT + "x\n" * 40_000 + str(content[0]["content"])
             output = True
         lines[i] = json.dumps(record)
@@ -238,11 +318,18 @@ def _plant_claude(tmp_path: Path) -> Path:
 
 
 def test_turnlog_import_redacts_by_default_and_a_second_import_appends_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     planted = _plant_codex(tmp_path)
     store = tmp_path / "store"
-    args = ["--store", str(store), "import", str(planted), "--redact-pattern",
-            "employee id=EMP-[0-9]{6}"]
+    args = [
+        "--store",
+        str(store),
+        "import",
+        str(planted),
+        "--redact-pattern",
+        "employee id=EMP-[0-9]{6}",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "redacted 1 AWS Access Key" in out and "1 Private Key" in out
@@ -265,9 +352,14 @@ def test_import_path_with_a_redactor_redacts_a_claude_code_transcript(tmp_path: 
     planted = _plant_claude(tmp_path)
     with turnlog.open(str(tmp_path / "store")) as log:
         summary = import_path(log, planted.parent, redactor=redactor())
-        assert summary.redacted == {"AWS Access Key": 1, "Basic Auth Credentials": 1,
-                                    "Bearer Token": 1, "GitHub Token": 1, "Private Key": 1,
-                                    "employee id": 1}
+        assert summary.redacted == {
+            "AWS Access Key": 1,
+            "Basic Auth Credentials": 1,
+            "Bearer Token": 1,
+            "GitHub Token": 1,
+            "Private Key": 1,
+            "employee id": 1,
+        }
         assert summary.blobs >= 1  # the long tool output went to a blob, redacted
         again = import_path(log, planted.parent, redactor=redactor())
         assert again.appended == 0 and again.redacted == summary.redacted

@@ -150,12 +150,12 @@ def test_a_changed_system_section_fails_replay_naming_the_section(source: Log) -
 
     results = replays(copy_with(source, edit))
     assert [r.ok for r in results] == [False, False, False]
-    assert all("first difference at system" in r.difference for r in results), \
-        [r.difference for r in results]
+    assert all("first difference at system" in r.difference for r in results), [
+        r.difference for r in results
+    ]
 
 
-def test_a_changed_event_under_an_unchanged_record_fails_on_the_head_hash(
-        source: Log) -> None:
+def test_a_changed_event_under_an_unchanged_record_fails_on_the_head_hash(source: Log) -> None:
     def edit(event: Event) -> Body:
         if isinstance(event.body, UserMessageAdded) and event.body.text.startswith("question 0"):
             return UserMessageAdded(text="question 0: what is 0 + 2?")

@@ -39,18 +39,27 @@ from turnlog.testing import (
 )
 
 BUDGETS = (4_000, 8_000, 16_000, 32_000, 128_000)
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[1].parent / "shared" / "corpus")
-PROPERTY = settings(deadline=None, max_examples=10,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+)
+PROPERTY = settings(
+    deadline=None,
+    max_examples=10,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 def policy_at(window: int, **fields: object) -> Policy:
     return Policy.from_dict({"context_window": window, "output_reserve": window // 8, **fields})
 
 
-def packed_of(items: list[SessionItem], policy: Policy, *, log: turnlog.Log | None = None,
-              ) -> tuple[turnlog.packing.Projection, turnlog.packing.Packed]:
+def packed_of(
+    items: list[SessionItem],
+    policy: Policy,
+    *,
+    log: turnlog.Log | None = None,
+) -> tuple[turnlog.packing.Projection, turnlog.packing.Packed]:
     log = log or memory_log()
     session = build(log, "s", items)
     view = project(log, session)
@@ -93,8 +102,13 @@ def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
     # What a 0.1.0 store holds: a PolicySet without the field. Packing with the policy in
     # force (no policy handed in) keeps its meaning; handing one in moves to rules 3.
     log = turnlog.open(":memory:")
-    log.append("s", [PolicySet(policy=Policy(context_window=8_000, output_reserve=1_000)),
-                     UserMessageAdded(text="hello")])
+    log.append(
+        "s",
+        [
+            PolicySet(policy=Policy(context_window=8_000, output_reserve=1_000)),
+            UserMessageAdded(text="hello"),
+        ],
+    )
     packer = Packer(log)
     replayer = Replayer(packer)
     assert packer.pack("s").rules == 1
@@ -108,11 +122,23 @@ def test_a_session_whose_policy_has_rules_unset_keeps_rules_1() -> None:
 def _steps(n: int, *, size: int = 40) -> list[SessionItem]:
     items: list[SessionItem] = [UserMessageAdded(text="fix the failing tests")]
     for i in range(n):
-        items.append(AssistantMessageAdded(parts=(
-            TextPart(text=f"step {i}"),
-            ToolCall(id=f"c{i}", name="Bash", arguments=json.dumps({"command": f"run {i}"})))))
-        items.append(ToolResultAdded(call_id=f"c{i}", tool_name="Bash",
-                                     output="\n".join(f"line {j} of {i}" for j in range(size))))
+        items.append(
+            AssistantMessageAdded(
+                parts=(
+                    TextPart(text=f"step {i}"),
+                    ToolCall(
+                        id=f"c{i}", name="Bash", arguments=json.dumps({"command": f"run {i}"})
+                    ),
+                )
+            )
+        )
+        items.append(
+            ToolResultAdded(
+                call_id=f"c{i}",
+                tool_name="Bash",
+                output="\n".join(f"line {j} of {i}" for j in range(size)),
+            )
+        )
     return items
 
 
@@ -127,7 +153,7 @@ def test_a_turn_of_hundreds_of_steps_packs_and_leaves_one_marker(window: int) ->
     trimmed = [d for d in packed.decisions if d.decision == "trimmed"]
     assert trimmed and all(d.rule == "trim.step" for d in trimmed)
     # the last tail_steps steps are verbatim
-    tail = [d.decision for d in packed.decisions[-2 * policy.tail_steps:]]
+    tail = [d.decision for d in packed.decisions[-2 * policy.tail_steps :]]
     assert set(tail) <= {"verbatim", "truncated", "clipped"}
 
 
@@ -145,10 +171,15 @@ def test_calls_an_earlier_turn_abandoned_do_not_raise_the_floor() -> None:
     # are ordinary history (answered by a placeholder while kept), not calls awaiting one.
     items: list[SessionItem] = []
     for turn in range(12):
-        items += [UserMessageAdded(text=f"task {turn}"),
-                  AssistantMessageAdded(parts=(
-                      TextPart(text=f"plan {turn}: " + "detail " * 1_000),
-                      ToolCall(id=f"c{turn}", name="Bash", arguments='{"command": "make"}')))]
+        items += [
+            UserMessageAdded(text=f"task {turn}"),
+            AssistantMessageAdded(
+                parts=(
+                    TextPart(text=f"plan {turn}: " + "detail " * 1_000),
+                    ToolCall(id=f"c{turn}", name="Bash", arguments='{"command": "make"}'),
+                )
+            ),
+        ]
     items.append(UserMessageAdded(text="where were we?"))
     _, packed = packed_of(items, policy_at(8_000))
     assert packed.decisions[1].decision == "trimmed"
@@ -162,10 +193,18 @@ def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
     log = turnlog.Log(turnlog.stores.MemoryStore(), blob_threshold=1 << 30)  # no blob previews
     items: list[SessionItem] = [
         UserMessageAdded(text="write it"),
-        AssistantMessageAdded(parts=(ToolCall(id="w", name="Write", arguments=json.dumps(
-            {"file_path": "big.py", "content": giant})),)),
+        AssistantMessageAdded(
+            parts=(
+                ToolCall(
+                    id="w",
+                    name="Write",
+                    arguments=json.dumps({"file_path": "big.py", "content": giant}),
+                ),
+            )
+        ),
         ToolResultAdded(call_id="w", tool_name="Write", output="written"),
-        UserMessageAdded(text=giant)]
+        UserMessageAdded(text=giant),
+    ]
     _, packed = packed_of(items, policy_at(8_000), log=log)
     by_pos = {d.pos: d for d in packed.decisions}
     assert by_pos[3].decision == "clipped" and "clipped to" in by_pos[3].detail
@@ -176,14 +215,16 @@ def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
     assert "turnlog show s 3" in packed.prompt.messages[-1].text
 
 
-@pytest.mark.parametrize("arguments", ['{"a":' * 30_000 + "[1]" + "}" * 30_000,
-                                       "[" + ", ".join(["1"] * 60_000) + "]"])
+@pytest.mark.parametrize(
+    "arguments", ['{"a":' * 30_000 + "[1]" + "}" * 30_000, "[" + ", ".join(["1"] * 60_000) + "]"]
+)
 def test_clipped_json_arguments_stay_json_even_when_too_deep_to_walk(arguments: str) -> None:
     items: list[SessionItem] = [
         UserMessageAdded(text="go"),
         AssistantMessageAdded(parts=(ToolCall(id="c", name="Glob", arguments=arguments),)),
         ToolResultAdded(call_id="c", tool_name="Glob", output="ok"),
-        UserMessageAdded(text="next")]
+        UserMessageAdded(text="next"),
+    ]
     _, packed = packed_of(items, policy_at(16_000))
     assert packed.decisions[1].decision == "clipped"
     clipped = json.loads(packed.prompt.messages[1].tool_calls[0].arguments)
@@ -202,10 +243,13 @@ def test_a_user_message_stored_as_a_blob_is_reported_as_its_preview() -> None:
 def test_reused_call_ids_go_out_unique_and_the_decision_says_so() -> None:
     items: list[SessionItem] = []
     for turn in range(2):
-        items += [UserMessageAdded(text=f"task {turn}"),
-                  AssistantMessageAdded(parts=(ToolCall(id="c1", name="Bash",
-                                                        arguments='{"command": "ls"}'),)),
-                  ToolResultAdded(call_id="c1", tool_name="Bash", output=f"out {turn}")]
+        items += [
+            UserMessageAdded(text=f"task {turn}"),
+            AssistantMessageAdded(
+                parts=(ToolCall(id="c1", name="Bash", arguments='{"command": "ls"}'),)
+            ),
+            ToolResultAdded(call_id="c1", tool_name="Bash", output=f"out {turn}"),
+        ]
     _, packed = packed_of(items, policy_at(32_000))
     ids = [c.id for m in packed.prompt.messages for c in m.tool_calls]
     assert ids == ["c1", "c1_2"]
@@ -219,8 +263,10 @@ def test_reused_call_ids_go_out_unique_and_the_decision_says_so() -> None:
 def _compacted() -> list[SessionItem]:
     items: list[SessionItem] = [SystemSectionSet(name="base", text="You are helpful.")]
     for turn in range(3):
-        items += [UserMessageAdded(text=f"task {turn} " + "word " * 200),
-                  AssistantMessageAdded(parts=(TextPart(text=f"done {turn} " + "ok " * 200),))]
+        items += [
+            UserMessageAdded(text=f"task {turn} " + "word " * 200),
+            AssistantMessageAdded(parts=(TextPart(text=f"done {turn} " + "ok " * 200),)),
+        ]
     items.append(Compact(first=1, last=4, summary="Tasks 0 and 1 were done."))
     items.append(UserMessageAdded(text="next"))
     return items
@@ -247,8 +293,7 @@ def test_the_pressure_gate_shows_the_originals_when_they_fit() -> None:
 
 # -- the floor --------------------------------------------------------------------------------
 def test_only_a_budget_below_the_floor_is_refused_with_the_numbers() -> None:
-    items: list[SessionItem] = [SystemSectionSet(name="base", text="rule " * 3_000),
-                                *_steps(20)]
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="rule " * 3_000), *_steps(20)]
     log = memory_log()
     view = project(log, build(log, "s", items))
     policy = policy_at(2_000)
@@ -264,9 +309,16 @@ def test_only_a_budget_below_the_floor_is_refused_with_the_numbers() -> None:
 
 def test_session_prepare_reports_the_floor(tmp_path: object) -> None:
     from turnlog.adapters.session import Session
+
     with turnlog.open(":memory:") as log:
-        session = Session(log, "s", model="m", format="anthropic", max_tokens=100,
-                          policy=Policy(context_window=1_000, output_reserve=100))
+        session = Session(
+            log,
+            "s",
+            model="m",
+            format="anthropic",
+            max_tokens=100,
+            policy=Policy(context_window=1_000, output_reserve=100),
+        )
         session.system("base", "rule " * 2_000)
         session.user("hello")
         with pytest.raises(BudgetExceededError, match="below its floor"):
@@ -277,8 +329,7 @@ def test_session_prepare_reports_the_floor(tmp_path: object) -> None:
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
 @PROPERTY
 @given(items=long_turns())
-def test_every_long_turn_packs_at_every_budget_above_the_floor(
-        items: list[SessionItem]) -> None:
+def test_every_long_turn_packs_at_every_budget_above_the_floor(items: list[SessionItem]) -> None:
     # check_all accepts a BudgetExceededError only when check_overflow confirms that the
     # floor alone does not fit: at or above the floor, the pack succeeds and every
     # checker holds
@@ -290,10 +341,15 @@ def test_every_long_turn_packs_at_every_budget_above_the_floor(
 
 @pytest.mark.filterwarnings("ignore:Generating overly large repr")
 @PROPERTY
-@given(items=long_turns(max_steps=120), window=st.sampled_from(BUDGETS),
-       tail_steps=st.sampled_from((0, 1, 4, 16)), gate=st.sampled_from((0.0, 0.72, 1.0)))
-def test_both_engines_pack_long_turns_alike(items: list[SessionItem], window: int,
-                                            tail_steps: int, gate: float) -> None:
+@given(
+    items=long_turns(max_steps=120),
+    window=st.sampled_from(BUDGETS),
+    tail_steps=st.sampled_from((0, 1, 4, 16)),
+    gate=st.sampled_from((0.0, 0.72, 1.0)),
+)
+def test_both_engines_pack_long_turns_alike(
+    items: list[SessionItem], window: int, tail_steps: int, gate: float
+) -> None:
     log = memory_log()
     session = build(log, "s", items)
     policy = policy_at(window, tail_steps=tail_steps, summary_gate=gate)
@@ -312,8 +368,10 @@ def test_both_engines_pack_long_turns_alike(items: list[SessionItem], window: in
 
 
 # -- rules 3: the prefix is kept, defaults scale with the window ------------------------------
-def _grown_requests(sizes: list[tuple[int, int]], policy: Policy,
-                    ) -> list[turnlog.packing.Packed]:
+def _grown_requests(
+    sizes: list[tuple[int, int]],
+    policy: Policy,
+) -> list[turnlog.packing.Packed]:
     """Pack before every assistant message of a session grown event by event: turns of a
     user message, a tool call with a result of ``size`` words and a reply."""
     log = memory_log()
@@ -325,10 +383,26 @@ def _grown_requests(sizes: list[tuple[int, int]], policy: Policy,
         for step in range(steps):
             out.append(packer.pack("s", policy=policy))
             call = f"c{turn}_{step}"
-            log.append("s", AssistantMessageAdded(parts=(ToolCall(
-                id=call, name="Bash", arguments=json.dumps({"command": f"run {turn} {step}"})),)))
-            log.append("s", ToolResultAdded(call_id=call, tool_name="Bash",
-                                            output=" ".join(f"w{turn}x{i}" for i in range(size))))
+            log.append(
+                "s",
+                AssistantMessageAdded(
+                    parts=(
+                        ToolCall(
+                            id=call,
+                            name="Bash",
+                            arguments=json.dumps({"command": f"run {turn} {step}"}),
+                        ),
+                    )
+                ),
+            )
+            log.append(
+                "s",
+                ToolResultAdded(
+                    call_id=call,
+                    tool_name="Bash",
+                    output=" ".join(f"w{turn}x{i}" for i in range(size)),
+                ),
+            )
         out.append(packer.pack("s", policy=policy))
         log.append("s", AssistantMessageAdded(parts=(TextPart(text=f"done {turn}"),)))
     return out
@@ -340,22 +414,26 @@ def _break_reported(packed: turnlog.packing.Packed) -> bool:
 
 
 @PROPERTY
-@given(sizes=st.lists(st.tuples(st.integers(5, 400), st.integers(0, 3)), min_size=2,
-                      max_size=25),
-       window=st.sampled_from((4_000, 8_000, 16_000)))
+@given(
+    sizes=st.lists(st.tuples(st.integers(5, 400), st.integers(0, 3)), min_size=2, max_size=25),
+    window=st.sampled_from((4_000, 8_000, 16_000)),
+)
 def test_rules_3_between_breaks_each_request_only_appends_to_the_one_before(
-        sizes: list[tuple[int, int]], window: int) -> None:
+    sizes: list[tuple[int, int]], window: int
+) -> None:
     requests = _grown_requests(sizes, Policy(context_window=window, rules=3))
     breaks = 0
     for before, after in itertools.pairwise(requests):
         assert after.rules == 3
         assert after.tokens <= after.budget.usable
-        kept = after.prompt.messages[:len(before.prompt.messages)]
+        kept = after.prompt.messages[: len(before.prompt.messages)]
         if _break_reported(after):
             breaks += 1
             continue
-        assert (after.prompt.system, after.prompt.tools) == (before.prompt.system,
-                                                             before.prompt.tools)
+        assert (after.prompt.system, after.prompt.tools) == (
+            before.prompt.system,
+            before.prompt.tools,
+        )
         assert kept == before.prompt.messages, "a request between breaks changed its prefix"
     # a break cuts down to the low watermark, so breaks are rarer than requests
     assert breaks <= 1 + len(requests) // 2
@@ -367,8 +445,9 @@ def test_rules_3_every_break_is_a_decision_with_its_reason_and_estimate() -> Non
     assert broke, "the session outgrew the window without a break"
     decisions = [d for d in broke[-1].decisions if d.decision == "trimmed"]
     assert decisions and all(d.rule in ("trim.break", "trim.step") for d in decisions)
-    assert all("prefix break" in d.detail and "estimate over 10 requests" in d.detail
-               for d in decisions)
+    assert all(
+        "prefix break" in d.detail and "estimate over 10 requests" in d.detail for d in decisions
+    )
 
 
 def test_rules_3_cuts_down_to_the_low_watermark_and_fills_the_window() -> None:
@@ -387,8 +466,15 @@ def test_rules_3_defaults_scale_with_the_window(window: int) -> None:
     policy = Policy(context_window=window, rules=3).resolved()
     absolute = Policy(rules=2)
     assert policy.rules == 3 and policy.usable > window // 2
-    for name in ("output_reserve", "warning_buffer", "compact_buffer", "blocking_buffer",
-                 "prune_protect_tokens", "prune_min_savings", "summary_max_tokens"):
+    for name in (
+        "output_reserve",
+        "warning_buffer",
+        "compact_buffer",
+        "blocking_buffer",
+        "prune_protect_tokens",
+        "prune_min_savings",
+        "summary_max_tokens",
+    ):
         assert 0 < getattr(policy, name) <= getattr(absolute, name)
         if window >= 128_000:
             assert getattr(policy, name) == getattr(absolute, name)
@@ -413,11 +499,13 @@ def test_rules_3_scaling_never_changes_a_stored_policy_of_older_rules() -> None:
 
 
 @PROPERTY
-@given(sizes=st.lists(st.tuples(st.integers(5, 300), st.integers(0, 12)), min_size=2,
-                      max_size=10),
-       window=st.sampled_from((4_000, 8_000)))
-def test_rules_3_long_turns_keep_the_prefix_across_a_new_turn(sizes: list[tuple[int, int]],
-                                                             window: int) -> None:
+@given(
+    sizes=st.lists(st.tuples(st.integers(5, 300), st.integers(0, 12)), min_size=2, max_size=10),
+    window=st.sampled_from((4_000, 8_000)),
+)
+def test_rules_3_long_turns_keep_the_prefix_across_a_new_turn(
+    sizes: list[tuple[int, int]], window: int
+) -> None:
     # Turns of many steps: a break cuts inside a turn, before its opening message is
     # reached; the next turn must not drop that opening (or move the cut) unannounced.
     requests = _grown_requests(sizes, Policy(context_window=window))
@@ -425,8 +513,9 @@ def test_rules_3_long_turns_keep_the_prefix_across_a_new_turn(sizes: list[tuple[
         assert after.rules == 3 and after.tokens <= after.budget.usable
         if _break_reported(after):
             continue
-        assert after.prompt.messages[:len(before.prompt.messages)] == before.prompt.messages, \
+        assert after.prompt.messages[: len(before.prompt.messages)] == before.prompt.messages, (
             "a request between breaks changed its prefix"
+        )
 
 
 def _overflowed(outputs: list[str]) -> turnlog.packing.Packed:
@@ -438,10 +527,19 @@ def _overflowed(outputs: list[str]) -> turnlog.packing.Packed:
     log.append("s", UserMessageAdded(text="read the file until it settles"))
     for i, output in enumerate(outputs):
         call = f"r{i}"
-        log.append("s", [
-            AssistantMessageAdded(parts=(ToolCall(
-                id=call, name="Read", arguments=json.dumps({"file_path": "src/app.py"})),)),
-            ToolResultAdded(call_id=call, tool_name="Read", output=output)])
+        log.append(
+            "s",
+            [
+                AssistantMessageAdded(
+                    parts=(
+                        ToolCall(
+                            id=call, name="Read", arguments=json.dumps({"file_path": "src/app.py"})
+                        ),
+                    )
+                ),
+                ToolResultAdded(call_id=call, tool_name="Read", output=output),
+            ],
+        )
     log.append("s", ProviderErrorReceived(code="context_length_exceeded", overflow=True))
     packed = Packer(log).pack("s", policy=Policy(context_window=4_000, tail_steps=1))
     assert packed.recovery and packed.rules == 3
@@ -449,10 +547,14 @@ def _overflowed(outputs: list[str]) -> turnlog.packing.Packed:
 
 
 @PROPERTY
-@given(outputs=st.lists(st.sampled_from(("ok", "1", "def f(): return 1\n" * 30)),
-                        min_size=3, max_size=12))
-def test_rules_3_a_placeholder_is_never_larger_than_what_it_replaces(outputs: list[str],
-                                                                    ) -> None:
+@given(
+    outputs=st.lists(
+        st.sampled_from(("ok", "1", "def f(): return 1\n" * 30)), min_size=3, max_size=12
+    )
+)
+def test_rules_3_a_placeholder_is_never_larger_than_what_it_replaces(
+    outputs: list[str],
+) -> None:
     packed = _overflowed(outputs)
     for decision in packed.decisions:
         if decision.decision in ("deduplicated", "pruned"):
@@ -472,7 +574,6 @@ def test_rules_3_puts_a_cache_breakpoint_where_the_previous_request_ended() -> N
         points = {b.reason: b.index for b in after.prompt.breakpoints if b.at == "message"}
         assert points["previous request"] == len(before.prompt.messages) - 1
     assert Policy(rules=2).resolved().rules == 2  # rules 2 keep their "older history" point
-
 
 
 def test_rules_3_keeps_no_opening_a_shown_summary_stands_for() -> None:

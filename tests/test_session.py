@@ -39,30 +39,51 @@ from turnlog.events import (
 
 FORMATS = ("openai-chat", "openai-responses", "anthropic")
 POLICY = Policy(context_window=16_000, output_reserve=1_000)
-READ = {"type": "function", "function": {
-    "name": "read_file", "description": "Read a file.",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
+READ = {
+    "type": "function",
+    "function": {
+        "name": "read_file",
+        "description": "Read a file.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+}
 CALC = {"name": "calculate", "input_schema": {"type": "object"}}
 
 
-def chat_body(text: str = "hi", *, tool_calls: list[dict[str, object]] | None = None,
-              ident: str = "cmpl-1") -> dict[str, object]:
+def chat_body(
+    text: str = "hi", *, tool_calls: list[dict[str, object]] | None = None, ident: str = "cmpl-1"
+) -> dict[str, object]:
     """A Chat Completions reply body."""
     message: dict[str, object] = {"role": "assistant", "content": text}
     if tool_calls:
         message["tool_calls"] = tool_calls
-    return {"id": ident, "object": "chat.completion", "created": 1, "model": "fake-model",
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if tool_calls else "stop"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23}}
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": 1,
+        "model": "fake-model",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23},
+    }
 
 
 def chat_stream(text: str) -> bytes:
     """The same reply as an SSE stream."""
-    chunk = {"id": "cmpl-s", "object": "chat.completion.chunk", "created": 1,
-             "model": "fake-model",
-             "choices": [{"index": 0, "delta": {"role": "assistant", "content": text},
-                          "finish_reason": "stop"}]}
+    chunk = {
+        "id": "cmpl-s",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "fake-model",
+        "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+    }
     return f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode()
 
 
@@ -79,16 +100,28 @@ def server() -> Iterator[FakeServer]:
 
 
 def make(log: Log, fmt: str = "openai-chat", **options: object) -> Session:
-    return Session(log, "s1", model="fake-model", format=fmt, max_tokens=512, policy=POLICY,
-                   **options)  # type: ignore[arg-type]
+    return Session(
+        log,
+        "s1",
+        model="fake-model",
+        format=fmt,
+        max_tokens=512,
+        policy=POLICY,
+        **options,  # type: ignore[arg-type]
+    )  # type: ignore[arg-type]
 
 
 def exchange(session: Session, server: FakeServer, *replies: FakeReply) -> tuple[Request, Answer]:
     """Prepare, send to the fake server (answering with ``replies``), record."""
     server.script(*replies)
     request = session.prepare()
-    reply = send(session.format, request.body, api_key="test",
-                 base_url=server.base_url(session.format), request_seq=request.request_seq)
+    reply = send(
+        session.format,
+        request.body,
+        api_key="test",
+        base_url=server.base_url(session.format),
+        request_seq=request.request_seq,
+    )
     return request, session.record(reply)
 
 
@@ -101,13 +134,20 @@ def test_a_tool_call_loop_runs_end_to_end_in_every_format(fmt: str, stream: bool
     session.system("base", "You are a careful agent.")
     session.tools([READ, CALC])
     session.user("What is in a.txt, and what is 6*7?")
-    calls = (ToolCall(id="call_a", name="read_file", arguments='{"path": "a.txt"}'),
-             ToolCall(id="call_b", name="calculate", arguments='{"expression": "6*7"}'))
-    with FakeServer([FakeReply(text="Looking.", tool_calls=calls),
-                     FakeReply(text="a.txt says hello; 6*7 is 42.")]) as fake:
+    calls = (
+        ToolCall(id="call_a", name="read_file", arguments='{"path": "a.txt"}'),
+        ToolCall(id="call_b", name="calculate", arguments='{"expression": "6*7"}'),
+    )
+    with FakeServer(
+        [
+            FakeReply(text="Looking.", tool_calls=calls),
+            FakeReply(text="a.txt says hello; 6*7 is 42."),
+        ]
+    ) as fake:
         first, answer = exchange(session, fake)
         assert [(c.id, c.name, json.loads(c.arguments)) for c in answer.tool_calls] == [
-            (c.id, c.name, json.loads(c.arguments)) for c in calls]  # (Anthropic re-spaces)
+            (c.id, c.name, json.loads(c.arguments)) for c in calls
+        ]  # (Anthropic re-spaces)
         assert answer.text == "Looking."
         assert not answer.done and answer.request_seq == first.request_seq
         assert [c.id for c in session.open_calls()] == ["call_a", "call_b"]
@@ -120,11 +160,16 @@ def test_a_tool_call_loop_runs_end_to_end_in_every_format(fmt: str, stream: bool
     assert (b'"stream":true' in first.body) is stream
     assert b"hello" in second.body and b"42" in second.body
     assert session.open_calls() == ()
-    assert [e.body.tool_name for e in log.read("s1", kinds=["tool_result"])
-            if isinstance(e.body, ToolResultAdded)] == ["read_file", "calculate"]
+    assert [
+        e.body.tool_name
+        for e in log.read("s1", kinds=["tool_result"])
+        if isinstance(e.body, ToolResultAdded)
+    ] == ["read_file", "calculate"]
     responses = [e.body for e in log.read("s1", kinds=["response"])]
     assert [r.request_seq for r in responses if isinstance(r, ResponseReceived)] == [
-        first.request_seq, second.request_seq]
+        first.request_seq,
+        second.request_seq,
+    ]
     assert all(isinstance(r, ResponseReceived) and r.usage.input_tokens > 0 for r in responses)
     for seq in session.requests():
         result = session.replay(seq)
@@ -156,8 +201,14 @@ def test_record_takes_every_shape_of_answer(log: Log, server: FakeServer) -> Non
     server.script(FakeReply(text="late", delay=2.0))
     request = session.prepare()
     with pytest.raises(ProviderError) as caught:
-        send("openai-chat", request.body, api_key="k", base_url=server.base_url("openai-chat"),
-             timeout=0.2, request_seq=request.request_seq)
+        send(
+            "openai-chat",
+            request.body,
+            api_key="k",
+            base_url=server.base_url("openai-chat"),
+            timeout=0.2,
+            request_seq=request.request_seq,
+        )
     timed_out = session.record(caught.value)
     assert timed_out.error is not None and timed_out.error.error_type == "timeout"
     assert timed_out.request_seq == request.request_seq
@@ -169,15 +220,26 @@ def test_tool_result_takes_the_name_from_the_open_call_and_refuses_others(log: L
     session = make(log)
     session.user("go")
     session.prepare()
-    session.record(chat_body("", tool_calls=[{"id": "c1", "type": "function", "function": {
-        "name": "read_file", "arguments": "{}"}}]))
+    session.record(
+        chat_body(
+            "",
+            tool_calls=[
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": "{}"},
+                }
+            ],
+        )
+    )
     with pytest.raises(InvalidEventError, match="no call 'nope' is waiting") as caught:
         session.tool_result("nope", "x")
     assert "['c1']" in str(caught.value)
     done = session.tool_result("c1", "contents", is_error=True, exit_code=2, key="r1")
     stored = log.get("s1", done.last_seq).body
-    assert stored == ToolResultAdded(call_id="c1", tool_name="read_file", output="contents",
-                                     is_error=True, exit_code=2)
+    assert stored == ToolResultAdded(
+        call_id="c1", tool_name="read_file", output="contents", is_error=True, exit_code=2
+    )
     with pytest.raises(InvalidEventError, match=f"already answered at s1#{done.last_seq}"):
         session.tool_result("c1", "again")
     retried = session.tool_result("c1", "contents", is_error=True, exit_code=2, key="r1")
@@ -221,8 +283,10 @@ def test_a_response_keys_itself_by_its_id_and_request(log: Log) -> None:
     session.prepare()
     first = session.record(chat_body("hello", ident="chatcmpl-9"))
     again = make(log).record(chat_body("hello", ident="chatcmpl-9"))  # after a crash
-    assert again.duplicate and (again.first_seq, again.last_seq) == (first.first_seq,
-                                                                     first.last_seq)
+    assert again.duplicate and (again.first_seq, again.last_seq) == (
+        first.first_seq,
+        first.last_seq,
+    )
     with pytest.raises(InvalidEventError, match="already answered"):
         session.record(chat_body("something else", ident="chatcmpl-9"))
     session.user("more")
@@ -231,16 +295,19 @@ def test_a_response_keys_itself_by_its_id_and_request(log: Log) -> None:
     later = session.record(chat_body("hello", ident="chatcmpl-9"))
     assert not later.duplicate and later.request_seq != first.request_seq
     keys = [e.key for e in log.read("s1") if e.kind in ("assistant", "response")]
-    assert keys == [f"turnlog:response:{first.request_seq}:chatcmpl-9/0",
-                    f"turnlog:response:{first.request_seq}:chatcmpl-9/1",
-                    f"turnlog:response:{later.request_seq}:chatcmpl-9/0",
-                    f"turnlog:response:{later.request_seq}:chatcmpl-9/1"]
+    assert keys == [
+        f"turnlog:response:{first.request_seq}:chatcmpl-9/0",
+        f"turnlog:response:{first.request_seq}:chatcmpl-9/1",
+        f"turnlog:response:{later.request_seq}:chatcmpl-9/0",
+        f"turnlog:response:{later.request_seq}:chatcmpl-9/1",
+    ]
 
 
 def test_a_tool_result_keys_itself_by_its_call_and_where_the_call_was_made(log: Log) -> None:
     session = make(log)
-    calls: list[dict[str, object]] = [{"id": "call_0", "type": "function", "function": {
-        "name": "read_file", "arguments": "{}"}}]
+    calls: list[dict[str, object]] = [
+        {"id": "call_0", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
+    ]
     results = []
     for turn in range(2):  # the provider numbers its calls from call_0 every turn
         session.user(f"turn {turn}")
@@ -263,7 +330,9 @@ def test_system_and_tools_append_only_what_changes(log: Log) -> None:
     assert session.system("base", "Be brief.", position=5) is not None
     assert session.system("gone", "") is None  # removing what is not there
     specs: list[ToolSpec | dict[str, object]] = [
-        ToolSpec(name="a"), {"name": "b", "parameters": '{"type":"object"}'}]
+        ToolSpec(name="a"),
+        {"name": "b", "parameters": '{"type":"object"}'},
+    ]
     assert session.tools(specs) is not None
     assert session.tools(specs) is None
     tools = log.read("s1", kinds=["tools"])[-1].body
@@ -283,16 +352,19 @@ def test_a_request_takes_errors_then_one_response(log: Log) -> None:
     session = make(log)
     session.user("hi")
     request = session.prepare()
-    error = session.record(b'{"error": {"message": "slow down", "type": "server_error"}}',
-                           status=500)
+    error = session.record(
+        b'{"error": {"message": "slow down", "type": "server_error"}}', status=500
+    )
     assert error.error is not None and error.request_seq == request.request_seq
     answer = session.record(chat_body("ok"), key="answer-1")
     assert answer.text == "ok" and answer.last_seq == answer.first_seq + 1
     with pytest.raises(InvalidEventError, match="already answered"):
         session.record(chat_body("ok again"))
     again = session.record(chat_body("ok"), key="answer-1")
-    assert again.duplicate and (again.first_seq, again.last_seq) == (answer.first_seq,
-                                                                     answer.last_seq)
+    assert again.duplicate and (again.first_seq, again.last_seq) == (
+        answer.first_seq,
+        answer.last_seq,
+    )
     with pytest.raises(InvalidEventError, match="not a request record"):
         session.record(chat_body("x"), request_seq=0)
 
@@ -302,14 +374,17 @@ def test_a_keyed_record_retried_returns_the_stored_request(log: Log) -> None:
     # recorded, and the head has moved since (the record itself, then a reply).
     log.append("s", UserMessageAdded(text="hi"))
     replayer = Replayer(Packer(log))
-    render = turnlog.adapters.providers.renderer("openai-chat", model="m", max_tokens=None,
-                                                 blobs=log.blob)
-    first = replayer.record("s", policy=POLICY, model="m", format="openai-chat", render=render,
-                            key="req-1")
+    render = turnlog.adapters.providers.renderer(
+        "openai-chat", model="m", max_tokens=None, blobs=log.blob
+    )
+    first = replayer.record(
+        "s", policy=POLICY, model="m", format="openai-chat", render=render, key="req-1"
+    )
     log.append("s", NotificationAdded(source="other", text="meanwhile"))
     before = len(log.read("s"))
-    again = replayer.record("s", policy=POLICY, model="m", format="openai-chat",
-                            render=render, key="req-1")
+    again = replayer.record(
+        "s", policy=POLICY, model="m", format="openai-chat", render=render, key="req-1"
+    )
     assert again.duplicate and not first.duplicate and len(log.read("s")) == before
     assert (again.request_seq, again.rendered) == (first.request_seq, first.rendered)
     assert again.packed.prompt == first.packed.prompt
@@ -322,9 +397,17 @@ def test_prepare_with_a_used_key_returns_the_stored_request(log: Log) -> None:
     session = make(log, "anthropic")
     session.user("hi")
     first = session.prepare(key="req-1")
-    session.record({"id": "m1", "type": "message", "role": "assistant", "model": "fake-model",
-                    "content": [{"type": "text", "text": "hello"}], "stop_reason": "end_turn",
-                    "usage": {"input_tokens": 5, "output_tokens": 1}})
+    session.record(
+        {
+            "id": "m1",
+            "type": "message",
+            "role": "assistant",
+            "model": "fake-model",
+            "content": [{"type": "text", "text": "hello"}],
+            "stop_reason": "end_turn",
+            "usage": {"input_tokens": 5, "output_tokens": 1},
+        }
+    )
     again = session.prepare(key="req-1")
     assert again.duplicate and not first.duplicate
     assert (again.request_seq, again.body) == (first.request_seq, first.body)
@@ -347,8 +430,12 @@ def test_the_clock_supplies_times_unless_a_call_gives_one(log: Log) -> None:
     session.user("one")
     session.user("two", time=5)
     session.prepare()
-    assert [e.time for e in log.read("s1")] == [1_700_000_000_000_000, 5,
-                                                1_700_000_000_000_000, 1_700_000_000_000_000]
+    assert [e.time for e in log.read("s1")] == [
+        1_700_000_000_000_000,
+        5,
+        1_700_000_000_000_000,
+        1_700_000_000_000_000,
+    ]
 
 
 def test_the_session_checks_its_arguments(log: Log) -> None:
@@ -377,10 +464,12 @@ def grow(session: Session, server: FakeServer, turns: int) -> None:
         session.user(f"task {turn}: look at the files")
         for step in range(2):
             call = ToolCall(id=f"c{turn}_{step}", name="read_file", arguments="{}")
-            _, answer = exchange(session, server, FakeReply(text=f"step {step}",
-                                                            tool_calls=(call,)))
-            session.tool_result(answer.tool_calls[0].id,
-                                "\n".join(f"line {i} of {call.id}" for i in range(50)))
+            _, answer = exchange(
+                session, server, FakeReply(text=f"step {step}", tool_calls=(call,))
+            )
+            session.tool_result(
+                answer.tool_calls[0].id, "\n".join(f"line {i} of {call.id}" for i in range(50))
+            )
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -397,8 +486,15 @@ def test_an_overflow_error_is_recovered_by_the_next_prepare(fmt: str, server: Fa
     assert len(compactions) == 1 and isinstance(compactions[0], CompactionCommitted)
     assert compactions[0].reason == "overflow"
     assert recovery.packed.tokens < overflowed.packed.tokens
-    session.record(send(fmt, recovery.body, api_key="k", base_url=server.base_url(fmt),
-                        request_seq=recovery.request_seq))
+    session.record(
+        send(
+            fmt,
+            recovery.body,
+            api_key="k",
+            base_url=server.base_url(fmt),
+            request_seq=recovery.request_seq,
+        )
+    )
     normal = session.prepare()
     assert not normal.recovery and normal.compaction is None
     assert all(session.replay(seq).ok for seq in session.requests())
@@ -416,10 +512,18 @@ def test_a_recorded_recovery_is_not_run_twice(log: Log, server: FakeServer) -> N
 
 
 def test_automatic_compaction_runs_before_packing_when_due(log: Log, server: FakeServer) -> None:
-    policy = Policy(context_window=6000, output_reserve=500, warning_buffer=2500,
-                    compact_buffer=1500, blocking_buffer=500, keep_recent_turns=2,
-                    keep_recent_messages=4, segment_target_tokens=800, segment_min_tokens=100,
-                    segment_min_messages=2)
+    policy = Policy(
+        context_window=6000,
+        output_reserve=500,
+        warning_buffer=2500,
+        compact_buffer=1500,
+        blocking_buffer=500,
+        keep_recent_turns=2,
+        keep_recent_messages=4,
+        segment_target_tokens=800,
+        segment_min_tokens=100,
+        segment_min_messages=2,
+    )
     session = Session(log, "s1", model="fake-model", policy=policy, auto_compact=True)
     session.user("start")
     compactions = []
@@ -427,12 +531,10 @@ def test_automatic_compaction_runs_before_packing_when_due(log: Log, server: Fak
         if step % 3 == 0 and step:
             session.user(f"next task {step}")
         call = ToolCall(id=f"c{step}", name="read_file", arguments=json.dumps({"p": step}))
-        request, _ = exchange(session, server, FakeReply(text=f"step {step}",
-                                                              tool_calls=(call,)))
+        request, _ = exchange(session, server, FakeReply(text=f"step {step}", tool_calls=(call,)))
         if request.compaction is not None:
             compactions.append(request.compaction)
-        session.tool_result(call.id, "\n".join(f"line {i} of step {step} " * 3
-                                               for i in range(40)))
+        session.tool_result(call.id, "\n".join(f"line {i} of step {step} " * 3 for i in range(40)))
     assert compactions and all(c.status == "committed" for c in compactions)
     assert {c.reason for c in compactions} == {"threshold"}
     assert all(session.replay(seq).ok for seq in session.requests())
@@ -465,8 +567,14 @@ def test_threads_sharing_one_session_append_everything(tmp_path: Path) -> None:
         session = make(log)
         session.user("go")
         session.prepare()
-        calls: list[dict[str, object]] = [{"id": f"c{i}", "type": "function",
-                  "function": {"name": "read_file", "arguments": "{}"}} for i in range(8)]
+        calls: list[dict[str, object]] = [
+            {
+                "id": f"c{i}",
+                "type": "function",
+                "function": {"name": "read_file", "arguments": "{}"},
+            }
+            for i in range(8)
+        ]
         session.record(chat_body("", tool_calls=calls))
 
         def work(i: int) -> None:
@@ -477,8 +585,9 @@ def test_threads_sharing_one_session_append_everything(tmp_path: Path) -> None:
         assert run_threads(8, work) == []
         events = log.read("s1")
         assert sum(isinstance(e.body, NotificationAdded) for e in events) == 80
-        assert sorted(e.body.call_id for e in events if isinstance(e.body, ToolResultAdded)) \
-            == [f"c{i}" for i in range(8)]
+        assert sorted(e.body.call_id for e in events if isinstance(e.body, ToolResultAdded)) == [
+            f"c{i}" for i in range(8)
+        ]
         assert session.open_calls() == ()
         assert log.verify("s1").ok
 
@@ -507,16 +616,28 @@ def test_racing_results_for_one_call_append_exactly_one(tmp_path: Path) -> None:
         first = make(log)
         first.user("go")
         first.prepare()
-        first.record(chat_body("", tool_calls=[{"id": "c1", "type": "function", "function": {
-            "name": "read_file", "arguments": "{}"}}]))
+        first.record(
+            chat_body(
+                "",
+                tool_calls=[
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": "{}"},
+                    }
+                ],
+            )
+        )
+
         def answer(i: int) -> None:
             make(log).tool_result("c1", f"result {i}")
 
         errors = run_threads(6, answer)
         results = log.read("s1", kinds=["tool_result"])
         assert len(results) == 1 and len(errors) == 5
-        assert all(isinstance(e, InvalidEventError) and "already answered" in str(e)
-                   for e in errors)
+        assert all(
+            isinstance(e, InvalidEventError) and "already answered" in str(e) for e in errors
+        )
 
 
 def test_a_session_gives_up_after_its_attempts(log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -534,12 +655,14 @@ def test_a_session_gives_up_after_its_attempts(log: Log, monkeypatch: pytest.Mon
     monkeypatch.undo()
     head = log.head("s1")
     assert head is not None and (info.value.expected, info.value.actual) == (1, head.seq)
-    assert not any(isinstance(e.body, SystemSectionSet) and e.body.text == "lost"
-                   for e in log.read("s1"))
+    assert not any(
+        isinstance(e.body, SystemSectionSet) and e.body.text == "lost" for e in log.read("s1")
+    )
 
 
 def test_user_and_notify_have_no_precondition_to_conflict_with(
-        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
     session = make(log, attempts=1)
     session.user("go")
     real = log.append
@@ -557,7 +680,8 @@ def test_user_and_notify_have_no_precondition_to_conflict_with(
 
 
 def test_prepare_repacks_when_another_writer_appends_during_the_pack(
-        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
     session = make(log)
     session.user("first")
     real = Packer.pack
@@ -597,12 +721,13 @@ def test_prepare_backs_off_between_repacks(log: Log, monkeypatch: pytest.MonkeyP
     request = session.prepare()
     monkeypatch.undo()
     # Each re-pack waits first, up to 1, 2 and 4 ms (the first pack does not wait).
-    assert len(slept) == 3 and all(0 < w <= 0.001 * 2 ** i for i, w in enumerate(slept))
+    assert len(slept) == 3 and all(0 < w <= 0.001 * 2**i for i, w in enumerate(slept))
     assert b"meanwhile 2" in request.body and session.replay(request.request_seq).ok
 
 
 def test_prepare_refuses_when_another_writer_changes_the_policy_meanwhile(
-        log: Log, monkeypatch: pytest.MonkeyPatch) -> None:
+    log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
     session = make(log)
     session.user("first")
     session.prepare()
@@ -650,9 +775,14 @@ def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
     with turnlog.open(store) as log:
         Session(log, "shared", model="fake-model").system("base", "One agent, two workers.")
         log.append("shared", turnlog.events.PolicySet(policy=POLICY))
-    workers = [subprocess.Popen([sys.executable, "-c", CHILD, str(store), name, str(rounds),
-                                 str(go)], stderr=subprocess.PIPE, text=True)
-               for name in ("A", "B")]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(store), name, str(rounds), str(go)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("A", "B")
+    ]
     go.touch()
     errors = [worker.communicate(timeout=120)[1] for worker in workers]
     assert [worker.returncode for worker in workers] == [0, 0], errors
@@ -662,8 +792,11 @@ def test_two_processes_share_one_lmdb_store(tmp_path: Path) -> None:
         users = [e.body.text for e in events if isinstance(e.body, UserMessageAdded)]
         assert sorted(users) == sorted(f"{w} says {i}" for w in "AB" for i in range(rounds))
         requests = {e.seq for e in events if isinstance(e.body, RequestIssued)}
-        answered = [e.body.request_seq for e in events
-                    if isinstance(e.body, ResponseReceived) and e.body.request_seq is not None]
+        answered = [
+            e.body.request_seq
+            for e in events
+            if isinstance(e.body, ResponseReceived) and e.body.request_seq is not None
+        ]
         assert len(requests) == 2 * rounds and sorted(answered) == sorted(requests)
         messages = [e for e in events if isinstance(e.body, AssistantMessageAdded)]
         assert len(messages) == 2 * rounds
@@ -697,31 +830,46 @@ def test_two_processes_writing_one_session_never_conflict(backend: str, tmp_path
     logs = LogFactory(backend, tmp_path, sync=False)
     try:
         log = logs.open()
-        location = str(log.store.location) if backend == "lmdb" else \
-            pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+        location = (
+            str(log.store.location)
+            if backend == "lmdb"
+            else pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+        )  # type: ignore[attr-defined]
         go, calls = tmp_path / "go", 300
-        workers = [subprocess.Popen([sys.executable, "-c", WRITER, location, name, str(calls),
-                                     str(go)], stderr=subprocess.PIPE, text=True)
-                   for name in ("A", "B")]
+        workers = [
+            subprocess.Popen(
+                [sys.executable, "-c", WRITER, location, name, str(calls), str(go)],
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name in ("A", "B")
+        ]
         go.touch()
         errors = [worker.communicate(timeout=300)[1] for worker in workers]
         assert [worker.returncode for worker in workers] == [0, 0], errors
         events = log.read("shared")
         assert len(events) == 4 * calls
         for worker in "AB":  # every call landed once, in each writer's own order
-            said = [e.body.text for e in events if isinstance(e.body, UserMessageAdded)
-                    and e.body.text.startswith(worker)]
+            said = [
+                e.body.text
+                for e in events
+                if isinstance(e.body, UserMessageAdded) and e.body.text.startswith(worker)
+            ]
             assert said == [f"{worker} says {i}" for i in range(calls)]
-            noted = [e.body.text for e in events if isinstance(e.body, NotificationAdded)
-                     and e.body.source == worker]
+            noted = [
+                e.body.text
+                for e in events
+                if isinstance(e.body, NotificationAdded) and e.body.source == worker
+            ]
             assert noted == [f"{worker} note {i}" for i in range(calls)]
         assert log.verify().ok
     finally:
         logs.close_all()
 
 
-def test_http_errors_other_than_overflow_are_recorded_as_errors(log: Log,
-                                                                 server: FakeServer) -> None:
+def test_http_errors_other_than_overflow_are_recorded_as_errors(
+    log: Log, server: FakeServer
+) -> None:
     session = make(log)
     session.user("hi")
     _, answer = exchange(session, server, http_error(429, "rate limited"))
@@ -731,14 +879,14 @@ def test_http_errors_other_than_overflow_are_recorded_as_errors(log: Log,
 
 
 def test_official_sdk_clients_send_the_body_and_their_replies_are_recorded(
-        server: FakeServer) -> None:
+    server: FakeServer,
+) -> None:
     openai = pytest.importorskip("openai")
     anthropic = pytest.importorskip("anthropic")
     log = turnlog.open(":memory:")
     chat = make(log, "openai-chat")
     chat.user("hi")
-    client = openai.OpenAI(base_url=server.base_url("openai-chat"), api_key="test",
-                           max_retries=0)
+    client = openai.OpenAI(base_url=server.base_url("openai-chat"), api_key="test", max_retries=0)
     server.script(FakeReply(text="Reading.", tool_calls=(ToolCall(id="c1", name="read_file"),)))
     request = chat.prepare()
     answer = chat.record(client.chat.completions.create(**request.json()))
@@ -748,8 +896,9 @@ def test_official_sdk_clients_send_the_body_and_their_replies_are_recorded(
     messages.user("hi")
     server.script(FakeReply(text="Hello."))
     request = messages.prepare()
-    reply = anthropic.Anthropic(base_url=server.base_url("anthropic"), api_key="test",
-                                max_retries=0).messages.create(**request.json())
+    reply = anthropic.Anthropic(
+        base_url=server.base_url("anthropic"), api_key="test", max_retries=0
+    ).messages.create(**request.json())
     assert messages.record(reply).text == "Hello."
     assert json.loads(server.requests[-1].body) == request.json()
 

@@ -75,13 +75,18 @@ class TestPostgresStoreConforms(StoreConformance):
 
 
 TestMemoryAndLMDBAgree = agreement_machine(
-    {"memory": MemoryStore, "lmdb": lmdb_store}, reopen={"lmdb": lmdb_reopen}).TestCase
+    {"memory": MemoryStore, "lmdb": lmdb_store}, reopen={"lmdb": lmdb_reopen}
+).TestCase
 TestMemoryAndLMDBAgree.settings = STEPS
 
 TestMemoryLMDBAndPostgresAgree = pytest.mark.skipif(
-    not pgserver.available(), reason=pgserver.SKIP_REASON)(agreement_machine(
+    not pgserver.available(), reason=pgserver.SKIP_REASON
+)(
+    agreement_machine(
         {"memory": MemoryStore, "lmdb": lmdb_store, "postgres": postgres_store},
-        reopen={"lmdb": lmdb_reopen, "postgres": postgres_reopen}).TestCase)
+        reopen={"lmdb": lmdb_reopen, "postgres": postgres_reopen},
+    ).TestCase
+)
 TestMemoryLMDBAndPostgresAgree.settings = STEPS
 
 

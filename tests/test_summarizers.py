@@ -46,17 +46,38 @@ SUMMARY = "## Goal\n- Fix the parser\n\n## Accomplished\n- Edited src/parser.py"
 def request(level: int = 0) -> SummaryRequest:
     """A summary request over a short transcript (or two child summaries)."""
     if level:
-        return SummaryRequest(session="s", first_pos=0, last_pos=9, level=1, max_tokens=300,
-                              children=("## Goal\n- one", "## Goal\n- two"), reason="rollup")
-    return SummaryRequest(session="s", first_pos=0, last_pos=3, level=0, max_tokens=256,
-                          messages=(
-                              Message(role="user", parts=(TextPart(text="Fix the parser."),)),
-                              Message(role="assistant", parts=(
-                                  TextPart(text="Reading it."),
-                                  ToolCall(id="c1", name="Read",
-                                           arguments='{"file_path":"src/parser.py"}'))),
-                              Message(role="tool", parts=(TextPart(text="def parse(): ..."),),
-                                      tool_call_id="c1", name="Read")))
+        return SummaryRequest(
+            session="s",
+            first_pos=0,
+            last_pos=9,
+            level=1,
+            max_tokens=300,
+            children=("## Goal\n- one", "## Goal\n- two"),
+            reason="rollup",
+        )
+    return SummaryRequest(
+        session="s",
+        first_pos=0,
+        last_pos=3,
+        level=0,
+        max_tokens=256,
+        messages=(
+            Message(role="user", parts=(TextPart(text="Fix the parser."),)),
+            Message(
+                role="assistant",
+                parts=(
+                    TextPart(text="Reading it."),
+                    ToolCall(id="c1", name="Read", arguments='{"file_path":"src/parser.py"}'),
+                ),
+            ),
+            Message(
+                role="tool",
+                parts=(TextPart(text="def parse(): ..."),),
+                tool_call_id="c1",
+                name="Read",
+            ),
+        ),
+    )
 
 
 @pytest.fixture
@@ -66,13 +87,21 @@ def server() -> Iterator[FakeServer]:
 
 
 def openai_summarizer(server: FakeServer, **options: object) -> OpenAISummarizer:
-    return OpenAISummarizer("cheap-model", api_key="sk-test",
-                            base_url=server.base_url("openai-chat"), **options)  # type: ignore[arg-type]
+    return OpenAISummarizer(
+        "cheap-model",
+        api_key="sk-test",
+        base_url=server.base_url("openai-chat"),
+        **options,  # type: ignore[arg-type]
+    )  # type: ignore[arg-type]
 
 
 def anthropic_summarizer(server: FakeServer, **options: object) -> AnthropicSummarizer:
-    return AnthropicSummarizer("claude-cheap", api_key="ak-test",
-                               base_url=server.base_url("anthropic"), **options)  # type: ignore[arg-type]
+    return AnthropicSummarizer(
+        "claude-cheap",
+        api_key="ak-test",
+        base_url=server.base_url("anthropic"),
+        **options,  # type: ignore[arg-type]
+    )  # type: ignore[arg-type]
 
 
 # -- success -----------------------------------------------------------------------------------
@@ -84,27 +113,36 @@ def test_openai_summarizer_sends_instructions_and_transcript(server: FakeServer)
     req = request()
     summary = summarizer.summarize(req)
     assert (summary.text, summary.summarizer, summary.model, summary.prompt_hash) == (
-        SUMMARY, "openai:cheap-model", "cheap-model", req.prompt_hash())
+        SUMMARY,
+        "openai:cheap-model",
+        "cheap-model",
+        req.prompt_hash(),
+    )
     [received] = server.requests
     assert received.path == "/v1/chat/completions"
     assert received.headers["authorization"] == "Bearer sk-test"
     assert received.json() == {
-        "model": "cheap-model", "max_tokens": 256,
-        "messages": [{"role": "system", "content": req.instructions()},
-                     {"role": "user", "content": req.source_text()}]}
+        "model": "cheap-model",
+        "max_tokens": 256,
+        "messages": [
+            {"role": "system", "content": req.instructions()},
+            {"role": "user", "content": req.source_text()},
+        ],
+    }
 
 
 def test_openai_summarizer_options(server: FakeServer) -> None:
     server.script(FakeReply(text=SUMMARY))
-    summarizer = openai_summarizer(server, max_tokens_field="max_completion_tokens",
-                                   temperature=0.0, headers={"x-team": "a"})
+    summarizer = openai_summarizer(
+        server, max_tokens_field="max_completion_tokens", temperature=0.0, headers={"x-team": "a"}
+    )
     summarizer.summarize(request(level=1))
     [received] = server.requests
     body = received.json()
     assert body["max_completion_tokens"] == 300 and "max_tokens" not in body
     assert body["temperature"] == 0.0
     assert received.headers["x-team"] == "a"
-    assert "<summary part=\"2\">" in body["messages"][1]["content"]  # type: ignore[index]
+    assert '<summary part="2">' in body["messages"][1]["content"]  # type: ignore[index]
     with pytest.raises(ValueError, match="max_tokens_field"):
         openai_summarizer(server, max_tokens_field="tokens")
     with pytest.raises(ValueError, match="timeout"):
@@ -120,27 +158,35 @@ def test_anthropic_summarizer_sends_the_messages_wire_format(server: FakeServer)
     req = request()
     summary = summarizer.summarize(req)
     assert (summary.text, summary.summarizer, summary.model, summary.prompt_hash) == (
-        SUMMARY, "anthropic:claude-cheap", "claude-cheap", req.prompt_hash())
+        SUMMARY,
+        "anthropic:claude-cheap",
+        "claude-cheap",
+        req.prompt_hash(),
+    )
     [received] = server.requests
     assert received.path == "/v1/messages"
     assert received.headers["x-api-key"] == "ak-test"
     assert received.headers["anthropic-version"] == ANTHROPIC_VERSION
     assert received.json() == {
-        "model": "claude-cheap", "max_tokens": 256,
+        "model": "claude-cheap",
+        "max_tokens": 256,
         "system": [{"type": "text", "text": req.instructions()}],
-        "messages": [{"role": "user", "content": [{"type": "text",
-                                                   "text": req.source_text()}]}]}
+        "messages": [{"role": "user", "content": [{"type": "text", "text": req.source_text()}]}],
+    }
 
 
 def test_summarizer_bodies_have_the_sdks_request_shapes() -> None:
     from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
     from openai.types.chat.completion_create_params import CompletionCreateParamsNonStreaming
     from sdkcheck import check
+
     req = request()
-    check(json.loads(OpenAISummarizer("m", api_key="k").body(req)),
-          CompletionCreateParamsNonStreaming)
-    check(json.loads(AnthropicSummarizer("m", api_key="k").body(req)),
-          MessageCreateParamsNonStreaming)
+    check(
+        json.loads(OpenAISummarizer("m", api_key="k").body(req)), CompletionCreateParamsNonStreaming
+    )
+    check(
+        json.loads(AnthropicSummarizer("m", api_key="k").body(req)), MessageCreateParamsNonStreaming
+    )
 
 
 # -- failures ----------------------------------------------------------------------------------
@@ -186,8 +232,10 @@ def test_malformed_answers_raise_decode_error(server: FakeServer, make: object) 
 
 @pytest.mark.parametrize("make", [openai_summarizer, anthropic_summarizer])
 def test_a_summarizer_given_a_client_keeps_its_connection(make: object) -> None:
-    with FakeServer([FakeReply(text=SUMMARY)] * 3, keep_alive=True) as server, \
-            httpx.Client() as client:
+    with (
+        FakeServer([FakeReply(text=SUMMARY)] * 3, keep_alive=True) as server,
+        httpx.Client() as client,
+    ):
         summarizer = make(server, client=client)  # type: ignore[operator]
         for _ in range(3):
             assert summarizer.summarize(request()).text == SUMMARY
@@ -198,8 +246,9 @@ def test_an_unreachable_endpoint_raises_provider_error() -> None:
     with socket.socket() as probe:  # a port that nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    summarizer = OpenAISummarizer("m", api_key="k", base_url=f"http://127.0.0.1:{port}/v1",
-                                  timeout=2)
+    summarizer = OpenAISummarizer(
+        "m", api_key="k", base_url=f"http://127.0.0.1:{port}/v1", timeout=2
+    )
     with pytest.raises(ProviderError, match="cannot reach") as caught:
         summarizer.summarize(request())
     assert not isinstance(caught.value, TimeoutError)
@@ -208,12 +257,18 @@ def test_an_unreachable_endpoint_raises_provider_error() -> None:
 def test_send_returns_http_errors_as_replies(server: FakeServer) -> None:
     server.script(overflow_error())
     body = b'{"model":"m","max_tokens":5,"messages":[{"role":"user","content":"x"}]}'
-    reply = send("anthropic", body, api_key="k", base_url=server.base_url("anthropic"),
-                 request_seq=4)
+    reply = send(
+        "anthropic", body, api_key="k", base_url=server.base_url("anthropic"), request_seq=4
+    )
     assert reply.error is not None and reply.error.overflow and reply.error.request_seq == 4
     server.script(FakeReply(text="hi"))
-    reply = send("openai-responses", b'{"model":"m","input":"x","stream":true}', api_key="k",
-                 base_url=server.base_url("openai-responses"), request_seq=5)
+    reply = send(
+        "openai-responses",
+        b'{"model":"m","input":"x","stream":true}',
+        api_key="k",
+        base_url=server.base_url("openai-responses"),
+        request_seq=5,
+    )
     assert reply.message is not None and reply.message.parts == (TextPart(text="hi"),)
     assert reply.response is not None and reply.response.request_seq == 5
 
@@ -222,9 +277,13 @@ def test_send_returns_http_errors_as_replies(server: FakeServer) -> None:
 def long_session(log: turnlog.Log) -> None:
     log.append("s", SystemSectionSet(name="base", text="You are a careful engineer."))
     for i in range(14):
-        log.append("s", [
-            UserMessageAdded(text=f"Step {i}: please look at module_{i}.py and fix it. " * 6),
-            AssistantMessageAdded(parts=(TextPart(text=f"Module {i} is fixed. " * 12),))])
+        log.append(
+            "s",
+            [
+                UserMessageAdded(text=f"Step {i}: please look at module_{i}.py and fix it. " * 6),
+                AssistantMessageAdded(parts=(TextPart(text=f"Module {i} is fixed. " * 12),)),
+            ],
+        )
 
 
 def test_the_compactor_commits_a_model_summary(server: FakeServer) -> None:
@@ -247,8 +306,9 @@ def test_the_compactor_records_a_failing_summarizer(server: FakeServer) -> None:
     long_session(log)
     server.script(overflow_error())
     compactor = Compactor(log, summarizer=anthropic_summarizer(server), timeout=10)
-    outcome = compactor.compact("s", policy=Policy(keep_recent_turns=1, keep_recent_messages=2),
-                                reason="manual")
+    outcome = compactor.compact(
+        "s", policy=Policy(keep_recent_turns=1, keep_recent_messages=2), reason="manual"
+    )
     assert outcome.status == "failed"
     failures = [e.body for e in log.read("s") if isinstance(e.body, CompactionFailed)]
     assert failures and failures[0].summarizer == "anthropic:claude-cheap"
@@ -256,7 +316,8 @@ def test_the_compactor_records_a_failing_summarizer(server: FakeServer) -> None:
 
 
 def test_a_model_summarizer_gets_a_large_output_in_parts_within_its_window(
-        server: FakeServer) -> None:
+    server: FakeServer,
+) -> None:
     from turnlog.events import CompactionPartSummarized, ToolResultAdded
     from turnlog.packing import get_counter
 
@@ -265,8 +326,12 @@ def test_a_model_summarizer_gets_a_large_output_in_parts_within_its_window(
     output = "\n".join(lines)
     log = turnlog.open(":memory:")
     log.append("s", UserMessageAdded(text="import the ledger"))
-    log.append("s", AssistantMessageAdded(parts=(ToolCall(id="b0", name="Bash",
-                                                          arguments='{"command": "import"}'),)))
+    log.append(
+        "s",
+        AssistantMessageAdded(
+            parts=(ToolCall(id="b0", name="Bash", arguments='{"command": "import"}'),)
+        ),
+    )
     log.append("s", ToolResultAdded(call_id="b0", tool_name="Bash", output=output, exit_code=1))
     for t in range(3):
         log.append("s", UserMessageAdded(text=f"next step {t}"))
@@ -274,8 +339,13 @@ def test_a_model_summarizer_gets_a_large_output_in_parts_within_its_window(
     summarizer = openai_summarizer(server, window=16_000)
     assert summarizer.window == 16_000
     assert openai_summarizer(server).window == 32_000  # not in the model table
-    policy = Policy(context_window=32_000, output_reserve=2_000, summary_max_tokens=500,
-                    keep_recent_turns=1, keep_recent_messages=2)
+    policy = Policy(
+        context_window=32_000,
+        output_reserve=2_000,
+        summary_max_tokens=500,
+        keep_recent_turns=1,
+        keep_recent_messages=2,
+    )
     outcome = Compactor(log, summarizer=summarizer).compact("s", policy=policy)
     assert outcome.status == "committed", outcome
     counter = get_counter("cl100k_base")
@@ -286,8 +356,7 @@ def test_a_model_summarizer_gets_a_large_output_in_parts_within_its_window(
         messages = body["messages"]
         assert isinstance(messages, list)
         system, user = (str(m["content"]) for m in messages)
-        assert counter.count(system) + counter.count(user) + int(str(body["max_tokens"])) \
-            <= 16_000
+        assert counter.count(system) + counter.count(user) + int(str(body["max_tokens"])) <= 16_000
         texts.append(user)
     assert sum("SIDEHILL" in t for t in texts) == 1
     parts = []
@@ -297,8 +366,9 @@ def test_a_model_summarizer_gets_a_large_output_in_parts_within_its_window(
         parts.append(event.body)
     # the merge request reads the part summaries, as they are in the log
     merge = texts[-1]
-    assert all(f"<summary part=\"{i + 1}\">\n{p.summary}\n</summary>" in merge
-               for i, p in enumerate(parts))
+    assert all(
+        f'<summary part="{i + 1}">\n{p.summary}\n</summary>' in merge for i, p in enumerate(parts)
+    )
     [committed] = [e.body for e in log.read("s", kinds=["compaction"])]
     assert isinstance(committed, CompactionCommitted)
     assert committed.tokens_before >= counter.count(output)

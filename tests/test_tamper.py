@@ -49,8 +49,11 @@ def build(path: Path) -> dict[str, object]:
         assert body.blob is not None and BLOB_MARKER.decode() not in body.output
         events = log.read("s")
         assert log.verify().ok
-        return {"blob": body.blob.hash, "hashes": [e.hash for e in events],
-                "prevs": [e.prev for e in events]}
+        return {
+            "blob": body.blob.hash,
+            "hashes": [e.hash for e in events],
+            "prevs": [e.prev for e in events],
+        }
 
 
 def patch(path: Path, needle: bytes, change: Callable[[bytearray, int], None]) -> int:
@@ -73,15 +76,19 @@ def patch(path: Path, needle: bytes, change: Callable[[bytearray, int], None]) -
 
 def flip_low_bit(offset: int) -> Callable[[bytearray, int], None]:
     """A change that flips the lowest bit of the byte ``offset`` bytes into the match."""
+
     def change(data: bytearray, start: int) -> None:
         data[start + offset] ^= 0x01
+
     return change
 
 
 def set_byte(offset: int, value: int) -> Callable[[bytearray, int], None]:
     """A change that overwrites the byte ``offset`` bytes into the match with ``value``."""
+
     def change(data: bytearray, start: int) -> None:
         data[start + offset] = value
+
     return change
 
 
@@ -99,12 +106,17 @@ def store(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("how", "change", "reason"), [
-    ("a letter of the text changed", flip_low_bit(3), "does not match the content"),
-    ("an invalid UTF-8 byte in the text", set_byte(3, 0xFF), "does not decode"),
-], ids=["letter", "invalid-utf8"])
+@pytest.mark.parametrize(
+    ("how", "change", "reason"),
+    [
+        ("a letter of the text changed", flip_low_bit(3), "does not match the content"),
+        ("an invalid UTF-8 byte in the text", set_byte(3, 0xFF), "does not decode"),
+    ],
+    ids=["letter", "invalid-utf8"],
+)
 def test_verify_names_the_event_whose_bytes_changed(
-        store: Path, how: str, change: Callable[[bytearray, int], None], reason: str) -> None:
+    store: Path, how: str, change: Callable[[bytearray, int], None], reason: str
+) -> None:
     assert patch(store, EVENT_MARKER, change) >= 1, how
     everything, session, other = verify_reopened(store)
     for report in (everything, session):
@@ -156,11 +168,11 @@ def test_untouched_store_verifies_after_reopen(store: Path) -> None:
     assert (everything.sessions, everything.events, everything.blobs) == (2, 7, 1)
 
 
-
 def _garbage_records() -> dict[str, bytes]:
     """Canonical-looking bytes that do not decode as an event, by kind of damage."""
     good = msgspec.msgpack.Encoder(order="deterministic").encode(
-        Event(session="x", seq=0, body=UserMessageAdded(text="hello"), meta={"a": 1}))
+        Event(session="x", seq=0, body=UserMessageAdded(text="hello"), meta={"a": 1})
+    )
     return {
         "invalid-utf8": good.replace(b"hello", b"h\xffllo"),
         "nested-200000-deep": good.replace(b"\xa1a\x01", b"\xa1a" + b"\x91" * 200_000 + b"\x01"),
@@ -192,7 +204,8 @@ def test_verify_reports_a_record_that_does_not_decode(log: turnlog.Log, kind: st
 
 
 def test_verify_names_a_self_consistent_event_that_does_not_link_to_its_predecessor(
-        log: turnlog.Log) -> None:
+    log: turnlog.Log,
+) -> None:
     # A record whose own hash checks out, spliced in after an event it does not follow.
     log.append("s", UserMessageAdded(text="intact"))
     first = log.append("x", UserMessageAdded(text="zero"))
@@ -286,9 +299,15 @@ def build_forks(path: Path) -> None:
     """``src`` with the marker at seq 1; ``fork`` forked from ``src#2``, ``fork2`` from
     ``fork#2`` (a fork of a fork); ``src`` goes on past the fork point."""
     with turnlog.open(path) as log:
-        log.append("src", [UserMessageAdded(text="zero"),
-                           UserMessageAdded(text=f"{FORK_MARKER.decode()} one"),
-                           UserMessageAdded(text="two"), UserMessageAdded(text="three")])
+        log.append(
+            "src",
+            [
+                UserMessageAdded(text="zero"),
+                UserMessageAdded(text=f"{FORK_MARKER.decode()} one"),
+                UserMessageAdded(text="two"),
+                UserMessageAdded(text="three"),
+            ],
+        )
         log.fork("src", 2, "fork")
         log.append("fork", UserMessageAdded(text="fork one"))
         log.fork("fork", 1, "fork2")
@@ -297,8 +316,9 @@ def build_forks(path: Path) -> None:
 
 
 @pytest.mark.parametrize("session", ["fork", "fork2"])
-def test_verify_of_a_fork_checks_the_history_it_was_forked_from(tmp_path: Path,
-                                                                 session: str) -> None:
+def test_verify_of_a_fork_checks_the_history_it_was_forked_from(
+    tmp_path: Path, session: str
+) -> None:
     build_forks(tmp_path)
     with turnlog.open(tmp_path) as log:
         key = b"k" * 32
@@ -307,8 +327,12 @@ def test_verify_of_a_fork_checks_the_history_it_was_forked_from(tmp_path: Path,
         assert log.verify(session, checkpoint=signed, key=key).ok
     assert patch(tmp_path, FORK_MARKER, flip_low_bit(0)) >= 1
     with turnlog.open(tmp_path, readonly=True) as log:
-        for report in (log.verify(session), log.verify(checkpoint=signed, key=key),
-                       log.verify(session, checkpoint=plain), log.verify()):
+        for report in (
+            log.verify(session),
+            log.verify(checkpoint=signed, key=key),
+            log.verify(session, checkpoint=plain),
+            log.verify(),
+        ):
             assert not report.ok
             assert report.problem is not None
             assert (report.problem.session, report.problem.seq) == ("src", 1)
@@ -332,18 +356,23 @@ def test_cli_verify_of_a_fork_fails_on_a_change_in_its_source(tmp_path: Path) ->
     env = {**os.environ, "TURNLOG_STORE": str(tmp_path)}
 
     def sh(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([script, *argv], capture_output=True, text=True, env=env,
-                              timeout=120, check=False)
+        return subprocess.run(
+            [script, *argv], capture_output=True, text=True, env=env, timeout=120, check=False
+        )
 
     cp_file = tmp_path / "fork.cp.json"
     key_file = tmp_path / "key"
     key_file.write_bytes(b"k" * 32)
-    assert sh("checkpoint", "fork", "--key-file", str(key_file), "--output",
-              str(cp_file)).returncode == 0
+    assert (
+        sh("checkpoint", "fork", "--key-file", str(key_file), "--output", str(cp_file)).returncode
+        == 0
+    )
     assert sh("verify", "fork").returncode == 0
     patch(tmp_path, FORK_MARKER, flip_low_bit(0))
-    for argv in (("verify", "fork"), ("verify", "--checkpoint", str(cp_file), "--key-file",
-                                      str(key_file))):
+    for argv in (
+        ("verify", "fork"),
+        ("verify", "--checkpoint", str(cp_file), "--key-file", str(key_file)),
+    ):
         done = sh(*argv)
         assert done.returncode == 1, done
         assert "src#1" in done.stdout
@@ -353,12 +382,15 @@ def _rehashed_records() -> dict[str, tuple[bytes, str]]:
     """Bytes for x#1 that a writer computing the hashes itself could store, each with
     what `verify(strict=True)` says about it: they do not decode or are not canonical."""
     good = msgspec.msgpack.Encoder(order="deterministic").encode(
-        Event(session="x", seq=1, body=UserMessageAdded(text="hello"), meta={"a": 1}))
+        Event(session="x", seq=1, body=UserMessageAdded(text="hello"), meta={"a": 1})
+    )
     assert b"\xa1a\x01" in good
     return {
         "invalid-utf8": (good.replace(b"hello", b"h\xffllo"), "does not decode"),
-        "non-minimal-int": (good.replace(b"\xa1a\x01", b"\xa1a\xcc\x01"),
-                            "not the canonical encoding"),
+        "non-minimal-int": (
+            good.replace(b"\xa1a\x01", b"\xa1a\xcc\x01"),
+            "not the canonical encoding",
+        ),
         # one more map entry (the fixmap header counts it): a field the schema lacks
         "unknown-field": (bytes([good[0] + 1]) + good[1:] + b"\xa3zzz\x01", "does not decode"),
     }
@@ -366,7 +398,8 @@ def _rehashed_records() -> dict[str, tuple[bytes, str]]:
 
 @pytest.mark.parametrize("kind", sorted(_rehashed_records()))
 def test_only_strict_verify_reports_a_rehashed_record_that_is_not_what_turnlog_writes(
-        log: turnlog.Log, kind: str) -> None:
+    log: turnlog.Log, kind: str
+) -> None:
     # The chain holds (the writer hashed these bytes), so the chain check accepts the
     # record; the strict level decodes it and re-encodes it, and names it.
     first = log.append("x", UserMessageAdded(text="zero"))
@@ -394,8 +427,14 @@ def test_either_level_names_every_changed_byte_of_every_record() -> None:
     # changed in turn and planted with the rest through the Store interface into a
     # fresh store: both levels name the changed record's seq.
     source = turnlog.Log(turnlog.stores.MemoryStore(), blob_threshold=4_096, preview_chars=1_024)
-    source.append("x", [UserMessageAdded(text="zero"), UserMessageAdded(text="one"),
-                        ToolResultAdded(call_id="c", tool_name="bash", output="o" * 6_000)])
+    source.append(
+        "x",
+        [
+            UserMessageAdded(text="zero"),
+            UserMessageAdded(text="one"),
+            ToolResultAdded(call_id="c", tool_name="bash", output="o" * 6_000),
+        ],
+    )
     with source.store.read() as txn:
         records = [record for _, record in txn.scan("x", 0, None)]
         blobs = list(txn.blobs())
@@ -419,28 +458,37 @@ def test_either_level_names_every_changed_byte_of_every_record() -> None:
         for at in range(len(record)):
             changed = bytearray(record)
             changed[at] ^= 0x01
-            log = planted([*records[:seq], bytes(changed), *records[seq + 1:]])
+            log = planted([*records[:seq], bytes(changed), *records[seq + 1 :]])
             for strict in (False, True):
                 report = log.verify("x", strict=strict)
                 assert not report.ok and report.problem is not None, (seq, at, strict)
                 assert report.problem.seq == seq, (seq, at, strict, report.problem)
 
 
-@pytest.mark.parametrize(("damage", "seq", "reason"), [
-    ("delete", 2, "has no entry for the event's key 'k2'"),
-    ("move", 2, "maps the event's key 'k2' to seq 0"),
-    ("add", 1, "holds the key 'stray' at seq 1, where the session has an event without a key"),
-    ("alias", 3, "holds the key 'k9' at seq 3, where the session has an event keyed 'k3'"),
-])
+@pytest.mark.parametrize(
+    ("damage", "seq", "reason"),
+    [
+        ("delete", 2, "has no entry for the event's key 'k2'"),
+        ("move", 2, "maps the event's key 'k2' to seq 0"),
+        ("add", 1, "holds the key 'stray' at seq 1, where the session has an event without a key"),
+        ("alias", 3, "holds the key 'k9' at seq 3, where the session has an event keyed 'k3'"),
+    ],
+)
 def test_verify_names_an_idempotency_index_entry_changed_behind_turnlogs_back(
-        tmp_path: Path, damage: str, seq: int, reason: str) -> None:
+    tmp_path: Path, damage: str, seq: int, reason: str
+) -> None:
     """A deleted entry would let a retry append its key twice; a wrong one would take
     another event for a duplicate."""
     log, store = _lmdb_log(tmp_path)
     with log:
         log.append("x", [UserMessageAdded(text="a"), UserMessageAdded(text="b")])
-        log.append("x", [turnlog.Draft(body=UserMessageAdded(text=t), key=f"k{n}")
-                         for n, t in ((2, "c"), (3, "d"))])
+        log.append(
+            "x",
+            [
+                turnlog.Draft(body=UserMessageAdded(text=t), key=f"k{n}")
+                for n, t in ((2, "c"), (3, "d"))
+            ],
+        )
         log.append("y", turnlog.Draft(body=UserMessageAdded(text="y"), key="k2"))
         assert log.verify().ok
         with store._env.begin(write=True) as txn:  # damage no append can do

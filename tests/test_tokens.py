@@ -33,8 +33,9 @@ def turnlog_cli(store: Path, *argv: str, timeout: float = 120) -> subprocess.Com
     """Run the installed command on ``store`` in a fresh process."""
     script = str(Path(sys.executable).with_name("turnlog"))
     env = {**os.environ, "TURNLOG_STORE": str(store)}
-    return subprocess.run([script, *argv], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        [script, *argv], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
 
 
 def tamper_cache(store: Path, change: Callable[[bytes, bytes], bytes | None]) -> int:
@@ -57,20 +58,24 @@ def tamper_cache(store: Path, change: Callable[[bytes, bytes], bytes | None]) ->
 
 def counts_set_to(n: int) -> Callable[[bytes, bytes], bytes | None]:
     """Every persisted count becomes ``n`` (what follows any header of the value)."""
+
     def change(key: bytes, value: bytes) -> bytes | None:
         header = len(value) % _ENTRY.size
         if len(value) < _ENTRY.size or key.endswith(b"ids"):
             return None
         entries = [(k, n) for k, _ in _ENTRY.iter_unpack(value[header:])]
         return value[:header] + b"".join(_ENTRY.pack(*e) for e in entries)
+
     return change
 
 
 def bookkeeping_set_to(text: bytes) -> Callable[[bytes, bytes], bytes | None]:
     """Every value that is not a chunk of counts (a chunk counter, an index: keys that do
     not end in ``:N``) becomes ``text``."""
+
     def change(key: bytes, value: bytes) -> bytes | None:
         return None if re.search(rb":[0-9]+$", key) else text
+
     return change
 
 
@@ -84,8 +89,7 @@ def demo_store(tmp_path: Path) -> Path:
     return store
 
 
-def test_replay_reproduces_every_request_when_the_saved_counts_are_wrong(
-        demo_store: Path) -> None:
+def test_replay_reproduces_every_request_when_the_saved_counts_are_wrong(demo_store: Path) -> None:
     assert tamper_cache(demo_store, counts_set_to(1)) > 0
     done = turnlog_cli(demo_store, "replay", SESSION)
     assert done.returncode == 0, done.stdout
@@ -93,7 +97,8 @@ def test_replay_reproduces_every_request_when_the_saved_counts_are_wrong(
 
 
 def test_pack_finishes_with_the_right_counts_when_the_chunk_counter_is_damaged(
-        demo_store: Path) -> None:
+    demo_store: Path,
+) -> None:
     expected = json.loads(turnlog_cli(demo_store, "pack", SESSION, "--json").stdout)
     assert tamper_cache(demo_store, bookkeeping_set_to(b"999999999999")) > 0
     done = turnlog_cli(demo_store, "pack", SESSION, "--json", timeout=60)
@@ -108,10 +113,12 @@ def test_pack_counts_right_when_the_saved_counts_are_wrong(demo_store: Path) -> 
     assert json.loads(done.stdout)["tokens"] == expected["tokens"]
 
 
-@pytest.mark.parametrize("damage", [counts_set_to(1), bookkeeping_set_to(b"999999999999")],
-                         ids=["counts", "bookkeeping"])
+@pytest.mark.parametrize(
+    "damage", [counts_set_to(1), bookkeeping_set_to(b"999999999999")], ids=["counts", "bookkeeping"]
+)
 def test_verify_reports_a_damaged_count_cache_without_failing(
-        demo_store: Path, damage: Callable[[bytes, bytes], bytes | None]) -> None:
+    demo_store: Path, damage: Callable[[bytes, bytes], bytes | None]
+) -> None:
     assert "warning" not in turnlog_cli(demo_store, "verify").stdout
     tamper_cache(demo_store, damage)
     done = turnlog_cli(demo_store, "verify")
@@ -125,8 +132,7 @@ def test_verify_reports_a_damaged_count_cache_without_failing(
         assert checked.ok and checked.warnings == tuple(report["warnings"])
 
 
-def test_damaged_counts_are_rewritten_by_the_next_pack_that_saves_counts(
-        demo_store: Path) -> None:
+def test_damaged_counts_are_rewritten_by_the_next_pack_that_saves_counts(demo_store: Path) -> None:
     tamper_cache(demo_store, counts_set_to(1))
     assert "warning: " in turnlog_cli(demo_store, "verify").stdout
     recorded = turnlog_cli(demo_store, "pack", SESSION, "--record")
@@ -144,8 +150,12 @@ def test_a_cache_in_the_layout_before_digests_is_not_read(tmp_path: Path) -> Non
     expected = json.loads(turnlog_cli(store, "pack", SESSION, "--json").stdout)["tokens"]
     with turnlog.open(store) as log:
         bogus = b"".join(_ENTRY.pack(bytes([i]) * 16, 1) for i in range(50))
-        log.store.write(lambda txn: (txn.put_cached("tokens", b"cl100k_base:chunks", b"9" * 12),
-                                     txn.put_cached("tokens", b"cl100k_base:0", bogus)))
+        log.store.write(
+            lambda txn: (
+                txn.put_cached("tokens", b"cl100k_base:chunks", b"9" * 12),
+                txn.put_cached("tokens", b"cl100k_base:0", bogus),
+            )
+        )
     done = turnlog_cli(store, "pack", SESSION, "--json", timeout=60)
     assert json.loads(done.stdout)["tokens"] == expected
     assert turnlog_cli(store, "replay", SESSION).returncode == 0

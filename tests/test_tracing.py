@@ -35,15 +35,23 @@ def spans() -> Iterator[InMemorySpanExporter]:
     yield EXPORTER
 
 
-def reply(text: str, ident: str, calls: list[dict[str, object]] | None = None
-          ) -> dict[str, object]:
+def reply(text: str, ident: str, calls: list[dict[str, object]] | None = None) -> dict[str, object]:
     message: dict[str, object] = {"role": "assistant", "content": text}
     if calls:
         message["tool_calls"] = calls
-    return {"id": ident, "object": "chat.completion", "created": 1, "model": "fake-model",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 3, "total_tokens": 23,
-                      "prompt_tokens_details": {"cached_tokens": 8}}}
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": 1,
+        "model": "fake-model",
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": 20,
+            "completion_tokens": 3,
+            "total_tokens": 23,
+            "prompt_tokens_details": {"cached_tokens": 8},
+        },
+    }
 
 
 def test_a_prepared_and_recorded_request_has_a_span_each(spans: InMemorySpanExporter) -> None:
@@ -82,6 +90,7 @@ def test_compaction_and_memory_operations_have_spans(spans: InMemorySpanExporter
             session.record(reply(f"done {turn}", f"cmpl-{turn}"))
         assert session.compact().status == "committed"
         from turnlog.memories import MemoryManager
+
         manager = MemoryManager(log)
         saved = manager.save("t", "content")
         manager.forget(saved.memory_id)
@@ -91,17 +100,26 @@ def test_compaction_and_memory_operations_have_spans(spans: InMemorySpanExporter
     assert dict(compaction.attributes or {})["turnlog.compaction.status"] == "committed"
     covered = dict(compaction.attributes or {})["turnlog.compaction.tokens_covered"]
     assert isinstance(covered, int) and covered > 0
-    summarized = [dict(s.attributes or {}) for s in spans.get_finished_spans()
-                  if s.name == "turnlog.summarize"]
-    assert summarized and all(a["turnlog.summary.summarizer"] == "extractive"
-                              and a["turnlog.session"] == "s1" for a in summarized)
-    ops = [dict(s.attributes or {})["turnlog.memory.op"] for s in spans.get_finished_spans()
-           if s.name == "turnlog.memory"]
+    summarized = [
+        dict(s.attributes or {})
+        for s in spans.get_finished_spans()
+        if s.name == "turnlog.summarize"
+    ]
+    assert summarized and all(
+        a["turnlog.summary.summarizer"] == "extractive" and a["turnlog.session"] == "s1"
+        for a in summarized
+    )
+    ops = [
+        dict(s.attributes or {})["turnlog.memory.op"]
+        for s in spans.get_finished_spans()
+        if s.name == "turnlog.memory"
+    ]
     assert ops == ["save", "forget"]
 
 
 def test_an_async_session_emits_the_same_request_spans(spans: InMemorySpanExporter) -> None:
     with turnlog.open(":memory:") as log:
+
         async def run() -> int:
             session = AsyncSession(log, "a1", model="fake-model", max_tokens=64, policy=POLICY)
             await session.user("hi")
@@ -110,14 +128,18 @@ def test_an_async_session_emits_the_same_request_spans(spans: InMemorySpanExport
             return request.request_seq
 
         seq = asyncio.run(run())
-    chats = [dict(s.attributes or {}) for s in spans.get_finished_spans()
-             if s.name == "chat fake-model"]
-    assert [(a["turnlog.session"], a["turnlog.request_seq"], a["turnlog.step"])
-            for a in chats] == [("a1", seq, "prepare"), ("a1", seq, "record")]
+    chats = [
+        dict(s.attributes or {}) for s in spans.get_finished_spans() if s.name == "chat fake-model"
+    ]
+    assert [(a["turnlog.session"], a["turnlog.request_seq"], a["turnlog.step"]) for a in chats] == [
+        ("a1", seq, "prepare"),
+        ("a1", seq, "record"),
+    ]
 
 
 def test_an_erasure_has_a_span_with_counts_and_never_the_reason(
-        spans: InMemorySpanExporter) -> None:
+    spans: InMemorySpanExporter,
+) -> None:
     with turnlog.open(":memory:") as log:
         session = Session(log, "s1", model="fake-model", max_tokens=64, policy=POLICY)
         session.user("my card number is 4111")
@@ -136,6 +158,7 @@ def test_an_erasure_has_a_span_with_counts_and_never_the_reason(
 
 def test_memory_consolidation_and_refresh_have_spans(spans: InMemorySpanExporter) -> None:
     from turnlog.memories import MemoryManager
+
     with turnlog.open(":memory:") as log:
         manager = MemoryManager(log)
         manager.save("t", "content", retention="working", expires_time=10)
@@ -143,8 +166,9 @@ def test_memory_consolidation_and_refresh_have_spans(spans: InMemorySpanExporter
         policy = Policy(memory_refresh=("manual",))
         manager.save("kept", "a fact")
         assert manager.refresh("agent", policy=policy, now=30) is not None
-    memory = [dict(s.attributes or {}) for s in spans.get_finished_spans()
-              if s.name == "turnlog.memory"]
+    memory = [
+        dict(s.attributes or {}) for s in spans.get_finished_spans() if s.name == "turnlog.memory"
+    ]
     assert [a["turnlog.memory.op"] for a in memory] == ["save", "forget", "save", "refresh"]
     assert memory[1]["turnlog.memory.count"] == 1
     assert memory[3]["turnlog.session"] == "agent"
@@ -153,17 +177,23 @@ def test_memory_consolidation_and_refresh_have_spans(spans: InMemorySpanExporter
 
 def test_an_async_session_compaction_has_a_span(spans: InMemorySpanExporter) -> None:
     with turnlog.open(":memory:") as log:
+
         async def run() -> str:
             session = AsyncSession(log, "a1", model="fake-model", max_tokens=64, policy=POLICY)
             for turn in range(12):
                 await session.user(f"step {turn} " + "words " * 50)
                 await session.prepare()
-                await session.record(json.dumps(reply(f"done {turn}", f"c-{turn}")).encode(),
-                                     status=200)
+                await session.record(
+                    json.dumps(reply(f"done {turn}", f"c-{turn}")).encode(), status=200
+                )
             return (await session.compact()).status
 
         assert asyncio.run(run()) == "committed"
-    compaction = [dict(s.attributes or {}) for s in spans.get_finished_spans()
-                  if s.name == "turnlog.compaction"]
+    compaction = [
+        dict(s.attributes or {})
+        for s in spans.get_finished_spans()
+        if s.name == "turnlog.compaction"
+    ]
     assert [(a["turnlog.session"], a["turnlog.compaction.status"]) for a in compaction] == [
-        ("a1", "committed")]
+        ("a1", "committed")
+    ]

@@ -48,11 +48,19 @@ def get(server: Server, path: str, **kwargs: object) -> httpx.Response:
 
 
 def demo_pages() -> list[str]:
-    return ["/", "/?q=demo-m", "/sessions/demo", "/sessions/demo?from=0&limit=50",
-            "/sessions/demo/events/5", "/sessions/demo/requests/427",
-            "/sessions/demo/requests/427?decision=summarized&kind=tool_result",
-            "/sessions/demo/diff/420/427", "/sessions/demo/summaries",
-            "/sessions/demo/memories", "/sessions/demo/memories?q=decimal"]
+    return [
+        "/",
+        "/?q=demo-m",
+        "/sessions/demo",
+        "/sessions/demo?from=0&limit=50",
+        "/sessions/demo/events/5",
+        "/sessions/demo/requests/427",
+        "/sessions/demo/requests/427?decision=summarized&kind=tool_result",
+        "/sessions/demo/diff/420/427",
+        "/sessions/demo/summaries",
+        "/sessions/demo/memories",
+        "/sessions/demo/memories?q=decimal",
+    ]
 
 
 def test_every_page_and_its_json_answer_on_the_demo_store(served: Server) -> None:
@@ -84,12 +92,12 @@ def test_the_receipt_holds_the_prompt_budget_decisions_and_body(served: Server) 
     assert sources and all(s["href"].startswith("/sessions/demo/events/") for s in sources)
     body = get(served, receipt["body"]["href"]).json()
     assert json.loads(body["text"])["messages"] and body["format"] == "neutral"
-    assert body["bytes"] == \
-        len(msgspec.json.encode(packed.prompt))
+    assert body["bytes"] == len(msgspec.json.encode(packed.prompt))
     assert receipt["requests"] == {"prev": 420, "next": None}
     summarized = get(served, "/api/sessions/demo/requests/427?decision=summarized").json()
     assert summarized["decisions"] and {d["decision"] for d in summarized["decisions"]} == {
-        "summarized"}
+        "summarized"
+    }
     replay = get(served, "/api/sessions/demo/requests/427/replay").json()
     assert replay["ok"] is True and replay["replayed_hash"] == replay["recorded_hash"]
 
@@ -97,8 +105,11 @@ def test_the_receipt_holds_the_prompt_budget_decisions_and_body(served: Server) 
 def test_the_receipt_counts_the_shared_prefix_as_diff_does(served: Server) -> None:
     replayer = turnlog.Replayer(turnlog.Packer(served.log))
     requests = replayer.requests("demo")
-    for a, b in [(requests[0], requests[1]), (requests[20], requests[21]),
-                 (requests[-2], requests[-1])]:
+    for a, b in [
+        (requests[0], requests[1]),
+        (requests[20], requests[21]),
+        (requests[-2], requests[-1]),
+    ]:
         receipt = get(served, f"/api/sessions/demo/requests/{b}").json()
         diff = replayer.diff("demo", a, b)
         assert receipt["previous"]["seq"] == a
@@ -140,13 +151,13 @@ def test_a_long_session_is_served_a_window_at_a_time(tmp_path: Path) -> None:
 
 def test_the_timeline_filters_by_kind(served: Server) -> None:
     compactions = get(served, "/api/sessions/demo?kind=compaction").json()
-    assert compactions["events"] and {e["kind"] for e in compactions["events"]} == {
-        "compaction"}
+    assert compactions["events"] and {e["kind"] for e in compactions["events"]} == {"compaction"}
     assert compactions["follow"] is not None and "kind=compaction" in compactions["follow"]
     two = get(served, "/api/sessions/demo?kind=request&kind=response&limit=5&from=0").json()
     assert [e["kind"] for e in two["events"]] == ["request", "response"] * 2 + ["request"]
-    after = get(served, f"/api/sessions/demo?kind=request&kind=response&limit=5"
-                        f"&from={two['next_start']}").json()
+    after = get(
+        served, f"/api/sessions/demo?kind=request&kind=response&limit=5&from={two['next_start']}"
+    ).json()
     assert after["events"][0]["seq"] == two["next_start"] > two["events"][-1]["seq"]
     assert after["prev_start"] == two["events"][0]["seq"]
     assert get(served, "/api/sessions/demo?kind=bogus").status_code == 400
@@ -163,11 +174,12 @@ def test_the_follow_stream_sends_new_events_of_the_kinds_asked(tmp_path: Path) -
             url = server.base + "/api/sessions/f/follow?after=0&kind=notification"
             with httpx.stream("GET", url, timeout=60) as stream:
                 assert stream.headers["content-type"].startswith("text/event-stream")
-                code = ("import sys, turnlog; log = turnlog.open(sys.argv[1]); "
-                        "log.append('f', [turnlog.events.UserMessageAdded(text='skipped'), "
-                        "turnlog.events.NotificationAdded(source='ci', text='<b>shown</b>')])")
-                subprocess.run([sys.executable, "-c", code, str(path)], check=True,
-                               timeout=60)
+                code = (
+                    "import sys, turnlog; log = turnlog.open(sys.argv[1]); "
+                    "log.append('f', [turnlog.events.UserMessageAdded(text='skipped'), "
+                    "turnlog.events.NotificationAdded(source='ci', text='<b>shown</b>')])"
+                )
+                subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=60)
                 lines = stream.iter_lines()
                 data = next(line for line in lines if line.startswith("data: "))
             row = json.loads(data[6:])
@@ -185,12 +197,12 @@ def test_a_request_that_does_not_replay_says_where_it_differs(tmp_path: Path) ->
     with turnlog.open(path) as log:
         log.append("d", [UserMessageAdded(text="hello"), UserMessageAdded(text="again")])
         replayer = turnlog.Replayer(turnlog.Packer(log))
-        real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
-                                                          output_reserve=1000))
+        real = replayer.record("d", policy=turnlog.Policy(context_window=8000, output_reserve=1000))
         body = log.get("d", real.request_seq).body
         assert isinstance(body, turnlog.events.RequestIssued)
-        forged = msgspec.structs.replace(body, prompt_hash="0" * 64,
-                                         digests=bytes(8) + body.digests[8:])
+        forged = msgspec.structs.replace(
+            body, prompt_hash="0" * 64, digests=bytes(8) + body.digests[8:]
+        )
         seq = log.append("d", forged).last_seq
     with turnlog.open(path, readonly=True) as log:
         server = Server(log).start()
@@ -205,17 +217,23 @@ def test_a_request_that_does_not_replay_says_where_it_differs(tmp_path: Path) ->
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
-def test_write_methods_are_refused_and_the_store_is_unchanged(demo_path: Path,
-                                                              method: str) -> None:
+def test_write_methods_are_refused_and_the_store_is_unchanged(demo_path: Path, method: str) -> None:
     with turnlog.open(demo_path) as log:
         before = dump(log)
     with turnlog.open(demo_path, readonly=True) as log:
         server = Server(log).start()
         try:
-            for path in [*demo_pages(), "/api/", "/api/sessions/demo/requests/427/replay",
-                         "/api/sessions/demo", "/sessions/new", "/api/sessions/demo/follow"]:
-                response = httpx.request(method, server.base + path, timeout=30,
-                                         json={"type": "user", "text": "x"})
+            for path in [
+                *demo_pages(),
+                "/api/",
+                "/api/sessions/demo/requests/427/replay",
+                "/api/sessions/demo",
+                "/sessions/new",
+                "/api/sessions/demo/follow",
+            ]:
+                response = httpx.request(
+                    method, server.base + path, timeout=30, json={"type": "user", "text": "x"}
+                )
                 assert response.status_code == 405, (method, path)
                 assert response.headers["allow"] == "GET, HEAD"
         finally:
@@ -259,10 +277,15 @@ def test_a_server_on_another_address_needs_its_token(demo_path: Path) -> None:
             for path in ["/", "/api/", "/sessions/demo", "/static/inspector.js"]:
                 assert httpx.get(base + path).status_code == 401, path
             assert httpx.get(base + "/?token=wrong").status_code == 401
-            assert httpx.get(base + "/", headers={"authorization": "Bearer wrong"}
-                             ).status_code == 401
-            assert httpx.get(base + "/api/", headers={"authorization": "Bearer s3cret-token"}
-                             ).status_code == 200
+            assert (
+                httpx.get(base + "/", headers={"authorization": "Bearer wrong"}).status_code == 401
+            )
+            assert (
+                httpx.get(
+                    base + "/api/", headers={"authorization": "Bearer s3cret-token"}
+                ).status_code
+                == 200
+            )
             with httpx.Client(base_url=base, follow_redirects=False) as client:
                 first = client.get("/sessions/demo?token=s3cret-token&from=3")
                 assert first.status_code == 303
@@ -284,8 +307,7 @@ def test_any_session_id_routes_and_is_escaped(tmp_path: Path) -> None:
             timeline = get(server, "/api" + session_href(odd)).json()
             assert timeline["session"] == odd and timeline["events"][0]["text"]["text"] == "odd"
             for page in ["", "summaries", "memories"]:
-                html = get(server, session_href(session, page) if page
-                           else session_href(session))
+                html = get(server, session_href(session, page) if page else session_href(session))
                 assert html.status_code == 200
                 assert "<script>window" not in html.text and "<img src=x" not in html.text
                 assert "\x1b" not in html.text and "\\x1b[31m" in html.text, page
@@ -310,8 +332,14 @@ def test_a_postgres_store_is_served_without_its_credentials() -> None:
         with turnlog.open(url, readonly=True) as log:
             server = Server(log).start()
             try:
-                for path in ["/", "/api/", "/sessions/pg", "/api/sessions/pg",
-                             "/sessions/pg/events/0", "/api/sessions/pg/summaries"]:
+                for path in [
+                    "/",
+                    "/api/",
+                    "/sessions/pg",
+                    "/api/sessions/pg",
+                    "/sessions/pg/events/0",
+                    "/api/sessions/pg/summaries",
+                ]:
                     response = get(server, path)
                     assert response.status_code == 200, path
                     assert "pw-s3cret" not in response.text, path
@@ -320,14 +348,17 @@ def test_a_postgres_store_is_served_without_its_credentials() -> None:
                 server.stop()
     finally:
         from support import drop_schemas
+
         drop_schemas([schema])
 
 
 def test_the_serve_command_prints_its_address_and_serves(demo_path: Path) -> None:
-    with subprocess.Popen([sys.executable, "-m", "turnlog.tools", "--store",
-                           str(demo_path), "serve", "--port", "0"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-                          ) as process:
+    with subprocess.Popen(
+        [sys.executable, "-m", "turnlog.tools", "--store", str(demo_path), "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
         _check_serve(process)
 
 
@@ -345,10 +376,23 @@ def _check_serve(process: subprocess.Popen[str]) -> None:
 
 
 def test_the_serve_command_on_another_address_prints_a_token(demo_path: Path) -> None:
-    with subprocess.Popen([sys.executable, "-m", "turnlog.tools", "--store",
-                           str(demo_path), "serve", "--host", "0.0.0.0", "--port", "0"],
-                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-                          ) as process:
+    with subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "turnlog.tools",
+            "--store",
+            str(demo_path),
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    ) as process:
         _check_token(process)
 
 
@@ -360,15 +404,22 @@ def _check_token(process: subprocess.Popen[str]) -> None:
         port = url.split(":")[2].split("/")[0]
         assert httpx.get(f"http://127.0.0.1:{port}/api/", timeout=60).status_code == 401
         token = url.split("token=")[1]
-        assert httpx.get(f"http://127.0.0.1:{port}/api/", timeout=60,
-                         headers={"authorization": f"Bearer {token}"}).status_code == 200
+        assert (
+            httpx.get(
+                f"http://127.0.0.1:{port}/api/",
+                timeout=60,
+                headers={"authorization": f"Bearer {token}"},
+            ).status_code
+            == 200
+        )
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
 def test_the_serve_command_refuses_a_missing_store_and_a_bad_port(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["--store", str(tmp_path / "none"), "serve", "--port", "0"]) == 4
     assert "no turnlog store" in capsys.readouterr().err
     assert main(["--store", str(tmp_path / "none"), "serve", "--port", "70000"]) == 2

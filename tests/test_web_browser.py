@@ -28,8 +28,11 @@ from turnlog.tools.web import Server
 from turnlog.tools.web._inspector import session_href
 from web_support import HOSTILE, TRANSCRIPT, corpus_store, demo_store, hostile_store
 
-CHROMIUM = os.environ.get("TURNLOG_CHROMIUM") or shutil.which("chromium") \
+CHROMIUM = (
+    os.environ.get("TURNLOG_CHROMIUM")
+    or shutil.which("chromium")
     or shutil.which("chromium-browser")
+)
 try:
     from playwright.sync_api import Browser, Page, expect, sync_playwright
 except ImportError:  # pragma: no cover - the test extra installs it
@@ -38,7 +41,8 @@ except ImportError:  # pragma: no cover - the test extra installs it
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None or sync_playwright is None,
     reason="no headless Chromium: apt-get install chromium, and pip install -e '.[test]' "
-           "for playwright")
+    "for playwright",
+)
 
 SHOTS = os.environ.get("TURNLOG_SCREENSHOTS")
 
@@ -46,8 +50,9 @@ SHOTS = os.environ.get("TURNLOG_SCREENSHOTS")
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM,
-                                    args=["--no-sandbox", "--disable-gpu"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
         yield browser
         browser.close()
 
@@ -60,8 +65,7 @@ class Watched:
         self.page: Page = self.context.new_page()
         self.errors: list[str] = []
         self.dialogs: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(m.text)
-                     if m.type == "error" else None)
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
 
         def dialog(d: Any) -> None:
@@ -102,16 +106,17 @@ def shot(page: Page, tmp_path: Path, name: str, *, full: bool = False) -> None:
         page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=full)
 
 
-def test_every_page_opens_on_the_demo_store(demo: Server, watched: Watched,
-                                            tmp_path: Path) -> None:
+def test_every_page_opens_on_the_demo_store(demo: Server, watched: Watched, tmp_path: Path) -> None:
     page = watched.page
     for name, path, heading in [
-            ("sessions", "/", "Sessions"), ("timeline", "/sessions/demo", "demo"),
-            ("receipt", "/sessions/demo/requests/427", "Request #427"),
-            ("diff", "/sessions/demo/diff/406/427", "Request #406 → #427"),
-            ("summaries", "/sessions/demo/summaries", "demo"),
-            ("memories", "/sessions/demo/memories?q=decimal", "demo"),
-            ("event", "/sessions/demo/events/9", "demo #9")]:
+        ("sessions", "/", "Sessions"),
+        ("timeline", "/sessions/demo", "demo"),
+        ("receipt", "/sessions/demo/requests/427", "Request #427"),
+        ("diff", "/sessions/demo/diff/406/427", "Request #406 → #427"),
+        ("summaries", "/sessions/demo/summaries", "demo"),
+        ("memories", "/sessions/demo/memories?q=decimal", "demo"),
+        ("event", "/sessions/demo/events/9", "demo #9"),
+    ]:
         response = page.goto(demo.base + path)
         assert response is not None and response.status == 200, path
         assert page.locator("h1").first.inner_text().startswith(heading), path
@@ -120,7 +125,8 @@ def test_every_page_opens_on_the_demo_store(demo: Server, watched: Watched,
 
 
 def test_click_through_a_receipt_its_replay_a_diff_and_the_summaries(
-        demo: Server, watched: Watched, tmp_path: Path) -> None:
+    demo: Server, watched: Watched, tmp_path: Path
+) -> None:
     page = watched.page
     page.goto(demo.base + "/")
     page.get_by_role("link", name="demo", exact=True).click()
@@ -141,7 +147,8 @@ def test_click_through_a_receipt_its_replay_a_diff_and_the_summaries(
     decisions = page.locator("#decisions tbody tr")
     assert decisions.count() > 0
     assert set(page.locator("#decisions tbody .badge.d-summarized").all_inner_texts()) == {
-        "summarized"}
+        "summarized"
+    }
     assert page.locator("#decisions tbody .d-verbatim").count() == 0
     page.locator("#prefix a", has_text="diff").click()
     page.wait_for_url("**/diff/**")
@@ -158,23 +165,29 @@ def test_click_through_a_receipt_its_replay_a_diff_and_the_summaries(
 
 @pytest.mark.skipif(not TRANSCRIPT.is_file(), reason="shared corpus not present")
 def test_an_imported_corpus_transcript_opens_on_every_page(
-        watched: Watched, tmp_path: Path) -> None:
+    watched: Watched, tmp_path: Path
+) -> None:
     path, session, request = corpus_store(tmp_path / "corpus")
     for server in serve(path):
         page = watched.page
-        for target in ["/", session_href(session), session_href(session, "events", 3),
-                       session_href(session, "requests", request),
-                       session_href(session, "summaries"), session_href(session, "memories")]:
+        for target in [
+            "/",
+            session_href(session),
+            session_href(session, "events", 3),
+            session_href(session, "requests", request),
+            session_href(session, "summaries"),
+            session_href(session, "memories"),
+        ]:
             response = page.goto(server.base + target)
             assert response is not None and response.status == 200, target
         page.goto(server.base + session_href(session, "requests", request))
         assert "anthropic" in page.locator("h2", has_text="Request body").inner_text()
         page.locator("#body summary").click()
-        expect(page.locator("#body-text")).to_contain_text('"max_tokens": 2000',
-                                                          timeout=60_000)
+        expect(page.locator("#body-text")).to_contain_text('"max_tokens": 2000', timeout=60_000)
         page.locator("#replay").click()
-        expect(page.locator("#replay-result")).to_have_text(re.compile("^identical"),
-                                                            timeout=60_000)
+        expect(page.locator("#replay-result")).to_have_text(
+            re.compile("^identical"), timeout=60_000
+        )
         shot(page, tmp_path, "corpus-receipt")
         page.goto(server.base + session_href(session) + "?from=0")
         assert page.locator("#events tbody tr").count() > 20
@@ -186,14 +199,18 @@ def test_hostile_content_runs_nothing_in_any_page(watched: Watched, tmp_path: Pa
     path, session, request = hostile_store(tmp_path / "hostile")
     for server in serve(path):
         page = watched.page
-        pages = ["/", "/?q=%3Cscript", session_href(session),
-                 *(session_href(session, "events", seq) for seq in range(12)),
-                 session_href(session, "requests", request),
-                 session_href(session, "requests", request) + "?decision=verbatim",
-                 session_href(session, "diff", 10, request),
-                 session_href(session, "summaries"),
-                 session_href(session, "memories") + "?q=script",
-                 session_href(f"{session}-memories")]
+        pages = [
+            "/",
+            "/?q=%3Cscript",
+            session_href(session),
+            *(session_href(session, "events", seq) for seq in range(12)),
+            session_href(session, "requests", request),
+            session_href(session, "requests", request) + "?decision=verbatim",
+            session_href(session, "diff", 10, request),
+            session_href(session, "summaries"),
+            session_href(session, "memories") + "?q=script",
+            session_href(f"{session}-memories"),
+        ]
         for target in pages:
             response = page.goto(server.base + target)
             assert response is not None and response.status == 200, target
@@ -202,8 +219,12 @@ def test_hostile_content_runs_nothing_in_any_page(watched: Watched, tmp_path: Pa
             assert page.evaluate("window.pwned") is None, target
             assert page.locator("[onerror], [onload], [onclick]").count() == 0, target
             assert page.locator("a[href^='javascript:' i]").count() == 0, target
-            assert page.locator("main script, main img, main svg:not(.bar):not(.tokbar), "
-                                "main iframe, main b b").count() == 0, target
+            assert (
+                page.locator(
+                    "main script, main img, main svg:not(.bar):not(.tokbar), main iframe, main b b"
+                ).count()
+                == 0
+            ), target
             scripts = page.evaluate("Array.from(document.scripts).map(s => s.src)")
             assert scripts == [server.base + "/static/inspector.js"], target
             text = page.locator("main").inner_text()
@@ -212,35 +233,36 @@ def test_hostile_content_runs_nothing_in_any_page(watched: Watched, tmp_path: Pa
         assert "\\x1b[31m" in page.locator("#messages").inner_text()
         assert "<script>" in page.locator("#messages").inner_text()  # shown as text
         page.locator("#replay").click()
-        expect(page.locator("#replay-result")).to_have_text(re.compile("^identical"),
-                                                            timeout=60_000)
+        expect(page.locator("#replay-result")).to_have_text(
+            re.compile("^identical"), timeout=60_000
+        )
         assert page.evaluate("window.pwned") is None
         shot(page, tmp_path, "hostile-receipt")
     assert watched.dialogs == []
     assert watched.errors == []  # nothing injected even tried to run (CSP reports none)
 
 
-def test_the_replay_button_names_the_first_difference(watched: Watched,
-                                                     tmp_path: Path) -> None:
+def test_the_replay_button_names_the_first_difference(watched: Watched, tmp_path: Path) -> None:
     import msgspec
 
     path = tmp_path / "differs"
     with turnlog.open(path) as log:
         log.append("d", [turnlog.events.UserMessageAdded(text="hello")])
         replayer = turnlog.Replayer(turnlog.Packer(log))
-        real = replayer.record("d", policy=turnlog.Policy(context_window=8000,
-                                                          output_reserve=1000))
+        real = replayer.record("d", policy=turnlog.Policy(context_window=8000, output_reserve=1000))
         body = log.get("d", real.request_seq).body
         assert isinstance(body, turnlog.events.RequestIssued)
-        forged = msgspec.structs.replace(body, prompt_hash="0" * 64,
-                                         digests=bytes(8) + body.digests[8:])
+        forged = msgspec.structs.replace(
+            body, prompt_hash="0" * 64, digests=bytes(8) + body.digests[8:]
+        )
         seq = log.append("d", forged).last_seq
     for server in serve(path):
         page = watched.page
         page.goto(server.base + f"/sessions/d/requests/{seq}")
         page.locator("#replay").click()
         expect(page.locator("#replay-result")).to_have_text(
-            re.compile("^DIFFERS: first difference at"), timeout=60_000)
+            re.compile("^DIFFERS: first difference at"), timeout=60_000
+        )
         page.goto(server.base + "/sessions/d")
         page.locator("#kind-filter a", has_text="request").click()
         page.wait_for_url("**kind=request**")
@@ -258,11 +280,15 @@ def test_the_live_timeline_shows_an_appended_event(watched: Watched, tmp_path: P
         page.wait_for_selector("#live.on")
         assert page.locator("#events tbody tr").count() == 5
         # Another process appends, as an agent would while the inspector is open.
-        code = ("import sys, turnlog; log = turnlog.open(sys.argv[1]); "
-                "log.append('live', turnlog.events.UserMessageAdded(text=sys.argv[2]))")
-        subprocess.run([sys.executable, "-c", code, str(path),
-                        "\x1b[31m<b>appended</b> " + HOSTILE],
-                       check=True, timeout=60)
+        code = (
+            "import sys, turnlog; log = turnlog.open(sys.argv[1]); "
+            "log.append('live', turnlog.events.UserMessageAdded(text=sys.argv[2]))"
+        )
+        subprocess.run(
+            [sys.executable, "-c", code, str(path), "\x1b[31m<b>appended</b> " + HOSTILE],
+            check=True,
+            timeout=60,
+        )
         row = page.wait_for_selector("#e5", timeout=30_000)
         assert row is not None and "\\x1b[31m<b>appended</b> <script>" in row.inner_text()
         assert "\x1b" not in row.inner_text()

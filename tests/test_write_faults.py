@@ -69,8 +69,14 @@ class FailingTxn(WriteTxn):
     def get(self, session: str, seq: int) -> bytes | None:
         return self._inner.get(session, seq)
 
-    def scan(self, session: str, start: int, stop: int | None, *, every: bool = False,
-             ) -> Iterator[tuple[int, bytes]]:
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
         return self._inner.scan(session, start, stop, every=every)
 
     def records(self, session: str, start: int, stop: int | None) -> list[bytes]:
@@ -163,20 +169,42 @@ def comparable(found: dict[str, Any], *, exact: bool) -> dict[str, Any]:
 def history(log: Log) -> None:
     """What every store holds before the operation: a few turns, the last with a tool."""
     for turn in range(6):
-        log.append(SESSION, [
-            Draft(body=UserMessageAdded(text=f"turn {turn}: " + "tell me more " * 40),
-                  time=turn * 10, key=f"u{turn}"),
-            Draft(body=AssistantMessageAdded(parts=(TextPart(text="more " * 60),)),
-                  time=turn * 10 + 1)])
+        log.append(
+            SESSION,
+            [
+                Draft(
+                    body=UserMessageAdded(text=f"turn {turn}: " + "tell me more " * 40),
+                    time=turn * 10,
+                    key=f"u{turn}",
+                ),
+                Draft(
+                    body=AssistantMessageAdded(parts=(TextPart(text="more " * 60),)),
+                    time=turn * 10 + 1,
+                ),
+            ],
+        )
     Replayer(Packer(log)).record(SESSION, policy=POLICY, time=100)
 
 
 def append(log: Log) -> object:
-    return log.append(SESSION, [
-        Draft(body=AssistantMessageAdded(parts=(TextPart(text="reading"), ToolCall(
-            id="c1", name="Read", arguments='{"file_path": "a.py"}'))), time=200, key="a1"),
-        Draft(body=ToolResultAdded(call_id="c1", tool_name="Read", output=BIG), time=201,
-              key="a2")])
+    return log.append(
+        SESSION,
+        [
+            Draft(
+                body=AssistantMessageAdded(
+                    parts=(
+                        TextPart(text="reading"),
+                        ToolCall(id="c1", name="Read", arguments='{"file_path": "a.py"}'),
+                    )
+                ),
+                time=200,
+                key="a1",
+            ),
+            Draft(
+                body=ToolResultAdded(call_id="c1", tool_name="Read", output=BIG), time=201, key="a2"
+            ),
+        ],
+    )
 
 
 def fork(log: Log) -> object:
@@ -199,7 +227,11 @@ def record_only(log: Log) -> object:
 
 
 OPERATIONS: dict[str, Callable[[Log], object]] = {
-    "append": append, "fork": fork, "compact": compact, "record": record_only}
+    "append": append,
+    "fork": fork,
+    "compact": compact,
+    "record": record_only,
+}
 
 
 def open_store(backend: str, path: Path) -> Store:
@@ -209,7 +241,8 @@ def open_store(backend: str, path: Path) -> Store:
 @pytest.mark.parametrize("backend", ["lmdb", "memory"])
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
 def test_a_failed_write_call_changes_nothing_and_the_first_clean_run_matches(
-        backend: str, operation: str, tmp_path: Path) -> None:
+    backend: str, operation: str, tmp_path: Path
+) -> None:
     run = OPERATIONS[operation]
     # the reference: the same history and operation on a store that never fails
     reference = Log(open_store(backend, tmp_path / "reference"))
@@ -231,9 +264,14 @@ def test_a_failed_write_call_changes_nothing_and_the_first_clean_run_matches(
         except InjectedFault:
             faults += 1
             after = contents(store)
-            assert after == before, (f"write call {k} failed and the store changed: ", {
-                key: sorted(set(after["raw"][key]) ^ set(before["raw"][key]))[:3]
-                for key in after["raw"] if after["raw"][key] != before["raw"][key]})
+            assert after == before, (
+                f"write call {k} failed and the store changed: ",
+                {
+                    key: sorted(set(after["raw"][key]) ^ set(before["raw"][key]))[:3]
+                    for key in after["raw"]
+                    if after["raw"][key] != before["raw"][key]
+                },
+            )
             assert log.verify().ok
             continue
         assert store.counter.calls < k, "the operation swallowed the fault"
@@ -270,7 +308,8 @@ def test_a_log_that_saw_faults_keeps_working(backend: str, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("backend", ["lmdb", "memory"])
 def test_a_recorded_request_is_not_reported_failed_when_saving_its_token_counts_fails(
-        backend: str, tmp_path: Path) -> None:
+    backend: str, tmp_path: Path
+) -> None:
     # Texts no test has counted yet, so that recording saves new token counts (derived
     # data, written after the record commits): a failure there must not make `record`
     # raise for a request it recorded, or the caller records it again.

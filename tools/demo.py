@@ -123,13 +123,23 @@ def demo_events(turns: int = DEFAULT_TURNS) -> list[list[Draft]]:
     Raises:
         InvalidArgumentError: ``turns`` is below 1 or above `MAX_TURNS`.
     """
-    check_integer(turns, "turns", min_value=1, max_value=MAX_TURNS,
-                  hint=f"the demo has 1 to {MAX_TURNS} turns")
+    check_integer(
+        turns,
+        "turns",
+        min_value=1,
+        max_value=MAX_TURNS,
+        hint=f"the demo has 1 to {MAX_TURNS} turns",
+    )
     return [_TURN.decode(line) for line in _lines()[:turns]]
 
 
-def run_demo(log: turnlog.Log, *, session: str = DEFAULT_SESSION, turns: int = DEFAULT_TURNS,
-             on_turn: Callable[[TurnResult], None] | None = None) -> DemoResult:
+def run_demo(
+    log: turnlog.Log,
+    *,
+    session: str = DEFAULT_SESSION,
+    turns: int = DEFAULT_TURNS,
+    on_turn: Callable[[TurnResult], None] | None = None,
+) -> DemoResult:
     """Append the demo session to ``log``, one atomic batch per turn.
 
     Turns already stored (same idempotency keys and content) are not appended
@@ -162,8 +172,7 @@ def run_demo(log: turnlog.Log, *, session: str = DEFAULT_SESSION, turns: int = D
         else:
             appended += len(drafts)
         if on_turn is not None:
-            user = next((d.body.text for d in drafts if isinstance(d.body, UserMessageAdded)),
-                        "")
+            user = next((d.body.text for d in drafts if isinstance(d.body, UserMessageAdded)), "")
             on_turn(TurnResult(number, drafts, result, count, user))
             # The callback may append (request records, compactions): continue from there.
             after = log.head(session)
@@ -177,20 +186,41 @@ def run_demo(log: turnlog.Log, *, session: str = DEFAULT_SESSION, turns: int = D
 
 #: A small window so that every packing stage fires on the demo session.
 DEMO_POLICY = turnlog.Policy(
-    context_window=32_000, output_reserve=4_000, warning_buffer=12_000, compact_buffer=8_000,
-    blocking_buffer=3_000, truncate_lines=300, truncate_bytes=12_000, prune_min_savings=1_500,
-    prune_protect_tokens=4_000, prune_protect_turns=2, keep_recent_turns=2,
-    keep_recent_messages=6, summary_max_tokens=700, segment_target_tokens=5_000,
-    segment_min_tokens=1_000, segment_min_messages=4, rollup_fanout=3,
-    compact_cooldown_turns=2, cache_breakpoints=4)
+    context_window=32_000,
+    output_reserve=4_000,
+    warning_buffer=12_000,
+    compact_buffer=8_000,
+    blocking_buffer=3_000,
+    truncate_lines=300,
+    truncate_bytes=12_000,
+    prune_min_savings=1_500,
+    prune_protect_tokens=4_000,
+    prune_protect_turns=2,
+    keep_recent_turns=2,
+    keep_recent_messages=6,
+    summary_max_tokens=700,
+    segment_target_tokens=5_000,
+    segment_min_tokens=1_000,
+    segment_min_messages=4,
+    rollup_fanout=3,
+    compact_cooldown_turns=2,
+    cache_breakpoints=4,
+)
 
 
 #: For a few turns the demo's user switches to a smaller, cheaper model: a policy
 #: change recorded in the log, under which the oldest turns must be trimmed.
-DEMO_SMALL_POLICY = turnlog.Policy(**{
-    **{f: getattr(DEMO_POLICY, f) for f in DEMO_POLICY.__struct_fields__},
-    "context_window": 14_000, "output_reserve": 2_000, "warning_buffer": 5_000,
-    "compact_buffer": 3_000, "blocking_buffer": 2_000, "auto_compact": False})
+DEMO_SMALL_POLICY = turnlog.Policy(
+    **{
+        **{f: getattr(DEMO_POLICY, f) for f in DEMO_POLICY.__struct_fields__},
+        "context_window": 14_000,
+        "output_reserve": 2_000,
+        "warning_buffer": 5_000,
+        "compact_buffer": 3_000,
+        "blocking_buffer": 2_000,
+        "auto_compact": False,
+    }
+)
 
 
 #: Turns (from 1) packed under `DEMO_SMALL_POLICY`.
@@ -237,9 +267,16 @@ class PackedTurn:
     recovery: bool
 
 
-def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: str,
-              turn: TurnResult, *, policy: turnlog.Policy = DEMO_POLICY,
-              overflow: bool = False) -> PackedTurn:
+def pack_turn(
+    log: turnlog.Log,
+    packer: Packer,
+    compactor: Compactor,
+    session: str,
+    turn: TurnResult,
+    *,
+    policy: turnlog.Policy = DEMO_POLICY,
+    overflow: bool = False,
+) -> PackedTurn:
     """After a demo turn: let the compactor's triggers act, then record a request.
 
     With ``overflow``, the recorded request is answered by a context-overflow
@@ -261,39 +298,81 @@ def pack_turn(log: turnlog.Log, packer: Packer, compactor: Compactor, session: s
         memories.save_summary(session, outcome.seqs[0], time=time)
         memories.refresh(session, policy=policy, now=time, point="compaction")
     recorded = Replayer(packer).record(session, policy=policy, model=DEMO_MODEL, time=time)
-    log.append(session, Draft(body=ResponseReceived(
-        request_seq=recorded.request_seq, model=DEMO_MODEL, stop_reason="tool_use",
-        usage=Usage(input_tokens=recorded.packed.tokens, output_tokens=200)), time=time))
+    log.append(
+        session,
+        Draft(
+            body=ResponseReceived(
+                request_seq=recorded.request_seq,
+                model=DEMO_MODEL,
+                stop_reason="tool_use",
+                usage=Usage(input_tokens=recorded.packed.tokens, output_tokens=200),
+            ),
+            time=time,
+        ),
+    )
     if overflow:
-        log.append(session, Draft(body=ProviderErrorReceived(
-            request_seq=recorded.request_seq, status=400, code="context_length_exceeded",
-            error_type="invalid_request_error", overflow=True,
-            message="This model's maximum context length is 32000 tokens. However, your "
+        log.append(
+            session,
+            Draft(
+                body=ProviderErrorReceived(
+                    request_seq=recorded.request_seq,
+                    status=400,
+                    code="context_length_exceeded",
+                    error_type="invalid_request_error",
+                    overflow=True,
+                    message="This model's maximum context length is 32000 tokens. However, your "
                     "messages resulted in 33018 tokens. Please reduce the length of the "
-                    "messages."), time=time))
+                    "messages.",
+                ),
+                time=time,
+            ),
+        )
         recovered = compactor.recover(session, policy=policy, time=time)
         compaction = f"overflow recovery: {recovered.status}"
-        recorded = Replayer(packer).record(session, policy=policy, model=DEMO_MODEL,
-                                           time=time)
+        recorded = Replayer(packer).record(session, policy=policy, model=DEMO_MODEL, time=time)
     packed = recorded.packed
-    fired = {s.name: s.events for s in packed.stages
-             if s.name in ("truncate", "summaries", "dedup", "prune", "trim")}
-    return PackedTurn(turn.turn, recorded.request_seq, packed.tokens, packed.pressure_before,
-                      packed.pressure, fired, compaction, packed.recovery)
+    fired = {
+        s.name: s.events
+        for s in packed.stages
+        if s.name in ("truncate", "summaries", "dedup", "prune", "trim")
+    }
+    return PackedTurn(
+        turn.turn,
+        recorded.request_seq,
+        packed.tokens,
+        packed.pressure_before,
+        packed.pressure,
+        fired,
+        compaction,
+        packed.recovery,
+    )
 
 
 def _seed_memories(memories: MemoryManager, time: int | None) -> None:
     """Memories a user of this project would have saved in earlier sessions."""
     if memories.memories():
         return
-    memories.save("Amounts are Decimal", "Money is always decimal.Decimal, never float; "
-                  "parse_amount handles thousands separators and parentheses.",
-                  memory_type="decision", time=time)
-    memories.save("Test command", "Run the suite with `pytest -q`; the fixtures live in "
-                  "tests/fixtures.", memory_type="project", time=time)
-    memories.save("Review style", "Prefers small commits with imperative messages and a "
-                  "short summary of what changed.", memory_type="user", retention="priority",
-                  pinned=True, time=time)
+    memories.save(
+        "Amounts are Decimal",
+        "Money is always decimal.Decimal, never float; "
+        "parse_amount handles thousands separators and parentheses.",
+        memory_type="decision",
+        time=time,
+    )
+    memories.save(
+        "Test command",
+        "Run the suite with `pytest -q`; the fixtures live in tests/fixtures.",
+        memory_type="project",
+        time=time,
+    )
+    memories.save(
+        "Review style",
+        "Prefers small commits with imperative messages and a short summary of what changed.",
+        memory_type="user",
+        retention="priority",
+        pinned=True,
+        time=time,
+    )
 
 
 def _turn_time(log: turnlog.Log, session: str) -> int | None:

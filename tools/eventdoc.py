@@ -26,8 +26,7 @@ from pathlib import Path
 from turnlog import Policy, events
 from turnlog.events import EVENT_KINDS as KINDS
 
-__all__ = ["BEGIN", "END", "MEANINGS", "main", "render_tables", "replace_tables",
-           "factory_fields"]
+__all__ = ["BEGIN", "END", "MEANINGS", "main", "render_tables", "replace_tables", "factory_fields"]
 
 BEGIN = "<!-- fields:begin -->"
 END = "<!-- fields:end -->"
@@ -35,22 +34,26 @@ END = "<!-- fields:end -->"
 #: ``Class.field`` -> what the field means.
 MEANINGS: dict[str, str] = {
     # envelope
-    "Event.session": ("Session (stream) id: 1 to 256 characters, no control characters; an "
-                      "append takes at most 256 UTF-8 bytes (see *Limits*)."),
+    "Event.session": (
+        "Session (stream) id: 1 to 256 characters, no control characters; an "
+        "append takes at most 256 UTF-8 bytes (see *Limits*)."
+    ),
     "Event.seq": "Position in the session, dense from 0.",
     "Event.body": "The payload: a map whose first key is `type` (the kind's tag).",
     "Event.time": "Caller-supplied time, microseconds since the Unix epoch (UTC). Data, never "
-                  "read from a clock by turnlog.",
-    "Event.key": ("Idempotency key, unique within the session: 1 to 256 characters and at "
-                  "most 254 UTF-8 bytes (see *Limits*)."),
+    "read from a clock by turnlog.",
+    "Event.key": (
+        "Idempotency key, unique within the session: 1 to 256 characters and at "
+        "most 254 UTF-8 bytes (see *Limits*)."
+    ),
     "Event.causation": "Id of what caused this event, e.g. the key of the assistant message "
-                       "a tool result answers.",
+    "a tool result answers.",
     "Event.meta": "Free-form JSON-like metadata (str keys, at most 32 levels deep); "
-                  "importers keep unknown source fields here.",
+    "importers keep unknown source fields here.",
     "Event.prev": "Hash of the previous event. Not part of the canonical bytes (always "
-                  "empty there); stored in the record header.",
+    "empty there); stored in the record header.",
     "Event.hash": "blake3 of `prev` followed by the canonical bytes. Not part of the "
-                  "canonical bytes; stored in the record header.",
+    "canonical bytes; stored in the record header.",
     # nested structs
     "BlobRef.hash": "blake3 hex digest of the blob's bytes.",
     "BlobRef.size": "The blob's length in bytes.",
@@ -59,27 +62,26 @@ MEANINGS: dict[str, str] = {
     "ReasoningPart.text": "Readable reasoning text.",
     "ReasoningPart.opaque": "Provider-encrypted reasoning or signature, sent back verbatim.",
     "ReasoningPart.provider": "Provider the opaque content belongs to.",
-    "ReasoningPart.id": "Provider's id of the reasoning item, when it must be sent back with "
-                        "it.",
+    "ReasoningPart.id": "Provider's id of the reasoning item, when it must be sent back with it.",
     "ToolCall.id": "The call id the tool result answers.",
     "ToolCall.name": "Tool name.",
     "ToolSpec.freeform": "True for a freeform (custom) tool, which takes raw text: "
-                         "`parameters` is then its input format (`{}`: any text). Added "
-                         "after 0.1.0; absent (false) in older events.",
+    "`parameters` is then its input format (`{}`: any text). Added "
+    "after 0.1.0; absent (false) in older events.",
     "ToolCall.freeform": "True for a freeform (custom) tool call, whose `arguments` is the "
-                         "raw text input rather than JSON (OpenAI custom tools, such as Codex's "
-                         "`apply_patch`); rendered per provider (docs/providers.md). Added after "
-                         "0.1.0; absent (false) in older events.",
+    "raw text input rather than JSON (OpenAI custom tools, such as Codex's "
+    "`apply_patch`); rendered per provider (docs/providers.md). Added after "
+    "0.1.0; absent (false) in older events.",
     "ToolCall.arguments": "Arguments as the JSON text the model produced (kept as text: it "
-                          "may be invalid JSON).",
+    "may be invalid JSON).",
     "ImagePart.media_type": "Media type of the image, e.g. `image/png`.",
     "NativePart.format": "The wire format that owns the item (`openai-responses`, "
-                         "`anthropic`); only that format renders it.",
+    "`anthropic`); only that format renders it.",
     "NativePart.item_type": "The item's type in that format (`compaction`).",
     "NativePart.data": "The item's JSON text exactly as the provider produced it, opaque "
-                       "content (`encrypted_content`) included; sent back unchanged.",
+    "content (`encrypted_content`) included; sent back unchanged.",
     "NativePart.text": "Its readable content when the provider gives one (an Anthropic "
-                       "compaction's summary), for display only.",
+    "compaction's summary), for display only.",
     "ImagePart.blob": "The image bytes, stored as a blob.",
     "ImagePart.url": "Where the image is, when it is referenced rather than stored.",
     "ToolSpec.name": "Tool name the model calls it by.",
@@ -90,7 +92,7 @@ MEANINGS: dict[str, str] = {
     "RecallHit.text": "Text that goes into the prompt.",
     "RecallHit.score": "The searcher's score, as text (exact, no float rounding).",
     "RecallHit.offset": "Character offset in the event's whole text (its blob's) where "
-                        "`text` starts; a large output is searched in chunks.",
+    "`text` starts; a large output is searched in chunks.",
     "Usage.input_tokens": "Prompt tokens billed.",
     "Usage.output_tokens": "Completion tokens billed.",
     "Usage.cache_read_tokens": "Prompt tokens read from the provider's cache.",
@@ -102,8 +104,8 @@ MEANINGS: dict[str, str] = {
     "UserMessageAdded.blob": "The whole text when it exceeded the log's blob threshold.",
     "UserMessageAdded.name": "Name of the speaker, for multi-user sessions.",
     "AssistantMessageAdded.parts": "Text, reasoning, tool calls, images and provider items "
-                                   "(`NativePart`), in order; several tool calls make "
-                                   "parallel calls.",
+    "(`NativePart`), in order; several tool calls make "
+    "parallel calls.",
     "AssistantMessageAdded.model": "Model that produced the message.",
     "AssistantMessageAdded.response_id": "Provider's id of the response.",
     "ToolResultAdded.call_id": "Id of the `tool_call` part this answers.",
@@ -120,11 +122,11 @@ MEANINGS: dict[str, str] = {
     "SystemSectionSet.position": "Sort key: sections are packed by position, then name.",
     "ToolsSet.tools": "The complete set of tools offered from here on.",
     "MemoryChanged.op": "`save` creates, `update` replaces fields, `forget` removes, "
-                        "`pin`/`unpin` protect from consolidation.",
+    "`pin`/`unpin` protect from consolidation.",
     "MemoryChanged.memory_id": "The memory's id.",
     "MemoryChanged.memory_type": "What the memory is about.",
     "MemoryChanged.retention": "How long it is kept: `priority` always, `durable` until "
-                               "forgotten, `working` briefly.",
+    "forgotten, `working` briefly.",
     "MemoryChanged.title": "Short title.",
     "MemoryChanged.content": "The memory text.",
     "MemoryChanged.expires_seq": "The memory lapses after this seq.",
@@ -136,10 +138,10 @@ MEANINGS: dict[str, str] = {
     "RecallAdded.hits": "The results that may reach the prompt.",
     "RecallAdded.searcher": "Which searcher produced them.",
     "CompactionCommitted.first_seq": "First seq of the summarized span (inclusive, in the "
-                                     "session's lineage).",
+    "session's lineage).",
     "CompactionCommitted.last_seq": "Last seq of the span (inclusive).",
     "CompactionCommitted.covered_digest": "blake3 over the concatenated 32-byte hashes of "
-                                          "the covered events.",
+    "the covered events.",
     "CompactionCommitted.summary": "The summary that replaces the span in prompts.",
     "CompactionCommitted.level": "0 summarizes events; higher levels roll up summaries.",
     "CompactionCommitted.children": "Seqs of the compaction events a roll-up covers.",
@@ -148,24 +150,24 @@ MEANINGS: dict[str, str] = {
     "CompactionCommitted.prompt_hash": "blake3 of the summarization prompt.",
     "CompactionCommitted.reason": "What triggered the compaction.",
     "CompactionCommitted.tokens_before": "Tokens of what the summary covers (level 0: the "
-                                         "whole text of the span, blob-stored outputs "
-                                         "included; a roll-up: its children's summaries).",
+    "whole text of the span, blob-stored outputs "
+    "included; a roll-up: its children's summaries).",
     "CompactionCommitted.tokens_after": "Tokens of the summary.",
     "CompactionCommitted.costs": "The cost estimate that justified it, as one line of text.",
     "CompactionCommitted.parts": "Seqs of the part summaries it merges (a span larger than "
-                                 "the summarizer's window).",
+    "the summarizer's window).",
     "CompactionPartSummarized.first_seq": "Position where the part's text starts (in the "
-                                          "session's lineage).",
+    "session's lineage).",
     "CompactionPartSummarized.last_seq": "Position where it ends.",
     "CompactionPartSummarized.summary": "The part's summary, which a merge reads.",
     "CompactionPartSummarized.part": "Its number among the parts of its level (from 1).",
     "CompactionPartSummarized.parts": "How many parts its level has.",
     "CompactionPartSummarized.first_offset": "Character of `first_seq`'s text where the part "
-                                             "starts.",
+    "starts.",
     "CompactionPartSummarized.last_offset": "Character of `last_seq`'s text where it ends "
-                                            "(exclusive).",
+    "(exclusive).",
     "CompactionPartSummarized.level": "0 summarizes transcript; higher levels merge the "
-                                      "parts in `children`.",
+    "parts in `children`.",
     "CompactionPartSummarized.children": "Seqs of the parts a merge part merges.",
     "CompactionPartSummarized.summarizer": "Summarizer that wrote it.",
     "CompactionPartSummarized.model": "Model the summarizer used.",
@@ -188,14 +190,14 @@ MEANINGS: dict[str, str] = {
     "RequestIssued.calibration": "Calibration ratio of the token counter, if any.",
     "RequestIssued.recovery": "Packed by the recovery path after an overflow error.",
     "RequestIssued.stages": "Comma-separated names of a custom packing pipeline (empty: the "
-                            "built-in one).",
+    "built-in one).",
     "RequestIssued.digests": "8-byte xxh3 digests of each prompt part, in prompt order, so a "
-                             "failed replay names the first part that differs.",
+    "failed replay names the first part that differs.",
     "RequestIssued.rendered_hash": "blake3 of the rendered provider request body.",
     "RequestIssued.render_args": "The renderer's parameters besides format and model, as "
-                                 "the adapter wrote them (canonical JSON for the built-in "
-                                 "renderers: max_tokens, extra, and the render version, "
-                                 "1 when absent), so replay can render again.",
+    "the adapter wrote them (canonical JSON for the built-in "
+    "renderers: max_tokens, extra, and the render version, "
+    "1 when absent), so replay can render again.",
     "ResponseReceived.request_seq": "Seq of the request this answers.",
     "ResponseReceived.usage": "Token usage as the provider reported it.",
     "ResponseReceived.stop_reason": "Provider's stop reason.",
@@ -209,41 +211,49 @@ MEANINGS: dict[str, str] = {
     "ProviderErrorReceived.overflow": "A context-length error: triggers the recovery path.",
     "PolicySet.policy": "The policy in force from here on.",
     "SessionForked.from_session": "Session this one continues.",
-    "SessionForked.from_seq": "Last event of the source that belongs to this session's "
-                              "history.",
+    "SessionForked.from_seq": "Last event of the source that belongs to this session's history.",
     "SessionForked.from_hash": "Hash of that event; also this event's `prev`.",
     "SessionRewound.to_seq": "Events after this seq (up to the rewind) leave the history "
-                             "view; -1 rewinds everything.",
+    "view; -1 rewinds everything.",
     "SessionRewound.reason": "Why.",
     "EventsPinned.seqs": "Seqs of earlier events.",
     "EventsPinned.pinned": "True pins (never pruned, trimmed or summarized away); false unpins.",
     "StateSaved.source": "The framework and the item (`langgraph.checkpoint`, "
-                         "`langgraph.writes`, `langgraph.hidden`).",
+    "`langgraph.writes`, `langgraph.hidden`).",
     "StateSaved.data": "The item described as JSON text (ids, versions, which blob holds "
-                       "which value).",
+    "which value).",
     "StateSaved.blobs": "The item's values, content-addressed (a value two states share is "
-                        "stored once); checked by `verify`.",
+    "stored once); checked by `verify`.",
     "ContentErased.seqs": "The erased events of this session, ascending.",
     "ContentErased.hashes": "Their stored hashes (hex), in the same order: what `verify` "
-                            "accepts for each stub.",
+    "accepts for each stub.",
     "ContentErased.reason": "Why (caller data).",
     "ContentErased.blobs": "Blobs deleted with them (no other event referred to them).",
     "EventErased.kind": "Tag of the erased payload.",
     "EventErased.by": "Seq of the `erasure` event that lists this one.",
     "EventErased.call_ids": "Tool-call ids of an erased assistant message, or the call id of "
-                            "an erased tool result (pairing, not content).",
+    "an erased tool result (pairing, not content).",
     "EventErased.tool_names": "Their tool names, in the same order.",
 }
 
-_NESTED = ("BlobRef", "TextPart", "ReasoningPart", "ToolCall", "ImagePart", "NativePart",
-           "ToolSpec",
-           "RecallHit", "Usage")
+_NESTED = (
+    "BlobRef",
+    "TextPart",
+    "ReasoningPart",
+    "ToolCall",
+    "ImagePart",
+    "NativePart",
+    "ToolSpec",
+    "RecallHit",
+    "Usage",
+)
 
 
 def _meta_text(meta: object) -> str:
     parts = []
     ge, le = getattr(meta, "ge", None), getattr(meta, "le", None)
     if ge is not None or le is not None:
+
         def bound(v: int | None) -> str:
             if v is None:
                 return ""
@@ -255,6 +265,7 @@ def _meta_text(meta: object) -> str:
                 if v == -(2**base):
                     return f"-2^{base}"
             return str(v)
+
         parts.append(f"{bound(ge)}..{bound(le)}")
     lo, hi = getattr(meta, "min_length", None), getattr(meta, "max_length", None)
     if lo is not None or hi is not None:
@@ -295,8 +306,13 @@ def _type_text(tp: object) -> str:
     if tp is typing.Any:
         return "any"
     if isinstance(tp, type):
-        return {"str": "str", "int": "int", "bool": "bool", "float": "float64",
-                "bytes": "bytes (bin)"}.get(tp.__name__, tp.__name__)
+        return {
+            "str": "str",
+            "int": "int",
+            "bool": "bool",
+            "float": "float64",
+            "bytes": "bytes (bin)",
+        }.get(tp.__name__, tp.__name__)
     return str(tp)
 
 
@@ -378,30 +394,55 @@ def _summary(cls: type) -> str:
 def render_tables() -> str:
     """The generated Markdown: envelope, payload kinds, nested structs, policy."""
     out: list[str] = []
-    out += ["### Event", "",
-            f"The envelope. {_entries(events.Event)} declared fields; `prev` and `hash` are "
-            "never part of the canonical bytes.", "", *_table(events.Event), ""]
+    out += [
+        "### Event",
+        "",
+        f"The envelope. {_entries(events.Event)} declared fields; `prev` and `hash` are "
+        "never part of the canonical bytes.",
+        "",
+        *_table(events.Event),
+        "",
+    ]
     out += ["## Payload kinds", ""]
     for tag, cls in KINDS.items():
-        out += [f"### `{tag}`: {cls.__name__}", "", _summary(cls), "",
-                f"Tag `{tag}`; {_entries(cls)} declared entries (fields + tag).", "",
-                *_table(cls), ""]
-    out += ["## Nested structs", "",
-            "Parts of an assistant message are tagged like payloads; the other nested "
-            "structs are untagged maps.", ""]
+        out += [
+            f"### `{tag}`: {cls.__name__}",
+            "",
+            _summary(cls),
+            "",
+            f"Tag `{tag}`; {_entries(cls)} declared entries (fields + tag).",
+            "",
+            *_table(cls),
+            "",
+        ]
+    out += [
+        "## Nested structs",
+        "",
+        "Parts of an assistant message are tagged like payloads; the other nested "
+        "structs are untagged maps.",
+        "",
+    ]
     for name in _NESTED:
         cls = getattr(events, name)
         tag = cls.__struct_config__.tag
         title = f"### `{tag}`: {name}" if tag else f"### {name}"
-        note = (f"Tag `{tag}`; {_entries(cls)} declared entries." if tag else
-                f"Untagged; {_entries(cls)} declared fields.")
+        note = (
+            f"Tag `{tag}`; {_entries(cls)} declared entries."
+            if tag
+            else f"Untagged; {_entries(cls)} declared fields."
+        )
         out += [title, "", _summary(cls), "", note, "", *_table(cls), ""]
-    out += ["### Policy", "",
-            f"The value of `PolicySet.policy`: {_entries(Policy)} declared fields, so its "
-            "map header is always map16. Fields equal to their defaults are omitted, except "
-            f"{', '.join(f'`{f}`' for f in factory_fields())}, which are always written. "
-            "What each field does is described in [packing.md](packing.md).", "",
-            *_table(Policy, meanings=False), ""]
+    out += [
+        "### Policy",
+        "",
+        f"The value of `PolicySet.policy`: {_entries(Policy)} declared fields, so its "
+        "map header is always map16. Fields equal to their defaults are omitted, except "
+        f"{', '.join(f'`{f}`' for f in factory_fields())}, which are always written. "
+        "What each field does is described in [packing.md](packing.md).",
+        "",
+        *_table(Policy, meanings=False),
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -426,8 +467,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         path.write_text(updated, encoding="utf-8")
         return 0
     if updated != text:
-        print(f"{path} is out of date; run python -m turnlog.tools.eventdoc --write {path}",
-              file=sys.stderr)
+        print(
+            f"{path} is out of date; run python -m turnlog.tools.eventdoc --write {path}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

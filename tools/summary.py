@@ -52,7 +52,7 @@ def head(text: str, width: int = 60) -> str:
     line = " ".join(line.split())
     more = len(line) > width or len([ln for ln in text.splitlines() if ln.strip()]) > 1
     if len(line) > width:
-        line = line[:width - 1]
+        line = line[: width - 1]
     return line + "…" if more else line
 
 
@@ -120,8 +120,7 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         texts = [p.text for p in body.parts if isinstance(p, TextPart) and p.text.strip()]
         calls = [p for p in body.parts if isinstance(p, ToolCall)]
         thinking = any(isinstance(p, ReasoningPart) for p in body.parts)
-        native = [f"({p.format} {p.item_type}) " for p in body.parts
-                  if isinstance(p, NativePart)]
+        native = [f"({p.format} {p.item_type}) " for p in body.parts if isinstance(p, NativePart)]
         text = head(texts[0], width // 2 if calls else width) if texts else ""
         out = "".join(native) + ("(thinking) " if thinking else "") + text
         if calls:
@@ -132,8 +131,10 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         status = "error" if body.is_error else "ok"
         if body.exit_code is not None:
             status += f" exit {body.exit_code}"
-        return (f"{body.tool_name} {status} {format_size(size)}{_blob(body.blob)}  "
-                f"{head(body.output, width // 2)}")
+        return (
+            f"{body.tool_name} {status} {format_size(size)}{_blob(body.blob)}  "
+            f"{head(body.output, width // 2)}"
+        )
     if isinstance(body, NotificationAdded):
         return f"[{body.source}] {head(body.text, width)}{_blob(body.blob)}"
     if isinstance(body, SystemSectionSet):
@@ -147,31 +148,43 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
     if isinstance(body, RecallAdded):
         return f"{len(body.hits)} hit(s) for {head(body.query, width)!r}"
     if isinstance(body, CompactionCommitted):
-        return (f"seq {body.first_seq}..{body.last_seq} level {body.level} ({body.reason}) "
-                f"{body.tokens_before}->{body.tokens_after} tokens: {head(body.summary, width)}")
+        return (
+            f"seq {body.first_seq}..{body.last_seq} level {body.level} ({body.reason}) "
+            f"{body.tokens_before}->{body.tokens_after} tokens: {head(body.summary, width)}"
+        )
     if isinstance(body, CompactionPartSummarized):
-        merged = f"merges {len(body.children)} parts" if body.level else (
-            f"seq {body.first_seq}:{body.first_offset}..{body.last_seq}:{body.last_offset}")
-        return (f"part {body.part}/{body.parts} level {body.level} {merged} "
-                f"{body.tokens_before}->{body.tokens_after} tokens: {head(body.summary, width)}")
+        merged = (
+            f"merges {len(body.children)} parts"
+            if body.level
+            else (f"seq {body.first_seq}:{body.first_offset}..{body.last_seq}:{body.last_offset}")
+        )
+        return (
+            f"part {body.part}/{body.parts} level {body.level} {merged} "
+            f"{body.tokens_before}->{body.tokens_after} tokens: {head(body.summary, width)}"
+        )
     if isinstance(body, CompactionFailed):
         return f"({body.reason}) {head(body.error, width)}"
     if isinstance(body, RequestIssued):
-        return (f"packed from seq {body.head_seq}, {body.tokens} tokens, {body.format}"
-                f"{' ' + body.model if body.model else ''}, prompt {body.prompt_hash[:12]}")
+        return (
+            f"packed from seq {body.head_seq}, {body.tokens} tokens, {body.format}"
+            f"{' ' + body.model if body.model else ''}, prompt {body.prompt_hash[:12]}"
+        )
     if isinstance(body, ResponseReceived):
         usage = body.usage
         request = f"request {body.request_seq}: " if body.request_seq is not None else ""
-        return (f"{request}in {usage.input_tokens} out {usage.output_tokens} cache "
-                f"{usage.cache_read_tokens}r/{usage.cache_write_tokens}w {body.stop_reason}"
-                ).rstrip()
+        return (
+            f"{request}in {usage.input_tokens} out {usage.output_tokens} cache "
+            f"{usage.cache_read_tokens}r/{usage.cache_write_tokens}w {body.stop_reason}"
+        ).rstrip()
     if isinstance(body, ProviderErrorReceived):
         status = f"{body.status} " if body.status is not None else ""
         flag = " [overflow]" if body.overflow else ""
         return f"{status}{body.code or body.error_type} {head(body.message, width)}{flag}"
     if isinstance(body, PolicySet):
-        return (f"policy {body.policy.hash[:12]} window {body.policy.context_window} "
-                f"tokenizer {body.policy.tokenizer}")
+        return (
+            f"policy {body.policy.hash[:12]} window {body.policy.context_window} "
+            f"tokenizer {body.policy.tokenizer}"
+        )
     if isinstance(body, SessionForked):
         return f"from {body.from_session}#{body.from_seq} ({body.from_hash[:12]})"
     if isinstance(body, SessionRewound):

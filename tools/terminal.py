@@ -19,8 +19,15 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["Column", "EscapingWriter", "cell", "make_console", "raw_stream", "print_table",
-           "visible"]
+__all__ = [
+    "Column",
+    "EscapingWriter",
+    "cell",
+    "make_console",
+    "raw_stream",
+    "print_table",
+    "visible",
+]
 
 _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _LINE_SEPARATORS = (0x2028, 0x2029)
@@ -30,9 +37,16 @@ def _escape(code: int) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-_TABLE = {code: _escape(code) for code in (
-    *(c for c in range(0x20) if c not in (0x09, 0x0A)), 0x7F, *range(0x80, 0xA0),
-    *_BIDI, *_LINE_SEPARATORS)}
+_TABLE = {
+    code: _escape(code)
+    for code in (
+        *(c for c in range(0x20) if c not in (0x09, 0x0A)),
+        0x7F,
+        *range(0x80, 0xA0),
+        *_BIDI,
+        *_LINE_SEPARATORS,
+    )
+}
 _ALL = {**_TABLE, 0x0A: "\\n"}
 
 
@@ -104,9 +118,15 @@ def make_console(stream: IO[str] | EscapingWriter) -> Console:
     is printed as given; no wrapping when the output is a pipe or a file."""
     raw = raw_stream(stream)
     tty = raw.isatty()
-    return Console(file=raw, markup=False, highlight=False, emoji=False,
-                   width=None if tty else 100_000, soft_wrap=not tty,
-                   color_system="auto" if tty else None)
+    return Console(
+        file=raw,
+        markup=False,
+        highlight=False,
+        emoji=False,
+        width=None if tty else 100_000,
+        soft_wrap=not tty,
+        color_system="auto" if tty else None,
+    )
 
 
 def cell(value: object, style: str = "") -> Text:
@@ -115,15 +135,22 @@ def cell(value: object, style: str = "") -> Text:
     return Text(visible(str(value), newlines=False), style=style)
 
 
-def print_table(console: Console, columns: Sequence[Column],
-                rows: Iterable[Sequence[object]]) -> None:
+def print_table(
+    console: Console, columns: Sequence[Column], rows: Iterable[Sequence[object]]
+) -> None:
     """Print rows under a header line, columns aligned (two spaces apart).
 
     Cells that are not `Text` go through `cell`. On a pipe the lines carry no
     trailing blanks, so the output stays easy to grep and to compare.
     """
-    table = Table(box=None, pad_edge=False, padding=(0, 2, 0, 0), show_edge=False,
-                  header_style="bold", collapse_padding=True)
+    table = Table(
+        box=None,
+        pad_edge=False,
+        padding=(0, 2, 0, 0),
+        show_edge=False,
+        header_style="bold",
+        collapse_padding=True,
+    )
     for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=not console.is_terminal)
     for row in rows:

@@ -62,7 +62,8 @@ NAME = "aider"
 _HEADER = "# aider chat started at "
 _TOKENS = re.compile(
     r"Tokens: ([\d.]+)(k?) sent(?:, ([\d.]+)(k?) cache write)?(?:, ([\d.]+)(k?) cache hit)?"
-    r", ([\d.]+)(k?) received")
+    r", ([\d.]+)(k?) received"
+)
 # Blank lines aider writes after / before each kind of block.
 _TRAILING = {"header": 1, "user": 0, "console": 0, "assistant": 1}
 _LEADING = {"header": 1, "user": 1, "console": 0, "assistant": 1}
@@ -85,7 +86,7 @@ def _kind(line: str) -> str:
 
 
 def _strip(line: str, prefix: str) -> str:
-    text = line[len(prefix):] if line.startswith(prefix) else line.lstrip(prefix.strip())
+    text = line[len(prefix) :] if line.startswith(prefix) else line.lstrip(prefix.strip())
     return text[:-2] if text.endswith("  ") else text
 
 
@@ -126,7 +127,7 @@ def _blocks(lines: list[str]) -> list[_Block]:
 
 
 def _text(block: _Block, lines: list[str]) -> str:
-    content = lines[block.start:block.end]
+    content = lines[block.start : block.end]
     if block.kind == "user":
         text = "\n".join(_strip(line, "#### ") for line in content)
         return "" if text == "<blank>" else text
@@ -163,8 +164,12 @@ def _tokens(text: str) -> Usage | None:
         except ValueError:
             return 0
 
-    return Usage(input_tokens=count(g[0], g[1]), cache_write_tokens=count(g[2], g[3]),
-                 cache_read_tokens=count(g[4], g[5]), output_tokens=count(g[6], g[7]))
+    return Usage(
+        input_tokens=count(g[0], g[1]),
+        cache_write_tokens=count(g[2], g[3]),
+        cache_read_tokens=count(g[4], g[5]),
+        output_tokens=count(g[6], g[7]),
+    )
 
 
 def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
@@ -203,21 +208,21 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
 
 def _started(text: str, time: int | None) -> str:
     """The header's time as aider writes it (the file's own text when unreadable)."""
-    return format_time(time, naive=True, places=0).replace("T", " ") if time is not None \
-        else text
+    return format_time(time, naive=True, places=0).replace("T", " ") if time is not None else text
 
 
 def _session(lines: list[str], offset: int, names: set[str]) -> Plan:
     blocks = _blocks(lines)
     header = blocks[0] if blocks and blocks[0].kind == "header" else None
-    stamp = lines[header.start][len(_HEADER):].strip() if header else ""
+    stamp = lines[header.start][len(_HEADER) :].strip() if header else ""
     where = f"line {offset + (header.start if header else 0) + 1}"
     try:
         time = parse_time(stamp.replace(" ", "T"), where, "header") if stamp else None
     except BadRecord:
         time = None
-    name = "aider-" + session_slug(stamp.replace(" ", "T").replace(":", "-") if stamp
-                                   else "session")
+    name = "aider-" + session_slug(
+        stamp.replace(" ", "T").replace(":", "-") if stamp else "session"
+    )
     while name in names:
         name += "+"
     names.add(name)
@@ -227,18 +232,18 @@ def _session(lines: list[str], offset: int, names: set[str]) -> Plan:
     previous: str | None = None
     cursor = 0
     if header is not None:
-        head_text = "\n".join(lines[:header.end]) + "\n"
+        head_text = "\n".join(lines[: header.end]) + "\n"
         if head_text != _render("header", _started(stamp, time), None):
             first_meta["header_text"] = head_text
         cursor = header.end
         previous = "header"
     elif blocks and blocks[0].start > 0:
-        first_meta["preamble"] = "\n".join(lines[:blocks[0].start]) + "\n"
+        first_meta["preamble"] = "\n".join(lines[: blocks[0].start]) + "\n"
         cursor = blocks[0].start
     for block in blocks:
         if block is header:
             continue
-        region = "\n".join(lines[cursor:block.end]) + "\n"
+        region = "\n".join(lines[cursor : block.end]) + "\n"
         cursor = block.end
         text = _text(block, lines)
         key = f"ad:{block.start - (header.start if header else 0)}"
@@ -256,17 +261,24 @@ def _session(lines: list[str], offset: int, names: set[str]) -> Plan:
         plan.entries.append(Entry(body, key, time, sink.attach(meta), at))
         usage = _tokens(text) if block.kind == "console" else None
         if usage is not None:
-            plan.entries.append(Entry(ResponseReceived(usage=usage), f"{key}:usage", time,
-                                      {"derived": True}, at))
+            plan.entries.append(
+                Entry(ResponseReceived(usage=usage), f"{key}:usage", time, {"derived": True}, at)
+            )
         previous = block.kind
     tail = "\n".join(lines[cursor:]) + "\n" if cursor < len(lines) else ""
     if plan.entries:
         if tail != "\n" * _TRAILING.get(previous or "", 0):
             plan.entries[-1].meta["tail_text"] = tail
     elif header is not None:
-        plan.entries.append(Entry(SystemSectionSet(name="aider.records", text=""),
-                                  "ad:empty", time, {"carrier": True, **first_meta,
-                                                     "tail_text": tail}, where))
+        plan.entries.append(
+            Entry(
+                SystemSectionSet(name="aider.records", text=""),
+                "ad:empty",
+                time,
+                {"carrier": True, **first_meta, "tail_text": tail},
+                where,
+            )
+        )
     return plan
 
 

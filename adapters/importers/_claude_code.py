@@ -148,8 +148,11 @@ class _Rec:
 
 
 # -- reading ------------------------------------------------------------------------------
-def _read(data: bytes, source: str, skip_bad: bool,
-          ) -> tuple[list[_Rec], list[_Rec], list[SkippedRecord]]:
+def _read(
+    data: bytes,
+    source: str,
+    skip_bad: bool,
+) -> tuple[list[_Rec], list[_Rec], list[SkippedRecord]]:
     """The valid records, the records left out (kept verbatim), and why they were."""
     lines = data.split(b"\n")
     records: list[_Rec] = []
@@ -160,7 +163,7 @@ def _read(data: bytes, source: str, skip_bad: bool,
         if not skip_bad:
             raise bad
         skipped.append(SkippedRecord(source, bad.where, bad.field, bad.reason))
-        text = b"\n".join(lines[number - 1:number]).rstrip(b"\r")
+        text = b"\n".join(lines[number - 1 : number]).rstrip(b"\r")
         dropped.append(_Rec(number, {}, text.decode("utf-8", errors="replace")))
 
     number = 0
@@ -180,8 +183,10 @@ def _read(data: bytes, source: str, skip_bad: bool,
             obj, used = joined
             number += used
         if not isinstance(obj, dict):
-            drop(start, BadRecord(f"line {start}", "",
-                                  f"expected a JSON object, found {kind_of(obj)}"))
+            drop(
+                start,
+                BadRecord(f"line {start}", "", f"expected a JSON object, found {kind_of(obj)}"),
+            )
             continue
         rec = _Rec(start, obj)
         try:
@@ -240,8 +245,7 @@ def _check(rec: _Rec) -> None:
     for i, block in enumerate(blocks):
         path = f"message.content[{i}]"
         if not isinstance(block, dict):
-            raise BadRecord(where, path, f"expected a content block object, found "
-                                         f"{kind_of(block)}")
+            raise BadRecord(where, path, f"expected a content block object, found {kind_of(block)}")
         btype = get_str(block, "type", where, f"{path}.type")
         if btype == "text":
             get_str(block, "text", where, f"{path}.text")
@@ -256,8 +260,11 @@ def _check(rec: _Rec) -> None:
                 raise BadRecord(where, f"{path}.tool_use_id", "expected a non-empty id")
             inner = block.get("content")
             if inner is not None and not isinstance(inner, (str, list)):
-                raise BadRecord(where, f"{path}.content", f"expected a string or a list of "
-                                f"blocks, found {kind_of(inner)}")
+                raise BadRecord(
+                    where,
+                    f"{path}.content",
+                    f"expected a string or a list of blocks, found {kind_of(inner)}",
+                )
             get_bool(block, "is_error", where, f"{path}.is_error")
         elif btype == "image":
             get_dict(block, "source", where, f"{path}.source")
@@ -306,8 +313,11 @@ class _Tree:
         while node is not None and node in inside and node not in line:
             line.add(node)
             node = self.parent[node]
-        messages = {self.by_uuid[u].message_id for u in line if u is not None
-                    and self.by_uuid[u].type == "assistant"} - {""}
+        messages = {
+            self.by_uuid[u].message_id
+            for u in line
+            if u is not None and self.by_uuid[u].type == "assistant"
+        } - {""}
         calls = {call for u in line if u is not None for call in _call_ids(self.by_uuid[u])}
         changed = True
         while changed:
@@ -350,8 +360,11 @@ def _call_ids(rec: _Rec) -> set[str]:
     content = rec.message.get("content")
     if not isinstance(content, list):
         return set()
-    return {b["id"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use"
-            and isinstance(b.get("id"), str)}
+    return {
+        b["id"]
+        for b in content
+        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str)
+    }
 
 
 def _result_ids(rec: _Rec) -> set[str]:
@@ -387,18 +400,24 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
                 if isinstance(block, dict) and block.get("type") == "tool_use":
                     ctx.tools.setdefault(str(block["id"]), str(block.get("name", "")))
     tree = _Tree(records)
-    session = session_slug(next((str(r.obj["sessionId"]) for r in records
-                                 if isinstance(r.obj.get("sessionId"), str)), Path(source).stem))
+    session = session_slug(
+        next(
+            (str(r.obj["sessionId"]) for r in records if isinstance(r.obj.get("sessionId"), str)),
+            Path(source).stem,
+        )
+    )
     main_nodes = [r for r in tree.nodes if not r.sidechain]
     side_nodes = [r for r in tree.nodes if r.sidechain]
     plans: list[Plan] = []
-    agent = session_slug(next((str(r.obj["agentId"]) for r in records
-                               if isinstance(r.obj.get("agentId"), str)), ""))
+    agent = session_slug(
+        next((str(r.obj["agentId"]) for r in records if isinstance(r.obj.get("agentId"), str)), "")
+    )
     if not main_nodes and side_nodes:
         # A subagent file: its sidechain is the file's conversation.
         main_nodes, side_nodes = side_nodes, []
-        name = f"{session}/agent-{agent}" if agent else \
-            f"{session}/{session_slug(Path(source).stem)}"
+        name = (
+            f"{session}/agent-{agent}" if agent else f"{session}/{session_slug(Path(source).stem)}"
+        )
         main = Plan(natural=name)
         main.parent = {"session": session, "kind": "subagent", "agent_id": agent}
     else:
@@ -409,12 +428,18 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     main.entries = _line_plans(tree, main_nodes, loose, ctx, plans, 0, session)
     for group in tree.subtrees(side_nodes):
         root = group[0]
-        suffix = session_slug(f"agent-{root.obj['agentId']}"
-                              if isinstance(root.obj.get("agentId"), str)
-                              else f"sidechain-{(root.uuid or '')[:8]}")
+        suffix = session_slug(
+            f"agent-{root.obj['agentId']}"
+            if isinstance(root.obj.get("agentId"), str)
+            else f"sidechain-{(root.uuid or '')[:8]}"
+        )
         child = Plan(natural=f"{session}/{suffix}", suffix=suffix)
-        child.parent = {"plan": 0, "inline": True, "kind": "sidechain",
-                        **_spawning_call(root, records)}
+        child.parent = {
+            "plan": 0,
+            "inline": True,
+            "kind": "sidechain",
+            **_spawning_call(root, records),
+        }
         plans.append(child)
         child.entries = _line_plans(tree, group, [], ctx, plans, len(plans) - 1, session)
     return Parsed(format=NAME, plans=plans, skipped=skipped, blobs=ctx.blobs)
@@ -430,14 +455,25 @@ def _spawning_call(root: _Rec, records: list[_Rec]) -> Obj:
         if rec.line >= root.line or rec.type != "assistant" or rec.sidechain:
             continue
         for block in rec.message.get("content") or ():
-            if isinstance(block, dict) and block.get("type") == "tool_use" and \
-                    isinstance(block.get("input"), dict) and block["input"].get("prompt") == prompt:
+            if (
+                isinstance(block, dict)
+                and block.get("type") == "tool_use"
+                and isinstance(block.get("input"), dict)
+                and block["input"].get("prompt") == prompt
+            ):
                 return {"call_id": block["id"]}
     return {}
 
 
-def _line_plans(tree: _Tree, members: list[_Rec], loose: list[_Rec], ctx: _Context,
-                plans: list[Plan], index: int, session: str) -> list[Entry | CompactionEntry]:
+def _line_plans(
+    tree: _Tree,
+    members: list[_Rec],
+    loose: list[_Rec],
+    ctx: _Context,
+    plans: list[Plan],
+    index: int,
+    session: str,
+) -> list[Entry | CompactionEntry]:
     """Entries of the main line of ``members`` (plus ``loose`` records, by file
     order); appends a plan per dead branch: a fork after the entry holding the
     branch point, or a linked session when no entry precedes it."""
@@ -487,9 +523,12 @@ class _Converter:
                     self.holder[uid] = self.entries[-1].key
         self._close_boundary()
         last = items[-1] if items else None
-        self.sink.finish(self.entries, key="cc:records",
-                         time=parse_time(last.obj.get("timestamp"), last.where, "timestamp")
-                         if last else None, where=last.where if last else "file")
+        self.sink.finish(
+            self.entries,
+            key="cc:records",
+            time=parse_time(last.obj.get("timestamp"), last.where, "timestamp") if last else None,
+            where=last.where if last else "file",
+        )
         return self.entries
 
     # -- dispatch ---------------------------------------------------------------------
@@ -511,13 +550,16 @@ class _Converter:
             self._close_boundary()
             self.boundary = rec
         elif kind == "system" and obj.get("subtype") == "api_error":
-            self._emit(rec, _api_error(obj, str(obj.get("content") or "")), f"cc:{rec.uuid}",
-                       {"line": rec.line, "raw": obj})
+            self._emit(
+                rec,
+                _api_error(obj, str(obj.get("content") or "")),
+                f"cc:{rec.uuid}",
+                {"line": rec.line, "raw": obj},
+            )
         else:
             self.sink.hold({"line": rec.line, "record": obj})
 
-    def _emit(self, rec: _Rec, body: Body, key: str, meta: Obj,
-              time: int | None = None) -> None:
+    def _emit(self, rec: _Rec, body: Body, key: str, meta: Obj, time: int | None = None) -> None:
         if time is None:
             time = parse_time(rec.obj.get("timestamp"), rec.where, "timestamp")
         self.entries.append(Entry(body, key, time, self.sink.attach(meta), rec.where))
@@ -571,8 +613,13 @@ class _Converter:
             output = content or ""
             rest.pop("content", None)
         else:
-            texts = [b.get("text") for b in content if isinstance(b, dict)
-                     and b.get("type") == "text" and isinstance(b.get("text"), str)]
+            texts = [
+                b.get("text")
+                for b in content
+                if isinstance(b, dict)
+                and b.get("type") == "text"
+                and isinstance(b.get("text"), str)
+            ]
             output = "\n".join(str(t) for t in texts)
             if len(content) == 1 and len(texts) == 1:
                 rest["content"] = [without(content[0], "text")]
@@ -584,8 +631,13 @@ class _Converter:
             found = _EXIT.match(output)
             if found and len(found.group(1)) < 18:
                 exit_code = int(found.group(1))
-        body = ToolResultAdded(call_id=call, tool_name=self.ctx.tools.get(call, ""),
-                               output=output, is_error=error, exit_code=exit_code)
+        body = ToolResultAdded(
+            call_id=call,
+            tool_name=self.ctx.tools.get(call, ""),
+            output=output,
+            is_error=error,
+            exit_code=exit_code,
+        )
         return body, rest
 
     def _image(self, block: Obj) -> tuple[ImagePart | None, Obj]:
@@ -638,13 +690,13 @@ class _Converter:
             at, usage_at = self.merged[mid]
             entry = self.entries[at]
             assert isinstance(entry, Entry) and isinstance(entry.body, AssistantMessageAdded)
-            entry.body = msgspec.structs.replace(entry.body,
-                                                 parts=entry.body.parts + tuple(parts))
+            entry.body = msgspec.structs.replace(entry.body, parts=entry.body.parts + tuple(parts))
             entry.meta["records"].append(residual)
             self._usage(rec, mid, usage_at)
             return
-        body = AssistantMessageAdded(parts=tuple(parts), model=str(message.get("model") or ""),
-                                     response_id=mid[:256])
+        body = AssistantMessageAdded(
+            parts=tuple(parts), model=str(message.get("model") or ""), response_id=mid[:256]
+        )
         self._emit(rec, body, f"cc:{rec.uuid}", {"line": rec.line, "records": [residual]})
         at = len(self.entries) - 1
         if obj.get("isApiErrorMessage") is True:
@@ -664,28 +716,40 @@ class _Converter:
         if btype == "thinking":
             signature = block.get("signature")
             if isinstance(signature, str) and signature:
-                return (ReasoningPart(text=block["thinking"], opaque=signature,
-                                      provider="anthropic"),
-                        without(block, "thinking", "signature"))
-            return (ReasoningPart(text=block["thinking"], provider="anthropic"),
-                    without(block, "thinking"))
+                return (
+                    ReasoningPart(text=block["thinking"], opaque=signature, provider="anthropic"),
+                    without(block, "thinking", "signature"),
+                )
+            return (
+                ReasoningPart(text=block["thinking"], provider="anthropic"),
+                without(block, "thinking"),
+            )
         if btype == "redacted_thinking" and isinstance(block.get("data"), str):
-            return (ReasoningPart(opaque=block["data"], provider="anthropic-redacted"),
-                    without(block, "data"))
+            return (
+                ReasoningPart(opaque=block["data"], provider="anthropic-redacted"),
+                without(block, "data"),
+            )
         if btype == "tool_use":
             arguments = dumps(block.get("input")) if "input" in block else "{}"
-            return (ToolCall(id=str(block["id"]), name=str(block["name"]), arguments=arguments),
-                    without(block, "id", "name", "input"))
+            return (
+                ToolCall(id=str(block["id"]), name=str(block["name"]), arguments=arguments),
+                without(block, "id", "name", "input"),
+            )
         if btype == "image":
             image, rest = self._image(block)
             return image, rest
         if btype == "compaction":
             # the API's own compaction: kept whole, sent back to Anthropic unchanged
             summary = block.get("content")
-            return (NativePart(format="anthropic", item_type="compaction",
-                               data=msgspec.json.encode(block).decode(),
-                               text=summary if isinstance(summary, str) else ""),
-                    {"type": "compaction"})
+            return (
+                NativePart(
+                    format="anthropic",
+                    item_type="compaction",
+                    data=msgspec.json.encode(block).decode(),
+                    text=summary if isinstance(summary, str) else "",
+                ),
+                {"type": "compaction"},
+            )
         return None, block
 
     def _usage(self, rec: _Rec, mid: str, at: int | None) -> int | None:
@@ -693,9 +757,12 @@ class _Converter:
         if not isinstance(usage, dict):
             return at
         message = rec.message
-        body = ResponseReceived(usage=_usage(usage), stop_reason=str(
-            message.get("stop_reason") or ""), model=str(message.get("model") or ""),
-            response_id=mid[:256])
+        body = ResponseReceived(
+            usage=_usage(usage),
+            stop_reason=str(message.get("stop_reason") or ""),
+            model=str(message.get("model") or ""),
+            response_id=mid[:256],
+        )
         time = parse_time(rec.obj.get("timestamp"), rec.where, "timestamp")
         if at is not None:
             entry = self.entries[at]
@@ -722,8 +789,11 @@ class _Converter:
             summary = content
             del message["content"]
         else:
-            summary = "\n".join(str(b.get("text")) for b in content or ()
-                                if isinstance(b, dict) and isinstance(b.get("text"), str))
+            summary = "\n".join(
+                str(b.get("text"))
+                for b in content or ()
+                if isinstance(b, dict) and isinstance(b.get("text"), str)
+            )
         meta: Obj = {"line": rec.line, "raw": raw}
         boundary = self.boundary
         self.boundary = None
@@ -731,10 +801,18 @@ class _Converter:
         if boundary is not None:
             meta["boundary"] = {"line": boundary.line, "record": boundary.obj}
             before, after = _compact_tokens(boundary.obj)
-        self.entries.append(CompactionEntry(
-            key=f"cc:{rec.uuid}", time=parse_time(obj.get("timestamp"), rec.where, "timestamp"),
-            meta=self.sink.attach(meta), where=rec.where, summary=summary,
-            summarizer=_SUMMARIZER, tokens_before=before, tokens_after=after))
+        self.entries.append(
+            CompactionEntry(
+                key=f"cc:{rec.uuid}",
+                time=parse_time(obj.get("timestamp"), rec.where, "timestamp"),
+                meta=self.sink.attach(meta),
+                where=rec.where,
+                summary=summary,
+                summarizer=_SUMMARIZER,
+                tokens_before=before,
+                tokens_after=after,
+            )
+        )
 
     def _close_boundary(self) -> None:
         """A boundary not followed by its summary record: a compaction with the
@@ -744,13 +822,20 @@ class _Converter:
             return
         self.boundary = None
         before, after = _compact_tokens(boundary.obj)
-        self.entries.append(CompactionEntry(
-            key=f"cc:{boundary.uuid}",
-            time=parse_time(boundary.obj.get("timestamp"), boundary.where, "timestamp"),
-            meta=self.sink.attach({"boundary": {"line": boundary.line,
-                                                "record": boundary.obj}}),
-            where=boundary.where, summary=str(boundary.obj.get("content") or ""),
-            summarizer=_SUMMARIZER, tokens_before=before, tokens_after=after))
+        self.entries.append(
+            CompactionEntry(
+                key=f"cc:{boundary.uuid}",
+                time=parse_time(boundary.obj.get("timestamp"), boundary.where, "timestamp"),
+                meta=self.sink.attach(
+                    {"boundary": {"line": boundary.line, "record": boundary.obj}}
+                ),
+                where=boundary.where,
+                summary=str(boundary.obj.get("content") or ""),
+                summarizer=_SUMMARIZER,
+                tokens_before=before,
+                tokens_after=after,
+            )
+        )
 
 
 def _user_text(text: str, notify: bool) -> Body:
@@ -759,13 +844,13 @@ def _user_text(text: str, notify: bool) -> Body:
     return UserMessageAdded(text=text)
 
 
-
-
 def _usage(usage: Obj) -> Usage:
-    return Usage(input_tokens=count_of(usage.get("input_tokens")),
-                 output_tokens=count_of(usage.get("output_tokens")),
-                 cache_read_tokens=count_of(usage.get("cache_read_input_tokens")),
-                 cache_write_tokens=count_of(usage.get("cache_creation_input_tokens")))
+    return Usage(
+        input_tokens=count_of(usage.get("input_tokens")),
+        output_tokens=count_of(usage.get("output_tokens")),
+        cache_read_tokens=count_of(usage.get("cache_read_input_tokens")),
+        cache_write_tokens=count_of(usage.get("cache_creation_input_tokens")),
+    )
 
 
 def _compact_tokens(boundary: Obj) -> tuple[int, int]:
@@ -788,11 +873,13 @@ def _api_error(obj: Obj, text: str) -> ProviderErrorReceived:
     error_type = detail.get("type") or inner.get("type") or ""
     low = message.lower()
     return ProviderErrorReceived(
-        status=status if isinstance(status, int) and not isinstance(status, bool)
-        and abs(status) < 2**62 else None,
-        error_type=str(error_type)[:1024], message=message,
-        overflow="prompt is too long" in low or "context window" in low
-        or "context length" in low)
+        status=status
+        if isinstance(status, int) and not isinstance(status, bool) and abs(status) < 2**62
+        else None,
+        error_type=str(error_type)[:1024],
+        message=message,
+        overflow="prompt is too long" in low or "context window" in low or "context length" in low,
+    )
 
 
 # -- subagent files -----------------------------------------------------------------------
@@ -859,8 +946,11 @@ class _Restorer:
         return _records(group, self.view, self.native)
 
 
-def _records(group: list[Event], view: ExportSession, state: _Native,
-             ) -> list[tuple[object, Obj]]:
+def _records(
+    group: list[Event],
+    view: ExportSession,
+    state: _Native,
+) -> list[tuple[object, Obj]]:
     event = group[0]
     meta = event.meta
     body = event.body
@@ -876,7 +966,6 @@ def _records(group: list[Event], view: ExportSession, state: _Native,
             return [(meta.get("line"), raw)]
         return [(meta.get("line"), _user_record(raw, [e.body for e in group], view))]
     return state.records(group, view)
-
 
 
 def _user_record(raw: Obj, bodies: list[Body], view: ExportSession) -> Obj:
@@ -909,8 +998,13 @@ def _result_block(rest: Obj, body: ToolResultAdded) -> Obj:
     content = rest.get("content")
     if content is None:
         block["content"] = body.output
-    elif isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) \
-            and content[0].get("type") == "text" and "text" not in content[0]:
+    elif (
+        isinstance(content, list)
+        and len(content) == 1
+        and isinstance(content[0], dict)
+        and content[0].get("type") == "text"
+        and "text" not in content[0]
+    ):
         block["content"] = [{**content[0], "text": body.output}]
     if body.is_error:
         block["is_error"] = True
@@ -921,7 +1015,8 @@ def _image_slot(block: Obj) -> bool:
     source = block.get("source")
     return isinstance(source, dict) and (
         (source.get("type") == "base64" and "data" not in source)
-        or (source.get("type") == "url" and "url" not in source))
+        or (source.get("type") == "url" and "url" not in source)
+    )
 
 
 def _image_block(rest: Obj, image: ImagePart, view: ExportSession) -> Obj:
@@ -933,8 +1028,9 @@ def _image_block(rest: Obj, image: ImagePart, view: ExportSession) -> Obj:
     return {**rest, "source": source}
 
 
-def _assistant_records(body: AssistantMessageAdded, residuals: list[Obj],
-                       view: ExportSession) -> list[tuple[object, Obj]]:
+def _assistant_records(
+    body: AssistantMessageAdded, residuals: list[Obj], view: ExportSession
+) -> list[tuple[object, Obj]]:
     parts = list(body.parts)
     out: list[tuple[object, Obj]] = []
     for residual in residuals:
@@ -954,12 +1050,14 @@ def _assistant_records(body: AssistantMessageAdded, residuals: list[Obj],
 
 def _part_slot(block: Obj) -> bool:
     btype = block.get("type")
-    return ((btype == "text" and "text" not in block)
-            or (btype == "thinking" and "thinking" not in block)
-            or (btype == "redacted_thinking" and "data" not in block)
-            or (btype == "tool_use" and "id" not in block)
-            or (btype == "image" and _image_slot(block))
-            or (btype == "compaction" and block == {"type": "compaction"}))
+    return (
+        (btype == "text" and "text" not in block)
+        or (btype == "thinking" and "thinking" not in block)
+        or (btype == "redacted_thinking" and "data" not in block)
+        or (btype == "tool_use" and "id" not in block)
+        or (btype == "image" and _image_slot(block))
+        or (btype == "compaction" and block == {"type": "compaction"})
+    )
 
 
 def _part_block(rest: Obj, part: Part, view: ExportSession) -> Obj:
@@ -980,8 +1078,11 @@ def _part_block(rest: Obj, part: Part, view: ExportSession) -> Obj:
         if part.format == "anthropic":
             kept: Obj = msgspec.json.decode(part.data)
             return kept
-        return {"type": "text", "text": f"[{part.format} {part.item_type} item: opaque to "
-                                        "this format, kept in the turnlog session]"}
+        return {
+            "type": "text",
+            "text": f"[{part.format} {part.item_type} item: opaque to "
+            "this format, kept in the turnlog session]",
+        }
     return rest
 
 
@@ -1020,9 +1121,15 @@ class _Native:
 
     def _base(self, event: Event, kind: str, salt: str = "") -> Obj:
         uid = self._uuid(event, salt)
-        record: Obj = {"parentUuid": self.previous, "isSidechain": self.session != self.main,
-                       "userType": "external", "sessionId": self.main, "type": kind,
-                       "uuid": uid, "timestamp": format_time(event.time)}
+        record: Obj = {
+            "parentUuid": self.previous,
+            "isSidechain": self.session != self.main,
+            "userType": "external",
+            "sessionId": self.main,
+            "type": kind,
+            "uuid": uid,
+            "timestamp": format_time(event.time),
+        }
         self.previous = uid
         return record
 
@@ -1035,10 +1142,19 @@ class _Native:
                 content: Any = body.text
                 if body.images:
                     content = ([{"type": "text", "text": body.text}] if body.text else []) + [
-                        _image_block({"type": "image", "source": {
-                            "type": "base64" if image.blob else "url",
-                            "media_type": image.media_type}}, image, view)
-                        for image in body.images]
+                        _image_block(
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64" if image.blob else "url",
+                                    "media_type": image.media_type,
+                                },
+                            },
+                            image,
+                            view,
+                        )
+                        for image in body.images
+                    ]
                 record["message"] = {"role": "user", "content": content}
             elif isinstance(body, NotificationAdded):
                 record = self._base(event, "user")
@@ -1046,34 +1162,47 @@ class _Native:
                 record["message"] = {"role": "user", "content": body.text}
             elif isinstance(body, AssistantMessageAdded):
                 record = self._base(event, "assistant")
-                blocks = [_part_block({"type": _BLOCK_TYPE[type(p)]}, p, view)
-                          for p in body.parts]
+                blocks = [_part_block({"type": _BLOCK_TYPE[type(p)]}, p, view) for p in body.parts]
                 for part in blocks:
                     if part["type"] == "image":
-                        part["source"] = {"type": "base64", "media_type": "image/png",
-                                          **part.get("source", {})}
-                record["message"] = {"id": body.response_id or f"msg_{record['uuid']}",
-                                     "type": "message", "role": "assistant",
-                                     "model": body.model, "content": blocks}
+                        part["source"] = {
+                            "type": "base64",
+                            "media_type": "image/png",
+                            **part.get("source", {}),
+                        }
+                record["message"] = {
+                    "id": body.response_id or f"msg_{record['uuid']}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.model,
+                    "content": blocks,
+                }
                 self.last_assistant = record
             elif isinstance(body, ToolResultAdded):
                 record = self._base(event, "user")
-                block: Obj = {"tool_use_id": body.call_id, "type": "tool_result",
-                              "content": body.output}
+                block: Obj = {
+                    "tool_use_id": body.call_id,
+                    "type": "tool_result",
+                    "content": body.output,
+                }
                 if body.is_error:
                     block["is_error"] = True
                 record["message"] = {"role": "user", "content": [block]}
             elif isinstance(body, ProviderErrorReceived):
                 record = self._base(event, "system")
-                record.update(subtype="api_error", level="error",
-                              error={"status": body.status, "message": body.message})
+                record.update(
+                    subtype="api_error",
+                    level="error",
+                    error={"status": body.status, "message": body.message},
+                )
             elif isinstance(body, ResponseReceived) and self.last_assistant is not None:
                 message = self.last_assistant["message"]
                 message["usage"] = {
                     "input_tokens": body.usage.input_tokens,
                     "output_tokens": body.usage.output_tokens,
                     "cache_read_input_tokens": body.usage.cache_read_tokens,
-                    "cache_creation_input_tokens": body.usage.cache_write_tokens}
+                    "cache_creation_input_tokens": body.usage.cache_write_tokens,
+                }
                 message["stop_reason"] = body.stop_reason or None
                 continue
             elif isinstance(body, CompactionCommitted):
@@ -1087,20 +1216,32 @@ class _Native:
     def compaction(self, event: Event, summary: str) -> list[tuple[object, Obj]]:
         before = self.previous
         boundary = self._base(event, "system", "boundary")
-        boundary.update(parentUuid=None, logicalParentUuid=before, subtype="compact_boundary",
-                        content="Conversation compacted", level="info")
+        boundary.update(
+            parentUuid=None,
+            logicalParentUuid=before,
+            subtype="compact_boundary",
+            content="Conversation compacted",
+            level="info",
+        )
         body = event.body
         if isinstance(body, CompactionCommitted):
             boundary["compactMetadata"] = {"trigger": "auto", "preTokens": body.tokens_before}
         record = self._base(event, "user")
-        record.update(isCompactSummary=True, isVisibleInTranscriptOnly=True,
-                      message={"role": "user", "content": summary})
+        record.update(
+            isCompactSummary=True,
+            isVisibleInTranscriptOnly=True,
+            message={"role": "user", "content": summary},
+        )
         return [(None, boundary), (None, record)]
 
 
-_BLOCK_TYPE: dict[type[Any], str] = {TextPart: "text", ReasoningPart: "thinking",
-                                     ToolCall: "tool_use", ImagePart: "image",
-                                     NativePart: "compaction"}
+_BLOCK_TYPE: dict[type[Any], str] = {
+    TextPart: "text",
+    ReasoningPart: "thinking",
+    ToolCall: "tool_use",
+    ImagePart: "image",
+    NativePart: "compaction",
+}
 
 
 #: This module's transcript format, as the registry (`_transcripts._REGISTRY`) lists it.

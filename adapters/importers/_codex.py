@@ -137,9 +137,11 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     if not session:
         stem = Path(source).stem
         session = stem[-36:] if stem.startswith("rollout-") and len(stem) > 36 else stem
-    return Parsed(format=NAME, plans=[Plan(natural=session_slug(session),
-                                           entries=state.entries)],
-                  skipped=skipped)
+    return Parsed(
+        format=NAME,
+        plans=[Plan(natural=session_slug(session), entries=state.entries)],
+        skipped=skipped,
+    )
 
 
 def _line(state: _State, record: Obj, number: int, where: str) -> str:
@@ -169,14 +171,22 @@ def _line(state: _State, record: Obj, number: int, where: str) -> str:
         state.close_run()
         raw = copy.deepcopy(record)
         raw["payload"].pop("message", None)
-        state.entries.append(CompactionEntry(
-            key=f"cx:{number}", time=time, meta=state.sink.attach({"line": number, "raw": raw}),
-            where=where, summary=summary, summarizer="codex"))
+        state.entries.append(
+            CompactionEntry(
+                key=f"cx:{number}",
+                time=time,
+                meta=state.sink.attach({"line": number, "raw": raw}),
+                where=where,
+                summary=summary,
+                summarizer="codex",
+            )
+        )
     return ""
 
 
-def _session_meta(state: _State, record: Obj, payload: Obj, number: int, where: str,
-                  time: int | None) -> None:
+def _session_meta(
+    state: _State, record: Obj, payload: Obj, number: int, where: str, time: int | None
+) -> None:
     base = payload.get("base_instructions")
     text = base.get("text") if isinstance(base, dict) else base
     if not isinstance(text, str) or not text:
@@ -187,13 +197,18 @@ def _session_meta(state: _State, record: Obj, payload: Obj, number: int, where: 
         raw["payload"]["base_instructions"] = {k: v for k, v in base.items() if k != "text"}
     else:
         del raw["payload"]["base_instructions"]
-    state.entries.append(Entry(SystemSectionSet(name="codex.base_instructions", text=text),
-                               f"cx:{number}", time,
-                               state.sink.attach({"line": number, "raw": raw}), where))
+    state.entries.append(
+        Entry(
+            SystemSectionSet(name="codex.base_instructions", text=text),
+            f"cx:{number}",
+            time,
+            state.sink.attach({"line": number, "raw": raw}),
+            where,
+        )
+    )
 
 
-def _item(state: _State, record: Obj, item: Obj, number: int, where: str,
-          time: int | None) -> None:
+def _item(state: _State, record: Obj, item: Obj, number: int, where: str, time: int | None) -> None:
     mapper = state.mapper
     if mapper.is_model_item(item):
         parts, rest = mapper.model_parts(item, where, "payload")
@@ -206,9 +221,13 @@ def _item(state: _State, record: Obj, item: Obj, number: int, where: str,
             run.meta["records"].append(residual)
             return
         model = state.model[:1024]
-        state.run = Entry(AssistantMessageAdded(parts=tuple(parts), model=model),
-                          f"cx:{number}", time, state.sink.attach({"records": [residual]}),
-                          where)
+        state.run = Entry(
+            AssistantMessageAdded(parts=tuple(parts), model=model),
+            f"cx:{number}",
+            time,
+            state.sink.attach({"records": [residual]}),
+            where,
+        )
         state.entries.append(state.run)
         return
     mapped = mapper.input_bodies(item, where, "payload", _classify)
@@ -220,20 +239,36 @@ def _item(state: _State, record: Obj, item: Obj, number: int, where: str,
     raw = {**record, "payload": rest}
     for i, body in enumerate(bodies):
         meta: Obj = {"line": number, "raw": raw} if i == 0 else {"cont": True}
-        state.entries.append(Entry(body, f"cx:{number}:{i}" if len(bodies) > 1
-                                   else f"cx:{number}", time, state.sink.attach(meta), where))
+        state.entries.append(
+            Entry(
+                body,
+                f"cx:{number}:{i}" if len(bodies) > 1 else f"cx:{number}",
+                time,
+                state.sink.attach(meta),
+                where,
+            )
+        )
 
 
-def _event(state: _State, record: Obj, payload: Obj, number: int, where: str,
-           time: int | None) -> None:
-    if payload.get("type") in ("error", "stream_error") and isinstance(payload.get("message"),
-                                                                       str):
+def _event(
+    state: _State, record: Obj, payload: Obj, number: int, where: str, time: int | None
+) -> None:
+    if payload.get("type") in ("error", "stream_error") and isinstance(payload.get("message"), str):
         text = payload["message"]
         low = text.lower()
-        state.entries.append(Entry(
-            ProviderErrorReceived(error_type=str(payload["type"]), message=text,
-                                  overflow="context window" in low or "context length" in low),
-            f"cx:{number}", time, state.sink.attach({"line": number, "raw": record}), where))
+        state.entries.append(
+            Entry(
+                ProviderErrorReceived(
+                    error_type=str(payload["type"]),
+                    message=text,
+                    overflow="context window" in low or "context length" in low,
+                ),
+                f"cx:{number}",
+                time,
+                state.sink.attach({"line": number, "raw": record}),
+                where,
+            )
+        )
         return
     info = payload.get("info")
     if payload.get("type") != "token_count" or not isinstance(info, dict):
@@ -248,11 +283,11 @@ def _event(state: _State, record: Obj, payload: Obj, number: int, where: str,
     if state.usage is not None:
         state.close_run()
     body = ResponseReceived(usage=usage_of(last), model=state.model[:1024])
-    state.usage = Entry(body, f"cx:{number}", time, state.sink.attach(
-        {"line": number, "raw": record}), where)
+    state.usage = Entry(
+        body, f"cx:{number}", time, state.sink.attach({"line": number, "raw": record}), where
+    )
     if state.run is not None:  # the count follows its response here: place it now
         state.close_run()
-
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -268,18 +303,25 @@ def _own(group: list[Event]) -> list[tuple[object, Obj]]:
     raw = meta.get("raw")
     if "records" in meta and isinstance(body, AssistantMessageAdded):
         parts = list(body.parts)
-        return [(r.get("line"), {**r["raw"], "payload": ItemMapper.fill_model(
-            r["raw"]["payload"], parts)}) for r in meta["records"]]
+        return [
+            (
+                r.get("line"),
+                {**r["raw"], "payload": ItemMapper.fill_model(r["raw"]["payload"], parts)},
+            )
+            for r in meta["records"]
+        ]
     if isinstance(raw, dict):
         record = copy.deepcopy(raw)
         payload: Obj = record["payload"]
         if isinstance(body, CompactionCommitted) or meta.get("compaction_not_covering"):
-            payload["message"] = body.summary if isinstance(body, CompactionCommitted) \
-                else getattr(body, "text", "")
+            payload["message"] = (
+                body.summary if isinstance(body, CompactionCommitted) else getattr(body, "text", "")
+            )
         elif isinstance(body, SystemSectionSet):
             base = payload.get("base_instructions")
-            payload["base_instructions"] = {**base, "text": body.text} \
-                if isinstance(base, dict) else body.text
+            payload["base_instructions"] = (
+                {**base, "text": body.text} if isinstance(base, dict) else body.text
+            )
         elif not isinstance(body, ResponseReceived):
             record["payload"] = ItemMapper.fill_input(payload, [e.body for e in group])
         return [(meta.get("line"), record)]
@@ -288,19 +330,42 @@ def _own(group: list[Event]) -> list[tuple[object, Obj]]:
         stamp = format_time(member.time)
         native = member.body
         if isinstance(native, CompactionCommitted):
-            out.append((None, {"timestamp": stamp, "type": "compacted",
-                               "payload": {"message": native.summary}}))
+            out.append(
+                (
+                    None,
+                    {
+                        "timestamp": stamp,
+                        "type": "compacted",
+                        "payload": {"message": native.summary},
+                    },
+                )
+            )
         elif isinstance(native, ResponseReceived):
             u = native.usage
-            last = {"input_tokens": u.input_tokens, "cached_input_tokens": u.cache_read_tokens,
-                    "output_tokens": u.output_tokens,
-                    "reasoning_output_tokens": u.reasoning_tokens}
-            out.append((None, {"timestamp": stamp, "type": "event_msg", "payload": {
-                "type": "token_count", "info": {"last_token_usage": last,
-                                                "total_token_usage": last}}}))
+            last = {
+                "input_tokens": u.input_tokens,
+                "cached_input_tokens": u.cache_read_tokens,
+                "output_tokens": u.output_tokens,
+                "reasoning_output_tokens": u.reasoning_tokens,
+            }
+            out.append(
+                (
+                    None,
+                    {
+                        "timestamp": stamp,
+                        "type": "event_msg",
+                        "payload": {
+                            "type": "token_count",
+                            "info": {"last_token_usage": last, "total_token_usage": last},
+                        },
+                    },
+                )
+            )
         else:
-            out.extend((None, {"timestamp": stamp, "type": "response_item", "payload": item})
-                       for item in ItemMapper.items_of(native))
+            out.extend(
+                (None, {"timestamp": stamp, "type": "response_item", "payload": item})
+                for item in ItemMapper.items_of(native)
+            )
     return out
 
 

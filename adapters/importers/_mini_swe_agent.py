@@ -57,8 +57,11 @@ def _response(msg: Obj) -> Obj:
 def _amend(msg: Obj, body: Body) -> Body:
     response = _response(msg)
     if isinstance(body, AssistantMessageAdded) and response:
-        return msgspec.structs.replace(body, model=str(response.get("model") or "")[:1024],
-                                       response_id=str(response.get("id") or "")[:256])
+        return msgspec.structs.replace(
+            body,
+            model=str(response.get("model") or "")[:1024],
+            response_id=str(response.get("id") or "")[:256],
+        )
     return body
 
 
@@ -67,12 +70,15 @@ def _extra(msg: Obj) -> list[tuple[Body, str]]:
     if msg.get("role") != "assistant" or not response:
         return []
     choices = response.get("choices")
-    first = choices[0] if isinstance(choices, list) and choices and \
-        isinstance(choices[0], dict) else {}
-    body = ResponseReceived(usage=usage_of(response.get("usage")),
-                            stop_reason=str(first.get("finish_reason") or "")[:1024],
-                            model=str(response.get("model") or "")[:1024],
-                            response_id=str(response.get("id") or "")[:256])
+    first = (
+        choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    )
+    body = ResponseReceived(
+        usage=usage_of(response.get("usage")),
+        stop_reason=str(first.get("finish_reason") or "")[:1024],
+        model=str(response.get("model") or "")[:1024],
+        response_id=str(response.get("id") or "")[:256],
+    )
     return [(body, "usage")]
 
 
@@ -93,8 +99,14 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     plan = Plan(natural=natural)
     parsed = Parsed(format=NAME, plans=[plan])
     entries: list[Entry] = []
-    parse_messages(messages, Messages("ms", "messages", extra=_extra, amend=_amend), source,
-                   skip_bad, parsed, entries)
+    parse_messages(
+        messages,
+        Messages("ms", "messages", extra=_extra, amend=_amend),
+        source,
+        skip_bad,
+        parsed,
+        entries,
+    )
     for entry in entries:
         body = entry.body
         if isinstance(body, UserMessageAdded):
@@ -102,8 +114,10 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
             if found:
                 entry.meta["exit_code"] = int(found.group(1))
     if entries:
-        entries[0].meta = {"doc": {k: v for k, v in doc.items() if k != "messages"},
-                           **entries[0].meta}
+        entries[0].meta = {
+            "doc": {k: v for k, v in doc.items() if k != "messages"},
+            **entries[0].meta,
+        }
     plan.entries = list(entries)
     return parsed
 
@@ -112,8 +126,11 @@ def export(view: ExportSession) -> bytes:
     """The session as a trajectory."""
     messages = export_messages(view.events)
     residual = view.events[0].meta.get("doc") if view.events else None
-    doc: Obj = dict(residual) if isinstance(residual, dict) else {
-        "info": {}, "trajectory_format": "mini-swe-agent-1"}
+    doc: Obj = (
+        dict(residual)
+        if isinstance(residual, dict)
+        else {"info": {}, "trajectory_format": "mini-swe-agent-1"}
+    )
     doc["messages"] = messages
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 

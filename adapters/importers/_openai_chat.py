@@ -65,7 +65,8 @@ from ._plan import (
     without,
 )
 
-__all__ = ["FORMAT",
+__all__ = [
+    "FORMAT",
     "MessageMapper",
     "Messages",
     "NAME",
@@ -79,8 +80,6 @@ __all__ = ["FORMAT",
 NAME = "openai-chat"
 #: The spelling of `NAME` before it took the provider's (still accepted; see `Format`).
 OLD_NAME = "openai_chat"
-
-
 
 
 class MessageMapper:
@@ -114,8 +113,9 @@ class MessageMapper:
         for i, block in enumerate(blocks):
             kind = block.get("type") if isinstance(block, dict) else None
             if kind == "text":
-                bodies.append(self.classify(role, get_str(block, "text", where,
-                                                          f"content[{i}].text")))
+                bodies.append(
+                    self.classify(role, get_str(block, "text", where, f"content[{i}].text"))
+                )
                 rest.append(without(block, "text"))
             elif kind == "image_url" and role == "user":
                 image = block.get("image_url")
@@ -123,12 +123,17 @@ class MessageMapper:
                 if not isinstance(url, str):
                     rest.append(block)
                     continue
-                media = url[5:url.index(";")] if url.startswith("data:") and ";" in url \
-                    else "image/*"
-                bodies.append(UserMessageAdded(text="", images=(
-                    ImagePart(media_type=media[:1024], url=url),)))
-                rest.append({**block, "image_url": without(image, "url")}
-                            if isinstance(image, dict) else without(block, "image_url"))
+                media = (
+                    url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image/*"
+                )
+                bodies.append(
+                    UserMessageAdded(text="", images=(ImagePart(media_type=media[:1024], url=url),))
+                )
+                rest.append(
+                    {**block, "image_url": without(image, "url")}
+                    if isinstance(image, dict)
+                    else without(block, "image_url")
+                )
             else:
                 rest.append(block)
         residual = dict(msg)
@@ -151,8 +156,7 @@ class MessageMapper:
             rest: list[Any] = []
             for i, block in enumerate(content):
                 if isinstance(block, dict) and block.get("type") == "text":
-                    parts.append(TextPart(text=get_str(block, "text", where,
-                                                       f"content[{i}].text")))
+                    parts.append(TextPart(text=get_str(block, "text", where, f"content[{i}].text")))
                     rest.append(without(block, "text"))
                 else:
                     rest.append(block)
@@ -166,8 +170,9 @@ class MessageMapper:
                     raise BadRecord(where, path, f"expected an object, found {kind_of(call)}")
                 function = call.get("function")
                 if not isinstance(function, dict):
-                    raise BadRecord(where, f"{path}.function",
-                                    f"expected an object, found {kind_of(function)}")
+                    raise BadRecord(
+                        where, f"{path}.function", f"expected an object, found {kind_of(function)}"
+                    )
                 ident = get_str(call, "id", where, f"{path}.id")
                 if not ident:
                     raise BadRecord(where, f"{path}.id", "expected a non-empty call id")
@@ -177,8 +182,9 @@ class MessageMapper:
                 text = arguments if isinstance(arguments, str) else dumps_sorted(arguments)
                 parts.append(ToolCall(id=ident[:256], name=name[:1024], arguments=text))
                 self.tools[ident] = name
-                rest_function = without(function, "name", "arguments") if moved \
-                    else without(function, "name")
+                rest_function = (
+                    without(function, "name", "arguments") if moved else without(function, "name")
+                )
                 rest_calls.append({**without(call, "id"), "function": rest_function})
             residual["tool_calls"] = rest_calls
         return [AssistantMessageAdded(parts=tuple(parts))], residual
@@ -192,24 +198,28 @@ class MessageMapper:
             ids = msg.get("tool_call_ids")
             call = ids[0] if isinstance(ids, list) and ids and isinstance(ids[0], str) else ""
             if not call and role == "tool":
-                raise BadRecord(where, "tool_call_id", "expected the id of the call this "
-                                "result answers")
+                raise BadRecord(
+                    where, "tool_call_id", "expected the id of the call this result answers"
+                )
             call = call or f"function:{msg.get('name', '')}"
         content = msg.get("content")
         if isinstance(content, str):
             output = content
             del residual["content"]
         elif isinstance(content, list):
-            output = "\n".join(str(b.get("text")) for b in content if isinstance(b, dict)
-                               and isinstance(b.get("text"), str))
+            output = "\n".join(
+                str(b.get("text"))
+                for b in content
+                if isinstance(b, dict) and isinstance(b.get("text"), str)
+            )
         elif content is None:
             output = ""
         else:
-            raise BadRecord(where, "content", f"expected a string or a list of parts, found "
-                                              f"{kind_of(content)}")
+            raise BadRecord(
+                where, "content", f"expected a string or a list of parts, found {kind_of(content)}"
+            )
         name = self.tools.get(call) or str(msg.get("name") or "")
-        return [ToolResultAdded(call_id=call[:256], tool_name=name[:1024], output=output)], \
-            residual
+        return [ToolResultAdded(call_id=call[:256], tool_name=name[:1024], output=output)], residual
 
     # -- export ----------------------------------------------------------------------------------
     @staticmethod
@@ -219,16 +229,23 @@ class MessageMapper:
         role = msg.get("role")
         if role == "assistant":
             body = bodies[0] if bodies else None
-            parts = [p for p in body.parts if not isinstance(p, ReasoningPart)] \
-                if isinstance(body, AssistantMessageAdded) else []
+            parts = (
+                [p for p in body.parts if not isinstance(p, ReasoningPart)]
+                if isinstance(body, AssistantMessageAdded)
+                else []
+            )
             texts = [p for p in parts if isinstance(p, TextPart)]
             calls = [p for p in parts if isinstance(p, ToolCall)]
             if "content" not in msg and texts:
                 msg["content"] = texts.pop(0).text
             elif isinstance(msg.get("content"), list):
                 for i, block in enumerate(msg["content"]):
-                    if isinstance(block, dict) and block.get("type") == "text" \
-                            and "text" not in block and texts:
+                    if (
+                        isinstance(block, dict)
+                        and block.get("type") == "text"
+                        and "text" not in block
+                        and texts
+                    ):
                         msg["content"][i] = {**block, "text": texts.pop(0).text}
             for i, call in enumerate(msg.get("tool_calls") or ()):
                 if isinstance(call, dict) and "id" not in call and calls:
@@ -258,14 +275,18 @@ class MessageMapper:
             if block.get("type") == "text" and "text" not in block:
                 msg["content"][i] = {**block, "text": text_of(pending.pop(0))}
             elif block.get("type") == "image_url" and (
-                    "image_url" not in block or (isinstance(block["image_url"], dict)
-                                                 and "url" not in block["image_url"])):
+                "image_url" not in block
+                or (isinstance(block["image_url"], dict) and "url" not in block["image_url"])
+            ):
                 body = pending.pop(0)
-                url = body.images[0].url if isinstance(body, UserMessageAdded) \
-                    and body.images else ""
+                url = (
+                    body.images[0].url if isinstance(body, UserMessageAdded) and body.images else ""
+                )
                 image = block.get("image_url")
-                msg["content"][i] = {**block, "image_url": {**image, "url": url}
-                                     if isinstance(image, dict) else url}
+                msg["content"][i] = {
+                    **block,
+                    "image_url": {**image, "url": url} if isinstance(image, dict) else url,
+                }
         return msg
 
     @staticmethod
@@ -275,19 +296,30 @@ class MessageMapper:
             if not body.images:
                 return [{"role": "user", "content": body.text}]
             content: list[Obj] = [{"type": "text", "text": body.text}] if body.text else []
-            content += [{"type": "image_url", "image_url": {"url": image.url}}
-                        for image in body.images if image.url]
+            content += [
+                {"type": "image_url", "image_url": {"url": image.url}}
+                for image in body.images
+                if image.url
+            ]
             return [{"role": "user", "content": content}]
         if isinstance(body, SystemSectionSet) and body.text:
             return [{"role": "system", "content": body.text}]
         if isinstance(body, NotificationAdded):
             return [{"role": "user", "content": body.text}]
         if isinstance(body, AssistantMessageAdded):
-            msg: Obj = {"role": "assistant", "content": "".join(
-                p.text for p in body.parts if isinstance(p, TextPart)) or None}
-            calls = [{"id": p.id, "type": "function", "function": {
-                "name": p.name, "arguments": p.arguments}}
-                for p in body.parts if isinstance(p, ToolCall)]
+            msg: Obj = {
+                "role": "assistant",
+                "content": "".join(p.text for p in body.parts if isinstance(p, TextPart)) or None,
+            }
+            calls = [
+                {
+                    "id": p.id,
+                    "type": "function",
+                    "function": {"name": p.name, "arguments": p.arguments},
+                }
+                for p in body.parts
+                if isinstance(p, ToolCall)
+            ]
             if calls:
                 msg["tool_calls"] = calls
             return [msg]
@@ -314,8 +346,16 @@ class Messages:
     amend: Callable[[Obj, Body], Body] | None = None
 
 
-def parse_messages(messages: list[Any], spec: Messages, source: str, skip_bad: bool,
-                   parsed: Parsed, entries: list[Entry], *, time: int | None = None) -> None:
+def parse_messages(
+    messages: list[Any],
+    spec: Messages,
+    source: str,
+    skip_bad: bool,
+    parsed: Parsed,
+    entries: list[Entry],
+    *,
+    time: int | None = None,
+) -> None:
     """Append the entries of a chat message list to ``entries``."""
     mapper = MessageMapper()
     sink = RecordSink(parsed.format)
@@ -339,8 +379,11 @@ def parse_messages(messages: list[Any], spec: Messages, source: str, skip_bad: b
         for i, mapped_body in enumerate(bodies):
             body = spec.amend(msg, mapped_body) if spec.amend is not None else mapped_body
             meta: Obj = {"index": index, "raw": residual} if i == 0 else {"cont": True}
-            entries.append(Entry(body, key if len(bodies) == 1 else f"{key}:{i}", time,
-                                 sink.attach(meta), where))
+            entries.append(
+                Entry(
+                    body, key if len(bodies) == 1 else f"{key}:{i}", time, sink.attach(meta), where
+                )
+            )
         for body, suffix in spec.extra(msg) if spec.extra is not None else ():
             entries.append(Entry(body, f"{key}:{suffix}", time, {"derived": True}, where))
     sink.finish(entries, key=f"{spec.prefix}:records", time=time, where=spec.path)
@@ -348,6 +391,7 @@ def parse_messages(messages: list[Any], spec: Messages, source: str, skip_bad: b
 
 def export_messages(events: list[Event]) -> list[Obj]:
     """The message list a session's events hold, in source order."""
+
     def own(group: list[Event]) -> list[tuple[object, Obj]]:
         meta = group[0].meta
         if isinstance(meta.get("raw"), dict):
@@ -378,8 +422,9 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     elif isinstance(doc, list):
         messages = doc
     else:
-        raise BadRecord("document", "", f"expected an array of messages or an object, found "
-                                        f"{kind_of(doc)}")
+        raise BadRecord(
+            "document", "", f"expected an array of messages or an object, found {kind_of(doc)}"
+        )
     parse_messages(messages, Messages("oc", "messages"), source, skip_bad, parsed, entries)
     if entries and residual:
         entries[0].meta = {"doc": residual, **entries[0].meta}
@@ -397,14 +442,29 @@ def export(view: ExportSession) -> bytes:
     else:
         tools = [e.body for e in view.events if isinstance(e.body, ToolsSet) and not e.meta]
         if tools:
-            doc = {"messages": messages, "tools": [
-                {"type": "custom", "custom": {"name": t.name, "description": t.description,
-                                              "format": decode_or_text(t.parameters)}}
-                if t.freeform else
-                {"type": "function", "function": {"name": t.name, "description": t.description,
-                                                  "parameters": decode_or_text(
-                                                      t.parameters)}}
-                for t in tools[-1].tools]}
+            doc = {
+                "messages": messages,
+                "tools": [
+                    {
+                        "type": "custom",
+                        "custom": {
+                            "name": t.name,
+                            "description": t.description,
+                            "format": decode_or_text(t.parameters),
+                        },
+                    }
+                    if t.freeform
+                    else {
+                        "type": "function",
+                        "function": {
+                            "name": t.name,
+                            "description": t.description,
+                            "parameters": decode_or_text(t.parameters),
+                        },
+                    }
+                    for t in tools[-1].tools
+                ],
+            }
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
 

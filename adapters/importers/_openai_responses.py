@@ -76,7 +76,8 @@ from ._plan import (
     without,
 )
 
-__all__ = ["FORMAT",
+__all__ = [
+    "FORMAT",
     "ITEM_TYPES",
     "ItemMapper",
     "NAME",
@@ -94,21 +95,33 @@ NAME = "openai-responses"
 OLD_NAME = "openai_responses"
 
 #: Item types that identify a Responses item list.
-ITEM_TYPES = frozenset({
-    "message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
-    "custom_tool_call_output", "local_shell_call", "local_shell_call_output",
-    "web_search_call", "file_search_call", "computer_call", "computer_call_output",
-    "image_generation_call", "code_interpreter_call", "mcp_call", "item_reference",
-    "compaction"})
+ITEM_TYPES = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "local_shell_call",
+        "local_shell_call_output",
+        "web_search_call",
+        "file_search_call",
+        "computer_call",
+        "computer_call_output",
+        "image_generation_call",
+        "code_interpreter_call",
+        "mcp_call",
+        "item_reference",
+        "compaction",
+    }
+)
 
 #: What an event's records keep of a compaction item (its `NativePart` holds it whole).
 _COMPACTION_STUB: Obj = {"type": "compaction"}
 
 #: Classifies a message that is not the model's: (role, text) -> payload.
 Classify = Callable[[str, str], Body]
-
-
-
 
 
 class ItemMapper:
@@ -124,8 +137,9 @@ class ItemMapper:
         kind = item.get("type")
         if kind == "message":
             return item.get("role") == "assistant"
-        return kind in ("reasoning", "compaction") or (isinstance(kind, str)
-                                                       and kind.endswith("_call"))
+        return kind in ("reasoning", "compaction") or (
+            isinstance(kind, str) and kind.endswith("_call")
+        )
 
     @staticmethod
     def starts_message(item: Obj) -> bool:
@@ -138,11 +152,21 @@ class ItemMapper:
         kind = item.get("type")
         if kind == "compaction":
             if not isinstance(item.get("encrypted_content"), str):
-                raise BadRecord(where, f"{path}.encrypted_content",
-                                "expected the compaction item's encrypted content (a string)")
-            return ([NativePart(format="openai-responses", item_type="compaction",
-                                data=msgspec.json.encode(item).decode())],
-                    dict(_COMPACTION_STUB))
+                raise BadRecord(
+                    where,
+                    f"{path}.encrypted_content",
+                    "expected the compaction item's encrypted content (a string)",
+                )
+            return (
+                [
+                    NativePart(
+                        format="openai-responses",
+                        item_type="compaction",
+                        data=msgspec.json.encode(item).decode(),
+                    )
+                ],
+                dict(_COMPACTION_STUB),
+            )
         if kind == "message":
             return self._assistant(item, where, path)
         if kind == "reasoning":
@@ -156,9 +180,17 @@ class ItemMapper:
             field = "arguments" if kind == "function_call" else "input"
             arguments = get_str(item, field, where, f"{path}.{field}")
             self.tools[call_id] = name
-            return ([ToolCall(id=call_id[:256], name=name, arguments=arguments,
-                              freeform=kind == "custom_tool_call")],
-                    without(item, "call_id", "name", field))
+            return (
+                [
+                    ToolCall(
+                        id=call_id[:256],
+                        name=name,
+                        arguments=arguments,
+                        freeform=kind == "custom_tool_call",
+                    )
+                ],
+                without(item, "call_id", "name", field),
+            )
         # Other calls (local shell, web search...): the whole item stays in meta.
         found = call if isinstance(call, str) and call else item.get("id")
         ident = found if isinstance(found, str) and found else str(kind)
@@ -177,8 +209,9 @@ class ItemMapper:
         rest: list[Any] = []
         for i, block in enumerate(blocks):
             if isinstance(block, dict) and block.get("type") == "output_text":
-                parts.append(TextPart(text=get_str(block, "text", where,
-                                                   f"{path}.content[{i}].text")))
+                parts.append(
+                    TextPart(text=get_str(block, "text", where, f"{path}.content[{i}].text"))
+                )
                 rest.append(without(block, "text"))
             else:
                 rest.append(block)
@@ -196,8 +229,11 @@ class ItemMapper:
             if isinstance(entry, dict) and isinstance(entry.get("text"), str):
                 texts.append(entry["text"])
             elif entry is not None:
-                raise BadRecord(where, f"{path}.summary[{i}]",
-                                f"expected a summary object with text, found {kind_of(entry)}")
+                raise BadRecord(
+                    where,
+                    f"{path}.summary[{i}]",
+                    f"expected a summary object with text, found {kind_of(entry)}",
+                )
         if len(summary) == 1:
             residual["summary"] = [without(summary[0], "text")]
         opaque = item.get("encrypted_content")
@@ -205,11 +241,18 @@ class ItemMapper:
             del residual["encrypted_content"]
         else:
             opaque = ""
-        return ([ReasoningPart(text="\n\n".join(texts), opaque=opaque, provider="openai")],
-                residual)
+        return (
+            [ReasoningPart(text="\n\n".join(texts), opaque=opaque, provider="openai")],
+            residual,
+        )
 
-    def input_bodies(self, item: Obj, where: str, path: str, classify: Classify,
-                     ) -> tuple[list[Body], Obj] | None:
+    def input_bodies(
+        self,
+        item: Obj,
+        where: str,
+        path: str,
+        classify: Classify,
+    ) -> tuple[list[Body], Obj] | None:
         """Payloads of an item the model did not produce (messages, tool outputs), and
         its residual; None for an item that maps to no event."""
         kind = item.get("type", "message" if "role" in item else None)
@@ -227,13 +270,23 @@ class ItemMapper:
                 del residual["output"]
             else:
                 text = _output_text(output)
-            body = ToolResultAdded(call_id=call[:256], tool_name=self.tools.get(call, "")[:1024],
-                                   output=text, exit_code=_exit_code(text))
+            body = ToolResultAdded(
+                call_id=call[:256],
+                tool_name=self.tools.get(call, "")[:1024],
+                output=text,
+                exit_code=_exit_code(text),
+            )
             return [body], residual
         return None
 
-    def _message(self, item: Obj, role: str, where: str, path: str, classify: Classify,
-                 ) -> tuple[list[Body], Obj]:
+    def _message(
+        self,
+        item: Obj,
+        role: str,
+        where: str,
+        path: str,
+        classify: Classify,
+    ) -> tuple[list[Body], Obj]:
         content = item.get("content")
         if isinstance(content, str):
             return [classify(role, content)], without(item, "content")
@@ -248,10 +301,12 @@ class ItemMapper:
                 rest.append(without(block, "text"))
             elif btype == "input_image" and isinstance(block.get("image_url"), str):
                 url = block["image_url"]
-                media = url[5:url.index(";")] if url.startswith("data:") and ";" in url \
-                    else "image/*"
-                bodies.append(UserMessageAdded(text="", images=(
-                    ImagePart(media_type=media[:1024], url=url),)))
+                media = (
+                    url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image/*"
+                )
+                bodies.append(
+                    UserMessageAdded(text="", images=(ImagePart(media_type=media[:1024], url=url),))
+                )
                 rest.append(without(block, "image_url"))
             else:
                 rest.append(block)
@@ -272,11 +327,14 @@ class ItemMapper:
                 return item
             blocks: Any = item.get("content")
             for i, block in enumerate(blocks if isinstance(blocks, list) else ()):
-                if isinstance(block, dict) and block.get("type") == "output_text" \
-                        and "text" not in block and parts:
+                if (
+                    isinstance(block, dict)
+                    and block.get("type") == "output_text"
+                    and "text" not in block
+                    and parts
+                ):
                     text = parts.pop(0)
-                    blocks[i] = {**block, "text": text.text if isinstance(text, TextPart)
-                                 else ""}
+                    blocks[i] = {**block, "text": text.text if isinstance(text, TextPart) else ""}
             return item
         part: Part | None = parts.pop(0) if parts else None
         if kind == "compaction" and item == _COMPACTION_STUB and isinstance(part, NativePart):
@@ -284,16 +342,25 @@ class ItemMapper:
             return restored
         if kind == "reasoning" and isinstance(part, ReasoningPart):
             summary = item.get("summary")
-            if isinstance(summary, list) and len(summary) == 1 and isinstance(summary[0], dict) \
-                    and "text" not in summary[0]:
+            if (
+                isinstance(summary, list)
+                and len(summary) == 1
+                and isinstance(summary[0], dict)
+                and "text" not in summary[0]
+            ):
                 item["summary"] = [{**summary[0], "text": part.text}]
             if part.opaque and "encrypted_content" not in item:
                 item["encrypted_content"] = part.opaque
         elif kind in ("function_call", "custom_tool_call") and isinstance(part, ToolCall):
             field = "arguments" if kind == "function_call" else "input"
             if "call_id" not in item:
-                item = {"type": kind, "name": part.name, field: part.arguments,
-                        "call_id": part.id, **without(item, "type")}
+                item = {
+                    "type": kind,
+                    "name": part.name,
+                    field: part.arguments,
+                    "call_id": part.id,
+                    **without(item, "type"),
+                }
         return item
 
     @staticmethod
@@ -314,8 +381,11 @@ class ItemMapper:
                     blocks[i] = {**block, "text": text_of(pending.pop(0))}
                 elif btype == "input_image" and "image_url" not in block:
                     image = pending.pop(0)
-                    url = image.images[0].url if isinstance(image, UserMessageAdded) \
-                        and image.images else ""
+                    url = (
+                        image.images[0].url
+                        if isinstance(image, UserMessageAdded) and image.images
+                        else ""
+                    )
                     blocks[i] = {**block, "image_url": url}
             return item
         body: Body | None = pending[0] if pending else None
@@ -330,42 +400,83 @@ class ItemMapper:
     def items_of(body: Body) -> list[Obj]:
         """Items for an event that was not imported (empty for kinds the format lacks)."""
         if isinstance(body, UserMessageAdded):
-            content: list[Obj] = [{"type": "input_text", "text": body.text}] if body.text \
-                or not body.images else []
-            content += [{"type": "input_image", "image_url": image.url} for image in body.images
-                        if image.url]
+            content: list[Obj] = (
+                [{"type": "input_text", "text": body.text}] if body.text or not body.images else []
+            )
+            content += [
+                {"type": "input_image", "image_url": image.url}
+                for image in body.images
+                if image.url
+            ]
             return [{"type": "message", "role": "user", "content": content}]
         if isinstance(body, NotificationAdded):
-            return [{"type": "message", "role": "developer",
-                     "content": [{"type": "input_text", "text": body.text}]}]
+            return [
+                {
+                    "type": "message",
+                    "role": "developer",
+                    "content": [{"type": "input_text", "text": body.text}],
+                }
+            ]
         if isinstance(body, AssistantMessageAdded):
             items: list[Obj] = []
             for part in body.parts:
                 if isinstance(part, ReasoningPart):
-                    reasoning: Obj = {"type": "reasoning", "summary": [
-                        {"type": "summary_text", "text": part.text}] if part.text else []}
+                    reasoning: Obj = {
+                        "type": "reasoning",
+                        "summary": [{"type": "summary_text", "text": part.text}]
+                        if part.text
+                        else [],
+                    }
                     if part.opaque:
                         reasoning["encrypted_content"] = part.opaque
                     items.append(reasoning)
                 elif isinstance(part, TextPart):
-                    items.append({"type": "message", "role": "assistant", "content": [
-                        {"type": "output_text", "text": part.text}]})
+                    items.append(
+                        {
+                            "type": "message",
+                            "role": "assistant",
+                            "content": [{"type": "output_text", "text": part.text}],
+                        }
+                    )
                 elif isinstance(part, ToolCall) and part.freeform:
-                    items.append({"type": "custom_tool_call", "call_id": part.id,
-                                  "name": part.name, "input": part.arguments})
+                    items.append(
+                        {
+                            "type": "custom_tool_call",
+                            "call_id": part.id,
+                            "name": part.name,
+                            "input": part.arguments,
+                        }
+                    )
                 elif isinstance(part, ToolCall):
-                    items.append({"type": "function_call", "call_id": part.id,
-                                  "name": part.name, "arguments": part.arguments})
+                    items.append(
+                        {
+                            "type": "function_call",
+                            "call_id": part.id,
+                            "name": part.name,
+                            "arguments": part.arguments,
+                        }
+                    )
                 elif isinstance(part, NativePart) and part.format == "openai-responses":
                     items.append(msgspec.json.decode(part.data))
                 elif isinstance(part, NativePart):  # another API's own item: named
-                    items.append({"type": "message", "role": "assistant", "content": [
-                        {"type": "output_text", "text": f"[{part.format} {part.item_type} "
-                         "item: opaque to this format, kept in the turnlog session]"}]})
+                    items.append(
+                        {
+                            "type": "message",
+                            "role": "assistant",
+                            "content": [
+                                {
+                                    "type": "output_text",
+                                    "text": f"[{part.format} {part.item_type} "
+                                    "item: opaque to this format, kept in the turnlog session]",
+                                }
+                            ],
+                        }
+                    )
             return items
         if isinstance(body, ToolResultAdded):
-            return [{"type": "function_call_output", "call_id": body.call_id,
-                     "output": body.output}]
+            return [
+                {"type": "function_call_output", "call_id": body.call_id, "output": body.output}
+            ]
         return []
 
 
@@ -373,8 +484,9 @@ def _output_text(output: object) -> str:
     if output is None:
         return ""
     if isinstance(output, list):
-        texts = [b.get("text") for b in output if isinstance(b, dict)
-                 and isinstance(b.get("text"), str)]
+        texts = [
+            b.get("text") for b in output if isinstance(b, dict) and isinstance(b.get("text"), str)
+        ]
         if len(texts) == len(output):
             return "\n".join(str(t) for t in texts)
     return dumps_sorted(output)
@@ -406,19 +518,30 @@ def tools_set(tools: list[Any]) -> ToolsSet | None:
     for tool in tools:
         if not isinstance(tool, dict):
             continue
-        spec: Obj = tool["function"] if isinstance(tool.get("function"), dict) else \
-            tool["custom"] if isinstance(tool.get("custom"), dict) else tool
+        spec: Obj = (
+            tool["function"]
+            if isinstance(tool.get("function"), dict)
+            else tool["custom"]
+            if isinstance(tool.get("custom"), dict)
+            else tool
+        )
         name = spec.get("name")
         if not isinstance(name, str) or not name:
             continue
         freeform = tool.get("type") == "custom"  # raw text input; parameters: its format
-        params = spec.get("format", {}) if freeform else \
-            spec.get("parameters", spec.get("format", {}))
+        params = (
+            spec.get("format", {}) if freeform else spec.get("parameters", spec.get("format", {}))
+        )
         if freeform and isinstance(params, dict) and isinstance(params.get("grammar"), dict):
             params = {**params["grammar"], "type": "grammar"}  # Chat's nesting, flattened
-        specs.append(ToolSpec(name=name[:256], description=str(spec.get("description") or ""),
-                              parameters=dumps_sorted(params if params is not None else {}),
-                              freeform=freeform))
+        specs.append(
+            ToolSpec(
+                name=name[:256],
+                description=str(spec.get("description") or ""),
+                parameters=dumps_sorted(params if params is not None else {}),
+                freeform=freeform,
+            )
+        )
     return ToolsSet(tools=tuple(specs)) if specs else None
 
 
@@ -434,11 +557,12 @@ def usage_of(usage: object) -> Usage:
     return Usage(
         input_tokens=count_of(usage.get("input_tokens", usage.get("prompt_tokens"))),
         output_tokens=count_of(usage.get("output_tokens", usage.get("completion_tokens"))),
-        cache_read_tokens=count_of(details.get("cached_tokens",
-                                               usage.get("cached_input_tokens"))),
+        cache_read_tokens=count_of(details.get("cached_tokens", usage.get("cached_input_tokens"))),
         cache_write_tokens=count_of(usage.get("cache_creation_input_tokens")),
-        reasoning_tokens=count_of(out.get("reasoning_tokens",
-                                          usage.get("reasoning_output_tokens"))))
+        reasoning_tokens=count_of(
+            out.get("reasoning_tokens", usage.get("reasoning_output_tokens"))
+        ),
+    )
 
 
 # -- the openai_responses format ------------------------------------------------------------
@@ -466,7 +590,6 @@ class Sections:
         return UserMessageAdded(text=text)
 
 
-
 def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     """Map a Responses item list (or request or response body) to one plan.
 
@@ -484,8 +607,9 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     elif isinstance(doc, list):
         items = doc
     else:
-        raise BadRecord("document", "", f"expected an array of items or an object, found "
-                                        f"{kind_of(doc)}")
+        raise BadRecord(
+            "document", "", f"expected an array of items or an object, found {kind_of(doc)}"
+        )
     plan = Plan(natural=natural_id(source, data))
     parsed = Parsed(format=NAME, plans=[plan])
     entries = plan.entries
@@ -494,8 +618,15 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     if residual:
         instructions = residual.get("instructions")
         if isinstance(instructions, str) and instructions:
-            head.append(Entry(SystemSectionSet(name="instructions", text=instructions),
-                              "rs:instructions", None, {"derived": True}, "instructions"))
+            head.append(
+                Entry(
+                    SystemSectionSet(name="instructions", text=instructions),
+                    "rs:instructions",
+                    None,
+                    {"derived": True},
+                    "instructions",
+                )
+            )
         tools = tools_set(residual.get("tools") or [])
         if tools is not None:
             head.append(Entry(tools, "rs:tools", None, {"derived": True}, "tools"))
@@ -517,8 +648,13 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
                     run.body = msgspec.structs.replace(body, parts=body.parts + tuple(parts))
                     run.meta["records"].append(record)
                     continue
-                run = Entry(AssistantMessageAdded(parts=tuple(parts)), f"rs:{index}", None,
-                            sink.attach({"records": [record]}), where)
+                run = Entry(
+                    AssistantMessageAdded(parts=tuple(parts)),
+                    f"rs:{index}",
+                    None,
+                    sink.attach({"records": [record]}),
+                    where,
+                )
                 entries.append(run)
                 continue
             mapped = mapper.input_bodies(item, where, "", classify)
@@ -535,15 +671,31 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
         bodies, rest = mapped
         for i, body in enumerate(bodies):
             meta: Obj = {"index": index, "raw": rest} if i == 0 else {"cont": True}
-            entries.append(Entry(body, f"rs:{index}" if len(bodies) == 1 else f"rs:{index}:{i}",
-                                 None, sink.attach(meta), where))
+            entries.append(
+                Entry(
+                    body,
+                    f"rs:{index}" if len(bodies) == 1 else f"rs:{index}:{i}",
+                    None,
+                    sink.attach(meta),
+                    where,
+                )
+            )
         if not bodies:
             sink.hold({"index": index, "record": item})
     if residual and isinstance(residual.get("usage"), dict):
-        entries.append(Entry(ResponseReceived(usage=usage_of(residual["usage"]),
-                                              model=str(residual.get("model") or "")[:1024],
-                                              response_id=str(residual.get("id") or "")[:256]),
-                             "rs:usage", None, {"derived": True}, "usage"))
+        entries.append(
+            Entry(
+                ResponseReceived(
+                    usage=usage_of(residual["usage"]),
+                    model=str(residual.get("model") or "")[:1024],
+                    response_id=str(residual.get("id") or "")[:256],
+                ),
+                "rs:usage",
+                None,
+                {"derived": True},
+                "usage",
+            )
+        )
     sink.finish(entries, key="rs:records", time=None, where="document")
     if entries:
         entries[0].meta = {"doc": residual, **entries[0].meta} if residual else entries[0].meta
@@ -570,8 +722,12 @@ def restore_items(mapper: ItemMapper, group: list[Event]) -> list[tuple[object, 
 def export(view: ExportSession) -> bytes:
     """The session as a Responses item list (or the request/response body it came from)."""
     mapper = ItemMapper()
-    items = [item for _, _, item in positioned(
-        view.events, lambda group: restore_items(mapper, group), at="index")]
+    items = [
+        item
+        for _, _, item in positioned(
+            view.events, lambda group: restore_items(mapper, group), at="index"
+        )
+    ]
     doc: Any = items
     first = view.events[0].meta if view.events else {}
     residual = first.get("doc")
@@ -579,21 +735,33 @@ def export(view: ExportSession) -> bytes:
         doc = dict(residual)
         doc[doc.pop("$items", "input")] = items
     elif view.events:
-        system = [e.body for e in view.events if isinstance(e.body, SystemSectionSet)
-                  and e.body.text and not e.meta]
+        system = [
+            e.body
+            for e in view.events
+            if isinstance(e.body, SystemSectionSet) and e.body.text and not e.meta
+        ]
         tools = [e.body for e in view.events if isinstance(e.body, ToolsSet) and not e.meta]
         if system or tools:
             doc = {"input": items}
             if system:
                 doc["instructions"] = "\n\n".join(s.text for s in system)
             if tools:
-                doc["tools"] = [{"type": "custom", "name": t.name,
-                                 "description": t.description,
-                                 "format": decode_or_text(t.parameters)} if t.freeform else
-                                {"type": "function", "name": t.name,
-                                 "description": t.description,
-                                 "parameters": decode_or_text(t.parameters)}
-                                for t in tools[-1].tools]
+                doc["tools"] = [
+                    {
+                        "type": "custom",
+                        "name": t.name,
+                        "description": t.description,
+                        "format": decode_or_text(t.parameters),
+                    }
+                    if t.freeform
+                    else {
+                        "type": "function",
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": decode_or_text(t.parameters),
+                    }
+                    for t in tools[-1].tools
+                ]
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
 

@@ -76,8 +76,16 @@ from ._plan import (
     without,
 )
 
-__all__ = ["EVENTS_FORMAT", "NAME", "OUTPUT", "OUTPUT_FORMAT", "export_events", "export_output",
-           "parse_events", "parse_output"]
+__all__ = [
+    "EVENTS_FORMAT",
+    "NAME",
+    "OUTPUT",
+    "OUTPUT_FORMAT",
+    "export_events",
+    "export_output",
+    "parse_events",
+    "parse_output",
+]
 
 NAME = "openhands"
 OUTPUT = "openhands_output"
@@ -105,14 +113,14 @@ class _Stream:
             where = f"{path}[{index}]"
             try:
                 if not isinstance(event, dict):
-                    raise BadRecord(where, "", f"expected an event object, found "
-                                               f"{kind_of(event)}")
+                    raise BadRecord(where, "", f"expected an event object, found {kind_of(event)}")
                 self._event(event, index, where)
             except BadRecord as exc:
                 if not self.skip_bad:
                     raise
-                self.parsed.skipped.append(SkippedRecord(self.source, exc.where, exc.field,
-                                                         exc.reason))
+                self.parsed.skipped.append(
+                    SkippedRecord(self.source, exc.where, exc.field, exc.reason)
+                )
                 self.sink.hold({"index": index, "record": event})
         self.sink.finish(self.entries, key="oh:records", time=None, where=path)
         return self.entries
@@ -120,8 +128,7 @@ class _Stream:
     def _event(self, event: Obj, index: int, where: str) -> None:
         time = parse_time(event.get("timestamp"), where, "timestamp")
         ident = event.get("id")
-        name = str(ident) if isinstance(ident, int) and not isinstance(ident, bool) else \
-            f"i{index}"
+        name = str(ident) if isinstance(ident, int) and not isinstance(ident, bool) else f"i{index}"
         if "action" in event:
             self._action(event, index, where, time, name)
         elif "observation" in event:
@@ -155,13 +162,15 @@ class _Stream:
             response = metadata.get("model_response")
             response = response if isinstance(response, dict) else {}
             arguments = _arguments(response, call_id) or dumps_sorted(
-                {k: v for k, v in args.items() if k != "thought"})
+                {k: v for k, v in args.items() if k != "thought"}
+            )
         else:
             call_id = f"oh:{name}"
             tool = action
             response = {}
-            arguments = dumps_sorted({k: v for k, v in args.items()
-                                      if k not in ("action", "thought")})
+            arguments = dumps_sorted(
+                {k: v for k, v in args.items() if k not in ("action", "thought")}
+            )
         call = ToolCall(id=call_id[:256], name=tool[:1024], arguments=arguments)
         self.calls[name] = (call.id, call.name)
         self.last_action = name
@@ -177,43 +186,67 @@ class _Stream:
             entry.meta["records"].append(record)
             return
         model = str(response.get("model") or "")[:1024]
-        self._emit(AssistantMessageAdded(parts=tuple(parts), model=model,
-                                         response_id=str(rid or "")[:256]),
-                   key, time, {"records": [record]}, where)
+        self._emit(
+            AssistantMessageAdded(
+                parts=tuple(parts), model=model, response_id=str(rid or "")[:256]
+            ),
+            key,
+            time,
+            {"records": [record]},
+            where,
+        )
         if isinstance(rid, str) and rid:
             self.responses[rid] = len(self.entries) - 1
             if isinstance(response.get("usage"), dict):
-                self.entries.append(Entry(ResponseReceived(
-                    usage=usage_of(response["usage"]), model=model, response_id=rid[:256]),
-                    f"{key}:usage", time, {"derived": True}, where))
+                self.entries.append(
+                    Entry(
+                        ResponseReceived(
+                            usage=usage_of(response["usage"]), model=model, response_id=rid[:256]
+                        ),
+                        f"{key}:usage",
+                        time,
+                        {"derived": True},
+                        where,
+                    )
+                )
 
-    def _message(self, event: Obj, args: Obj, flat: bool, index: int, where: str,
-                 time: int | None, key: str) -> None:
-        content = get_str(args, "content", where, "content" if flat else "args.content",
-                          optional=True)
+    def _message(
+        self, event: Obj, args: Obj, flat: bool, index: int, where: str, time: int | None, key: str
+    ) -> None:
+        content = get_str(
+            args, "content", where, "content" if flat else "args.content", optional=True
+        )
         source = event.get("source")
         self.messages += 1
         user = source == "user" or (source is None and self.messages == 1)
-        body: Body = UserMessageAdded(text=content) if user else \
-            AssistantMessageAdded(parts=(TextPart(text=content),))
+        body: Body = (
+            UserMessageAdded(text=content)
+            if user
+            else AssistantMessageAdded(parts=(TextPart(text=content),))
+        )
         raw = copy.deepcopy(event)
         (raw if flat else raw["args"]).pop("content", None)
         self._emit(body, key, time, {"index": index, "raw": raw}, where)
 
-    def _system(self, event: Obj, args: Obj, index: int, where: str, time: int | None,
-                key: str) -> None:
+    def _system(
+        self, event: Obj, args: Obj, index: int, where: str, time: int | None, key: str
+    ) -> None:
         content = get_str(args, "content", where, "args.content", optional=True)
         raw = copy.deepcopy(event)
         raw.get("args", raw).pop("content", None)  # flat records carry no "args"
-        self._emit(SystemSectionSet(name="system", text=content), key, time,
-                   {"index": index, "raw": raw}, where)
+        self._emit(
+            SystemSectionSet(name="system", text=content),
+            key,
+            time,
+            {"index": index, "raw": raw},
+            where,
+        )
         tools = tools_set(args.get("tools") or [])
         if tools is not None:
             self.entries.append(Entry(tools, f"{key}:tools", time, {"derived": True}, where))
 
     # -- observations --------------------------------------------------------------------------
-    def _observation(self, event: Obj, index: int, where: str, time: int | None,
-                     name: str) -> None:
+    def _observation(self, event: Obj, index: int, where: str, time: int | None, name: str) -> None:
         kind = get_str(event, "observation", where, "observation")
         flat = "extras" not in event and "cause" not in event
         content = event.get("content")
@@ -225,22 +258,32 @@ class _Stream:
             answered = self.calls.get(self.last_action)
         metadata = event.get("tool_call_metadata")
         if isinstance(metadata, dict) and isinstance(metadata.get("tool_call_id"), str):
-            answered = (metadata["tool_call_id"][:256],
-                        str(metadata.get("function_name") or kind)[:1024])
+            answered = (
+                metadata["tool_call_id"][:256],
+                str(metadata.get("function_name") or kind)[:1024],
+            )
         raw = without(event, "content")
         key = f"oh:{name}"
         if answered is not None:
             self.last_action = ""
-            body: Body = ToolResultAdded(call_id=answered[0], tool_name=answered[1],
-                                         output=content or "", is_error=kind == "error",
-                                         exit_code=_exit_code(event))
+            body: Body = ToolResultAdded(
+                call_id=answered[0],
+                tool_name=answered[1],
+                output=content or "",
+                is_error=kind == "error",
+                exit_code=_exit_code(event),
+            )
             self._emit(body, key, time, {"index": index, "raw": raw}, where)
         elif kind in _QUIET or not content:
             self.sink.hold({"index": index, "record": event})
         else:
-            self._emit(NotificationAdded(source=f"openhands/{kind}"[:1024], text=content),
-                       key, time, {"index": index, "raw": raw}, where)
-
+            self._emit(
+                NotificationAdded(source=f"openhands/{kind}"[:1024], text=content),
+                key,
+                time,
+                {"index": index, "raw": raw},
+                where,
+            )
 
 
 def _arguments(response: Obj, call_id: str) -> str:
@@ -248,8 +291,11 @@ def _arguments(response: Obj, call_id: str) -> str:
         message: Any = choice.get("message") if isinstance(choice, dict) else None
         for call in (message if isinstance(message, dict) else {}).get("tool_calls") or ():
             function = call.get("function") if isinstance(call, dict) else None
-            if call.get("id") == call_id and isinstance(function, dict) and \
-                    isinstance(function.get("arguments"), str):
+            if (
+                call.get("id") == call_id
+                and isinstance(function, dict)
+                and isinstance(function.get("arguments"), str)
+            ):
                 return str(function["arguments"])
     return ""
 
@@ -263,7 +309,6 @@ def _exit_code(event: Obj) -> int | None:
     if isinstance(code, int) and not isinstance(code, bool) and abs(code) < 2**62:
         return code
     return None
-
 
 
 def _flatten(history: list[Any]) -> tuple[list[Any], bool]:
@@ -337,8 +382,7 @@ def _task_name(task: Obj, number: int) -> str:
         return session_slug(instance)
     issue = task.get("issue")
     if isinstance(issue, dict) and isinstance(issue.get("number"), int):
-        return session_slug(f"{issue.get('owner', '')}-{issue.get('repo', '')}-"
-                            f"{issue['number']}")
+        return session_slug(f"{issue.get('owner', '')}-{issue.get('repo', '')}-{issue['number']}")
     return f"task-{number}"
 
 
@@ -375,8 +419,7 @@ def _native(event: Event) -> list[Obj]:
     body = event.body
     stamp = {"timestamp": _stamp(event.time)} if event.time is not None else {}
     if isinstance(body, UserMessageAdded):
-        return [{"source": "user", **stamp, "action": "message",
-                 "args": {"content": body.text}}]
+        return [{"source": "user", **stamp, "action": "message", "args": {"content": body.text}}]
     if isinstance(body, AssistantMessageAdded):
         out: list[Obj] = []
         text = _text(body)
@@ -386,22 +429,42 @@ def _native(event: Event) -> list[Obj]:
         for n, call in enumerate(calls):
             args = decode_or_text(call.arguments)
             args = args if isinstance(args, dict) else {"arguments": args}
-            out.append({"source": "agent", **stamp, "action": call.name,
-                        "args": {**args, "thought": text if n == 0 else ""},
-                        "tool_call_metadata": {"function_name": call.name,
-                                               "tool_call_id": call.id}})
+            out.append(
+                {
+                    "source": "agent",
+                    **stamp,
+                    "action": call.name,
+                    "args": {**args, "thought": text if n == 0 else ""},
+                    "tool_call_metadata": {"function_name": call.name, "tool_call_id": call.id},
+                }
+            )
         return out
     if isinstance(body, ToolResultAdded):
-        return [{"source": "environment", **stamp, "observation": body.tool_name or "run",
-                 "content": body.output, "extras": {},
-                 "tool_call_metadata": {"function_name": body.tool_name,
-                                        "tool_call_id": body.call_id}}]
+        return [
+            {
+                "source": "environment",
+                **stamp,
+                "observation": body.tool_name or "run",
+                "content": body.output,
+                "extras": {},
+                "tool_call_metadata": {
+                    "function_name": body.tool_name,
+                    "tool_call_id": body.call_id,
+                },
+            }
+        ]
     if isinstance(body, NotificationAdded):
-        return [{"source": "environment", **stamp, "observation": "notification",
-                 "content": body.text, "extras": {}}]
+        return [
+            {
+                "source": "environment",
+                **stamp,
+                "observation": "notification",
+                "content": body.text,
+                "extras": {},
+            }
+        ]
     if isinstance(body, SystemSectionSet) and body.text:
-        return [{"source": "agent", **stamp, "action": "system",
-                 "args": {"content": body.text}}]
+        return [{"source": "agent", **stamp, "action": "system", "args": {"content": body.text}}]
     return []
 
 
@@ -428,7 +491,7 @@ def export_output(view: ExportSession) -> bytes:
     residual = view.events[0].meta.get("doc") if view.events else None
     doc: Obj = dict(residual) if isinstance(residual, dict) else {"instruction": ""}
     if doc.pop("$pairs", False):
-        history = [history[i:i + 2] for i in range(0, len(history), 2)]
+        history = [history[i : i + 2] for i in range(0, len(history), 2)]
     doc["history"] = history
     return msgspec.json.encode(doc) + b"\n"
 

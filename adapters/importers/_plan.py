@@ -236,16 +236,22 @@ class RecordSink:
             self.pending = []
         return meta
 
-    def finish(self, entries: list[Any], *, key: str,
-               time: int | None, where: str) -> None:
+    def finish(self, entries: list[Any], *, key: str, time: int | None, where: str) -> None:
         """Place the records still held after the last entry."""
         if not self.pending:
             return
         if entries:
             entries[-1].meta.setdefault("after", []).extend(self.pending)
         else:
-            entries.append(Entry(SystemSectionSet(name=f"{self.fmt}.records", text=""), key,
-                                 time, {"carrier": True, "after": self.pending}, where))
+            entries.append(
+                Entry(
+                    SystemSectionSet(name=f"{self.fmt}.records", text=""),
+                    key,
+                    time,
+                    {"carrier": True, "after": self.pending},
+                    where,
+                )
+            )
         self.pending = []
 
 
@@ -255,8 +261,12 @@ class RecordSink:
 Restore = Callable[[list[Event]], list[tuple[object, Obj]]]
 
 
-def positioned(events: list[Event], own: Restore, *, at: str = "line",
-               ) -> list[tuple[int, int, Any]]:
+def positioned(
+    events: list[Event],
+    own: Restore,
+    *,
+    at: str = "line",
+) -> list[tuple[int, int, Any]]:
     """Every source record the events hold, as ``(position, order, record)`` sorted
     into source order: attached records (``before``/``after``) and what ``own``
     rebuilds from each event group. Records without a position (events not
@@ -301,8 +311,10 @@ def _held(held: Obj) -> Any:
 
 def write_lines(records: list[tuple[int, int, Any]]) -> bytes:
     """JSON lines of ``positioned`` records (kept raw lines as they were)."""
-    return b"".join((record if isinstance(record, RawLine) else dumps(record)).encode()
-                    + b"\n" for _, _, record in records)
+    return b"".join(
+        (record if isinstance(record, RawLine) else dumps(record)).encode() + b"\n"
+        for _, _, record in records
+    )
 
 
 # -- JSON helpers ---------------------------------------------------------------------
@@ -342,12 +354,17 @@ def dumps_sorted(value: Any) -> str:
     return _SORTED.encode(value).decode()
 
 
-
 def _kind(value: object) -> str:
     if value is None:
         return "null"
-    return {bool: "boolean", int: "number", float: "number", str: "string", list: "array",
-            dict: "object"}.get(type(value), type(value).__name__)
+    return {
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(value), type(value).__name__)
 
 
 def without(obj: Obj, *keys: str) -> Obj:
@@ -357,8 +374,11 @@ def without(obj: Obj, *keys: str) -> Obj:
 
 def count_of(value: object) -> int:
     """A token count from a transcript: a non-negative int, else 0."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and \
-        0 <= value < 2**62 else 0
+    return (
+        value
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**62
+        else 0
+    )
 
 
 def text_of(body: Body) -> str:
@@ -373,8 +393,9 @@ def text_of(body: Body) -> str:
     return ""
 
 
-def get_str(obj: Obj, key: str, where: str, path: str, *, optional: bool = False,
-            default: str = "") -> str:
+def get_str(
+    obj: Obj, key: str, where: str, path: str, *, optional: bool = False, default: str = ""
+) -> str:
     """``obj[key]`` as a string; BadRecord naming ``path`` when it is something else."""
     value = obj.get(key)
     if value is None and optional:
@@ -394,8 +415,14 @@ def get_dict(obj: Obj, key: str, where: str, path: str, *, optional: bool = Fals
     return value
 
 
-def get_list(obj: Obj, key: str, where: str, path: str, *, optional: bool = False,
-             ) -> list[Any]:
+def get_list(
+    obj: Obj,
+    key: str,
+    where: str,
+    path: str,
+    *,
+    optional: bool = False,
+) -> list[Any]:
     """``obj[key]`` as an array (``[]`` when optional and absent)."""
     value = obj.get(key)
     if value is None and optional:
@@ -437,8 +464,9 @@ def parse_time(value: object, where: str, path: str) -> int | None:
     try:
         moment = _dt.datetime.fromisoformat(value.strip())
     except ValueError:
-        raise BadRecord(where, path, f"expected an ISO-8601 timestamp, found {value[:40]!r}"
-                        ) from None
+        raise BadRecord(
+            where, path, f"expected an ISO-8601 timestamp, found {value[:40]!r}"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=_dt.UTC)
     return (moment - _EPOCH) // _dt.timedelta(microseconds=1)

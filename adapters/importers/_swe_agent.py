@@ -55,8 +55,10 @@ def parse(data: bytes, source: str, skip_bad: bool) -> Parsed:
     entries: list[Entry] = []
     parse_messages(history, Messages("sw", "history"), source, skip_bad, parsed, entries)
     if entries:
-        entries[0].meta = {"doc": {k: v for k, v in doc.items() if k != "history"},
-                           **entries[0].meta}
+        entries[0].meta = {
+            "doc": {k: v for k, v in doc.items() if k != "history"},
+            **entries[0].meta,
+        }
     plan.entries = list(entries)
     return parsed
 

@@ -107,10 +107,20 @@ __all__ = [
 
 
 #: Every transcript format, by name: the `Format` record each importer module declares.
-_REGISTRY: dict[str, Format] = {f.name: f for f in (
-    _claude_code.FORMAT, _codex.FORMAT, _openai_chat.FORMAT, _openai_responses.FORMAT,
-    _mini_swe_agent.FORMAT, _swe_agent.FORMAT, _openhands.EVENTS_FORMAT,
-    _openhands.OUTPUT_FORMAT, _aider.FORMAT)}
+_REGISTRY: dict[str, Format] = {
+    f.name: f
+    for f in (
+        _claude_code.FORMAT,
+        _codex.FORMAT,
+        _openai_chat.FORMAT,
+        _openai_responses.FORMAT,
+        _mini_swe_agent.FORMAT,
+        _swe_agent.FORMAT,
+        _openhands.EVENTS_FORMAT,
+        _openhands.OUTPUT_FORMAT,
+        _aider.FORMAT,
+    )
+}
 
 #: turnlog's own export (`turnlog.log.export_events`, ``turnlog export --complete``): read
 #: back record for record, every hash unchanged, rather than parsed into a plan.
@@ -140,6 +150,7 @@ def format_name(name: str) -> str:
     if found is None:
         raise ImportFormatError(f"unknown format {name!r}; known formats: {', '.join(FORMATS)}")
     return found
+
 
 # A batch stays well under Log.append's limit of 100000 events.
 _BATCH = 50_000
@@ -210,14 +221,28 @@ class ImportSummary(msgspec.Struct, frozen=True, kw_only=True):
 
 
 # -- detection ---------------------------------------------------------------------------
-_CLAUDE_TYPES = frozenset({
-    "user", "assistant", "system", "summary", "file-history-snapshot", "queue-operation",
-    "progress", "attachment", "last-prompt", "ai-title", "permission-mode", "custom-title",
-    "tag", "agent-name"})
-_CLAUDE_KEYS = frozenset({"uuid", "parentUuid", "sessionId", "leafUuid", "messageId",
-                          "operation"})
-_CODEX_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context",
-                          "compacted"})
+_CLAUDE_TYPES = frozenset(
+    {
+        "user",
+        "assistant",
+        "system",
+        "summary",
+        "file-history-snapshot",
+        "queue-operation",
+        "progress",
+        "attachment",
+        "last-prompt",
+        "ai-title",
+        "permission-mode",
+        "custom-title",
+        "tag",
+        "agent-name",
+    }
+)
+_CLAUDE_KEYS = frozenset({"uuid", "parentUuid", "sessionId", "leafUuid", "messageId", "operation"})
+_CODEX_TYPES = frozenset(
+    {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
+)
 
 
 _NATIVE_KEYS = frozenset({"session", "seq", "prev", "hash", "body"})
@@ -234,8 +259,12 @@ def _line_format(obj: object) -> str | None:
             return "codex"
         if kind in _CLAUDE_TYPES and not _CLAUDE_KEYS.isdisjoint(obj):
             return "claude_code"
-    if isinstance(obj.get("history"), list) and not {"instruction", "instance_id",
-                                                     "test_result", "git_patch"}.isdisjoint(obj):
+    if isinstance(obj.get("history"), list) and not {
+        "instruction",
+        "instance_id",
+        "test_result",
+        "git_patch",
+    }.isdisjoint(obj):
         return "openhands_output"
     return None
 
@@ -244,13 +273,16 @@ def _doc_format(doc: object) -> str | None:
     if isinstance(doc, dict):
         info = doc.get("info")
         if str(doc.get("trajectory_format", "")).startswith("mini-swe-agent") or (
-                isinstance(doc.get("messages"), list) and isinstance(info, dict)
-                and "mini_version" in info):
+            isinstance(doc.get("messages"), list)
+            and isinstance(info, dict)
+            and "mini_version" in info
+        ):
             return "mini_swe_agent"
         history = doc.get("history")
         if isinstance(history, list) and (
-                not {"trajectory", "environment", "replay_config"}.isdisjoint(doc)
-                or all(isinstance(m, dict) and "role" in m for m in history)):
+            not {"trajectory", "environment", "replay_config"}.isdisjoint(doc)
+            or all(isinstance(m, dict) and "role" in m for m in history)
+        ):
             return "swe_agent"
         if isinstance(doc.get("messages"), list):
             return _openai_chat.NAME
@@ -260,9 +292,14 @@ def _doc_format(doc: object) -> str | None:
     if isinstance(doc, list) and all(isinstance(e, dict) for e in doc):
         if any("action" in e or "observation" in e for e in doc):
             return "openhands"
-        if doc and all("type" in e for e in doc) and any(
+        if (
+            doc
+            and all("type" in e for e in doc)
+            and any(
                 isinstance(e["type"], str) and e["type"] in _openai_responses.ITEM_TYPES
-                for e in doc):
+                for e in doc
+            )
+        ):
             return _openai_responses.NAME
         if all("role" in e for e in doc):
             return _openai_chat.NAME
@@ -321,8 +358,10 @@ def detect(source: str | os.PathLike[str] | bytes, *, name: str = "") -> str:
         raise ImportFormatError(
             f"{name or '<bytes>'}: not a transcript of a known format (expected one of "
             f"{', '.join(FORMATS)})",
-            hint=Hint(cli="pass --format FORMAT if you know it",
-                      python="pass format= if you know it"))
+            hint=Hint(
+                cli="pass --format FORMAT if you know it", python="pass format= if you know it"
+            ),
+        )
     return found
 
 
@@ -331,21 +370,30 @@ def _read(path: str) -> bytes:
     try:
         if file.exists() and not file.is_file():
             # A device or a pipe (/dev/zero) may never end: read regular files only.
-            raise ImportFormatError(f"{path}: not a regular file; give a transcript file or "
-                                    "a directory of them")
+            raise ImportFormatError(
+                f"{path}: not a regular file; give a transcript file or a directory of them"
+            )
         return file.read_bytes()
     except OSError as exc:
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from exc
     except MemoryError:
-        raise ImportFormatError(f"{path}: the file does not fit in memory; split it, or "
-                                "import it where more memory is available") from None
+        raise ImportFormatError(
+            f"{path}: the file does not fit in memory; split it, or "
+            "import it where more memory is available"
+        ) from None
 
 
 # -- import -----------------------------------------------------------------------------
-def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
-                session: str | None = None, skip_bad: bool = False,
-                progress: ProgressCallback | None = None,
-                redactor: Redactor | None = None) -> ImportSummary:
+def import_file(
+    log: Log,
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,  # noqa: A002
+    session: str | None = None,
+    skip_bad: bool = False,
+    progress: ProgressCallback | None = None,
+    redactor: Redactor | None = None,
+) -> ImportSummary:
     """Import one transcript file.
 
     Parameters:
@@ -380,8 +428,16 @@ def import_file(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     if fmt == _NATIVE:
         return _import_native(log, data, name, session)
     parsed = _parse(fmt, data, name, skip_bad)
-    return _import_parsed(log, parsed, name, session=session, skip_bad=skip_bad,
-                          progress=progress, files=(0, 1), redactor=redactor)
+    return _import_parsed(
+        log,
+        parsed,
+        name,
+        session=session,
+        skip_bad=skip_bad,
+        progress=progress,
+        files=(0, 1),
+        redactor=redactor,
+    )
 
 
 class _Line(msgspec.Struct):
@@ -410,14 +466,21 @@ def _import_native(log: Log, data: bytes, name: str, session: str | None) -> Imp
     if session is not None and sessions and session != sessions[-1]:
         raise ImportFormatError(
             f"{name}: a turnlog export keeps its session ids ({sessions[-1]!r} here): they are "
-            "part of every hash. Import it without session=; nothing was imported")
+            "part of every hash. Import it without session=; nothing was imported"
+        )
     try:
         copied = import_events(log, lines, origin=name)
     except InvalidArgumentError as exc:  # the store holds a session with other events
         raise ImportFormatError(f"{name}: {exc}") from None
-    return ImportSummary(format=_NATIVE, sources=(name,), sessions=tuple(sessions),
-                         roots=tuple(sessions[-1:]), events=events, appended=copied.events,
-                         blobs=copied.blobs)
+    return ImportSummary(
+        format=_NATIVE,
+        sources=(name,),
+        sessions=tuple(sessions),
+        roots=tuple(sessions[-1:]),
+        events=events,
+        appended=copied.events,
+        blobs=copied.blobs,
+    )
 
 
 def _choose_format(data: bytes, name: str, format: str | None) -> str:  # noqa: A002
@@ -435,34 +498,50 @@ def _parse(fmt: str, data: bytes, name: str, skip_bad: bool) -> Parsed:
     except RecursionError:
         raise ImportFormatError(
             f"{name}: a record is nested too deeply to read as a {fmt} transcript; nothing "
-            "of this file was imported") from None
+            "of this file was imported"
+        ) from None
     except BadRecord as exc:
         raise ImportFormatError(
             f"{name}: {exc.where}: {('field ' + exc.field + ': ') if exc.field else ''}"
             f"{exc.reason}; nothing of this file was imported",
-            hint=Hint(cli="fix the record, or pass --skip-bad to leave malformed records out",
-                      python="fix the record, or pass skip_bad=True to leave malformed records "
-                             "out")) from None
-    if parsed.skipped and all(entry.meta.get("carrier") for plan in parsed.plans
-                              for entry in plan.entries):
+            hint=Hint(
+                cli="fix the record, or pass --skip-bad to leave malformed records out",
+                python="fix the record, or pass skip_bad=True to leave malformed records out",
+            ),
+        ) from None
+    if parsed.skipped and all(
+        entry.meta.get("carrier") for plan in parsed.plans for entry in plan.entries
+    ):
         # Every record was malformed: the file is not a transcript of this format.
         raise ImportFormatError(
             f"{name}: no record could be read as a {fmt} transcript ({len(parsed.skipped)} "
             f"malformed, the first: {parsed.skipped[0]}); nothing of this file was "
-            "imported (is it a transcript of another format?)")
+            "imported (is it a transcript of another format?)"
+        )
     return parsed
 
 
 _TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj", ".md")
 # The file endings of each format, for a directory imported with one format forced.
-_FORMAT_SUFFIXES = {"claude_code": (".jsonl",), "codex": (".jsonl",),
-                    "openhands_output": (".jsonl",), "aider": (".md",)}
+_FORMAT_SUFFIXES = {
+    "claude_code": (".jsonl",),
+    "codex": (".jsonl",),
+    "openhands_output": (".jsonl",),
+    "aider": (".md",),
+}
 
 
-def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = None,  # noqa: A002
-                session: str | None = None, skip_bad: bool = False,
-                progress: ProgressCallback | None = None,
-                keep_going: bool = False, redactor: Redactor | None = None) -> ImportSummary:
+def import_path(
+    log: Log,
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,  # noqa: A002
+    session: str | None = None,
+    skip_bad: bool = False,
+    progress: ProgressCallback | None = None,
+    keep_going: bool = False,
+    redactor: Redactor | None = None,
+) -> ImportSummary:
     """Import a transcript file, or every transcript under a directory (recursively).
 
     In a directory, files ending in ``.jsonl``, ``.json``, ``.traj`` or ``.md``
@@ -500,12 +579,20 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
     except OSError as exc:  # a name too long, a loop of links...
         raise ImportFormatError(f"{path}: cannot read the file: {exc.strerror or exc}") from None
     if not is_dir:
-        return import_file(log, root, format=format, session=session, skip_bad=skip_bad,
-                           progress=progress, redactor=redactor)
+        return import_file(
+            log,
+            root,
+            format=format,
+            session=session,
+            skip_bad=skip_bad,
+            progress=progress,
+            redactor=redactor,
+        )
     if format is not None:
         format = _choose_format(b"", str(root), format)  # refuses an unknown name  # noqa: A001
-    suffixes = _FORMAT_SUFFIXES.get(format or "", (".json", ".traj")) if format \
-        else _TRANSCRIPT_SUFFIXES
+    suffixes = (
+        _FORMAT_SUFFIXES.get(format or "", (".json", ".traj")) if format else _TRANSCRIPT_SUFFIXES
+    )
     candidates = sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(suffixes))
     found: list[tuple[Path, bytes, str]] = []
     skipped: list[SkippedRecord] = []
@@ -521,8 +608,7 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             continue
         fmt = format or _sniff(data, file.name)
         if fmt is None:
-            skipped.append(SkippedRecord(str(file), "", "", "not a transcript of a known "
-                                         "format"))
+            skipped.append(SkippedRecord(str(file), "", "", "not a transcript of a known format"))
             continue
         found.append((file, data, fmt))
     # Parents before their subagents, so that links can name the spawning call.
@@ -535,48 +621,80 @@ def import_path(log: Log, path: str | os.PathLike[str], *, format: str | None = 
             if fmt == "claude_code":
                 _claude_code.link_subagents(parsed, links)
             name = None if session is None else f"{session}/{file.stem}"
-            summaries.append(_import_parsed(log, parsed, str(file), session=name,
-                                            skip_bad=skip_bad, progress=progress,
-                                            files=(number, len(found)), redactor=redactor))
+            summaries.append(
+                _import_parsed(
+                    log,
+                    parsed,
+                    str(file),
+                    session=name,
+                    skip_bad=skip_bad,
+                    progress=progress,
+                    files=(number, len(found)),
+                    redactor=redactor,
+                )
+            )
         except ImportFormatError as exc:
             if keep_going:
                 # The reason without the hint: what to do is the run's to say, not the file's.
                 reason = str(exc.args[0]) if exc.args else str(exc)
-                skipped.append(SkippedRecord(str(file), "", "",
-                                             reason.removeprefix(f"{file}: ")))
+                skipped.append(SkippedRecord(str(file), "", "", reason.removeprefix(f"{file}: ")))
                 continue
             if not summaries:
                 raise
             done = ", ".join(s.sources[0] if s.sources else "?" for s in summaries)
-            before = "the file before it was" if len(summaries) == 1 else \
-                f"the {len(summaries)} files before it were"
-            again = ("import the directory again with {} to go past bad files (imported "
-                     "files are not appended twice)")
+            before = (
+                "the file before it was"
+                if len(summaries) == 1
+                else f"the {len(summaries)} files before it were"
+            )
+            again = (
+                "import the directory again with {} to go past bad files (imported "
+                "files are not appended twice)"
+            )
             hint = exc.hint or Hint(cli="", python="")
             raise ImportFormatError(
                 exc.args[0] if exc.args else "",
-                hint=Hint(cli="; ".join(filter(None, (hint.cli, f"{before} imported ({done})",
-                                                      again.format("--keep-going")))),
-                          python="; ".join(filter(None, (hint.python,
-                                                         f"{before} imported ({done})",
-                                                         again.format("keep_going=True")))))
+                hint=Hint(
+                    cli="; ".join(
+                        filter(
+                            None,
+                            (hint.cli, f"{before} imported ({done})", again.format("--keep-going")),
+                        )
+                    ),
+                    python="; ".join(
+                        filter(
+                            None,
+                            (
+                                hint.python,
+                                f"{before} imported ({done})",
+                                again.format("keep_going=True"),
+                            ),
+                        )
+                    ),
+                ),
             ) from exc
     return _merge(summaries, skipped)
 
 
 def _merge(summaries: Sequence[ImportSummary], skipped: list[SkippedRecord]) -> ImportSummary:
     formats = {s.format for s in summaries}
-    usage = Usage(**{f: sum(getattr(s.usage, f) for s in summaries)
-                     for f in Usage.__struct_fields__})
+    usage = Usage(
+        **{f: sum(getattr(s.usage, f) for s in summaries) for f in Usage.__struct_fields__}
+    )
     return ImportSummary(
         format=formats.pop() if len(formats) == 1 else ("mixed" if formats else ""),
         sources=tuple(src for s in summaries for src in s.sources),
         sessions=tuple(x for s in summaries for x in s.sessions),
         roots=tuple(x for s in summaries for x in s.roots),
-        events=sum(s.events for s in summaries), appended=sum(s.appended for s in summaries),
-        tool_calls=sum(s.tool_calls for s in summaries), blobs=sum(s.blobs for s in summaries),
-        usage=usage, skipped=tuple(skipped) + tuple(x for s in summaries for x in s.skipped),
-        files=tuple(summaries), redacted=_counts(s.redacted for s in summaries))
+        events=sum(s.events for s in summaries),
+        appended=sum(s.appended for s in summaries),
+        tool_calls=sum(s.tool_calls for s in summaries),
+        blobs=sum(s.blobs for s in summaries),
+        usage=usage,
+        skipped=tuple(skipped) + tuple(x for s in summaries for x in s.skipped),
+        files=tuple(summaries),
+        redacted=_counts(s.redacted for s in summaries),
+    )
 
 
 def _counts(counts: Iterable[Mapping[str, int]]) -> dict[str, int]:
@@ -644,9 +762,17 @@ class _Run:
         self.seqs: dict[tuple[int, str], int] = {}
 
 
-def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None,
-                   skip_bad: bool, progress: ProgressCallback | None,
-                   files: tuple[int, int], redactor: Redactor | None) -> ImportSummary:
+def _import_parsed(
+    log: Log,
+    parsed: Parsed,
+    source: str,
+    *,
+    session: str | None,
+    skip_bad: bool,
+    progress: ProgressCallback | None,
+    files: tuple[int, int],
+    redactor: Redactor | None,
+) -> ImportSummary:
     skipped = list(parsed.skipped)
     redacted = _redact(parsed, redactor) if redactor is not None else {}
     ids = _session_ids(parsed, session)
@@ -680,22 +806,51 @@ def _import_parsed(log: Log, parsed: Parsed, source: str, *, session: str | None
                 tool_calls += sum(isinstance(p, ToolCall) for p in body.parts)
             elif isinstance(body, ResponseReceived):
                 u = body.usage
-                for i, value in enumerate((u.input_tokens, u.output_tokens,
-                                           u.cache_read_tokens, u.cache_write_tokens,
-                                           u.reasoning_tokens)):
+                for i, value in enumerate(
+                    (
+                        u.input_tokens,
+                        u.output_tokens,
+                        u.cache_read_tokens,
+                        u.cache_write_tokens,
+                        u.reasoning_tokens,
+                    )
+                ):
                     usage[i] += value
     if progress is not None:
-        progress(Progress(path=source, files_done=files[0] + 1, files_total=files[1],
-                          events_done=run.done, events_total=run.total))
+        progress(
+            Progress(
+                path=source,
+                files_done=files[0] + 1,
+                files_total=files[1],
+                events_done=run.done,
+                events_total=run.total,
+            )
+        )
     used = [ids[i] for i, p in enumerate(parsed.plans) if p.entries]
-    roots = [ids[i] for i, p in enumerate(parsed.plans)
-             if p.entries and p.fork is None and not (p.parent or {}).get("inline")]
+    roots = [
+        ids[i]
+        for i, p in enumerate(parsed.plans)
+        if p.entries and p.fork is None and not (p.parent or {}).get("inline")
+    ]
     return ImportSummary(
-        format=parsed.format, sources=(source,), sessions=tuple(used), roots=tuple(roots),
-        events=total, appended=run.appended, tool_calls=tool_calls, blobs=run.blobs,
-        usage=Usage(input_tokens=usage[0], output_tokens=usage[1], cache_read_tokens=usage[2],
-                    cache_write_tokens=usage[3], reasoning_tokens=usage[4]),
-        skipped=tuple(skipped), redacted=redacted)
+        format=parsed.format,
+        sources=(source,),
+        sessions=tuple(used),
+        roots=tuple(roots),
+        events=total,
+        appended=run.appended,
+        tool_calls=tool_calls,
+        blobs=run.blobs,
+        usage=Usage(
+            input_tokens=usage[0],
+            output_tokens=usage[1],
+            cache_read_tokens=usage[2],
+            cache_write_tokens=usage[3],
+            reasoning_tokens=usage[4],
+        ),
+        skipped=tuple(skipped),
+        redacted=redacted,
+    )
 
 
 def _spelling(log: Log, sid: str, parsed: Parsed, plan: Plan) -> str:
@@ -713,14 +868,23 @@ def _spelling(log: Log, sid: str, parsed: Parsed, plan: Plan) -> str:
         return parsed.format
     carrier = f"{parsed.format}.records"
     for entry in plan.entries:
-        if isinstance(entry, Entry) and isinstance(entry.body, SystemSectionSet) \
-                and entry.body.name == carrier:
+        if (
+            isinstance(entry, Entry)
+            and isinstance(entry.body, SystemSectionSet)
+            and entry.body.name == carrier
+        ):
             entry.body = msgspec.structs.replace(entry.body, name=f"{old}.records")
     return old
 
 
-def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: bool,
-              skipped: list[SkippedRecord]) -> int:
+def _validate(
+    log: Log,
+    parsed: Parsed,
+    ids: list[str],
+    source: str,
+    skip_bad: bool,
+    skipped: list[SkippedRecord],
+) -> int:
     """Encode every entry as `Log.append` will; returns the number of blobs it will store."""
     blobs = 0
     for plan, sid in zip(parsed.plans, ids, strict=True):
@@ -731,15 +895,19 @@ def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: b
                 if entry.key in keys:  # two source records with one id
                     raise InvalidEventError(
                         f"its id gives idempotency key {entry.key!r}, the key of "
-                        f"{keys[entry.key]} too: records of a session need distinct ids")
+                        f"{keys[entry.key]} too: records of a session need distinct ids"
+                    )
                 blobs += _check(log, sid, entry)
                 keys[entry.key] = entry.where
             except (InvalidEventError, ValueError) as exc:
                 if not skip_bad:
                     raise ImportFormatError(
                         f"{source}: {entry.where}: {exc}; nothing of this file was imported",
-                        hint=Hint(cli="pass --skip-bad to leave the record out",
-                                  python="pass skip_bad=True to leave the record out")) from exc
+                        hint=Hint(
+                            cli="pass --skip-bad to leave the record out",
+                            python="pass skip_bad=True to leave the record out",
+                        ),
+                    ) from exc
                 skipped.append(SkippedRecord(source, entry.where, "", str(exc)))
                 continue
             kept.append(entry)
@@ -748,8 +916,9 @@ def _validate(log: Log, parsed: Parsed, ids: list[str], source: str, skip_bad: b
 
 
 def _check(log: Log, session: str, entry: Entry | CompactionEntry) -> int:
-    body: Body = (_compaction(entry, 0, 0, "0" * 64) if isinstance(entry, CompactionEntry)
-                  else entry.body)
+    body: Body = (
+        _compaction(entry, 0, 0, "0" * 64) if isinstance(entry, CompactionEntry) else entry.body
+    )
     draft = Draft(body=body, time=entry.time, key=entry.key, meta=entry.meta)
     try:
         return log.validate(session, draft)
@@ -757,17 +926,35 @@ def _check(log: Log, session: str, entry: Entry | CompactionEntry) -> int:
         raise InvalidEventError(f"{entry.where}: {str(exc).partition(': ')[2] or exc}") from exc
 
 
-def _compaction(entry: CompactionEntry, first: int, last: int, digest: str,
-                ) -> CompactionCommitted:
+def _compaction(
+    entry: CompactionEntry,
+    first: int,
+    last: int,
+    digest: str,
+) -> CompactionCommitted:
     return CompactionCommitted(
-        first_seq=first, last_seq=last, covered_digest=digest, summary=entry.summary,
-        summarizer=entry.summarizer, model=entry.model, reason="imported",
-        tokens_before=entry.tokens_before, tokens_after=entry.tokens_after)
+        first_seq=first,
+        last_seq=last,
+        covered_digest=digest,
+        summary=entry.summary,
+        summarizer=entry.summarizer,
+        model=entry.model,
+        reason="imported",
+        tokens_before=entry.tokens_before,
+        tokens_after=entry.tokens_after,
+    )
 
 
-def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run,
-                 source: str, progress: ProgressCallback | None,
-                 files: tuple[int, int]) -> None:
+def _append_plan(
+    log: Log,
+    parsed: Parsed,
+    index: int,
+    ids: list[str],
+    run: _Run,
+    source: str,
+    progress: ProgressCallback | None,
+    files: tuple[int, int],
+) -> None:
     plan = parsed.plans[index]
     sid = ids[index]
     drafts: list[Draft] = []
@@ -775,14 +962,15 @@ def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run
 
     def flush() -> None:
         for start in range(0, len(drafts), _BATCH):
-            chunk = drafts[start:start + _BATCH]
+            chunk = drafts[start : start + _BATCH]
             try:
                 done = log.append(sid, chunk)
             except IdempotencyError as exc:
                 raise ImportFormatError(
                     f"{source}: session {sid!r} holds an earlier import of this transcript "
                     f"that differs from it now ({exc}); import it into a new session "
-                    "(session=...)") from exc
+                    "(session=...)"
+                ) from exc
             head[0] = done.last_seq
             for offset, draft in enumerate(chunk):
                 if draft.key is not None:
@@ -791,8 +979,15 @@ def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run
                 run.appended += len(chunk)
             run.done += len(chunk)
             if progress is not None:
-                progress(Progress(path=source, files_done=files[0], files_total=files[1],
-                                  events_done=run.done, events_total=run.total))
+                progress(
+                    Progress(
+                        path=source,
+                        files_done=files[0],
+                        files_total=files[1],
+                        events_done=run.done,
+                        events_total=run.total,
+                    )
+                )
         drafts.clear()
 
     if plan.fork is not None:
@@ -802,8 +997,9 @@ def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run
             plan.parent = {"session": ids[parent], "branch_of": parent_key}
         else:
             source_event = log.get(ids[parent], at)
-            fork = SessionForked(from_session=ids[parent], from_seq=at,
-                                 from_hash=source_event.hash.hex())
+            fork = SessionForked(
+                from_session=ids[parent], from_seq=at, from_hash=source_event.hash.hex()
+            )
             first = plan.entries[0]
             drafts.append(Draft(body=fork, key=f"fork:{parent_key}"[:256], time=first.time))
     for entry in plan.entries:
@@ -811,8 +1007,7 @@ def _append_plan(log: Log, parsed: Parsed, index: int, ids: list[str], run: _Run
             flush()
             drafts.append(_compaction_draft(log, sid, entry, head[0]))
         else:
-            drafts.append(Draft(body=entry.body, time=entry.time, key=entry.key,
-                                meta=entry.meta))
+            drafts.append(Draft(body=entry.body, time=entry.time, key=entry.key, meta=entry.meta))
     flush()
 
 
@@ -825,7 +1020,7 @@ def _fork_seq(parsed: Parsed, parent: int, key: str, run: _Run) -> int | None:
     order = [e.key for e in entries]
     if key not in order:
         return None
-    for earlier in reversed(order[:order.index(key)]):
+    for earlier in reversed(order[: order.index(key)]):
         found = run.seqs.get((parent, earlier))
         if found is not None:
             return found
@@ -840,13 +1035,19 @@ def _compaction_draft(log: Log, sid: str, entry: CompactionEntry, head: int) -> 
     if last < 0 or last > head:
         # Nothing before it, or a fork (whose lineage positions the log does not let a
         # compaction of the fork cover): keep the summary as the text it was.
-        body: Body = NotificationAdded(source=f"{entry.summarizer}/compact-summary",
-                                       text=entry.summary)
-        return Draft(body=body, time=entry.time, key=entry.key,
-                     meta={**entry.meta, "compaction_not_covering": True})
+        body: Body = NotificationAdded(
+            source=f"{entry.summarizer}/compact-summary", text=entry.summary
+        )
+        return Draft(
+            body=body,
+            time=entry.time,
+            key=entry.key,
+            meta={**entry.meta, "compaction_not_covering": True},
+        )
     digest = covered_digest([event.hash for event in lineage])
-    return Draft(body=_compaction(entry, 0, last, digest), time=entry.time, key=entry.key,
-                 meta=entry.meta)
+    return Draft(
+        body=_compaction(entry, 0, last, digest), time=entry.time, key=entry.key, meta=entry.meta
+    )
 
 
 # -- export -----------------------------------------------------------------------------
@@ -891,8 +1092,11 @@ def _children_index(log: Log) -> dict[str, list[str]]:
                 index.setdefault(body.from_session, []).append(head.session)
                 continue
             link = first.meta.get("parent")
-            if isinstance(link, dict) and (link.get("inline") or link.get("branch_of")) \
-                    and isinstance(link.get("session"), str):
+            if (
+                isinstance(link, dict)
+                and (link.get("inline") or link.get("branch_of"))
+                and isinstance(link.get("session"), str)
+            ):
                 index.setdefault(link["session"], []).append(head.session)
     return index
 
@@ -905,11 +1109,12 @@ def _export_view(log: Log, session: str, children: dict[str, list[str]]) -> Expo
 
 def _with_full_text(log: Log, event: Event) -> Event:
     body = event.body
-    if isinstance(body, (ToolResultAdded, NotificationAdded, UserMessageAdded)) \
-            and body.blob is not None:
+    if (
+        isinstance(body, (ToolResultAdded, NotificationAdded, UserMessageAdded))
+        and body.blob is not None
+    ):
         text = log.blob(body.blob).decode("utf-8")
         field = "output" if isinstance(body, ToolResultAdded) else "text"
         body = msgspec.structs.replace(body, **{field: text, "blob": None})
         return msgspec.structs.replace(event, body=body)
     return event
-

@@ -119,9 +119,16 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         attempts: tries per write when other writers keep moving the head.
     """
 
-    def __init__(self, log: Log, session_id: str, *, policy: Policy | None = None,
-                 packer: Packer | None = None, clock: Callable[[], int] | None = None,
-                 attempts: int = 8) -> None:
+    def __init__(
+        self,
+        log: Log,
+        session_id: str,
+        *,
+        policy: Policy | None = None,
+        packer: Packer | None = None,
+        clock: Callable[[], int] | None = None,
+        attempts: int = 8,
+    ) -> None:
         super().__init__()
         self.log = log
         self.session_id = session_id
@@ -172,16 +179,24 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
             if head is None:
                 return
             if _visible(self._view()):
-                self.log.append(self.session_id, Draft(body=SessionRewound(to_seq=-1,
-                                reason="clear"), time=self._time()))
+                self.log.append(
+                    self.session_id,
+                    Draft(body=SessionRewound(to_seq=-1, reason="clear"), time=self._time()),
+                )
                 self._request = None
             if self.erase_reason is not None:
                 self.log.erase(self.session_id, reason=self.erase_reason, time=self._time())
 
     # -- packing -----------------------------------------------------------------------------
-    def packed_messages(self, policy: Policy | None = None, *, record: bool = True,
-                        model: str = "", time: int | None = None,
-                        key: str | None = None) -> list[BaseMessage]:
+    def packed_messages(
+        self,
+        policy: Policy | None = None,
+        *,
+        record: bool = True,
+        model: str = "",
+        time: int | None = None,
+        key: str | None = None,
+    ) -> list[BaseMessage]:
         """The packed, budgeted prompt for the next model call, as LangChain messages.
 
         Parameters:
@@ -200,9 +215,13 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         with self._lock:
             policy = policy or self.policy
             if record:
-                recorded = self.replayer.record(self.session_id, policy=policy, model=model,
-                                                time=time if time is not None else self._time(),
-                                                key=key)
+                recorded = self.replayer.record(
+                    self.session_id,
+                    policy=policy,
+                    model=model,
+                    time=time if time is not None else self._time(),
+                    key=key,
+                )
                 self._request = recorded.request_seq
                 prompt = recorded.packed.prompt
             else:
@@ -223,7 +242,8 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
             if isinstance(message, RemoveMessage) or not isinstance(message, BaseMessage):
                 raise InvalidEventError(
                     f"message {i}: expected a LangChain message, found {type(message).__name__}"
-                    "; a log never deletes: use clear() to empty the history")
+                    "; a log never deletes: use clear() to empty the history"
+                )
         with self._lock:
             time = self._time()
             appended: list[tuple[Body, dict[str, Any]]] = []
@@ -238,8 +258,9 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
             if any(isinstance(b, ResponseReceived) for b, _ in appended) or clear:
                 self._request = None
 
-    def _bodies(self, messages: list[BaseMessage], view: Projection | None, *,
-                clear: bool) -> list[tuple[Body, dict[str, Any]]]:
+    def _bodies(
+        self, messages: list[BaseMessage], view: Projection | None, *, clear: bool
+    ) -> list[tuple[Body, dict[str, Any]]]:
         events = [] if view is None or clear else _visible(view)
         calls: dict[str, str] = {}
         systems = 0
@@ -280,9 +301,12 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
         if isinstance(body, AssistantMessageAdded):
             return _ai_message(body.parts, name=None)
         if isinstance(body, ToolResultAdded):
-            return ToolMessage(content=_full_text(self.log, body.output, body.blob),
-                               tool_call_id=body.call_id, name=body.tool_name or None,
-                               status="error" if body.is_error else "success")
+            return ToolMessage(
+                content=_full_text(self.log, body.output, body.blob),
+                tool_call_id=body.call_id,
+                name=body.tool_name or None,
+                status="error" if body.is_error else "success",
+            )
         if isinstance(body, NotificationAdded):
             text = _full_text(self.log, body.text, body.blob)
             return HumanMessage(content=notification_text(body.source, text))
@@ -294,8 +318,9 @@ class TurnlogChatMessageHistory(BaseChatMessageHistory):
 
 
 # -- prompt -> messages -------------------------------------------------------------------------
-def prompt_messages(prompt: Prompt, *,
-                    blobs: Callable[[Any], bytes] | None = None) -> list[BaseMessage]:
+def prompt_messages(
+    prompt: Prompt, *, blobs: Callable[[Any], bytes] | None = None
+) -> list[BaseMessage]:
     """A packed prompt as LangChain messages (system sections joined into one
     ``SystemMessage``; calls left open by a final run of results answered with
     the missing-result placeholder; reasoning is not sent).
@@ -314,15 +339,22 @@ def prompt_messages(prompt: Prompt, *,
         elif message.role == "assistant":
             out.append(_ai_message(message.parts, name=None))
         else:
-            out.append(ToolMessage(content=message.text, tool_call_id=message.tool_call_id,
-                                   name=message.name or None,
-                                   status="error" if message.is_error else "success"))
+            out.append(
+                ToolMessage(
+                    content=message.text,
+                    tool_call_id=message.tool_call_id,
+                    name=message.name or None,
+                    status="error" if message.is_error else "success",
+                )
+            )
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
-    if 0 <= last < len(messages) - 1 and all(m.role == "tool" for m in messages[last + 1:]):
-        answered = {m.tool_call_id for m in messages[last + 1:]}
-        out += [ToolMessage(content=MISSING_RESULT_TEXT, tool_call_id=c.id, name=c.name,
-                            status="error")
-                for c in messages[last].tool_calls if c.id not in answered]
+    if 0 <= last < len(messages) - 1 and all(m.role == "tool" for m in messages[last + 1 :]):
+        answered = {m.tool_call_id for m in messages[last + 1 :]}
+        out += [
+            ToolMessage(content=MISSING_RESULT_TEXT, tool_call_id=c.id, name=c.name, status="error")
+            for c in messages[last].tool_calls
+            if c.id not in answered
+        ]
     return out
 
 
@@ -359,12 +391,17 @@ def _ai_message(parts: Sequence[Part], *, name: str | None) -> AIMessage:
         except (ValueError, RecursionError):
             args = None
         if isinstance(args, dict):
-            tool_calls.append({"name": part.name, "args": args, "id": part.id,
-                               "type": "tool_call"})
+            tool_calls.append({"name": part.name, "args": args, "id": part.id, "type": "tool_call"})
         else:
-            invalid.append({"name": part.name, "args": part.arguments, "id": part.id,
-                            "error": "arguments are not a JSON object",
-                            "type": "invalid_tool_call"})
+            invalid.append(
+                {
+                    "name": part.name,
+                    "args": part.arguments,
+                    "id": part.id,
+                    "error": "arguments are not a JSON object",
+                    "type": "invalid_tool_call",
+                }
+            )
     return AIMessage(content=text, tool_calls=tool_calls, invalid_tool_calls=invalid, name=name)
 
 
@@ -377,8 +414,7 @@ def _dump(message: BaseMessage) -> dict[str, Any]:
         data = {}
         for field in type(message).model_fields:
             try:
-                data.update(message.model_dump(mode="json", exclude_defaults=True,
-                                               include={field}))
+                data.update(message.model_dump(mode="json", exclude_defaults=True, include={field}))
             except (ValueError, TypeError):
                 continue
     data["type"] = message.type
@@ -388,8 +424,11 @@ def _dump(message: BaseMessage) -> dict[str, Any]:
 def _text_of(content: str | list[str | dict[str, Any]]) -> str:
     if isinstance(content, str):
         return content
-    texts = [b if isinstance(b, str) else str(b.get("text", "")) for b in content
-             if isinstance(b, str) or b.get("type") == "text"]
+    texts = [
+        b if isinstance(b, str) else str(b.get("text", ""))
+        for b in content
+        if isinstance(b, str) or b.get("type") == "text"
+    ]
     return "\n".join(texts)
 
 
@@ -403,14 +442,14 @@ def _images(content: str | list[str | dict[str, Any]]) -> tuple[ImagePart, ...]:
         ref = block.get("image_url")
         url = ref.get("url") if isinstance(ref, dict) else ref
         if isinstance(url, str) and url:
-            media = url[5:url.index(";")] if url.startswith("data:") and ";" in url \
-                else "image/*"
+            media = url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image/*"
             out.append(ImagePart(media_type=media[:1024], url=url))
     return tuple(out)
 
 
-def _to_body(message: BaseMessage, calls: dict[str, str],
-             systems: int) -> tuple[Body, dict[str, Any]]:
+def _to_body(
+    message: BaseMessage, calls: dict[str, str], systems: int
+) -> tuple[Body, dict[str, Any]]:
     residual = _dump(message)
     content = message.content
     if isinstance(content, str):
@@ -429,34 +468,51 @@ def _to_body(message: BaseMessage, calls: dict[str, str],
                 elif block.get("type") == "text":
                     parts.append(TextPart(text=str(block.get("text", ""))))
                 elif block.get("type") == "thinking":
-                    parts.append(ReasoningPart(text=str(block.get("thinking", "")),
-                                               opaque=str(block.get("signature", "")),
-                                               provider="anthropic"))
+                    parts.append(
+                        ReasoningPart(
+                            text=str(block.get("thinking", "")),
+                            opaque=str(block.get("signature", "")),
+                            provider="anthropic",
+                        )
+                    )
         exact = all(c.get("id") for c in message.tool_calls) and not message.invalid_tool_calls
         for i, call in enumerate(message.tool_calls):
             arguments = json.dumps(call["args"], ensure_ascii=False)
-            parts.append(ToolCall(id=call.get("id") or _made_up_id(message, i),
-                                  name=call["name"], arguments=arguments))
+            parts.append(
+                ToolCall(
+                    id=call.get("id") or _made_up_id(message, i),
+                    name=call["name"],
+                    arguments=arguments,
+                )
+            )
         for i, bad in enumerate(message.invalid_tool_calls):
-            parts.append(ToolCall(id=bad.get("id") or _made_up_id(message, 1000 + i),
-                                  name=bad.get("name") or "unknown",
-                                  arguments=bad.get("args") or "{}"))
+            parts.append(
+                ToolCall(
+                    id=bad.get("id") or _made_up_id(message, 1000 + i),
+                    name=bad.get("name") or "unknown",
+                    arguments=bad.get("args") or "{}",
+                )
+            )
         if exact:
             residual.pop("tool_calls", None)
         else:  # the parts hold made-up ids or invalid calls: keep the list as it was
-            residual["tool_calls"] = message.model_dump(mode="json",
-                                                        include={"tool_calls"})["tool_calls"]
+            residual["tool_calls"] = message.model_dump(mode="json", include={"tool_calls"})[
+                "tool_calls"
+            ]
         return AssistantMessageAdded(parts=tuple(parts)), residual
     if isinstance(message, ToolMessage):
         residual.pop("tool_call_id", None)
         name = message.name or calls.get(message.tool_call_id, "")
-        return ToolResultAdded(call_id=message.tool_call_id, tool_name=name,
-                               output=content if isinstance(content, str)
-                               else _text_of(content) or json.dumps(content),
-                               is_error=message.status == "error"), residual
+        return ToolResultAdded(
+            call_id=message.tool_call_id,
+            tool_name=name,
+            output=content
+            if isinstance(content, str)
+            else _text_of(content) or json.dumps(content),
+            is_error=message.status == "error",
+        ), residual
     if isinstance(message, SystemMessage):
-        return SystemSectionSet(name=f"{_SYSTEM_PREFIX}{systems}",
-                                text=_text_of(content)), residual
+        return SystemSectionSet(name=f"{_SYSTEM_PREFIX}{systems}", text=_text_of(content)), residual
     source = str(getattr(message, "role", "") or message.type)
     return NotificationAdded(source=source, text=_text_of(content)), residual
 
@@ -474,19 +530,25 @@ def _response(message: AIMessage, request_seq: int) -> ResponseReceived:
     counts = Usage()
     if usage is not None:
         details = usage.get("input_token_details") or {}
-        counts = Usage(input_tokens=max(0, usage["input_tokens"]),
-                       output_tokens=max(0, usage["output_tokens"]),
-                       cache_read_tokens=max(0, details.get("cache_read") or 0),
-                       cache_write_tokens=max(0, details.get("cache_creation") or 0))
-    return ResponseReceived(request_seq=request_seq, stop_reason=str(stop)[:1024],
-                            model=str(model)[:1024], usage=counts)
+        counts = Usage(
+            input_tokens=max(0, usage["input_tokens"]),
+            output_tokens=max(0, usage["output_tokens"]),
+            cache_read_tokens=max(0, details.get("cache_read") or 0),
+            cache_write_tokens=max(0, details.get("cache_creation") or 0),
+        )
+    return ResponseReceived(
+        request_seq=request_seq, stop_reason=str(stop)[:1024], model=str(model)[:1024], usage=counts
+    )
 
 
 # -- events -> messages -------------------------------------------------------------------------
 def _visible(view: Projection) -> list[Event]:
     """The lineage events still in the view (rewound ones and rewinds left out)."""
-    return [e for pos, e in enumerate(view.events)
-            if pos not in view.rewound and not isinstance(e.body, SessionRewound)]
+    return [
+        e
+        for pos, e in enumerate(view.events)
+        if pos not in view.rewound and not isinstance(e.body, SessionRewound)
+    ]
 
 
 def _full_text(log: Log, text: str, blob: Any) -> str:
@@ -512,9 +574,11 @@ def _from_residual(body: Body, residual: dict[str, Any], log: Log) -> BaseMessag
         else:
             data["content"] = ""
     if isinstance(body, AssistantMessageAdded) and "tool_calls" not in data:
-        data["tool_calls"] = [{"name": p.name, "args": json.loads(p.arguments), "id": p.id,
-                               "type": "tool_call"}
-                              for p in body.parts if isinstance(p, ToolCall)]
+        data["tool_calls"] = [
+            {"name": p.name, "args": json.loads(p.arguments), "id": p.id, "type": "tool_call"}
+            for p in body.parts
+            if isinstance(p, ToolCall)
+        ]
     if isinstance(body, ToolResultAdded):
         data["tool_call_id"] = body.call_id
     return messages_from_dict([{"type": kind, "data": data}])[0]

@@ -112,9 +112,16 @@ class _Saved:
 
     __slots__ = ("checkpoint", "id", "metadata", "ns", "parent", "seq", "values")
 
-    def __init__(self, seq: int, ns: str, ident: str, parent: str | None,
-                 checkpoint: BlobRef, metadata: BlobRef,
-                 values: dict[str, BlobRef | None]) -> None:
+    def __init__(
+        self,
+        seq: int,
+        ns: str,
+        ident: str,
+        parent: str | None,
+        checkpoint: BlobRef,
+        metadata: BlobRef,
+        values: dict[str, BlobRef | None],
+    ) -> None:
         self.seq = seq
         self.ns = ns
         self.id = ident
@@ -131,8 +138,9 @@ class _Thread:
         self.next_seq = 0
         self.checkpoints: dict[tuple[str, str], _Saved] = {}
         #: (ns, checkpoint id) -> (task id, index) -> (seq, channel, value blob, task path)
-        self.writes: dict[tuple[str, str], dict[tuple[str, int],
-                                                tuple[int, str, BlobRef, str]]] = {}
+        self.writes: dict[
+            tuple[str, str], dict[tuple[str, int], tuple[int, str, BlobRef, str]]
+        ] = {}
         #: (ns, channel, version as JSON) -> the blob holding that version's value
         self.versions: dict[tuple[str, str, str], BlobRef | None] = {}
 
@@ -142,8 +150,9 @@ class _Thread:
             if keep < 0:  # a version written before the rewind is gone with it
                 self.versions.clear()
             self.checkpoints = {k: c for k, c in self.checkpoints.items() if c.seq <= keep}
-            self.writes = {k: {t: w for t, w in ws.items() if w[0] <= keep}
-                           for k, ws in self.writes.items()}
+            self.writes = {
+                k: {t: w for t, w in ws.items() if w[0] <= keep} for k, ws in self.writes.items()
+            }
             return
         if not isinstance(body, StateSaved) or body.source not in _SOURCES:
             return
@@ -156,8 +165,9 @@ class _Thread:
                 self.versions[(ns, channel, json.dumps(version))] = ref
             for channel, version in data["versions"].items():
                 values[channel] = self.versions.get((ns, channel, json.dumps(version)))
-            self.checkpoints[(ns, ident)] = _Saved(seq, ns, ident, data["parent"],
-                                                   body.blobs[0], body.blobs[1], values)
+            self.checkpoints[(ns, ident)] = _Saved(
+                seq, ns, ident, data["parent"], body.blobs[0], body.blobs[1], values
+            )
         elif body.source == _WRITES:
             outer = self.writes.setdefault((data["ns"], data["id"]), {})
             for index, channel, blob in data["writes"]:
@@ -181,8 +191,14 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         clock: called for event times (microseconds since the epoch); none when None.
     """
 
-    def __init__(self, log: Log, *, prefix: str = "", serde: SerializerProtocol | None = None,
-                 clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        log: Log,
+        *,
+        prefix: str = "",
+        serde: SerializerProtocol | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         super().__init__(serde=serde)
         check_type(log, Log, "log", what="a turnlog Log")
         self.log = log
@@ -205,13 +221,21 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         if ident:
             saved = state.checkpoints.get((ns, str(ident)))
         else:
-            saved = max((c for (n, _), c in state.checkpoints.items() if n == ns),
-                        key=lambda c: c.id, default=None)
+            saved = max(
+                (c for (n, _), c in state.checkpoints.items() if n == ns),
+                key=lambda c: c.id,
+                default=None,
+            )
         return None if saved is None else self._tuple(thread, state, saved)
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,  # noqa: A002
-             before: RunnableConfig | None = None,
-             limit: int | None = None) -> Iterator[CheckpointTuple]:
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first (by checkpoint id): of the config's thread (and
         namespace, when it names one), or of every thread when ``config`` is None."""
         if config is not None:
@@ -220,8 +244,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             ns = conf.get("checkpoint_ns")
             ident = get_checkpoint_id(config)
         else:
-            threads = [h.session[len(self.prefix):] for h in self.log.sessions()
-                       if h.session.startswith(self.prefix)]
+            threads = [
+                h.session[len(self.prefix) :]
+                for h in self.log.sessions()
+                if h.session.startswith(self.prefix)
+            ]
             ns = ident = None
         bound = get_checkpoint_id(before) if before is not None else None
         left = limit
@@ -229,10 +256,17 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             state = self._state(self._session(thread))
             if state is None:
                 continue
-            found = sorted((c for c in state.checkpoints.values()
-                            if (ns is None or c.ns == ns) and (not ident or c.id == ident)
-                            and (bound is None or c.id < bound)),
-                           key=lambda c: c.id, reverse=True)
+            found = sorted(
+                (
+                    c
+                    for c in state.checkpoints.values()
+                    if (ns is None or c.ns == ns)
+                    and (not ident or c.id == ident)
+                    and (bound is None or c.id < bound)
+                ),
+                key=lambda c: c.id,
+                reverse=True,
+            )
             for saved in found:
                 if left is not None and left <= 0:
                     return
@@ -242,8 +276,13 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 if left is not None:
                     left -= 1
 
-    def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: ChannelVersions) -> RunnableConfig:
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """Append a ``langgraph.checkpoint`` event (values of ``new_versions`` as blobs)."""
         conf = config["configurable"]
         thread = str(conf["thread_id"])
@@ -258,30 +297,51 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 channels[channel] = (version, len(blobs) - 1)
             else:
                 channels[channel] = (version, None)
-        data = {"ns": ns, "id": checkpoint["id"], "parent": conf.get("checkpoint_id"),
-                "versions": checkpoint["channel_versions"], "channels": channels}
+        data = {
+            "ns": ns,
+            "id": checkpoint["id"],
+            "parent": conf.get("checkpoint_id"),
+            "versions": checkpoint["channel_versions"],
+            "channels": channels,
+        }
         self._append(thread, _CHECKPOINT, data, blobs)
-        return {"configurable": {"thread_id": conf["thread_id"], "checkpoint_ns": ns,
-                                 "checkpoint_id": checkpoint["id"]}}
+        return {
+            "configurable": {
+                "thread_id": conf["thread_id"],
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
 
-    def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                   task_id: str, task_path: str = "") -> None:
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         """Append a ``langgraph.writes`` event for the checkpoint the config names
         (nothing when every regular write of it is stored already)."""
         conf = config["configurable"]
         thread = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", ""))
         ident = str(conf["checkpoint_id"])
-        indexed = [(WRITES_IDX_MAP.get(channel, i), channel, value)
-                   for i, (channel, value) in enumerate(writes)]
+        indexed = [
+            (WRITES_IDX_MAP.get(channel, i), channel, value)
+            for i, (channel, value) in enumerate(writes)
+        ]
         state = self._state(self._session(thread))
         stored = state.writes.get((ns, ident), {}) if state is not None else {}
-        if indexed and all(index >= 0 and (task_id, index) in stored
-                           for index, _, _ in indexed):
+        if indexed and all(index >= 0 and (task_id, index) in stored for index, _, _ in indexed):
             return
         blobs = [self._dump(value) for _, _, value in indexed]
-        data = {"ns": ns, "id": ident, "task": task_id, "path": task_path,
-                "writes": [[index, channel, i] for i, (index, channel, _) in enumerate(indexed)]}
+        data = {
+            "ns": ns,
+            "id": ident,
+            "task": task_id,
+            "path": task_path,
+            "writes": [[index, channel, i] for i, (index, channel, _) in enumerate(indexed)],
+        }
         self._append(thread, _WRITES, data, blobs)
 
     #: When set, `delete_thread` also erases the content of the thread's events (its
@@ -296,8 +356,12 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         session = self._session(str(thread_id))
         if self.log.head(session) is None:
             return
-        self.log.append(session, Draft(body=SessionRewound(
-            to_seq=-1, reason="langgraph.delete_thread"), time=self._time()))
+        self.log.append(
+            session,
+            Draft(
+                body=SessionRewound(to_seq=-1, reason="langgraph.delete_thread"), time=self._time()
+            ),
+        )
         if self.erase_reason is not None:
             self.log.erase(session, reason=self.erase_reason, time=self._time())
 
@@ -310,11 +374,13 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             state = self._state(head.session)
             if state is None:
                 continue
-            gone = [[c.ns, c.id] for c in state.checkpoints.values()
-                    if self._metadata(c).get("run_id") in wanted]
+            gone = [
+                [c.ns, c.id]
+                for c in state.checkpoints.values()
+                if self._metadata(c).get("run_id") in wanted
+            ]
             if gone:
-                self._append(head.session[len(self.prefix):], _HIDDEN,
-                             {"checkpoints": gone}, [])
+                self._append(head.session[len(self.prefix) :], _HIDDEN, {"checkpoints": gone}, [])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Append the source thread's state events still in its view (checkpoints,
@@ -335,8 +401,10 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                 seqs.append(event.seq)
                 alive.append(body)
         if alive:
-            self.log.append(self._session(str(target_thread_id)),
-                            [Draft(body=body, time=self._time()) for body in alive])
+            self.log.append(
+                self._session(str(target_thread_id)),
+                [Draft(body=body, time=self._time()) for body in alive],
+            )
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Hide checkpoints: all but the latest of each namespace (``keep_latest``), or
@@ -346,8 +414,9 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             InvalidArgumentError: another strategy.
         """
         if strategy not in ("keep_latest", "delete"):
-            raise InvalidArgumentError(f"prune strategy must be 'keep_latest' or 'delete', "
-                                       f"found {strategy!r}")
+            raise InvalidArgumentError(
+                f"prune strategy must be 'keep_latest' or 'delete', found {strategy!r}"
+            )
         for thread in thread_ids:
             state = self._state(self._session(str(thread)))
             if state is None:
@@ -355,8 +424,11 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
             latest: dict[str, str] = {}
             for ns, ident in state.checkpoints:
                 latest[ns] = max(latest.get(ns, ident), ident)
-            gone = [[ns, ident] for ns, ident in state.checkpoints
-                    if strategy == "delete" or latest[ns] != ident]
+            gone = [
+                [ns, ident]
+                for ns, ident in state.checkpoints
+                if strategy == "delete" or latest[ns] != ident
+            ]
             if gone:
                 self._append(str(thread), _HIDDEN, {"checkpoints": gone}, [])
 
@@ -365,24 +437,38 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         """`get_tuple` in a worker thread."""
         return await asyncio.to_thread(self.get_tuple, config)
 
-    async def alist(self, config: RunnableConfig | None, *,
-                    filter: dict[str, Any] | None = None,  # noqa: A002
-                    before: RunnableConfig | None = None,
-                    limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,  # noqa: A002
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
         """`list` in a worker thread."""
         found = await asyncio.to_thread(
-            lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
         for item in found:
             yield item
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
-                   metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         """`put` in a worker thread."""
         return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                          task_id: str, task_path: str = "") -> None:
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
         """`put_writes` in a worker thread."""
         await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
 
@@ -398,8 +484,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         """`copy_thread` in a worker thread."""
         await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
 
-    async def aprune(self, thread_ids: Sequence[str], *,
-                     strategy: str = "keep_latest") -> None:
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """`prune` in a worker thread."""
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
 
@@ -434,7 +519,8 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                             f"event {session}#{event.seq} is a {event.kind} event this saver "
                             f"cannot read ({type(exc).__name__}: {exc}); it was not written "
                             "by TurnlogSaver. Run `turnlog log "
-                            f"{session}` to see it") from exc
+                            f"{session}` to see it"
+                        ) from exc
                 state.next_seq = head.seq + 1
             return state
 
@@ -442,12 +528,18 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
         kind, data = self.serde.dumps_typed(value)
         return kind, bytes(data)
 
-    def _append(self, thread: str, source: str, data: Mapping[str, Any],
-                blobs: Sequence[tuple[str, bytes]]) -> None:
+    def _append(
+        self, thread: str, source: str, data: Mapping[str, Any], blobs: Sequence[tuple[str, bytes]]
+    ) -> None:
         refs = []
         for kind, payload in blobs:
-            refs.append(BlobRef(hash=blake3.blake3(payload).hexdigest(), size=len(payload),
-                                media_type=_MEDIA + kind))
+            refs.append(
+                BlobRef(
+                    hash=blake3.blake3(payload).hexdigest(),
+                    size=len(payload),
+                    media_type=_MEDIA + kind,
+                )
+            )
         if blobs:
             pairs = [(ref.hash, payload) for ref, (_, payload) in zip(refs, blobs, strict=True)]
 
@@ -456,13 +548,15 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                     txn.put_blob(digest, payload)
 
             self.log.store.write(put_all)
-        body = StateSaved(source=source, data=json.dumps(data, ensure_ascii=False,
-                                                          sort_keys=True),
-                          blobs=tuple(refs))
+        body = StateSaved(
+            source=source,
+            data=json.dumps(data, ensure_ascii=False, sort_keys=True),
+            blobs=tuple(refs),
+        )
         self.log.append(self._session(thread), Draft(body=body, time=self._time()))
 
     def _load(self, ref: BlobRef) -> Any:
-        return self.serde.loads_typed((ref.media_type[len(_MEDIA):], self.log.blob(ref)))
+        return self.serde.loads_typed((ref.media_type[len(_MEDIA) :], self.log.blob(ref)))
 
     def _metadata(self, saved: _Saved) -> dict[str, Any]:
         found = self._load(saved.metadata)
@@ -475,21 +569,36 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def _tuple(self, thread: str, state: _Thread, saved: _Saved) -> CheckpointTuple:
         checkpoint = self._load(saved.checkpoint)
         checkpoint["channel_values"] = {
-            channel: self._load(ref) for channel, ref in saved.values.items()
-            if ref is not None and not ref.media_type.endswith(".empty")}
+            channel: self._load(ref)
+            for channel, ref in saved.values.items()
+            if ref is not None and not ref.media_type.endswith(".empty")
+        }
         writes = state.writes.get((saved.ns, saved.id), {})
         parent = None
         if saved.parent:
-            parent = RunnableConfig(configurable={"thread_id": thread, "checkpoint_ns": saved.ns,
-                                                  "checkpoint_id": saved.parent})
+            parent = RunnableConfig(
+                configurable={
+                    "thread_id": thread,
+                    "checkpoint_ns": saved.ns,
+                    "checkpoint_id": saved.parent,
+                }
+            )
         return CheckpointTuple(
-            config=RunnableConfig(configurable={"thread_id": thread, "checkpoint_ns": saved.ns,
-                                                "checkpoint_id": saved.id}),
+            config=RunnableConfig(
+                configurable={
+                    "thread_id": thread,
+                    "checkpoint_ns": saved.ns,
+                    "checkpoint_id": saved.id,
+                }
+            ),
             checkpoint=checkpoint,
             metadata=self._metadata(saved),  # type: ignore[arg-type]
             parent_config=parent,
-            pending_writes=[(task, channel, self._load(ref))
-                            for (task, _), (_, channel, ref, _) in writes.items()])
+            pending_writes=[
+                (task, channel, self._load(ref))
+                for (task, _), (_, channel, ref, _) in writes.items()
+            ],
+        )
 
 
 class TurnlogModelHooks:
@@ -508,16 +617,26 @@ class TurnlogModelHooks:
         models: the model table (the shipped one when None).
     """
 
-    def __init__(self, log: Log, *, model: str = "", policy: Policy | None = None,
-                 prefix: str = "", packer: Packer | None = None,
-                 clock: Callable[[], int] | None = None,
-                 models: ModelTable | None = None) -> None:
+    def __init__(
+        self,
+        log: Log,
+        *,
+        model: str = "",
+        policy: Policy | None = None,
+        prefix: str = "",
+        packer: Packer | None = None,
+        clock: Callable[[], int] | None = None,
+        models: ModelTable | None = None,
+    ) -> None:
         self.log = log
         self.model = model
         self.prefix = prefix
         table = models if models is not None else ModelTable.shipped()
-        self.policy = policy if policy is not None else (
-            Policy.for_model(model, models=table) if model in table else None)
+        self.policy = (
+            policy
+            if policy is not None
+            else (Policy.for_model(model, models=table) if model in table else None)
+        )
         self.packer = packer if packer is not None else Packer(log)
         self._clock = clock
         self._histories: dict[str, TurnlogChatMessageHistory] = {}
@@ -531,8 +650,8 @@ class TurnlogModelHooks:
             found = self._histories.get(session)
             if found is None:
                 found = self._histories[session] = TurnlogChatMessageHistory(
-                    self.log, session, policy=self.policy, packer=self.packer,
-                    clock=self._clock)
+                    self.log, session, policy=self.policy, packer=self.packer, clock=self._clock
+                )
             return found
 
     def pre_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
@@ -551,8 +670,9 @@ class TurnlogModelHooks:
     def _sync(self, history: TurnlogChatMessageHistory, state: Mapping[str, Any]) -> None:
         messages: Sequence[AnyMessage] = state.get("messages", [])
         known = self._known(history)
-        new = [m for m in messages if not isinstance(m, BaseMessage) or not m.id
-               or m.id not in known]
+        new = [
+            m for m in messages if not isinstance(m, BaseMessage) or not m.id or m.id not in known
+        ]
         if new:
             history.add_messages(new)
 
@@ -581,6 +701,8 @@ def _thread(config: RunnableConfig) -> str:
     conf = config.get("configurable") or {}
     thread = conf.get("thread_id")
     if thread is None:
-        raise InvalidArgumentError("the turnlog model hooks need a thread: run the graph with "
-                                   "config={'configurable': {'thread_id': ...}}")
+        raise InvalidArgumentError(
+            "the turnlog model hooks need a thread: run the graph with "
+            "config={'configurable': {'thread_id': ...}}"
+        )
     return str(thread)

@@ -105,8 +105,16 @@ __all__ = ["META_KEY", "TurnlogModel", "TurnlogSession"]
 META_KEY = "openai_agents"
 
 #: Calls answered by an output item (``KIND_output``).
-_ANSWERED_CALLS = frozenset({"function_call", "custom_tool_call", "computer_call",
-                             "local_shell_call", "shell_call", "apply_patch_call"})
+_ANSWERED_CALLS = frozenset(
+    {
+        "function_call",
+        "custom_tool_call",
+        "computer_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+    }
+)
 _DEFAULT_POLICY = Policy()
 
 _Item = dict[str, Any]
@@ -127,16 +135,28 @@ class TurnlogSession(SessionABC):
         attempts: tries per write when other writers keep moving the head.
     """
 
-    def __init__(self, log: Log, session_id: str, *,
-                 session_settings: SessionSettings | Mapping[str, Any] | None = None,
-                 policy: Policy | None = None,
-                 packer: Packer | None = None, clock: Callable[[], int] | None = None,
-                 attempts: int = 8) -> None:
+    def __init__(
+        self,
+        log: Log,
+        session_id: str,
+        *,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        policy: Policy | None = None,
+        packer: Packer | None = None,
+        clock: Callable[[], int] | None = None,
+        attempts: int = 8,
+    ) -> None:
         self.log = log
         self.session_id = session_id
-        self.session_settings: SessionSettings | None = coerce_session_settings(
-            dict(session_settings) if isinstance(session_settings, Mapping)
-            else session_settings) if session_settings is not None else SessionSettings()
+        self.session_settings: SessionSettings | None = (
+            coerce_session_settings(
+                dict(session_settings)
+                if isinstance(session_settings, Mapping)
+                else session_settings
+            )
+            if session_settings is not None
+            else SessionSettings()
+        )
         self.policy = policy
         self.packer = packer if packer is not None else Packer(log)
         self._clock = clock
@@ -150,8 +170,10 @@ class TurnlogSession(SessionABC):
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError(f"TurnlogSession {self.session_id!r} is closed; make a new "
-                               "TurnlogSession on the log to use the session again")
+            raise RuntimeError(
+                f"TurnlogSession {self.session_id!r} is closed; make a new "
+                "TurnlogSession on the log to use the session again"
+            )
 
     # -- the protocol --------------------------------------------------------------------
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
@@ -159,8 +181,11 @@ class TurnlogSession(SessionABC):
         ``session_settings.limit``)."""
         self._check_open()
         items = await asyncio.to_thread(self.items)
-        count = limit if limit is not None else (
-            self.session_settings.limit if self.session_settings is not None else None)
+        count = (
+            limit
+            if limit is not None
+            else (self.session_settings.limit if self.session_settings is not None else None)
+        )
         if count is not None:
             items = items[-count:] if count > 0 else []
         return cast(list[TResponseInputItem], items)
@@ -212,7 +237,8 @@ class TurnlogSession(SessionABC):
                     continue
                 popped.append(items[-1])
                 out: list[tuple[Body, dict[str, Any]]] = [
-                    (SessionRewound(to_seq=pos - 1, reason="pop_item"), {})]
+                    (SessionRewound(to_seq=pos - 1, reason="pop_item"), {})
+                ]
                 if len(items) > 1:
                     out += _bodies(items[:-1], _calls(view))
                 return out
@@ -227,6 +253,7 @@ class TurnlogSession(SessionABC):
 
     def clear(self) -> None:
         """Empty the view (synchronous `clear_session`)."""
+
         def build(view: Projection | None) -> list[tuple[Body, dict[str, Any]]]:
             if view is None or not _visible(view):
                 return []
@@ -241,8 +268,9 @@ class TurnlogSession(SessionABC):
         policy = self.policy or self.packer.policy_in_force(self.session_id) or _DEFAULT_POLICY
         return self.packer.projection(self.session_id, self.packer.counter_for(policy))
 
-    def _write(self, build: Callable[[Projection | None],
-                                     list[tuple[Body, dict[str, Any]]]]) -> None:
+    def _write(
+        self, build: Callable[[Projection | None], list[tuple[Body, dict[str, Any]]]]
+    ) -> None:
         with self._lock:
             time = self._clock() if self._clock is not None else None
 
@@ -256,32 +284,44 @@ class TurnlogSession(SessionABC):
         body = event.body
         held = event.meta.get(META_KEY)
         if isinstance(held, list):
-            return [self._restore(dict(item), body, i) for i, item in enumerate(held)
-                    if isinstance(item, dict)]
+            return [
+                self._restore(dict(item), body, i)
+                for i, item in enumerate(held)
+                if isinstance(item, dict)
+            ]
         # An event appended by other means: the exporter's items, with full texts.
         if isinstance(body, ToolResultAdded) and body.blob is not None:
-            body = msgspec.structs.replace(body, output=self._text(body.output, body.blob),
-                                           blob=None)
+            body = msgspec.structs.replace(
+                body, output=self._text(body.output, body.blob), blob=None
+            )
         elif isinstance(body, (UserMessageAdded, NotificationAdded)) and body.blob is not None:
-            body = msgspec.structs.replace(body, text=self._text(body.text, body.blob),
-                                           blob=None)
+            body = msgspec.structs.replace(body, text=self._text(body.text, body.blob), blob=None)
         return ItemMapper.items_of(body)
 
     def _restore(self, item: _Item, body: Body, index: int) -> _Item:
         """The item back, with the text (or the whole compaction item) `_bodies` left to
         the event."""
         kind = _kind(item)
-        if item == _COMPACTION_STUB and isinstance(body, AssistantMessageAdded) \
-                and index < len(body.parts):
+        if (
+            item == _COMPACTION_STUB
+            and isinstance(body, AssistantMessageAdded)
+            and index < len(body.parts)
+        ):
             part = body.parts[index]  # a model item's one part (`_model_parts`)
             if isinstance(part, NativePart):
                 restored: _Item = msgspec.json.decode(part.data)
                 return restored
-        if isinstance(body, ToolResultAdded) and kind.endswith("_call_output") \
-                and "output" not in item:
+        if (
+            isinstance(body, ToolResultAdded)
+            and kind.endswith("_call_output")
+            and "output" not in item
+        ):
             item["output"] = self._text(body.output, body.blob)
-        elif isinstance(body, (UserMessageAdded, NotificationAdded)) and kind == "message" \
-                and "content" not in item:
+        elif (
+            isinstance(body, (UserMessageAdded, NotificationAdded))
+            and kind == "message"
+            and "content" not in item
+        ):
             item["content"] = self._text(body.text, body.blob)
         return item
 
@@ -301,8 +341,12 @@ def _is_model(item: _Item) -> bool:
     kind = _kind(item)
     if kind == "message":
         return item.get("role") == "assistant"
-    return kind.endswith("_call") or kind in {"reasoning", "mcp_approval_request",
-                                              "mcp_list_tools", "compaction"}
+    return kind.endswith("_call") or kind in {
+        "reasoning",
+        "mcp_approval_request",
+        "mcp_list_tools",
+        "compaction",
+    }
 
 
 #: What an event's meta holds for a compaction item, which its `NativePart` holds whole.
@@ -334,11 +378,13 @@ def _images(content: object) -> tuple[ImagePart, ...]:
         return ()
     out = []
     for block in content:
-        url = block.get("image_url") if isinstance(block, dict) \
-            and block.get("type") == "input_image" else None
+        url = (
+            block.get("image_url")
+            if isinstance(block, dict) and block.get("type") == "input_image"
+            else None
+        )
         if isinstance(url, str) and url:
-            media = url[5:url.index(";")] if url.startswith("data:") and ";" in url \
-                else "image/*"
+            media = url[5 : url.index(";")] if url.startswith("data:") and ";" in url else "image/*"
             out.append(ImagePart(media_type=media[:1024], url=url))
     return tuple(out)
 
@@ -359,24 +405,40 @@ def _call_name(item: _Item, kind: str) -> str:
 def _model_parts(item: _Item) -> list[Part]:
     kind = _kind(item)
     if _is_compaction(item):
-        return [NativePart(format="openai-responses", item_type="compaction",
-                           data=msgspec.json.encode(item).decode())]
+        return [
+            NativePart(
+                format="openai-responses",
+                item_type="compaction",
+                data=msgspec.json.encode(item).decode(),
+            )
+        ]
     if kind == "compaction":
         raise InvalidEventError(
             "a 'compaction' item needs its encrypted_content (a string), as the Responses "
             f"API gives it; found keys {sorted(item)[:8]}. Pass the item the API returned, "
-            "unchanged")
+            "unchanged"
+        )
     if kind == "message":
         return [TextPart(text=_text_of(item.get("content")))]
     if kind == "reasoning":
         summary = item.get("summary")
-        text = "\n\n".join(s["text"] for s in summary if isinstance(s, dict)
-                           and isinstance(s.get("text"), str)) if isinstance(summary, list) else ""
+        text = (
+            "\n\n".join(
+                s["text"] for s in summary if isinstance(s, dict) and isinstance(s.get("text"), str)
+            )
+            if isinstance(summary, list)
+            else ""
+        )
         opaque = item.get("encrypted_content")
         ident = item.get("id")
-        return [ReasoningPart(text=text, opaque=opaque if isinstance(opaque, str) else "",
-                              provider="openai",
-                              id=ident[:256] if isinstance(ident, str) else "")]
+        return [
+            ReasoningPart(
+                text=text,
+                opaque=opaque if isinstance(opaque, str) else "",
+                provider="openai",
+                id=ident[:256] if isinstance(ident, str) else "",
+            )
+        ]
     if kind in _ANSWERED_CALLS:
         if kind == "function_call":
             arguments = item.get("arguments")
@@ -425,8 +487,9 @@ def _bodies(items: list[_Item], calls: dict[str, str]) -> list[tuple[Body, dict[
             output = item.get("output")
             if isinstance(output, str):
                 del residual["output"]
-            body = ToolResultAdded(call_id=call, tool_name=calls.get(call, ""),
-                                   output=_text_of(output))
+            body = ToolResultAdded(
+                call_id=call, tool_name=calls.get(call, ""), output=_text_of(output)
+            )
         else:
             body = NotificationAdded(source="item", text=f"[{kind or 'unknown'} item]")
         out.append((body, {META_KEY: [residual]}))
@@ -440,22 +503,32 @@ def _unrepresentable(item: _Item) -> str | None:
     if kind == "message" or kind.endswith("_call_output"):
         return None
     if _is_model(item):
-        return None if kind in _ANSWERED_CALLS or kind == "reasoning" or _is_compaction(item) \
+        return (
+            None
+            if kind in _ANSWERED_CALLS or kind == "reasoning" or _is_compaction(item)
             else kind or "item"
+        )
     return kind or "unknown"
 
 
 def _calls(view: Projection | None) -> dict[str, str]:
     if view is None:
         return {}
-    return {p.id: p.name for e in _visible(view) if isinstance(e.body, AssistantMessageAdded)
-            for p in e.body.parts if isinstance(p, ToolCall)}
+    return {
+        p.id: p.name
+        for e in _visible(view)
+        if isinstance(e.body, AssistantMessageAdded)
+        for p in e.body.parts
+        if isinstance(p, ToolCall)
+    }
 
 
 def _visible(view: Projection) -> list[Event]:
-    return [e for pos, e in enumerate(view.events)
-            if pos not in view.rewound and not isinstance(e.body, SessionRewound)]
-
+    return [
+        e
+        for pos, e in enumerate(view.events)
+        if pos not in view.rewound and not isinstance(e.body, SessionRewound)
+    ]
 
 
 # -- the model call in the request path ----------------------------------------------------------
@@ -496,57 +569,91 @@ class TurnlogModel(Model):
         clock: called for event times (microseconds since the epoch); none when None.
     """
 
-    def __init__(self, log: Log, session_id: str, *, model: str, openai_client: Any,
-                 policy: Policy | None = None, clock: Callable[[], int] | None = None) -> None:
-        self.session = AsyncSession(log, session_id, model=model, format="openai-responses",
-                                    policy=policy, clock=clock)
-        self.items = TurnlogSession(log, session_id, policy=policy,
-                                    packer=self.session.packer, clock=clock)
+    def __init__(
+        self,
+        log: Log,
+        session_id: str,
+        *,
+        model: str,
+        openai_client: Any,
+        policy: Policy | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.session = AsyncSession(
+            log, session_id, model=model, format="openai-responses", policy=policy, clock=clock
+        )
+        self.items = TurnlogSession(
+            log, session_id, policy=policy, packer=self.session.packer, clock=clock
+        )
         self.client = openai_client
         self._last_input = 0  # items of the previous call's input, plus its output
 
-    async def get_response(self, system_instructions: str | None,
-                           input: str | list[TResponseInputItem],  # noqa: A002
-                           model_settings: ModelSettings, tools: list[Tool],
-                           output_schema: AgentOutputSchemaBase | None,
-                           handoffs: list[Handoff], tracing: ModelTracing, *,
-                           previous_response_id: str | None = None,
-                           conversation_id: str | None = None,
-                           prompt: ResponsePromptParam | None = None) -> ModelResponse:
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],  # noqa: A002
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        prompt: ResponsePromptParam | None = None,
+    ) -> ModelResponse:
         """Pack from the log, record, send, record the answer (see the class docstring)."""
         response = await self._call(system_instructions, input, tools)
         usage = response.usage
         return ModelResponse(
             output=list(response.output),
-            usage=Usage(requests=1, input_tokens=usage.input_tokens,
-                        output_tokens=usage.output_tokens, total_tokens=usage.total_tokens,
-                        input_tokens_details=usage.input_tokens_details,
-                        output_tokens_details=usage.output_tokens_details)
-            if usage is not None else Usage(requests=1),
-            response_id=None)
+            usage=Usage(
+                requests=1,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                total_tokens=usage.total_tokens,
+                input_tokens_details=usage.input_tokens_details,
+                output_tokens_details=usage.output_tokens_details,
+            )
+            if usage is not None
+            else Usage(requests=1),
+            response_id=None,
+        )
 
-    async def stream_response(self, system_instructions: str | None,
-                              input: str | list[TResponseInputItem],  # noqa: A002
-                              model_settings: ModelSettings, tools: list[Tool],
-                              output_schema: AgentOutputSchemaBase | None,
-                              handoffs: list[Handoff], tracing: ModelTracing, *,
-                              previous_response_id: str | None = None,
-                              conversation_id: str | None = None,
-                              prompt: ResponsePromptParam | None = None,
-                              ) -> AsyncIterator[TResponseStreamEvent]:
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],  # noqa: A002
+        model_settings: ModelSettings,
+        tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None = None,
+        conversation_id: str | None = None,
+        prompt: ResponsePromptParam | None = None,
+    ) -> AsyncIterator[TResponseStreamEvent]:
         """`get_response`, given to the SDK as one ``response.completed`` event."""
         response = await self._call(system_instructions, input, tools)
-        yield ResponseCompletedEvent(type="response.completed", response=response,
-                                     sequence_number=0)
+        yield ResponseCompletedEvent(
+            type="response.completed", response=response, sequence_number=0
+        )
 
-    async def _call(self, system_instructions: str | None,
-                    input: str | list[TResponseInputItem],  # noqa: A002
-                    tools: list[Tool]) -> Response:
-        items = [{"role": "user", "content": input}] if isinstance(input, str) \
+    async def _call(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],  # noqa: A002
+        tools: list[Tool],
+    ) -> Response:
+        items = (
+            [{"role": "user", "content": input}]
+            if isinstance(input, str)
             else [dict(cast(Mapping[str, Any], i)) for i in input]
+        )
         # A call that continues the previous one (its input, its output, then new items)
         # appends only the new items; any other call starts a run: all of its input.
-        fresh = items[self._last_input:] if 0 < self._last_input <= len(items) else items
+        fresh = items[self._last_input :] if 0 < self._last_input <= len(items) else items
         for item in fresh:
             kind = _unrepresentable(item)
             if kind is not None:
@@ -555,13 +662,16 @@ class TurnlogModel(Model):
                     "request it packs (only messages, reasoning, function and tool calls "
                     "and their outputs, and compaction items); nothing was appended or "
                     "sent. Run this agent with the SDK's own model, or leave the item out "
-                    "of the input")
+                    "of the input"
+                )
         if fresh:
             await asyncio.to_thread(self.items.add, fresh)
         await self.session.system("instructions", system_instructions or "")
-        specs = [{"name": t.name, "description": t.description,
-                  "parameters": t.params_json_schema}
-                 for t in tools if isinstance(t, FunctionTool)]
+        specs = [
+            {"name": t.name, "description": t.description, "parameters": t.params_json_schema}
+            for t in tools
+            if isinstance(t, FunctionTool)
+        ]
         if specs or await self.session.head() is not None:
             await self.session.tools(specs)
         request = await self.session.prepare()

@@ -106,8 +106,10 @@ def _anthropic_image(part: ImagePart, opts: RenderOptions) -> dict[str, Any]:
     if data is not None:
         if part.media_type not in _ANTHROPIC_MEDIA:
             return {"type": "text", "text": image_note(part, "unsupported media type")}
-        return {"type": "image", "source": {"type": "base64", "media_type": part.media_type,
-                                            "data": data}}
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": part.media_type, "data": data},
+        }
     if part.url:
         return {"type": "image", "source": {"type": "url", "url": part.url}}
     return {"type": "text", "text": image_note(part, "no URL or blob")}
@@ -124,8 +126,9 @@ def _nested_deeper(value: object, limit: int) -> bool:
         if isinstance(item, (dict, list)):
             if depth >= limit:
                 return True
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
-                                                  else item))
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
     return False
 
 
@@ -144,9 +147,11 @@ def _tool_input(arguments: str) -> dict[str, Any]:
 def _anthropic_blocks(message: Message, opts: RenderOptions) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if message.role == "tool":
-        block: dict[str, Any] = {"type": "tool_result",
-                                 "tool_use_id": _anthropic_id(message.tool_call_id),
-                                 "content": text_or_empty(tool_text(message), strict=True)}
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": _anthropic_id(message.tool_call_id),
+            "content": text_or_empty(tool_text(message), strict=True),
+        }
         if message.is_error:
             block["is_error"] = True
         return [block]
@@ -158,18 +163,24 @@ def _anthropic_blocks(message: Message, opts: RenderOptions) -> list[dict[str, A
             if message.role == "user":
                 blocks.append(_anthropic_image(part, opts))
             else:
-                blocks.append({"type": "text", "text": image_note(
-                    part, "assistant messages carry no images")})
+                blocks.append(
+                    {"type": "text", "text": image_note(part, "assistant messages carry no images")}
+                )
         elif isinstance(part, ToolCall):
             # a freeform call's raw text goes as the object {"input": TEXT}
-            blocks.append({"type": "tool_use", "id": _anthropic_id(part.id),
-                           "name": _tool_name(part.name, opts),
-                           "input": {"input": part.arguments} if part.freeform
-                           else _tool_input(part.arguments)})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": _anthropic_id(part.id),
+                    "name": _tool_name(part.name, opts),
+                    "input": {"input": part.arguments}
+                    if part.freeform
+                    else _tool_input(part.arguments),
+                }
+            )
         elif isinstance(part, ReasoningPart) and part.opaque:
             if part.provider == "anthropic":
-                blocks.append({"type": "thinking", "thinking": part.text,
-                               "signature": part.opaque})
+                blocks.append({"type": "thinking", "thinking": part.text, "signature": part.opaque})
             elif part.provider == "anthropic-redacted":
                 blocks.append({"type": "redacted_thinking", "data": part.opaque})
         elif isinstance(part, NativePart):
@@ -208,11 +219,16 @@ def _build_anthropic(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
         tail = final["content"][-1]
         tail["text"] = tail["text"].rstrip() or EMPTY_TEXT
     system = [{"type": "text", "text": text_or_empty(s.text, strict=True)} for s in prompt.system]
-    tools = [{"name": _tool_name(t.name, opts), "description": t.description,
-              "input_schema": tool_schema(t)} for t in prompt.tools]
+    tools = [
+        {
+            "name": _tool_name(t.name, opts),
+            "description": t.description,
+            "input_schema": tool_schema(t),
+        }
+        for t in prompt.tools
+    ]
     _place_cache_control(prompt, system, tools, last_block)
-    body: dict[str, Any] = {"model": opts.model, "max_tokens": opts.max_tokens,
-                            "messages": turns}
+    body: dict[str, Any] = {"model": opts.model, "max_tokens": opts.max_tokens, "messages": turns}
     if system:
         body["system"] = system
     if tools:
@@ -220,9 +236,12 @@ def _build_anthropic(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
     return body
 
 
-def _place_cache_control(prompt: Prompt, system: list[dict[str, Any]],
-                         tools: list[dict[str, Any]],
-                         last_block: dict[int, dict[str, Any]]) -> None:
+def _place_cache_control(
+    prompt: Prompt,
+    system: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    last_block: dict[int, dict[str, Any]],
+) -> None:
     """Put ``cache_control`` on the blocks the prompt's breakpoints name (at most four)."""
     has_summary = bool(prompt.system) and prompt.system[-1].name == SUMMARY_SECTION
     static = system[:-1] if has_summary else system
@@ -249,9 +268,12 @@ def _place_cache_control(prompt: Prompt, system: list[dict[str, Any]],
 def _anthropic_usage(usage: Json, path: str) -> Usage:
     write = count(usage, "cache_creation_input_tokens", path)
     read = count(usage, "cache_read_input_tokens", path)
-    return Usage(input_tokens=count(usage, "input_tokens", path) + write + read,
-                 output_tokens=count(usage, "output_tokens", path),
-                 cache_read_tokens=read, cache_write_tokens=write)
+    return Usage(
+        input_tokens=count(usage, "input_tokens", path) + write + read,
+        output_tokens=count(usage, "output_tokens", path),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
 
 
 def _anthropic_block(block: Json, path: str) -> list[Part]:
@@ -259,17 +281,30 @@ def _anthropic_block(block: Json, path: str) -> list[Part]:
     if kind == "text":
         return [TextPart(text=string(block, "text", path))]
     if kind == "thinking":
-        return [ReasoningPart(text=string(block, "thinking", path),
-                              opaque=string(block, "signature", path), provider="anthropic")]
+        return [
+            ReasoningPart(
+                text=string(block, "thinking", path),
+                opaque=string(block, "signature", path),
+                provider="anthropic",
+            )
+        ]
     if kind == "redacted_thinking":
-        return [ReasoningPart(opaque=string(block, "data", path, required=True),
-                              provider="anthropic-redacted")]
+        return [
+            ReasoningPart(
+                opaque=string(block, "data", path, required=True), provider="anthropic-redacted"
+            )
+        ]
     if kind == "tool_use":
         tool_input = block.get("input")
-        return [ToolCall(id=string(block, "id", path, required=True),
-                         name=string(block, "name", path, required=True),
-                         arguments=json_text(obj(tool_input, f"{path}.input")
-                                              if tool_input is not None else {}))]
+        return [
+            ToolCall(
+                id=string(block, "id", path, required=True),
+                name=string(block, "name", path, required=True),
+                arguments=json_text(
+                    obj(tool_input, f"{path}.input") if tool_input is not None else {}
+                ),
+            )
+        ]
     if kind == "compaction":
         return [_compaction(block)]
     return []  # server tools and future block kinds are not turnlog parts
@@ -278,9 +313,12 @@ def _anthropic_block(block: Json, path: str) -> list[Part]:
 def _compaction(block: Json) -> NativePart:
     """A compaction block, kept as the API gave it (its summary as readable text)."""
     summary = block.get("content")
-    return NativePart(format="anthropic", item_type="compaction",
-                      data=msgspec.json.encode(block).decode(),
-                      text=summary if isinstance(summary, str) else "")
+    return NativePart(
+        format="anthropic",
+        item_type="compaction",
+        data=msgspec.json.encode(block).decode(),
+        text=summary if isinstance(summary, str) else "",
+    )
 
 
 def _parse_anthropic(root: Json, request_seq: int | None) -> Reply:
@@ -294,10 +332,16 @@ def _parse_anthropic(root: Json, request_seq: int | None) -> Reply:
     for i, raw in enumerate(array(root.get("content"), "$.content")):
         parts.extend(_anthropic_block(obj(raw, f"$.content[{i}]"), f"$.content[{i}]"))
     usage = _anthropic_usage(opt_obj(root, "usage", "$"), "$.usage")
-    return Reply(message=message_of(merge_text(parts), model, response_id),
-                 response=ResponseReceived(request_seq=request_seq, usage=usage,
-                                           stop_reason=string(root, "stop_reason", "$"),
-                                           model=model, response_id=response_id))
+    return Reply(
+        message=message_of(merge_text(parts), model, response_id),
+        response=ResponseReceived(
+            request_seq=request_seq,
+            usage=usage,
+            stop_reason=string(root, "stop_reason", "$"),
+            model=model,
+            response_id=response_id,
+        ),
+    )
 
 
 class _Block:
@@ -327,20 +371,20 @@ def _parse_anthropic_stream(events: list[object], request_seq: int | None) -> Re
             usage.update(opt_obj(message, "usage", f"{path}.message"))
         elif kind == "content_block_start":
             index = _index(data, path)
-            blocks[index] = _Block(obj(data.get("content_block"), f"{path}.content_block"),
-                                   f"{path}.content_block")
+            blocks[index] = _Block(
+                obj(data.get("content_block"), f"{path}.content_block"), f"{path}.content_block"
+            )
         elif kind == "content_block_delta":
             index = _index(data, path)
             if index not in blocks:
-                raise DecodeError(f"{path}: a delta for content block {index}, which has not "
-                                  "started")
-            _apply_delta(blocks[index], obj(data.get("delta"), f"{path}.delta"),
-                         f"{path}.delta")
+                raise DecodeError(
+                    f"{path}: a delta for content block {index}, which has not started"
+                )
+            _apply_delta(blocks[index], obj(data.get("delta"), f"{path}.delta"), f"{path}.delta")
         elif kind == "message_delta":
             delta = opt_obj(data, "delta", path)
             stop = string(delta, "stop_reason", f"{path}.delta") or stop
-            usage.update({k: v for k, v in opt_obj(data, "usage", path).items()
-                          if v is not None})
+            usage.update({k: v for k, v in opt_obj(data, "usage", path).items() if v is not None})
         elif kind == "message_stop":
             if message is None:
                 raise DecodeError(f"{path}: message_stop before message_start")
@@ -349,12 +393,16 @@ def _parse_anthropic_stream(events: list[object], request_seq: int | None) -> Re
                 parts.extend(_finish_block(blocks[index], f"content block {index}"))
             response_id = string(message, "id", "message")
             model = string(message, "model", "message")
-            return Reply(message=message_of(merge_text(parts), model, response_id),
-                         response=ResponseReceived(
-                             request_seq=request_seq,
-                             usage=_anthropic_usage(usage, "usage"),
-                             stop_reason=stop or string(message, "stop_reason", "message"),
-                             model=model, response_id=response_id))
+            return Reply(
+                message=message_of(merge_text(parts), model, response_id),
+                response=ResponseReceived(
+                    request_seq=request_seq,
+                    usage=_anthropic_usage(usage, "usage"),
+                    stop_reason=stop or string(message, "stop_reason", "message"),
+                    model=model,
+                    response_id=response_id,
+                ),
+            )
     raise DecodeError("the anthropic stream ended before message_stop")
 
 
@@ -384,12 +432,19 @@ def _finish_block(block: _Block, path: str) -> list[Part]:
     if block.kind == "text":
         return [TextPart(text=string(start, "text", path) + "".join(block.text))]
     if block.kind == "thinking":
-        return [ReasoningPart(text=string(start, "thinking", path) + "".join(block.text),
-                              opaque=string(start, "signature", path) + "".join(block.signature),
-                              provider="anthropic")]
+        return [
+            ReasoningPart(
+                text=string(start, "thinking", path) + "".join(block.text),
+                opaque=string(start, "signature", path) + "".join(block.signature),
+                provider="anthropic",
+            )
+        ]
     if block.kind == "redacted_thinking":
-        return [ReasoningPart(opaque=string(start, "data", path, required=True),
-                              provider="anthropic-redacted")]
+        return [
+            ReasoningPart(
+                opaque=string(start, "data", path, required=True), provider="anthropic-redacted"
+            )
+        ]
     if block.kind == "tool_use":
         raw = "".join(block.json)
         if raw.strip():
@@ -399,10 +454,16 @@ def _finish_block(block: _Block, path: str) -> list[Part]:
                 arguments = raw  # kept as the model produced it
         else:
             tool_input = start.get("input")
-            arguments = json_text(obj(tool_input, f"{path}.input")
-                                   if tool_input is not None else {})
-        return [ToolCall(id=string(start, "id", path, required=True),
-                         name=string(start, "name", path, required=True), arguments=arguments)]
+            arguments = json_text(
+                obj(tool_input, f"{path}.input") if tool_input is not None else {}
+            )
+        return [
+            ToolCall(
+                id=string(start, "id", path, required=True),
+                name=string(start, "name", path, required=True),
+                arguments=arguments,
+            )
+        ]
     if block.kind == "compaction":
         whole = dict(start)
         if block.text:
@@ -416,7 +477,15 @@ def _headers(api_key: str) -> dict[str, str]:
 
 
 PROVIDER = Provider(
-    name="anthropic", description="Anthropic Messages", path="/v1/messages",
-    base_url="https://api.anthropic.com", headers=_headers, build=_build_anthropic,
-    parse=_parse_anthropic, parse_stream=_parse_anthropic_stream, max_tokens_required=True,
-    tools_required=True, caching=BREAKPOINT_CACHE)
+    name="anthropic",
+    description="Anthropic Messages",
+    path="/v1/messages",
+    base_url="https://api.anthropic.com",
+    headers=_headers,
+    build=_build_anthropic,
+    parse=_parse_anthropic,
+    parse_stream=_parse_anthropic_stream,
+    max_tokens_required=True,
+    tools_required=True,
+    caching=BREAKPOINT_CACHE,
+)

@@ -104,9 +104,17 @@ def endpoint(format: str, base_url: str | None = None) -> str:  # noqa: A002
     return provider(format).endpoint(base_url)
 
 
-def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,  # noqa: A002
-         timeout: float = 120.0, headers: Mapping[str, str] | None = None,
-         request_seq: int | None = None, client: httpx.Client | None = None) -> Reply:
+def send(
+    format: str,  # noqa: A002
+    body: bytes,
+    *,
+    api_key: str,
+    base_url: str | None = None,
+    timeout: float = 120.0,
+    headers: Mapping[str, str] | None = None,
+    request_seq: int | None = None,
+    client: httpx.Client | None = None,
+) -> Reply:
     """POST a rendered request body and parse the answer.
 
     Parameters:
@@ -133,9 +141,12 @@ def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,
     url, all_headers = _request(format, api_key, base_url, headers)
     answer = _Answer()
     try:
-        with _sync_client(client) as http, http.stream(
-                "POST", url, content=body, headers=all_headers,
-                timeout=httpx.Timeout(timeout)) as response:
+        with (
+            _sync_client(client) as http,
+            http.stream(
+                "POST", url, content=body, headers=all_headers, timeout=httpx.Timeout(timeout)
+            ) as response,
+        ):
             answer.start(response)
             for chunk in response.iter_bytes():
                 answer.chunks.append(chunk)
@@ -144,19 +155,28 @@ def send(format: str, body: bytes, *, api_key: str, base_url: str | None = None,
     return _reply(format, answer, request_seq)
 
 
-async def asend(format: str, body: bytes, *, api_key: str,  # noqa: A002
-                base_url: str | None = None, timeout: float = 120.0,
-                headers: Mapping[str, str] | None = None,
-                request_seq: int | None = None,
-                client: httpx.AsyncClient | None = None) -> Reply:
+async def asend(
+    format: str,  # noqa: A002
+    body: bytes,
+    *,
+    api_key: str,
+    base_url: str | None = None,
+    timeout: float = 120.0,
+    headers: Mapping[str, str] | None = None,
+    request_seq: int | None = None,
+    client: httpx.AsyncClient | None = None,
+) -> Reply:
     """`send` for asyncio: the same request, answer and errors, the I/O done on the
     event loop (``client``: an ``httpx.AsyncClient``)."""
     url, all_headers = _request(format, api_key, base_url, headers)
     answer = _Answer()
     try:
-        async with _async_client(client) as http, http.stream(
-                "POST", url, content=body, headers=all_headers,
-                timeout=httpx.Timeout(timeout)) as response:
+        async with (
+            _async_client(client) as http,
+            http.stream(
+                "POST", url, content=body, headers=all_headers, timeout=httpx.Timeout(timeout)
+            ) as response,
+        ):
             answer.start(response)
             async for chunk in response.aiter_bytes():
                 answer.chunks.append(chunk)
@@ -210,78 +230,114 @@ class _Answer:
         return sum(len(c) for c in self.chunks)
 
 
-def _request(format: str, api_key: str, base_url: str | None,  # noqa: A002
-             headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
+def _request(
+    format: str,  # noqa: A002
+    api_key: str,
+    base_url: str | None,
+    headers: Mapping[str, str] | None,
+) -> tuple[str, dict[str, str]]:
     """The URL and the headers of a ``format`` request."""
     spec = provider(format)
     for name, value in (("api_key", api_key), *(headers or {}).items()):
         _check_header(name, value)
-    return spec.endpoint(base_url), {"content-type": "application/json",
-                                     "accept": "application/json",
-                                     **spec.headers(api_key), **(headers or {})}
+    return spec.endpoint(base_url), {
+        "content-type": "application/json",
+        "accept": "application/json",
+        **spec.headers(api_key),
+        **(headers or {}),
+    }
 
 
 def _check_header(name: object, value: object) -> None:
     """A header (or the API key) HTTP can carry: printable ASCII. The value is never
     echoed (it may be a key); httpx's own error would print it."""
     if not isinstance(name, str) or not isinstance(value, str):
-        raise InvalidArgumentError(f"header {name!r}: expected a str name and value, found "
-                                   f"{type(name).__name__} and {type(value).__name__}")
+        raise InvalidArgumentError(
+            f"header {name!r}: expected a str name and value, found "
+            f"{type(name).__name__} and {type(value).__name__}"
+        )
     if name != "api_key" and not _TOKEN.fullmatch(name):
         raise InvalidArgumentError(
             f"header {name!r}: a name an HTTP header cannot carry; expected letters, digits "
-            "and !#$%&'*+-.^_`|~ only (no space or colon); nothing was sent")
+            "and !#$%&'*+-.^_`|~ only (no space or colon); nothing was sent"
+        )
     bad = next((i for i, c in enumerate(value) if not (" " <= c <= "~" or c == "\t")), None)
     if bad is not None:
         where = "the api_key" if name == "api_key" else f"header {name!r}"
         raise InvalidArgumentError(
             f"{where}: its value holds a character an HTTP header cannot carry (code point "
             f"{ord(value[bad])} at position {bad}); expected printable ASCII. Check it for a "
-            "stray newline or a pasted character; nothing was sent")
+            "stray newline or a pasted character; nothing was sent"
+        )
 
 
 def _reply(format: str, answer: _Answer, request_seq: int | None) -> Reply:  # noqa: A002
     """The `Reply` of a complete answer."""
     status = answer.status if answer.status is not None else 0
     stream = "text/event-stream" in answer.content_type.lower()
-    return parse_http(format, status, b"".join(answer.chunks),
-                      stream=stream if status < 400 else False, request_seq=request_seq)
+    return parse_http(
+        format,
+        status,
+        b"".join(answer.chunks),
+        stream=stream if status < 400 else False,
+        request_seq=request_seq,
+    )
 
 
-def _failure(exc: Exception, format: str, url: str, timeout: float,  # noqa: A002
-             request_seq: int | None, answer: _Answer) -> Reply:
+def _failure(
+    exc: Exception,
+    format: str,  # noqa: A002
+    url: str,
+    timeout: float,
+    request_seq: int | None,
+    answer: _Answer,
+) -> Reply:
     """What a failed exchange gives: the error status already received with whatever
     of its body arrived, else the error to raise."""
     if answer.status is not None and answer.status >= 400:
         return _reply(format, answer, request_seq)  # (as much of the error body as came)
     if isinstance(exc, httpx.DecodingError):
-        raise DecodeError(f"{format} reply from {url}: the body cannot be decoded with its "
-                          f"content-encoding ({exc})") from exc
+        raise DecodeError(
+            f"{format} reply from {url}: the body cannot be decoded with its "
+            f"content-encoding ({exc})"
+        ) from exc
     if isinstance(exc, httpx.TimeoutException):
         if isinstance(exc, httpx.ConnectTimeout):
             what = f"could not connect to {url} within {timeout:g} s"
         elif isinstance(exc, httpx.PoolTimeout):
-            what = (f"no free connection to {url} in the client's pool within {timeout:g} s "
-                    "(raise its limits, or close finished streams sooner)")
+            what = (
+                f"no free connection to {url} in the client's pool within {timeout:g} s "
+                "(raise its limits, or close finished streams sooner)"
+            )
         elif answer.status is not None:
-            what = (f"the answer from {url} stalled: nothing more for {timeout:g} s after "
-                    f"{answer.size} bytes of the body")
+            what = (
+                f"the answer from {url} stalled: nothing more for {timeout:g} s after "
+                f"{answer.size} bytes of the body"
+            )
         else:
             what = f"no answer from {url} within {timeout:g} s"
-        raise ProviderTimeoutError(what, error=ProviderErrorReceived(
-            request_seq=request_seq, error_type="timeout", message=what)) from exc
+        raise ProviderTimeoutError(
+            what,
+            error=ProviderErrorReceived(
+                request_seq=request_seq, error_type="timeout", message=what
+            ),
+        ) from exc
     reason = _reason(exc)
     if answer.status is not None:
-        what = (f"the answer from {url} broke off after {answer.size} bytes of the body "
-                f"({reason}); nothing of it was parsed")
+        what = (
+            f"the answer from {url} broke off after {answer.size} bytes of the body "
+            f"({reason}); nothing of it was parsed"
+        )
     elif isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL)):
         what = f"cannot reach {url}: {reason} (expected an http:// or https:// base URL)"
     elif isinstance(exc, httpx.RemoteProtocolError):
         what = f"{url} closed the connection without answering ({reason})"
     else:
         what = f"cannot reach {url}: {reason}"
-    raise ProviderError(what, error=ProviderErrorReceived(
-        request_seq=request_seq, error_type="connection", message=what)) from exc
+    raise ProviderError(
+        what,
+        error=ProviderErrorReceived(request_seq=request_seq, error_type="connection", message=what),
+    ) from exc
 
 
 def _reason(exc: BaseException) -> str:

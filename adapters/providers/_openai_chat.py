@@ -92,11 +92,21 @@ def _chat_assistant(message: Message) -> dict[str, Any]:
         elif isinstance(part, ImagePart):
             texts.append(image_note(part, "assistant messages carry no images"))
         elif isinstance(part, ToolCall) and part.freeform:
-            calls.append({"id": _chat_id(part.id), "type": "custom",
-                          "custom": {"name": part.name, "input": part.arguments}})
+            calls.append(
+                {
+                    "id": _chat_id(part.id),
+                    "type": "custom",
+                    "custom": {"name": part.name, "input": part.arguments},
+                }
+            )
         elif isinstance(part, ToolCall):
-            calls.append({"id": _chat_id(part.id), "type": "function",
-                          "function": {"name": part.name, "arguments": part.arguments}})
+            calls.append(
+                {
+                    "id": _chat_id(part.id),
+                    "type": "function",
+                    "function": {"name": part.name, "arguments": part.arguments},
+                }
+            )
     text = "".join(texts)
     out: dict[str, Any] = {"role": "assistant"}
     if calls:
@@ -118,16 +128,29 @@ def _build_chat(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
         elif message.role == "assistant":
             messages.append(_chat_assistant(message))
         else:
-            messages.append({"role": "tool", "tool_call_id": _chat_id(message.tool_call_id),
-                             "content": text_or_empty(tool_text(message))})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _chat_id(message.tool_call_id),
+                    "content": text_or_empty(tool_text(message)),
+                }
+            )
     body: dict[str, Any] = {"model": opts.model, "messages": messages}
     set_limit(opts, "max_completion_tokens", body)
     if prompt.tools:
-        body["tools"] = [_chat_custom_tool(t) if t.freeform else
-                         {"type": "function", "function": {
-                             "name": t.name, "description": t.description,
-                             "parameters": tool_schema(t)}}
-                         for t in prompt.tools]
+        body["tools"] = [
+            _chat_custom_tool(t)
+            if t.freeform
+            else {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": tool_schema(t),
+                },
+            }
+            for t in prompt.tools
+        ]
     return body
 
 
@@ -153,13 +176,13 @@ def _chat_usage(usage: Json, path: str) -> Usage:
     cached = count(prompt, "cached_tokens", f"{path}.prompt_tokens_details")
     if not cached:  # DeepSeek's name for the same number
         cached = count(usage, "prompt_cache_hit_tokens", path)
-    return Usage(input_tokens=count(usage, "prompt_tokens", path),
-                 output_tokens=count(usage, "completion_tokens", path),
-                 cache_read_tokens=cached,
-                 cache_write_tokens=count(prompt, "cache_write_tokens",
-                                           f"{path}.prompt_tokens_details"),
-                 reasoning_tokens=count(completion, "reasoning_tokens",
-                                         f"{path}.completion_tokens_details"))
+    return Usage(
+        input_tokens=count(usage, "prompt_tokens", path),
+        output_tokens=count(usage, "completion_tokens", path),
+        cache_read_tokens=cached,
+        cache_write_tokens=count(prompt, "cache_write_tokens", f"{path}.prompt_tokens_details"),
+        reasoning_tokens=count(completion, "reasoning_tokens", f"{path}.completion_tokens_details"),
+    )
 
 
 def _chat_content(value: object, path: str) -> str:
@@ -197,22 +220,35 @@ def _parse_chat(root: Json, request_seq: int | None) -> Reply:
         call = obj(raw, where)
         if call.get("type") == "custom":  # a freeform call: raw text input
             custom = obj(call.get("custom"), f"{where}.custom")
-            parts.append(ToolCall(id=string(call, "id", where, required=True),
-                                  name=string(custom, "name", f"{where}.custom", required=True),
-                                  arguments=string(custom, "input", f"{where}.custom"),
-                                  freeform=True))
+            parts.append(
+                ToolCall(
+                    id=string(call, "id", where, required=True),
+                    name=string(custom, "name", f"{where}.custom", required=True),
+                    arguments=string(custom, "input", f"{where}.custom"),
+                    freeform=True,
+                )
+            )
             continue
         function = obj(call.get("function"), f"{where}.function")
-        parts.append(ToolCall(id=string(call, "id", where, required=True),
-                              name=string(function, "name", f"{where}.function", required=True),
-                              arguments=arguments_text(function.get("arguments"),
-                                                   f"{where}.function.arguments")))
+        parts.append(
+            ToolCall(
+                id=string(call, "id", where, required=True),
+                name=string(function, "name", f"{where}.function", required=True),
+                arguments=arguments_text(function.get("arguments"), f"{where}.function.arguments"),
+            )
+        )
     usage = _chat_usage(opt_obj(root, "usage", "$"), "$.usage")
     stop = string(choice, "finish_reason", "$.choices[0]")
-    return Reply(message=message_of(merge_text(parts), model, response_id),
-                 response=ResponseReceived(request_seq=request_seq, usage=usage,
-                                           stop_reason=stop, model=model,
-                                           response_id=response_id))
+    return Reply(
+        message=message_of(merge_text(parts), model, response_id),
+        response=ResponseReceived(
+            request_seq=request_seq,
+            usage=usage,
+            stop_reason=stop,
+            model=model,
+            response_id=response_id,
+        ),
+    )
 
 
 class _ChatCall:
@@ -290,15 +326,25 @@ def _parse_chat_stream(events: list[object], request_seq: int | None) -> Reply:
         if not call.name:
             raise DecodeError(f"tool call {slot} of the stream has no function name")
         if call.freeform:
-            parts.append(ToolCall(id=call.id, name=call.name, arguments="".join(call.arguments),
-                                  freeform=True))
+            parts.append(
+                ToolCall(
+                    id=call.id, name=call.name, arguments="".join(call.arguments), freeform=True
+                )
+            )
             continue
-        parts.append(ToolCall(id=call.id, name=call.name,
-                              arguments="".join(call.arguments) or "{}"))
-    return Reply(message=message_of(merge_text(parts), model, response_id),
-                 response=ResponseReceived(request_seq=request_seq, usage=usage,
-                                           stop_reason=stop, model=model,
-                                           response_id=response_id))
+        parts.append(
+            ToolCall(id=call.id, name=call.name, arguments="".join(call.arguments) or "{}")
+        )
+    return Reply(
+        message=message_of(merge_text(parts), model, response_id),
+        response=ResponseReceived(
+            request_seq=request_seq,
+            usage=usage,
+            stop_reason=stop,
+            model=model,
+            response_id=response_id,
+        ),
+    )
 
 
 def _headers(api_key: str) -> dict[str, str]:
@@ -306,7 +352,13 @@ def _headers(api_key: str) -> dict[str, str]:
 
 
 PROVIDER = Provider(
-    name="openai-chat", description="OpenAI Chat Completions (and compatible endpoints)",
-    path="/chat/completions", base_url="https://api.openai.com/v1", headers=_headers,
-    build=_build_chat, parse=_parse_chat, parse_stream=_parse_chat_stream,
-    stream_fields={"stream_options": {"include_usage": True}})
+    name="openai-chat",
+    description="OpenAI Chat Completions (and compatible endpoints)",
+    path="/chat/completions",
+    base_url="https://api.openai.com/v1",
+    headers=_headers,
+    build=_build_chat,
+    parse=_parse_chat,
+    parse_stream=_parse_chat_stream,
+    stream_fields={"stream_options": {"include_usage": True}},
+)

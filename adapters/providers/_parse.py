@@ -23,8 +23,12 @@ __all__ = ["parse_http", "parse_response", "parse_stream"]
 _VALIDATOR = Log(MemoryStore())
 
 
-def parse_response(format: str, body: bytes | str | Mapping[str, object], *,  # noqa: A002
-                   request_seq: int | None = None) -> Reply:
+def parse_response(
+    format: str,  # noqa: A002
+    body: bytes | str | Mapping[str, object],
+    *,
+    request_seq: int | None = None,
+) -> Reply:
     """Parse a complete (non-streamed) JSON reply of ``format``.
 
     An error body (OpenAI ``{"error": ...}``, Anthropic ``{"type": "error", ...}``)
@@ -42,9 +46,12 @@ def parse_response(format: str, body: bytes | str | Mapping[str, object], *,  # 
     return _guard(format, lambda: parser(obj(load_json(body), "$"), request_seq))
 
 
-def parse_stream(format: str,  # noqa: A002
-                 stream: bytes | str | Iterable[bytes | str | Mapping[str, object]], *,
-                 request_seq: int | None = None) -> Reply:
+def parse_stream(
+    format: str,  # noqa: A002
+    stream: bytes | str | Iterable[bytes | str | Mapping[str, object]],
+    *,
+    request_seq: int | None = None,
+) -> Reply:
     """Parse a streamed (``stream: true``) reply of ``format``.
 
     Parameters:
@@ -60,8 +67,14 @@ def parse_stream(format: str,  # noqa: A002
     return _guard(format, lambda: parser(sse_events(stream), request_seq))
 
 
-def parse_http(format: str, status: int, body: bytes | str, *,  # noqa: A002
-               stream: bool | None = None, request_seq: int | None = None) -> Reply:
+def parse_http(
+    format: str,  # noqa: A002
+    status: int,
+    body: bytes | str,
+    *,
+    stream: bool | None = None,
+    request_seq: int | None = None,
+) -> Reply:
     """Parse an HTTP answer: an error for status >= 400, else a JSON body or a stream.
 
     Parameters:
@@ -85,10 +98,19 @@ def _guard(format: str, fn: Callable[[], Reply]) -> Reply:  # noqa: A002
         reply = fn()
     except DecodeError:
         raise
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError,
-            OverflowError, msgspec.MsgspecError) as exc:
-        raise DecodeError(f"{format} reply: cannot be parsed ({type(exc).__name__}: "
-                          f"{exc})") from exc
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        RecursionError,
+        OverflowError,
+        msgspec.MsgspecError,
+    ) as exc:
+        raise DecodeError(
+            f"{format} reply: cannot be parsed ({type(exc).__name__}: {exc})"
+        ) from exc
     return _validated(format, reply)
 
 
@@ -97,8 +119,7 @@ def _validated(format: str, reply: Reply) -> Reply:  # noqa: A002
     try:
         checked = msgspec.msgpack.decode(msgspec.msgpack.encode(reply), type=Reply)
     except (msgspec.MsgspecError, UnicodeError, ValueError, TypeError) as exc:
-        raise DecodeError(f"{format} reply: a field does not fit the event schema: "
-                          f"{exc}") from exc
+        raise DecodeError(f"{format} reply: a field does not fit the event schema: {exc}") from exc
     if checked.message is not None:
         try:  # what the schema cannot say, as `Log.append` checks it (one id per call)
             _VALIDATOR.validate("reply", checked.message)

@@ -17,7 +17,8 @@ __all__ = ["CACHE_RULES", "PROVIDERS", "provider"]
 
 #: Every wire format, by name (the name ``RequestIssued.format`` records).
 PROVIDERS: Mapping[str, Provider] = {
-    p.name: p for p in (_openai_chat.PROVIDER, _openai_responses.PROVIDER, _anthropic.PROVIDER)}
+    p.name: p for p in (_openai_chat.PROVIDER, _openai_responses.PROVIDER, _anthropic.PROVIDER)
+}
 
 #: The prompt-cache rule of each wire format, for `turnlog.Replayer.cost`.
 CACHE_RULES: Mapping[str, CacheRule] = {p.name: p.caching for p in PROVIDERS.values()}

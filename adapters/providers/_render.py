@@ -87,14 +87,19 @@ from ._wire import (
     derived_tools,
 )
 
-__all__ = ["derived_tool_names", "render", "render_args", "render_body", "renderer",
-           "renderer_for"]
+__all__ = ["derived_tool_names", "render", "render_args", "render_body", "renderer", "renderer_for"]
 
 
-def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
-                max_tokens: int | None, blobs: BlobReader | None = None,
-                extra: Mapping[str, object] | None = None,
-                version: int = RENDER_LATEST) -> dict[str, object]:
+def render_body(
+    prompt: Prompt,
+    format: str,  # noqa: A002
+    *,
+    model: str,
+    max_tokens: int | None,
+    blobs: BlobReader | None = None,
+    extra: Mapping[str, object] | None = None,
+    version: int = RENDER_LATEST,
+) -> dict[str, object]:
     """Render ``prompt`` as the request body of ``format`` (a dict of JSON values).
 
     Parameters:
@@ -122,22 +127,33 @@ def render_body(prompt: Prompt, format: str, *, model: str,  # noqa: A002
         raise RenderError(f"the {format} format needs max_tokens (the API requires it)")
     problems = prompt.problems()
     if problems:
-        raise RenderError(f"the prompt is malformed ({len(problems)} problem(s)): "
-                          f"{'; '.join(problems[:3])}. Render only prompts that the packer made")
+        raise RenderError(
+            f"the prompt is malformed ({len(problems)} problem(s)): "
+            f"{'; '.join(problems[:3])}. Render only prompts that the packer made"
+        )
     _check_native(prompt, format)
     prompt = _answer_pending(_with_tools(prompt, spec, version))
     body = spec.build(prompt, RenderOptions(model, max_tokens, blobs, version))
     for key, value in (extra or {}).items():
         if key in body:
-            raise RenderError(f"extra field {key!r} would replace a rendered field; "
-                              "change the prompt or the arguments instead")
+            raise RenderError(
+                f"extra field {key!r} would replace a rendered field; "
+                "change the prompt or the arguments instead"
+            )
         body[key] = value
     return body
 
 
-def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  # noqa: A002
-           blobs: BlobReader | None = None, extra: Mapping[str, object] | None = None,
-           version: int = RENDER_LATEST) -> bytes:
+def render(
+    prompt: Prompt,
+    format: str,  # noqa: A002
+    *,
+    model: str,
+    max_tokens: int | None,
+    blobs: BlobReader | None = None,
+    extra: Mapping[str, object] | None = None,
+    version: int = RENDER_LATEST,
+) -> bytes:
     """Render ``prompt`` as the canonical bytes of a ``format`` request body.
 
     The same arguments always give the same bytes. See `render_body` for the
@@ -147,12 +163,24 @@ def render(prompt: Prompt, format: str, *, model: str, max_tokens: int | None,  
     Raises:
         RenderError: as `render_body`, or the body cannot be encoded.
     """
-    return canonical(render_body(prompt, format, model=model, max_tokens=max_tokens,
-                                 blobs=blobs, extra=extra, version=version))
+    return canonical(
+        render_body(
+            prompt,
+            format,
+            model=model,
+            max_tokens=max_tokens,
+            blobs=blobs,
+            extra=extra,
+            version=version,
+        )
+    )
 
 
-def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
-                 ) -> Callable[[Prompt], bytes] | None:
+def renderer_for(
+    request: RequestIssued,
+    *,
+    blobs: BlobReader | None = None,
+) -> Callable[[Prompt], bytes] | None:
     """The renderer a recorded request was rendered with (None for ``neutral``).
 
     Pass it to ``Replayer.replay(..., render=...)`` to check the rendered body too.
@@ -170,33 +198,51 @@ def renderer_for(request: RequestIssued, *, blobs: BlobReader | None = None,
         raise RenderError("the record's render_args must be a JSON object")
     max_tokens = args.get("max_tokens")
     extra = args.get("extra")
-    check_integer(max_tokens, "render_args.max_tokens", min_value=1, optional=True,
-                  error=RenderError)
+    check_integer(
+        max_tokens, "render_args.max_tokens", min_value=1, optional=True, error=RenderError
+    )
     if extra is not None and not isinstance(extra, dict):
         invalid("render_args.extra", "a JSON object", extra, with_type=True, error=RenderError)
-    return renderer(request.format, model=request.model, max_tokens=max_tokens,
-                    blobs=blobs, extra=extra, version=_recorded_version(args))
+    return renderer(
+        request.format,
+        model=request.model,
+        max_tokens=max_tokens,
+        blobs=blobs,
+        extra=extra,
+        version=_recorded_version(args),
+    )
 
 
 def _recorded_version(args: Mapping[str, object]) -> int:
     # A record without a version was rendered before versions existed: version 1.
     version = args.get("version", 1)
-    if isinstance(version, bool) or not isinstance(version, int) \
-            or not 1 <= version <= RENDER_LATEST:
-        raise RenderError(f"render_args.version must be an int from 1 to {RENDER_LATEST}, "
-                          f"found {version!r}; a newer turnlog recorded this request")
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not 1 <= version <= RENDER_LATEST
+    ):
+        raise RenderError(
+            f"render_args.version must be an int from 1 to {RENDER_LATEST}, "
+            f"found {version!r}; a newer turnlog recorded this request"
+        )
     return version
 
 
 def _check_version(version: int) -> None:
-    if isinstance(version, bool) or not isinstance(version, int) \
-            or not 1 <= version <= RENDER_LATEST:
-        raise RenderError(f"version must be an int from 1 to {RENDER_LATEST}, found "
-                          f"{version!r}")
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not 1 <= version <= RENDER_LATEST
+    ):
+        raise RenderError(f"version must be an int from 1 to {RENDER_LATEST}, found {version!r}")
 
 
-def render_args(*, max_tokens: int | None, extra: Mapping[str, object] | None = None,
-                version: int = RENDER_LATEST) -> str:
+def render_args(
+    *,
+    max_tokens: int | None,
+    extra: Mapping[str, object] | None = None,
+    version: int = RENDER_LATEST,
+) -> str:
     """The ``render_args`` to record with a request rendered with these arguments
     (`renderer_for` reads them back). Pass the ``version`` the renderer was made with
     (both default to `RENDER_LATEST`).
@@ -235,10 +281,15 @@ def derived_tool_names(request: RequestIssued, prompt: Prompt) -> tuple[str, ...
     return tuple(t.name for t in derived.tools) if derived is not prompt else ()
 
 
-def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
-             blobs: BlobReader | None = None,
-             extra: Mapping[str, object] | None = None,
-             version: int = RENDER_LATEST) -> Callable[[Prompt], bytes]:
+def renderer(
+    format: str,  # noqa: A002
+    *,
+    model: str,
+    max_tokens: int | None,
+    blobs: BlobReader | None = None,
+    extra: Mapping[str, object] | None = None,
+    version: int = RENDER_LATEST,
+) -> Callable[[Prompt], bytes]:
     """A pure ``Prompt -> bytes`` function for ``Replayer.record`` / ``Replayer.replay``.
 
     Example::
@@ -258,8 +309,15 @@ def renderer(format: str, *, model: str, max_tokens: int | None,  # noqa: A002
     frozen = dict(extra or {})
 
     def render_prompt(prompt: Prompt) -> bytes:
-        return render(prompt, format, model=model, max_tokens=max_tokens, blobs=blobs,
-                      extra=frozen, version=version)
+        return render(
+            prompt,
+            format,
+            model=model,
+            max_tokens=max_tokens,
+            blobs=blobs,
+            extra=frozen,
+            version=version,
+        )
 
     return render_prompt
 
@@ -273,7 +331,8 @@ def _check_native(prompt: Prompt, format: str) -> None:  # noqa: A002
                     f"message {i} holds a {part.format} {part.item_type!r} item (from "
                     f"event position {message.source[0] if message.source else '?'}), "
                     f"which only the {part.format} format can carry, not {format}; render "
-                    f"the session to {part.format}, or rewind it to before that message")
+                    f"the session to {part.format}, or rewind it to before that message"
+                )
 
 
 def _with_tools(prompt: Prompt, spec: Provider, version: int) -> Prompt:
@@ -284,8 +343,9 @@ def _with_tools(prompt: Prompt, spec: Provider, version: int) -> Prompt:
     tools = derived_tools(prompt)
     if not tools:
         return prompt
-    return Prompt(system=prompt.system, tools=tools, messages=prompt.messages,
-                  breakpoints=prompt.breakpoints)
+    return Prompt(
+        system=prompt.system, tools=tools, messages=prompt.messages, breakpoints=prompt.breakpoints
+    )
 
 
 def _answer_pending(prompt: Prompt) -> Prompt:
@@ -295,14 +355,26 @@ def _answer_pending(prompt: Prompt) -> Prompt:
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     if last < 0 or last == len(messages) - 1:
         return prompt
-    if any(m.role != "tool" for m in messages[last + 1:]):
+    if any(m.role != "tool" for m in messages[last + 1 :]):
         return prompt
-    answered = {m.tool_call_id for m in messages[last + 1:]}
+    answered = {m.tool_call_id for m in messages[last + 1 :]}
     missing = tuple(
-        Message(role="tool", parts=(TextPart(text=MISSING_RESULT_TEXT),), tool_call_id=c.id,
-                name=c.name, is_error=True, source=messages[last].source)
-        for c in messages[last].tool_calls if c.id not in answered)
+        Message(
+            role="tool",
+            parts=(TextPart(text=MISSING_RESULT_TEXT),),
+            tool_call_id=c.id,
+            name=c.name,
+            is_error=True,
+            source=messages[last].source,
+        )
+        for c in messages[last].tool_calls
+        if c.id not in answered
+    )
     if not missing:
         return prompt
-    return Prompt(system=prompt.system, tools=prompt.tools, messages=messages + missing,
-                  breakpoints=prompt.breakpoints)
+    return Prompt(
+        system=prompt.system,
+        tools=prompt.tools,
+        messages=messages + missing,
+        breakpoints=prompt.breakpoints,
+    )

@@ -89,8 +89,9 @@ OVERFLOW_PATTERNS = (
 )
 
 
-_RATE_LIMIT = frozenset({"rate_limit_error", "rate_limit_exceeded", "requests",
-                         "tokens", "insufficient_quota"})
+_RATE_LIMIT = frozenset(
+    {"rate_limit_error", "rate_limit_exceeded", "requests", "tokens", "insufficient_quota"}
+)
 
 
 _MAX_NAME = 1024
@@ -127,8 +128,12 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(out)
 
 
-def parse_error(status: int | None, body: bytes | str | Mapping[str, object] | None, *,
-                request_seq: int | None = None) -> ProviderErrorReceived:
+def parse_error(
+    status: int | None,
+    body: bytes | str | Mapping[str, object] | None,
+    *,
+    request_seq: int | None = None,
+) -> ProviderErrorReceived:
     """Turn an HTTP error (status and body) of any provider into ``ProviderErrorReceived``.
 
     Never raises for a malformed body: a body that is not a known error shape
@@ -138,8 +143,9 @@ def parse_error(status: int | None, body: bytes | str | Mapping[str, object] | N
         status: the HTTP status (None for an error event inside a stream).
         body: the HTTP body, or the decoded JSON object.
     """
-    if status is not None and (isinstance(status, bool) or not isinstance(status, int)
-                               or not -(2**63) <= status < 2**63):
+    if status is not None and (
+        isinstance(status, bool) or not isinstance(status, int) or not -(2**63) <= status < 2**63
+    ):
         status = None
     try:
         value: object = body if isinstance(body, Mapping) else load_json(body or b"")
@@ -148,8 +154,9 @@ def parse_error(status: int | None, body: bytes | str | Mapping[str, object] | N
     return error_from(value, status, request_seq)
 
 
-def is_overflow(*, status: int | None = None, error_type: str = "", code: str = "",
-                message: str = "") -> bool:
+def is_overflow(
+    *, status: int | None = None, error_type: str = "", code: str = "", message: str = ""
+) -> bool:
     """Whether an error means the prompt is too large for the model (see the module
     docstring for the rules)."""
     kinds = {error_type.lower(), code.lower()}
@@ -283,8 +290,9 @@ def sse_events(stream: bytes | str | Iterable[bytes | str | Mapping[str, object]
         try:
             blocks = list(stream)
         except TypeError as exc:
-            raise DecodeError(f"expected SSE text or an iterable of events, found "
-                              f"{_type_name(stream)}") from exc
+            raise DecodeError(
+                f"expected SSE text or an iterable of events, found {_type_name(stream)}"
+            ) from exc
     out: list[object] = []
     for n, block in enumerate(blocks):
         if isinstance(block, Mapping):
@@ -298,8 +306,7 @@ def sse_events(stream: bytes | str | Iterable[bytes | str | Mapping[str, object]
         elif isinstance(block, str):
             lines = block
         else:
-            raise DecodeError(f"stream event {n}: expected str or bytes, found "
-                              f"{_type_name(block)}")
+            raise DecodeError(f"stream event {n}: expected str or bytes, found {_type_name(block)}")
         data: list[str] = []
         for line in lines.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
             if not line or line.startswith(":"):
@@ -318,8 +325,9 @@ def sse_events(stream: bytes | str | Iterable[bytes | str | Mapping[str, object]
         try:
             out.append(json.loads(payload))
         except (ValueError, RecursionError) as exc:
-            raise DecodeError(f"stream event {n}: data is not JSON ({exc}): "
-                              f"{payload[:80]!r}") from exc
+            raise DecodeError(
+                f"stream event {n}: data is not JSON ({exc}): {payload[:80]!r}"
+            ) from exc
     return out
 
 
@@ -335,8 +343,11 @@ def _clip_name(value: object) -> str:
     return _clean(text[:_MAX_NAME])
 
 
-def error_from(value: object, status: int | None, request_seq: int | None,
-                ) -> ProviderErrorReceived:
+def error_from(
+    value: object,
+    status: int | None,
+    request_seq: int | None,
+) -> ProviderErrorReceived:
     error_type = code = message = ""
     if isinstance(value, Mapping):
         inner = value.get("error")
@@ -361,12 +372,19 @@ def error_from(value: object, status: int | None, request_seq: int | None,
         message = _raw_text(json_text(value))
     message = _clean(message)
     return ProviderErrorReceived(
-        request_seq=request_seq, status=status, code=code, error_type=error_type,
+        request_seq=request_seq,
+        status=status,
+        code=code,
+        error_type=error_type,
         message=message,
-        overflow=is_overflow(status=status, error_type=error_type, code=code, message=message))
+        overflow=is_overflow(status=status, error_type=error_type, code=code, message=message),
+    )
 
 
 def is_error_body(root: Json) -> bool:
-    return root.get("type") == "error" or (root.get("error") not in (None, {}) and
-                                           "choices" not in root and "output" not in root
-                                           and "content" not in root)
+    return root.get("type") == "error" or (
+        root.get("error") not in (None, {})
+        and "choices" not in root
+        and "output" not in root
+        and "content" not in root
+    )

@@ -58,18 +58,21 @@ class EmptySummaryError(ProviderError):
 def _text_of(reply: Reply, summarizer: str) -> str:
     if reply.error is not None:
         error = reply.error
-        kind = "context overflow" if error.overflow else (error.error_type or error.code
-                                                          or "error")
-        raise ProviderError(f"summarizer {summarizer}: HTTP {error.status} {kind}: "
-                            f"{error.message[:300]}", error=error)
+        kind = "context overflow" if error.overflow else (error.error_type or error.code or "error")
+        raise ProviderError(
+            f"summarizer {summarizer}: HTTP {error.status} {kind}: {error.message[:300]}",
+            error=error,
+        )
     parts = reply.message.parts if reply.message is not None else ()
     text = "".join(p.text for p in parts if isinstance(p, TextPart)).strip()
     if not text:
         stop = reply.response.stop_reason if reply.response is not None else ""
         raise EmptySummaryError(
             f"summarizer {summarizer}: the model returned no text (stop reason {stop!r})",
-            error=ProviderErrorReceived(error_type="empty_summary",
-                                        message=f"no text (stop reason {stop!r})"))
+            error=ProviderErrorReceived(
+                error_type="empty_summary", message=f"no text (stop reason {stop!r})"
+            ),
+        )
     return text
 
 
@@ -77,20 +80,31 @@ def _check(model: str, timeout: float, window: int | None) -> int:
     """Validate the common arguments; the window to use."""
     check_text(model, "model")
     check_number(timeout, "timeout", min_value=0, exclusive_min=True, hint="a number of seconds")
-    check_integer(window, "window", min_value=1024, optional=True,
-                  hint="tokens the summary model reads at once")
+    check_integer(
+        window,
+        "window",
+        min_value=1024,
+        optional=True,
+        hint="tokens the summary model reads at once",
+    )
     if window is not None:
         return window
     info = ModelTable.shipped().lookup(model)
     return info.context_window if info is not None else DEFAULT_WINDOW
 
 
-def _body(format: str, model: str, request: SummaryRequest,  # noqa: A002
-          temperature: float | None) -> dict[str, object]:
+def _body(
+    format: str,  # noqa: A002
+    model: str,
+    request: SummaryRequest,
+    temperature: float | None,
+) -> dict[str, object]:
     """The request body of a summary call, rendered by the provider's own renderer."""
-    prompt = Prompt(system=(Section(name="instructions", text=request.instructions()),),
-                    tools=(), messages=(Message(role="user", parts=(
-                        TextPart(text=request.source_text()),)),))
+    prompt = Prompt(
+        system=(Section(name="instructions", text=request.instructions()),),
+        tools=(),
+        messages=(Message(role="user", parts=(TextPart(text=request.source_text()),)),),
+    )
     body = provider(format).build(prompt, RenderOptions(model, max(1, request.max_tokens), None))
     if temperature is not None:
         body["temperature"] = temperature
@@ -122,15 +136,25 @@ class OpenAISummarizer:
             below 1,024 tokens.
     """
 
-    def __init__(self, model: str, *, api_key: str,
-                 base_url: str = DEFAULT_BASE_URLS["openai-chat"], timeout: float = 60.0,
-                 temperature: float | None = None, max_tokens_field: str = "max_tokens",
-                 headers: Mapping[str, str] | None = None,
-                 client: httpx.Client | None = None, window: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URLS["openai-chat"],
+        timeout: float = 60.0,
+        temperature: float | None = None,
+        max_tokens_field: str = "max_tokens",
+        headers: Mapping[str, str] | None = None,
+        client: httpx.Client | None = None,
+        window: int | None = None,
+    ) -> None:
         self.window = _check(model, timeout, window)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
-            raise InvalidArgumentError("max_tokens_field must be 'max_tokens' or "
-                                       f"'max_completion_tokens', found {max_tokens_field!r}")
+            raise InvalidArgumentError(
+                "max_tokens_field must be 'max_tokens' or "
+                f"'max_completion_tokens', found {max_tokens_field!r}"
+            )
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
@@ -161,11 +185,21 @@ class OpenAISummarizer:
             ProviderTimeoutError: no answer within the timeout.
             DecodeError: an answer that is not a Chat Completions body.
         """
-        reply = send("openai-chat", self.body(request), api_key=self._api_key,
-                     base_url=self.base_url, timeout=self.timeout, headers=self._headers,
-                     client=self._client)
-        return Summary(text=_text_of(reply, self.id), summarizer=self.id, model=self.model,
-                       prompt_hash=request.prompt_hash())
+        reply = send(
+            "openai-chat",
+            self.body(request),
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            headers=self._headers,
+            client=self._client,
+        )
+        return Summary(
+            text=_text_of(reply, self.id),
+            summarizer=self.id,
+            model=self.model,
+            prompt_hash=request.prompt_hash(),
+        )
 
 
 class AnthropicSummarizer:
@@ -188,11 +222,18 @@ class AnthropicSummarizer:
             below 1,024 tokens.
     """
 
-    def __init__(self, model: str, *, api_key: str,
-                 base_url: str = DEFAULT_BASE_URLS["anthropic"], timeout: float = 60.0,
-                 temperature: float | None = None,
-                 headers: Mapping[str, str] | None = None,
-                 client: httpx.Client | None = None, window: int | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        base_url: str = DEFAULT_BASE_URLS["anthropic"],
+        timeout: float = 60.0,
+        temperature: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        client: httpx.Client | None = None,
+        window: int | None = None,
+    ) -> None:
         self.window = _check(model, timeout, window)
         self.model = model
         self.base_url = base_url
@@ -220,8 +261,18 @@ class AnthropicSummarizer:
             ProviderTimeoutError: no answer within the timeout.
             DecodeError: an answer that is not a Messages body.
         """
-        reply = send("anthropic", self.body(request), api_key=self._api_key,
-                     base_url=self.base_url, timeout=self.timeout, headers=self._headers,
-                     client=self._client)
-        return Summary(text=_text_of(reply, self.id), summarizer=self.id, model=self.model,
-                       prompt_hash=request.prompt_hash())
+        reply = send(
+            "anthropic",
+            self.body(request),
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            headers=self._headers,
+            client=self._client,
+        )
+        return Summary(
+            text=_text_of(reply, self.id),
+            summarizer=self.id,
+            model=self.model,
+            prompt_hash=request.prompt_hash(),
+        )

@@ -80,8 +80,10 @@ RENDER_LATEST = 2
 
 
 #: The description of a tool definition derived from the calls of a history.
-DERIVED_TOOL_DESCRIPTION = ("No definition of this tool was recorded; this one is derived "
-                            "from the calls in the conversation.")
+DERIVED_TOOL_DESCRIPTION = (
+    "No definition of this tool was recorded; this one is derived "
+    "from the calls in the conversation."
+)
 
 
 #: The schema of a derived tool definition: any object.
@@ -161,8 +163,9 @@ def canonical(body: Mapping[str, object]) -> bytes:
             a non-finite float, an object that is not JSON).
     """
     try:
-        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode("utf-8")
+        return json.dumps(
+            body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise RenderError(f"the request body cannot be encoded as JSON: {exc}") from exc
 
@@ -178,7 +181,10 @@ def text_or_empty(text: str, *, strict: bool = False) -> str:
 #: The input schema a freeform tool gets where a provider has no freeform tools: one
 #: string field, ``input`` (a freeform call's text is sent as ``{"input": TEXT}``).
 FREEFORM_SCHEMA: dict[str, Any] = {
-    "type": "object", "properties": {"input": {"type": "string"}}, "required": ["input"]}
+    "type": "object",
+    "properties": {"input": {"type": "string"}},
+    "required": ["input"],
+}
 
 
 def derived_tools(prompt: Prompt) -> tuple[ToolSpec, ...]:
@@ -196,8 +202,10 @@ def derived_tools(prompt: Prompt) -> tuple[ToolSpec, ...]:
     # Every result answers a call of the prompt (`Prompt.problems`), so the calls name
     # every tool the request uses.
     names = {call.name for message in prompt.messages for call in message.tool_calls}
-    return tuple(ToolSpec(name=name, description=DERIVED_TOOL_DESCRIPTION,
-                          parameters=DERIVED_TOOL_SCHEMA) for name in sorted(names))
+    return tuple(
+        ToolSpec(name=name, description=DERIVED_TOOL_DESCRIPTION, parameters=DERIVED_TOOL_SCHEMA)
+        for name in sorted(names)
+    )
 
 
 def tool_format(tool: ToolSpec) -> dict[str, Any] | None:
@@ -205,11 +213,15 @@ def tool_format(tool: ToolSpec) -> dict[str, Any] | None:
     try:
         value = json.loads(tool.parameters or "{}")
     except (ValueError, RecursionError) as exc:
-        raise RenderError(f"tool {tool.name!r}: the freeform input format is not JSON ({exc}); "
-                          "fix the ToolsSet event") from exc
+        raise RenderError(
+            f"tool {tool.name!r}: the freeform input format is not JSON ({exc}); "
+            "fix the ToolsSet event"
+        ) from exc
     if not isinstance(value, dict):
-        raise RenderError(f"tool {tool.name!r}: the freeform input format must be a JSON "
-                          f"object, found {type(value).__name__}")
+        raise RenderError(
+            f"tool {tool.name!r}: the freeform input format must be a JSON "
+            f"object, found {type(value).__name__}"
+        )
     return value or None
 
 
@@ -219,11 +231,14 @@ def tool_schema(tool: ToolSpec) -> dict[str, Any]:
     try:
         value = json.loads(tool.parameters or "{}")
     except (ValueError, RecursionError) as exc:
-        raise RenderError(f"tool {tool.name!r}: parameters are not JSON ({exc}); fix the "
-                          "ToolsSet event's schema") from exc
+        raise RenderError(
+            f"tool {tool.name!r}: parameters are not JSON ({exc}); fix the ToolsSet event's schema"
+        ) from exc
     if not isinstance(value, dict):
-        raise RenderError(f"tool {tool.name!r}: parameters must be a JSON object (a JSON "
-                          f"Schema), found {type(value).__name__}")
+        raise RenderError(
+            f"tool {tool.name!r}: parameters must be a JSON object (a JSON "
+            f"Schema), found {type(value).__name__}"
+        )
     if "type" not in value:
         value = {"type": "object", **value}
     if value.get("type") == "object" and "properties" not in value:
@@ -236,8 +251,10 @@ def image_data(part: ImagePart, opts: RenderOptions) -> str | None:
     if part.blob is None:
         return None
     if opts.blobs is None:
-        raise RenderError(f"image blob {part.blob.hash[:16]} ({part.media_type}) needs a blob "
-                          "reader: pass blobs=log.blob")
+        raise RenderError(
+            f"image blob {part.blob.hash[:16]} ({part.media_type}) needs a blob "
+            "reader: pass blobs=log.blob"
+        )
     try:
         data = opts.blobs(part.blob)
     except KernelError as exc:

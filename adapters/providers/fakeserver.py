@@ -77,18 +77,33 @@ _PATHS = {urlsplit(p.endpoint()).path: name for name, p in PROVIDERS.items()}
 _PIECE = 16  # characters per streamed delta
 _EPOCH = 1_700_000_000
 
-_OPENAI_TYPES = {400: "invalid_request_error", 401: "invalid_api_key", 403: "permission_error",
-                 404: "not_found_error", 413: "invalid_request_error", 429: "rate_limit_exceeded",
-                 500: "server_error", 503: "server_error"}
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                    429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+    500: "server_error",
+    503: "server_error",
+}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
 #: The Messages API's answer (HTTP 400, ``invalid_request_error``) to a request whose
 #: messages hold ``tool_use`` or ``tool_result`` blocks and which defines no tools.
-TOOLS_REQUIRED_MESSAGE = ("Requests which include `tool_use` or `tool_result` blocks must "
-                          "define tools.")
+TOOLS_REQUIRED_MESSAGE = (
+    "Requests which include `tool_use` or `tool_result` blocks must define tools."
+)
 
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
@@ -115,8 +130,9 @@ def anthropic_problems(body: object) -> list[str]:
         if field not in body:
             out.append(f"{field}: Field required")
     max_tokens = body.get("max_tokens")
-    if "max_tokens" in body and (isinstance(max_tokens, bool) or not isinstance(
-            max_tokens, int) or max_tokens < 1):
+    if "max_tokens" in body and (
+        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+    ):
         out.append("max_tokens: Input should be greater than or equal to 1")
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -125,18 +141,20 @@ def anthropic_problems(body: object) -> list[str]:
     tools = body.get("tools", [])
     system_blocks = system if isinstance(system, list) else []
     tool_defs = tools if isinstance(tools, list) else []
-    markers = sum(isinstance(b, dict) and "cache_control" in b
-                  for b in system_blocks + tool_defs)
+    markers = sum(isinstance(b, dict) and "cache_control" in b for b in system_blocks + tool_defs)
     for i, block in enumerate(system_blocks):
-        if isinstance(block, dict) and block.get("type") == "text" and not str(
-                block.get("text", "")).strip():
-            out.append(f"system.{i}.text: text content blocks must contain non-whitespace "
-                       "text")
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and not str(block.get("text", "")).strip()
+        ):
+            out.append(f"system.{i}.text: text content blocks must contain non-whitespace text")
     names = [t.get("name") for t in tool_defs if isinstance(t, dict)]
     for k, name in enumerate(names):
         if not isinstance(name, str) or not _TOOL_NAME.match(name):
-            out.append(f"tools.{k}.custom.name: String should match pattern "
-                       f"'^[a-zA-Z0-9_-]{{1,64}}$'")
+            out.append(
+                f"tools.{k}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
+            )
     if len(set(map(str, names))) != len(names):
         out.append("tools: Tool names must be unique.")
     if not messages:
@@ -155,8 +173,10 @@ def anthropic_problems(body: object) -> list[str]:
             out.append('messages: first message must use the "user" role')
         before = messages[i - 1] if i and isinstance(messages[i - 1], dict) else {}
         if i and before.get("role") == role:
-            out.append(f'messages: roles must alternate between "user" and "assistant", '
-                       f'but found multiple "{role}" roles in a row')
+            out.append(
+                f'messages: roles must alternate between "user" and "assistant", '
+                f'but found multiple "{role}" roles in a row'
+            )
         content = message.get("content")
         if isinstance(content, str):  # the short form of one text block
             if not content.strip():
@@ -166,8 +186,11 @@ def anthropic_problems(body: object) -> list[str]:
             out.append(f"messages.{i}: all messages must have non-empty content")
             continue
         previous = before.get("content") if before.get("role") == "assistant" else None
-        previous_uses = {b.get("id") for b in previous if isinstance(b, dict)
-                         and b.get("type") == "tool_use"} if isinstance(previous, list) else set()
+        previous_uses = (
+            {b.get("id") for b in previous if isinstance(b, dict) and b.get("type") == "tool_use"}
+            if isinstance(previous, list)
+            else set()
+        )
         answered: set[object] = set()
         seen_other = False
         for j, block in enumerate(content):
@@ -178,34 +201,38 @@ def anthropic_problems(body: object) -> list[str]:
             markers += "cache_control" in block
             kind = block.get("type")
             if kind == "text" and not str(block.get("text", "")).strip():
-                out.append(f"{where}.text: text content blocks must contain non-whitespace "
-                           "text")
+                out.append(f"{where}.text: text content blocks must contain non-whitespace text")
             if kind in ("tool_use", "tool_result"):
                 uses_tools = True
             if kind == "tool_result":
                 use_id = block.get("tool_use_id")
                 if role != "user":
-                    out.append(f"{where}: tool_result blocks are only allowed in user "
-                               "messages")
+                    out.append(f"{where}: tool_result blocks are only allowed in user messages")
                 if seen_other:
-                    out.append(f"{where}: tool_result blocks must come before any other "
-                               "content in a user message")
+                    out.append(
+                        f"{where}: tool_result blocks must come before any other "
+                        "content in a user message"
+                    )
                 if use_id not in previous_uses:
-                    out.append(f"{where}: unexpected `tool_use_id` found in `tool_result` "
-                               f"blocks: {use_id}. Each `tool_result` block must have a "
-                               "corresponding `tool_use` block in the previous message.")
+                    out.append(
+                        f"{where}: unexpected `tool_use_id` found in `tool_result` "
+                        f"blocks: {use_id}. Each `tool_result` block must have a "
+                        "corresponding `tool_use` block in the previous message."
+                    )
                 answered.add(use_id)
                 result = block.get("content")
                 if isinstance(result, str) and not result.strip():
-                    out.append(f"{where}.content: text content blocks must contain "
-                               "non-whitespace text")
+                    out.append(
+                        f"{where}.content: text content blocks must contain non-whitespace text"
+                    )
             else:
                 seen_other = True
             if kind == "tool_use":
                 use_id = block.get("id")
                 if not isinstance(use_id, str) or not _TOOL_USE_ID.match(use_id):
-                    out.append(f"{where}.tool_use.id: String should match pattern "
-                               "'^[a-zA-Z0-9_-]+$'")
+                    out.append(
+                        f"{where}.tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+                    )
                 elif use_id in ids:
                     out.append(f"{where}: `tool_use` ids must be unique")
                 else:
@@ -220,28 +247,37 @@ def anthropic_problems(body: object) -> list[str]:
                 out += _compaction_block_problems(block, where, role)
         missing = previous_uses - answered
         if missing and role == "user":
-            out.append(f"messages.{i - 1}: `tool_use` ids were found without `tool_result` "
-                       f"blocks immediately after: {', '.join(sorted(map(str, missing)))}. "
-                       "Each `tool_use` block must have a corresponding `tool_result` block "
-                       "in the next message.")
+            out.append(
+                f"messages.{i - 1}: `tool_use` ids were found without `tool_result` "
+                f"blocks immediately after: {', '.join(sorted(map(str, missing)))}. "
+                "Each `tool_use` block must have a corresponding `tool_result` block "
+                "in the next message."
+            )
         if role == "assistant" and i + 1 < len(messages):
             nxt = messages[i + 1] if isinstance(messages[i + 1], dict) else {}
-            if any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content) \
-                    and nxt.get("role") != "user":
-                out.append(f"messages.{i}: `tool_use` blocks must be followed by a user "
-                           "message with their `tool_result` blocks")
+            if (
+                any(isinstance(b, dict) and b.get("type") == "tool_use" for b in content)
+                and nxt.get("role") != "user"
+            ):
+                out.append(
+                    f"messages.{i}: `tool_use` blocks must be followed by a user "
+                    "message with their `tool_result` blocks"
+                )
     if uses_tools and not tool_defs:
         out.append(TOOLS_REQUIRED_MESSAGE)
     last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
     tail = last.get("content") if last.get("role") == "assistant" else None
-    if isinstance(tail, list) and tail and isinstance(tail[-1], dict) \
-            and tail[-1].get("type") == "text":
+    if (
+        isinstance(tail, list)
+        and tail
+        and isinstance(tail[-1], dict)
+        and tail[-1].get("type") == "text"
+    ):
         text = str(tail[-1].get("text", ""))
         if text != text.rstrip():
             out.append("messages: final assistant content cannot end with trailing whitespace")
     if markers > 4:
-        out.append(f"A maximum of 4 blocks with cache_control may be provided. Found "
-                   f"{markers}.")
+        out.append(f"A maximum of 4 blocks with cache_control may be provided. Found {markers}.")
     return out
 
 
@@ -343,15 +379,22 @@ def overflow_error(*, in_stream: bool = False, delay: float = 0.0) -> FakeReply:
     return FakeReply(status=400, overflow=True, in_stream=in_stream, delay=delay)
 
 
-def http_error(status: int, message: str = "", *, error_type: str = "", code: str = "",
-               in_stream: bool = False) -> FakeReply:
+def http_error(
+    status: int, message: str = "", *, error_type: str = "", code: str = "", in_stream: bool = False
+) -> FakeReply:
     """An HTTP error with the provider's error body."""
-    return FakeReply(status=status, error_message=message, error_type=error_type,
-                     error_code=code, in_stream=in_stream)
+    return FakeReply(
+        status=status,
+        error_message=message,
+        error_type=error_type,
+        error_code=code,
+        in_stream=in_stream,
+    )
 
 
-def malformed(body: bytes = b'{"id": "broken", ', *, status: int = 200,
-              content_type: str = "application/json") -> FakeReply:
+def malformed(
+    body: bytes = b'{"id": "broken", ', *, status: int = 200, content_type: str = "application/json"
+) -> FakeReply:
     """An answer whose body is ``body`` verbatim (not the provider's shape)."""
     return FakeReply(raw=body, status=status, content_type=content_type)
 
@@ -399,8 +442,13 @@ class FakeServer:
             reply = send("anthropic", body, api_key="k", base_url=server.base_url("anthropic"))
     """
 
-    def __init__(self, replies: Iterable[FakeReply] = (), *,
-                 responder: Responder | None = None, keep_alive: bool = False) -> None:
+    def __init__(
+        self,
+        replies: Iterable[FakeReply] = (),
+        *,
+        responder: Responder | None = None,
+        keep_alive: bool = False,
+    ) -> None:
         self._script: list[FakeReply] = list(replies)
         self._responder = responder
         self.keep_alive = keep_alive
@@ -426,8 +474,12 @@ class FakeServer:
         server.daemon_threads = True
         server.block_on_close = False
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="turnlog-fakeserver",
-                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            name="turnlog-fakeserver",
+            kwargs={"poll_interval": 0.05},
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -445,8 +497,12 @@ class FakeServer:
     def __enter__(self) -> FakeServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     # -- addresses ------------------------------------------------------------------------
@@ -536,15 +592,22 @@ class _Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(length) if length > 0 else b""
         path = self.path.split("?", 1)[0]
         fmt = _PATHS.get(path, "")
-        received = Received(path=path, format=fmt, body=body,
-                            headers={k.lower(): v for k, v in self.headers.items()})
+        received = Received(
+            path=path,
+            format=fmt,
+            body=body,
+            headers={k.lower(): v for k, v in self.headers.items()},
+        )
         refusal = _refusal(fmt, received)
         if refusal:
             # What the real API refuses uses no scripted reply.
             n = self.server_owner._record(received)
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                self._send(400, _error_body(fmt, 400, "invalid_request_error", "", refusal, n),
-                           "application/json")
+                self._send(
+                    400,
+                    _error_body(fmt, 400, "invalid_request_error", "", refusal, n),
+                    "application/json",
+                )
             return
         n, reply = self.server_owner._next(received)
         self._cut = reply.cut
@@ -554,8 +617,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         """Every GET is a 404 in the provider's shape."""
-        self._send(404, _error_body(_NO_ROUTE, 404, "not_found_error", "", "no such path",
-                                    0), "application/json")
+        self._send(
+            404,
+            _error_body(_NO_ROUTE, 404, "not_found_error", "", "no such path", 0),
+            "application/json",
+        )
 
     def _send(self, status: int, data: bytes, content_type: str) -> None:
         cut, self._cut = self._cut, None
@@ -575,29 +641,44 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(reply.status, reply.raw, reply.content_type)
             return
         if not fmt:
-            self._send(404, _error_body(_NO_ROUTE, 404, "", "", f"no route {received.path}",
-                                        n), "application/json")
+            self._send(
+                404,
+                _error_body(_NO_ROUTE, 404, "", "", f"no route {received.path}", n),
+                "application/json",
+            )
             return
         request = received.json()
         if not request:
-            self._send(400, _error_body(fmt, 400, "", "", "the body is not a JSON object", n),
-                       "application/json")
+            self._send(
+                400,
+                _error_body(fmt, 400, "", "", "the body is not a JSON object", n),
+                "application/json",
+            )
             return
         stream = request.get("stream") is True
         if reply.status >= 400 or reply.overflow:
             status, error_type, code, message = _error_fields(fmt, reply)
             if stream and reply.in_stream:
-                self._send(200, _sse(_error_stream(fmt, n, request, error_type, code, message)),
-                           "text/event-stream")
+                self._send(
+                    200,
+                    _sse(_error_stream(fmt, n, request, error_type, code, message)),
+                    "text/event-stream",
+                )
             else:
-                self._send(status, _error_body(fmt, status, error_type, code, message, n),
-                           "application/json")
+                self._send(
+                    status,
+                    _error_body(fmt, status, error_type, code, message, n),
+                    "application/json",
+                )
             return
         model = reply.model or str(request.get("model") or "fake-model")
         usage = reply.usage or _usage(received.body, reply)
         speaker = _SPEAKERS[fmt]
-        data = (_sse(speaker.stream(n, model, reply, usage, request)) if stream
-                else _dump(speaker.body(n, model, reply, usage)))
+        data = (
+            _sse(speaker.stream(n, model, reply, usage, request))
+            if stream
+            else _dump(speaker.body(n, model, reply, usage))
+        )
         self._send(200, data, "text/event-stream" if stream else "application/json")
 
 
@@ -623,15 +704,18 @@ def _dump(value: object) -> bytes:
 def _sse(events: Iterable[tuple[str | None, object]]) -> bytes:
     out: list[str] = []
     for name, data in events:
-        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False,
-                                                             separators=(",", ":"))
+        text = (
+            data
+            if isinstance(data, str)
+            else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        )
         out.append((f"event: {name}\n" if name else "") + f"data: {text}\n\n")
     return "".join(out).encode("utf-8")
 
 
 def _pieces(text: str) -> Iterator[str]:
     for i in range(0, len(text), _PIECE):
-        yield text[i:i + _PIECE]
+        yield text[i : i + _PIECE]
 
 
 def _digest(text: str) -> str:
@@ -639,10 +723,16 @@ def _digest(text: str) -> str:
 
 
 def _usage(request: bytes, reply: FakeReply) -> Usage:
-    produced = len(reply.text) + len(reply.reasoning) + sum(
-        len(c.name) + len(c.arguments) for c in reply.tool_calls)
-    return Usage(input_tokens=max(1, len(request) // 4), output_tokens=max(1, produced // 4),
-                 reasoning_tokens=len(reply.reasoning) // 4)
+    produced = (
+        len(reply.text)
+        + len(reply.reasoning)
+        + sum(len(c.name) + len(c.arguments) for c in reply.tool_calls)
+    )
+    return Usage(
+        input_tokens=max(1, len(request) // 4),
+        output_tokens=max(1, produced // 4),
+        reasoning_tokens=len(reply.reasoning) // 4,
+    )
 
 
 def _tool_input(arguments: str) -> dict[str, object]:
@@ -658,68 +748,93 @@ def _error_fields(fmt: str, reply: FakeReply) -> tuple[int, str, str, str]:
     speaker = _SPEAKERS[fmt]
     if reply.overflow:
         return 400, "invalid_request_error", speaker.overflow_code, speaker.overflow_message
-    error_type = reply.error_type or speaker.error_types.get(reply.status,
-                                                             speaker.default_error_type)
+    error_type = reply.error_type or speaker.error_types.get(
+        reply.status, speaker.default_error_type
+    )
     message = reply.error_message or f"fake error {reply.status}"
     return reply.status, error_type, reply.error_code, message
 
 
-def _error_body(fmt: str, status: int, error_type: str, code: str, message: str,
-                n: int) -> bytes:
+def _error_body(fmt: str, status: int, error_type: str, code: str, message: str, n: int) -> bytes:
     speaker = _SPEAKERS[fmt]
     error_type = error_type or speaker.error_types.get(status, speaker.default_error_type)
     return _dump(speaker.error(error_type, code, message, n))
 
 
-def _error_stream(fmt: str, n: int, request: dict[str, object], error_type: str, code: str,
-                  message: str) -> list[tuple[str | None, object]]:
+def _error_stream(
+    fmt: str, n: int, request: dict[str, object], error_type: str, code: str, message: str
+) -> list[tuple[str | None, object]]:
     model = str(request.get("model") or "fake-model")
     return _SPEAKERS[fmt].error_stream(n, model, error_type, code, message)
 
 
 def _openai_error(error_type: str, code: str, message: str, n: int) -> dict[str, object]:
-    return {"error": {"message": message, "type": error_type, "param": None,
-                      "code": code or None}}
+    return {"error": {"message": message, "type": error_type, "param": None, "code": code or None}}
 
 
-def _chat_error_stream(n: int, model: str, error_type: str, code: str,
-                       message: str) -> list[tuple[str | None, object]]:
+def _chat_error_stream(
+    n: int, model: str, error_type: str, code: str, message: str
+) -> list[tuple[str | None, object]]:
     return [(None, _openai_error(error_type, code, message, n))]
 
 
-def _responses_error_stream(n: int, model: str, error_type: str, code: str,
-                            message: str) -> list[tuple[str | None, object]]:
+def _responses_error_stream(
+    n: int, model: str, error_type: str, code: str, message: str
+) -> list[tuple[str | None, object]]:
     # An ``error`` event, not ``response.failed``: the latter's codes are a fixed set
     # that has no context-length code.
     base = _responses_object(n, model, [], None, "in_progress")
-    return [("response.created", {"type": "response.created", "sequence_number": 0,
-                                  "response": base}),
-            ("error", {"type": "error", "sequence_number": 1, "code": code or error_type,
-                       "message": message, "param": None})]
+    return [
+        ("response.created", {"type": "response.created", "sequence_number": 0, "response": base}),
+        (
+            "error",
+            {
+                "type": "error",
+                "sequence_number": 1,
+                "code": code or error_type,
+                "message": message,
+                "param": None,
+            },
+        ),
+    ]
 
 
 def _anthropic_error(error_type: str, code: str, message: str, n: int) -> dict[str, object]:
-    return {"type": "error", "error": {"type": error_type, "message": message},
-            "request_id": f"req_fake{n}"}
+    return {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": f"req_fake{n}",
+    }
 
 
-def _anthropic_error_stream(n: int, model: str, error_type: str, code: str,
-                            message: str) -> list[tuple[str | None, object]]:
+def _anthropic_error_stream(
+    n: int, model: str, error_type: str, code: str, message: str
+) -> list[tuple[str | None, object]]:
     start = _anthropic_message(n, model, [], None, Usage(input_tokens=1))
-    return [("message_start", {"type": "message_start", "message": start}),
-            ("error", {"type": "error", "error": {"type": error_type, "message": message}})]
+    return [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("error", {"type": "error", "error": {"type": error_type, "message": message}}),
+    ]
 
 
 # -- openai-chat ---------------------------------------------------------------------------
 def _chat_usage(usage: Usage) -> dict[str, object]:
-    return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.input_tokens + usage.output_tokens,
-            "prompt_tokens_details": {"cached_tokens": usage.cache_read_tokens,
-                                      "cache_write_tokens": usage.cache_write_tokens,
-                                      "audio_tokens": 0},
-            "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens,
-                                          "audio_tokens": 0, "accepted_prediction_tokens": 0,
-                                          "rejected_prediction_tokens": 0}}
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "prompt_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+            "audio_tokens": 0,
+        },
+        "completion_tokens_details": {
+            "reasoning_tokens": usage.reasoning_tokens,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
 
 
 _TRUNCATED = frozenset({"length", "max_tokens", "max_output_tokens"})
@@ -732,100 +847,199 @@ def _chat_stop(reply: FakeReply) -> str:
 
 
 def _chat_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
-    message: dict[str, object] = {"role": "assistant", "content": reply.text or None,
-                                  "refusal": None}
+    message: dict[str, object] = {
+        "role": "assistant",
+        "content": reply.text or None,
+        "refusal": None,
+    }
     if reply.reasoning:
         message["reasoning_content"] = reply.reasoning
     if reply.tool_calls:
-        message["tool_calls"] = [{"id": c.id, "type": "function",
-                                  "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in reply.tool_calls]
-    return {"id": f"chatcmpl-fake{n}", "object": "chat.completion", "created": _EPOCH + n,
-            "model": model,
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": _chat_stop(reply)}],
-            "usage": _chat_usage(usage)}
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in reply.tool_calls
+        ]
+    return {
+        "id": f"chatcmpl-fake{n}",
+        "object": "chat.completion",
+        "created": _EPOCH + n,
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": _chat_stop(reply)}
+        ],
+        "usage": _chat_usage(usage),
+    }
 
 
-def _chat_stream(n: int, model: str, reply: FakeReply, usage: Usage,
-                 request: dict[str, object]) -> list[tuple[str | None, object]]:
+def _chat_stream(
+    n: int, model: str, reply: FakeReply, usage: Usage, request: dict[str, object]
+) -> list[tuple[str | None, object]]:
     include = request.get("stream_options")
     with_usage = isinstance(include, dict) and include.get("include_usage") is True
 
     def chunk(delta: dict[str, object], finish: str | None = None) -> tuple[None, object]:
-        return (None, {"id": f"chatcmpl-fake{n}", "object": "chat.completion.chunk",
-                       "created": _EPOCH + n, "model": model,
-                       "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                                    "finish_reason": finish}]})
+        return (
+            None,
+            {
+                "id": f"chatcmpl-fake{n}",
+                "object": "chat.completion.chunk",
+                "created": _EPOCH + n,
+                "model": model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            },
+        )
 
     events: list[tuple[str | None, object]] = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"reasoning_content": p}) for p in _pieces(reply.reasoning)]
     events += [chunk({"content": p}) for p in _pieces(reply.text)]
     for i, call in enumerate(reply.tool_calls):
-        events.append(chunk({"tool_calls": [{"index": i, "id": call.id, "type": "function",
-                                             "function": {"name": call.name,
-                                                          "arguments": ""}}]}))
-        events += [chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
-                   for p in _pieces(call.arguments)]
+        events.append(
+            chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.name, "arguments": ""},
+                        }
+                    ]
+                }
+            )
+        )
+        events += [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+            for p in _pieces(call.arguments)
+        ]
     events.append(chunk({}, _chat_stop(reply)))
     if with_usage:
-        events.append((None, {"id": f"chatcmpl-fake{n}", "object": "chat.completion.chunk",
-                              "created": _EPOCH + n, "model": model, "choices": [],
-                              "usage": _chat_usage(usage)}))
+        events.append(
+            (
+                None,
+                {
+                    "id": f"chatcmpl-fake{n}",
+                    "object": "chat.completion.chunk",
+                    "created": _EPOCH + n,
+                    "model": model,
+                    "choices": [],
+                    "usage": _chat_usage(usage),
+                },
+            )
+        )
     events.append((None, "[DONE]"))
     return events
 
 
 # -- openai-responses ----------------------------------------------------------------------
 def _responses_usage(usage: Usage) -> dict[str, object]:
-    return {"input_tokens": usage.input_tokens,
-            "input_tokens_details": {"cached_tokens": usage.cache_read_tokens,
-                                     "cache_write_tokens": usage.cache_write_tokens},
-            "output_tokens": usage.output_tokens,
-            "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-            "total_tokens": usage.input_tokens + usage.output_tokens}
+    return {
+        "input_tokens": usage.input_tokens,
+        "input_tokens_details": {
+            "cached_tokens": usage.cache_read_tokens,
+            "cache_write_tokens": usage.cache_write_tokens,
+        },
+        "output_tokens": usage.output_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+    }
 
 
 def _responses_items(n: int, reply: FakeReply) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     if reply.compaction:
-        items.append({"type": "compaction", "id": f"cmp_fake{n}",
-                      "encrypted_content": f"gAAAA{_digest(reply.compaction)}"})
+        items.append(
+            {
+                "type": "compaction",
+                "id": f"cmp_fake{n}",
+                "encrypted_content": f"gAAAA{_digest(reply.compaction)}",
+            }
+        )
     if reply.reasoning:
-        items.append({"type": "reasoning", "id": f"rs_fake{n}",
-                      "summary": [{"type": "summary_text", "text": reply.reasoning}],
-                      "encrypted_content": f"enc-{_digest(reply.reasoning)}"})
+        items.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_fake{n}",
+                "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                "encrypted_content": f"enc-{_digest(reply.reasoning)}",
+            }
+        )
     if reply.text or not reply.tool_calls:
-        items.append({"type": "message", "id": f"msg_fake{n}", "status": "completed",
-                      "role": "assistant",
-                      "content": [{"type": "output_text", "text": reply.text,
-                                   "annotations": [], "logprobs": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_fake{n}",
+                "status": "completed",
+                "role": "assistant",
+                "content": [
+                    {"type": "output_text", "text": reply.text, "annotations": [], "logprobs": []}
+                ],
+            }
+        )
     for i, call in enumerate(reply.tool_calls):
-        items.append({"type": "function_call", "id": f"fc_fake{n}_{i}", "call_id": call.id,
-                      "name": call.name, "arguments": call.arguments, "status": "completed"})
+        items.append(
+            {
+                "type": "function_call",
+                "id": f"fc_fake{n}_{i}",
+                "call_id": call.id,
+                "name": call.name,
+                "arguments": call.arguments,
+                "status": "completed",
+            }
+        )
     return items
 
 
-def _responses_object(n: int, model: str, output: list[dict[str, Any]], usage: Usage | None,
-                      status: str, incomplete: str = "") -> dict[str, object]:
-    return {"id": f"resp_fake{n}", "object": "response", "created_at": _EPOCH + n,
-            "status": status, "error": None,
-            "incomplete_details": {"reason": incomplete} if incomplete else None,
-            "instructions": None, "metadata": {}, "model": model, "output": output,
-            "parallel_tool_calls": True, "temperature": 1.0, "tool_choice": "auto",
-            "tools": [], "top_p": 1.0,
-            "usage": _responses_usage(usage) if usage is not None else None}
+def _responses_object(
+    n: int,
+    model: str,
+    output: list[dict[str, Any]],
+    usage: Usage | None,
+    status: str,
+    incomplete: str = "",
+) -> dict[str, object]:
+    return {
+        "id": f"resp_fake{n}",
+        "object": "response",
+        "created_at": _EPOCH + n,
+        "status": status,
+        "error": None,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "instructions": None,
+        "metadata": {},
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "temperature": 1.0,
+        "tool_choice": "auto",
+        "tools": [],
+        "top_p": 1.0,
+        "usage": _responses_usage(usage) if usage is not None else None,
+    }
 
 
 def _responses_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
-    incomplete = ("max_output_tokens" if reply.stop_reason in _TRUNCATED else
-                  reply.stop_reason if reply.stop_reason == "content_filter" else "")
-    return _responses_object(n, model, _responses_items(n, reply), usage,
-                             "incomplete" if incomplete else "completed", incomplete)
+    incomplete = (
+        "max_output_tokens"
+        if reply.stop_reason in _TRUNCATED
+        else reply.stop_reason
+        if reply.stop_reason == "content_filter"
+        else ""
+    )
+    return _responses_object(
+        n,
+        model,
+        _responses_items(n, reply),
+        usage,
+        "incomplete" if incomplete else "completed",
+        incomplete,
+    )
 
 
-def _responses_stream(n: int, model: str, reply: FakeReply, usage: Usage,
-                      request: dict[str, object]) -> list[tuple[str | None, object]]:
+def _responses_stream(
+    n: int, model: str, reply: FakeReply, usage: Usage, request: dict[str, object]
+) -> list[tuple[str | None, object]]:
     events: list[tuple[str | None, object]] = []
 
     def emit(kind: str, **fields: object) -> None:
@@ -837,42 +1051,87 @@ def _responses_stream(n: int, model: str, reply: FakeReply, usage: Usage,
     items = _responses_items(n, reply)
     for index, item in enumerate(items):
         if item["type"] == "message":
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "status": "in_progress", "content": []})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
             empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-            emit("response.content_part.added", item_id=item["id"], output_index=index,
-                 content_index=0, part=empty)
+            emit(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=empty,
+            )
             for piece in _pieces(reply.text):
-                emit("response.output_text.delta", item_id=item["id"], output_index=index,
-                     content_index=0, delta=piece, logprobs=[])
-            emit("response.output_text.done", item_id=item["id"], output_index=index,
-                 content_index=0, text=reply.text, logprobs=[])
-            emit("response.content_part.done", item_id=item["id"], output_index=index,
-                 content_index=0, part=item["content"][0])
+                emit(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    delta=piece,
+                    logprobs=[],
+                )
+            emit(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=reply.text,
+                logprobs=[],
+            )
+            emit(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=item["content"][0],
+            )
         elif item["type"] == "function_call":
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "arguments": "", "status": "in_progress"})
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "arguments": "", "status": "in_progress"},
+            )
             for piece in _pieces(item["arguments"]):
-                emit("response.function_call_arguments.delta", item_id=item["id"],
-                     output_index=index, delta=piece)
-            emit("response.function_call_arguments.done", item_id=item["id"],
-                 output_index=index, arguments=item["arguments"], name=item["name"])
+                emit(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=index,
+                    delta=piece,
+                )
+            emit(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                arguments=item["arguments"],
+                name=item["name"],
+            )
         else:
-            emit("response.output_item.added", output_index=index,
-                 item={**item, "summary": []} if item["type"] == "reasoning" else item)
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "summary": []} if item["type"] == "reasoning" else item,
+            )
         emit("response.output_item.done", output_index=index, item=item)
     final = _responses_body(n, model, reply, usage)
-    emit("response.incomplete" if final["status"] == "incomplete" else "response.completed",
-         response=final)
+    emit(
+        "response.incomplete" if final["status"] == "incomplete" else "response.completed",
+        response=final,
+    )
     return events
 
 
 # -- anthropic -----------------------------------------------------------------------------
 def _anthropic_usage(usage: Usage) -> dict[str, object]:
     fresh = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
-    return {"input_tokens": fresh, "output_tokens": usage.output_tokens,
-            "cache_creation_input_tokens": usage.cache_write_tokens,
-            "cache_read_input_tokens": usage.cache_read_tokens}
+    return {
+        "input_tokens": fresh,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_write_tokens,
+        "cache_read_input_tokens": usage.cache_read_tokens,
+    }
 
 
 def _anthropic_blocks(reply: FakeReply) -> list[dict[str, Any]]:
@@ -880,13 +1139,24 @@ def _anthropic_blocks(reply: FakeReply) -> list[dict[str, Any]]:
     if reply.compaction:
         blocks.append({"type": "compaction", "content": reply.compaction})
     if reply.reasoning:
-        blocks.append({"type": "thinking", "thinking": reply.reasoning,
-                       "signature": f"sig-{_digest(reply.reasoning)}"})
+        blocks.append(
+            {
+                "type": "thinking",
+                "thinking": reply.reasoning,
+                "signature": f"sig-{_digest(reply.reasoning)}",
+            }
+        )
     if reply.text or not reply.tool_calls:
         blocks.append({"type": "text", "text": reply.text})
     for call in reply.tool_calls:
-        blocks.append({"type": "tool_use", "id": call.id, "name": call.name,
-                       "input": _tool_input(call.arguments)})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": _tool_input(call.arguments),
+            }
+        )
     return blocks
 
 
@@ -896,19 +1166,28 @@ def _anthropic_stop(reply: FakeReply) -> str:
     return reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
 
 
-def _anthropic_message(n: int, model: str, content: list[dict[str, Any]], stop: str | None,
-                       usage: Usage) -> dict[str, object]:
-    return {"id": f"msg_fake{n}", "type": "message", "role": "assistant", "model": model,
-            "content": content, "stop_reason": stop, "stop_sequence": None,
-            "usage": _anthropic_usage(usage)}
+def _anthropic_message(
+    n: int, model: str, content: list[dict[str, Any]], stop: str | None, usage: Usage
+) -> dict[str, object]:
+    return {
+        "id": f"msg_fake{n}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": _anthropic_usage(usage),
+    }
 
 
 def _anthropic_body(n: int, model: str, reply: FakeReply, usage: Usage) -> dict[str, object]:
     return _anthropic_message(n, model, _anthropic_blocks(reply), _anthropic_stop(reply), usage)
 
 
-def _anthropic_stream(n: int, model: str, reply: FakeReply, usage: Usage,
-                      request: dict[str, object]) -> list[tuple[str | None, object]]:
+def _anthropic_stream(
+    n: int, model: str, reply: FakeReply, usage: Usage, request: dict[str, object]
+) -> list[tuple[str | None, object]]:
     events: list[tuple[str | None, object]] = []
 
     def emit(kind: str, **fields: object) -> None:
@@ -919,33 +1198,54 @@ def _anthropic_stream(n: int, model: str, reply: FakeReply, usage: Usage,
     emit("ping")
     for index, block in enumerate(_anthropic_blocks(reply)):
         if block["type"] == "thinking":
-            emit("content_block_start", index=index,
-                 content_block={"type": "thinking", "thinking": "", "signature": ""})
+            emit(
+                "content_block_start",
+                index=index,
+                content_block={"type": "thinking", "thinking": "", "signature": ""},
+            )
             for piece in _pieces(block["thinking"]):
-                emit("content_block_delta", index=index,
-                     delta={"type": "thinking_delta", "thinking": piece})
-            emit("content_block_delta", index=index,
-                 delta={"type": "signature_delta", "signature": block["signature"]})
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "thinking_delta", "thinking": piece},
+                )
+            emit(
+                "content_block_delta",
+                index=index,
+                delta={"type": "signature_delta", "signature": block["signature"]},
+            )
         elif block["type"] == "compaction":
-            emit("content_block_start", index=index,
-                 content_block={"type": "compaction", "content": ""})
-            emit("content_block_delta", index=index,
-                 delta={"type": "compaction_delta", "content": block["content"]})
+            emit(
+                "content_block_start",
+                index=index,
+                content_block={"type": "compaction", "content": ""},
+            )
+            emit(
+                "content_block_delta",
+                index=index,
+                delta={"type": "compaction_delta", "content": block["content"]},
+            )
         elif block["type"] == "text":
             emit("content_block_start", index=index, content_block={"type": "text", "text": ""})
             for piece in _pieces(block["text"]):
-                emit("content_block_delta", index=index,
-                     delta={"type": "text_delta", "text": piece})
+                emit(
+                    "content_block_delta", index=index, delta={"type": "text_delta", "text": piece}
+                )
         else:
-            emit("content_block_start", index=index,
-                 content_block={**block, "input": {}})
+            emit("content_block_start", index=index, content_block={**block, "input": {}})
             arguments = json.dumps(block["input"], ensure_ascii=False, separators=(",", ":"))
             for piece in _pieces(arguments):
-                emit("content_block_delta", index=index,
-                     delta={"type": "input_json_delta", "partial_json": piece})
+                emit(
+                    "content_block_delta",
+                    index=index,
+                    delta={"type": "input_json_delta", "partial_json": piece},
+                )
         emit("content_block_stop", index=index)
-    emit("message_delta", delta={"stop_reason": _anthropic_stop(reply), "stop_sequence": None},
-         usage={"output_tokens": usage.output_tokens})
+    emit(
+        "message_delta",
+        delta={"stop_reason": _anthropic_stop(reply), "stop_sequence": None},
+        usage={"output_tokens": usage.output_tokens},
+    )
     emit("message_stop")
     return events
 
@@ -985,25 +1285,44 @@ class _Speaker:
 #: (`PROVIDERS`): a new provider is one record here besides its module and registry line.
 _SPEAKERS: Mapping[str, _Speaker] = {
     "openai-chat": _Speaker(
-        body=_chat_body, stream=_chat_stream, error=_openai_error,
-        error_stream=_chat_error_stream, error_types=_OPENAI_TYPES,
-        default_error_type="server_error", overflow_code="context_length_exceeded",
-        overflow_message=("This model's maximum context length is 128000 tokens. However, your "
-                          "messages resulted in 131072 tokens. Please reduce the length of the "
-                          "messages.")),
+        body=_chat_body,
+        stream=_chat_stream,
+        error=_openai_error,
+        error_stream=_chat_error_stream,
+        error_types=_OPENAI_TYPES,
+        default_error_type="server_error",
+        overflow_code="context_length_exceeded",
+        overflow_message=(
+            "This model's maximum context length is 128000 tokens. However, your "
+            "messages resulted in 131072 tokens. Please reduce the length of the "
+            "messages."
+        ),
+    ),
     "openai-responses": _Speaker(
-        body=_responses_body, stream=_responses_stream, error=_openai_error,
-        error_stream=_responses_error_stream, error_types=_OPENAI_TYPES,
-        default_error_type="server_error", overflow_code="context_length_exceeded",
-        overflow_message=("Your input exceeds the context window of this model. Please adjust "
-                          "your input and try again."),
-        problems=responses_problems),
+        body=_responses_body,
+        stream=_responses_stream,
+        error=_openai_error,
+        error_stream=_responses_error_stream,
+        error_types=_OPENAI_TYPES,
+        default_error_type="server_error",
+        overflow_code="context_length_exceeded",
+        overflow_message=(
+            "Your input exceeds the context window of this model. Please adjust "
+            "your input and try again."
+        ),
+        problems=responses_problems,
+    ),
     "anthropic": _Speaker(
-        body=_anthropic_body, stream=_anthropic_stream, error=_anthropic_error,
-        error_stream=_anthropic_error_stream, error_types=_ANTHROPIC_TYPES,
-        default_error_type="api_error", overflow_code="",
+        body=_anthropic_body,
+        stream=_anthropic_stream,
+        error=_anthropic_error,
+        error_stream=_anthropic_error_stream,
+        error_types=_ANTHROPIC_TYPES,
+        default_error_type="api_error",
+        overflow_code="",
         overflow_message="prompt is too long: 210000 tokens > 200000 maximum",
-        problems=anthropic_problems),
+        problems=anthropic_problems,
+    ),
 }
 
 #: The shape of the 404 for a path no provider has (GET, or an unknown POST path).

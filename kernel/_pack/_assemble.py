@@ -58,6 +58,7 @@ AddUnits = Callable[[list[Unit], list[Message], list[int]], None]
 
 def unit_adder(message_of: MessageOf) -> AddUnits:
     """An `AddUnits` from a per-item `MessageOf` (None: the item is not in the prompt)."""
+
     def add_units(units: list[Unit], messages: list[Message], tokens: list[int]) -> None:
         for unit in units:
             for i in unit.items:
@@ -65,6 +66,7 @@ def unit_adder(message_of: MessageOf) -> AddUnits:
                 if found is not None:
                     messages.append(found[0])
                     tokens.append(found[1])
+
     return add_units
 
 
@@ -72,33 +74,54 @@ def message(item: Item, parts: tuple[Part, ...] | None) -> Message:
     """The message of an item: verbatim, or with its content replaced by ``parts``."""
     body = item.event.body
     if isinstance(body, ToolResultAdded):
-        return Message(role="tool", parts=parts or (TextPart(text=body.output),),
-                       tool_call_id=body.call_id, name=body.tool_name, is_error=body.is_error,
-                       source=(item.pos,))
+        return Message(
+            role="tool",
+            parts=parts or (TextPart(text=body.output),),
+            tool_call_id=body.call_id,
+            name=body.tool_name,
+            is_error=body.is_error,
+            source=(item.pos,),
+        )
     if isinstance(body, AssistantMessageAdded):
         # A reply with no parts (an empty completion) still answers the turn.
-        return Message(role="assistant", parts=parts or body.parts or (
-            TextPart(text=EMPTY_ASSISTANT_TEXT),), source=(item.pos,))
+        return Message(
+            role="assistant",
+            parts=parts or body.parts or (TextPart(text=EMPTY_ASSISTANT_TEXT),),
+            source=(item.pos,),
+        )
     if isinstance(body, UserMessageAdded):
         if parts:  # clipped (rules 2)
             return Message(role="user", parts=parts, source=(item.pos,))
         user_parts: tuple[Part, ...] = (TextPart(text=body.text),) if body.text else ()
         user_parts += tuple(body.images)
-        return Message(role="user", parts=user_parts or (TextPart(text=EMPTY_USER_TEXT),),
-                       source=(item.pos,))
+        return Message(
+            role="user", parts=user_parts or (TextPart(text=EMPTY_USER_TEXT),), source=(item.pos,)
+        )
     if isinstance(body, NotificationAdded):
-        return Message(role="user", parts=parts or (
-            TextPart(text=notification_text(body.source, body.text)),), source=(item.pos,))
+        return Message(
+            role="user",
+            parts=parts or (TextPart(text=notification_text(body.source, body.text)),),
+            source=(item.pos,),
+        )
     if isinstance(body, RecallAdded):
-        return Message(role="user", parts=parts or (
-            TextPart(text=recall_text(body, len(body.hits))),), source=(item.pos,))
+        return Message(
+            role="user",
+            parts=parts or (TextPart(text=recall_text(body, len(body.hits))),),
+            source=(item.pos,),
+        )
     raise PackError(f"internal: no message form for {type(body).__name__}")
 
 
-def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iterable[int],
-             add_units: AddUnits, summary: tuple[str, int], tail_unit: int,
-             marker: Marker | None = None,
-             ) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
+def assemble(
+    view: Projection,
+    policy: Policy,
+    counter: TokenCounter,
+    kept: Iterable[int],
+    add_units: AddUnits,
+    summary: tuple[str, int],
+    tail_unit: int,
+    marker: Marker | None = None,
+) -> tuple[Prompt, tuple[int, ...], tuple[int, ...]]:
     """The prompt from the kept units, with its message and section tokens.
 
     Parameters:
@@ -154,21 +177,33 @@ def assemble(view: Projection, policy: Policy, counter: TokenCounter, kept: Iter
     if policy.rules >= 3:
         # the previous request ended before the latest assistant message: a breakpoint
         # there is where this request reads what the previous one wrote to the cache
-        last = next((i for i in range(len(messages) - 1, -1, -1)
-                     if messages[i].role == "assistant"), 0)
+        last = next(
+            (i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), 0
+        )
         tail_message, reason = last, "previous request"
     else:
         reason = "older history"
-    breakpoints = _breakpoints(policy, view, static_count, len(sections), len(messages),
-                               tail_message, reason)
-    prompt = Prompt(system=tuple(sections), tools=tuple(view.tools), messages=tuple(messages),
-                    breakpoints=breakpoints)
+    breakpoints = _breakpoints(
+        policy, view, static_count, len(sections), len(messages), tail_message, reason
+    )
+    prompt = Prompt(
+        system=tuple(sections),
+        tools=tuple(view.tools),
+        messages=tuple(messages),
+        breakpoints=breakpoints,
+    )
     return prompt, tuple(tokens), tuple(section_tokens)
 
 
-def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
-                       messages: list[Message], tokens: list[int],
-                       rename: dict[str, str] | None, rules: int) -> None:
+def _answer_open_calls(
+    view: Projection,
+    unit_index: int,
+    counter: TokenCounter,
+    messages: list[Message],
+    tokens: list[int],
+    rename: dict[str, str] | None,
+    rules: int,
+) -> None:
     """Answer each call without a result with a placeholder that says why (never
     returned, or still running)."""
     unit = view.units[unit_index]
@@ -177,8 +212,15 @@ def _answer_open_calls(view: Projection, unit_index: int, counter: TokenCounter,
     for call in unit.calls:
         if call in unit.open_calls:
             wire = rename.get(call, call) if rename else call
-            messages.append(Message(role="tool", parts=(TextPart(text=text),),
-                                    tool_call_id=wire, is_error=True, source=(first.pos,)))
+            messages.append(
+                Message(
+                    role="tool",
+                    parts=(TextPart(text=text),),
+                    tool_call_id=wire,
+                    is_error=True,
+                    source=(first.pos,),
+                )
+            )
             tokens.append(MESSAGE_OVERHEAD + 1 + counter.count(text))
 
 
@@ -187,34 +229,53 @@ def _renamed(message: Message, rename: dict[str, str]) -> Message:
     them: unique within the prompt (rules 2; see `Unit.wire_ids`)."""
     if message.role == "tool":
         wire = rename.get(message.tool_call_id, message.tool_call_id)
-        return message if wire == message.tool_call_id else \
-            msgspec.structs.replace(message, tool_call_id=wire)
-    parts = tuple(msgspec.structs.replace(p, id=rename[p.id])
-                  if isinstance(p, ToolCall) and rename.get(p.id, p.id) != p.id else p
-                  for p in message.parts)
+        return (
+            message
+            if wire == message.tool_call_id
+            else msgspec.structs.replace(message, tool_call_id=wire)
+        )
+    parts = tuple(
+        msgspec.structs.replace(p, id=rename[p.id])
+        if isinstance(p, ToolCall) and rename.get(p.id, p.id) != p.id
+        else p
+        for p in message.parts
+    )
     return msgspec.structs.replace(message, parts=parts)
 
 
-def _breakpoints(policy: Policy, view: Projection, static_sections: int, all_sections: int,
-                 n_messages: int, tail_message: int,
-                 reason: str = "older history") -> tuple[Breakpoint, ...]:
+def _breakpoints(
+    policy: Policy,
+    view: Projection,
+    static_sections: int,
+    all_sections: int,
+    n_messages: int,
+    tail_message: int,
+    reason: str = "older history",
+) -> tuple[Breakpoint, ...]:
     wanted: list[Breakpoint] = []
     if static_sections or view.tools:
-        wanted.append(Breakpoint(at="system" if static_sections else "tools",
-                                 reason="static system prompt and tools"))
+        wanted.append(
+            Breakpoint(
+                at="system" if static_sections else "tools", reason="static system prompt and tools"
+            )
+        )
     if n_messages:
         wanted.append(Breakpoint(at="message", index=n_messages - 1, reason="latest message"))
     if 0 < tail_message < n_messages and tail_message - 1 != n_messages - 1:
         wanted.append(Breakpoint(at="message", index=tail_message - 1, reason=reason))
     if all_sections > static_sections:
         wanted.append(Breakpoint(at="summary", reason="conversation summary"))
-    chosen = wanted[:policy.cache_breakpoints]
+    chosen = wanted[: policy.cache_breakpoints]
     order = {"tools": 0, "system": 1, "summary": 2, "message": 3}
     return tuple(sorted(chosen, key=lambda b: (order[b.at], b.index)))
 
 
 def breakpoints_report(prompt: Prompt) -> StageReport:
     """The breakpoints stage's report."""
-    return StageReport(name="breakpoints", fired=bool(prompt.breakpoints),
-                       detail=", ".join(f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})"
-                                        for b in prompt.breakpoints))
+    return StageReport(
+        name="breakpoints",
+        fired=bool(prompt.breakpoints),
+        detail=", ".join(
+            f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})" for b in prompt.breakpoints
+        ),
+    )

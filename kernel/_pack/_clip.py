@@ -85,9 +85,11 @@ def clip_text(text: str, tokens: int, counter: TokenCounter, where: str) -> str:
         head_chars = chars * 3 // 5
         tail_chars = chars - head_chars
         omitted = len(text) - head_chars - tail_chars
-        notice = (f"\n[... clipped: {omitted} characters omitted to fit the context window. "
-                  f"The whole text is {where} ...]\n")
-        clipped = text[:head_chars] + notice + text[len(text) - tail_chars:]
+        notice = (
+            f"\n[... clipped: {omitted} characters omitted to fit the context window. "
+            f"The whole text is {where} ...]\n"
+        )
+        clipped = text[:head_chars] + notice + text[len(text) - tail_chars :]
         if counter.count(clipped) <= tokens or chars <= 16:
             return clipped
         chars //= 2
@@ -106,8 +108,9 @@ def _nested_deeper(value: object, limit: int) -> bool:
         if isinstance(item, (dict, list)):
             if depth >= limit:
                 return True
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
-                                                  else item))
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
     return False
 
 
@@ -117,7 +120,7 @@ def _clip_json(value: Any, keep: int, notice: str) -> Any:
         if len(value) <= keep:
             return value
         head = keep * 3 // 5
-        return value[:head] + notice + value[len(value) - (keep - head):]
+        return value[:head] + notice + value[len(value) - (keep - head) :]
     if isinstance(value, list):
         return [_clip_json(v, keep, notice) for v in value]
     if isinstance(value, dict):
@@ -141,8 +144,9 @@ def clip_arguments(arguments: str, tokens: int, counter: TokenCounter, where: st
     if not isinstance(value, dict) or _nested_deeper(value, MAX_WALK_DEPTH):
         # valid JSON that is not an object walkable here: an object holding its preview
         room = max(_PART_MIN, tokens - 16)
-        return json.dumps({"_clipped_arguments": clip_text(arguments, room, counter, where)},
-                          ensure_ascii=False)
+        return json.dumps(
+            {"_clipped_arguments": clip_text(arguments, room, counter, where)}, ensure_ascii=False
+        )
     notice = f" [... clipped; the whole argument is {where} ...] "
     keep = max(64, tokens * 3)
     while True:
@@ -165,16 +169,19 @@ class Clip:
         blob = getattr(event.body, "blob", None)
         if item.kit:
             ref = blob.hash if blob is not None else f"{event.session}#{event.seq}"
-            return (f"in event {event.session}#{event.seq} (read ranges of it with the "
-                    f"read_output tool, ref \"{ref}\")")
+            return (
+                f"in event {event.session}#{event.seq} (read ranges of it with the "
+                f'read_output tool, ref "{ref}")'
+            )
         at = f"in event {event.session}#{event.seq} (`turnlog show {event.session} {event.seq}`)"
         if blob is not None:
             at += f", blob {blob.hash} (`turnlog blob {blob.hash}`)"
         return at
 
     @staticmethod
-    def cut(item: Item, parts: tuple[Part, ...] | None, tokens: int, limit: int,
-            counter: TokenCounter) -> ClipCut | None:
+    def cut(
+        item: Item, parts: tuple[Part, ...] | None, tokens: int, limit: int, counter: TokenCounter
+    ) -> ClipCut | None:
         """The item's clipped form, given its current parts (None: verbatim) and
         tokens; None when it fits the limit (or the limit is 0)."""
         if not limit or tokens <= limit or item.unit < 0:
@@ -191,22 +198,36 @@ class Clip:
             text = _text(body, parts)
             if text is None:
                 return None
-            new = (TextPart(text=clip_text(text, max(_PART_MIN, limit - MESSAGE_OVERHEAD - 1),
-                                           counter, where)),)
+            new = (
+                TextPart(
+                    text=clip_text(
+                        text, max(_PART_MIN, limit - MESSAGE_OVERHEAD - 1), counter, where
+                    )
+                ),
+            )
         after = _measure(item, new, counter)
         if after >= tokens:
             return None
-        return ClipCut(new, after, f"clipped to {after} tokens (was {tokens}; limit {limit} "
-                                   f"= clip_ratio of the history budget)")
+        return ClipCut(
+            new,
+            after,
+            f"clipped to {after} tokens (was {tokens}; limit {limit} "
+            f"= clip_ratio of the history budget)",
+        )
 
     def __call__(self, ledger: Ledger) -> StageReport | None:
         if ledger.policy.rules < 2:
             return None
         before = ledger.total
         count = ledger.clip()
-        return StageReport(name="clip", fired=count > 0,
-                           detail=f"{count} texts clipped to {ledger.clip_limit} tokens",
-                           tokens_before=before, tokens_after=ledger.total, events=count)
+        return StageReport(
+            name="clip",
+            fired=count > 0,
+            detail=f"{count} texts clipped to {ledger.clip_limit} tokens",
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=count,
+        )
 
 
 def _text(body: object, parts: tuple[Part, ...] | None) -> str | None:
@@ -223,8 +244,9 @@ def _text(body: object, parts: tuple[Part, ...] | None) -> str | None:
     return None
 
 
-def _assistant(parts: tuple[Part, ...], limit: int, counter: TokenCounter,
-               where: str) -> tuple[Part, ...]:
+def _assistant(
+    parts: tuple[Part, ...], limit: int, counter: TokenCounter, where: str
+) -> tuple[Part, ...]:
     """An assistant message's parts within ``limit``: reasoning left out, each text
     part and call's arguments within an equal share."""
     kept = [p for p in parts if not isinstance(p, ReasoningPart)]
@@ -236,10 +258,14 @@ def _assistant(parts: tuple[Part, ...], limit: int, counter: TokenCounter,
             out.append(TextPart(text=clip_text(part.text, share, counter, where)))
         elif isinstance(part, ToolCall):
             room = max(_PART_MIN, share - TOOL_CALL_OVERHEAD - counter.count(part.name))
-            args = (clip_text(part.arguments, room, counter, where) if part.freeform
-                    else clip_arguments(part.arguments, room, counter, where))
-            out.append(part if args == part.arguments else
-                       msgspec.structs.replace(part, arguments=args))
+            args = (
+                clip_text(part.arguments, room, counter, where)
+                if part.freeform
+                else clip_arguments(part.arguments, room, counter, where)
+            )
+            out.append(
+                part if args == part.arguments else msgspec.structs.replace(part, arguments=args)
+            )
         else:
             out.append(part)
     return tuple(out) or (TextPart(text="(clipped)"),)
@@ -260,4 +286,3 @@ def _measure(item: Item, parts: tuple[Part, ...], counter: TokenCounter) -> int:
         elif isinstance(part, NativePart):
             total += counter.count(part.data)
     return total
-

@@ -71,7 +71,10 @@ class DedupIndex:
         if kind in ("file_read", "grep", "glob"):
             key = xxhash.xxh3_128_digest(
                 f"{item.tool_name}\x00{json.dumps(item.args, sort_keys=True)}\x00".encode(
-                    "utf-8", "surrogatepass") + body.output.encode("utf-8", "surrogatepass"))
+                    "utf-8", "surrogatepass"
+                )
+                + body.output.encode("utf-8", "surrogatepass")
+            )
             earlier = self._exact.get(key)
             if earlier is not None:
                 self._mark(earlier, (1, item.index, ""))
@@ -118,8 +121,12 @@ class Dedup:
         """What replaces a superseded item, and the rule and numbers in words."""
         mark = ledger.dedup_index.superseded[item.index]
         by = ledger.view.items[mark[1]].pos
-        return Replacement(self.text(mark), self.tokens(mark, ledger.counter),
-                           f"dedup.tier{mark[0]}", f"superseded by position {by}")
+        return Replacement(
+            self.text(mark),
+            self.tokens(mark, ledger.counter),
+            f"dedup.tier{mark[0]}",
+            f"superseded by position {by}",
+        )
 
     def __call__(self, ledger: Ledger) -> StageReport:
         policy = ledger.policy
@@ -130,15 +137,27 @@ class Dedup:
         if policy.rules >= 3 and warning > 0:
             # rules 3 keeps the prefix: earlier results are rewritten only by a
             # recovery pack (whose warning level is 0); trimming makes room
-            return StageReport(name="dedup", fired=False,
-                               detail="rules 3 keep the prompt's prefix: dedup acts only in "
-                                      "a recovery pack", tokens_before=before,
-                               tokens_after=before)
+            return StageReport(
+                name="dedup",
+                fired=False,
+                detail="rules 3 keep the prompt's prefix: dedup acts only in a recovery pack",
+                tokens_before=before,
+                tokens_after=before,
+            )
         if before < warning:
-            return StageReport(name="dedup", fired=False,
-                               detail=f"pressure below warning ({before} < {warning} tokens)",
-                               tokens_before=before, tokens_after=before)
+            return StageReport(
+                name="dedup",
+                fired=False,
+                detail=f"pressure below warning ({before} < {warning} tokens)",
+                tokens_before=before,
+                tokens_after=before,
+            )
         count = ledger.deduplicate(self)
-        return StageReport(name="dedup", fired=count > 0, detail=f"{count} results superseded",
-                           tokens_before=before, tokens_after=ledger.total, events=count)
-
+        return StageReport(
+            name="dedup",
+            fired=count > 0,
+            detail=f"{count} results superseded",
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=count,
+        )

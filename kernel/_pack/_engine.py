@@ -67,9 +67,15 @@ DEFAULT_STAGES: tuple[tuple[str, Stage], ...] = (
 Engine = Literal["incremental", "reference"]
 
 
-def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]] | None = None,
-         explain: bool = True, index: PackIndex | None = None,
-         engine: Engine | None = None) -> Packed:
+def pack(
+    view: Projection,
+    policy: Policy,
+    *,
+    stages: Sequence[tuple[str, Stage]] | None = None,
+    explain: bool = True,
+    index: PackIndex | None = None,
+    engine: Engine | None = None,
+) -> Packed:
     """Pack the projection's history into a prompt under ``policy``.
 
     Parameters:
@@ -92,22 +98,30 @@ def pack(view: Projection, policy: Policy, *, stages: Sequence[tuple[str, Stage]
         InvalidArgumentError: the incremental engine asked for a custom pipeline.
         PackError: a stage produced a structurally invalid prompt.
     """
-    return pack_stored(view, policy.resolved(), stages=stages, explain=explain, index=index,
-                       engine=engine)
+    return pack_stored(
+        view, policy.resolved(), stages=stages, explain=explain, index=index, engine=engine
+    )
 
 
-def pack_stored(view: Projection, policy: Policy, *,
-                stages: Sequence[tuple[str, Stage]] | None = None, explain: bool = True,
-                index: PackIndex | None = None, engine: Engine | None = None) -> Packed:
+def pack_stored(
+    view: Projection,
+    policy: Policy,
+    *,
+    stages: Sequence[tuple[str, Stage]] | None = None,
+    explain: bool = True,
+    index: PackIndex | None = None,
+    engine: Engine | None = None,
+) -> Packed:
     """`pack` with the policy as given: ``rules`` unset means rules 1, as in a policy
     read back from the log (a 0.1.0 record). The packer uses it for policies in force
     and for replay; callers' policies go through `pack`, which resolves them."""
     if engine not in (None, "incremental", "reference"):
-        raise InvalidArgumentError(f"engine must be 'incremental' or 'reference', found "
-                                   f"{engine!r}")
+        raise InvalidArgumentError(f"engine must be 'incremental' or 'reference', found {engine!r}")
     if engine == "incremental" and stages is not None:
-        raise InvalidArgumentError("the incremental engine runs the built-in pipeline only; "
-                                   "pass stages=None or engine='reference'")
+        raise InvalidArgumentError(
+            "the incremental engine runs the built-in pipeline only; "
+            "pass stages=None or engine='reference'"
+        )
     policy_hash = policy.hash
     recovering = view.overflow_pending
     if recovering:
@@ -115,12 +129,25 @@ def pack_stored(view: Projection, policy: Policy, *,
     index = index if index is not None else PackIndex()
     if stages is None and engine != "reference":
         return _incremental(view, policy, policy_hash, recovering, explain, index)
-    return _reference(view, policy, policy_hash, recovering, explain, index,
-                      DEFAULT_STAGES if stages is None else tuple(stages))
+    return _reference(
+        view,
+        policy,
+        policy_hash,
+        recovering,
+        explain,
+        index,
+        DEFAULT_STAGES if stages is None else tuple(stages),
+    )
 
 
-def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering: bool,
-                 explain: bool, index: PackIndex) -> Packed:
+def _incremental(
+    view: Projection,
+    policy: Policy,
+    policy_hash: str,
+    recovering: bool,
+    explain: bool,
+    index: PackIndex,
+) -> Packed:
     ledger = IndexedLedger(view, policy, view.counter, index)
     before = ledger.total
     reports = opening_reports(view, policy, ledger.budget, before, recovering)
@@ -138,8 +165,15 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
     plan = ledger.plan
     summary = (plan.text, plan.tokens) if plan is not None and plan.shown else ("", 0)
     prompt, message_tokens, section_tokens = assemble(
-        view, policy, ledger.counter, ledger.kept_units(), outcome.adder(), summary,
-        ledger.protection.turn_unit, ledger.marker)
+        view,
+        policy,
+        ledger.counter,
+        ledger.kept_units(),
+        outcome.adder(),
+        summary,
+        ledger.protection.turn_unit,
+        ledger.marker,
+    )
     outcome.trim_cache()
     reports.append(breakpoints_report(prompt))
     explanation = None
@@ -149,16 +183,33 @@ def _incremental(view: Projection, policy: Policy, policy_hash: str, recovering:
         assert facts is not None
         shown = ledger.summary_why
         wire = policy.rules_version >= 2
-        explanation = Explanation(lambda: decisions(facts, outcome.decision, shown,
-                                                    wire_ids=wire))
-    return _packed(view, policy, policy_hash, recovering, prompt, message_tokens,
-                   section_tokens, ledger.total, before, pre_trim, ledger.budget, reports,
-                   explanation)
+        explanation = Explanation(lambda: decisions(facts, outcome.decision, shown, wire_ids=wire))
+    return _packed(
+        view,
+        policy,
+        policy_hash,
+        recovering,
+        prompt,
+        message_tokens,
+        section_tokens,
+        ledger.total,
+        before,
+        pre_trim,
+        ledger.budget,
+        reports,
+        explanation,
+    )
 
 
-def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: bool,
-               explain: bool, index: PackIndex,
-               stages: Sequence[tuple[str, Stage]]) -> Packed:
+def _reference(
+    view: Projection,
+    policy: Policy,
+    policy_hash: str,
+    recovering: bool,
+    explain: bool,
+    index: PackIndex,
+    stages: Sequence[tuple[str, Stage]],
+) -> Packed:
     state = PackState(view, policy, view.counter, index)
     before = state.total
     state.reports.extend(opening_reports(view, policy, state.budget, before, recovering))
@@ -182,32 +233,70 @@ def _reference(view: Projection, policy: Policy, policy_hash: str, recovering: b
         return state.message(i, lambda j, parts: message(items[j], parts))
 
     prompt, message_tokens, section_tokens = assemble(
-        view, policy, state.counter, state.kept_units(), unit_adder(message_of),
-        (state.summary_text, state.summary_tokens_used), state.protection.turn_unit,
-        state.marker)
+        view,
+        policy,
+        state.counter,
+        state.kept_units(),
+        unit_adder(message_of),
+        (state.summary_text, state.summary_tokens_used),
+        state.protection.turn_unit,
+        state.marker,
+    )
     state.reports.append(breakpoints_report(prompt))
     explanation = None
     if explain:
-        value = decisions(Facts(view), state.decision, state.summary_shown,
-                          wire_ids=policy.rules_version >= 2)
+        value = decisions(
+            Facts(view), state.decision, state.summary_shown, wire_ids=policy.rules_version >= 2
+        )
         explanation = Explanation(lambda: value)
-    return _packed(view, policy, policy_hash, recovering, prompt, message_tokens,
-                   section_tokens, state.total, before,
-                   state.total if pre_trim is None else pre_trim, state.budget, state.reports,
-                   explanation)
+    return _packed(
+        view,
+        policy,
+        policy_hash,
+        recovering,
+        prompt,
+        message_tokens,
+        section_tokens,
+        state.total,
+        before,
+        state.total if pre_trim is None else pre_trim,
+        state.budget,
+        state.reports,
+        explanation,
+    )
 
 
-def _packed(view: Projection, policy: Policy, policy_hash: str, recovering: bool,
-            prompt: Prompt, message_tokens: tuple[int, ...], section_tokens: tuple[int, ...],
-            total: int, before: int, pre_trim: int, budget: Budget,
-            reports: list[StageReport], explanation: Explanation | None) -> Packed:
+def _packed(
+    view: Projection,
+    policy: Policy,
+    policy_hash: str,
+    recovering: bool,
+    prompt: Prompt,
+    message_tokens: tuple[int, ...],
+    section_tokens: tuple[int, ...],
+    total: int,
+    before: int,
+    pre_trim: int,
+    budget: Budget,
+    reports: list[StageReport],
+    explanation: Explanation | None,
+) -> Packed:
     # Compaction is due when the history, before trimming, reaches the compact level.
     return Packed(
-        prompt=prompt, tokens=total, message_tokens=message_tokens,
-        section_tokens=section_tokens, budget=budget,
+        prompt=prompt,
+        tokens=total,
+        message_tokens=message_tokens,
+        section_tokens=section_tokens,
+        budget=budget,
         pressure=round(total / max(policy.usable, 1), 6),
         pressure_before=round(before / max(policy.usable, 1), 6),
-        thresholds=thresholds(budget, policy, before), compaction_due=pre_trim >= budget.compact,
-        stages=tuple(reports), tokenizer=view.counter.id, policy_hash=policy_hash,
-        head=view.head, recovery=recovering, rules=policy.rules_version,
-        _explanation=explanation)
+        thresholds=thresholds(budget, policy, before),
+        compaction_due=pre_trim >= budget.compact,
+        stages=tuple(reports),
+        tokenizer=view.counter.id,
+        policy_hash=policy_hash,
+        head=view.head,
+        recovery=recovering,
+        rules=policy.rules_version,
+        _explanation=explanation,
+    )

@@ -223,14 +223,25 @@ class PolicyIndex:
 
     def matches(self, policy: Policy, clip_limit: int) -> bool:
         """True when this index holds the per-item results of ``policy``."""
-        return (self.trunc_key == Truncate.key(policy) and self.rules == policy.rules
-                and self.clip_limit == clip_limit
-                and (self.dedup is not None) == policy.dedup and self.kinds == policy.tool_kinds)
+        return (
+            self.trunc_key == Truncate.key(policy)
+            and self.rules == policy.rules
+            and self.clip_limit == clip_limit
+            and (self.dedup is not None) == policy.dedup
+            and self.kinds == policy.tool_kinds
+        )
 
     def sums(self) -> tuple[Tally, ...]:
         """Every per-unit sum."""
-        return (self.verbatim, self.dsave, self.dcount, self.psave, self.ptokens, self.pcount,
-                self.icount)
+        return (
+            self.verbatim,
+            self.dsave,
+            self.dcount,
+            self.psave,
+            self.ptokens,
+            self.pcount,
+            self.icount,
+        )
 
     def catch_up(self, view: Projection, policy: Policy, covered: set[int]) -> None:
         """Fold in the items appended since the last call."""
@@ -281,8 +292,7 @@ class PolicyIndex:
         self.saving.append(saving)
         self.positions.append(item.pos)
 
-    def _fold_marks(self, items: Sequence[Item], counter: TokenCounter,
-                    covered: set[int]) -> None:
+    def _fold_marks(self, items: Sequence[Item], counter: TokenCounter, covered: set[int]) -> None:
         assert self.dedup is not None
         marked = self.dedup.marked
         while self.marks < len(marked):
@@ -339,7 +349,7 @@ class PackIndex:
             self._reset()
             self.generation = view.generation
         items = view.items
-        self._positions.extend(item.pos for item in items[len(self._positions):])
+        self._positions.extend(item.pos for item in items[len(self._positions) :])
         self.facts.catch_up(items)
         new = self.coverage.catch_up(view, self._positions)
         if new:
@@ -371,4 +381,3 @@ def _add_sorted(values: list[int], value: int) -> None:
     at = bisect_left(values, value)
     if values[at] != value:
         values.insert(at, value)
-

@@ -53,8 +53,9 @@ _VERBATIM, _TRUNCATED, _DEDUPLICATED, _PRUNED, _CLIPPED = range(5)
 class IndexedLedger:
     """The prompt as the built-in stages pack it, from running sums."""
 
-    def __init__(self, view: Projection, policy: Policy, counter: TokenCounter,
-                 index: PackIndex) -> None:
+    def __init__(
+        self, view: Projection, policy: Policy, counter: TokenCounter, index: PackIndex
+    ) -> None:
         self.view = view
         self.policy = policy
         self.counter = counter
@@ -66,8 +67,9 @@ class IndexedLedger:
         self.system = system_tokens(view)
         self.synthetic = synthetic_tokens(view, counter, policy.rules)
         self.budget: Budget = plan(policy, self.system, view.tools_tokens)
-        self.total = (self.system + view.tools_tokens + self.synthetic + REPLY_OVERHEAD
-                      + view.unit_tokens)
+        self.total = (
+            self.system + view.tools_tokens + self.synthetic + REPLY_OVERHEAD + view.unit_tokens
+        )
         # what was decided
         self.plan: SummarySection | None = None  # summaries shown (covered units left out)
         self.deduped = False
@@ -108,8 +110,11 @@ class IndexedLedger:
 
     def summarized(self, unit: int) -> bool:
         """True for a covered unit left out for its summary (not protected)."""
-        return (self.plan is not None and unit in self._pack_index.coverage.covered
-                and unit not in self.protection)
+        return (
+            self.plan is not None
+            and unit in self._pack_index.coverage.covered
+            and unit not in self.protection
+        )
 
     # -- the moves ----------------------------------------------------------------------
     def truncate(self, stage: CutRule) -> int:
@@ -136,8 +141,9 @@ class IndexedLedger:
         self.system += framing
         self.plan = plan
         self.summary_why = plan.why
-        return (index.icount.held.prefix(self.n_units)
-                - sum(index.icount.held.values[u] for u in covered))
+        return index.icount.held.prefix(self.n_units) - sum(
+            index.icount.held.values[u] for u in covered
+        )
 
     def keep_originals(self, why: str) -> None:
         self.summary_why = {pos: why for pos in self.view.compactions}
@@ -181,8 +187,9 @@ class IndexedLedger:
         saving = self.index.saving
         return [i for i, _ in self.prunable_newest_first(end) if i not in skip and saving[i] > 0]
 
-    def prune_potential(self, stage: Shrinker, end: int,
-                        shielded: Sequence[int]) -> tuple[int, int, int]:
+    def prune_potential(
+        self, stage: Shrinker, end: int, shielded: Sequence[int]
+    ) -> tuple[int, int, int]:
         index, held = self.index, self.held
         potential = index.ptokens.prefix(end, held)
         count = index.pcount.prefix(end, held)
@@ -213,8 +220,9 @@ class IndexedLedger:
         self.total -= saving
         return True
 
-    def drop_oldest(self, ends: Sequence[int], target: int,
-                    why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+    def drop_oldest(
+        self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         if not ends:
             return 0, 0
         dropped = self._dropped_before()
@@ -242,8 +250,9 @@ class IndexedLedger:
             return kept
         # protected units are never summarized: a covered one is in the prompt as it is
         covered = self._pack_index.coverage.covered
-        extra = [(u, self.index.raw[u]) for u in self.protection.units(self.n_units)
-                 if u in covered]
+        extra = [
+            (u, self.index.raw[u]) for u in self.protection.units(self.n_units) if u in covered
+        ]
         ends = [u for u, _ in extra]
         sums = [0]
         for _, tokens in extra:
@@ -257,8 +266,9 @@ class IndexedLedger:
         insort(protection.older, unit)
         protection.older_set.add(unit)
 
-    def drop_tail(self, ends: Sequence[int], target: int,
-                  why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+    def drop_tail(
+        self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         # The tail is a few steps: walk it. Its units were never reduced by a stage
         # (protected), so they hold their tokens after truncation and clipping.
         start, raw, hard = self.protection.tail_unit, self.index.raw, self.protection.hard
@@ -286,7 +296,7 @@ class IndexedLedger:
                 break
             count += min(stop, end) - start
         older = self.protection.older
-        return count - sum(1 for u in older[:bisect_left(older, end)] if u in coverage.covered)
+        return count - sum(1 for u in older[: bisect_left(older, end)] if u in coverage.covered)
 
     def _dropped_before(self) -> Callable[[int], int]:
         """Tokens of the unprotected, unsummarized units before a unit boundary, as the
@@ -299,6 +309,7 @@ class IndexedLedger:
 
         def dropped(end: int) -> int:
             return kept(end) - kept_older[bisect_left(older, end)]
+
         return dropped
 
     def _kept_before(self) -> Callable[[int], int]:
@@ -307,9 +318,14 @@ class IndexedLedger:
         index, held = self.index, self.held
         # results shielded from "prune every candidate" and results pruned one by one,
         # by unit: their savings are added back / taken off
-        adjust = sorted([(self.view.items[i].unit, index.saving[i]) for i in self.shielded
-                         if index.saving[i] > 0]
-                        + [(self.view.items[i].unit, -s) for i, s in self.points.items()])
+        adjust = sorted(
+            [
+                (self.view.items[i].unit, index.saving[i])
+                for i in self.shielded
+                if index.saving[i] > 0
+            ]
+            + [(self.view.items[i].unit, -s) for i, s in self.points.items()]
+        )
         adjust_units = [u for u, _ in adjust]
         adjust_sums = [0]
         for _, s in adjust:
@@ -322,6 +338,7 @@ class IndexedLedger:
             if self.pruned_all:
                 out -= index.psave.prefix(min(end, self.boundary), held)
             return out + adjust_sums[bisect_left(adjust_units, end)]
+
         return kept
 
     def _sum_tokens(self, unit: int) -> int:
@@ -387,7 +404,7 @@ class IndexedLedger:
         protection = self.protection
         older, cut, n_units = protection.older, self.cut, self.n_units
         tail = protection.tail_unit
-        kept = older[:bisect_left(older, cut)]
+        kept = older[: bisect_left(older, cut)]
         coverage = self._pack_index.coverage
         starts, ends = (coverage.starts, coverage.ends) if self.plan is not None else ([], [])
         k = bisect_left(ends, cut + 1)  # the first run ending after the cut
@@ -395,7 +412,7 @@ class IndexedLedger:
         while u < n_units:
             if k < len(starts) and starts[k] <= u:
                 end = min(ends[k], n_units)
-                kept.extend(older[bisect_left(older, u):bisect_left(older, end)])
+                kept.extend(older[bisect_left(older, u) : bisect_left(older, end)])
                 kept.extend(range(max(u, tail), end))
                 u = end
                 k += 1
@@ -447,8 +464,9 @@ class Kept:
         self.used: list[int] = []
         self.facts: Facts | None = None
         coverage = ledger._pack_index.coverage
-        self.runs = ((list(coverage.starts), list(coverage.ends)) if ledger.plan is not None
-                     else ([], []))
+        self.runs = (
+            (list(coverage.starts), list(coverage.ends)) if ledger.plan is not None else ([], [])
+        )
         self._details: dict[int, str] | None = None
 
     def adder(self) -> Callable[[list[Unit], list[Message], list[int]], None]:
@@ -461,15 +479,19 @@ class Kept:
         items, cache = ledger.view.items, index.messages
         tail, older = ledger.protection.tail_unit, ledger.protection.older_set
         superseded: Mapping[int, object] = (
-            index.superseded if ledger.deduped and index.dedup is not None else {})
+            index.superseded if ledger.deduped and index.dedup is not None else {}
+        )
         points, shielded, saving = ledger.points, ledger.shielded, index.saving
         prune_before = ledger.boundary if ledger.pruned_all else -1
         clipped, truncated = index.clipped, index.truncated
         forms, used = self.forms, self.used.append
         message_in = ledger.message
 
-        def add_units(units: list[Unit], messages: list[Message], tokens: list[int],
-                      ) -> None:
+        def add_units(
+            units: list[Unit],
+            messages: list[Message],
+            tokens: list[int],
+        ) -> None:
             append_message, append_tokens = messages.append, tokens.append
             for unit in units:
                 u = unit.index
@@ -516,18 +538,26 @@ class Kept:
         original, unit = item.tokens, item.unit
         protected = unit in ledger.protection
         if not protected and run_of(*self.runs, unit) is not None:
-            return Decision(**common, decision="summarized", rule="summaries.compaction",
-                            detail=self._summary_detail(item), original_tokens=original)
+            return Decision(
+                **common,
+                decision="summarized",
+                rule="summaries.compaction",
+                detail=self._summary_detail(item),
+                original_tokens=original,
+            )
         why = None
         if unit < ledger.cut and not protected:
             why = ledger.why
-        elif ledger.protection.tail_unit <= unit < ledger.tail_cut \
-                and unit not in ledger.protection.hard:
+        elif (
+            ledger.protection.tail_unit <= unit < ledger.tail_cut
+            and unit not in ledger.protection.hard
+        ):
             why = ledger.tail_why
         if why is not None:
             rule, detail = why(self.facts.units[unit])
-            return Decision(**common, decision="trimmed", rule=rule, detail=detail,
-                            original_tokens=original)
+            return Decision(
+                **common, decision="trimmed", rule=rule, detail=detail, original_tokens=original
+            )
         return self._kept(item, common, protected)
 
     def _kept(self, item: Item, common: Common, protected: bool) -> Decision:
@@ -535,35 +565,60 @@ class Kept:
         form, original = self.forms.get(i, _VERBATIM), item.tokens
         if form == _CLIPPED:
             clip = index.clipped[i]
-            return Decision(**common, decision="clipped", rule="clip.tokens",
-                            detail=clip.detail, tokens=clip.tokens, original_tokens=original)
+            return Decision(
+                **common,
+                decision="clipped",
+                rule="clip.tokens",
+                detail=clip.detail,
+                tokens=clip.tokens,
+                original_tokens=original,
+            )
         if form == _TRUNCATED:
             cut = index.truncated[i]
-            return Decision(**common, decision="truncated", rule=cut.rule,
-                            detail=Truncate.detail(item, cut.rule), tokens=cut.tokens,
-                            original_tokens=original)
+            return Decision(
+                **common,
+                decision="truncated",
+                rule=cut.rule,
+                detail=Truncate.detail(item, cut.rule),
+                tokens=cut.tokens,
+                original_tokens=original,
+            )
         if form == _DEDUPLICATED:
             tier, by, _ = ledger.dedup_index.superseded[i]
             assert self.facts is not None
-            return Decision(**common, decision="deduplicated", rule=f"dedup.tier{tier}",
-                            detail=f"superseded by position {self.facts.items[by].pos}",
-                            tokens=index.dedup_tokens[i], original_tokens=original)
+            return Decision(
+                **common,
+                decision="deduplicated",
+                rule=f"dedup.tier{tier}",
+                detail=f"superseded by position {self.facts.items[by].pos}",
+                tokens=index.dedup_tokens[i],
+                original_tokens=original,
+            )
         if form == _PRUNED:
             assert self.refs is not None
-            return Decision(**common, decision="pruned", rule="prune.score",
-                            detail=Prune.detail(item, ledger.policy, self.refs.refs(i),
-                                                self.refs.decided(i)),
-                            tokens=index.tokens[i] - index.saving[i], original_tokens=original)
-        return Decision(**common, decision="verbatim",
-                        rule="verbatim.protected" if protected else "verbatim",
-                        tokens=original, original_tokens=original)
+            return Decision(
+                **common,
+                decision="pruned",
+                rule="prune.score",
+                detail=Prune.detail(item, ledger.policy, self.refs.refs(i), self.refs.decided(i)),
+                tokens=index.tokens[i] - index.saving[i],
+                original_tokens=original,
+            )
+        return Decision(
+            **common,
+            decision="verbatim",
+            rule="verbatim.protected" if protected else "verbatim",
+            tokens=original,
+            original_tokens=original,
+        )
 
     def _summary_detail(self, item: Item) -> str:
         assert self.facts is not None
         if self._details is None:
             facts = self.facts
-            self._details = Summaries.detail_of(facts.events,
-                                                facts.compactions[:facts.n_compactions])
+            self._details = Summaries.detail_of(
+                facts.events, facts.compactions[: facts.n_compactions]
+            )
         found = self._details.get(item.pos)
         if found is not None:
             return found

@@ -125,15 +125,19 @@ class SummarySection(Protocol):
     @property
     def shown(self) -> Sequence[int]:
         """Positions of the summaries shown, oldest span first."""
+
     @property
     def text(self) -> str:
         """The summary section ("" when none is shown)."""
+
     @property
     def tokens(self) -> int:
         """The section's tokens."""
+
     @property
     def framing(self) -> int:
         """System-message framing the section adds when it opens it."""
+
     @property
     def why(self) -> Mapping[int, str]:
         """Why a compaction is not shown ("" when it is), by position."""
@@ -227,6 +231,7 @@ class Ledger(Protocol):
     @property
     def total(self) -> int:
         """Tokens of the whole prompt as it stands."""
+
     @property
     def protection(self) -> Protection: ...
     @property
@@ -243,56 +248,77 @@ class Ledger(Protocol):
 
     def truncate(self, stage: CutRule) -> int:
         """Cut every oversized item; the number cut."""
+
     def clip(self) -> int:
         """Clip every item over the clip limit (protected ones too); the number."""
+
     def protected_tokens(self) -> int:
         """Tokens of the protected units and the placeholder results."""
+
     def summarize_covered(self, plan: SummarySection) -> int:
         """Summarize the covered units that are not protected and show the plan's
         section; the number of items inside the summaries' spans summarized."""
+
     def keep_originals(self, why: str) -> None:
         """Show the covered events instead of their summaries (rules 2), saying why."""
+
     def deduplicate(self, stage: Replacer) -> int:
         """Replace every superseded result outside the protected units; the number."""
+
     def prunable_newest_first(self, end: int) -> Iterator[tuple[int, int]]:
         """``(item, tokens)`` of the tool results prune may consider in units before
         ``end`` (live, not protected, not deduplicated), newest first."""
-    def prune_potential(self, stage: Shrinker, end: int,
-                        shielded: Sequence[int]) -> tuple[int, int, int]:
+
+    def prune_potential(
+        self, stage: Shrinker, end: int, shielded: Sequence[int]
+    ) -> tuple[int, int, int]:
         """``(tokens, count, saving)`` of the prune candidates: the results of
         `prunable_newest_first` that are not shielded and that pruning shrinks."""
+
     def prune_candidates(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> list[int]:
         """The prune candidates' item indexes."""
+
     def prune_all(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> int:
         """Prune every candidate; the number."""
+
     def prune_one(self, stage: Shrinker, index: int) -> bool:
         """Prune one candidate."""
-    def drop_oldest(self, ends: Sequence[int], target: int,
-                    why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+
+    def drop_oldest(
+        self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         """Drop the unprotected units before ``ends[k]`` for the smallest ``k`` that
         brings the prompt to ``target`` tokens (or before the last end); ``why`` gives
         a dropped unit's rule and detail. Units wholly summarized stay summarized.
         Returns ``(groups, units)`` dropped."""
+
     def droppable_before(self) -> Callable[[int], int]:
         """``f(end)``: tokens of the unprotected, unsummarized units before unit
         ``end``, as the stages so far left them (what dropping them would save)."""
+
     def kept_before(self) -> Callable[[int], int]:
         """``f(end)``: tokens of the unsummarized units before unit ``end``, protected
         or not, as the stages so far left them (rules 3 sizes past requests with it)."""
+
     def keep(self, unit: int) -> None:
         """Keep one more unit through trimming (rules 3: the opening message of the
         turn of the latest prefix break, until the next break), unless a summary shown
         stands for it."""
-    def drop_tail(self, ends: Sequence[int], target: int,
-                  why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+
+    def drop_tail(
+        self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         """The last resort (rules 2): like `drop_oldest` over the protected latest
         steps (``ends`` past the tail's start), keeping the turn's opening message,
         pinned units and calls awaiting a result."""
+
     def dropped_run(self) -> tuple[int, int, int] | None:
         """``(first position, last position, first kept unit after them or -1)`` of
         the units dropped so far; None when none was."""
+
     def mark(self, marker: Marker) -> None:
         """Put the trimming marker in the prompt (its tokens count from now on)."""
+
     def settle(self) -> None:
         """Count the placeholder results of kept units only (a unit with calls that
         never got a result may be trimmed or summarized under rules 2)."""

@@ -11,11 +11,29 @@ from .._prompt import Prompt
 
 __all__ = ["Budget", "DECISIONS", "Decision", "Packed", "SUMMARY_SECTION", "StageReport"]
 
-DecisionName = Literal["verbatim", "truncated", "clipped", "deduplicated", "pruned",
-                       "summarized", "trimmed", "dropped", "not_a_prompt_event"]
+DecisionName = Literal[
+    "verbatim",
+    "truncated",
+    "clipped",
+    "deduplicated",
+    "pruned",
+    "summarized",
+    "trimmed",
+    "dropped",
+    "not_a_prompt_event",
+]
 #: Every decision an event can get, in the order docs/packing.md lists them.
-DECISIONS: tuple[str, ...] = ("verbatim", "truncated", "clipped", "deduplicated", "pruned",
-                              "summarized", "trimmed", "dropped", "not_a_prompt_event")
+DECISIONS: tuple[str, ...] = (
+    "verbatim",
+    "truncated",
+    "clipped",
+    "deduplicated",
+    "pruned",
+    "summarized",
+    "trimmed",
+    "dropped",
+    "not_a_prompt_event",
+)
 #: The system section that carries committed summaries.
 SUMMARY_SECTION = "conversation_summary"
 

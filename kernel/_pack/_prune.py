@@ -44,13 +44,25 @@ _PATH_END = re.compile(r"\w\.\w{1,8}\b")
 #: Decision language: these phrases, whole words, in any case. `_DECISION` is their
 #: alternation with common prefixes factored out (the same matches; the regex engine
 #: then tries fewer branches at each position of the text).
-DECISION_PHRASES = ("based on", "i'll use", "i will use", "the issue is", "the problem is",
-                    "this shows", "that means", "so the fix", "root cause", "because",
-                    "therefore", "the bug is")
+DECISION_PHRASES = (
+    "based on",
+    "i'll use",
+    "i will use",
+    "the issue is",
+    "the problem is",
+    "this shows",
+    "that means",
+    "so the fix",
+    "root cause",
+    "because",
+    "therefore",
+    "the bug is",
+)
 _DECISION = re.compile(
     r"\b(?:b(?:ased on|ecause)|i(?:'ll use| will use)|"
     r"th(?:e (?:issue|problem|bug) is|is shows|at means|erefore)|so the fix|root cause)\b",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _QUOTE_MIN = 24
 
 
@@ -86,7 +98,7 @@ def pathish(text: str) -> list[str]:
         while dot >= 0:
             tail = _PATH_END.match(text, dot - 1)
             if tail is not None:
-                found.append(text[start:tail.end()])
+                found.append(text[start : tail.end()])
                 break
             dot = text.rfind(".", start + 1, dot)
         dot = text.find(".", end)
@@ -119,8 +131,9 @@ def quote_keys(text: str) -> tuple[int, ...]:
         size *= 4
 
 
-def _refs(base: dict[int, tuple[str, int]], mentions: dict[str, int], quoted: dict[int, int],
-          index: int) -> int:
+def _refs(
+    base: dict[int, tuple[str, int]], mentions: dict[str, int], quoted: dict[int, int], index: int
+) -> int:
     """A result's references: the mentions of its target's base name since it arrived,
     plus the messages that quoted it without naming its target."""
     named = 0
@@ -154,8 +167,13 @@ class PruneFacts:
     def as_of_now(self) -> RefsAsOf:
         """The references and decision language of every result so far, frozen: later
         items change what `refs` says, not what this says."""
-        return RefsAsOf(self._base, dict(self._mentions), dict(self._quoted), self.decided,
-                        frozenset(self._since))
+        return RefsAsOf(
+            self._base,
+            dict(self._mentions),
+            dict(self._quoted),
+            self.decided,
+            frozenset(self._since),
+        )
 
     def catch_up(self, items: Sequence[Item]) -> None:
         """Fold in the items appended since the last call."""
@@ -209,8 +227,14 @@ class RefsAsOf:
 
     __slots__ = ("_base", "_decided", "_mentions", "_quoted", "_since")
 
-    def __init__(self, base: dict[int, tuple[str, int]], mentions: dict[str, int],
-                 quoted: dict[int, int], decided: set[int], since: frozenset[int]) -> None:
+    def __init__(
+        self,
+        base: dict[int, tuple[str, int]],
+        mentions: dict[str, int],
+        quoted: dict[int, int],
+        decided: set[int],
+        since: frozenset[int],
+    ) -> None:
         self._base, self._mentions, self._quoted = base, mentions, quoted
         self._decided, self._since = decided, since
 
@@ -234,8 +258,10 @@ class Prune:
         """The placeholder of a pruned result: it keeps the tool name and target."""
         kind = policy.kind_of(item.tool_name)
         if kind in ("bash", "shell_read"):
-            return ("[Old shell output cleared; inspect truncation storage or rerun targeted "
-                    "commands if needed]")
+            return (
+                "[Old shell output cleared; inspect truncation storage or rerun targeted "
+                "commands if needed]"
+            )
         if kind == "glob":
             return "[Old glob output cleared]"
         if item.target:
@@ -251,24 +277,32 @@ class Prune:
     def priority(item: Item, policy: Policy, refs: int, decided: bool) -> int:
         """Prunability: the kind's weight minus the bonuses (higher goes first)."""
         weights = policy.tool_weights
-        return (weights.get(policy.kind_of(item.tool_name), weights.get("other", 50))
-                - policy.prune_reference_bonus * refs
-                - (policy.prune_decision_bonus if decided else 0))
+        return (
+            weights.get(policy.kind_of(item.tool_name), weights.get("other", 50))
+            - policy.prune_reference_bonus * refs
+            - (policy.prune_decision_bonus if decided else 0)
+        )
 
     @staticmethod
     def detail(item: Item, policy: Policy, refs: int, decided: bool) -> str:
         """The decision detail of a pruned result."""
-        return (f"priority {Prune.priority(item, policy, refs, decided)} (kind "
-                f"{policy.kind_of(item.tool_name)}, {refs} references, decision language "
-                f"{'yes' if decided else 'no'})")
+        return (
+            f"priority {Prune.priority(item, policy, refs, decided)} (kind "
+            f"{policy.kind_of(item.tool_name)}, {refs} references, decision language "
+            f"{'yes' if decided else 'no'})"
+        )
 
     def replacement(self, item: Item, ledger: Ledger) -> Replacement:
         """What replaces a pruned item, and the rule and numbers in words."""
         policy = ledger.policy
         facts = ledger.prune_facts
         refs, decided = facts.refs(item.index), item.index in facts.decided
-        return Replacement(self.text(item, policy), self.tokens(item, policy, ledger.counter),
-                           "prune.score", self.detail(item, policy, refs, decided))
+        return Replacement(
+            self.text(item, policy),
+            self.tokens(item, policy, ledger.counter),
+            "prune.score",
+            self.detail(item, policy, refs, decided),
+        )
 
     @staticmethod
     def boundary(ledger: Ledger) -> int:
@@ -300,40 +334,55 @@ class Prune:
         if policy.rules >= 3 and warning > 0:
             # rules 3 keeps the prefix: earlier results are rewritten only by a
             # recovery pack (whose warning level is 0); trimming makes room
-            return StageReport(name="prune", fired=False,
-                               detail="rules 3 keep the prompt's prefix: prune acts only in "
-                                      "a recovery pack", tokens_before=before,
-                               tokens_after=before)
+            return StageReport(
+                name="prune",
+                fired=False,
+                detail="rules 3 keep the prompt's prefix: prune acts only in a recovery pack",
+                tokens_before=before,
+                tokens_after=before,
+            )
         if not policy.prune:
             return StageReport(name="prune", fired=False, detail="disabled by policy")
         if before < warning:
-            return StageReport(name="prune", fired=False,
-                               detail=f"pressure below warning ({before} < {warning} tokens)",
-                               tokens_before=before, tokens_after=before)
+            return StageReport(
+                name="prune",
+                fired=False,
+                detail=f"pressure below warning ({before} < {warning} tokens)",
+                tokens_before=before,
+                tokens_after=before,
+            )
         end = self.boundary(ledger)
         shielded = self.shield(ledger.prunable_newest_first(end), policy.prune_protect_tokens)
         potential, count, saving = ledger.prune_potential(self, end, shielded)
         if potential < policy.prune_min_savings or not count:
-            return StageReport(name="prune", fired=False,
-                               detail=f"potential savings {potential} < minimum "
-                                      f"{policy.prune_min_savings}", tokens_before=before,
-                               tokens_after=before)
+            return StageReport(
+                name="prune",
+                fired=False,
+                detail=f"potential savings {potential} < minimum {policy.prune_min_savings}",
+                tokens_before=before,
+                tokens_after=before,
+            )
         if before - saving > warning:  # every candidate goes, in any order
             pruned = ledger.prune_all(self, end, shielded)
         else:
             pruned = self._in_order(ledger, end, shielded, warning)
-        return StageReport(name="prune", fired=pruned > 0,
-                           detail=f"{pruned} of {count} candidates pruned",
-                           tokens_before=before, tokens_after=ledger.total, events=pruned)
+        return StageReport(
+            name="prune",
+            fired=pruned > 0,
+            detail=f"{pruned} of {count} candidates pruned",
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=pruned,
+        )
 
     def _in_order(self, ledger: Ledger, end: int, shielded: list[int], warning: int) -> int:
         """Prune the most prunable candidates first until the prompt is at the warning
         level."""
         policy, facts, items = ledger.policy, ledger.prune_facts, ledger.view.items
         order = sorted(
-            (-self.priority(items[i], policy, facts.refs(i), i in facts.decided),
-             items[i].pos, i)
-            for i in ledger.prune_candidates(self, end, shielded))
+            (-self.priority(items[i], policy, facts.refs(i), i in facts.decided), items[i].pos, i)
+            for i in ledger.prune_candidates(self, end, shielded)
+        )
         pruned = 0
         for _, _, index in order:
             if ledger.total <= warning:

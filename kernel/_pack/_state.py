@@ -55,8 +55,13 @@ class PackState:
     refuse to touch protected units (mandatory tail, pinned, waiting for a result).
     """
 
-    def __init__(self, view: Projection, policy: Policy, counter: TokenCounter,
-                 index: PackIndex | None = None) -> None:
+    def __init__(
+        self,
+        view: Projection,
+        policy: Policy,
+        counter: TokenCounter,
+        index: PackIndex | None = None,
+    ) -> None:
         self.view = view
         self.policy = policy
         self.counter = counter
@@ -86,8 +91,14 @@ class PackState:
     @property
     def total(self) -> int:
         """Tokens of the whole prompt as it stands."""
-        return (self.system_tokens + self.summary_tokens_used + self.tools_tokens
-                + self.message_tokens + self.synthetic_tokens + REPLY_OVERHEAD)
+        return (
+            self.system_tokens
+            + self.summary_tokens_used
+            + self.tools_tokens
+            + self.message_tokens
+            + self.synthetic_tokens
+            + REPLY_OVERHEAD
+        )
 
     @property
     def pressure(self) -> float:
@@ -119,8 +130,16 @@ class PackState:
         return item.unit >= 0 and item.unit not in self.dropped and index not in self.summarized
 
     # -- changes -------------------------------------------------------------------
-    def replace(self, index: int, text: str, *, decision: DecisionName, rule: str,
-                detail: str = "", tokens: int | None = None) -> bool:
+    def replace(
+        self,
+        index: int,
+        text: str,
+        *,
+        decision: DecisionName,
+        rule: str,
+        detail: str = "",
+        tokens: int | None = None,
+    ) -> bool:
         """Replace the content of a tool result, notification or recall item.
 
         Returns False (and changes nothing) for a protected unit (unless the
@@ -132,13 +151,19 @@ class PackState:
             return False
         if decision not in ("truncated", "clipped") and self.is_protected(item.unit):
             return False
-        new_tokens = (MESSAGE_OVERHEAD + 1 + self.counter.count(text) if tokens is None
-                      else tokens)
+        new_tokens = MESSAGE_OVERHEAD + 1 + self.counter.count(text) if tokens is None else tokens
         self._set(index, (TextPart(text=text),), new_tokens, decision, rule, detail)
         return True
 
-    def _set(self, index: int, parts: tuple[Part, ...], tokens: int, decision: DecisionName,
-             rule: str, detail: str) -> None:
+    def _set(
+        self,
+        index: int,
+        parts: tuple[Part, ...],
+        tokens: int,
+        decision: DecisionName,
+        rule: str,
+        detail: str,
+    ) -> None:
         slot = self.slots.get(index)
         if slot is None:
             slot = self.slots[index] = _Slot(self.view.items[index].tokens)
@@ -149,8 +174,14 @@ class PackState:
         slot.rule = rule
         slot.detail = detail
 
-    def drop_unit(self, unit: int, *, decision: DecisionName, rule: str, detail: str = "",
-                  ) -> bool:
+    def drop_unit(
+        self,
+        unit: int,
+        *,
+        decision: DecisionName,
+        rule: str,
+        detail: str = "",
+    ) -> bool:
         """Drop a whole unit (a message, or a call with all its results).
 
         Returns False (and changes nothing) for a protected or already dropped unit.
@@ -213,8 +244,14 @@ class PackState:
         count = 0
         for index, cut in sorted(self.policy_index.truncated.items()):
             item = self.view.items[index]
-            if self.replace(index, cut.text, decision="truncated", rule=cut.rule,
-                            detail=stage.detail(item, cut.rule), tokens=cut.tokens):
+            if self.replace(
+                index,
+                cut.text,
+                decision="truncated",
+                rule=cut.rule,
+                detail=stage.detail(item, cut.rule),
+                tokens=cut.tokens,
+            ):
                 count += 1
         return count
 
@@ -229,7 +266,8 @@ class PackState:
     def protected_tokens(self) -> int:
         units = self.view.units
         return self.synthetic_tokens + sum(
-            self.tokens_of(i) for u in self.protected_units for i in units[u].items)
+            self.tokens_of(i) for u in self.protected_units for i in units[u].items
+        )
 
     def summarize_covered(self, plan: SummarySection) -> int:
         self.summary_shown.update(plan.why)
@@ -263,8 +301,9 @@ class PackState:
             if item.unit < 0 or self.is_protected(item.unit):
                 continue
             text, tokens, rule, detail = stage.replacement(item, self)
-            if self.replace(index, text, decision="deduplicated", rule=rule, detail=detail,
-                            tokens=tokens):
+            if self.replace(
+                index, text, decision="deduplicated", rule=rule, detail=detail, tokens=tokens
+            ):
                 count += 1
         return count
 
@@ -283,30 +322,35 @@ class PackState:
     def prune_candidates(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> list[int]:
         skip = set(shielded)
         items, policy, counter = self.view.items, self.policy, self.counter
-        return [index for index, tokens in self.prunable_newest_first(end)
-                if index not in skip
-                and tokens - stage.tokens(items[index], policy, counter) > 0]
+        return [
+            index
+            for index, tokens in self.prunable_newest_first(end)
+            if index not in skip and tokens - stage.tokens(items[index], policy, counter) > 0
+        ]
 
-    def prune_potential(self, stage: Shrinker, end: int,
-                        shielded: Sequence[int]) -> tuple[int, int, int]:
+    def prune_potential(
+        self, stage: Shrinker, end: int, shielded: Sequence[int]
+    ) -> tuple[int, int, int]:
         candidates = self.prune_candidates(stage, end, shielded)
         items, policy, counter = self.view.items, self.policy, self.counter
         tokens = sum(self.tokens_of(i) for i in candidates)
-        saving = sum(self.tokens_of(i) - stage.tokens(items[i], policy, counter)
-                     for i in candidates)
+        saving = sum(
+            self.tokens_of(i) - stage.tokens(items[i], policy, counter) for i in candidates
+        )
         return tokens, len(candidates), saving
 
     def prune_all(self, stage: Shrinker, end: int, shielded: Sequence[int]) -> int:
-        return sum(self.prune_one(stage, index)
-                   for index in self.prune_candidates(stage, end, shielded))
+        return sum(
+            self.prune_one(stage, index) for index in self.prune_candidates(stage, end, shielded)
+        )
 
     def prune_one(self, stage: Shrinker, index: int) -> bool:
         text, tokens, rule, detail = stage.replacement(self.view.items[index], self)
-        return self.replace(index, text, decision="pruned", rule=rule, detail=detail,
-                            tokens=tokens)
+        return self.replace(index, text, decision="pruned", rule=rule, detail=detail, tokens=tokens)
 
-    def drop_oldest(self, ends: Sequence[int], target: int,
-                    why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+    def drop_oldest(
+        self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         return self._drop(ends, 0, target, why)
 
     def droppable_before(self) -> Callable[[int], int]:
@@ -332,8 +376,9 @@ class PackState:
             return  # a summary stands for it
         self.protected_units.add(unit)
 
-    def drop_tail(self, ends: Sequence[int], target: int,
-                  why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+    def drop_tail(
+        self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         start = self.protection.tail_unit
         # the last resort lifts the tail's protection, not that of pins and open calls;
         # the steps it keeps stay the protected tail
@@ -343,8 +388,9 @@ class PackState:
         self.protected_units |= soft - set(self.dropped)
         return done
 
-    def _drop(self, ends: Sequence[int], start: int, target: int,
-              why: Callable[[Unit], tuple[str, str]]) -> tuple[int, int]:
+    def _drop(
+        self, ends: Sequence[int], start: int, target: int, why: Callable[[Unit], tuple[str, str]]
+    ) -> tuple[int, int]:
         units = self.view.units
         groups = dropped = 0
         for end in ends:
@@ -361,8 +407,7 @@ class PackState:
         return groups, dropped
 
     def dropped_run(self) -> tuple[int, int, int] | None:
-        trimmed = sorted(u for u, (decision, _, _) in self.dropped.items()
-                         if decision == "trimmed")
+        trimmed = sorted(u for u, (decision, _, _) in self.dropped.items() if decision == "trimmed")
         if not trimmed:
             return None
         view = self.view
@@ -380,19 +425,21 @@ class PackState:
         self.synthetic_tokens = sum(
             placeholder_tokens(view, self.counter, u, self.policy.rules)
             for u in sorted(view.open_units)
-            if u not in self.dropped
-            and any(i not in self.summarized for i in view.units[u].items))
+            if u not in self.dropped and any(i not in self.summarized for i in view.units[u].items)
+        )
 
     # -- the outcome -------------------------------------------------------------------
     def kept_units(self) -> Iterator[int]:
         """Units in the prompt, ascending."""
         for unit in self.view.units:
-            if unit.index not in self.dropped and any(
-                    i not in self.summarized for i in unit.items):
+            if unit.index not in self.dropped and any(i not in self.summarized for i in unit.items):
                 yield unit.index
 
-    def message(self, index: int, build: Callable[[int, tuple[Part, ...] | None], Message],
-                ) -> tuple[Message, int] | None:
+    def message(
+        self,
+        index: int,
+        build: Callable[[int, tuple[Part, ...] | None], Message],
+    ) -> tuple[Message, int] | None:
         """An item's message and tokens in the prompt (None when it is not in it)."""
         if index in self.summarized:
             return None
@@ -407,17 +454,25 @@ class PackState:
         original = item.tokens
         if item.unit in self.dropped:
             decision, rule, detail = self.dropped[item.unit]
-            return Decision(**common, decision=decision, rule=rule,
-                            detail=detail, original_tokens=original)
+            return Decision(
+                **common, decision=decision, rule=rule, detail=detail, original_tokens=original
+            )
         if index in self.summarized:
             rule, detail = self.summarized[index]
-            return Decision(**common, decision="summarized", rule=rule,
-                            detail=detail, original_tokens=original)
+            return Decision(
+                **common, decision="summarized", rule=rule, detail=detail, original_tokens=original
+            )
         slot = self.slots.get(index)
         if slot is not None:
-            return Decision(**common, decision=slot.decision,
-                            rule=slot.rule, detail=slot.detail, tokens=slot.tokens,
-                            original_tokens=original)
+            return Decision(
+                **common,
+                decision=slot.decision,
+                rule=slot.rule,
+                detail=slot.detail,
+                tokens=slot.tokens,
+                original_tokens=original,
+            )
         rule = "verbatim.protected" if self.is_protected(item.unit) else "verbatim"
-        return Decision(**common, decision="verbatim", rule=rule,
-                        tokens=original, original_tokens=original)
+        return Decision(
+            **common, decision="verbatim", rule=rule, tokens=original, original_tokens=original
+        )

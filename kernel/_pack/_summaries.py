@@ -34,18 +34,24 @@ __all__: list[str] = []
 
 def block(body: CompactionCommitted) -> str:
     """One summary as the section carries it."""
-    return (f'<summary level="L{body.level}" positions="{body.first_seq}-{body.last_seq}">\n'
-            f"{body.summary}\n</summary>")
+    return (
+        f'<summary level="L{body.level}" positions="{body.first_seq}-{body.last_seq}">\n'
+        f"{body.summary}\n</summary>"
+    )
 
 
 def covering(pos: int, body: CompactionCommitted) -> str:
     """The decision detail of an event a compaction covers."""
-    return (f"covered by compaction #{pos} (level {body.level}, positions "
-            f"{body.first_seq}-{body.last_seq})")
+    return (
+        f"covered by compaction #{pos} (level {body.level}, positions "
+        f"{body.first_seq}-{body.last_seq})"
+    )
 
 
-def compactions(events: Sequence[Event], positions: Sequence[int],
-                ) -> dict[int, CompactionCommitted]:
+def compactions(
+    events: Sequence[Event],
+    positions: Sequence[int],
+) -> dict[int, CompactionCommitted]:
     """The committed compactions at ``positions`` of ``events``, by position."""
     bodies: dict[int, CompactionCommitted] = {}
     for pos in positions:
@@ -81,12 +87,11 @@ class Coverage:
         items' lineage positions, ascending); returns the newly covered units."""
         new: list[int] = []
         items = view.items
-        for pos in view.compactions[self.done:]:
+        for pos in view.compactions[self.done :]:
             body = view.events[pos].body
             assert isinstance(body, CompactionCommitted)
             for start, end in _uncovered(self._spans, body.first_seq, body.last_seq):
-                for index in range(bisect_left(positions, start),
-                                   bisect_left(positions, end + 1)):
+                for index in range(bisect_left(positions, start), bisect_left(positions, end + 1)):
                     unit = items[index].unit
                     if unit < 0:
                         continue
@@ -123,8 +128,15 @@ class SummaryPlan:
         why: why a compaction is not shown ("" when it is).
     """
 
-    def __init__(self, view: Projection, counter: TokenCounter, history: int, budget: int,
-                 protected: int, tokens: MutableMapping[int, int]) -> None:
+    def __init__(
+        self,
+        view: Projection,
+        counter: TokenCounter,
+        history: int,
+        budget: int,
+        protected: int,
+        tokens: MutableMapping[int, int],
+    ) -> None:
         bodies = self.bodies = compactions(view.events, view.compactions)
         self.why: dict[int, str] = {}
         for pos, body in bodies.items():
@@ -152,27 +164,37 @@ class SummaryPlan:
         kept: list[int] = []
         for pos in sorted(pos for pos in bodies if pos not in is_child):
             b = bodies[pos]
-            kept = [r for r in kept if not (b.first_seq <= bodies[r].first_seq
-                                            and bodies[r].last_seq <= b.last_seq)]
+            kept = [
+                r
+                for r in kept
+                if not (b.first_seq <= bodies[r].first_seq and bodies[r].last_seq <= b.last_seq)
+            ]
             kept.append(pos)
         for pos in bodies:
             if pos not in kept and pos not in is_child:
                 self.why[pos] = "superseded by a later summary covering its span"
         return sorted(kept, key=lambda p: bodies[p].first_seq)
 
-    def _within(self, shown: list[int], tokens: Mapping[int, int], limit: int,
-                budget: int) -> None:
+    def _within(self, shown: list[int], tokens: Mapping[int, int], limit: int, budget: int) -> None:
         """Too many roots for the limit: the oldest go first."""
         used = sum(tokens[p] for p in shown)
-        why = (f"over the summary budget ({limit} tokens)" if limit == budget
-               else f"the protected part leaves {limit} tokens for summaries")
+        why = (
+            f"over the summary budget ({limit} tokens)"
+            if limit == budget
+            else f"the protected part leaves {limit} tokens for summaries"
+        )
         while used > limit and shown:
             oldest = shown.pop(0)
             used -= tokens[oldest]
             self.why[oldest] = f"{why}; its events stay summarized"
 
-    def _expand(self, shown: list[int], children: Mapping[int, list[int]],
-                tokens: Mapping[int, int], limit: int) -> None:
+    def _expand(
+        self,
+        shown: list[int],
+        children: Mapping[int, list[int]],
+        tokens: Mapping[int, int],
+        limit: int,
+    ) -> None:
         """Breadth-first expansion: highest level first, oldest first."""
         bodies = self.bodies
         used = sum(tokens[p] for p in shown)
@@ -195,14 +217,17 @@ class SummaryPlan:
     def _section(self, shown: list[int], counter: TokenCounter, room: int) -> str:
         """The rendered section (wrapper and framing included) within the room."""
         while shown:
-            text = ("<conversation_summary>\n"
-                    + "\n".join(block(self.bodies[p]) for p in shown)
-                    + "\n</conversation_summary>")
+            text = (
+                "<conversation_summary>\n"
+                + "\n".join(block(self.bodies[p]) for p in shown)
+                + "\n</conversation_summary>"
+            )
             if counter.count(text) + 1 + self.framing <= room:
                 return text
             oldest = shown.pop(0)
-            self.why[oldest] = (f"the protected part leaves {room} tokens for summaries; "
-                                "its events stay summarized")
+            self.why[oldest] = (
+                f"the protected part leaves {room} tokens for summaries; its events stay summarized"
+            )
         return ""
 
 
@@ -210,8 +235,12 @@ def shown_budget(budget: Budget, plan: SummarySection) -> tuple[Budget, int]:
     """The budget once the plan's section is in the prompt, and the framing it adds."""
     framing = plan.framing if plan.shown else 0
     summary = plan.tokens if plan.shown else 0
-    return msgspec.structs.replace(budget, summary=summary, system=budget.system + framing,
-                                   history=budget.history - summary - framing), framing
+    return msgspec.structs.replace(
+        budget,
+        summary=summary,
+        system=budget.system + framing,
+        history=budget.history - summary - framing,
+    ), framing
 
 
 class Summaries:
@@ -228,21 +257,21 @@ class Summaries:
         if policy.rules < 2:
             return ""
         if policy.summary_budget == 0:
-            return ("summary_budget is 0: the covered events are packed as if no "
-                    "compaction existed")
+            return "summary_budget is 0: the covered events are packed as if no compaction existed"
         gate = policy.summary_gate
         pressure = ledger.total / max(policy.usable, 1)
         if pressure < gate:
-            return (f"pressure {pressure:.3f} is below the summary gate {gate}: the covered "
-                    "events are shown instead of their summaries")
+            return (
+                f"pressure {pressure:.3f} is below the summary gate {gate}: the covered "
+                "events are shown instead of their summaries"
+            )
         return ""
 
     @staticmethod
     def detail_of(events: Sequence[Event], positions: Sequence[int]) -> dict[int, str]:
         """Position -> the decision detail of a summarized event at it: the first
         compaction (by level, then position) whose span holds it."""
-        found = sorted(compactions(events, positions).items(),
-                       key=lambda pb: (pb[1].level, pb[0]))
+        found = sorted(compactions(events, positions).items(), key=lambda pb: (pb[1].level, pb[0]))
         details: dict[int, str] = {}
         for pos, body in found:
             text = covering(pos, body)
@@ -268,28 +297,47 @@ class Summaries:
         skip = self.skipped(ledger)
         if skip:
             ledger.keep_originals(skip)
-            return StageReport(name="summaries", fired=False, detail=skip,
-                               tokens_before=before, tokens_after=before)
+            return StageReport(
+                name="summaries",
+                fired=False,
+                detail=skip,
+                tokens_before=before,
+                tokens_after=before,
+            )
         history = ledger.budget.history
         protected = ledger.protected_tokens()
         if ledger.policy.rules >= 2:
             # the floor keeps the marker of a trimmed run too: summaries never take its room
             from ._trim import Trim
+
             protected += Trim.reserve(ledger)
-        plan = SummaryPlan(view, ledger.counter, history,
-                           max(0, int(history * ledger.policy.summary_budget)),
-                           protected, ledger.summary_tokens)
+        plan = SummaryPlan(
+            view,
+            ledger.counter,
+            history,
+            max(0, int(history * ledger.policy.summary_budget)),
+            protected,
+            ledger.summary_tokens,
+        )
         if ledger.policy.rules >= 2 and not plan.shown:
             # no summary fits: summarizing would leave the covered events out unseen
-            why = (f"none of the {len(plan.bodies)} summaries fits the room the protected part "
-                   "leaves: the covered events are packed as ordinary history")
+            why = (
+                f"none of the {len(plan.bodies)} summaries fits the room the protected part "
+                "leaves: the covered events are packed as ordinary history"
+            )
             ledger.keep_originals(why)
-            return StageReport(name="summaries", fired=False, detail=why,
-                               tokens_before=before, tokens_after=before)
+            return StageReport(
+                name="summaries", fired=False, detail=why, tokens_before=before, tokens_after=before
+            )
         count = ledger.summarize_covered(plan)
-        return StageReport(name="summaries", fired=True,
-                           detail=f"{len(plan.shown)} summaries shown, {count} events summarized",
-                           tokens_before=before, tokens_after=ledger.total, events=count)
+        return StageReport(
+            name="summaries",
+            fired=True,
+            detail=f"{len(plan.shown)} summaries shown, {count} events summarized",
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=count,
+        )
 
 
 def _uncovered(spans: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:

@@ -52,10 +52,10 @@ class Trim:
         turns = view.turn_starts
         if ledger.policy.rules < 2:
             if turns:
-                return list(turns[0 if turns[0] > 0 else 1:])
+                return list(turns[0 if turns[0] > 0 else 1 :])
             tail = protection.tail_unit
             return [tail] if tail > 0 else []
-        ends = list(turns[0 if turns and turns[0] > 0 else 1:]) if turns else []
+        ends = list(turns[0 if turns and turns[0] > 0 else 1 :]) if turns else []
         ends += Trim._step_ends(ledger, protection.turn_unit, protection.tail_unit)
         return ends
 
@@ -63,7 +63,7 @@ class Trim:
     def _step_ends(ledger: Ledger, after: int, until: int) -> list[int]:
         """Ends of the step groups between unit ``after`` and unit ``until``."""
         assistants = ledger.view.assistant_units
-        steps = [a for a in assistants[bisect_right(assistants, after):] if a < until]
+        steps = [a for a in assistants[bisect_right(assistants, after) :] if a < until]
         ends = [*steps[1:], until]
         return [e for e in ends if e > after + 1] if until > after + 1 else []
 
@@ -74,7 +74,7 @@ class Trim:
         n_units = len(ledger.view.units)
         start = protection.tail_unit
         assistants = ledger.view.assistant_units
-        steps = [a for a in assistants[bisect_right(assistants, start - 1):] if a < n_units]
+        steps = [a for a in assistants[bisect_right(assistants, start - 1) :] if a < n_units]
         ends = [e for e in steps if e > start] + [n_units]
         return [e for e in ends if e > start] if n_units > start else []
 
@@ -82,18 +82,23 @@ class Trim:
     def why(unit: Unit, current: int, target: int) -> tuple[str, str]:
         """The rule and detail of a trimmed unit."""
         if unit.turn < current:
-            return "trim.turn", (f"turn {unit.turn} dropped: prompt was over the blocking "
-                                 f"level {target}")
-        return "trim.step", (f"an older step of turn {unit.turn} dropped: prompt was over the "
-                             f"blocking level {target}")
+            return "trim.turn", (
+                f"turn {unit.turn} dropped: prompt was over the blocking level {target}"
+            )
+        return "trim.step", (
+            f"an older step of turn {unit.turn} dropped: prompt was over the "
+            f"blocking level {target}"
+        )
 
     @staticmethod
     def marker_text(ledger: Ledger, first: int, last: int) -> str:
         """The marker for a dropped run from lineage position ``first`` to ``last``."""
         event = ledger.view.events[first]
-        return (f"[turnlog: earlier history of this session (positions {first}-{last}) was "
-                f"left out of this prompt to fit the context window; it is in the log: "
-                f"`turnlog log {event.session} --from {event.seq}`]")
+        return (
+            f"[turnlog: earlier history of this session (positions {first}-{last}) was "
+            f"left out of this prompt to fit the context window; it is in the log: "
+            f"`turnlog log {event.session} --from {event.seq}`]"
+        )
 
     def __call__(self, ledger: Ledger) -> StageReport:
         policy = ledger.policy
@@ -104,20 +109,31 @@ class Trim:
         if policy.rules >= 3:
             return self._rules3(ledger, before, target)
         if before <= target:
-            return StageReport(name="trim", fired=False,
-                               detail=f"{before} tokens <= blocking level {target}",
-                               tokens_before=before, tokens_after=before)
+            return StageReport(
+                name="trim",
+                fired=False,
+                detail=f"{before} tokens <= blocking level {target}",
+                tokens_before=before,
+                tokens_after=before,
+            )
         current = len(ledger.view.turn_starts)
         reserve = self.reserve(ledger) if policy.rules >= 2 else 0
-        groups, units = ledger.drop_oldest(self.ends(ledger), target - reserve,
-                                           lambda unit: self.why(unit, current, target))
+        groups, units = ledger.drop_oldest(
+            self.ends(ledger), target - reserve, lambda unit: self.why(unit, current, target)
+        )
         ledger.settle()
         detail = f"{groups} oldest turns dropped ({units} units)"
         if policy.rules >= 2:
             detail = f"{groups} oldest turns or steps dropped ({units} units)"
             detail, units = self._fit_tail(ledger, reserve, detail, units)
-        return StageReport(name="trim", fired=units > 0, detail=detail,
-                           tokens_before=before, tokens_after=ledger.total, events=units)
+        return StageReport(
+            name="trim",
+            fired=units > 0,
+            detail=detail,
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=units,
+        )
 
     @staticmethod
     def reserve(ledger: Ledger) -> int:
@@ -128,22 +144,28 @@ class Trim:
             return 0
         last = len(view.events) - 1
         session = max((e.session for e in (view.events[0], view.events[last])), key=len)
-        widest = (f"[turnlog: earlier history of this session (positions {last}-{last}) was "
-                  f"left out of this prompt to fit the context window; it is in the log: "
-                  f"`turnlog log {session} --from {last}`]")
+        widest = (
+            f"[turnlog: earlier history of this session (positions {last}-{last}) was "
+            f"left out of this prompt to fit the context window; it is in the log: "
+            f"`turnlog log {session} --from {last}`]"
+        )
         return MESSAGE_OVERHEAD + ledger.counter.count(widest)
 
-    def _fit_tail(self, ledger: Ledger, reserve: int, detail: str,
-                  units: int) -> tuple[str, int]:
+    def _fit_tail(self, ledger: Ledger, reserve: int, detail: str, units: int) -> tuple[str, int]:
         """Drop protected steps while the tail alone is over the usable budget, then put
         the marker; the report's detail and unit count with what was dropped."""
         policy = ledger.policy
         if ledger.total + reserve > policy.usable:
             more, extra = ledger.drop_tail(
-                self.tail_ends(ledger), policy.usable - reserve,
-                lambda unit: ("trim.tail", f"a protected step of turn {unit.turn} dropped: "
-                                           "the latest steps alone were over the usable "
-                                           f"budget {policy.usable}"))
+                self.tail_ends(ledger),
+                policy.usable - reserve,
+                lambda unit: (
+                    "trim.tail",
+                    f"a protected step of turn {unit.turn} dropped: "
+                    "the latest steps alone were over the usable "
+                    f"budget {policy.usable}",
+                ),
+            )
             ledger.settle()
             detail += f"; then {more} protected steps ({extra} units) to fit the window"
             units += extra
@@ -198,8 +220,9 @@ class Trim:
             # the request's protected tail: its latest `steps` steps, or its whole turn
             # after the opening when the turn has no more steps than that
             first = bisect_right(assistants, opening)
-            limit = bisect_right(bounds, assistants[j - steps] if j - first > steps
-                                 else opening + 1)
+            limit = bisect_right(
+                bounds, assistants[j - steps] if j - first > steps else opening + 1
+            )
             kept = estimate(end, opening, k)
             if kept <= high or limit <= k:
                 continue
@@ -211,8 +234,14 @@ class Trim:
                 else:
                     lo = mid + 1
             k, anchor = lo, opening
-            out = Cut(tuple(bounds[:k]), kept, estimate(end, opening, k), out.breaks + 1,
-                      j == len(assistants), anchor)
+            out = Cut(
+                tuple(bounds[:k]),
+                kept,
+                estimate(end, opening, k),
+                out.breaks + 1,
+                j == len(assistants),
+                anchor,
+            )
         return out
 
     def _rules3(self, ledger: Ledger, before: int, high: int) -> StageReport:
@@ -234,37 +263,52 @@ class Trim:
             more = [e for e in self.ends(ledger) if e >= start]
             if more:
                 ends, target = more, high - reserve
-                further = (f"prefix break now: the prompt reached {over} tokens, over the "
-                           f"usable budget {policy.usable} (more than the replayed sizes "
-                           f"say); cut at a turn or step boundary down to the blocking level "
-                           f"{high}")
+                further = (
+                    f"prefix break now: the prompt reached {over} tokens, over the "
+                    f"usable budget {policy.usable} (more than the replayed sizes "
+                    f"say); cut at a turn or step boundary down to the blocking level "
+                    f"{high}"
+                )
         if ends:
             fixed = ledger.total - ledger.kept_before()(len(ledger.view.units))
             if further:
                 reason = further
                 estimate = self.estimate(policy, over - high, high - fixed - reserve)
             else:
-                reason = (f"prefix break {cut.breaks}: the kept history reached {cut.size} "
-                          f"tokens, over the blocking level {high}; cut at a turn or step "
-                          f"boundary down to the low watermark {low}")
+                reason = (
+                    f"prefix break {cut.breaks}: the kept history reached {cut.size} "
+                    f"tokens, over the blocking level {high}; cut at a turn or step "
+                    f"boundary down to the low watermark {low}"
+                )
                 if not cut.now:
                     reason = f"cut kept from the earlier {reason}"
-                estimate = self.estimate(policy, cut.size - cut.after,
-                                         cut.after - fixed - reserve)
+                estimate = self.estimate(policy, cut.size - cut.after, cut.after - fixed - reserve)
             current = len(ledger.view.turn_starts)
             groups, units = ledger.drop_oldest(
-                ends, target, lambda unit: ("trim.break" if unit.turn < current
-                                            else "trim.step", f"{reason}; {estimate}"))
+                ends,
+                target,
+                lambda unit: (
+                    "trim.break" if unit.turn < current else "trim.step",
+                    f"{reason}; {estimate}",
+                ),
+            )
             ledger.settle()
-            detail = (f"{reason}: {groups} oldest turns or steps dropped ({units} units); "
-                      f"{estimate}")
+            detail = f"{reason}: {groups} oldest turns or steps dropped ({units} units); {estimate}"
         cut_units = units
         detail, units = self._fit_tail(ledger, reserve, detail, units)
         if units > cut_units:  # the protected steps went too: the prefix changed here
-            detail = (f"prefix break now: the latest steps alone were over the usable budget "
-                      f"{policy.usable}; {detail}")
-        return StageReport(name="trim", fired=units > 0, detail=detail,
-                           tokens_before=before, tokens_after=ledger.total, events=units)
+            detail = (
+                f"prefix break now: the latest steps alone were over the usable budget "
+                f"{policy.usable}; {detail}"
+            )
+        return StageReport(
+            name="trim",
+            fired=units > 0,
+            detail=detail,
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=units,
+        )
 
     @staticmethod
     def estimate(policy: Policy, saved: int, written: int) -> str:
@@ -273,11 +317,15 @@ class Trim:
         against the ``written`` tokens after the break written to the cache again
         (cache reads had there been no break), at the policy's cache prices."""
         horizon = max(policy.cache_horizon_turns, 1)
-        value = (saved * horizon * policy.cache_read_price
-                 - written * (policy.cache_write_price - policy.cache_read_price)) / 1e6
-        return (f"estimate over {horizon} requests: {saved * horizon} cached input tokens "
-                f"saved against {written} tokens written to the cache again "
-                f"(${value:.4f} net)")
+        value = (
+            saved * horizon * policy.cache_read_price
+            - written * (policy.cache_write_price - policy.cache_read_price)
+        ) / 1e6
+        return (
+            f"estimate over {horizon} requests: {saved * horizon} cached input tokens "
+            f"saved against {written} tokens written to the cache again "
+            f"(${value:.4f} net)"
+        )
 
 
 class Cut(NamedTuple):

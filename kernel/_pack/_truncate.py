@@ -54,8 +54,13 @@ class Truncate:
         """Everything `cut` reads from the policy (None when truncation is off)."""
         if not policy.truncate:
             return None
-        return (policy.truncate_lines, policy.truncate_bytes, policy.truncate_head_ratio,
-                policy.recall_max_chars, policy.recall_max_tokens)
+        return (
+            policy.truncate_lines,
+            policy.truncate_bytes,
+            policy.truncate_head_ratio,
+            policy.recall_max_chars,
+            policy.recall_max_tokens,
+        )
 
     @staticmethod
     def cut(item: Item, policy: Policy, counter: TokenCounter) -> Cut | None:
@@ -80,8 +85,14 @@ class Truncate:
             return StageReport(name="truncate", fired=False, detail="disabled by policy")
         before = ledger.total
         count = ledger.truncate(self)
-        return StageReport(name="truncate", fired=count > 0, detail=f"{count} outputs truncated",
-                           tokens_before=before, tokens_after=ledger.total, events=count)
+        return StageReport(
+            name="truncate",
+            fired=count > 0,
+            detail=f"{count} outputs truncated",
+            tokens_before=before,
+            tokens_after=ledger.total,
+            events=count,
+        )
 
 
 def _truncated_text(item: Item, policy: Policy, counter: TokenCounter) -> tuple[str, str]:
@@ -99,27 +110,38 @@ def _truncated_text(item: Item, policy: Policy, counter: TokenCounter) -> tuple[
         return "", ""
     n_lines = text.count("\n") + 1
     # n characters are n to 4n UTF-8 bytes: encode only when it can matter.
-    data_len = (len(text.encode("utf-8", "surrogatepass")) if len(text) * 4 > policy.truncate_bytes
-                else len(text))
+    data_len = (
+        len(text.encode("utf-8", "surrogatepass"))
+        if len(text) * 4 > policy.truncate_bytes
+        else len(text)
+    )
     if n_lines <= policy.truncate_lines and data_len <= policy.truncate_bytes:
         if blob is not None:
             if item.kit:
-                text = text.replace(f"is blob {blob.hash} ...]",
-                                    f"is blob {blob.hash}; {_KIT_HINT} \"{blob.hash}\" ...]", 1)
+                text = text.replace(
+                    f"is blob {blob.hash} ...]",
+                    f'is blob {blob.hash}; {_KIT_HINT} "{blob.hash}" ...]',
+                    1,
+                )
             return _render(item, text), "truncate.blob_preview"
         return "", ""
     if item.kit:
         ref = blob.hash if blob else f"{item.event.session}#{item.event.seq}"
-        where = (f"blob {ref}" if blob else f"event {ref}") + f" ({_KIT_HINT} \"{ref}\")"
+        where = (f"blob {ref}" if blob else f"event {ref}") + f' ({_KIT_HINT} "{ref}")'
     else:
-        where = (f"blob {blob.hash} (read it back with `turnlog blob {blob.hash}`)" if blob
-                 else f"event {item.event.session}#{item.event.seq} (`turnlog show "
-                      f"{item.event.session} {item.event.seq}`)")
+        where = (
+            f"blob {blob.hash} (read it back with `turnlog blob {blob.hash}`)"
+            if blob
+            else f"event {item.event.session}#{item.event.seq} (`turnlog show "
+            f"{item.event.session} {item.event.seq}`)"
+        )
     head, tail, omitted_lines, omitted_chars = _head_and_tail(text, policy)
     rule = "truncate.lines" if n_lines > policy.truncate_lines else "truncate.bytes"
-    notice = (f"\n[... truncated: {omitted_lines} lines ({omitted_chars} characters) omitted. "
-              f"The full output is {where}; inspect it with targeted grep/read calls rather "
-              f"than pasting it back into context ...]\n")
+    notice = (
+        f"\n[... truncated: {omitted_lines} lines ({omitted_chars} characters) omitted. "
+        f"The full output is {where}; inspect it with targeted grep/read calls rather "
+        f"than pasting it back into context ...]\n"
+    )
     return _render(item, head + notice + tail), rule
 
 
@@ -148,7 +170,7 @@ def _cut_bytes(text: str, limit: int, *, from_end: bool) -> str:
     data = text.encode("utf-8", "surrogatepass")
     if len(data) <= limit:
         return text
-    piece = data[len(data) - limit:] if from_end else data[:limit]
+    piece = data[len(data) - limit :] if from_end else data[:limit]
     return piece.decode("utf-8", "ignore")
 
 
@@ -170,9 +192,8 @@ def capped_recall(body: RecallAdded, policy: Policy, counter: TokenCounter) -> t
     while keep > 0:
         keep -= 1
         text = recall_text(body, keep)
-        if len(text) <= policy.recall_max_chars and \
-                counter.count(text) <= policy.recall_max_tokens:
+        if len(text) <= policy.recall_max_chars and counter.count(text) <= policy.recall_max_tokens:
             break
     if len(text) > policy.recall_max_chars:
-        text = text[:policy.recall_max_chars]
+        text = text[: policy.recall_max_chars]
     return text, "truncate.recall_cap"

@@ -46,8 +46,7 @@ from __future__ import annotations
 try:
     import hypothesis  # noqa: F401
 except ImportError as exc:  # pragma: no cover - the extra is installed in every test run
-    raise ImportError("turnlog.testing needs hypothesis: pip install 'turnlog[testing]'") \
-        from exc
+    raise ImportError("turnlog.testing needs hypothesis: pip install 'turnlog[testing]'") from exc
 
 from ._checkers import (
     check_all,

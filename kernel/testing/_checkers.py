@@ -66,8 +66,22 @@ __all__ = [
 #: Decisions under which an item's content is in the prompt.
 _PRESENT = frozenset({"verbatim", "truncated", "clipped", "deduplicated", "pruned"})
 #: The roots of the rules the built-in pipeline decides by.
-_BUILTIN_RULES = frozenset({"verbatim", "truncate", "clip", "summaries", "dedup", "prune",
-                            "trim", "orphan", "rewind", "system", "tools", "policy"})
+_BUILTIN_RULES = frozenset(
+    {
+        "verbatim",
+        "truncate",
+        "clip",
+        "summaries",
+        "dedup",
+        "prune",
+        "trim",
+        "orphan",
+        "rewind",
+        "system",
+        "tools",
+        "policy",
+    }
+)
 #: The text every trimming marker (rules 2) starts with; the marker names no source.
 _MARKER = "[turnlog: earlier history of this session"
 #: Decisions under which an item is not in the prompt.
@@ -76,9 +90,12 @@ _ABSENT = frozenset({"summarized", "trimmed", "dropped"})
 _REDUCED = frozenset({"deduplicated", "pruned", "trimmed", "summarized"})
 
 
-def with_stage(name: str, stage: Stage, position: str = "before:trim",
-               base: Sequence[tuple[str, Stage]] = DEFAULT_STAGES,
-               ) -> tuple[tuple[str, Stage], ...]:
+def with_stage(
+    name: str,
+    stage: Stage,
+    position: str = "before:trim",
+    base: Sequence[tuple[str, Stage]] = DEFAULT_STAGES,
+) -> tuple[tuple[str, Stage], ...]:
     """A copy of ``base`` with ``(name, stage)`` inserted.
 
     Parameters:
@@ -97,8 +114,10 @@ def with_stage(name: str, stage: Stage, position: str = "before:trim",
     else:
         where, _, target = position.partition(":")
         if where not in ("before", "after") or target not in names:
-            raise ValueError(f"position must be 'first', 'last', 'before:NAME' or "
-                             f"'after:NAME' with NAME in {names}, found {position!r}")
+            raise ValueError(
+                f"position must be 'first', 'last', 'before:NAME' or "
+                f"'after:NAME' with NAME in {names}, found {position!r}"
+            )
         at = names.index(target) + (where == "after")
     stages.insert(at, (name, stage))
     return tuple(stages)
@@ -129,8 +148,9 @@ def _recount(message: Message, counter: TokenCounter) -> int:
     return total
 
 
-def check_budget(packed: Packed, policy: Policy, *, counter: TokenCounter | None = None,
-                 recount: bool = True) -> None:
+def check_budget(
+    packed: Packed, policy: Policy, *, counter: TokenCounter | None = None, recount: bool = True
+) -> None:
     """The prompt fits and its accounting adds up.
 
     Checks ``tokens <= policy.usable``; that ``sum(message_tokens) +
@@ -145,38 +165,52 @@ def check_budget(packed: Packed, policy: Policy, *, counter: TokenCounter | None
     """
     prompt = packed.prompt
     assert packed.budget.usable == policy.usable, (
-        f"budget.usable {packed.budget.usable} != policy.usable {policy.usable}")
+        f"budget.usable {packed.budget.usable} != policy.usable {policy.usable}"
+    )
     assert packed.tokens <= policy.usable, (
         f"prompt has {packed.tokens} tokens, over the usable budget {policy.usable} "
-        f"by {packed.tokens - policy.usable}")
+        f"by {packed.tokens - policy.usable}"
+    )
     assert len(packed.message_tokens) == len(prompt.messages), (
-        f"{len(packed.message_tokens)} message token counts for {len(prompt.messages)} messages")
+        f"{len(packed.message_tokens)} message token counts for {len(prompt.messages)} messages"
+    )
     assert len(packed.section_tokens) == len(prompt.system), (
-        f"{len(packed.section_tokens)} section token counts for {len(prompt.system)} sections")
+        f"{len(packed.section_tokens)} section token counts for {len(prompt.system)} sections"
+    )
     framing = REPLY_OVERHEAD + (MESSAGE_OVERHEAD if prompt.system else 0)
     parts = sum(packed.message_tokens) + sum(packed.section_tokens) + packed.budget.tools
     assert parts + framing == packed.tokens, (
         f"accounting: messages {sum(packed.message_tokens)} + sections "
         f"{sum(packed.section_tokens)} + tools {packed.budget.tools} + framing {framing} = "
-        f"{parts + framing}, but the prompt claims {packed.tokens} tokens")
+        f"{parts + framing}, but the prompt claims {packed.tokens} tokens"
+    )
     if not recount:
         return
     counter = counter or get_counter(packed.tokenizer)
-    for i, (message, claimed) in enumerate(zip(prompt.messages, packed.message_tokens,
-                                               strict=True)):
+    for i, (message, claimed) in enumerate(
+        zip(prompt.messages, packed.message_tokens, strict=True)
+    ):
         actual = _recount(message, counter)
         assert actual <= claimed <= actual + 1, (
             f"message {i} (role {message.role}, from positions {list(message.source)}) is "
-            f"counted as {claimed} tokens but measures {actual}")
-    for i, (section, claimed) in enumerate(zip(prompt.system, packed.section_tokens,
-                                               strict=True)):
+            f"counted as {claimed} tokens but measures {actual}"
+        )
+    for i, (section, claimed) in enumerate(zip(prompt.system, packed.section_tokens, strict=True)):
         actual = counter.count(section.text) + 1
-        assert actual == claimed, (f"system section {i} ({section.name!r}) is counted as "
-                                   f"{claimed} tokens but measures {actual}")
-    tools = sum(TOOL_SCHEMA_OVERHEAD + counter.count(t.name) + counter.count(t.description)
-                + counter.count(t.parameters) for t in prompt.tools)
+        assert actual == claimed, (
+            f"system section {i} ({section.name!r}) is counted as "
+            f"{claimed} tokens but measures {actual}"
+        )
+    tools = sum(
+        TOOL_SCHEMA_OVERHEAD
+        + counter.count(t.name)
+        + counter.count(t.description)
+        + counter.count(t.parameters)
+        for t in prompt.tools
+    )
     assert tools == packed.budget.tools, (
-        f"tool schemas are counted as {packed.budget.tools} tokens but measure {tools}")
+        f"tool schemas are counted as {packed.budget.tools} tokens but measure {tools}"
+    )
 
 
 def check_tool_pairs(prompt: Prompt) -> None:
@@ -196,13 +230,16 @@ def check_tool_pairs(prompt: Prompt) -> None:
     messages = prompt.messages
     for i, message in enumerate(messages):
         if message.role == "tool":
-            assert opener >= 0, f"message {i}: tool result {message.tool_call_id!r} before any " \
-                                "assistant message"
+            assert opener >= 0, (
+                f"message {i}: tool result {message.tool_call_id!r} before any assistant message"
+            )
             assert message.tool_call_id in calls, (
                 f"message {i}: tool result {message.tool_call_id!r} is an orphan: message "
-                f"{opener} makes calls {sorted(calls)}")
+                f"{opener} makes calls {sorted(calls)}"
+            )
             assert message.tool_call_id not in answered, (
-                f"message {i}: call {message.tool_call_id!r} is answered twice")
+                f"message {i}: call {message.tool_call_id!r} is answered twice"
+            )
             answered.add(message.tool_call_id)
             continue
         if opener >= 0 and opener != len(messages) - 1:
@@ -226,7 +263,8 @@ def _anchors(view: Projection, prompt: Prompt) -> list[tuple[int, int, int]]:
         index = view.item_at.get(src)
         assert index is not None, (
             f"message {i} ({message.role}) comes from {_where(view, src)}, which is not a "
-            "model-visible event of the view")
+            "model-visible event of the view"
+        )
         kind = view.items[index].kind
         if message.role == "assistant":
             for call in message.tool_calls:
@@ -235,12 +273,15 @@ def _anchors(view: Projection, prompt: Prompt) -> list[tuple[int, int, int]]:
             anchor = call_pos.get(message.tool_call_id)
             assert anchor is not None, (
                 f"message {i}: tool result for {message.tool_call_id!r} comes before (or "
-                "without) the assistant message that made the call")
+                "without) the assistant message that made the call"
+            )
             if kind == "assistant":  # a placeholder for a result that never came
                 keys.append((anchor, 2, i))
             else:
-                assert src > anchor, (f"message {i}: result at {_where(view, src)} precedes "
-                                      f"its call at position {anchor} in the log")
+                assert src > anchor, (
+                    f"message {i}: result at {_where(view, src)} precedes "
+                    f"its call at position {anchor} in the log"
+                )
                 keys.append((anchor, 1, src))
         else:
             keys.append((src, 0, src))
@@ -261,15 +302,15 @@ def check_order(view: Projection, packed: Packed) -> None:
         assert keys[i - 1] < keys[i], (
             f"messages {i - 1} and {i} are out of order: message {i - 1} comes from "
             f"{_where(view, sourced[i - 1].source[0])}, message {i} from "
-            f"{_where(view, sourced[i].source[0])}")
+            f"{_where(view, sourced[i].source[0])}"
+        )
     markers = [i for i, m in enumerate(packed.prompt.messages) if _is_marker(m)]
     assert len(markers) <= 1, f"messages {markers} are all trimming markers; a pack has one"
 
 
 def _is_marker(message: Message) -> bool:
     """A trimming marker (rules 2): a user message with no source, in the marker's words."""
-    return (not message.source and message.role == "user"
-            and message.text.startswith(_MARKER))
+    return not message.source and message.role == "user" and message.text.startswith(_MARKER)
 
 
 def _tail_units(view: Projection) -> range:
@@ -291,11 +332,17 @@ def _tail_v2(view: Projection, steps: int) -> tuple[int, range]:
     n_units = len(view.units)
     users = [item for item in view.items if item.kind == "user" and item.unit >= 0]
     opening = users[-1].unit if users else -1
-    starts = [u for u in range(opening + 1, n_units)
-              if view.items[view.units[u].items[0]].kind == "assistant"]
+    starts = [
+        u
+        for u in range(opening + 1, n_units)
+        if view.items[view.units[u].items[0]].kind == "assistant"
+    ]
     if len(starts) > steps:
-        start = starts[len(starts) - steps] if steps else (
-            n_units if opening >= 0 else max(n_units - 1, 0))
+        start = (
+            starts[len(starts) - steps]
+            if steps
+            else (n_units if opening >= 0 else max(n_units - 1, 0))
+        )
     elif opening >= 0:
         start = min(opening + 1, n_units)
     else:
@@ -313,14 +360,16 @@ def _by_position(view: Projection, packed: Packed) -> dict[int, int]:
         index = view.item_at.get(src)
         if message.role == "tool" and index is not None and view.items[index].kind != "tool":
             continue  # placeholder for a missing result
-        assert src not in out, (f"messages {out[src]} and {i} both come from "
-                                f"{_where(view, src)}")
+        assert src not in out, f"messages {out[src]} and {i} both come from {_where(view, src)}"
         out[src] = i
     return out
 
 
-def check_mandatory_tail(view: Projection, packed: Packed, policy: Policy | None = None,
-                         ) -> None:
+def check_mandatory_tail(
+    view: Projection,
+    packed: Packed,
+    policy: Policy | None = None,
+) -> None:
     """The mandatory tail is in the prompt.
 
     Rules 1: every item of the unit where the latest user turn starts, and of every
@@ -345,16 +394,19 @@ def check_mandatory_tail(view: Projection, packed: Packed, policy: Policy | None
             item = view.items[index]
             assert item.pos in present, (
                 f"{_where(view, item.pos)} is in the mandatory tail (unit {unit}) but not in "
-                "the prompt")
+                "the prompt"
+            )
             if decisions:
                 decision = decisions[item.pos].decision
                 assert decision in ("verbatim", "truncated"), (
                     f"{_where(view, item.pos)} is in the mandatory tail but was {decision} "
-                    f"({decisions[item.pos].rule})")
+                    f"({decisions[item.pos].rule})"
+                )
 
 
-def _check_tail_v2(view: Projection, packed: Packed, policy: Policy,
-                   present: dict[int, int]) -> None:
+def _check_tail_v2(
+    view: Projection, packed: Packed, policy: Policy, present: dict[int, int]
+) -> None:
     decisions = packed.decisions
     opening, tail = _tail_v2(view, policy.tail_steps)
     kept_ok = ("verbatim", "truncated", "clipped")
@@ -362,12 +414,14 @@ def _check_tail_v2(view: Projection, packed: Packed, policy: Policy,
         for index in view.units[opening].items:
             item = view.items[index]
             assert item.pos in present, (
-                f"{_where(view, item.pos)} is the latest user message but not in the prompt")
+                f"{_where(view, item.pos)} is the latest user message but not in the prompt"
+            )
             if decisions:
                 decision = decisions[item.pos]
                 assert decision.decision in kept_ok, (
                     f"{_where(view, item.pos)} is the latest user message but was "
-                    f"{decision.decision} ({decision.rule})")
+                    f"{decision.decision} ({decision.rule})"
+                )
     dropped_tail = False
     for unit in tail:
         for index in view.units[unit].items:
@@ -378,18 +432,20 @@ def _check_tail_v2(view: Projection, packed: Packed, policy: Policy,
             if decision.decision == "trimmed":
                 assert decision.rule == "trim.tail", (
                     f"{_where(view, item.pos)} is in the last {policy.tail_steps} steps but "
-                    f"was trimmed by {decision.rule}, not the last resort trim.tail")
+                    f"was trimmed by {decision.rule}, not the last resort trim.tail"
+                )
                 dropped_tail = True
                 continue
             assert item.pos in present, (
                 f"{_where(view, item.pos)} is in the mandatory tail (unit {unit}) but not in "
-                f"the prompt ({decision.decision}, {decision.rule})")
+                f"the prompt ({decision.decision}, {decision.rule})"
+            )
             assert decision.decision in kept_ok, (
                 f"{_where(view, item.pos)} is in the mandatory tail but was "
-                f"{decision.decision} ({decision.rule})")
+                f"{decision.decision} ({decision.rule})"
+            )
     if dropped_tail and decisions:
-        hard = {opening} | {u for u in range(max(opening, 0), len(view.units))
-                            if _pending(view, u)}
+        hard = {opening} | {u for u in range(max(opening, 0), len(view.units)) if _pending(view, u)}
         for pin in view.pins:
             at = view.item_at.get(pin)
             if at is not None and view.items[at].unit >= 0:
@@ -402,25 +458,43 @@ def _check_tail_v2(view: Projection, packed: Packed, policy: Policy,
                 pos = view.items[index].pos
                 assert pos not in present, (
                     f"a protected step was trimmed (trim.tail) while the older "
-                    f"{_where(view, pos)} is still in the prompt")
+                    f"{_where(view, pos)} is still in the prompt"
+                )
 
 
 def _same_content(view: Projection, pos: int, message: Message) -> str:
     """Why a verbatim message differs from its event ("" when it does not)."""
     body = view.events[pos].body
     if isinstance(body, ToolResultAdded):
-        ok = message.role == "tool" and message.text == body.output \
-            and (message.tool_call_id == body.call_id
-                 or message.tool_call_id.startswith(body.call_id + "_"))
+        ok = (
+            message.role == "tool"
+            and message.text == body.output
+            and (
+                message.tool_call_id == body.call_id
+                or message.tool_call_id.startswith(body.call_id + "_")
+            )
+        )
     elif isinstance(body, AssistantMessageAdded):
         # call ids may go out renamed (rules 2: unique within the prompt)
-        ok = message.role == "assistant" and len(message.parts) == len(body.parts) and all(
-            a == b or (isinstance(a, ToolCall) and isinstance(b, ToolCall)
-                       and msgspec.structs.replace(a, id=b.id) == b)
-            for a, b in zip(message.parts, body.parts, strict=True))
+        ok = (
+            message.role == "assistant"
+            and len(message.parts) == len(body.parts)
+            and all(
+                a == b
+                or (
+                    isinstance(a, ToolCall)
+                    and isinstance(b, ToolCall)
+                    and msgspec.structs.replace(a, id=b.id) == b
+                )
+                for a, b in zip(message.parts, body.parts, strict=True)
+            )
+        )
     elif isinstance(body, UserMessageAdded):
-        ok = message.role == "user" and message.text in (body.text, "(empty message)") \
+        ok = (
+            message.role == "user"
+            and message.text in (body.text, "(empty message)")
             and tuple(p for p in message.parts if isinstance(p, ImagePart)) == body.images
+        )
     elif isinstance(body, (NotificationAdded, RecallAdded)):
         ok = message.role == "user"
     else:
@@ -446,58 +520,75 @@ def check_decisions(view: Projection, packed: Packed) -> None:
         event = view.events[pos]
         assert decision.pos == pos, f"decision {pos} names position {decision.pos}"
         assert (decision.session, decision.seq, decision.kind) == (
-            event.session, event.seq, event.kind), (
+            event.session,
+            event.seq,
+            event.kind,
+        ), (
             f"decision {pos} names {decision.kind} {decision.session}#{decision.seq}, the "
-            f"event is {_where(view, pos)}")
+            f"event is {_where(view, pos)}"
+        )
         assert decision.decision in DECISIONS, (
-            f"{_where(view, pos)}: unknown decision {decision.decision!r}")
+            f"{_where(view, pos)}: unknown decision {decision.decision!r}"
+        )
         index = view.item_at.get(pos)
         if index is not None:
             if decision.decision in _PRESENT:
-                assert pos in present, (f"{_where(view, pos)} is {decision.decision} "
-                                        f"({decision.rule}) but not in the prompt")
+                assert pos in present, (
+                    f"{_where(view, pos)} is {decision.decision} "
+                    f"({decision.rule}) but not in the prompt"
+                )
                 i = present[pos]
                 assert decision.tokens == packed.message_tokens[i], (
                     f"{_where(view, pos)}: decision says {decision.tokens} tokens, message {i} "
-                    f"is counted as {packed.message_tokens[i]}")
+                    f"is counted as {packed.message_tokens[i]}"
+                )
                 if decision.decision == "verbatim":
                     why = _same_content(view, pos, packed.prompt.messages[i])
                     assert not why, f"{_where(view, pos)} is verbatim but message {i}: {why}"
             else:
                 assert decision.decision in _ABSENT, (
-                    f"{_where(view, pos)} is a model-visible event decided "
-                    f"{decision.decision!r}")
+                    f"{_where(view, pos)} is a model-visible event decided {decision.decision!r}"
+                )
                 assert pos not in present, (
                     f"{_where(view, pos)} is {decision.decision} ({decision.rule}) but message "
-                    f"{present[pos]} carries it")
+                    f"{present[pos]} carries it"
+                )
             continue
-        assert pos not in present, f"{_where(view, pos)} is not an item but message " \
-                                   f"{present.get(pos)} carries it"
+        assert pos not in present, (
+            f"{_where(view, pos)} is not an item but message {present.get(pos)} carries it"
+        )
         body = event.body
         if decision.decision == "verbatim" and isinstance(body, SystemSectionSet):
             found = [s for s in packed.prompt.system if s.name == body.name]
             assert found and found[0].text == body.text, (
                 f"{_where(view, pos)}: section {body.name!r} is verbatim but the prompt has "
-                f"{[s.name for s in packed.prompt.system]}")
+                f"{[s.name for s in packed.prompt.system]}"
+            )
         elif decision.decision == "verbatim" and isinstance(body, ToolsSet):
             assert packed.prompt.tools == body.tools, (
-                f"{_where(view, pos)}: tool set is verbatim but the prompt's tools differ")
+                f"{_where(view, pos)}: tool set is verbatim but the prompt's tools differ"
+            )
         elif decision.decision == "verbatim" and isinstance(body, CompactionCommitted):
             summary = [s for s in packed.prompt.system if s.name == "conversation_summary"]
             assert summary and body.summary in summary[0].text, (
-                f"{_where(view, pos)}: summary is shown but not in conversation_summary")
+                f"{_where(view, pos)}: summary is shown but not in conversation_summary"
+            )
         elif isinstance(body, (SystemSectionSet, ToolsSet, CompactionCommitted)):
             assert decision.decision == "dropped", (
-                f"{_where(view, pos)} is decided {decision.decision!r}")
+                f"{_where(view, pos)} is decided {decision.decision!r}"
+            )
         elif pos in view.rewound:
             assert decision.decision == "dropped", (
-                f"{_where(view, pos)} was rewound but is decided {decision.decision!r}")
+                f"{_where(view, pos)} was rewound but is decided {decision.decision!r}"
+            )
         else:
             assert decision.decision in ("not_a_prompt_event", "dropped"), (
-                f"{_where(view, pos)} is decided {decision.decision!r}")
+                f"{_where(view, pos)} is decided {decision.decision!r}"
+            )
     for pos, i in present.items():
         assert view.item_at.get(pos) is not None, (
-            f"message {i} comes from {_where(view, pos)}, not a model-visible event")
+            f"message {i} comes from {_where(view, pos)}, not a model-visible event"
+        )
 
 
 def _pending(view: Projection, unit: int) -> set[str]:
@@ -536,7 +627,8 @@ def check_protected(view: Projection, packed: Packed) -> None:
             decision = decisions[item.pos]
             assert decision.decision not in _REDUCED, (
                 f"{_where(view, item.pos)} is protected ({reason}) but was "
-                f"{decision.decision} ({decision.rule})")
+                f"{decision.decision} ({decision.rule})"
+            )
 
 
 def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError) -> None:
@@ -549,11 +641,13 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
     Raises:
         AssertionError: the packer gave up although the protected part fits.
     """
-    assert error.usable == policy.usable, (f"error names usable {error.usable}, the policy "
-                                           f"has {policy.usable}")
+    assert error.usable == policy.usable, (
+        f"error names usable {error.usable}, the policy has {policy.usable}"
+    )
     assert error.needed > error.usable, f"error needs {error.needed} <= usable {error.usable}"
     assert f"Over by {error.needed - error.usable} tokens" in str(error), (
-        f"the message does not say by how much: {error}")
+        f"the message does not say by how much: {error}"
+    )
     if not policy.trim:
         return
     policy = policy.resolved()  # as `pack` packs it
@@ -586,10 +680,12 @@ def check_overflow(view: Projection, policy: Policy, error: BudgetExceededError)
         floor += MESSAGE_OVERHEAD + view.counter.count(
             _MARKER + f" (positions {len(view.events)}-{len(view.events)}) was left out of "
             "this prompt to fit the context window; it is in the log: `turnlog log "
-            f"{view.events[-1].session if view.events else ''} --from {len(view.events)}`]")
+            f"{view.events[-1].session if view.events else ''} --from {len(view.events)}`]"
+        )
     assert floor > policy.usable, (
         f"BudgetExceededError ({error.needed} needed) although the protected part needs only "
-        f"{floor} of {policy.usable} usable tokens: {str(error)[:200]}")
+        f"{floor} of {policy.usable} usable tokens: {str(error)[:200]}"
+    )
 
 
 def check_summaries(view: Projection, packed: Packed, policy: Policy) -> None:
@@ -612,32 +708,37 @@ def check_summaries(view: Projection, packed: Packed, policy: Policy) -> None:
     decisions = packed.decisions
     if not decisions:
         return
-    if any(d.rule.split(".", 1)[0] not in _BUILTIN_RULES and d.rule != d.kind
-           for d in decisions):
+    if any(d.rule.split(".", 1)[0] not in _BUILTIN_RULES and d.rule != d.kind for d in decisions):
         return  # a custom stage changed the prompt after the summaries stage reported
     reports = [r for r in packed.stages if r.name == "summaries"]
     # (a custom stage may summarize items itself, under its own rule)
-    summarized = [d for d in decisions if d.decision == "summarized"
-                  and d.rule.startswith("summaries.")]
-    shown = [d.pos for d in decisions if d.kind == "compaction"
-             and d.decision == "verbatim"]
+    summarized = [
+        d for d in decisions if d.decision == "summarized" and d.rule.startswith("summaries.")
+    ]
+    shown = [d.pos for d in decisions if d.kind == "compaction" and d.decision == "verbatim"]
     if not reports or not reports[0].fired:
         assert not summarized, (
             f"the summaries stage did not fire ({reports[0].detail if reports else 'absent'})"
-            f" but {_where(view, summarized[0].pos)} is decided summarized")
-        assert not shown, (f"the summaries stage did not fire but the summary at "
-                           f"{_where(view, shown[0])} is decided shown")
+            f" but {_where(view, summarized[0].pos)} is decided summarized"
+        )
+        assert not shown, (
+            f"the summaries stage did not fire but the summary at "
+            f"{_where(view, shown[0])} is decided shown"
+        )
     else:
         report = reports[0]
         expected = f"{len(shown)} summaries shown, {len(summarized)} events summarized"
         assert report.detail == expected, (
-            f"the summaries stage reports {report.detail!r}; the decisions say {expected!r}")
+            f"the summaries stage reports {report.detail!r}; the decisions say {expected!r}"
+        )
         assert report.events == len(summarized), (
             f"the summaries stage counts {report.events} events; {len(summarized)} are "
-            "decided summarized")
+            "decided summarized"
+        )
     if packed.rules >= 2 and policy.summary_budget == 0:
-        assert not summarized, (f"summary_budget is 0 but {_where(view, summarized[0].pos)} "
-                                "is decided summarized")
+        assert not summarized, (
+            f"summary_budget is 0 but {_where(view, summarized[0].pos)} is decided summarized"
+        )
     spans: dict[int, tuple[int, int]] = {}
     for pos in view.compactions:
         body = view.events[pos].body
@@ -646,15 +747,19 @@ def check_summaries(view: Projection, packed: Packed, policy: Policy) -> None:
     for decision in summarized:
         detail = decision.detail
         assert detail.startswith("covered by compaction #"), (
-            f"{_where(view, decision.pos)} is summarized but names no compaction: {detail!r}")
+            f"{_where(view, decision.pos)} is summarized but names no compaction: {detail!r}"
+        )
         at = int(detail.removeprefix("covered by compaction #").split(" ", 1)[0])
-        assert at in spans, (f"{_where(view, decision.pos)} is summarized by position {at}, "
-                             "which is no committed compaction of the view")
+        assert at in spans, (
+            f"{_where(view, decision.pos)} is summarized by position {at}, "
+            "which is no committed compaction of the view"
+        )
         first, last = spans[at]
         if "completes a tool exchange" not in detail:
             assert first <= decision.pos <= last, (
                 f"{_where(view, decision.pos)} is summarized by compaction #{at}, whose span "
-                f"{first}-{last} does not hold it")
+                f"{first}-{last} does not hold it"
+            )
     for pos in shown:
         first, last = spans[pos]
         for covered in range(first, min(last + 1, len(decisions))):
@@ -663,7 +768,8 @@ def check_summaries(view: Projection, packed: Packed, policy: Policy) -> None:
             decision = decisions[covered]
             assert decision.decision != "trimmed", (
                 f"{_where(view, covered)} is covered by the shown summary #{pos} but decided "
-                f"trimmed ({decision.rule}): it is summarized")
+                f"trimmed ({decision.rule}): it is summarized"
+            )
 
 
 def check_packed(view: Projection, packed: Packed, policy: Policy) -> None:
@@ -678,8 +784,12 @@ def check_packed(view: Projection, packed: Packed, policy: Policy) -> None:
     check_summaries(view, packed, policy)
 
 
-def check_deterministic(view_factory: Callable[[], Projection], policy: Policy, *,
-                        stages: Sequence[tuple[str, Stage]] | None = None) -> Packed | None:
+def check_deterministic(
+    view_factory: Callable[[], Projection],
+    policy: Policy,
+    *,
+    stages: Sequence[tuple[str, Stage]] | None = None,
+) -> Packed | None:
     """Packing is a function of its inputs: two fresh projections give identical
     ``prompt.encode()`` and decisions, and so does packing the same projection again.
 
@@ -699,20 +809,29 @@ def check_deterministic(view_factory: Callable[[], Projection], policy: Policy, 
     for n, other in enumerate(results[1:], 1):
         label = "a fresh projection" if n == 1 else "the same projection packed again"
         if isinstance(first, str) or isinstance(other, str):
-            assert first == other, f"{label}: one pack raised, the other did not " \
-                                   f"({first if isinstance(first, str) else other})"
+            assert first == other, (
+                f"{label}: one pack raised, the other did not "
+                f"({first if isinstance(first, str) else other})"
+            )
             continue
         if first.prompt.encode() != other.prompt.encode():
-            raise AssertionError(f"{label} gives different prompt bytes: first difference "
-                                 f"at {first.prompt.first_difference(other.prompt)}")
+            raise AssertionError(
+                f"{label} gives different prompt bytes: first difference "
+                f"at {first.prompt.first_difference(other.prompt)}"
+            )
         assert first.decisions == other.decisions, f"{label} gives different decisions"
-        assert first.tokens == other.tokens, f"{label} gives {other.tokens} tokens, " \
-                                             f"not {first.tokens}"
+        assert first.tokens == other.tokens, (
+            f"{label} gives {other.tokens} tokens, not {first.tokens}"
+        )
     return None if isinstance(first, str) else first
 
 
-def check_all(view_factory: Callable[[], Projection], policy: Policy, *,
-              stages: Sequence[tuple[str, Stage]] | None = None) -> Packed | None:
+def check_all(
+    view_factory: Callable[[], Projection],
+    policy: Policy,
+    *,
+    stages: Sequence[tuple[str, Stage]] | None = None,
+) -> Packed | None:
     """Pack a fresh projection and run every checker, determinism included.
 
     A `BudgetExceededError` is accepted only when `check_overflow` confirms it.
@@ -732,8 +851,13 @@ def check_all(view_factory: Callable[[], Projection], policy: Policy, *,
     return packed
 
 
-def check_stage(stage_name: str, stage: Stage, session_items: Sequence[SessionItem],
-                policy: Policy, position: str = "before:trim") -> Packed | None:
+def check_stage(
+    stage_name: str,
+    stage: Stage,
+    session_items: Sequence[SessionItem],
+    policy: Policy,
+    position: str = "before:trim",
+) -> Packed | None:
     """Check a custom stage against every invariant on one session.
 
     Builds an in-memory log from ``session_items`` (see `sessions`), packs it with

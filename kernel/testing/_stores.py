@@ -76,12 +76,18 @@ def payloads(*, big: bool = True) -> st.SearchStrategy[Any]:
         text = st.one_of(_TEXT, _TEXT.filter(bool).map(lambda s: s * (70_000 // len(s) + 1)))
     return st.one_of(
         st.builds(UserMessageAdded, text=text),
-        st.builds(ToolResultAdded, call_id=st.just("call-1"), tool_name=st.just("bash"),
-                  output=text, is_error=st.booleans()),
+        st.builds(
+            ToolResultAdded,
+            call_id=st.just("call-1"),
+            tool_name=st.just("bash"),
+            output=text,
+            is_error=st.booleans(),
+        ),
         st.builds(NotificationAdded, source=st.just("watcher"), text=_TEXT),
-        st.builds(AssistantMessageAdded,
-                  parts=st.lists(st.builds(TextPart, text=_TEXT), min_size=1, max_size=3)
-                  .map(tuple)),
+        st.builds(
+            AssistantMessageAdded,
+            parts=st.lists(st.builds(TextPart, text=_TEXT), min_size=1, max_size=3).map(tuple),
+        ),
     )
 
 
@@ -94,14 +100,16 @@ def store_contents(store: Store) -> dict[str, Any]:
         heads = list(txn.sessions())
         try:
             cache: list[tuple[str, bytes, bytes]] | None = sorted(
-                (ns, bytes(k), bytes(v)) for ns, k, v in txn.cache_items())
+                (ns, bytes(k), bytes(v)) for ns, k, v in txn.cache_items()
+            )
         except StoreError:
             cache = None  # a store need not list its (derived) cache
         return {
             "sessions": heads,
-            "events": {name: [(seq, bytes(record))
-                              for seq, record in txn.scan(name, 0, None, every=True)]
-                       for name, _, _ in heads},
+            "events": {
+                name: [(seq, bytes(record)) for seq, record in txn.scan(name, 0, None, every=True)]
+                for name, _, _ in heads
+            },
             "blobs": sorted((digest, bytes(data)) for digest, data in txn.blobs()),
             "cache": cache,
         }
@@ -159,9 +167,16 @@ class StoreConformance:
     def reopen_log(self, log: Log) -> Log:
         """``log``'s store closed and opened again, in a new log."""
         store = self.reopen_store(log.store)
-        fresh = log if store is log.store else Log(
-            store, blob_threshold=log.blob_threshold, preview_chars=log.preview_head,
-            max_event_bytes=log.max_event_bytes)
+        fresh = (
+            log
+            if store is log.store
+            else Log(
+                store,
+                blob_threshold=log.blob_threshold,
+                preview_chars=log.preview_head,
+                max_event_bytes=log.max_event_bytes,
+            )
+        )
         self._logs.append(fresh)
         return fresh
 
@@ -205,13 +220,17 @@ class StoreConformance:
         with _raises(AppendConflictError):
             log.append("s", self.draft(UserMessageAdded(text="late")), expected_seq=3)
         assert store_contents(log.store) == before
-        assert log.append("s", self.draft(UserMessageAdded(text="on time")),
-                          expected_seq=0).first_seq == 1
+        assert (
+            log.append("s", self.draft(UserMessageAdded(text="on time")), expected_seq=0).first_seq
+            == 1
+        )
 
     def test_a_keyed_retry_returns_the_stored_positions_and_writes_nothing(self) -> None:
         log = self.open_log()
-        batch = [self.draft(UserMessageAdded(text="a"), key="k1"),
-                 self.draft(UserMessageAdded(text="b"), key="k2")]
+        batch = [
+            self.draft(UserMessageAdded(text="a"), key="k1"),
+            self.draft(UserMessageAdded(text="b"), key="k2"),
+        ]
         done = log.append("s", batch)
         before = store_contents(log.store)
         again = log.append("s", batch)
@@ -226,8 +245,10 @@ class StoreConformance:
         log.append("s", self.draft(UserMessageAdded(text="kept")))
         before = store_contents(log.store)
         with _raises(InvalidEventError):  # the second event is bad: the first is not written
-            log.append("s", [self.draft(UserMessageAdded(text="ok")),
-                             self.draft(SessionRewound(to_seq=99))])
+            log.append(
+                "s",
+                [self.draft(UserMessageAdded(text="ok")), self.draft(SessionRewound(to_seq=99))],
+            )
         assert store_contents(log.store) == before
 
         def write_then_fail(txn: WriteTxn) -> None:
@@ -254,9 +275,13 @@ class StoreConformance:
     def test_large_text_is_stored_once_as_a_blob_and_reads_back(self) -> None:
         log = self.open_log(blob_threshold=8_192, preview_chars=1_024)
         text = "0123456789" * 1_000
-        log.append("s", [self.draft(ToolResultAdded(call_id="c", tool_name="bash",
-                                                    output=text)),
-                         self.draft(UserMessageAdded(text=text))])
+        log.append(
+            "s",
+            [
+                self.draft(ToolResultAdded(call_id="c", tool_name="bash", output=text)),
+                self.draft(UserMessageAdded(text=text)),
+            ],
+        )
         events = log.read("s")
         refs = [getattr(e.body, "blob", None) for e in events]
         assert refs[0] is not None and refs[0] == refs[1]
@@ -290,20 +315,26 @@ class StoreConformance:
 
     def test_everything_survives_a_reopen(self) -> None:
         log = self.open_log(blob_threshold=8_192, preview_chars=1_024)
-        log.append("s", [self.draft(UserMessageAdded(text="x" * 10_000), key="k"),
-                         self.draft(UserMessageAdded(text="short"))])
+        log.append(
+            "s",
+            [
+                self.draft(UserMessageAdded(text="x" * 10_000), key="k"),
+                self.draft(UserMessageAdded(text="short")),
+            ],
+        )
         log.fork("s", 0, "f", time=3)
         before = store_contents(log.store)
         log = self.reopen_log(log)
         assert store_contents(log.store) == before and log.verify().ok
-        assert log.append("s", self.draft(UserMessageAdded(text="x" * 10_000),
-                                          key="k")).duplicate
+        assert log.append("s", self.draft(UserMessageAdded(text="x" * 10_000), key="k")).duplicate
         assert log.append("s", self.draft(UserMessageAdded(text="more"))).first_seq == 2
 
 
-def agreement_machine(factories: Mapping[str, StoreFactory], *,
-                      reopen: Mapping[str, Callable[[Store], Store]] | None = None,
-                      ) -> type[RuleBasedStateMachine]:
+def agreement_machine(
+    factories: Mapping[str, StoreFactory],
+    *,
+    reopen: Mapping[str, Callable[[Store], Store]] | None = None,
+) -> type[RuleBasedStateMachine]:
     """A state machine that drives one store of each factory with the same operations
     and requires them to agree on every result, error type, hash and stored byte.
 
@@ -345,21 +376,31 @@ def agreement_machine(factories: Mapping[str, StoreFactory], *,
                     outcomes.append(("ok", fn(log)))
                 except KernelError as exc:
                     outcomes.append(("error", type(exc)))
-            assert all(o == outcomes[0] for o in outcomes), dict(zip(self.names, outcomes,
-                                                                     strict=True))
+            assert all(o == outcomes[0] for o in outcomes), dict(
+                zip(self.names, outcomes, strict=True)
+            )
             return outcomes[0]
 
-        @rule(session=st.sampled_from(sessions), payloads=st.lists(payloads(), min_size=1,
-                                                                   max_size=4),
-              keyed=st.booleans(), expected=st.one_of(st.none(), st.integers(-1, 6)))
-        def append(self, session: str, payloads: list[Any], keyed: bool,
-                   expected: int | None) -> None:
+        @rule(
+            session=st.sampled_from(sessions),
+            payloads=st.lists(payloads(), min_size=1, max_size=4),
+            keyed=st.booleans(),
+            expected=st.one_of(st.none(), st.integers(-1, 6)),
+        )
+        def append(
+            self, session: str, payloads: list[Any], keyed: bool, expected: int | None
+        ) -> None:
             self.counter += 1
-            batch = [Draft(body=p, time=self.counter, meta={"n": self.counter, "i": i},
-                           key=f"k{self.counter}-{i}" if keyed else None)
-                     for i, p in enumerate(payloads)]
-            status, _ = self.all_logs(lambda log: log.append(session, batch,
-                                                             expected_seq=expected))
+            batch = [
+                Draft(
+                    body=p,
+                    time=self.counter,
+                    meta={"n": self.counter, "i": i},
+                    key=f"k{self.counter}-{i}" if keyed else None,
+                )
+                for i, p in enumerate(payloads)
+            ]
+            status, _ = self.all_logs(lambda log: log.append(session, batch, expected_seq=expected))
             if status == "ok":
                 self.sessions.add(session)
                 if keyed:
@@ -419,6 +460,7 @@ def agreement_machine(factories: Mapping[str, StoreFactory], *,
                     assert first[part] == other[part], f"{self.names[0]} and {name}: {part}"
             self.all_logs(lambda log: [log.read(h.session) for h in log.sessions()])
 
-    AgreementMachine.__name__ = AgreementMachine.__qualname__ = (
-        "AgreementMachine_" + "_".join(makers))
+    AgreementMachine.__name__ = AgreementMachine.__qualname__ = "AgreementMachine_" + "_".join(
+        makers
+    )
     return AgreementMachine

@@ -132,12 +132,21 @@ def build(log: Log, session: str, items: Sequence[SessionItem]) -> str:
         elif isinstance(item, Compact):
             flush()
             lineage = log.lineage(current)
-            digest = blake3.blake3(b"".join(
-                e.hash for e in lineage[item.first:item.last + 1])).hexdigest()
-            batch.append(CompactionCommitted(
-                first_seq=item.first, last_seq=item.last, covered_digest=digest,
-                summary=item.summary, level=item.level, children=item.children,
-                summarizer="turnlog.testing", reason="rollup" if item.level else "threshold"))
+            digest = blake3.blake3(
+                b"".join(e.hash for e in lineage[item.first : item.last + 1])
+            ).hexdigest()
+            batch.append(
+                CompactionCommitted(
+                    first_seq=item.first,
+                    last_seq=item.last,
+                    covered_digest=digest,
+                    summary=item.summary,
+                    level=item.level,
+                    children=item.children,
+                    summarizer="turnlog.testing",
+                    reason="rollup" if item.level else "threshold",
+                )
+            )
         else:
             batch.append(item)
     flush()
@@ -152,13 +161,13 @@ def project(log: Log, session: str, counter: TokenCounter | None = None) -> Proj
 
 
 # -- policies -------------------------------------------------------------------------------
-_WINDOWS = (2_000, 3_000, 4_000, 6_000, 8_000, 12_000, 16_000, 32_000, 64_000, 128_000,
-            200_000)
+_WINDOWS = (2_000, 3_000, 4_000, 6_000, 8_000, 12_000, 16_000, 32_000, 64_000, 128_000, 200_000)
 
 
 @st.composite
-def policies(draw: st.DrawFn, *, min_window: int = 2_000, max_window: int = 200_000,
-             stages: bool = True) -> Policy:
+def policies(
+    draw: st.DrawFn, *, min_window: int = 2_000, max_window: int = 200_000, stages: bool = True
+) -> Policy:
     """Valid policies over many budgets.
 
     Buffers or ratios, truncation limits, pruning protection and minimum savings
@@ -182,19 +191,19 @@ def policies(draw: st.DrawFn, *, min_window: int = 2_000, max_window: int = 200_
     reserve = int(window * draw(st.sampled_from((0.0, 0.05, 0.1, 0.125, 0.2, 0.3))))
     margin = draw(st.sampled_from((0, 0, 0, window // 100)))
     usable = window - reserve - margin
-    fractions = sorted(draw(st.lists(st.floats(0.0, 0.6), min_size=3, max_size=3)),
-                       reverse=True)
+    fractions = sorted(draw(st.lists(st.floats(0.0, 0.6), min_size=3, max_size=3)), reverse=True)
     use_ratio = draw(st.sampled_from(("buffer", "buffer", "ratio", "both")))
     thresholds: dict[str, Any] = {}
     for name, fraction in zip(("warning", "compact", "blocking"), fractions, strict=True):
         buffer = int(usable * fraction)
         thresholds[f"{name}_buffer"] = None if use_ratio == "ratio" else buffer
-        thresholds[f"{name}_ratio"] = (None if use_ratio == "buffer"
-                                       else round(1.0 - fraction, 3))
+        thresholds[f"{name}_ratio"] = None if use_ratio == "buffer" else round(1.0 - fraction, 3)
     big = usable > 40_000
     truncate_bytes = max(64, int(usable * draw(st.sampled_from((0.3, 0.6, 1.0, 2.0, 4.0)))))
     return Policy(
-        context_window=window, output_reserve=reserve, safety_margin=margin,
+        context_window=window,
+        output_reserve=reserve,
+        safety_margin=margin,
         **thresholds,
         truncate=not stages or draw(st.integers(0, 9)) > 0,
         truncate_lines=draw(st.sampled_from((20, 60, 200, 800, 2_000))),
@@ -220,39 +229,92 @@ def policies(draw: st.DrawFn, *, min_window: int = 2_000, max_window: int = 200_
 
 
 # -- sessions -------------------------------------------------------------------------------
-_FILES = ("src/app.py", "src/util.py", "src/models/user.py", "tests/test_app.py", "README.md",
-          "docs/guide.md")
-_WORDS = ("the", "value", "config", "parser", "request", "cache", "user", "session", "error",
-          "returns", "list", "index", "path", "token", "budget", "result", "check", "update",
-          "file", "line", "import", "test", "fails", "because", "handler", "timeout")
-_DECIDE = ("Based on the output, ", "The issue is that ", "I'll use the helper: ",
-           "Therefore ", "")
+_FILES = (
+    "src/app.py",
+    "src/util.py",
+    "src/models/user.py",
+    "tests/test_app.py",
+    "README.md",
+    "docs/guide.md",
+)
+_WORDS = (
+    "the",
+    "value",
+    "config",
+    "parser",
+    "request",
+    "cache",
+    "user",
+    "session",
+    "error",
+    "returns",
+    "list",
+    "index",
+    "path",
+    "token",
+    "budget",
+    "result",
+    "check",
+    "update",
+    "file",
+    "line",
+    "import",
+    "test",
+    "fails",
+    "because",
+    "handler",
+    "timeout",
+)
+_DECIDE = ("Based on the output, ", "The issue is that ", "I'll use the helper: ", "Therefore ", "")
 _SECTIONS = (("base", 0), ("environment", 10), ("memories", 20), ("mode", 30))
 _TOOLS = (
-    ToolSpec(name="Read", description="Read a file from the workspace.",
-             parameters='{"type":"object","properties":{"file_path":{"type":"string"},'
-                        '"offset":{"type":"integer"},"limit":{"type":"integer"}}}'),
-    ToolSpec(name="Edit", description="Replace a string in a file.",
-             parameters='{"type":"object","properties":{"file_path":{"type":"string"},'
-                        '"old_string":{"type":"string"},"new_string":{"type":"string"}}}'),
-    ToolSpec(name="Write", description="Write a whole file.",
-             parameters='{"type":"object","properties":{"file_path":{"type":"string"},'
-                        '"content":{"type":"string"}}}'),
-    ToolSpec(name="Grep", description="Search file contents with a regex.",
-             parameters='{"type":"object","properties":{"pattern":{"type":"string"},'
-                        '"path":{"type":"string"}}}'),
-    ToolSpec(name="Glob", description="List files matching a glob.",
-             parameters='{"type":"object","properties":{"pattern":{"type":"string"}}}'),
-    ToolSpec(name="Bash", description="Run a shell command.",
-             parameters='{"type":"object","properties":{"command":{"type":"string"}}}'),
+    ToolSpec(
+        name="Read",
+        description="Read a file from the workspace.",
+        parameters='{"type":"object","properties":{"file_path":{"type":"string"},'
+        '"offset":{"type":"integer"},"limit":{"type":"integer"}}}',
+    ),
+    ToolSpec(
+        name="Edit",
+        description="Replace a string in a file.",
+        parameters='{"type":"object","properties":{"file_path":{"type":"string"},'
+        '"old_string":{"type":"string"},"new_string":{"type":"string"}}}',
+    ),
+    ToolSpec(
+        name="Write",
+        description="Write a whole file.",
+        parameters='{"type":"object","properties":{"file_path":{"type":"string"},'
+        '"content":{"type":"string"}}}',
+    ),
+    ToolSpec(
+        name="Grep",
+        description="Search file contents with a regex.",
+        parameters='{"type":"object","properties":{"pattern":{"type":"string"},'
+        '"path":{"type":"string"}}}',
+    ),
+    ToolSpec(
+        name="Glob",
+        description="List files matching a glob.",
+        parameters='{"type":"object","properties":{"pattern":{"type":"string"}}}',
+    ),
+    ToolSpec(
+        name="Bash",
+        description="Run a shell command.",
+        parameters='{"type":"object","properties":{"command":{"type":"string"}}}',
+    ),
 )
 
 
 class _Sim:
     """The simulated agent behind `sessions`: what has been said, which calls are open."""
 
-    def __init__(self, draw: st.DrawFn, seed: int, max_events: int, options: dict[str, bool],
-                 ) -> None:
+    def __init__(
+        self,
+        draw: st.DrawFn,
+        seed: int,
+        max_events: int,
+        options: dict[str, bool],
+    ) -> None:
         self.draw = draw
         self.rng = random.Random(seed)
         self.max_events = max_events
@@ -297,14 +359,17 @@ class _Sim:
         version = self.versions.get(path, 0)
         rng = random.Random(f"{path}:{version}")
         size = 400 if path.endswith(".md") else rng.randint(15, 120)
-        return [f"{i + 1:6d}\t{'    ' * rng.randint(0, 2)}{rng.choice(_WORDS)}_{i} = "
-                f"{rng.choice(_WORDS)}({rng.randint(0, 999)})  # v{version}"
-                for i in range(size)]
+        return [
+            f"{i + 1:6d}\t{'    ' * rng.randint(0, 2)}{rng.choice(_WORDS)}_{i} = "
+            f"{rng.choice(_WORDS)}({rng.randint(0, 999)})  # v{version}"
+            for i in range(size)
+        ]
 
     def big_text(self, lines: int, width: int) -> str:
         base = self.rng.randint(0, 10**6)
-        return "\n".join(f"[{base + i}] {self.words(1)} " + "x" * (width + i % 7)
-                         for i in range(lines))
+        return "\n".join(
+            f"[{base + i}] {self.words(1)} " + "x" * (width + i % 7) for i in range(lines)
+        )
 
     # -- events
     def user(self) -> None:
@@ -326,9 +391,13 @@ class _Sim:
         n = self.draw(st.integers(0, 4)) if calls is None else calls
         parts: list[Part] = []
         if self.draw(st.integers(0, 3)) == 0:
-            parts.append(ReasoningPart(text=self.words(self.draw(st.integers(3, 60))),
-                                       opaque="sig" * self.draw(st.integers(0, 20)),
-                                       provider="anthropic"))
+            parts.append(
+                ReasoningPart(
+                    text=self.words(self.draw(st.integers(3, 60))),
+                    opaque="sig" * self.draw(st.integers(0, 20)),
+                    provider="anthropic",
+                )
+            )
         text = self.rng.choice(_DECIDE) + self.words(self.draw(st.integers(0, 40)))
         if self.draw(st.integers(0, 2)) == 0:
             text += f" See {self.rng.choice(_FILES)}."
@@ -355,33 +424,56 @@ class _Sim:
         """A provider's compaction (either format's), then text, as the API returns it."""
         summary = self.words(self.draw(st.integers(3, 40)))
         if self.draw(st.booleans()):
-            part = NativePart(format="anthropic", item_type="compaction",
-                              data=json.dumps({"type": "compaction", "content": summary}),
-                              text=summary)
+            part = NativePart(
+                format="anthropic",
+                item_type="compaction",
+                data=json.dumps({"type": "compaction", "content": summary}),
+                text=summary,
+            )
         else:
-            part = NativePart(format="openai-responses", item_type="compaction",
-                              data=json.dumps({"type": "compaction", "id": f"cmp_{self.pos}",
-                                               "encrypted_content": "gAAAA" + "Zm9v" * len(
-                                                   summary)}))
-        self.emit(AssistantMessageAdded(parts=(part, TextPart(text=self.words(5))),
-                                        model="test-model"))
+            part = NativePart(
+                format="openai-responses",
+                item_type="compaction",
+                data=json.dumps(
+                    {
+                        "type": "compaction",
+                        "id": f"cmp_{self.pos}",
+                        "encrypted_content": "gAAAA" + "Zm9v" * len(summary),
+                    }
+                ),
+            )
+        self.emit(
+            AssistantMessageAdded(parts=(part, TextPart(text=self.words(5))), model="test-model")
+        )
 
     def call(self) -> tuple[str, dict[str, Any]]:
-        tool = self.draw(st.sampled_from(("Read", "Read", "Read", "Edit", "Write", "Grep",
-                                          "Glob", "Bash", "Bash")))
-        path = self.draw(st.sampled_from(_FILES[:3])) if self.draw(st.integers(0, 4)) \
+        tool = self.draw(
+            st.sampled_from(
+                ("Read", "Read", "Read", "Edit", "Write", "Grep", "Glob", "Bash", "Bash")
+            )
+        )
+        path = (
+            self.draw(st.sampled_from(_FILES[:3]))
+            if self.draw(st.integers(0, 4))
             else self.draw(st.sampled_from(_FILES))
+        )
         if self.touched and self.draw(st.integers(0, 2)) == 0:
             path = self.touched[-1]  # back to the file just read, searched or edited
         self.touched.append(path)
         if tool == "Read":
             if self.draw(st.integers(0, 4)) == 0:
-                return tool, {"file_path": path, "offset": self.draw(st.integers(1, 50)),
-                              "limit": 20}
+                return tool, {
+                    "file_path": path,
+                    "offset": self.draw(st.integers(1, 50)),
+                    "limit": 20,
+                }
             return tool, {"file_path": path}
         if tool == "Edit":
-            return tool, {"file_path": path, "old_string": self.words(3),
-                          "new_string": self.words(3)}
+            return tool, {
+                "file_path": path,
+                "old_string": self.words(3),
+                "new_string": self.words(3),
+            }
         if tool == "Write":
             return tool, {"file_path": path, "content": self.words(20)}
         if tool == "Grep":
@@ -389,8 +481,11 @@ class _Sim:
             return tool, {"pattern": self.rng.choice(_WORDS), "path": target}
         if tool == "Glob":
             return tool, {"pattern": self.draw(st.sampled_from(("**/*.py", "src/*", "*.md")))}
-        command = self.draw(st.sampled_from(("pytest -q", "ls -la", "git status",
-                                             "python -m build", "cat src/app.py")))
+        command = self.draw(
+            st.sampled_from(
+                ("pytest -q", "ls -la", "git status", "python -m build", "cat src/app.py")
+            )
+        )
         return tool, {"command": command}
 
     def output(self, tool: str, args: dict[str, Any]) -> tuple[str, bool, int | None]:
@@ -398,14 +493,17 @@ class _Sim:
         path = args.get("file_path") or args.get("path") or ""
         if self.draw(st.integers(0, 9)) == 0:
             code = self.draw(st.sampled_from((1, 2, 127)))
-            return (f"Error: {self.words(6)} ({path or args.get('command', '')})",
-                    True, code if tool == "Bash" else None)
+            return (
+                f"Error: {self.words(6)} ({path or args.get('command', '')})",
+                True,
+                code if tool == "Bash" else None,
+            )
         size = self.draw(st.integers(0, 29))
         if tool == "Read":
             lines = self.file_text(path)
             if "offset" in args:
                 start = int(args["offset"])
-                lines = lines[start:start + int(args.get("limit", 20))]
+                lines = lines[start : start + int(args.get("limit", 20))]
             return "\n".join(lines), False, None
         if tool in ("Edit", "Write"):
             self.versions[path] = self.versions.get(path, 0) + 1
@@ -425,26 +523,42 @@ class _Sim:
 
     def result(self, call_id: str, *, orphan: bool = False) -> None:
         if orphan:
-            self.emit(ToolResultAdded(call_id=f"unknown_{self.pos}", tool_name="Bash",
-                                      output="late output of a call nobody made"))
+            self.emit(
+                ToolResultAdded(
+                    call_id=f"unknown_{self.pos}",
+                    tool_name="Bash",
+                    output="late output of a call nobody made",
+                )
+            )
             return
         tool, args, _ = self.open.pop(call_id)
         output, is_error, code = self.output(tool, args)
         self.last_output = output
-        self.emit(ToolResultAdded(call_id=call_id, tool_name=tool, output=output,
-                                  is_error=is_error, exit_code=code))
+        self.emit(
+            ToolResultAdded(
+                call_id=call_id, tool_name=tool, output=output, is_error=is_error, exit_code=code
+            )
+        )
 
     def notification(self) -> None:
         huge = self.draw(st.integers(0, 9)) == 0
         text = self.big_text(200, 20) if huge else f"File {self.rng.choice(_FILES)} changed."
-        self.emit(NotificationAdded(source=self.draw(st.sampled_from(("watcher", "jobs",
-                                                                       "child-agent"))),
-                                    text=text))
+        self.emit(
+            NotificationAdded(
+                source=self.draw(st.sampled_from(("watcher", "jobs", "child-agent"))), text=text
+            )
+        )
 
     def recall(self) -> None:
-        hits = tuple(RecallHit(session="past", seq=i, text=self.words(self.draw(
-            st.integers(5, 200))), score=f"0.{9 - i}") for i in range(self.draw(st.integers(0,
-                                                                                          5))))
+        hits = tuple(
+            RecallHit(
+                session="past",
+                seq=i,
+                text=self.words(self.draw(st.integers(5, 200))),
+                score=f"0.{9 - i}",
+            )
+            for i in range(self.draw(st.integers(0, 5)))
+        )
         self.emit(RecallAdded(query=self.words(3), hits=hits, searcher="bm25"))
 
     def section(self, *, initial: bool = False) -> None:
@@ -456,8 +570,9 @@ class _Sim:
             return
         self.sections.add(name)
         size = self.draw(st.sampled_from((10, 40, 150)))
-        self.emit(SystemSectionSet(name=name, text=f"# {name}\n{self.words(size)}",
-                                   position=position))
+        self.emit(
+            SystemSectionSet(name=name, text=f"# {name}\n{self.words(size)}", position=position)
+        )
 
     def tools(self) -> None:
         count = self.draw(st.integers(2, len(_TOOLS)))
@@ -471,8 +586,9 @@ class _Sim:
         candidates = self.item_positions(self.own_seq)
         if not candidates:
             return
-        chosen = sorted(set(self.draw(st.lists(st.sampled_from(candidates), min_size=1,
-                                               max_size=3))))
+        chosen = sorted(
+            set(self.draw(st.lists(st.sampled_from(candidates), min_size=1, max_size=3)))
+        )
         self.emit(EventsPinned(seqs=tuple(chosen), pinned=self.draw(st.integers(0, 5)) > 0))
 
     def rewind(self) -> None:
@@ -491,9 +607,15 @@ class _Sim:
         if len(kids) == 2 and max(k[2] for k in kids) <= below and self.draw(st.booleans()):
             first = min(k[1] for k in kids)
             last = max(k[2] for k in kids)
-            self.items.append(Compact(first=first, last=last, level=1,
-                                      children=tuple(k[0] for k in kids),
-                                      summary="Roll-up: " + self.words(30)))
+            self.items.append(
+                Compact(
+                    first=first,
+                    last=last,
+                    level=1,
+                    children=tuple(k[0] for k in kids),
+                    summary="Roll-up: " + self.words(30),
+                )
+            )
             self.compactions.append((self.pos, first, last, 1))
             self.kinds.append("compaction")
             return
@@ -501,9 +623,13 @@ class _Sim:
             return
         first = self.draw(st.integers(0, below - 1))
         last = self.draw(st.integers(first, min(below, first + 20)))
-        self.items.append(Compact(first=first, last=last,
-                                  summary=f"Summary of {first}-{last}: "
-                                          + self.words(self.draw(st.integers(5, 120)))))
+        self.items.append(
+            Compact(
+                first=first,
+                last=last,
+                summary=f"Summary of {first}-{last}: " + self.words(self.draw(st.integers(5, 120))),
+            )
+        )
         self.compactions.append((self.pos, first, last, 0))
         self.kinds.append("compaction")
 
@@ -542,8 +668,11 @@ class _Sim:
             self.tools()
         if self.draw(st.integers(0, 9)):
             self.user()
-        actions = ["turn"] * 6 + ["exchange"] * 4 + ["notification", "recall", "recall", "late",
-                                                     "orphan", "section", "pin"]
+        actions = (
+            ["turn"] * 6
+            + ["exchange"] * 4
+            + ["notification", "recall", "recall", "late", "orphan", "section", "pin"]
+        )
         if opts["compactions"]:
             actions.append("compact")
         if opts["rewinds"]:
@@ -589,9 +718,15 @@ class _Sim:
 
 
 @st.composite
-def sessions(draw: st.DrawFn, *, max_events: int = 60, forks: bool = True,
-             rewinds: bool = True, compactions: bool = True,
-             native: bool = False) -> list[SessionItem]:
+def sessions(
+    draw: st.DrawFn,
+    *,
+    max_events: int = 60,
+    forks: bool = True,
+    rewinds: bool = True,
+    compactions: bool = True,
+    native: bool = False,
+) -> list[SessionItem]:
     """Realistic agent sessions, as a list of payloads, `Draft` s and markers.
 
     A session sets system sections (and later changes or removes them) and a
@@ -611,16 +746,22 @@ def sessions(draw: st.DrawFn, *, max_events: int = 60, forks: bool = True,
             `NativePart`, which replaces the conversation before it in prompts).
     """
     seed = draw(st.integers(0, 2**32 - 1))
-    options = {"forks": forks, "rewinds": rewinds, "compactions": compactions,
-               "native": native}
+    options = {"forks": forks, "rewinds": rewinds, "compactions": compactions, "native": native}
     limit = draw(st.integers(1, max(1, max_events)))
     return _Sim(draw, seed, limit, options).run()
 
 
 @st.composite
-def long_turns(draw: st.DrawFn, *, min_steps: int = 20, max_steps: int = 300,
-               giants: bool = True, reused_ids: bool = True, freeform: bool = True,
-               compactions: bool = True) -> list[SessionItem]:
+def long_turns(
+    draw: st.DrawFn,
+    *,
+    min_steps: int = 20,
+    max_steps: int = 300,
+    giants: bool = True,
+    reused_ids: bool = True,
+    freeform: bool = True,
+    compactions: bool = True,
+) -> list[SessionItem]:
     """Long autonomous turns: one user message, then hundreds of model steps.
 
     What coding agents do on one instruction (a step: an assistant message with 0-3
@@ -674,27 +815,50 @@ def long_turns(draw: st.DrawFn, *, min_steps: int = 20, max_steps: int = 300,
                 call_id = f"call_{n}"
             used.append(call_id)
             if rng.random() < free:
-                arguments = f"*** Begin Patch\n*** Update File: {rng.choice(_FILES)}\n" \
-                            f"-{words(8)}\n+{words(8)}\n*** End Patch"
+                arguments = (
+                    f"*** Begin Patch\n*** Update File: {rng.choice(_FILES)}\n"
+                    f"-{words(8)}\n+{words(8)}\n*** End Patch"
+                )
                 if big and rng.random() < 0.5:
                     arguments += "\n" + giant()
-                calls.append(ToolCall(id=call_id, name="apply_patch", arguments=arguments,
-                                      freeform=True))
+                calls.append(
+                    ToolCall(id=call_id, name="apply_patch", arguments=arguments, freeform=True)
+                )
             elif big and rng.random() < 0.5:
-                calls.append(ToolCall(id=call_id, name="Write", arguments=json.dumps(
-                    {"file_path": rng.choice(_FILES), "content": giant()})))
+                calls.append(
+                    ToolCall(
+                        id=call_id,
+                        name="Write",
+                        arguments=json.dumps({"file_path": rng.choice(_FILES), "content": giant()}),
+                    )
+                )
             else:
-                calls.append(ToolCall(id=call_id, name="Bash", arguments=json.dumps(
-                    {"command": f"grep -n {rng.choice(_WORDS)} {rng.choice(_FILES)}"})))
+                calls.append(
+                    ToolCall(
+                        id=call_id,
+                        name="Bash",
+                        arguments=json.dumps(
+                            {"command": f"grep -n {rng.choice(_WORDS)} {rng.choice(_FILES)}"}
+                        ),
+                    )
+                )
         text = giant() if big and not calls else words(rng.randint(3, 40))
         items.append(AssistantMessageAdded(parts=(TextPart(text=text), *calls)))
         for call in calls:
             if rng.random() < 0.03:
                 continue  # never answered
-            output = giant() if big and rng.random() < 0.3 else "\n".join(
-                f"{rng.choice(_FILES)}:{i}: {words(8)}" for i in range(rng.randint(1, 30)))
-            items.append(ToolResultAdded(call_id=call.id, tool_name=call.name, output=output,
-                                         is_error=rng.random() < 0.1))
+            output = (
+                giant()
+                if big and rng.random() < 0.3
+                else "\n".join(
+                    f"{rng.choice(_FILES)}:{i}: {words(8)}" for i in range(rng.randint(1, 30))
+                )
+            )
+            items.append(
+                ToolResultAdded(
+                    call_id=call.id, tool_name=call.name, output=output, is_error=rng.random() < 0.1
+                )
+            )
         if big and rng.random() < 0.2:
             items.append(UserMessageAdded(text=giant()))  # a giant message mid-session
     positions = len(items)
@@ -703,6 +867,11 @@ def long_turns(draw: st.DrawFn, *, min_steps: int = 20, max_steps: int = 300,
             break
         last = rng.randint(1, positions - 2)
         first = rng.randint(0, last)
-        items.append(Compact(first=first, last=last,
-                             summary=f"Summary {k} of positions {first}-{last}: {words(30)}"))
+        items.append(
+            Compact(
+                first=first,
+                last=last,
+                summary=f"Summary {k} of positions {first}-{last}: {words(30)}",
+            )
+        )
     return items

@@ -44,89 +44,141 @@ def _ms(value: float | None) -> str:
 
 
 def log_rows(root: str) -> list[Row]:
-    args = argparse.Namespace(events=10_000, durable=300, repeat=1,
-                              seed=bench_log.DEFAULTS["seed"], only=None, dir=root,
-                              no_docs=True, quick=True, profile=None)
+    args = argparse.Namespace(
+        events=10_000,
+        durable=300,
+        repeat=1,
+        seed=bench_log.DEFAULTS["seed"],
+        only=None,
+        dir=root,
+        no_docs=True,
+        quick=True,
+        profile=None,
+    )
     results = bench_log.run_all(args)
     batched, durable, read, verify, strict = bench_log.ROWS
     names = dict(zip(bench_log.COLUMNS[:4], PEERS[:4], strict=True))
-    measures = {batched: "append, 100 events per commit (10,000 events)",
-                durable: "append, one event per durable commit (fsync)",
-                read: "read every event back (decoded)",
-                verify: "verify the hash chain (turnlog also checks positions and blobs)",
-                strict: "verify --strict (turnlog also decodes every record and proves it "
-                        "canonical)"}
-    return [(measures[row], {names[col]: _rate(results.get((row, col)))
-                             for col in bench_log.COLUMNS[:4]})
-            for row in bench_log.ROWS]
+    measures = {
+        batched: "append, 100 events per commit (10,000 events)",
+        durable: "append, one event per durable commit (fsync)",
+        read: "read every event back (decoded)",
+        verify: "verify the hash chain (turnlog also checks positions and blobs)",
+        strict: "verify --strict (turnlog also decodes every record and proves it canonical)",
+    }
+    return [
+        (
+            measures[row],
+            {names[col]: _rate(results.get((row, col))) for col in bench_log.COLUMNS[:4]},
+        )
+        for row in bench_log.ROWS
+    ]
 
 
 def pack_rows(root: str) -> list[Row]:
     import tiktoken
 
-    args = argparse.Namespace(sizes=[1_000, 10_000], repeat=3,
-                              appends=bench_pack.DEFAULTS["appends"],
-                              seed=bench_pack.DEFAULTS["seed"], dir=root, no_memory=True,
-                              no_docs=True, quick=True, profile=None, events=10_000)
+    args = argparse.Namespace(
+        sizes=[1_000, 10_000],
+        repeat=3,
+        appends=bench_pack.DEFAULTS["appends"],
+        seed=bench_pack.DEFAULTS["seed"],
+        dir=root,
+        no_memory=True,
+        no_docs=True,
+        quick=True,
+        profile=None,
+        events=10_000,
+    )
     encoding = tiktoken.get_encoding(bench_pack.ENCODING)
     rows: list[Row] = []
     for n in args.sizes:
         r: dict[str, Any] = bench_pack.run_size(n, args, encoding).results
         trim = f"{_ms(r.get('trim'))} (with a memoized counter: {_ms(r.get('trim_memo'))})"
         rows += [
-            (f"cold pack of {n:,} events (empty / warm token-count cache)",
-             {"turnlog": f"{_ms(r.get('cold'))} / {_ms(r.get('warm'))}",
-              PEERS[4]: trim}),
-            (f"pack after one more event, {n:,} events (median / p90)",
-             {"turnlog": f"{_ms(r.get('incremental'))} / {_ms(r.get('incremental_p90'))}",
-              PEERS[4]: f"{trim} (trims the whole list again)"}),
-            (f"replay a recorded request of {n:,} events (new Packer: read, project, "
-             f"pack, compare)", {"turnlog": _ms(r.get("replay"))}),
+            (
+                f"cold pack of {n:,} events (empty / warm token-count cache)",
+                {"turnlog": f"{_ms(r.get('cold'))} / {_ms(r.get('warm'))}", PEERS[4]: trim},
+            ),
+            (
+                f"pack after one more event, {n:,} events (median / p90)",
+                {
+                    "turnlog": f"{_ms(r.get('incremental'))} / {_ms(r.get('incremental_p90'))}",
+                    PEERS[4]: f"{trim} (trims the whole list again)",
+                },
+            ),
+            (
+                f"replay a recorded request of {n:,} events (new Packer: read, project, "
+                f"pack, compare)",
+                {"turnlog": _ms(r.get("replay"))},
+            ),
         ]
     return rows
 
 
 def load_rows(root: str) -> list[Row]:
     append = load_append.run(os.path.join(root, "append"), procs=4, seconds=10.0, sync=True)
-    soak = load_soak.run(os.path.join(root, "soak"), events=20_000, sessions=40, active=10,
-                         cached=16, every=5_000, progress=False)
+    soak = load_soak.run(
+        os.path.join(root, "soak"),
+        events=20_000,
+        sessions=40,
+        active=10,
+        cached=16,
+        every=5_000,
+        progress=False,
+    )
     first, last = soak[0], soak[-1]
     return [
-        ("4 processes appending to one shared session (expected_seq, retry on conflict) "
-         "and each to its own, fsync, 10 s",
-         {"turnlog": f"{append['events_per_s']:,.0f} events/s to the shared session "
-                     f"({append['store_events_per_s']:,.0f}/s with each worker's own); "
-                     f"{append['conflict_rate']:.0%} of attempts conflicted; retries per "
-                     f"event mean {append['retries_mean']:.2f}, max "
-                     f"{append['retries_max']}; nothing lost or duplicated"}),
-        ("soak: 20,000 events over 40 sessions (10 at a time), packed every turn",
-         {"turnlog": f"pack p50 {first['pack_ms_p50']:.2f} → {last['pack_ms_p50']:.2f} ms, "
-                     f"p99 {first['pack_ms_p99']:.2f} → {last['pack_ms_p99']:.2f} ms (first → "
-                     f"last 5,000 events); heap {first['heap_mb']} → {last['heap_mb']} MiB"}),
+        (
+            "4 processes appending to one shared session (expected_seq, retry on conflict) "
+            "and each to its own, fsync, 10 s",
+            {
+                "turnlog": f"{append['events_per_s']:,.0f} events/s to the shared session "
+                f"({append['store_events_per_s']:,.0f}/s with each worker's own); "
+                f"{append['conflict_rate']:.0%} of attempts conflicted; retries per "
+                f"event mean {append['retries_mean']:.2f}, max "
+                f"{append['retries_max']}; nothing lost or duplicated"
+            },
+        ),
+        (
+            "soak: 20,000 events over 40 sessions (10 at a time), packed every turn",
+            {
+                "turnlog": f"pack p50 {first['pack_ms_p50']:.2f} → {last['pack_ms_p50']:.2f} ms, "
+                f"p99 {first['pack_ms_p99']:.2f} → {last['pack_ms_p99']:.2f} ms (first → "
+                f"last 5,000 events); heap {first['heap_mb']} → {last['heap_mb']} MiB"
+            },
+        ),
     ]
 
 
 def render(rows: list[Row], seconds: float, load: tuple[float, float]) -> str:
-    lines = [BEGIN, "",
-             "Command: `python -m tests.bench` (from the repository root). One run of "
-             "everything at small sizes, every system in the same run; the full-size runs "
-             "are in the sections below. Rates are events per second (time per event); "
-             "`trim_messages` has no incremental mode, so it trims the whole list for every "
-             "request.", "",
-             f"Machine: {bench_log.machine()}. Load average (1 min) {load[0]:.2f} before, "
-             f"{load[1]:.2f} after; the run took {seconds:.0f} s on "
-             f"{platform.python_implementation()} {platform.python_version()}.", "",
-             "| measure | " + " | ".join(PEERS) + " |",
-             "| --- | " + " | ".join("---" for _ in PEERS) + " |"]
-    lines += [f"| {what} | " + " | ".join(cells.get(col, "") for col in PEERS) + " |"
-              for what, cells in rows]
+    lines = [
+        BEGIN,
+        "",
+        "Command: `python -m tests.bench` (from the repository root). One run of "
+        "everything at small sizes, every system in the same run; the full-size runs "
+        "are in the sections below. Rates are events per second (time per event); "
+        "`trim_messages` has no incremental mode, so it trims the whole list for every "
+        "request.",
+        "",
+        f"Machine: {bench_log.machine()}. Load average (1 min) {load[0]:.2f} before, "
+        f"{load[1]:.2f} after; the run took {seconds:.0f} s on "
+        f"{platform.python_implementation()} {platform.python_version()}.",
+        "",
+        "| measure | " + " | ".join(PEERS) + " |",
+        "| --- | " + " | ".join("---" for _ in PEERS) + " |",
+    ]
+    lines += [
+        f"| {what} | " + " | ".join(cells.get(col, "") for col in PEERS) + " |"
+        for what, cells in rows
+    ]
     lines += ["", END]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--no-docs", action="store_true", help="print only")
     parser.add_argument("--dir", default=None, help="where to put the stores (default: temp)")
     args = parser.parse_args(argv)

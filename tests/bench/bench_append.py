@@ -50,13 +50,17 @@ def measure() -> dict[str, float]:
     drafts = make_events(20240601, BATCHED)
     durable = make_events(20240602, DURABLE)
     fast = make_events(20240603, FAST)
-    records = {"batched": stored_records(drafts), "durable": stored_records(durable),
-               "fast": stored_records(fast)}  # also warms every code path up
+    records = {
+        "batched": stored_records(drafts),
+        "durable": stored_records(durable),
+        "fast": stored_records(fast),
+    }  # also warms every code path up
     gc.collect()
     gc.freeze()
     root = tempfile.mkdtemp(prefix="turnlog-bench-append-")
     out: dict[str, float] = {}
     try:
+
         def turnlog_run(name: str, events: list[turnlog.Draft], batch: int, sync: bool) -> None:
             path = os.path.join(root, name)
             log = turnlog.Log(turnlog.stores.LMDBStore(path, sync=sync))
@@ -66,19 +70,25 @@ def measure() -> dict[str, float]:
                     log.append(SESSION, event)
             else:
                 for i in range(0, len(events), batch):
-                    log.append(SESSION, events[i:i + batch])
+                    log.append(SESSION, events[i : i + batch])
             out[name] = (time.perf_counter() - start) / len(events) * 1e6
             log.close()
 
         def raw_run(name: str, stored: list[bytes], batch: int, sync: bool) -> None:
-            env = lmdb.open(os.path.join(root, name), map_size=1 << 30, max_dbs=2, sync=sync,
-                            metasync=sync, readahead=False)
+            env = lmdb.open(
+                os.path.join(root, name),
+                map_size=1 << 30,
+                max_dbs=2,
+                sync=sync,
+                metasync=sync,
+                readahead=False,
+            )
             db = env.open_db(b"events")
             key, prefix = struct.Struct(">Q").pack, SESSION.encode() + b"\x00"
             start = time.perf_counter()
             for i in range(0, len(stored), batch):
                 with env.begin(write=True, db=db) as txn:
-                    for j, record in enumerate(stored[i:i + batch], i):
+                    for j, record in enumerate(stored[i : i + batch], i):
                         txn.put(prefix + key(j), record, append=True)
             out[name] = (time.perf_counter() - start) / len(stored) * 1e6
             env.close()
@@ -101,8 +111,14 @@ def _round(checkout: Path) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="turnlog-bench-kernel-") as tmp:
         os.symlink(checkout / "kernel", Path(tmp) / "turnlog")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([tmp, str(ROOT)]))
-        done = subprocess.run([sys.executable, "-m", "tests.bench.bench_append", "--one"],
-                              env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.bench.bench_append", "--one"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if done.returncode:
             raise SystemExit(f"a round failed for {checkout}:\n{done.stderr}")
         figures: dict[str, float] = json.loads(done.stdout)
@@ -121,23 +137,33 @@ def main() -> None:
     sides = {"this": ROOT}
     if args.against is not None:
         sides = {"against": args.against.resolve(), "this": ROOT}
-    load = Path("/proc/loadavg").read_text().split()[:3] if os.path.exists("/proc/loadavg") \
+    load = (
+        Path("/proc/loadavg").read_text().split()[:3]
+        if os.path.exists("/proc/loadavg")
         else ["?"] * 3
+    )
     runs: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
     for n in range(args.rounds):
         order = list(sides) if n % 2 == 0 else list(sides)[::-1]
         for side in order:
             for name, value in _round(sides[side]).items():
                 runs[side].setdefault(name, []).append(value)
-    after = Path("/proc/loadavg").read_text().split()[:3] if os.path.exists("/proc/loadavg") \
+    after = (
+        Path("/proc/loadavg").read_text().split()[:3]
+        if os.path.exists("/proc/loadavg")
         else ["?"] * 3
-    print(f"load average {' '.join(load)} before, {' '.join(after)} after; median of "
-          f"{args.rounds} rounds, us per event [each round]")
+    )
+    print(
+        f"load average {' '.join(load)} before, {' '.join(after)} after; median of "
+        f"{args.rounds} rounds, us per event [each round]"
+    )
     for name in runs["this"]:
         for i, side in enumerate(sides):
             values = runs[side][name]
-            print(f"  {name if i == 0 else '':30} {side:8} {statistics.median(values):8.2f}  "
-                  f"[{', '.join(f'{v:.2f}' for v in values)}]")
+            print(
+                f"  {name if i == 0 else '':30} {side:8} {statistics.median(values):8.2f}  "
+                f"[{', '.join(f'{v:.2f}' for v in values)}]"
+            )
 
 
 if __name__ == "__main__":

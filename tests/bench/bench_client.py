@@ -44,6 +44,7 @@ def async_pooled(url: str, n: int) -> None:
         async with httpx.AsyncClient() as client:
             for _ in range(n):
                 await asend(FORMAT, BODY, api_key="k", base_url=url, client=client)
+
     asyncio.run(main())
 
 
@@ -51,9 +52,13 @@ def async_concurrent(url: str, n: int) -> None:
     async def main() -> None:
         async with httpx.AsyncClient() as client:
             for start in range(0, n, 20):
-                await asyncio.gather(*[asend(FORMAT, BODY, api_key="k", base_url=url,
-                                             client=client)
-                                       for _ in range(min(20, n - start))])
+                await asyncio.gather(
+                    *[
+                        asend(FORMAT, BODY, api_key="k", base_url=url, client=client)
+                        for _ in range(min(20, n - start))
+                    ]
+                )
+
     asyncio.run(main())
 
 
@@ -78,8 +83,10 @@ def main() -> None:
                 case(url, n)
                 times.append((time.perf_counter() - start) / n)
                 connections = server.connections
-        print(f"{name:<38} {statistics.median(times) * 1e3:7.2f} ms/request  "
-              f"{connections:>4} connections")
+        print(
+            f"{name:<38} {statistics.median(times) * 1e3:7.2f} ms/request  "
+            f"{connections:>4} connections"
+        )
 
 
 if __name__ == "__main__":

@@ -50,8 +50,10 @@ def main(events: int = 50_000) -> None:
             start = time.perf_counter()
             log.store.scrub()
             scrub = time.perf_counter() - start
-            print(f"erase of one event: transaction {txn * 1000:,.1f} ms, scrub (compacting "
-                  f"copy of {size / 2**20:,.1f} MiB) {scrub * 1000:,.0f} ms")
+            print(
+                f"erase of one event: transaction {txn * 1000:,.1f} ms, scrub (compacting "
+                f"copy of {size / 2**20:,.1f} MiB) {scrub * 1000:,.0f} ms"
+            )
 
 
 if __name__ == "__main__":

@@ -32,8 +32,13 @@ def _run(recycle: str) -> tuple[float, float, float, int]:
         txn, vacuum, wal = [], [], []
         with turnlog.open(url) as log, psycopg.connect(server.url(), autocommit=True) as conn:
             for start in range(0, 2000, 100):
-                log.append("s", [UserMessageAdded(text=f"message {i} " + "x" * 200)
-                                 for i in range(start, start + 100)])
+                log.append(
+                    "s",
+                    [
+                        UserMessageAdded(text=f"message {i} " + "x" * 200)
+                        for i in range(start, start + 100)
+                    ],
+                )
             for seq in range(10):
                 begin = time.perf_counter()
                 log.erase("s", [seq], reason="bench", scrub=False)
@@ -47,8 +52,7 @@ def _run(recycle: str) -> tuple[float, float, float, int]:
                 vacuum.append(after - middle)
                 wal.append(end - after)
         size = sum(p.stat().st_size for p in (server.data / "pg_wal").glob("0*"))
-        return (statistics.median(txn), statistics.median(vacuum), statistics.median(wal),
-                size)
+        return (statistics.median(txn), statistics.median(vacuum), statistics.median(wal), size)
     finally:
         server.stop()
 
@@ -56,12 +60,16 @@ def _run(recycle: str) -> tuple[float, float, float, int]:
 def main() -> None:
     """Print the table."""
     print(f"load {os.getloadavg()[0]:.2f}")
-    print("| wal_recycle | erasure transaction | VACUUM (FULL) | pg_switch_wal + CHECKPOINT "
-          "| pg_wal after |\n| --- | --- | --- | --- | --- |")
+    print(
+        "| wal_recycle | erasure transaction | VACUUM (FULL) | pg_switch_wal + CHECKPOINT "
+        "| pg_wal after |\n| --- | --- | --- | --- | --- |"
+    )
     for recycle in ("on", "off"):
         txn, vacuum, wal, size = _run(recycle)
-        print(f"| {recycle} | {txn * 1000:.1f} ms | {vacuum * 1000:.1f} ms | "
-              f"{wal * 1000:.1f} ms | {size / 2**20:.0f} MiB |")
+        print(
+            f"| {recycle} | {txn * 1000:.1f} ms | {vacuum * 1000:.1f} ms | "
+            f"{wal * 1000:.1f} ms | {size / 2**20:.0f} MiB |"
+        )
 
 
 if __name__ == "__main__":

@@ -64,10 +64,14 @@ def main() -> None:
     files = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.name != "SOURCES.md")
     if not files:
         raise SystemExit(f"no corpus at {CORPUS}")
-    print(f"python {platform.python_version()}, {platform.machine()}, "
-          f"median of {args.repeat} imports per file\n")
-    print("| file | format | bytes | sessions | events | tool calls | blobs | skipped "
-          "| import s | re-import s | export s |")
+    print(
+        f"python {platform.python_version()}, {platform.machine()}, "
+        f"median of {args.repeat} imports per file\n"
+    )
+    print(
+        "| file | format | bytes | sessions | events | tool calls | blobs | skipped "
+        "| import s | re-import s | export s |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     totals = [0, 0, 0, 0, 0]
     seconds = 0.0
@@ -75,15 +79,20 @@ def main() -> None:
         summary, took, again, export = _measure(path, args.repeat)
         name = path.name if len(path.name) <= 44 else path.name[:20] + "…" + path.name[-20:]
         size = path.stat().st_size
-        print(f"| {name} | {summary.format} | {size:,} | {len(summary.sessions)} "
-              f"| {summary.events:,} | {summary.tool_calls:,} | {summary.blobs} "
-              f"| {len(summary.skipped)} | {took:.3f} | {again:.3f} | {export:.3f} |")
-        for i, value in enumerate((size, len(summary.sessions), summary.events,
-                                   summary.tool_calls, summary.blobs)):
+        print(
+            f"| {name} | {summary.format} | {size:,} | {len(summary.sessions)} "
+            f"| {summary.events:,} | {summary.tool_calls:,} | {summary.blobs} "
+            f"| {len(summary.skipped)} | {took:.3f} | {again:.3f} | {export:.3f} |"
+        )
+        for i, value in enumerate(
+            (size, len(summary.sessions), summary.events, summary.tool_calls, summary.blobs)
+        ):
             totals[i] += value
         seconds += took
-    print(f"| **{len(files)} files** | | {totals[0]:,} | {totals[1]} | {totals[2]:,} "
-          f"| {totals[3]:,} | {totals[4]} | | {seconds:.3f} | | |")
+    print(
+        f"| **{len(files)} files** | | {totals[0]:,} | {totals[1]} | {totals[2]:,} "
+        f"| {totals[3]:,} | {totals[4]} | | {seconds:.3f} | | |"
+    )
 
 
 if __name__ == "__main__":

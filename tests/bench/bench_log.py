@@ -108,8 +108,12 @@ def make_events(seed: int, n: int, size: int = 1024) -> list[Draft]:
         r = rng.random()
         if call and r < 0.45:
             body: object = ToolResultAdded(
-                call_id=call, tool_name=rng.choice(_TOOLS), output=_text(rng, target - 80),
-                exit_code=rng.choice((0, 0, 0, 1)), is_error=rng.random() < 0.05)
+                call_id=call,
+                tool_name=rng.choice(_TOOLS),
+                output=_text(rng, target - 80),
+                exit_code=rng.choice((0, 0, 0, 1)),
+                is_error=rng.random() < 0.05,
+            )
             out.append(Draft(body=body, time=clock, causation=call))  # type: ignore[arg-type]
             call = ""
         elif r < 0.15:
@@ -117,24 +121,34 @@ def make_events(seed: int, n: int, size: int = 1024) -> list[Draft]:
         else:
             call = f"call_{i:08x}"
             args = msgspec.json.encode({"command": _text(rng, target // 4)}).decode()
-            parts = (TextPart(text=_text(rng, target - len(args) - 120)),
-                     ToolCall(id=call, name=rng.choice(_TOOLS), arguments=args))
-            out.append(Draft(body=AssistantMessageAdded(parts=parts, model="model-x",
-                                                        response_id=f"resp_{i}"), time=clock))
+            parts = (
+                TextPart(text=_text(rng, target - len(args) - 120)),
+                ToolCall(id=call, name=rng.choice(_TOOLS), arguments=args),
+            )
+            out.append(
+                Draft(
+                    body=AssistantMessageAdded(
+                        parts=parts, model="model-x", response_id=f"resp_{i}"
+                    ),
+                    time=clock,
+                )
+            )
     return out
 
 
 def bare_events(drafts: list[Draft], session: str = SESSION) -> list[Event]:
     """The envelopes the peers store (what turnlog would store, without prev/hash)."""
-    return [Event(session=session, seq=i, body=d.body, time=d.time, causation=d.causation)
-            for i, d in enumerate(drafts)]
+    return [
+        Event(session=session, seq=i, body=d.body, time=d.time, causation=d.causation)
+        for i, d in enumerate(drafts)
+    ]
 
 
 def stored_records(drafts: list[Draft]) -> list[bytes]:
     """The records turnlog stores for ``drafts`` (raw LMDB writes these)."""
     probe = turnlog.open(":memory:")
     for i in range(0, len(drafts), BATCH):
-        probe.append(SESSION, drafts[i:i + BATCH])
+        probe.append(SESSION, drafts[i : i + BATCH])
     with probe.store.read() as txn:
         return [bytes(record) for _, record in txn.scan(SESSION, 0, None)]
 
@@ -167,9 +181,11 @@ def _timed(fn: Callable[[], object]) -> float:
 def turnlog_batched(path: str, drafts: list[Draft]) -> float:
     log = turnlog.open(path)
     try:
+
         def run() -> None:
             for i in range(0, len(drafts), BATCH):
-                log.append(SESSION, drafts[i:i + BATCH])
+                log.append(SESSION, drafts[i : i + BATCH])
+
         return _timed(run)
     finally:
         log.close()
@@ -178,9 +194,11 @@ def turnlog_batched(path: str, drafts: list[Draft]) -> float:
 def turnlog_single(path: str, drafts: list[Draft]) -> float:
     log = turnlog.open(path)
     try:
+
         def run() -> None:
             for draft in drafts:
                 log.append(SESSION, draft)
+
         return _timed(run)
     finally:
         log.close()
@@ -188,32 +206,37 @@ def turnlog_single(path: str, drafts: list[Draft]) -> float:
 
 def turnlog_read(path: str, n: int) -> float:
     with turnlog.open(path, readonly=True) as log:
+
         def run() -> None:
             assert len(log.read(SESSION)) == n
+
         return _timed(run)
 
 
 def turnlog_verify(path: str, n: int, *, strict: bool = False) -> float:
     with turnlog.open(path, readonly=True) as log:
+
         def run() -> None:
             report = log.verify(strict=strict)
             assert report.ok and report.events == n, report
+
         return _timed(run)
 
 
 # -- raw LMDB ----------------------------------------------------------------------------
 def raw_lmdb_append(path: str, records: list[bytes], batch: int) -> float:
-    env = lmdb.open(path, map_size=1 << 30, max_dbs=2, sync=True, metasync=True,
-                    readahead=False)
+    env = lmdb.open(path, map_size=1 << 30, max_dbs=2, sync=True, metasync=True, readahead=False)
     db = env.open_db(b"events")
     key = struct.Struct(">Q").pack
     prefix = SESSION.encode() + b"\x00"
     try:
+
         def run() -> None:
             for i in range(0, len(records), batch):
                 with env.begin(write=True, db=db) as txn:
-                    for j, record in enumerate(records[i:i + batch], i):
+                    for j, record in enumerate(records[i : i + batch], i):
                         txn.put(prefix + key(j), record, append=True)
+
         return _timed(run)
     finally:
         env.close()
@@ -243,10 +266,11 @@ def jsonl_append(path: str, events: list[Event], batch: int) -> float:
         with open(file, "ab") as f:
             fd = f.fileno()
             for i in range(0, len(events), batch):
-                lines, prev = _jsonl_lines(events[i:i + batch], prev)
+                lines, prev = _jsonl_lines(events[i : i + batch], prev)
                 f.write(b"".join(lines))
                 f.flush()
                 os.fsync(fd)
+
     return _timed(run)
 
 
@@ -257,6 +281,7 @@ def jsonl_read(path: str, n: int) -> float:
         with open(file, "rb") as f:
             events = [_JSON_EVENT.decode(memoryview(line)[65:]) for line in f]
         assert len(events) == n
+
     return _timed(run)
 
 
@@ -275,6 +300,7 @@ def jsonl_verify(path: str, n: int) -> float:
                     raise AssertionError(f"line {count} does not match its hash")
                 count += 1
         assert count == n
+
     return _timed(run)
 
 
@@ -287,13 +313,16 @@ def _sqlite(path: str, synchronous: str) -> sqlite3.Connection:
     db = sqlite3.connect(os.path.join(path, "events.sqlite"), isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute(f"PRAGMA synchronous={synchronous}")
-    db.execute("CREATE TABLE IF NOT EXISTS events (session TEXT NOT NULL, seq INTEGER NOT NULL,"
-               " hash BLOB NOT NULL, body BLOB NOT NULL, PRIMARY KEY (session, seq))")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS events (session TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " hash BLOB NOT NULL, body BLOB NOT NULL, PRIMARY KEY (session, seq))"
+    )
     return db
 
 
-def _sqlite_rows(events: list[Event], prev: bytes) -> tuple[list[tuple[str, int, bytes, bytes]],
-                                                            bytes]:
+def _sqlite_rows(
+    events: list[Event], prev: bytes
+) -> tuple[list[tuple[str, int, bytes, bytes]], bytes]:
     rows = []
     for event in events:
         body = _MSGPACK.encode(event)
@@ -307,13 +336,15 @@ def _sqlite_rows(events: list[Event], prev: bytes) -> tuple[list[tuple[str, int,
 def sqlite_append(path: str, events: list[Event], batch: int, synchronous: str) -> float:
     db = _sqlite(path, synchronous)
     try:
+
         def run() -> None:
             prev = bytes(32)
             for i in range(0, len(events), batch):
-                rows, prev = _sqlite_rows(events[i:i + batch], prev)
+                rows, prev = _sqlite_rows(events[i : i + batch], prev)
                 db.execute("BEGIN")
                 db.executemany("INSERT INTO events VALUES (?, ?, ?, ?)", rows)
                 db.execute("COMMIT")
+
         return _timed(run)
     finally:
         db.close()
@@ -322,10 +353,12 @@ def sqlite_append(path: str, events: list[Event], batch: int, synchronous: str) 
 def sqlite_read(path: str, n: int) -> float:
     db = _sqlite(path, "FULL")
     try:
+
         def run() -> None:
             cur = db.execute("SELECT body FROM events WHERE session = ? ORDER BY seq", (SESSION,))
             events = [_MSGPACK_EVENT.decode(body) for (body,) in cur]
             assert len(events) == n
+
         return _timed(run)
     finally:
         db.close()
@@ -334,11 +367,13 @@ def sqlite_read(path: str, n: int) -> float:
 def sqlite_verify(path: str, n: int) -> float:
     db = _sqlite(path, "FULL")
     try:
+
         def run() -> None:
             prev = bytes(32)
             count = 0
-            cur = db.execute("SELECT seq, hash, body FROM events WHERE session = ? ORDER BY seq",
-                             (SESSION,))
+            cur = db.execute(
+                "SELECT seq, hash, body FROM events WHERE session = ? ORDER BY seq", (SESSION,)
+            )
             for seq, digest, body in cur:
                 hasher = blake3.blake3(prev)
                 hasher.update(body)
@@ -347,6 +382,7 @@ def sqlite_verify(path: str, n: int) -> float:
                     raise AssertionError(f"row {seq} does not match its hash")
                 count += 1
             assert count == n
+
         return _timed(run)
     finally:
         db.close()
@@ -354,8 +390,13 @@ def sqlite_verify(path: str, n: int) -> float:
 
 # -- the run ---------------------------------------------------------------------------------
 COLUMNS = ("turnlog (LMDB)", "raw LMDB", "JSON lines", "SQLite FULL", "SQLite NORMAL")
-ROWS = ("batched append (100/commit)", "one-event durable append", "full read", "verify",
-        "verify --strict")
+ROWS = (
+    "batched append (100/commit)",
+    "one-event durable append",
+    "full read",
+    "verify",
+    "verify --strict",
+)
 
 
 class Inputs:
@@ -366,8 +407,10 @@ class Inputs:
         self.drafts = make_events(seed, n)
         self.durable = make_events(seed + 1, m)
         self.events, self.durable_events = bare_events(self.drafts), bare_events(self.durable)
-        self.records, self.durable_records = (stored_records(self.drafts),
-                                              stored_records(self.durable))
+        self.records, self.durable_records = (
+            stored_records(self.drafts),
+            stored_records(self.durable),
+        )
 
 
 # One repetition of every measurement of a system: (row, column) -> (seconds, count).
@@ -378,10 +421,12 @@ def suite_turnlog(bench: Bench, x: Inputs) -> Timings:
     a, b, c, d, e = ROWS
     col = COLUMNS[0]
     path = bench.fresh("turnlog")
-    out = {(a, col): (turnlog_batched(path, x.drafts), x.n),
-           (c, col): (turnlog_read(path, x.n), x.n),
-           (d, col): (turnlog_verify(path, x.n), x.n),
-           (e, col): (turnlog_verify(path, x.n, strict=True), x.n)}
+    out = {
+        (a, col): (turnlog_batched(path, x.drafts), x.n),
+        (c, col): (turnlog_read(path, x.n), x.n),
+        (d, col): (turnlog_verify(path, x.n), x.n),
+        (e, col): (turnlog_verify(path, x.n, strict=True), x.n),
+    }
     shutil.rmtree(path)
     path = bench.fresh("turnlog-1")
     out[b, col] = (turnlog_single(path, x.durable), x.m)
@@ -404,9 +449,11 @@ def suite_jsonl(bench: Bench, x: Inputs) -> Timings:
     a, b, c, d = ROWS[:4]
     col = COLUMNS[2]
     path = bench.fresh("jsonl")
-    out = {(a, col): (jsonl_append(path, x.events, BATCH), x.n),
-           (c, col): (jsonl_read(path, x.n), x.n),
-           (d, col): (jsonl_verify(path, x.n), x.n)}
+    out = {
+        (a, col): (jsonl_append(path, x.events, BATCH), x.n),
+        (c, col): (jsonl_read(path, x.n), x.n),
+        (d, col): (jsonl_verify(path, x.n), x.n),
+    }
     shutil.rmtree(path)
     path = bench.fresh("jsonl-1")
     out[b, col] = (jsonl_append(path, x.durable_events, 1), x.m)
@@ -447,9 +494,12 @@ def run_all(args: argparse.Namespace) -> dict[tuple[str, str], float]:
     t0 = time.perf_counter()
     x = Inputs(args.seed, args.events, args.durable)
     sizes = [len(r) - 64 for r in x.records]
-    print(f"inputs: {x.n:,} + {x.m:,} events, canonical size mean "
-          f"{statistics.mean(sizes):.0f} B (min {min(sizes)}, max {max(sizes)}), built in "
-          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(
+        f"inputs: {x.n:,} + {x.m:,} events, canonical size mean "
+        f"{statistics.mean(sizes):.0f} B (min {min(sizes)}, max {max(sizes)}), built in "
+        f"{time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
     gc.collect()
     gc.freeze()
     bench = Bench(args.dir)
@@ -457,7 +507,7 @@ def run_all(args: argparse.Namespace) -> dict[tuple[str, str], float]:
     runs: dict[tuple[str, str], list[float]] = {}
     try:
         for rep in range(args.repeat):
-            for name in names[rep % len(names):] + names[:rep % len(names)]:
+            for name in names[rep % len(names) :] + names[: rep % len(names)]:
                 gc.collect()
                 for key, (seconds, count) in SUITES[name](bench, x).items():
                     runs.setdefault(key, []).append(count / seconds)
@@ -467,15 +517,19 @@ def run_all(args: argparse.Namespace) -> dict[tuple[str, str], float]:
     out = {key: statistics.median(rates) for key, rates in runs.items()}
     for (row, col), rate in out.items():
         spread = ", ".join(f"{r:,.0f}" for r in runs[row, col])
-        print(f"  {row:28} {col:14} {rate:>10,.0f}/s {1e6 / rate:8.2f} us  [{spread}]",
-              file=sys.stderr)
+        print(
+            f"  {row:28} {col:14} {rate:>10,.0f}/s {1e6 / rate:8.2f} us  [{spread}]",
+            file=sys.stderr,
+        )
     return out
 
 
 def table(results: dict[tuple[str, str], float]) -> str:
     """The results as a Markdown table (per second, and microseconds per operation)."""
-    lines = ["| operation | " + " | ".join(COLUMNS) + " |",
-             "| --- | " + " | ".join("---:" for _ in COLUMNS) + " |"]
+    lines = [
+        "| operation | " + " | ".join(COLUMNS) + " |",
+        "| --- | " + " | ".join("---:" for _ in COLUMNS) + " |",
+    ]
     for row in ROWS:
         cells = []
         for col in COLUMNS:
@@ -489,8 +543,17 @@ def goals(results: dict[tuple[str, str], float]) -> str:
     """The targets of this benchmark, checked against one run."""
     a, b, c, d, e = ROWS
     turn, raw_col, sqlite_col = COLUMNS[0], COLUMNS[1], COLUMNS[3]
-    needed = [(a, turn), (a, raw_col), (a, sqlite_col), (b, turn), (b, raw_col), (c, turn),
-              (c, sqlite_col), (d, turn), (e, turn)]
+    needed = [
+        (a, turn),
+        (a, raw_col),
+        (a, sqlite_col),
+        (b, turn),
+        (b, raw_col),
+        (c, turn),
+        (c, sqlite_col),
+        (d, turn),
+        (e, turn),
+    ]
     if any(key not in results for key in needed):
         return "- (goals need every system; run without --only)"
     batched, raw_batched = results[a, turn], results[a, raw_col]
@@ -499,15 +562,25 @@ def goals(results: dict[tuple[str, str], float]) -> str:
     read, sqlite_read_rate = results[c, turn], results[c, sqlite_col]
     verify, strict = results[d, turn], results[e, turn]
     checks = [
-        (f"batched append >= 0.6x raw LMDB writing the same records: "
-         f"{batched / raw_batched:.2f}x", batched >= 0.6 * raw_batched),
-        (f"batched append >= 2x SQLite FULL: {batched / sqlite_full:.2f}x",
-         batched >= 2 * sqlite_full),
-        (f"one-event durable append within 10% of a raw LMDB commit of one record: "
-         f"{single / raw:.0%} of raw", single >= 0.9 * raw),
+        (
+            f"batched append >= 0.6x raw LMDB writing the same records: "
+            f"{batched / raw_batched:.2f}x",
+            batched >= 0.6 * raw_batched,
+        ),
+        (
+            f"batched append >= 2x SQLite FULL: {batched / sqlite_full:.2f}x",
+            batched >= 2 * sqlite_full,
+        ),
+        (
+            f"one-event durable append within 10% of a raw LMDB commit of one record: "
+            f"{single / raw:.0%} of raw",
+            single >= 0.9 * raw,
+        ),
         (f"read >= SQLite FULL: {read / sqlite_read_rate:.2f}x", read >= sqlite_read_rate),
-        (f"verify (chain and blobs) >= 250,000 events/s: {verify:,.0f} (strict: "
-         f"{strict:,.0f})", verify >= 250_000),
+        (
+            f"verify (chain and blobs) >= 250,000 events/s: {verify:,.0f} (strict: {strict:,.0f})",
+            verify >= 250_000,
+        ),
     ]
     return "\n".join(f"- [{'x' if ok else ' '}] {text}" for text, ok in checks)
 
@@ -522,36 +595,51 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    versions = ", ".join(f"{name} {metadata.version(name)}"
-                         for name in ("turnlog", "msgspec", "lmdb", "blake3"))
+    versions = ", ".join(
+        f"{name} {metadata.version(name)}" for name in ("turnlog", "msgspec", "lmdb", "blake3")
+    )
     lmdb_c = ".".join(map(str, lmdb.version()))
-    return (f"{cpu}, {os.cpu_count()} cores; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}; {versions} (LMDB {lmdb_c}), "
-            f"SQLite {sqlite3.sqlite_version}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; {versions} (LMDB {lmdb_c}), "
+        f"SQLite {sqlite3.sqlite_version}"
+    )
 
 
-def report(args: argparse.Namespace, results: dict[tuple[str, str], float],
-           load: tuple[float, float], seconds: float) -> str:
+def report(
+    args: argparse.Namespace,
+    results: dict[tuple[str, str], float],
+    load: tuple[float, float],
+    seconds: float,
+) -> str:
     command = "python -m tests.bench.bench_log" + "".join(
-        f" --{k} {v}" for k, v in (("events", args.events), ("durable", args.durable),
-                                   ("repeat", args.repeat), ("seed", args.seed))
-        if v != DEFAULTS[k])
-    return "\n".join([
-        BEGIN,
-        "",
-        f"Command: `{command}` (from the repository root). Median of {args.repeat} runs; "
-        f"{args.events:,} events of about 1 KiB appended in batches of {BATCH}, then read "
-        f"and verified; {args.durable:,} one-event appends, each committed and fsynced.",
-        "",
-        f"Machine: {machine()}. Load average (1 min) {load[0]:.2f} before the run, "
-        f"{load[1]:.2f} after it; the run took {seconds:.0f} s.",
-        "",
-        table(results),
-        "",
-        goals(results),
-        "",
-        END,
-    ])
+        f" --{k} {v}"
+        for k, v in (
+            ("events", args.events),
+            ("durable", args.durable),
+            ("repeat", args.repeat),
+            ("seed", args.seed),
+        )
+        if v != DEFAULTS[k]
+    )
+    return "\n".join(
+        [
+            BEGIN,
+            "",
+            f"Command: `{command}` (from the repository root). Median of {args.repeat} runs; "
+            f"{args.events:,} events of about 1 KiB appended in batches of {BATCH}, then read "
+            f"and verified; {args.durable:,} one-event appends, each committed and fsynced.",
+            "",
+            f"Machine: {machine()}. Load average (1 min) {load[0]:.2f} before the run, "
+            f"{load[1]:.2f} after it; the run took {seconds:.0f} s.",
+            "",
+            table(results),
+            "",
+            goals(results),
+            "",
+            END,
+        ]
+    )
 
 
 def profile(args: argparse.Namespace) -> None:
@@ -565,12 +653,12 @@ def profile(args: argparse.Namespace) -> None:
             with turnlog.open(path) as log:
                 profiler.enable()
                 for i in range(0, len(drafts), BATCH):
-                    log.append(SESSION, drafts[i:i + BATCH])
+                    log.append(SESSION, drafts[i : i + BATCH])
                 profiler.disable()
         else:
             with turnlog.open(path) as log:
                 for i in range(0, len(drafts), BATCH):
-                    log.append(SESSION, drafts[i:i + BATCH])
+                    log.append(SESSION, drafts[i : i + BATCH])
                 profiler.enable()
                 if args.profile == "read":
                     log.read(SESSION)
@@ -584,12 +672,19 @@ def profile(args: argparse.Namespace) -> None:
 
 def profile_table(stats: pstats.Stats, what: str, n: int, top: int = 12) -> str:
     """The functions with the most own time, as a Markdown table with % of the total."""
-    rows = sorted(stats.stats.items(), key=lambda item: item[1][2],  # type: ignore[attr-defined]
-                  reverse=True)
+    rows = sorted(
+        stats.stats.items(),
+        key=lambda item: item[1][2],  # type: ignore[attr-defined]
+        reverse=True,
+    )
     total = stats.total_tt  # type: ignore[attr-defined]
-    lines = [f"cProfile of {what}, {n:,} events: {total:.2f} s in total (profiling slows "
-             "Python code down more than C code; read the shares, not the times)", "",
-             "| function | calls | own time | share |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        f"cProfile of {what}, {n:,} events: {total:.2f} s in total (profiling slows "
+        "Python code down more than C code; read the shares, not the times)",
+        "",
+        "| function | calls | own time | share |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for (file, line, func), (_, calls, own, _, _) in rows[:top]:
         where = func if file == "~" else f"{Path(file).name}:{line}({func})"
         lines.append(f"| `{where}` | {calls:,} | {own:.3f} s | {own / total:.0%} |")
@@ -600,22 +695,33 @@ DEFAULTS = {"events": 100_000, "durable": 2_000, "repeat": 3, "seed": 20240601}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_log",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=DEFAULTS["events"],
-                        help="events appended in batches, then read and verified")
-    parser.add_argument("--durable", type=int, default=DEFAULTS["durable"],
-                        help="one-event durable appends")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.bench_log", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--events",
+        type=int,
+        default=DEFAULTS["events"],
+        help="events appended in batches, then read and verified",
+    )
+    parser.add_argument(
+        "--durable", type=int, default=DEFAULTS["durable"], help="one-event durable appends"
+    )
     parser.add_argument("--repeat", type=int, default=DEFAULTS["repeat"])
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
-    parser.add_argument("--only", nargs="+", choices=list(SUITES),
-                        help="run only these systems (docs untouched)")
+    parser.add_argument(
+        "--only", nargs="+", choices=list(SUITES), help="run only these systems (docs untouched)"
+    )
     parser.add_argument("--dir", default=None, help="where to put the stores (default: temp)")
-    parser.add_argument("--quick", action="store_true",
-                        help="10,000 + 300 events, one run, docs untouched")
+    parser.add_argument(
+        "--quick", action="store_true", help="10,000 + 300 events, one run, docs untouched"
+    )
     parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
-    parser.add_argument("--profile", choices=("append", "read", "verify"),
-                        help="profile one turnlog operation instead of benchmarking")
+    parser.add_argument(
+        "--profile",
+        choices=("append", "read", "verify"),
+        help="profile one turnlog operation instead of benchmarking",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.events, args.durable, args.repeat, args.no_docs = 10_000, 300, 1, True

@@ -116,33 +116,65 @@ _CODE_TEXT = (
 )
 _PROSE = _PROSE_TEXT.split()
 _CODE = _CODE_TEXT.split()
-_DIRS = ("src/turnlog", "src/turnlog/adapters", "tests", "tests/unit", "docs", "tools",
-         "src/app/api", "src/app/models", "scripts")
+_DIRS = (
+    "src/turnlog",
+    "src/turnlog/adapters",
+    "tests",
+    "tests/unit",
+    "docs",
+    "tools",
+    "src/app/api",
+    "src/app/models",
+    "scripts",
+)
 _EXTS = (".py", ".py", ".py", ".md", ".toml", ".json", ".ts", ".rs")
 TOOL_SPECS = (
-    ToolSpec(name="read_file", description="Read a file from the workspace.",
-             parameters='{"type":"object","properties":{"path":{"type":"string"},'
-                        '"offset":{"type":"integer"},"limit":{"type":"integer"}},'
-                        '"required":["path"]}'),
-    ToolSpec(name="edit", description="Replace text in a file.",
-             parameters='{"type":"object","properties":{"path":{"type":"string"},'
-                        '"old":{"type":"string"},"new":{"type":"string"}},'
-                        '"required":["path","old","new"]}'),
-    ToolSpec(name="bash", description="Run a shell command and return its output.",
-             parameters='{"type":"object","properties":{"command":{"type":"string"}},'
-                        '"required":["command"]}'),
-    ToolSpec(name="grep", description="Search files for a pattern.",
-             parameters='{"type":"object","properties":{"pattern":{"type":"string"},'
-                        '"path":{"type":"string"}},"required":["pattern"]}'),
-    ToolSpec(name="glob", description="List files matching a glob.",
-             parameters='{"type":"object","properties":{"pattern":{"type":"string"}},'
-                        '"required":["pattern"]}'),
-    ToolSpec(name="web_fetch", description="Fetch a URL and return its text.",
-             parameters='{"type":"object","properties":{"url":{"type":"string"}},'
-                        '"required":["url"]}'),
+    ToolSpec(
+        name="read_file",
+        description="Read a file from the workspace.",
+        parameters='{"type":"object","properties":{"path":{"type":"string"},'
+        '"offset":{"type":"integer"},"limit":{"type":"integer"}},'
+        '"required":["path"]}',
+    ),
+    ToolSpec(
+        name="edit",
+        description="Replace text in a file.",
+        parameters='{"type":"object","properties":{"path":{"type":"string"},'
+        '"old":{"type":"string"},"new":{"type":"string"}},'
+        '"required":["path","old","new"]}',
+    ),
+    ToolSpec(
+        name="bash",
+        description="Run a shell command and return its output.",
+        parameters='{"type":"object","properties":{"command":{"type":"string"}},'
+        '"required":["command"]}',
+    ),
+    ToolSpec(
+        name="grep",
+        description="Search files for a pattern.",
+        parameters='{"type":"object","properties":{"pattern":{"type":"string"},'
+        '"path":{"type":"string"}},"required":["pattern"]}',
+    ),
+    ToolSpec(
+        name="glob",
+        description="List files matching a glob.",
+        parameters='{"type":"object","properties":{"pattern":{"type":"string"}},'
+        '"required":["pattern"]}',
+    ),
+    ToolSpec(
+        name="web_fetch",
+        description="Fetch a URL and return its text.",
+        parameters='{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}',
+    ),
 )
-_TOOL_CHOICE = ("read_file",) * 30 + ("bash",) * 30 + ("grep",) * 15 + ("edit",) * 15 \
-    + ("glob",) * 5 + ("web_fetch",) * 5
+_TOOL_CHOICE = (
+    ("read_file",) * 30
+    + ("bash",) * 30
+    + ("grep",) * 15
+    + ("edit",) * 15
+    + ("glob",) * 5
+    + ("web_fetch",) * 5
+)
 
 
 class Writer:
@@ -185,16 +217,33 @@ class History:
         self.seed = seed
         self.rng = random.Random(seed)
         self.w = Writer(self.rng)
-        self.files = [f"{self.rng.choice(_DIRS)}/{self._name()}{self.rng.choice(_EXTS)}"
-                      for _ in range(300)]
+        self.files = [
+            f"{self.rng.choice(_DIRS)}/{self._name()}{self.rng.choice(_EXTS)}" for _ in range(300)
+        ]
         self.versions: dict[str, int] = {}
         self.calls = 0
         self.clock = 1_700_000_000_000_000
 
     def _name(self) -> str:
-        return "_".join(self.rng.choices(("log", "view", "pack", "store", "util", "cli",
-                                          "model", "api", "test", "core", "io", "parse"),
-                                         k=self.rng.randint(1, 2)))
+        return "_".join(
+            self.rng.choices(
+                (
+                    "log",
+                    "view",
+                    "pack",
+                    "store",
+                    "util",
+                    "cli",
+                    "model",
+                    "api",
+                    "test",
+                    "core",
+                    "io",
+                    "parse",
+                ),
+                k=self.rng.randint(1, 2),
+            )
+        )
 
     def _draft(self, body: Any, causation: str | None = None) -> Draft:
         self.clock += self.rng.randint(50_000, 20_000_000)
@@ -227,47 +276,67 @@ class History:
                 args.update(offset=rng.randint(1, 400), limit=rng.choice((50, 100, 200)))
             text = self._file_text(path)
             if "limit" in args:
-                text = "\n".join(text.split("\n")[:args["limit"]])
+                text = "\n".join(text.split("\n")[: args["limit"]])
             return json.dumps(args), text
         if name == "edit":
             path = rng.choice(self.files[:60])
             self.versions[path] = self.versions.get(path, 0) + 1
-            args = {"path": path, "old": w.lines(w.code_lines, w.size(150, 20, 1_500)),
-                    "new": w.lines(w.code_lines, w.size(200, 20, 2_000))}
+            args = {
+                "path": path,
+                "old": w.lines(w.code_lines, w.size(150, 20, 1_500)),
+                "new": w.lines(w.code_lines, w.size(200, 20, 2_000)),
+            }
             return json.dumps(args), f"The file {path} has been updated."
         if name == "grep":
-            args = {"pattern": w._words(_CODE, rng.randint(4, 24)).strip() or "def",
-                    "path": rng.choice(self.files[:60]) if rng.random() < 0.5
-                    else rng.choice(_DIRS)}
+            args = {
+                "pattern": w._words(_CODE, rng.randint(4, 24)).strip() or "def",
+                "path": rng.choice(self.files[:60]) if rng.random() < 0.5 else rng.choice(_DIRS),
+            }
             size = w.size(900, 60, 4_000) if not large else rng.randint(8_000, 120_000)
             hits = w.lines(w.code_lines, size).split("\n")
             return json.dumps(args), "\n".join(
-                f"{rng.choice(self.files)}:{rng.randint(1, 900)}:{h}" for h in hits)
+                f"{rng.choice(self.files)}:{rng.randint(1, 900)}:{h}" for h in hits
+            )
         if name == "glob":
             args = {"pattern": f"{rng.choice(_DIRS)}/**/*{rng.choice(_EXTS)}"}
             count = rng.randint(3, 60) if not large else rng.randint(2_000, 6_000)
             return json.dumps(args), "\n".join(rng.choice(self.files) for _ in range(count))
         if name == "web_fetch":
             args = {"url": f"https://docs.example.org/{self._name()}/{rng.randint(1, 999)}"}
-            return json.dumps(args), w.prose(w.size(2_500, 300, 4_000) if not large
-                                             else rng.randint(8_000, 200_000))
-        args = {"command": rng.choice(("pytest -x -q", "git status", "git diff", "ls -la",
-                                       "python -m mypy src", "make build", "ruff check .",
-                                       "cat setup.cfg", "npm test", "cargo build"))
-                + " " + w._words(_CODE, rng.randint(0, 40))}
+            return json.dumps(args), w.prose(
+                w.size(2_500, 300, 4_000) if not large else rng.randint(8_000, 200_000)
+            )
+        args = {
+            "command": rng.choice(
+                (
+                    "pytest -x -q",
+                    "git status",
+                    "git diff",
+                    "ls -la",
+                    "python -m mypy src",
+                    "make build",
+                    "ruff check .",
+                    "cat setup.cfg",
+                    "npm test",
+                    "cargo build",
+                )
+            )
+            + " "
+            + w._words(_CODE, rng.randint(0, 40))
+        }
         if large:
             # Build logs and test runs: many short lines (some over the line limit).
             lines = [w._words(_CODE, rng.randint(4, 30)) for _ in range(rng.randint(800, 4_000))]
             return json.dumps(args), "\n".join(lines)
         size = w.size(700, 200, 4_000)
-        return json.dumps(args), w.lines(w.code_lines if rng.random() < 0.6 else w.prose_lines,
-                                         size)
+        return json.dumps(args), w.lines(
+            w.code_lines if rng.random() < 0.6 else w.prose_lines, size
+        )
 
     def events(self) -> Iterator[Draft]:
         """An endless session."""
         rng, w = self.rng, self.w
-        yield self._draft(SystemSectionSet(
-            name="instructions", text=w.prose(2_400)))
+        yield self._draft(SystemSectionSet(name="instructions", text=w.prose(2_400)))
         yield self._draft(ToolsSet(tools=TOOL_SPECS))
         while True:
             yield self._draft(UserMessageAdded(text=w.prose(w.size(300, 20, 3_000))))
@@ -285,16 +354,28 @@ class History:
                 parts += [ToolCall(id=c, name=n, arguments=a) for c, n, a, _ in calls]
                 yield self._draft(AssistantMessageAdded(parts=tuple(parts), model="model-x"))
                 for call_id, name, _, output in calls:
-                    yield self._draft(ToolResultAdded(
-                        call_id=call_id, tool_name=name, output=output,
-                        exit_code=0 if name == "bash" else None,
-                        is_error=rng.random() < 0.03), causation=call_id)
+                    yield self._draft(
+                        ToolResultAdded(
+                            call_id=call_id,
+                            tool_name=name,
+                            output=output,
+                            exit_code=0 if name == "bash" else None,
+                            is_error=rng.random() < 0.03,
+                        ),
+                        causation=call_id,
+                    )
                 if rng.random() < 0.03:
-                    yield self._draft(NotificationAdded(
-                        source=rng.choice(("ci", "file_watcher", "scheduler")),
-                        text=w.prose(w.size(300, 60, 1_500))))
-            yield self._draft(AssistantMessageAdded(
-                parts=(TextPart(text=w.prose(w.size(600, 40, 4_000))),), model="model-x"))
+                    yield self._draft(
+                        NotificationAdded(
+                            source=rng.choice(("ci", "file_watcher", "scheduler")),
+                            text=w.prose(w.size(300, 60, 1_500)),
+                        )
+                    )
+            yield self._draft(
+                AssistantMessageAdded(
+                    parts=(TextPart(text=w.prose(w.size(600, 40, 4_000))),), model="model-x"
+                )
+            )
 
 
 def make_history(seed: int, n: int) -> list[Draft]:
@@ -321,12 +402,16 @@ def to_langchain(events: list[Event]) -> list[BaseMessage]:
             out.append(HumanMessage(content=notification_text(body.source, body.text)))
         elif isinstance(body, AssistantMessageAdded):
             text = "".join(p.text for p in body.parts if isinstance(p, TextPart))
-            calls = [{"name": p.name, "args": json.loads(p.arguments), "id": p.id,
-                      "type": "tool_call"} for p in body.parts if isinstance(p, ToolCall)]
+            calls = [
+                {"name": p.name, "args": json.loads(p.arguments), "id": p.id, "type": "tool_call"}
+                for p in body.parts
+                if isinstance(p, ToolCall)
+            ]
             out.append(AIMessage(content=text, tool_calls=calls))
         elif isinstance(body, ToolResultAdded):
-            out.append(ToolMessage(content=body.output, tool_call_id=body.call_id,
-                                   name=body.tool_name))
+            out.append(
+                ToolMessage(content=body.output, tool_call_id=body.call_id, name=body.tool_name)
+            )
     return out
 
 
@@ -342,6 +427,7 @@ def lc_counter(encoding: Any) -> Callable[[list[BaseMessage]], int]:
             for call in getattr(m, "tool_calls", ()):
                 total += len(encode(json.dumps(call["args"])))
         return total
+
     return count
 
 
@@ -358,13 +444,22 @@ def lc_memo_counter(encoding: Any) -> Callable[[list[BaseMessage]], int]:
                 hit = memo[id(m)] = (m, one([m]))
             total += hit[1]
         return total
+
     return count
 
 
-def lc_trim(messages: list[BaseMessage], counter: Callable[[list[BaseMessage]], int],
-            ) -> list[BaseMessage]:
-    return trim_messages(messages, max_tokens=POLICY.usable, token_counter=counter,
-                         strategy="last", start_on="human", include_system=True)
+def lc_trim(
+    messages: list[BaseMessage],
+    counter: Callable[[list[BaseMessage]], int],
+) -> list[BaseMessage]:
+    return trim_messages(
+        messages,
+        max_tokens=POLICY.usable,
+        token_counter=counter,
+        strategy="last",
+        start_on="human",
+        include_system=True,
+    )
 
 
 # -- measuring -------------------------------------------------------------------------------
@@ -388,7 +483,7 @@ class Size:
         self.path = tempfile.mkdtemp(prefix="turnlog-bench-pack-", dir=root)
         self.log = turnlog.open(self.path)
         for i in range(0, n, 1_000):
-            self.log.append(SESSION, self.drafts[i:i + 1_000])
+            self.log.append(SESSION, self.drafts[i : i + 1_000])
         self.events = self.log.lineage(SESSION)
         self.bytes = sum(len(msgspec.msgpack.encode(e.body)) for e in self.events)
         self.results: dict[str, float] = {}
@@ -487,8 +582,11 @@ def measure_memory(x: Size, messages: list[BaseMessage], encoding: Any) -> None:
 def run_size(n: int, args: argparse.Namespace, encoding: Any) -> Size:
     t0 = time.perf_counter()
     x = Size(n, args.seed, args.appends, args.dir)
-    print(f"{n:,} events ({x.bytes / 2**20:.1f} MiB of payload) built in "
-          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(
+        f"{n:,} events ({x.bytes / 2**20:.1f} MiB of payload) built in "
+        f"{time.perf_counter() - t0:.1f} s",
+        file=sys.stderr,
+    )
     repeat = args.repeat if n < 100_000 else max(1, min(args.repeat, 3))
     try:
         measure_cold(x, repeat)
@@ -511,11 +609,13 @@ def table(sizes: list[Size]) -> str:
     def ms(v: float) -> str:
         return f"{v:,.2f} ms" if v < 100 else f"{v:,.0f} ms"
 
-    lines = ["| events | payload | turnlog cold pack, cold counter | cold pack, warm counter "
-             "| incremental pack after one append (median / p90) | trim_messages | trim_messages,"
-             " memoized counter | trim_messages / incremental | peak memory: cold pack "
-             "| peak memory: trim_messages |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| events | payload | turnlog cold pack, cold counter | cold pack, warm counter "
+        "| incremental pack after one append (median / p90) | trim_messages | trim_messages,"
+        " memoized counter | trim_messages / incremental | peak memory: cold pack "
+        "| peak memory: trim_messages |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for x in sizes:
         r = x.results
         mem = (_mib(r["mem_pack"]), _mib(r["mem_trim"])) if "mem_pack" in r else ("", "")
@@ -523,7 +623,8 @@ def table(sizes: list[Size]) -> str:
             f"| {x.n:,} | {x.bytes / 2**20:,.1f} MiB | {ms(r['cold'])} | {ms(r['warm'])} "
             f"| {ms(r['incremental'])} / {ms(r['incremental_p90'])} | {ms(r['trim'])} "
             f"| {ms(r['trim_memo'])} | {r['trim'] / r['incremental']:,.0f}x | {mem[0]} "
-            f"| {mem[1]} |")
+            f"| {mem[1]} |"
+        )
     return "\n".join(lines)
 
 
@@ -537,10 +638,16 @@ def goals(sizes: list[Size]) -> str:
         return "- (the goals are stated at 10,000 events; run with that size)"
     r = at[10_000]
     checks = [
-        (f"incremental re-pack after one append <= 5 ms at 10,000 events: "
-         f"{r['incremental']:.2f} ms", r["incremental"] <= 5),
-        (f">= 20x faster than trim_messages at 10,000 events: "
-         f"{r['trim'] / r['incremental']:,.0f}x", r["trim"] >= 20 * r["incremental"]),
+        (
+            f"incremental re-pack after one append <= 5 ms at 10,000 events: "
+            f"{r['incremental']:.2f} ms",
+            r["incremental"] <= 5,
+        ),
+        (
+            f">= 20x faster than trim_messages at 10,000 events: "
+            f"{r['trim'] / r['incremental']:,.0f}x",
+            r["trim"] >= 20 * r["incremental"],
+        ),
     ]
     return "\n".join(f"- [{'x' if ok else ' '}] {text}" for text, ok in checks)
 
@@ -555,46 +662,63 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    versions = ", ".join(f"{name} {metadata.version(name)}"
-                         for name in ("turnlog", "msgspec", "tiktoken", "langchain-core"))
-    return (f"{cpu}, {os.cpu_count()} cores; {platform.system()} {platform.release()}; "
-            f"Python {platform.python_version()}; {versions}")
+    versions = ", ".join(
+        f"{name} {metadata.version(name)}"
+        for name in ("turnlog", "msgspec", "tiktoken", "langchain-core")
+    )
+    return (
+        f"{cpu}, {os.cpu_count()} cores; {platform.system()} {platform.release()}; "
+        f"Python {platform.python_version()}; {versions}"
+    )
 
 
-DEFAULTS: dict[str, Any] = {"sizes": [1_000, 10_000, 100_000], "repeat": 5, "appends": 50,
-                            "seed": 20240601}
+DEFAULTS: dict[str, Any] = {
+    "sizes": [1_000, 10_000, 100_000],
+    "repeat": 5,
+    "appends": 50,
+    "seed": 20240601,
+}
 
 
-def report(args: argparse.Namespace, sizes: list[Size], load: tuple[float, float],
-           seconds: float) -> str:
+def report(
+    args: argparse.Namespace, sizes: list[Size], load: tuple[float, float], seconds: float
+) -> str:
     command = "python -m tests.bench.bench_pack" + "".join(
         f" --{k} {' '.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in (("sizes", args.sizes), ("repeat", args.repeat),
-                     ("appends", args.appends), ("seed", args.seed))
-        if v != DEFAULTS[k])
+        for k, v in (
+            ("sizes", args.sizes),
+            ("repeat", args.repeat),
+            ("appends", args.appends),
+            ("seed", args.seed),
+        )
+        if v != DEFAULTS[k]
+    )
     kept = ", ".join(f"{x.results['kept']:,.0f} of {x.n:,}" for x in sizes)
-    return "\n".join([
-        BEGIN,
-        "",
-        f"Command: `{command}` (from the repository root). Policy: window "
-        f"{POLICY.context_window:,}, output reserve {POLICY.output_reserve:,} (usable "
-        f"{POLICY.usable:,} tokens, every other field at its default); trim_messages gets "
-        f"`max_tokens={POLICY.usable}`. Cold packs and trim_messages: median of "
-        f"{args.repeat} runs (at most 3 at 100,000 events); incremental: median of "
-        f"{args.appends} appends. Messages in the packed prompt: {kept} events. Reading "
-        f"`Packed.decisions` (built on first access, one per event) after an incremental "
-        f"pack: " + ", ".join(f"{x.results['explain']:,.1f} ms at {x.n:,}" for x in sizes)
-        + ".",
-        "",
-        f"Machine: {machine()}. Load average (1 min) {load[0]:.2f} before the run, "
-        f"{load[1]:.2f} after it; the run took {seconds:.0f} s.",
-        "",
-        table(sizes),
-        "",
-        goals(sizes),
-        "",
-        END,
-    ])
+    return "\n".join(
+        [
+            BEGIN,
+            "",
+            f"Command: `{command}` (from the repository root). Policy: window "
+            f"{POLICY.context_window:,}, output reserve {POLICY.output_reserve:,} (usable "
+            f"{POLICY.usable:,} tokens, every other field at its default); trim_messages gets "
+            f"`max_tokens={POLICY.usable}`. Cold packs and trim_messages: median of "
+            f"{args.repeat} runs (at most 3 at 100,000 events); incremental: median of "
+            f"{args.appends} appends. Messages in the packed prompt: {kept} events. Reading "
+            f"`Packed.decisions` (built on first access, one per event) after an incremental "
+            f"pack: "
+            + ", ".join(f"{x.results['explain']:,.1f} ms at {x.n:,}" for x in sizes)
+            + ".",
+            "",
+            f"Machine: {machine()}. Load average (1 min) {load[0]:.2f} before the run, "
+            f"{load[1]:.2f} after it; the run took {seconds:.0f} s.",
+            "",
+            table(sizes),
+            "",
+            goals(sizes),
+            "",
+            END,
+        ]
+    )
 
 
 # -- profiling ------------------------------------------------------------------------------------
@@ -627,12 +751,19 @@ def profile(args: argparse.Namespace) -> None:
 
 def profile_table(stats: pstats.Stats, what: str, n: int, calls: int, top: int = 15) -> str:
     """The functions with the most own time, as a Markdown table with % of the total."""
-    rows = sorted(stats.stats.items(), key=lambda item: item[1][2],  # type: ignore[attr-defined]
-                  reverse=True)
+    rows = sorted(
+        stats.stats.items(),
+        key=lambda item: item[1][2],  # type: ignore[attr-defined]
+        reverse=True,
+    )
     total = stats.total_tt  # type: ignore[attr-defined]
-    lines = [f"cProfile of {what}, {n:,} events, {calls} packs: {total:.3f} s in total "
-             "(profiling slows Python code down more than C code; read the shares)", "",
-             "| function | calls | own time | share |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        f"cProfile of {what}, {n:,} events, {calls} packs: {total:.3f} s in total "
+        "(profiling slows Python code down more than C code; read the shares)",
+        "",
+        "| function | calls | own time | share |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for (file, line, func), (_, ncalls, own, _, _) in rows[:top]:
         where = func if file == "~" else f"{Path(file).name}:{line}({func})"
         lines.append(f"| `{where}` | {ncalls:,} | {own:.3f} s | {own / total:.0%} |")
@@ -640,22 +771,36 @@ def profile_table(stats: pstats.Stats, what: str, n: int, calls: int, top: int =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_pack",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=DEFAULTS["sizes"],
-                        help="history sizes in events")
-    parser.add_argument("--repeat", type=int, default=DEFAULTS["repeat"],
-                        help="runs of cold packs and trim_messages (median)")
-    parser.add_argument("--appends", type=int, default=DEFAULTS["appends"],
-                        help="one-event appends, each followed by an incremental pack")
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.bench_pack", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=DEFAULTS["sizes"], help="history sizes in events"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=DEFAULTS["repeat"],
+        help="runs of cold packs and trim_messages (median)",
+    )
+    parser.add_argument(
+        "--appends",
+        type=int,
+        default=DEFAULTS["appends"],
+        help="one-event appends, each followed by an incremental pack",
+    )
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"])
     parser.add_argument("--dir", default=None, help="where to put the logs (default: temp)")
-    parser.add_argument("--quick", action="store_true",
-                        help="1,000 and 10,000 events, 3 runs, docs untouched")
+    parser.add_argument(
+        "--quick", action="store_true", help="1,000 and 10,000 events, 3 runs, docs untouched"
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the tracemalloc pass")
     parser.add_argument("--no-docs", action="store_true", help="do not update docs/benchmarks.md")
-    parser.add_argument("--profile", choices=("cold", "incremental"),
-                        help="profile turnlog packing at --events instead of benchmarking")
+    parser.add_argument(
+        "--profile",
+        choices=("cold", "incremental"),
+        help="profile turnlog packing at --events instead of benchmarking",
+    )
     parser.add_argument("--events", type=int, default=10_000, help="size for --profile")
     args = parser.parse_args(argv)
     if args.quick:

@@ -28,8 +28,9 @@ from tests.bench.bench_log import make_events, stored_records
 from tests.bench.bench_postgres import es_append, es_recorder, raw_append
 
 
-def turnlog_single(url: str, drafts: list[turnlog.Draft], *, notify: bool = True,
-                   assume: bool = True) -> float:
+def turnlog_single(
+    url: str, drafts: list[turnlog.Draft], *, notify: bool = True, assume: bool = True
+) -> float:
     store = PostgresStore(url, notify=notify)
     store._assume = store._assume and assume  # False: every write reads first
     log = turnlog.Log(store)
@@ -49,8 +50,9 @@ def main(argv: list[str]) -> None:
     server = pgserver.Server(durable=True)
     try:
         es_recorder(server).datastore.close()
-        drafts = [msgspec.structs.replace(d, key=f"k{i}")
-                  for i, d in enumerate(make_events(8, count))]
+        drafts = [
+            msgspec.structs.replace(d, key=f"k{i}") for i, d in enumerate(make_events(8, count))
+        ]
         records = stored_records(drafts)
         url = server.url(schema="single")
         runs: dict[str, Callable[[], float]] = {
@@ -66,9 +68,11 @@ def main(argv: list[str]) -> None:
                 res.setdefault(name, []).append(run())
         med = {name: statistics.median(times) for name, times in res.items()}
         for name, seconds in med.items():
-            print(f"{name:24s} {count / seconds:8.0f} events/s  "
-                  f"x raw {med['raw psycopg insert'] / seconds:.2f}  "
-                  f"x peer {med['eventsourcing'] / seconds:.2f}")
+            print(
+                f"{name:24s} {count / seconds:8.0f} events/s  "
+                f"x raw {med['raw psycopg insert'] / seconds:.2f}  "
+                f"x peer {med['eventsourcing'] / seconds:.2f}"
+            )
     finally:
         server.stop()
 

@@ -26,8 +26,10 @@ import turnlog
 from turnlog.adapters.importers import import_path
 from turnlog.adapters.redaction import ALL_DETECTORS, Redactor
 
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[2].parent / "shared" / "corpus")
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+)
 
 
 def _scan(redactor: Redactor, text: str) -> tuple[float, dict[str, int]]:
@@ -44,8 +46,9 @@ def _import(redactor: Redactor | None) -> float:
             with turnlog.open(folder / "store") as log:
                 start = time.perf_counter()
                 for sub in ("claude_code_jsonl", "codex_rollout_jsonl"):
-                    import_path(log, CORPUS / sub, redactor=redactor, skip_bad=True,
-                                keep_going=True)
+                    import_path(
+                        log, CORPUS / sub, redactor=redactor, skip_bad=True, keep_going=True
+                    )
                 times.append(time.perf_counter() - start)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -61,14 +64,18 @@ def main() -> None:
     every, _ = _scan(Redactor(detectors=ALL_DETECTORS), text)
     plain = _import(None)
     redacted = _import(Redactor())
-    print(f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
-          f"{len(files)} files, {mib:.1f} MiB; found {counts}")
+    print(
+        f"Python {platform.python_version()}, load {os.getloadavg()[0]:.2f}; "
+        f"{len(files)} files, {mib:.1f} MiB; found {counts}"
+    )
     print("| measure | figure |\n| --- | --- |")
     print(f"| scan, default detectors | {mib / default:.2f} MiB/s ({default:.2f} s) |")
     print(f"| scan, every regular-expression plugin | {mib / every:.2f} MiB/s ({every:.2f} s) |")
     print(f"| import of the Claude Code and Codex transcripts, no redactor | {plain:.2f} s |")
-    print(f"| the same import, default redactor | {redacted:.2f} s "
-          f"(+{(redacted / plain - 1) * 100:.0f}%) |")
+    print(
+        f"| the same import, default redactor | {redacted:.2f} s "
+        f"(+{(redacted / plain - 1) * 100:.0f}%) |"
+    )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def build(root: str, events: int, requests: int, seed: int) -> tuple[str, int]:
     with turnlog.open(path) as log:
         packer = Packer(log)
         for at in range(0, len(history), every):
-            log.append(SESSION, history[at:at + every])
+            log.append(SESSION, history[at : at + every])
             last = Replayer(packer).record(SESSION, policy=POLICY, model="bench").request_seq
     return path, last
 
@@ -87,14 +87,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         t0 = time.perf_counter()
         path, request = build(root, args.events, args.requests, args.seed)
-        print(f"{args.events:,} events built in {time.perf_counter() - t0:.1f} s; "
-              f"last request #{request}", file=sys.stderr)
-        pages = {"timeline (latest 200 events)": f"/sessions/{SESSION}",
-                 "receipt of the last request": f"/sessions/{SESSION}/requests/{request}",
-                 "sessions index": "/"}
+        print(
+            f"{args.events:,} events built in {time.perf_counter() - t0:.1f} s; "
+            f"last request #{request}",
+            file=sys.stderr,
+        )
+        pages = {
+            "timeline (latest 200 events)": f"/sessions/{SESSION}",
+            "receipt of the last request": f"/sessions/{SESSION}/requests/{request}",
+            "sessions index": "/",
+        }
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=args.chromium,
-                                        args=["--no-sandbox", "--disable-gpu"])
+            browser = p.chromium.launch(
+                executable_path=args.chromium, args=["--no-sandbox", "--disable-gpu"]
+            )
             for _ in range(args.repeat):
                 for name, target in pages.items():
                     with turnlog.open(path, readonly=True) as log:
@@ -109,17 +115,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             browser.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {name: {key: statistics.median(r[key] for r in runs)
-                   for key in ("server", "paint", "bytes")}
-            for name, runs in results.items()}
+    return {
+        name: {key: statistics.median(r[key] for r in runs) for key in ("server", "paint", "bytes")}
+        for name, runs in results.items()
+    }
 
 
 def table(r: dict[str, Any]) -> str:
-    rows = ["| page | server (HTML built and sent) | first contentful paint | page size |",
-            "| --- | --- | --- | --- |"]
+    rows = [
+        "| page | server (HTML built and sent) | first contentful paint | page size |",
+        "| --- | --- | --- | --- |",
+    ]
     for name, m in r.items():
-        rows.append(f"| {name} | {m['server']:,.0f} ms | {m['paint']:,.0f} ms | "
-                    f"{m['bytes'] / 1024:,.0f} KB |")
+        rows.append(
+            f"| {name} | {m['server']:,.0f} ms | {m['paint']:,.0f} ms | "
+            f"{m['bytes'] / 1024:,.0f} KB |"
+        )
     return "\n".join(rows)
 
 
@@ -138,17 +149,26 @@ def main(argv: list[str] | None = None) -> int:
     r = run(args)
     print(table(r))
     if not args.no_docs:
-        text = "\n".join([
-            BEGIN, "",
-            f"Command: `python -m tests.bench.bench_web` (from the repository root; needs "
-            f"`turnlog[web]`, playwright and Debian's `chromium`). One session of "
-            f"{args.events:,} events (the seeded history of `bench_pack`, a request recorded "
-            f"after every tenth of it), served read-only by `turnlog serve`'s `Server` on "
-            f"loopback and loaded in headless Chromium; medians of {args.repeat} runs. "
-            "*Fresh server*: a new server over a newly opened store (the receipt's first "
-            "load folds the session's lineage); *again*: the same page reloaded.",
-            "", f"Machine: {machine()}. Load average (1 min) {before:.2f} before; the run "
-            f"took {time.perf_counter() - start:.0f} s.", "", table(r), "", END])
+        text = "\n".join(
+            [
+                BEGIN,
+                "",
+                f"Command: `python -m tests.bench.bench_web` (from the repository root; needs "
+                f"`turnlog[web]`, playwright and Debian's `chromium`). One session of "
+                f"{args.events:,} events (the seeded history of `bench_pack`, a request recorded "
+                f"after every tenth of it), served read-only by `turnlog serve`'s `Server` on "
+                f"loopback and loaded in headless Chromium; medians of {args.repeat} runs. "
+                "*Fresh server*: a new server over a newly opened store (the receipt's first "
+                "load folds the session's lineage); *again*: the same page reloaded.",
+                "",
+                f"Machine: {machine()}. Load average (1 min) {before:.2f} before; the run "
+                f"took {time.perf_counter() - start:.0f} s.",
+                "",
+                table(r),
+                "",
+                END,
+            ]
+        )
         docblock.write(HEADING, BEGIN, END, text)
     return 0
 

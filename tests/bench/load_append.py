@@ -41,8 +41,7 @@ from turnlog.events import UserMessageAdded
 SESSION = "shared"
 
 
-def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
-           out: Any) -> None:
+def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool, out: Any) -> None:
     """Append until the deadline; put a summary on ``out``."""
     log = turnlog.open(path, sync=sync)
     acked: list[tuple[int, int]] = []  # (n, seq)
@@ -56,8 +55,11 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
     n = 0
     try:
         while time.time() < deadline:
-            draft = Draft(body=UserMessageAdded(text=f"worker {wid} message {n}"),
-                          key=f"w{wid}-{n}", meta={"w": wid, "n": n})
+            draft = Draft(
+                body=UserMessageAdded(text=f"worker {wid} message {n}"),
+                key=f"w{wid}-{n}",
+                meta={"w": wid, "n": n},
+            )
             tries = 0
             while True:
                 head = log.head(SESSION)
@@ -69,8 +71,10 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
                     conflicts += 1
                     tries += 1
                     if exc.expected != expected or exc.actual == expected:
-                        errors.append(f"conflict reports expected {exc.expected}, actual "
-                                      f"{exc.actual} for an append expecting {expected}")
+                        errors.append(
+                            f"conflict reports expected {exc.expected}, actual "
+                            f"{exc.actual} for an append expecting {expected}"
+                        )
                     continue
                 break
             acked.append((n, done.first_seq))
@@ -78,31 +82,53 @@ def worker(path: str, wid: int, start_at: float, seconds: float, sync: bool,
             if n % 4 == 3:
                 mine = f"own-{wid}"
                 head = log.head(mine)
-                own_seq = log.append(mine, [
-                    Draft(body=UserMessageAdded(text=f"worker {wid} note {n}"), meta={"n": n}),
-                    Draft(body=UserMessageAdded(text=f"worker {wid} note {n}, part 2"),
-                          meta={"n": n})],
-                    expected_seq=head.seq if head is not None else turnlog.log.NEW_SESSION)
+                own_seq = log.append(
+                    mine,
+                    [
+                        Draft(body=UserMessageAdded(text=f"worker {wid} note {n}"), meta={"n": n}),
+                        Draft(
+                            body=UserMessageAdded(text=f"worker {wid} note {n}, part 2"),
+                            meta={"n": n},
+                        ),
+                    ],
+                    expected_seq=head.seq if head is not None else turnlog.log.NEW_SESSION,
+                )
                 own.append((n, own_seq.first_seq))
             n += 1
     except Exception as exc:  # reported, not raised: the parent checks
         errors.append(f"{type(exc).__name__}: {exc}")
     finally:
         log.close()
-    out.put({"worker": wid, "acked": acked, "own": own, "retries": retries, "conflicts": conflicts,
-             "attempts": attempts, "errors": errors})
+    out.put(
+        {
+            "worker": wid,
+            "acked": acked,
+            "own": own,
+            "retries": retries,
+            "conflicts": conflicts,
+            "attempts": attempts,
+            "errors": errors,
+        }
+    )
 
 
-def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool = True,
-        ) -> dict[str, Any]:
+def run(
+    path: str | Path,
+    *,
+    procs: int = 4,
+    seconds: float = 20.0,
+    sync: bool = True,
+) -> dict[str, Any]:
     """Run the load and check the result; returns the figures (raises AssertionError)."""
     path = str(path)
     turnlog.open(path).close()  # create the store before the workers race to
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     start_at = time.time() + 2.0 + 0.3 * procs  # after every interpreter has started
-    workers = [ctx.Process(target=worker, args=(path, w, start_at, seconds, sync, out))
-               for w in range(procs)]
+    workers = [
+        ctx.Process(target=worker, args=(path, w, start_at, seconds, sync, out))
+        for w in range(procs)
+    ]
     for p in workers:
         p.start()
     results = [out.get(timeout=seconds + 120) for _ in workers]
@@ -126,7 +152,8 @@ def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool =
     acked = {(r["worker"], n): seq for r in results for n, seq in r["acked"]}
     assert set(found) == set(acked), (
         f"lost: {sorted(set(acked) - set(found))[:5]}, "
-        f"unacknowledged: {sorted(set(found) - set(acked))[:5]}")
+        f"unacknowledged: {sorted(set(found) - set(acked))[:5]}"
+    )
     for event in events:
         assert acked[event.meta["w"], event.meta["n"]] == event.seq, "acknowledged elsewhere"
     attempts = sum(r["attempts"] for r in results)
@@ -137,9 +164,15 @@ def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool =
     own_events = sum(len(v) for v in own.values())
     assert report.events == len(events) + own_events, "the store holds other events"
     return {
-        "procs": procs, "seconds": elapsed, "sync": sync, "events": len(events),
-        "own_events": own_events, "store_events_per_s": report.events / elapsed,
-        "events_per_s": len(events) / elapsed, "attempts": attempts, "conflicts": conflicts,
+        "procs": procs,
+        "seconds": elapsed,
+        "sync": sync,
+        "events": len(events),
+        "own_events": own_events,
+        "store_events_per_s": report.events / elapsed,
+        "events_per_s": len(events) / elapsed,
+        "attempts": attempts,
+        "conflicts": conflicts,
         "conflict_rate": conflicts / attempts if attempts else 0.0,
         "retries_mean": statistics.mean(retries) if retries else 0.0,
         "retries_max": max(retries, default=0),
@@ -149,18 +182,21 @@ def run(path: str | Path, *, procs: int = 4, seconds: float = 20.0, sync: bool =
 
 
 def describe(r: dict[str, Any]) -> str:
-    return (f"{r['procs']} processes, {r['seconds']:.0f} s, sync={r['sync']}: "
-            f"{r['events']:,} events in the shared session ({r['events_per_s']:,.0f}/s) and "
-            f"{r['own_events']:,} in the workers' own ({r['store_events_per_s']:,.0f}/s in all), "
-            f"{r['attempts']:,} attempts, "
-            f"{r['conflicts']:,} conflicts ({r['conflict_rate']:.0%}), retries per event mean "
-            f"{r['retries_mean']:.2f} / p99 {r['retries_p99']} / max {r['retries_max']}; "
-            f"per worker {r['per_worker']}; no event lost or duplicated, chain verified")
+    return (
+        f"{r['procs']} processes, {r['seconds']:.0f} s, sync={r['sync']}: "
+        f"{r['events']:,} events in the shared session ({r['events_per_s']:,.0f}/s) and "
+        f"{r['own_events']:,} in the workers' own ({r['store_events_per_s']:,.0f}/s in all), "
+        f"{r['attempts']:,} attempts, "
+        f"{r['conflicts']:,} conflicts ({r['conflict_rate']:.0%}), retries per event mean "
+        f"{r['retries_mean']:.2f} / p99 {r['retries_p99']} / max {r['retries_max']}; "
+        f"per worker {r['per_worker']}; no event lost or duplicated, chain verified"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.load_append",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.load_append", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--procs", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--no-sync", action="store_true", help="open with sync=False")
@@ -169,8 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="turnlog-load-", dir=args.dir)
     try:
-        result = run(os.path.join(root, "store"), procs=args.procs, seconds=args.seconds,
-                     sync=not args.no_sync)
+        result = run(
+            os.path.join(root, "store"),
+            procs=args.procs,
+            seconds=args.seconds,
+            sync=not args.no_sync,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(result) if args.json else describe(result))

@@ -49,8 +49,26 @@ from turnlog.events import (
 )
 
 POLICY = Policy(context_window=32_000, output_reserve=4_000)
-_WORDS = ("the", "file", "test", "build", "error", "function", "module", "value", "fix",
-          "import", "config", "path", "returns", "list", "check", "update", "run", "data")
+_WORDS = (
+    "the",
+    "file",
+    "test",
+    "build",
+    "error",
+    "function",
+    "module",
+    "value",
+    "fix",
+    "import",
+    "config",
+    "path",
+    "returns",
+    "list",
+    "check",
+    "update",
+    "run",
+    "data",
+)
 
 
 def _text(rng: random.Random, words: int) -> str:
@@ -61,14 +79,30 @@ def turn(rng: random.Random, t: int) -> list[Body]:
     """One turn of an agent session (4 or 5 events)."""
     calls = [f"t{t}-c{i}" for i in range(rng.choice((1, 1, 2)))]
     out: list[Body] = [UserMessageAdded(text=f"Turn {t}: {_text(rng, 25)}")]
-    out.append(AssistantMessageAdded(parts=(TextPart(text=_text(rng, 20)), *(
-        ToolCall(id=c, name=rng.choice(("Read", "Bash", "Grep")),
-                 arguments=json.dumps({"file_path": f"src/m{rng.randrange(40)}.py"}))
-        for c in calls))))
+    out.append(
+        AssistantMessageAdded(
+            parts=(
+                TextPart(text=_text(rng, 20)),
+                *(
+                    ToolCall(
+                        id=c,
+                        name=rng.choice(("Read", "Bash", "Grep")),
+                        arguments=json.dumps({"file_path": f"src/m{rng.randrange(40)}.py"}),
+                    )
+                    for c in calls
+                ),
+            )
+        )
+    )
     for c in calls:
         size = 40 if rng.random() < 0.97 else 3_000
-        out.append(ToolResultAdded(call_id=c, tool_name="Read", output="\n".join(
-            f"{i:5d} {_text(rng, 6)}" for i in range(rng.randrange(4, size)))))
+        out.append(
+            ToolResultAdded(
+                call_id=c,
+                tool_name="Read",
+                output="\n".join(f"{i:5d} {_text(rng, 6)}" for i in range(rng.randrange(4, size))),
+            )
+        )
     out.append(AssistantMessageAdded(parts=(TextPart(text=_text(rng, 30)),)))
     return out
 
@@ -85,9 +119,18 @@ def memory_mb() -> dict[str, float]:
     return fields
 
 
-def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
-        active: int = 50, cached: int = 64, every: int = 50_000, sync: bool = False,
-        seed: int = 1, progress: bool = True) -> list[dict[str, Any]]:
+def run(
+    path: str | Path,
+    *,
+    events: int = 1_000_000,
+    sessions: int = 1_000,
+    active: int = 50,
+    cached: int = 64,
+    every: int = 50_000,
+    sync: bool = False,
+    seed: int = 1,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Run the soak; return one row per window (see the module's doc)."""
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []
@@ -132,17 +175,19 @@ def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
                 memory = memory_mb()
                 window.sort()
                 row = {
-                    "events": total, "turns": t, "sessions": started,
+                    "events": total,
+                    "turns": t,
+                    "sessions": started,
                     "elapsed_s": round(now - start, 1),
-                    "heap_mb": round(memory["RssAnon"]), "mapped_mb": round(memory["RssFile"]),
+                    "heap_mb": round(memory["RssAnon"]),
+                    "mapped_mb": round(memory["RssFile"]),
                     "peak_rss_mb": round(memory["VmHWM"]),
                     "store_mb": round(os.path.getsize(os.path.join(path, "data.mdb")) / 2**20),
                     "pack_ms_p50": round(statistics.median(window), 3),
                     "pack_ms_p95": round(window[int(0.95 * (len(window) - 1))], 3),
                     "pack_ms_p99": round(window[int(0.99 * (len(window) - 1))], 3),
                     "pack_ms_max": round(window[-1], 3),
-                    "append_events_per_s": round(window_events / appended_s)
-                    if appended_s else 0,
+                    "append_events_per_s": round(window_events / appended_s) if appended_s else 0,
                     "window_s": round(now - last, 1),
                 }
                 rows.append(row)
@@ -158,26 +203,30 @@ def run(path: str | Path, *, events: int = 1_000_000, sessions: int = 1_000,
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| events | sessions | elapsed | heap | mapped store | peak RSS | store "
-             "| pack p50 / p95 / p99 / max | appends |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| events | sessions | elapsed | heap | mapped store | peak RSS | store "
+        "| pack p50 / p95 / p99 / max | appends |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
-        lines.append(f"| {r['events']:,} | {r['sessions']:,} | {r['elapsed_s']:,.0f} s "
-                     f"| {r['heap_mb']:,} MiB | {r['mapped_mb']:,} MiB | {r['peak_rss_mb']:,} MiB "
-                     f"| {r['store_mb']:,} MiB | {r['pack_ms_p50']:.2f} / {r['pack_ms_p95']:.2f} / "
-                     f"{r['pack_ms_p99']:.2f} / {r['pack_ms_max']:.1f} ms "
-                     f"| {r['append_events_per_s']:,}/s |")
+        lines.append(
+            f"| {r['events']:,} | {r['sessions']:,} | {r['elapsed_s']:,.0f} s "
+            f"| {r['heap_mb']:,} MiB | {r['mapped_mb']:,} MiB | {r['peak_rss_mb']:,} MiB "
+            f"| {r['store_mb']:,} MiB | {r['pack_ms_p50']:.2f} / {r['pack_ms_p95']:.2f} / "
+            f"{r['pack_ms_p99']:.2f} / {r['pack_ms_max']:.1f} ms "
+            f"| {r['append_events_per_s']:,}/s |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.load_soak",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.bench.load_soak", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--sessions", type=int, default=1_000)
     parser.add_argument("--active", type=int, default=50, help="sessions running at a time")
-    parser.add_argument("--cached", type=int, default=64,
-                        help="the Packer's cached_sessions")
+    parser.add_argument("--cached", type=int, default=64, help="the Packer's cached_sessions")
     parser.add_argument("--every", type=int, default=50_000, help="report every N events")
     parser.add_argument("--sync", action="store_true", help="fsync every append")
     parser.add_argument("--seed", type=int, default=1)
@@ -186,9 +235,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = tempfile.mkdtemp(prefix="turnlog-soak-", dir=args.dir)
     try:
-        rows = run(os.path.join(root, "store"), events=args.events, sessions=args.sessions,
-                   active=args.active, cached=args.cached, every=args.every, sync=args.sync,
-                   seed=args.seed)
+        rows = run(
+            os.path.join(root, "store"),
+            events=args.events,
+            sessions=args.sessions,
+            active=args.active,
+            cached=args.cached,
+            every=args.every,
+            sync=args.sync,
+            seed=args.seed,
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(rows) if args.json else table(rows))

@@ -45,8 +45,10 @@ from turnlog.testing import check_overflow, check_packed
 from tests.sdkcheck import check
 
 #: The shared transcript corpus: $TURNLOG_CORPUS, else ../shared/corpus beside the repository.
-CORPUS = Path(os.environ.get("TURNLOG_CORPUS")
-              or Path(__file__).resolve().parents[2].parent / "shared" / "corpus")
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[2].parent / "shared" / "corpus"
+)
 # window -> output reserve
 WINDOWS = {4_000: 500, 8_000: 1_000, 16_000: 2_000, 32_000: 4_000, 128_000: 16_000}
 FORMATS = ("neutral", *sorted(PROVIDERS))
@@ -55,10 +57,15 @@ FORMATS = ("neutral", *sorted(PROVIDERS))
 REFUSALS = {"anthropic": anthropic_problems}
 #: The files of ``--sample`` (and of the default test run): one hard case per importer,
 #: by name: two compactions and abandoned calls, freeform calls, reused call ids.
-SAMPLE = ("3af9b1a7-6512-4883-ad18-320658ced099.jsonl", "agent-a00ad96.jsonl",
-          "rollout-2025-09-29T13-09-19-01999469-65fd-7fa2-ab93-d24bb4c714cb.jsonl",
-          "django__django-16255.traj.json", "basic.json", "katy.traj",
-          "humanevalfix-python-0.traj")
+SAMPLE = (
+    "3af9b1a7-6512-4883-ad18-320658ced099.jsonl",
+    "agent-a00ad96.jsonl",
+    "rollout-2025-09-29T13-09-19-01999469-65fd-7fa2-ab93-d24bb4c714cb.jsonl",
+    "django__django-16255.traj.json",
+    "basic.json",
+    "katy.traj",
+    "humanevalfix-python-0.traj",
+)
 
 
 def sdk_types() -> dict[str, object]:
@@ -68,9 +75,12 @@ def sdk_types() -> dict[str, object]:
     from openai.types.responses.response_create_params import (
         ResponseCreateParamsNonStreaming,
     )
-    return {"anthropic": MessageCreateParamsNonStreaming,
-            "openai-chat": CompletionCreateParamsNonStreaming,
-            "openai-responses": ResponseCreateParamsNonStreaming}
+
+    return {
+        "anthropic": MessageCreateParamsNonStreaming,
+        "openai-chat": CompletionCreateParamsNonStreaming,
+        "openai-responses": ResponseCreateParamsNonStreaming,
+    }
 
 
 def policy_for(window: int, rules: int = 0) -> Policy:
@@ -86,12 +96,23 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
         imported = time.perf_counter() - started
         again = import_file(log, path, skip_bad=True)
         assert again.appended == 0, f"{path}: a second import appended {again.appended}"
-        session = max(summary.sessions, key=lambda s: (log.head(s).seq, s)) \
-            if summary.sessions else ""
-        row: dict[str, object] = {"file": path.name, "format": summary.format,
-                                  "events": summary.events, "tokens": 0, "import_s": imported,
-                                  "packs": 0, "pack_ms": 0.0, "requests": 0, "identical": 0,
-                                  "refused": 0, "invalid": 0, "problems": []}
+        session = (
+            max(summary.sessions, key=lambda s: (log.head(s).seq, s)) if summary.sessions else ""
+        )
+        row: dict[str, object] = {
+            "file": path.name,
+            "format": summary.format,
+            "events": summary.events,
+            "tokens": 0,
+            "import_s": imported,
+            "packs": 0,
+            "pack_ms": 0.0,
+            "requests": 0,
+            "identical": 0,
+            "refused": 0,
+            "invalid": 0,
+            "problems": [],
+        }
         for window in WINDOWS:
             row[f"packs@{window}"] = row[f"refused@{window}"] = row[f"invalid@{window}"] = 0
         if not session:
@@ -109,15 +130,25 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
         for window in WINDOWS:
             policy = policy_for(window, rules)
             for fmt in FORMATS:
-                render = None if fmt == "neutral" else renderer(
-                    fmt, model="check-model", max_tokens=policy.output_reserve, blobs=log.blob)
+                render = (
+                    None
+                    if fmt == "neutral"
+                    else renderer(
+                        fmt, model="check-model", max_tokens=policy.output_reserve, blobs=log.blob
+                    )
+                )
                 started = time.perf_counter()
                 try:
-                    recorded = replayer.record(session, policy=policy, model="check-model",
-                                             format=fmt, render=render,
-                                             render_args=render_args(
-                                                 max_tokens=policy.output_reserve)
-                                             if render is not None else "")
+                    recorded = replayer.record(
+                        session,
+                        policy=policy,
+                        model="check-model",
+                        format=fmt,
+                        render=render,
+                        render_args=render_args(max_tokens=policy.output_reserve)
+                        if render is not None
+                        else "",
+                    )
                 except RenderError as exc:  # only under rules 1: reused call ids
                     count("invalid", window)
                     problems.append(f"{window} {fmt}: {exc}")
@@ -151,15 +182,19 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
                     count("invalid", window)
                     problems.append(f"{window} {fmt}: {str(bad)[:300]}")
         view = packer.projection(session, packer.counter_for(policy_for(128_000)))
-        row["tokens"] = (sum(it.tokens for it in view.items) + sum(view.section_tokens.values())
-                         + view.tools_tokens)
+        row["tokens"] = (
+            sum(it.tokens for it in view.items)
+            + sum(view.section_tokens.values())
+            + view.tools_tokens
+        )
         seqs = replayer.requests(session)
         row["requests"] = len(seqs)
         for seq in seqs:
             request = log.get(session, seq).body
             assert isinstance(request, turnlog.events.RequestIssued)
-            render_back = renderer_for(request, blobs=log.blob) \
-                if request.format != "neutral" else None
+            render_back = (
+                renderer_for(request, blobs=log.blob) if request.format != "neutral" else None
+            )
             if replayer.replay(session, seq, render=render_back).ok:
                 row["identical"] = int(str(row["identical"])) + 1
             else:
@@ -174,27 +209,67 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.real_data")
     parser.add_argument("--corpus", default=str(CORPUS), help="the corpus directory")
     parser.add_argument("--markdown", action="store_true", help="print Markdown tables")
-    parser.add_argument("--sample", action="store_true",
-                        help="only the representative files of SAMPLE")
-    parser.add_argument("--rules", type=int, default=0, choices=(0, 1, 2),
-                        help="the packing rules (0: the newest; 1: turnlog 0.1.0's, to compare)")
+    parser.add_argument(
+        "--sample", action="store_true", help="only the representative files of SAMPLE"
+    )
+    parser.add_argument(
+        "--rules",
+        type=int,
+        default=0,
+        choices=(0, 1, 2),
+        help="the packing rules (0: the newest; 1: turnlog 0.1.0's, to compare)",
+    )
     args = parser.parse_args(argv)
-    files = sorted(p for p in Path(args.corpus).rglob("*") if p.is_file()
-                   and p.suffix in (".jsonl", ".json", ".traj") and p.stat().st_size > 0)
+    files = sorted(
+        p
+        for p in Path(args.corpus).rglob("*")
+        if p.is_file() and p.suffix in (".jsonl", ".json", ".traj") and p.stat().st_size > 0
+    )
     if args.sample:
         files = [p for p in files if p.name in SAMPLE]
     rows = []
     for path in files:
         with tempfile.TemporaryDirectory() as tmp:
             rows.append(check_file(path, Path(tmp), args.rules))
-    header = ("file", "format", "events", "tokens", "import_s", "pack_ms", "packs",
-              "refused", "invalid", "requests", "identical")
-    _table(header, [[f"{row[h]:.3f}" if h == "import_s" else f"{row[h]:.1f}" if h == "pack_ms"
-                     else str(row[h]) for h in header] for row in rows], args.markdown)
+    header = (
+        "file",
+        "format",
+        "events",
+        "tokens",
+        "import_s",
+        "pack_ms",
+        "packs",
+        "refused",
+        "invalid",
+        "requests",
+        "identical",
+    )
+    _table(
+        header,
+        [
+            [
+                f"{row[h]:.3f}"
+                if h == "import_s"
+                else f"{row[h]:.1f}"
+                if h == "pack_ms"
+                else str(row[h])
+                for h in header
+            ]
+            for row in rows
+        ],
+        args.markdown,
+    )
     print()
-    by_window = [[f"{window // 1000}k", *(str(sum(int(str(r[f"{name}@{window}"])) for r in rows))
-                                         for name in ("packs", "refused", "invalid"))]
-                 for window in WINDOWS]
+    by_window = [
+        [
+            f"{window // 1000}k",
+            *(
+                str(sum(int(str(r[f"{name}@{window}"])) for r in rows))
+                for name in ("packs", "refused", "invalid")
+            ),
+        ]
+        for window in WINDOWS
+    ]
     _table(("window", "packs", "refused below the floor", "invalid"), by_window, args.markdown)
     for row in rows:
         for problem in row["problems"]:  # type: ignore[attr-defined]
@@ -203,9 +278,12 @@ def main(argv: list[str] | None = None) -> int:
     same = sum(int(str(r["identical"])) for r in rows)
     invalid = sum(int(str(r["invalid"])) for r in rows)
     refused_large = sum(int(str(r[f"refused@{w}"])) for r in rows for w in WINDOWS if w >= 8_000)
-    print(f"{len(rows)} files; {total} requests recorded, {same} replayed byte for byte "
-          f"(neutral prompt and rendered body); invalid: {invalid}; refused at 8k or more: "
-          f"{refused_large}", file=sys.stderr)
+    print(
+        f"{len(rows)} files; {total} requests recorded, {same} replayed byte for byte "
+        f"(neutral prompt and rendered body); invalid: {invalid}; refused at 8k or more: "
+        f"{refused_large}",
+        file=sys.stderr,
+    )
     return 0 if total == same and not invalid and not refused_large else 1
 
 

@@ -53,8 +53,7 @@ MODEL = "golden-model"
 
 def run(store: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TURNLOG_STORE": str(store), "NO_COLOR": "1"}
-    return subprocess.run(["turnlog", *args], env=env, capture_output=True, text=True,
-                          check=check)
+    return subprocess.run(["turnlog", *args], env=env, capture_output=True, text=True, check=check)
 
 
 def sessions(store: Path) -> list[str]:
@@ -80,26 +79,47 @@ def main(target: Path) -> None:
                 continue
             for budget in BUDGETS:
                 for fmt in FORMATS:
-                    done = run(store, "pack", session, "--record", "--budget", str(budget),
-                               "--format", fmt, "--model", MODEL, check=False)
-                    outcome = "recorded" if done.returncode == 0 else \
-                        done.stderr.strip().splitlines()[-1][:200]
+                    done = run(
+                        store,
+                        "pack",
+                        session,
+                        "--record",
+                        "--budget",
+                        str(budget),
+                        "--format",
+                        fmt,
+                        "--model",
+                        MODEL,
+                        check=False,
+                    )
+                    outcome = (
+                        "recorded"
+                        if done.returncode == 0
+                        else done.stderr.strip().splitlines()[-1][:200]
+                    )
                     recorded.setdefault(session, []).append(
-                        {"budget": budget, "format": fmt, "outcome": outcome})
+                        {"budget": budget, "format": fmt, "outcome": outcome}
+                    )
         check = run(store, "verify", check=False)
         if check.returncode != 0:
             raise SystemExit(f"the new store does not verify: {check.stdout}{check.stderr}")
         target.mkdir(parents=True)
         import lmdb  # the store as it is, compacted into one file per database
+
         env = lmdb.open(str(store), readonly=True, lock=False, max_dbs=16)
         (target / "store").mkdir()
         env.copy(str(target / "store"), compact=True)
         env.close()
-        manifest = {"version": version, "transcripts": list(TRANSCRIPTS),
-                    "formats": list(FORMATS), "budgets": list(BUDGETS), "model": MODEL,
-                    "compacted": compacted, "packs": recorded}
-        (target / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True)
-                                              + "\n")
+        manifest = {
+            "version": version,
+            "transcripts": list(TRANSCRIPTS),
+            "formats": list(FORMATS),
+            "budgets": list(BUDGETS),
+            "model": MODEL,
+            "compacted": compacted,
+            "packs": recorded,
+        }
+        (target / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(target / "store" / "lock.mdb", ignore_errors=True)
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "main",
 ]
 
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``turnlog`` command.
 
@@ -103,12 +104,17 @@ def _escaped(*, stdout: bool) -> Iterator[None]:
 def _error_line(message: str, args: argparse.Namespace) -> str:
     """An error message as the one line the command prints: without the credentials
     of any store location it repeats (`turnlog.stores.hide_credentials`)."""
-    for value in (getattr(args, "store", None), os.environ.get("TURNLOG_STORE"),
-                  getattr(args, "source", None), getattr(args, "target", None)):
+    for value in (
+        getattr(args, "store", None),
+        os.environ.get("TURNLOG_STORE"),
+        getattr(args, "source", None),
+        getattr(args, "target", None),
+    ):
         if value and (hidden := turnlog.stores.hide_credentials(value)) != value:
             message = message.replace(value, hidden)
     return "turnlog: error: " + " ".join(
-        line.strip() for line in message.splitlines() if line.strip())
+        line.strip() for line in message.splitlines() if line.strip()
+    )
 
 
 def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
@@ -132,6 +138,9 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
     except KeyboardInterrupt:
         return 130
     except MemoryError:
-        print("turnlog: error: out of memory; free memory or raise the process's limit, "
-              "then run the command again", file=sys.stderr)
+        print(
+            "turnlog: error: out of memory; free memory or raise the process's limit, "
+            "then run the command again",
+            file=sys.stderr,
+        )
         return EXIT_ERROR

@@ -54,6 +54,7 @@ class _PipeClosedError(Exception):
 
 # -- output helpers -------------------------------------------------------------------
 
+
 def _plural(count: int, word: str, many: str = "") -> str:
     """``1 event``, ``2 events``, ``1,024 events``."""
     return f"{count:,} {word if count == 1 else many or word + 's'}"
@@ -135,15 +136,21 @@ def _resolve_session(log: turnlog.Log, given: str) -> str:
         return found[0]
     if found:
         shown = ", ".join(repr(one) for one in found[:_CANDIDATES_SHOWN])
-        more = f" and {len(found) - _CANDIDATES_SHOWN:,} more" if len(found) > _CANDIDATES_SHOWN \
+        more = (
+            f" and {len(found) - _CANDIDATES_SHOWN:,} more"
+            if len(found) > _CANDIDATES_SHOWN
             else ""
-        raise _UsageError(f"session prefix {given!r} is ambiguous: {len(found):,} sessions "
-                          f"begin with it ({shown}{more}); give more of the id")
+        )
+        raise _UsageError(
+            f"session prefix {given!r} is ambiguous: {len(found):,} sessions "
+            f"begin with it ({shown}{more}); give more of the id"
+        )
     close = difflib.get_close_matches(given, ids, n=3)
     guess = f" (did you mean {' or '.join(repr(one) for one in close)}?)" if close else ""
     raise turnlog.errors.UnknownSessionError(
         f"no session {given!r} in this log, and none whose id begins with it{guess}; list "
-        "sessions with `turnlog sessions`")
+        "sessions with `turnlog sessions`"
+    )
 
 
 def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
@@ -154,12 +161,15 @@ def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
     try:
         missing = not write and not (path / "data.mdb").is_file()
     except OSError as exc:  # a name too long, a loop of links...
-        raise _NoStoreError(f"no turnlog store at {where!r}: {exc.strerror or exc}; pass "
-                            "--store PATH or set TURNLOG_STORE") from None
+        raise _NoStoreError(
+            f"no turnlog store at {where!r}: {exc.strerror or exc}; pass "
+            "--store PATH or set TURNLOG_STORE"
+        ) from None
     if missing:
         raise _NoStoreError(
             f"no turnlog store at {where!r}; pass --store PATH or set TURNLOG_STORE "
-            "(create a store with `turnlog demo` or by appending to it)")
+            "(create a store with `turnlog demo` or by appending to it)"
+        )
     return turnlog.open(path, readonly=not write)
 
 
@@ -190,23 +200,37 @@ def _read_checkpoint(path: str) -> turnlog.log.Checkpoint:
     except ValueError as exc:
         raise _UsageError(f"checkpoint file {path!r} is not JSON: {exc}") from exc
     except RecursionError:
-        raise _UsageError(f"checkpoint file {path!r} is not a turnlog checkpoint: its JSON "
-                          "is nested too deeply") from None
+        raise _UsageError(
+            f"checkpoint file {path!r} is not a turnlog checkpoint: its JSON is nested too deeply"
+        ) from None
     if not isinstance(raw, dict):
         raise _UsageError(f"checkpoint file {path!r} must hold a JSON object")
-    session, seq, digest, mac = (raw.get("session"), raw.get("seq"), raw.get("hash"),
-                                 raw.get("mac", ""))
+    session, seq, digest, mac = (
+        raw.get("session"),
+        raw.get("seq"),
+        raw.get("hash"),
+        raw.get("mac", ""),
+    )
     unknown = sorted(set(raw) - {"session", "seq", "hash", "mac"})
-    if (unknown or not isinstance(session, str) or not session
-            or not isinstance(seq, int) or isinstance(seq, bool) or seq < 0
-            or not isinstance(digest, str) or len(digest) != 64
-            or any(c not in "0123456789abcdef" for c in digest) or not isinstance(mac, str)
-            or (mac and (len(mac) != 64 or any(c not in "0123456789abcdef" for c in mac)))):
+    if (
+        unknown
+        or not isinstance(session, str)
+        or not session
+        or not isinstance(seq, int)
+        or isinstance(seq, bool)
+        or seq < 0
+        or not isinstance(digest, str)
+        or len(digest) != 64
+        or any(c not in "0123456789abcdef" for c in digest)
+        or not isinstance(mac, str)
+        or (mac and (len(mac) != 64 or any(c not in "0123456789abcdef" for c in mac)))
+    ):
         raise _UsageError(
             f"checkpoint file {path!r} is not a turnlog checkpoint: expected "
             '{"session": str, "seq": int >= 0, "hash": 64 lowercase hex, '
             '"mac": "" or 64 lowercase hex}'
-            + (f", found unknown keys {unknown}" if unknown else ""))
+            + (f", found unknown keys {unknown}" if unknown else "")
+        )
     return turnlog.log.Checkpoint(session=session, seq=seq, hash=digest, mac=mac)
 
 
@@ -228,8 +252,13 @@ def _refs(count: int) -> str:
 def _problem_json(problem: turnlog.log.Problem | None) -> dict[str, Any] | None:
     if problem is None:
         return None
-    return {"session": problem.session, "seq": problem.seq, "reason": problem.reason,
-            "blob": problem.blob, "where": str(problem)}
+    return {
+        "session": problem.session,
+        "seq": problem.seq,
+        "reason": problem.reason,
+        "blob": problem.blob,
+        "where": str(problem),
+    }
 
 
 def _verify_progress(events: int) -> None:
@@ -267,27 +296,37 @@ def _progress(what: str, total: int, *, show: bool) -> Iterator[Callable[[], Non
     if not show or not console.is_terminal:
         yield lambda: None
         return
-    with ProgressBar(TextColumn(visible(what)), BarColumn(), MofNCompleteColumn(),
-                  console=console, transient=True) as bar:
+    with ProgressBar(
+        TextColumn(visible(what)),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task(what, total=total)
         yield lambda: bar.advance(task)
 
 
 # -- packing, replay, explain -----------------------------------------------------------------
 
-def _policy_arg(args: argparse.Namespace,
-                in_force: turnlog.Policy | None = None) -> turnlog.Policy | None:
+
+def _policy_arg(
+    args: argparse.Namespace, in_force: turnlog.Policy | None = None
+) -> turnlog.Policy | None:
     """The policy ``--policy``/``--agent``/``--budget`` give (None: the one in force).
 
     ``--budget N`` without ``--policy`` keeps the rest of ``in_force`` (the session's
     policy in force, when the verb has a session), else of the defaults."""
     if getattr(args, "agent", None) and not getattr(args, "policy", None):
-        raise _UsageError(f"--agent {args.agent} needs --policy FILE (the policy file whose "
-                          f"[agents.{args.agent}] table to apply)")
+        raise _UsageError(
+            f"--agent {args.agent} needs --policy FILE (the policy file whose "
+            f"[agents.{args.agent}] table to apply)"
+        )
     if getattr(args, "policy", None):
         try:
-            policy = turnlog.Policy.from_toml(_read_bytes(args.policy, "policy file"),
-                                              agent=args.agent)
+            policy = turnlog.Policy.from_toml(
+                _read_bytes(args.policy, "policy file"), agent=args.agent
+            )
         except turnlog.errors.PolicyError as exc:
             raise _UsageError(f"--policy {args.policy}: {exc}") from None
     else:
@@ -298,8 +337,9 @@ def _policy_arg(args: argparse.Namespace,
         reserve = min(base.output_reserve, budget // 4)
         fields = {f: getattr(base, f) for f in base.__struct_fields__}
         try:
-            policy = turnlog.Policy(**{**fields, "context_window": budget,
-                                       "output_reserve": reserve})
+            policy = turnlog.Policy(
+                **{**fields, "context_window": budget, "output_reserve": reserve}
+            )
         except turnlog.errors.PolicyError as exc:
             raise _UsageError(f"--budget {budget} is too small: {exc}") from None
     return policy
@@ -311,8 +351,14 @@ def _session_model(log: turnlog.Log, session: str) -> str:
     model on each assistant message), through the sessions it forked from."""
     for event in reversed(log.lineage(session)):
         body = event.body
-        if isinstance(body, (turnlog.events.RequestIssued, turnlog.events.ResponseReceived,
-                             turnlog.events.AssistantMessageAdded)) and _model_name(body.model):
+        if isinstance(
+            body,
+            (
+                turnlog.events.RequestIssued,
+                turnlog.events.ResponseReceived,
+                turnlog.events.AssistantMessageAdded,
+            ),
+        ) and _model_name(body.model):
             return body.model
     return ""
 
@@ -330,14 +376,18 @@ def _request_seq(log: turnlog.Log, replayer: Replayer, session: str, value: int)
     requests = replayer.requests(session)
     if not requests:
         if log.head(session) is None:
-            raise turnlog.errors.UnknownSessionError(f"no session {session!r} in this log; list "
-                                              "sessions with `turnlog sessions`")
+            raise turnlog.errors.UnknownSessionError(
+                f"no session {session!r} in this log; list sessions with `turnlog sessions`"
+            )
         raise turnlog.errors.UnknownSessionError(
             f"session {session!r} has no recorded request; record one with `turnlog pack "
-            f"{session} --record`")
+            f"{session} --record`"
+        )
     if -value > len(requests):
-        raise _UsageError(f"request {value} is before the first: {session!r} has "
-                          f"{_plural(len(requests), 'recorded request')}")
+        raise _UsageError(
+            f"request {value} is before the first: {session!r} has "
+            f"{_plural(len(requests), 'recorded request')}"
+        )
     return requests[value]
 
 
@@ -411,16 +461,23 @@ _MAX_BUDGET = 2**40
 def _budget(text: str) -> int:
     value = _nonneg(text)
     if value > _MAX_BUDGET:
-        raise argparse.ArgumentTypeError(f"expected a context window of at most 2**40 "
-                                         f"({_MAX_BUDGET:,}) tokens, found {value:,}")
+        raise argparse.ArgumentTypeError(
+            f"expected a context window of at most 2**40 ({_MAX_BUDGET:,}) tokens, found {value:,}"
+        )
     return value
 
 
 #: ``--budget`` or ``--policy``, and ``--agent``: how ``pack``, ``compact`` and ``recall``
 #: take a policy (read by `_policy_arg`).
 POLICY_OPTIONS = (
-    one_of(arg("--budget", type=_budget, metavar="N", help="context window in tokens (the rest "
-               "of the policy in force, or the defaults)"),
-           arg("--policy", metavar="FILE", help="a policy TOML file")),
+    one_of(
+        arg(
+            "--budget",
+            type=_budget,
+            metavar="N",
+            help="context window in tokens (the rest of the policy in force, or the defaults)",
+        ),
+        arg("--policy", metavar="FILE", help="a policy TOML file"),
+    ),
     arg("--agent", metavar="NAME", help="apply the [agents.NAME] table of the policy file"),
 )

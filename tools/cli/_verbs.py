@@ -109,12 +109,19 @@ class Verbs:
     def __init__(self) -> None:
         self._verbs: list[Verb] = []
 
-    def verb(self, name: str, help: str, *arguments: Arg | OneOf,  # noqa: A002
-             prints: bool = True) -> Callable[[Handler], Handler]:
+    def verb(
+        self,
+        name: str,
+        help: str,  # noqa: A002
+        *arguments: Arg | OneOf,
+        prints: bool = True,
+    ) -> Callable[[Handler], Handler]:
         """Declare the decorated function as the handler of verb ``name``."""
+
         def declare(run: Handler) -> Handler:
             self._verbs.append(Verb(name, help, run, arguments, prints))
             return run
+
         return declare
 
     def __iter__(self) -> Iterator[Verb]:

@@ -31,25 +31,52 @@ from ._verbs import Verbs, arg
 VERBS = Verbs()
 
 
-@VERBS.verb("import", "import transcripts (Claude Code, Codex, OpenAI, mini-swe-agent, "
-            "SWE-agent, OpenHands, Aider); idempotent",
-            arg("paths", nargs="+", metavar="FILE", help="files or directories"),
-            arg("--format", default=None, choices=sorted(IMPORT_FORMATS),
-                type=lambda name: IMPORT_ALIASES.get(name, name),
-                help="the format (default: detected from the content); the earlier "
-                     "spellings openai_chat and openai_responses are accepted"),
-            arg("--session", default=None, metavar="ID",
-                help="the session id (default: from the transcript)"),
-            arg("--skip-bad", action="store_true", help="skip malformed records (listed) "
-                "instead of refusing the file"),
-            arg("--keep-going", action="store_true", help="go on past a file that cannot be "
-                "imported (listed with the reason) instead of stopping there"),
-            arg("--no-redact", action="store_true", help="keep secrets as they are (by default "
-                "API keys, private keys, bearer tokens and URL passwords are replaced by "
-                "placeholders before anything is stored)"),
-            arg("--redact-pattern", action="append", default=[], metavar="KIND=REGEX",
-                help="also redact what REGEX matches (its first group if it has one), as "
-                "[redacted: KIND]; repeatable"))
+@VERBS.verb(
+    "import",
+    "import transcripts (Claude Code, Codex, OpenAI, mini-swe-agent, "
+    "SWE-agent, OpenHands, Aider); idempotent",
+    arg("paths", nargs="+", metavar="FILE", help="files or directories"),
+    arg(
+        "--format",
+        default=None,
+        choices=sorted(IMPORT_FORMATS),
+        type=lambda name: IMPORT_ALIASES.get(name, name),
+        help="the format (default: detected from the content); the earlier "
+        "spellings openai_chat and openai_responses are accepted",
+    ),
+    arg(
+        "--session",
+        default=None,
+        metavar="ID",
+        help="the session id (default: from the transcript)",
+    ),
+    arg(
+        "--skip-bad",
+        action="store_true",
+        help="skip malformed records (listed) instead of refusing the file",
+    ),
+    arg(
+        "--keep-going",
+        action="store_true",
+        help="go on past a file that cannot be "
+        "imported (listed with the reason) instead of stopping there",
+    ),
+    arg(
+        "--no-redact",
+        action="store_true",
+        help="keep secrets as they are (by default "
+        "API keys, private keys, bearer tokens and URL passwords are replaced by "
+        "placeholders before anything is stored)",
+    ),
+    arg(
+        "--redact-pattern",
+        action="append",
+        default=[],
+        metavar="KIND=REGEX",
+        help="also redact what REGEX matches (its first group if it has one), as "
+        "[redacted: KIND]; repeatable",
+    ),
+)
 def _cmd_import(args: argparse.Namespace) -> int:
     redactor = None if args.no_redact else Redactor(patterns=_patterns(args.redact_pattern))
     totals = {"events": 0, "appended": 0, "tool_calls": 0, "blobs": 0, "tokens": 0}
@@ -63,26 +90,45 @@ def _cmd_import(args: argparse.Namespace) -> int:
     show = console.is_terminal and not args.json
     written = False
     try:
-        with _open(args, write=True) as log, ProgressBar(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                console=console, transient=True, disable=not show) as bar:
+        with (
+            _open(args, write=True) as log,
+            ProgressBar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                console=console,
+                transient=True,
+                disable=not show,
+            ) as bar,
+        ):
             task = bar.add_task("importing", total=None)
 
             def progress(p: Progress) -> None:
-                bar.update(task, description=visible(f"importing {p.path[-60:]} (file "
-                                                     f"{p.files_done + 1} of {p.files_total})"),
-                           completed=p.events_done, total=p.events_total or None)
+                bar.update(
+                    task,
+                    description=visible(
+                        f"importing {p.path[-60:]} (file {p.files_done + 1} of {p.files_total})"
+                    ),
+                    completed=p.events_done,
+                    total=p.events_total or None,
+                )
 
             for path in args.paths:
                 try:
-                    summary = import_path(log, path, format=args.format, session=args.session,
-                                          skip_bad=args.skip_bad, progress=progress,
-                                          keep_going=args.keep_going, redactor=redactor)
+                    summary = import_path(
+                        log,
+                        path,
+                        format=args.format,
+                        session=args.session,
+                        skip_bad=args.skip_bad,
+                        progress=progress,
+                        keep_going=args.keep_going,
+                        redactor=redactor,
+                    )
                 except turnlog.errors.ImportFormatError as exc:
                     failed.append((path, exc.cli_message()))
                     if args.json:
-                        _emit({"type": "error", "path": path, "error": failed[-1][1]},
-                              sys.stdout)
+                        _emit({"type": "error", "path": path, "error": failed[-1][1]}, sys.stdout)
                     if args.keep_going:
                         continue
                     break
@@ -94,13 +140,22 @@ def _cmd_import(args: argparse.Namespace) -> int:
                 files += summary.files or ([summary] if summary.sources else [])
                 skipped += summary.skipped
                 if args.json:
-                    _emit({"type": "file", "path": path, "format": summary.format,
-                           "sessions": list(summary.sessions), "events": summary.events,
-                           "appended": summary.appended, "tool_calls": summary.tool_calls,
-                           "blobs": summary.blobs, "tokens": summary.tokens,
-                           "redacted": summary.redacted,
-                           "skipped": [msgspec.to_builtins(s) for s in summary.skipped]},
-                          sys.stdout)
+                    _emit(
+                        {
+                            "type": "file",
+                            "path": path,
+                            "format": summary.format,
+                            "sessions": list(summary.sessions),
+                            "events": summary.events,
+                            "appended": summary.appended,
+                            "tool_calls": summary.tool_calls,
+                            "blobs": summary.blobs,
+                            "tokens": summary.tokens,
+                            "redacted": summary.redacted,
+                            "skipped": [msgspec.to_builtins(s) for s in summary.skipped],
+                        },
+                        sys.stdout,
+                    )
             written = bool(log.sessions())
     finally:
         if not had_store and not written:
@@ -108,35 +163,71 @@ def _cmd_import(args: argparse.Namespace) -> int:
     sessions = [x for f in files for x in f.sessions]
     code = EXIT_OK if files and not failed else EXIT_ERROR
     if args.json:
-        _emit({"type": "result", **totals, "sessions": sessions,
-               "skipped": len(skipped), "redacted": dict(sorted(redacted.items()))},
-              sys.stdout)
+        _emit(
+            {
+                "type": "result",
+                **totals,
+                "sessions": sessions,
+                "skipped": len(skipped),
+                "redacted": dict(sorted(redacted.items())),
+            },
+            sys.stdout,
+        )
         return code
     if files:
-        print_table(_out(), [("FILE", "left"), ("FORMAT", "left"), ("SESSIONS", "left"),
-                             ("EVENTS", "right"), ("NEW", "right"), ("SKIPPED", "right")],
-                    ([f.sources[0] if f.sources else "", f.format, ", ".join(f.sessions),
-                      f.events, f.appended, len(f.skipped) or ""] for f in files))
+        print_table(
+            _out(),
+            [
+                ("FILE", "left"),
+                ("FORMAT", "left"),
+                ("SESSIONS", "left"),
+                ("EVENTS", "right"),
+                ("NEW", "right"),
+                ("SKIPPED", "right"),
+            ],
+            (
+                [
+                    f.sources[0] if f.sources else "",
+                    f.format,
+                    ", ".join(f.sessions),
+                    f.events,
+                    f.appended,
+                    len(f.skipped) or "",
+                ]
+                for f in files
+            ),
+        )
     for record in skipped:
         _say(f"skipped {record}", "yellow")
     if files:
-        print(f"imported {_plural(len(files), 'file')} into {_plural(len(sessions), 'session')}"
-              f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "
-              f"{_plural(totals['tool_calls'], 'tool call')}, {_plural(totals['blobs'], 'blob')}"
-              f", {_plural(totals['tokens'], 'token')} of reported usage")
+        print(
+            f"imported {_plural(len(files), 'file')} into {_plural(len(sessions), 'session')}"
+            f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "
+            f"{_plural(totals['tool_calls'], 'tool call')}, {_plural(totals['blobs'], 'blob')}"
+            f", {_plural(totals['tokens'], 'token')} of reported usage"
+        )
     if redacted:
-        print("redacted " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(redacted.items()))
-              + " (replaced by placeholders before storing; --no-redact keeps them)")
+        print(
+            "redacted "
+            + ", ".join(f"{n:,} {kind}" for kind, n in sorted(redacted.items()))
+            + " (replaced by placeholders before storing; --no-redact keeps them)"
+        )
     for _, error in failed:
         print(f"turnlog: error: {error}", file=sys.stderr)
     if not files and not failed:
-        print(f"turnlog: error: nothing imported from {', '.join(args.paths)}: no transcript "
-              "of a known format found" + (f" ({_plural(len(skipped), 'file')} skipped, "
-                                           "listed above)" if skipped else "")
-              + "; give transcript files (or --format FORMAT to force one)", file=sys.stderr)
+        print(
+            f"turnlog: error: nothing imported from {', '.join(args.paths)}: no transcript "
+            "of a known format found"
+            + (f" ({_plural(len(skipped), 'file')} skipped, listed above)" if skipped else "")
+            + "; give transcript files (or --format FORMAT to force one)",
+            file=sys.stderr,
+        )
     elif failed and files and not args.keep_going:
-        print("the paths before the failed one were imported; pass --keep-going to import the "
-              "rest (what was imported is not appended twice)", file=sys.stderr)
+        print(
+            "the paths before the failed one were imported; pass --keep-going to import the "
+            "rest (what was imported is not appended twice)",
+            file=sys.stderr,
+        )
     return code
 
 

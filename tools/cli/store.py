@@ -49,41 +49,77 @@ def _cmd_sessions(args: argparse.Namespace) -> int:
         location = turnlog.stores.hide_credentials(log.store.location)
         unfinished = turnlog.log.unfinished_copy(log)
     if args.json:
-        _emit({"store": location, "unfinished_copy": unfinished, "sessions": [
-            {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
-             "head_hash": h.hash.hex()} for h in heads]}, sys.stdout)
+        _emit(
+            {
+                "store": location,
+                "unfinished_copy": unfinished,
+                "sessions": [
+                    {
+                        "session": h.session,
+                        "head_seq": h.seq,
+                        "events": h.seq + 1,
+                        "head_hash": h.hash.hex(),
+                    }
+                    for h in heads
+                ],
+            },
+            sys.stdout,
+        )
         return EXIT_OK
     if unfinished is not None:
         _say(f"warning: {unfinished}", "yellow")
     if not heads:
         print("no sessions")
         return EXIT_OK
-    columns: list[Column] = [("SESSION", "left"), ("HEAD", "right"), ("EVENTS", "right"),
-                             ("HEAD HASH", "left")]
-    print_table(_out(), columns, ([h.session, h.seq, h.seq + 1, h.hash.hex()[:16]]
-                                  for h in heads))
+    columns: list[Column] = [
+        ("SESSION", "left"),
+        ("HEAD", "right"),
+        ("EVENTS", "right"),
+        ("HEAD HASH", "left"),
+    ]
+    print_table(_out(), columns, ([h.session, h.seq, h.seq + 1, h.hash.hex()[:16]] for h in heads))
     return EXIT_OK
 
 
 def _log_record(event: turnlog.events.Event) -> dict[str, Any]:
-    record: dict[str, Any] = {"session": event.session, "seq": event.seq, "kind": event.kind,
-                              "time": event.time, "key": event.key,
-                              "causation": event.causation, "hash": event.hash.hex(),
-                              "summary": summarize(event, 200)}
+    record: dict[str, Any] = {
+        "session": event.session,
+        "seq": event.seq,
+        "kind": event.kind,
+        "time": event.time,
+        "key": event.key,
+        "causation": event.causation,
+        "hash": event.hash.hex(),
+        "summary": summarize(event, 200),
+    }
     blob = getattr(event.body, "blob", None)
     if isinstance(blob, turnlog.events.BlobRef):
         record["blob"] = blob.hash
     return record
 
 
-@VERBS.verb("log", "list a session's events, one line each",
-            session_arg(),
-            arg("--from", dest="start", type=_nonneg, default=0, metavar="SEQ",
-                help="start at this seq (default 0)"),
-            arg("--kind", action="extend", nargs="+", choices=sorted(KINDS), metavar="KIND",
-                help=f"only these kinds (repeatable): {', '.join(sorted(KINDS))}"),
-            arg("--limit", type=_nonneg, default=None, metavar="N",
-                help="print at most N events"))
+@VERBS.verb(
+    "log",
+    "list a session's events, one line each",
+    session_arg(),
+    arg(
+        "--from",
+        dest="start",
+        type=_nonneg,
+        default=0,
+        metavar="SEQ",
+        help="start at this seq (default 0)",
+    ),
+    arg(
+        "--kind",
+        action="extend",
+        nargs="+",
+        choices=sorted(KINDS),
+        metavar="KIND",
+        help=f"only these kinds (repeatable): {', '.join(sorted(KINDS))}",
+    ),
+    arg("--limit", type=_nonneg, default=None, metavar="N", help="print at most N events"),
+)
 def _cmd_log(args: argparse.Namespace) -> int:
     count = 0
     with _open(args) as log, log.snapshot() as snap:
@@ -94,8 +130,11 @@ def _cmd_log(args: argparse.Namespace) -> int:
             if args.json:
                 _emit(_log_record(event), sys.stdout)
             else:
-                _write_line(f"{event.seq:>6}  {format_time(event.time)}  {event.kind:<14} "
-                            f"{summarize(event, 72)}", sys.stdout)
+                _write_line(
+                    f"{event.seq:>6}  {format_time(event.time)}  {event.kind:<14} "
+                    f"{summarize(event, 72)}",
+                    sys.stdout,
+                )
     return EXIT_OK
 
 
@@ -119,8 +158,7 @@ def _width(names: Iterable[object]) -> int:
     return max([10, *(len(str(name)) for name in names)])
 
 
-def _render_value(name: str, value: object, indent: str, lines: list[str],
-                  width: int = 10) -> None:
+def _render_value(name: str, value: object, indent: str, lines: list[str], width: int = 10) -> None:
     if _is_block(value):
         assert isinstance(value, str)
         lines.append(f"{indent}{name}")
@@ -164,10 +202,12 @@ def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
     lines.extend(rendered)
 
 
-@VERBS.verb("show", "print one event in full, with its prev and hash",
-            session_arg(),
-            arg("seq", metavar="SEQ", type=int, help="the seq (negative: from the end, -1 "
-                "is the head)"))
+@VERBS.verb(
+    "show",
+    "print one event in full, with its prev and hash",
+    session_arg(),
+    arg("seq", metavar="SEQ", type=int, help="the seq (negative: from the end, -1 is the head)"),
+)
 def _cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as log:
         seq = args.seq
@@ -176,21 +216,28 @@ def _cmd_show(args: argparse.Namespace) -> int:
             if top is None:
                 raise turnlog.errors.UnknownSessionError(
                     f"no session {args.session!r} in this log; "
-                    "list sessions with `turnlog sessions`")
+                    "list sessions with `turnlog sessions`"
+                )
             seq = top.seq + 1 + seq
             if seq < 0:
-                raise _UsageError(f"seq {args.seq} is before the first event "
-                                  f"(the session has {top.seq + 1})")
+                raise _UsageError(
+                    f"seq {args.seq} is before the first event (the session has {top.seq + 1})"
+                )
         event = log.get(args.session, seq)
     raw = json.loads(event_to_json(event))
     if args.json:
         _emit(raw, sys.stdout)
         return EXIT_OK
-    lines = [f"{event.session}#{event.seq}  {event.kind}",
-             f"time       {format_time(event.time, precise=True)} UTC ({event.time})"
-             if event.time is not None else "time       -",
-             f"key        {event.key or '-'}", f"causation  {event.causation or '-'}",
-             f"prev       {event.prev.hex()}", f"hash       {event.hash.hex()}"]
+    lines = [
+        f"{event.session}#{event.seq}  {event.kind}",
+        f"time       {format_time(event.time, precise=True)} UTC ({event.time})"
+        if event.time is not None
+        else "time       -",
+        f"key        {event.key or '-'}",
+        f"causation  {event.causation or '-'}",
+        f"prev       {event.prev.hex()}",
+        f"hash       {event.hash.hex()}",
+    ]
     if event.meta:
         lines.append(f"meta       {json.dumps(raw['meta'], ensure_ascii=False)}")
     lines.append("")
@@ -200,80 +247,137 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if name == "type":
             continue
         if name == "blob" and isinstance(value, dict):
-            lines.append(f"{'blob':<{level}} {value['hash']} ({format_size(value['size'])}, "
-                         f"{value.get('media_type', 'text/plain; charset=utf-8')}); the text "
-                         "stored in the event is a preview, `turnlog blob HASH` prints it all")
+            lines.append(
+                f"{'blob':<{level}} {value['hash']} ({format_size(value['size'])}, "
+                f"{value.get('media_type', 'text/plain; charset=utf-8')}); the text "
+                "stored in the event is a preview, `turnlog blob HASH` prints it all"
+            )
             continue
         _render_value(name, value, "", lines, level)
     _write_line("\n".join(lines), sys.stdout)
     return EXIT_OK
 
 
-@VERBS.verb("verify", "check the hash chain and blobs; exit 1 naming the first bad event",
-            session_arg("session", nargs="?", default=None,
-                help="only this session (default: all sessions and every blob)"),
-            arg("--checkpoint", metavar="FILE", help="also check that the log extends this "
-                "checkpoint (from `turnlog checkpoint`)"),
-            arg("--key-file", metavar="FILE", help="key of a signed checkpoint"),
-            arg("--strict", action="store_true", help="also prove every record decodes "
-                "against the schema and is canonical (slower)"),
-            arg("--progress", action="store_true", help="report the events checked on "
-                "stderr as it goes"))
+@VERBS.verb(
+    "verify",
+    "check the hash chain and blobs; exit 1 naming the first bad event",
+    session_arg(
+        "session",
+        nargs="?",
+        default=None,
+        help="only this session (default: all sessions and every blob)",
+    ),
+    arg(
+        "--checkpoint",
+        metavar="FILE",
+        help="also check that the log extends this checkpoint (from `turnlog checkpoint`)",
+    ),
+    arg("--key-file", metavar="FILE", help="key of a signed checkpoint"),
+    arg(
+        "--strict",
+        action="store_true",
+        help="also prove every record decodes against the schema and is canonical (slower)",
+    ),
+    arg("--progress", action="store_true", help="report the events checked on stderr as it goes"),
+)
 def _cmd_verify(args: argparse.Namespace) -> int:
     if args.key_file is not None and args.checkpoint is None:
         raise _UsageError("--key-file needs --checkpoint (the key checks the checkpoint's MAC)")
     checkpoint = _read_checkpoint(args.checkpoint) if args.checkpoint is not None else None
     key = _read_key(args.key_file)
-    cp_json = None if checkpoint is None else {
-        "session": checkpoint.session, "seq": checkpoint.seq, "hash": checkpoint.hash,
-        "signed": bool(checkpoint.mac)}
+    cp_json = (
+        None
+        if checkpoint is None
+        else {
+            "session": checkpoint.session,
+            "seq": checkpoint.seq,
+            "hash": checkpoint.hash,
+            "signed": bool(checkpoint.mac),
+        }
+    )
     with _open(args) as log:
         try:
-            report = log.verify(args.session, checkpoint=checkpoint, key=key,
-                                strict=args.strict,
-                                progress=_verify_progress if args.progress else None)
+            report = log.verify(
+                args.session,
+                checkpoint=checkpoint,
+                key=key,
+                strict=args.strict,
+                progress=_verify_progress if args.progress else None,
+            )
         except turnlog.errors.VerificationError as exc:
             if args.json:
-                _emit({"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
-                      sys.stdout)
+                _emit(
+                    {"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
+                    sys.stdout,
+                )
             else:
                 _say(f"FAILED: checkpoint: {exc}", "bold red")
             return EXIT_FAILED
     if args.json:
-        _emit({"ok": report.ok, "problem": _problem_json(report.problem),
-               "sessions": report.sessions, "events": report.events, "blobs": report.blobs,
-               "checkpoint": cp_json, "warnings": list(report.warnings),
-               "erased": [{"session": s, "seq": q, "by": b} for s, q, b in report.erased]},
-              sys.stdout)
+        _emit(
+            {
+                "ok": report.ok,
+                "problem": _problem_json(report.problem),
+                "sessions": report.sessions,
+                "events": report.events,
+                "blobs": report.blobs,
+                "checkpoint": cp_json,
+                "warnings": list(report.warnings),
+                "erased": [{"session": s, "seq": q, "by": b} for s, q, b in report.erased],
+            },
+            sys.stdout,
+        )
     elif report.ok:
         extra = ""
         if checkpoint is not None:
-            extra = (f"; extends checkpoint {checkpoint.session}#{checkpoint.seq} "
-                     f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})")
-        _say(f"ok: {_plural(report.sessions, 'session')}, {_plural(report.events, 'event')}, "
-             f"{_refs(report.blobs)} intact{extra}", "green")
+            extra = (
+                f"; extends checkpoint {checkpoint.session}#{checkpoint.seq} "
+                f"({checkpoint.hash[:16]}{', signature ok' if checkpoint.mac else ''})"
+            )
+        _say(
+            f"ok: {_plural(report.sessions, 'session')}, {_plural(report.events, 'event')}, "
+            f"{_refs(report.blobs)} intact{extra}",
+            "green",
+        )
         if report.erased:
-            print(f"{_plural(len(report.erased), 'event')} erased (listed by their erasure "
-                  "events; see `turnlog verify --json`)")
+            print(
+                f"{_plural(len(report.erased), 'event')} erased (listed by their erasure "
+                "events; see `turnlog verify --json`)"
+            )
         for warning in report.warnings:
             _say(f"warning: {warning}", "yellow")
     else:
         _say(f"FAILED: {report.problem}", "bold red")
-        print(f"(checked {_plural(report.events, 'event')} in "
-              f"{_plural(report.sessions, 'session')} before stopping)", file=sys.stderr)
+        print(
+            f"(checked {_plural(report.events, 'event')} in "
+            f"{_plural(report.sessions, 'session')} before stopping)",
+            file=sys.stderr,
+        )
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-@VERBS.verb("copy", "copy every session, blob and cached count of store SRC (or only the "
-            "sessions given, with the sessions their forks continue) into store DST (a "
-            "directory or a postgresql:// URL), hashes preserved, after verifying each session "
-            "in SRC; then verify the copy. A copy stopped half way leaves DST marked unfinished "
-            "(verify fails) and resumes when run again",
-            arg("source", metavar="SRC", help="the store to copy (opened read-only)"),
-            arg("target", metavar="DST", help="the store to copy into (created if missing; a "
-                "session it holds must be a prefix of SRC's: it is continued)"),
-            arg("--session", action="append", metavar="ID", default=None,
-                help="copy only this session, with its forks' lineage (repeatable)"))
+@VERBS.verb(
+    "copy",
+    "copy every session, blob and cached count of store SRC (or only the "
+    "sessions given, with the sessions their forks continue) into store DST (a "
+    "directory or a postgresql:// URL), hashes preserved, after verifying each session "
+    "in SRC; then verify the copy. A copy stopped half way leaves DST marked unfinished "
+    "(verify fails) and resumes when run again",
+    arg("source", metavar="SRC", help="the store to copy (opened read-only)"),
+    arg(
+        "target",
+        metavar="DST",
+        help="the store to copy into (created if missing; a "
+        "session it holds must be a prefix of SRC's: it is continued)",
+    ),
+    arg(
+        "--session",
+        action="append",
+        metavar="ID",
+        default=None,
+        help="copy only this session, with its forks' lineage (repeatable)",
+    ),
+)
 def _cmd_copy(args: argparse.Namespace) -> int:
     with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
         copied = turnlog.log.copy_log(source, target, sessions=args.session)
@@ -284,23 +388,40 @@ def _cmd_copy(args: argparse.Namespace) -> int:
             report = target.verify()
         where = turnlog.stores.hide_credentials(target.store.location)
     if args.json:
-        _emit({"target": where, "sessions": copied.sessions, "events": copied.events,
-               "blobs": copied.blobs, "cached": copied.cached, "ok": report.ok,
-               "problem": _problem_json(report.problem)}, sys.stdout)
+        _emit(
+            {
+                "target": where,
+                "sessions": copied.sessions,
+                "events": copied.events,
+                "blobs": copied.blobs,
+                "cached": copied.cached,
+                "ok": report.ok,
+                "problem": _problem_json(report.problem),
+            },
+            sys.stdout,
+        )
     else:
-        print(f"copied {_plural(copied.sessions, 'session')}, {_plural(copied.events, 'event')}"
-              f", {_plural(copied.blobs, 'blob')} and {_plural(copied.cached, 'cached count')} "
-              f"to {where}")
+        print(
+            f"copied {_plural(copied.sessions, 'session')}, {_plural(copied.events, 'event')}"
+            f", {_plural(copied.blobs, 'blob')} and {_plural(copied.cached, 'cached count')} "
+            f"to {where}"
+        )
         print("verify: ok" if report.ok else f"verify: FAILED: {report.problem}")
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-@VERBS.verb("checkpoint", "write a checkpoint (session, seq, hash, mac) of a session's "
-            "head as JSON",
-            session_arg(),
-            arg("--key-file", metavar="FILE", help="sign with HMAC-SHA256 under this key (the "
-                "file's bytes, one trailing newline removed)"),
-            arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"))
+@VERBS.verb(
+    "checkpoint",
+    "write a checkpoint (session, seq, hash, mac) of a session's head as JSON",
+    session_arg(),
+    arg(
+        "--key-file",
+        metavar="FILE",
+        help="sign with HMAC-SHA256 under this key (the "
+        "file's bytes, one trailing newline removed)",
+    ),
+    arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
+)
 def _cmd_checkpoint(args: argparse.Namespace) -> int:
     key = _read_key(args.key_file)
     with _open(args) as log:
@@ -308,22 +429,35 @@ def _cmd_checkpoint(args: argparse.Namespace) -> int:
     text = json.dumps({"session": cp.session, "seq": cp.seq, "hash": cp.hash, "mac": cp.mac})
     _write_output(args.output, (text + "\n").encode())
     if args.output is not None:
-        print(f"wrote checkpoint {cp.session}#{cp.seq} ({cp.hash[:16]}"
-              f"{', signed' if cp.mac else ''}) to {args.output}", file=sys.stderr)
+        print(
+            f"wrote checkpoint {cp.session}#{cp.seq} ({cp.hash[:16]}"
+            f"{', signed' if cp.mac else ''}) to {args.output}",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
-@VERBS.verb("export", "write a session as JSON lines, one event a line, hashes included",
-            session_arg(),
-            arg("--complete", action="store_true", help="a backup `turnlog import` reads back "
-                "with every hash: also the sessions a fork continues (first) and the blobs the "
-                "events refer to"),
-            arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
-            prints=False)
+@VERBS.verb(
+    "export",
+    "write a session as JSON lines, one event a line, hashes included",
+    session_arg(),
+    arg(
+        "--complete",
+        action="store_true",
+        help="a backup `turnlog import` reads back "
+        "with every hash: also the sessions a fork continues (first) and the blobs the "
+        "events refer to",
+    ),
+    arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
+    prints=False,
+)
 def _cmd_export(args: argparse.Namespace) -> int:
     with _open(args) as log, log.snapshot() as snap:
-        lines: Iterable[bytes] = turnlog.log.export_events(log, args.session) if args.complete \
+        lines: Iterable[bytes] = (
+            turnlog.log.export_events(log, args.session)
+            if args.complete
             else (event_to_json(event) + b"\n" for event in snap.iter(args.session))
+        )
         if args.output is None:
             sys.stdout.flush()
             for line in lines:
@@ -337,16 +471,21 @@ def _cmd_export(args: argparse.Namespace) -> int:
                     count += not line.startswith(b'{"blob"')
         except OSError as exc:
             raise _UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from exc
-    print(f"exported {count} events{' with their blobs' if args.complete else ''} of "
-          f"{args.session!r} to {args.output}", file=sys.stderr)
+    print(
+        f"exported {count} events{' with their blobs' if args.complete else ''} of "
+        f"{args.session!r} to {args.output}",
+        file=sys.stderr,
+    )
     return EXIT_OK
 
 
 def _find_blob(log: turnlog.Log, prefix: str) -> str:
     digest = prefix.lower()
     if not digest or any(c not in "0123456789abcdef" for c in digest) or len(digest) > 64:
-        raise _UsageError(f"blob hash must be hex (a full 64-digit hash or a prefix of at "
-                          f"least 8 digits), found {prefix!r}")
+        raise _UsageError(
+            f"blob hash must be hex (a full 64-digit hash or a prefix of at "
+            f"least 8 digits), found {prefix!r}"
+        )
     if len(digest) == 64:
         return digest
     if len(digest) < 8:
@@ -356,16 +495,21 @@ def _find_blob(log: turnlog.Log, prefix: str) -> str:
     if not found:
         raise turnlog.errors.BlobNotFoundError(f"no blob starting with {prefix!r} in this log")
     if len(found) > 1:
-        raise _UsageError(f"blob prefix {prefix!r} is ambiguous ({len(found)} blobs); "
-                          "give more digits")
+        raise _UsageError(
+            f"blob prefix {prefix!r} is ambiguous ({len(found)} blobs); give more digits"
+        )
     return found[0]
 
 
-@VERBS.verb("blob", "write a blob's raw bytes",
-            arg("hash", metavar="HASH", help="the blob's hash, or a unique prefix of at least 8 "
-                "hex digits"),
-            arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
-            prints=False)
+@VERBS.verb(
+    "blob",
+    "write a blob's raw bytes",
+    arg(
+        "hash", metavar="HASH", help="the blob's hash, or a unique prefix of at least 8 hex digits"
+    ),
+    arg("-o", "--output", metavar="FILE", help="write to FILE instead of stdout"),
+    prints=False,
+)
 def _cmd_blob(args: argparse.Namespace) -> int:
     with _open(args) as log:
         data = log.blob(_find_blob(log, args.hash))
@@ -373,31 +517,57 @@ def _cmd_blob(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@VERBS.verb("erase", "erase the content of events (a whole session without SEQ), keeping the "
-            "chain verifiable; see docs/erasure.md",
-            arg("session", metavar="SESSION", nargs="?", default=None,
-                help="the session (its exact id); optional with --older-than"),
-            arg("seqs", metavar="SEQ", type=_nonneg, nargs="*",
-                help="the events to erase (default: every event that holds content)"),
-            arg("--reason", required=True, metavar="TEXT",
-                help="why (stored in the erasure event: say who asked, not what was erased)"),
-            arg("--older-than", dest="older_than", type=float, default=None, metavar="DAYS",
-                help="retention: erase every event whose time is more than DAYS days before "
-                     "now (this machine's clock, UTC) instead of naming events"))
+@VERBS.verb(
+    "erase",
+    "erase the content of events (a whole session without SEQ), keeping the "
+    "chain verifiable; see docs/erasure.md",
+    arg(
+        "session",
+        metavar="SESSION",
+        nargs="?",
+        default=None,
+        help="the session (its exact id); optional with --older-than",
+    ),
+    arg(
+        "seqs",
+        metavar="SEQ",
+        type=_nonneg,
+        nargs="*",
+        help="the events to erase (default: every event that holds content)",
+    ),
+    arg(
+        "--reason",
+        required=True,
+        metavar="TEXT",
+        help="why (stored in the erasure event: say who asked, not what was erased)",
+    ),
+    arg(
+        "--older-than",
+        dest="older_than",
+        type=float,
+        default=None,
+        metavar="DAYS",
+        help="retention: erase every event whose time is more than DAYS days before "
+        "now (this machine's clock, UTC) instead of naming events",
+    ),
+)
 def _cmd_erase(args: argparse.Namespace) -> int:
     if args.older_than is not None:
         if args.seqs:
             raise _UsageError("--older-than takes no SEQ: it erases by the events' times")
         if args.older_than < 0:
-            raise _UsageError(f"--older-than must be a number of days >= 0, found "
-                              f"{args.older_than}")
+            raise _UsageError(
+                f"--older-than must be a number of days >= 0, found {args.older_than}"
+            )
         # Event times are caller data (microseconds since the epoch, UTC): the cutoff
         # is now by this machine's clock, minus DAYS.
         cutoff = int((time.time() - args.older_than * 86_400) * 1_000_000)
         with _open(args, write=True) as log:
             results = log.erase_older_than(
-                cutoff, reason=args.reason,
-                sessions=None if args.session is None else [args.session])
+                cutoff,
+                reason=args.reason,
+                sessions=None if args.session is None else [args.session],
+            )
     else:
         if args.session is None:
             raise _UsageError("name the SESSION to erase (or give --older-than DAYS)")
@@ -408,14 +578,20 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         return EXIT_OK
     for r in results:
         if r.seq is None:
-            print(f"{r.session}: nothing left to erase"
-                  + (f" ({len(r.already)} erased before)" if r.already else ""))
+            print(
+                f"{r.session}: nothing left to erase"
+                + (f" ({len(r.already)} erased before)" if r.already else "")
+            )
             continue
-        print(f"{r.session}: erased {len(r.seqs)} events and {len(r.blobs)} blobs "
-              f"(erasure event #{r.seq})")
+        print(
+            f"{r.session}: erased {len(r.seqs)} events and {len(r.blobs)} blobs "
+            f"(erasure event #{r.seq})"
+        )
         for f in r.followed:  # derived from them: a memory, a recall, a quoting section
-            print(f"{f.session}: erased {len(f.seqs)} derived events and {len(f.blobs)} "
-                  f"blobs (erasure event #{f.seq})")
+            print(
+                f"{f.session}: erased {len(f.seqs)} derived events and {len(f.blobs)} "
+                f"blobs (erasure event #{f.seq})"
+            )
     if not results:
         print("nothing to erase")
     return EXIT_OK

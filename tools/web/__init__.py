@@ -53,8 +53,9 @@ class Server:
         OSError: the address cannot be bound.
     """
 
-    def __init__(self, log: turnlog.Log, *, host: str = "127.0.0.1", port: int = 0,
-                 token: str | None = None) -> None:
+    def __init__(
+        self, log: turnlog.Log, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None
+    ) -> None:
         loopback = is_loopback(host)
         if not loopback and not token:
             raise ValueError(f"serving on {host} (not a loopback address) needs a token")
@@ -73,10 +74,15 @@ class Server:
         shown = f"[{host.strip('[]')}]" if family == socket.AF_INET6 else host
         self.base = f"http://{shown}:{bound}"
         self.port = bound
-        config = uvicorn.Config(create_app(log, token=token, loopback=loopback),
-                                log_level="warning", access_log=False, proxy_headers=False,
-                                server_header=False, lifespan="off",
-                                timeout_graceful_shutdown=2)
+        config = uvicorn.Config(
+            create_app(log, token=token, loopback=loopback),
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+        )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -91,8 +97,9 @@ class Server:
 
     def start(self) -> Server:
         """Serve in a daemon thread; returns once the server answers."""
-        self._thread = threading.Thread(target=self._server.run,
-                                        kwargs={"sockets": [self.socket]}, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self.socket]}, daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started:

@@ -63,18 +63,25 @@ from ._inspector import BadRequestError, Inspector, NotFoundError, session_href
 __all__ = ["CSP", "ROUTES", "create_app"]
 
 #: The Content-Security-Policy of every response.
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-       "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
-_HEADERS = [(b"content-security-policy", CSP.encode()),
-            (b"x-content-type-options", b"nosniff"),
-            (b"referrer-policy", b"no-referrer"),
-            (b"x-frame-options", b"DENY"),
-            (b"cross-origin-opener-policy", b"same-origin"),
-            (b"cache-control", b"no-store")]
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+]
 _COOKIE = "turnlog_token"
-_STATIC_TYPES = {".css": "text/css; charset=utf-8",
-                 ".js": "text/javascript; charset=utf-8",
-                 ".svg": "image/svg+xml", ".png": "image/png"}
+_STATIC_TYPES = {
+    ".css": "text/css; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".svg": "image/svg+xml",
+    ".png": "image/png",
+}
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
 #: Seconds one wait of the live timeline lasts before the stream sends a keep-alive.
 FOLLOW_WAIT = 1.0
@@ -85,8 +92,9 @@ S, N = "session", "number"  # the placeholders of a route pattern
 class _Route:
     __slots__ = ("api_only", "method", "pattern", "template")
 
-    def __init__(self, pattern: tuple[str, ...], method: str, template: str = "", *,
-                 api_only: bool = False) -> None:
+    def __init__(
+        self, pattern: tuple[str, ...], method: str, template: str = "", *, api_only: bool = False
+    ) -> None:
         self.pattern, self.method, self.template = pattern, method, template
         self.api_only = api_only
 
@@ -142,9 +150,14 @@ def _query(base: str, **params: object) -> str:
 
 
 def _environment() -> Environment:
-    env = Environment(loader=PackageLoader("turnlog.tools.web", "templates"),
-                      autoescape=True, finalize=_show, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=PackageLoader("turnlog.tools.web", "templates"),
+        autoescape=True,
+        finalize=_show,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.globals["query"] = _query
     env.globals["href"] = session_href
     env.filters["num"] = lambda n: f"{n:,}" if isinstance(n, int) else n
@@ -195,15 +208,19 @@ class _Guard:
 
     def _refusal(self, scope: Scope) -> Response | None:
         if scope["method"] not in ("GET", "HEAD"):
-            return PlainTextResponse("405 the inspector is read-only: GET and HEAD only\n",
-                                     status_code=405, headers={"allow": "GET, HEAD"})
+            return PlainTextResponse(
+                "405 the inspector is read-only: GET and HEAD only\n",
+                status_code=405,
+                headers={"allow": "GET, HEAD"},
+            )
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         if self.loopback:
             host = headers.get("host", "")
             name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
             if not _is_loopback_name(name.lower()):
-                return PlainTextResponse("421 this inspector answers on a loopback address "
-                                         "only\n", status_code=421)
+                return PlainTextResponse(
+                    "421 this inspector answers on a loopback address only\n", status_code=421
+                )
         if self.token is None:
             return None
         given = ""
@@ -211,8 +228,11 @@ class _Guard:
         if auth.startswith("Bearer "):
             given = auth[7:]
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        if not given and "token" in query \
-                and hmac.compare_digest(query["token"].encode(), self.token.encode()):
+        if (
+            not given
+            and "token" in query
+            and hmac.compare_digest(query["token"].encode(), self.token.encode())
+        ):
             rest = {k: v for k, v in query.items() if k != "token"}
             target = scope.get("raw_path", b"").decode("latin-1") or "/"
             response = RedirectResponse(_query(target, **rest), status_code=303)
@@ -225,8 +245,11 @@ class _Guard:
                     given = value
         if given and hmac.compare_digest(given.encode(), self.token.encode()):
             return None
-        return PlainTextResponse("401 this inspector needs its token: open the address "
-                                 "`turnlog serve` printed (with ?token=...)\n", status_code=401)
+        return PlainTextResponse(
+            "401 this inspector needs its token: open the address "
+            "`turnlog serve` printed (with ?token=...)\n",
+            status_code=401,
+        )
 
 
 class _App:
@@ -258,8 +281,7 @@ class _App:
         try:
             segments = [unquote(s, errors="strict") for s in path.strip("/").split("/") if s]
         except UnicodeDecodeError:
-            return PlainTextResponse("400 the path is not percent-encoded UTF-8\n",
-                                     status_code=400)
+            return PlainTextResponse("400 the path is not percent-encoded UTF-8\n", status_code=400)
         if segments[:1] == ["static"] and len(segments) == 2:
             found = self.static.get(segments[1])
             if found is None:
@@ -272,8 +294,12 @@ class _App:
             segments = segments[1:]
         matched = _match(segments)
         if matched is None or (matched[0].api_only and not api):
-            if api and segments[-1:] == ["follow"] and len(segments) == 3 \
-                    and segments[0] == "sessions":
+            if (
+                api
+                and segments[-1:] == ["follow"]
+                and len(segments) == 3
+                and segments[0] == "sessions"
+            ):
                 return await self._follow(request, segments[1])
             return self._error(api, 404, "no such page; the pages are listed at /", request)
         route, args = matched
@@ -298,15 +324,22 @@ class _App:
         numbers = [_int(a, "seq") for a in args[1:]]
         if route.method == "timeline":
             start = params.get("from")
-            return ins.timeline(session, start=None if not start else _int(start, "from"),
-                                limit=_int(params.get("limit", "200"), "limit"),
-                                kinds=params.getlist("kind"))
+            return ins.timeline(
+                session,
+                start=None if not start else _int(start, "from"),
+                limit=_int(params.get("limit", "200"), "limit"),
+                kinds=params.getlist("kind"),
+            )
         if route.method == "event":
             return ins.event(session, numbers[0])
         if route.method == "receipt":
-            return ins.receipt(session, numbers[0], decision=params.get("decision", ""),
-                               kind=params.get("kind", ""),
-                               page=_int(params.get("page", "0"), "page"))
+            return ins.receipt(
+                session,
+                numbers[0],
+                decision=params.get("decision", ""),
+                kind=params.get("kind", ""),
+                page=_int(params.get("page", "0"), "page"),
+            )
         if route.method == "body":
             return ins.body(session, numbers[0])
         if route.method == "replay":
@@ -316,20 +349,24 @@ class _App:
         if route.method == "summaries":
             return ins.summaries(session)
         if route.method == "memories":
-            return ins.memories(session, query=params.get("q", ""),
-                                k=_int(params.get("k", "10"), "k"))
+            return ins.memories(
+                session, query=params.get("q", ""), k=_int(params.get("k", "10"), "k")
+            )
         raise AssertionError(route.method)
 
     def _render(self, template: str, data: dict[str, Any], request: Request) -> str:
         api = "/api" + (request.scope.get("raw_path") or b"").decode("latin-1")
         return self.env.get_template(template).render(
-            data=data, api=api, path=request.url.path, params=dict(request.query_params))
+            data=data, api=api, path=request.url.path, params=dict(request.query_params)
+        )
 
     def _error(self, api: bool, status: int, message: str, request: Request) -> Response:
         if api:
             return JSONResponse({"error": message, "status": status}, status_code=status)
-        return HTMLResponse(self._render("error.html", {"status": status, "message": message},
-                                         request), status_code=status)
+        return HTMLResponse(
+            self._render("error.html", {"status": status, "message": message}, request),
+            status_code=status,
+        )
 
     async def _follow(self, request: Request, session: str) -> Response:
         """Server-sent events: each event appended to ``session`` after ``?after=``."""
@@ -342,9 +379,13 @@ class _App:
                 raise BadRequestError(f"after must be >= -1, found {after}")
             kinds = request.query_params.getlist("kind")
             await anyio.to_thread.run_sync(
-                functools.partial(self.inspector.timeline, session, limit=1, kinds=kinds))
-            await anyio.to_thread.run_sync(functools.partial(
-                self.inspector.follow, session, after, wait=0, kinds=kinds, limit=1))
+                functools.partial(self.inspector.timeline, session, limit=1, kinds=kinds)
+            )
+            await anyio.to_thread.run_sync(
+                functools.partial(
+                    self.inspector.follow, session, after, wait=0, kinds=kinds, limit=1
+                )
+            )
         except NotFoundError as exc:
             return JSONResponse({"error": str(exc), "status": 404}, status_code=404)
         except BadRequestError as exc:
@@ -354,8 +395,11 @@ class _App:
             nonlocal after
             yield "retry: 1000\n\n"
             while True:  # until the client goes: the response then cancels this
-                events, last = await anyio.to_thread.run_sync(functools.partial(
-                    self.inspector.follow, session, after, wait=FOLLOW_WAIT, kinds=kinds))
+                events, last = await anyio.to_thread.run_sync(
+                    functools.partial(
+                        self.inspector.follow, session, after, wait=FOLLOW_WAIT, kinds=kinds
+                    )
+                )
                 for row in events:
                     yield f"id: {row['seq']}\nevent: append\ndata: {json.dumps(row)}\n\n"
                 if last != after and not events:
@@ -368,8 +412,9 @@ class _App:
         return StreamingResponse(stream(), media_type="text/event-stream")
 
 
-def create_app(log: turnlog.Log, *, token: str | None = None,
-               loopback: bool = True) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+def create_app(
+    log: turnlog.Log, *, token: str | None = None, loopback: bool = True
+) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
     """The inspector's ASGI app over ``log`` (which it never appends to).
 
     Parameters:

@@ -59,8 +59,7 @@ from turnlog.packing import SUMMARY_SECTION, Packed
 from ..summary import format_size, format_time, summarize
 from ..terminal import visible
 
-__all__ = ["DECISION_PAGE", "TEXT_LIMIT", "WINDOW", "Inspector", "NotFoundError",
-           "session_href"]
+__all__ = ["DECISION_PAGE", "TEXT_LIMIT", "WINDOW", "Inspector", "NotFoundError", "session_href"]
 
 #: Events per timeline window.
 WINDOW = 200
@@ -99,8 +98,12 @@ def _cut(text: str, limit: int = TEXT_LIMIT) -> dict[str, Any]:
 def _blob(ref: BlobRef | None) -> dict[str, Any] | None:
     if ref is None:
         return None
-    return {"hash": ref.hash, "size": ref.size, "size_text": format_size(ref.size),
-            "media_type": ref.media_type}
+    return {
+        "hash": ref.hash,
+        "size": ref.size,
+        "size_text": format_size(ref.size),
+        "media_type": ref.media_type,
+    }
 
 
 def _call(call: ToolCall, limit: int) -> dict[str, Any]:
@@ -110,20 +113,31 @@ def _call(call: ToolCall, limit: int) -> dict[str, Any]:
 def _parts(parts: Iterable[Any], limit: int) -> dict[str, Any]:
     texts = [p.text for p in parts if isinstance(p, TextPart)]
     reasoning = [p.text for p in parts if isinstance(p, ReasoningPart) and p.text]
-    return {"text": _cut("".join(texts), limit),
-            "reasoning": _cut("\n".join(reasoning), limit) if reasoning else None,
-            "calls": [_call(p, limit) for p in parts if isinstance(p, ToolCall)]}
+    return {
+        "text": _cut("".join(texts), limit),
+        "reasoning": _cut("\n".join(reasoning), limit) if reasoning else None,
+        "calls": [_call(p, limit) for p in parts if isinstance(p, ToolCall)],
+    }
 
 
 def event_view(event: Event, *, limit: int = 600) -> dict[str, Any]:
     """One event as a timeline row: what it is, its text (cut at ``limit``) and links."""
     body = event.body
     row: dict[str, Any] = {
-        "seq": event.seq, "kind": event.kind, "time": event.time,
-        "when": format_time(event.time), "summary": summarize(event, 160),
-        "hash": event.hash.hex(), "key": event.key,
-        "href": session_href(event.session, "events", event.seq), "links": [],
-        "text": None, "blob": None, "calls": [], "reasoning": None}
+        "seq": event.seq,
+        "kind": event.kind,
+        "time": event.time,
+        "when": format_time(event.time),
+        "summary": summarize(event, 160),
+        "hash": event.hash.hex(),
+        "key": event.key,
+        "href": session_href(event.session, "events", event.seq),
+        "links": [],
+        "text": None,
+        "blob": None,
+        "calls": [],
+        "reasoning": None,
+    }
     links: list[dict[str, str]] = row["links"]
     if isinstance(body, UserMessageAdded):
         row["text"] = _cut(body.text, limit)
@@ -133,56 +147,91 @@ def event_view(event: Event, *, limit: int = 600) -> dict[str, Any]:
         row["model"] = body.model
     elif isinstance(body, ToolResultAdded):
         size = body.blob.size if body.blob is not None else len(body.output.encode())
-        row["tool"] = {"name": body.tool_name, "call_id": body.call_id,
-                       "is_error": body.is_error, "exit_code": body.exit_code,
-                       "size": size, "size_text": format_size(size)}
+        row["tool"] = {
+            "name": body.tool_name,
+            "call_id": body.call_id,
+            "is_error": body.is_error,
+            "exit_code": body.exit_code,
+            "size": size,
+            "size_text": format_size(size),
+        }
         row["text"] = _cut(body.output, limit)
         row["blob"] = _blob(body.blob)
     elif isinstance(body, NotificationAdded):
         row["text"] = _cut(body.text, limit)
         row["blob"] = _blob(body.blob)
     elif isinstance(body, SystemSectionSet):
-        row["section"] = {"name": body.name, "position": body.position,
-                          "removed": not body.text}
+        row["section"] = {"name": body.name, "position": body.position, "removed": not body.text}
         row["text"] = _cut(body.text, limit)
     elif isinstance(body, CompactionCommitted):
-        row["compaction"] = {"first_seq": body.first_seq, "last_seq": body.last_seq,
-                             "level": body.level, "reason": body.reason,
-                             "summarizer": body.summarizer,
-                             "tokens_before": body.tokens_before,
-                             "tokens_after": body.tokens_after}
+        row["compaction"] = {
+            "first_seq": body.first_seq,
+            "last_seq": body.last_seq,
+            "level": body.level,
+            "reason": body.reason,
+            "summarizer": body.summarizer,
+            "tokens_before": body.tokens_before,
+            "tokens_after": body.tokens_after,
+        }
         row["text"] = _cut(body.summary, limit)
-        links.append({"label": f"covers {body.first_seq}-{body.last_seq}",
-                      "href": session_href(event.session) + f"?from={body.first_seq}"})
-        links.append({"label": "summaries", "href": session_href(event.session,
-                                                                 "summaries")})
+        links.append(
+            {
+                "label": f"covers {body.first_seq}-{body.last_seq}",
+                "href": session_href(event.session) + f"?from={body.first_seq}",
+            }
+        )
+        links.append({"label": "summaries", "href": session_href(event.session, "summaries")})
     elif isinstance(body, RequestIssued):
-        row["request"] = {"head_seq": body.head_seq, "tokens": body.tokens,
-                          "format": body.format, "model": body.model,
-                          "recovery": body.recovery, "prompt_hash": body.prompt_hash}
-        links.append({"label": "receipt", "href": session_href(event.session, "requests",
-                                                               event.seq)})
+        row["request"] = {
+            "head_seq": body.head_seq,
+            "tokens": body.tokens,
+            "format": body.format,
+            "model": body.model,
+            "recovery": body.recovery,
+            "prompt_hash": body.prompt_hash,
+        }
+        links.append(
+            {"label": "receipt", "href": session_href(event.session, "requests", event.seq)}
+        )
     elif isinstance(body, ResponseReceived):
         row["usage"] = msgspec.to_builtins(body.usage)
-        row["response"] = {"request_seq": body.request_seq, "stop_reason": body.stop_reason,
-                           "model": body.model}
+        row["response"] = {
+            "request_seq": body.request_seq,
+            "stop_reason": body.stop_reason,
+            "model": body.model,
+        }
         if body.request_seq is not None:
-            links.append({"label": f"request {body.request_seq}",
-                          "href": session_href(event.session, "requests", body.request_seq)})
+            links.append(
+                {
+                    "label": f"request {body.request_seq}",
+                    "href": session_href(event.session, "requests", body.request_seq),
+                }
+            )
     elif isinstance(body, SessionForked):
-        links.append({"label": f"from {body.from_session}#{body.from_seq}",
-                      "href": session_href(body.from_session, "events", body.from_seq)})
+        links.append(
+            {
+                "label": f"from {body.from_session}#{body.from_seq}",
+                "href": session_href(body.from_session, "events", body.from_seq),
+            }
+        )
     elif isinstance(body, RecallAdded):
-        row["recall"] = {"query": body.query, "hits": len(body.hits),
-                         "searcher": body.searcher}
+        row["recall"] = {"query": body.query, "hits": len(body.hits), "searcher": body.searcher}
     return row
 
 
 def _decision(d: turnlog.packing.Decision) -> dict[str, Any]:
-    return {"pos": d.pos, "session": d.session, "seq": d.seq, "kind": d.kind,
-            "decision": d.decision, "rule": d.rule, "detail": d.detail, "tokens": d.tokens,
-            "original_tokens": d.original_tokens,
-            "href": session_href(d.session, "events", d.seq)}
+    return {
+        "pos": d.pos,
+        "session": d.session,
+        "seq": d.seq,
+        "kind": d.kind,
+        "decision": d.decision,
+        "rule": d.rule,
+        "detail": d.detail,
+        "tokens": d.tokens,
+        "original_tokens": d.original_tokens,
+        "href": session_href(d.session, "events", d.seq),
+    }
 
 
 class Inspector:
@@ -200,8 +249,9 @@ class Inspector:
         self._stats: dict[str, tuple[bytes, dict[str, Any]]] = {}
         self._managers: dict[str, MemoryManager] = {}
         self._recaller = Recaller(log)
-        self._receipts: OrderedDict[tuple[str, int], tuple[Packed, dict[str, Any] | None]] = \
+        self._receipts: OrderedDict[tuple[str, int], tuple[Packed, dict[str, Any] | None]] = (
             OrderedDict()
+        )
 
     # -- helpers -----------------------------------------------------------------------
     def _head(self, session: str) -> turnlog.log.Head:
@@ -229,8 +279,11 @@ class Inspector:
         window = 512
         at = seq
         while True:
-            start, stop = (max(0, at - window), at) if step < 0 else \
-                (at + 1, min(head.seq + 1, at + 1 + window))
+            start, stop = (
+                (max(0, at - window), at)
+                if step < 0
+                else (at + 1, min(head.seq + 1, at + 1 + window))
+            )
             if start >= stop:
                 return None
             found = [e.seq for e in self.log.read(session, start, stop, kinds=["request"])]
@@ -261,11 +314,18 @@ class Inspector:
             elif isinstance(body, (AssistantMessageAdded, ResponseReceived)) and body.model:
                 model = body.model if not requests else model
         report = self.log.verify(head.session)
-        stats = {"requests": requests, "model": model, "first_time": first,
-                 "first": format_time(first), "last_time": last, "last": format_time(last),
-                 "verify": {"ok": report.ok,
-                            "problem": None if report.problem is None
-                            else str(report.problem)}}
+        stats = {
+            "requests": requests,
+            "model": model,
+            "first_time": first,
+            "first": format_time(first),
+            "last_time": last,
+            "last": format_time(last),
+            "verify": {
+                "ok": report.ok,
+                "problem": None if report.problem is None else str(report.problem),
+            },
+        }
         self._stats[head.session] = (head.hash, stats)
         return stats
 
@@ -273,20 +333,36 @@ class Inspector:
     def sessions(self, *, prefix: str = "", after: str = "") -> dict[str, Any]:
         """The index: every session whose id starts with ``prefix``, a page at a time
         (``after``: the last id of the previous page)."""
-        heads = [h for h in self.log.sessions() if h.session.startswith(prefix)
-                 and h.session > after]
+        heads = [
+            h for h in self.log.sessions() if h.session.startswith(prefix) and h.session > after
+        ]
         page, more = heads[:SESSION_PAGE], len(heads) > SESSION_PAGE
         rows = []
         for h in page:
-            row = {"session": h.session, "head_seq": h.seq, "events": h.seq + 1,
-                   "head_hash": h.hash.hex(), "href": session_href(h.session)}
+            row = {
+                "session": h.session,
+                "head_seq": h.seq,
+                "events": h.seq + 1,
+                "head_hash": h.hash.hex(),
+                "href": session_href(h.session),
+            }
             row.update(self._session_stats(h))
             rows.append(row)
-        return {"store": turnlog.stores.hide_credentials(self.log.store.location), "prefix": prefix,
-                "sessions": rows, "next_after": page[-1].session if more else None}
+        return {
+            "store": turnlog.stores.hide_credentials(self.log.store.location),
+            "prefix": prefix,
+            "sessions": rows,
+            "next_after": page[-1].session if more else None,
+        }
 
-    def timeline(self, session: str, *, start: int | None = None, limit: int = WINDOW,
-                 kinds: Sequence[str] = ()) -> dict[str, Any]:
+    def timeline(
+        self,
+        session: str,
+        *,
+        start: int | None = None,
+        limit: int = WINDOW,
+        kinds: Sequence[str] = (),
+    ) -> dict[str, Any]:
         """One window of a session's events (the latest when ``start`` is None), of the
         given ``kinds`` only when any are given."""
         head = self._head(session)
@@ -296,15 +372,16 @@ class Inspector:
             raise BadRequestError(f"from must be >= 0, found {start}")
         unknown = sorted(set(kinds) - set(EVENT_KINDS))
         if unknown:
-            raise BadRequestError(f"unknown event kind {unknown[0]!r}; the kinds are "
-                                  f"{', '.join(sorted(EVENT_KINDS))}")
+            raise BadRequestError(
+                f"unknown event kind {unknown[0]!r}; the kinds are {', '.join(sorted(EVENT_KINDS))}"
+            )
         if kinds:
             # A filtered window: the matching events are not contiguous, so page by
             # position among them.
             matching = self.log.read(session, kinds=list(kinds))
             seqs = [e.seq for e in matching]
             first = max(0, len(seqs) - limit) if start is None else bisect_left(seqs, start)
-            events = matching[first:first + limit]
+            events = matching[first : first + limit]
             start = events[0].seq if events else (start or 0)
             prev_start = seqs[max(0, first - limit)] if first > 0 else None
             next_start = seqs[first + limit] if first + limit < len(seqs) else None
@@ -319,13 +396,26 @@ class Inspector:
             latest = stop > head.seq
         follow = None
         if latest:
-            follow = "/api" + session_href(session, "follow") + "?" + urlencode(
-                [("after", head.seq), *(("kind", k) for k in kinds)])
-        return {"session": session, "head_seq": head.seq, "head_hash": head.hash.hex(),
-                "events_total": head.seq + 1, "start": start, "limit": limit,
-                "kinds": list(kinds), "all_kinds": sorted(EVENT_KINDS),
-                "prev_start": prev_start, "next_start": next_start,
-                "events": [event_view(e) for e in events], "follow": follow}
+            follow = (
+                "/api"
+                + session_href(session, "follow")
+                + "?"
+                + urlencode([("after", head.seq), *(("kind", k) for k in kinds)])
+            )
+        return {
+            "session": session,
+            "head_seq": head.seq,
+            "head_hash": head.hash.hex(),
+            "events_total": head.seq + 1,
+            "start": start,
+            "limit": limit,
+            "kinds": list(kinds),
+            "all_kinds": sorted(EVENT_KINDS),
+            "prev_start": prev_start,
+            "next_start": next_start,
+            "events": [event_view(e) for e in events],
+            "follow": follow,
+        }
 
     def event(self, session: str, seq: int) -> dict[str, Any]:
         """One event in full: its row, its JSON record and its blob's text."""
@@ -344,13 +434,19 @@ class Inspector:
                 blob_text = {"text": f"(blob missing: {exc})", "more": 0}
             else:
                 blob_text = _cut(data.decode("utf-8", "replace"))
-        return {"session": session, "seq": seq, "head_seq": head.seq, "event": row,
-                "record": record,
-                "record_text": _cut(json.dumps(record, indent=2, ensure_ascii=False)),
-                "blob_text": blob_text}
+        return {
+            "session": session,
+            "seq": seq,
+            "head_seq": head.seq,
+            "event": row,
+            "record": record,
+            "record_text": _cut(json.dumps(record, indent=2, ensure_ascii=False)),
+            "blob_text": blob_text,
+        }
 
-    def receipt(self, session: str, seq: int, *, decision: str = "", kind: str = "",
-                page: int = 0) -> dict[str, Any]:
+    def receipt(
+        self, session: str, seq: int, *, decision: str = "", kind: str = "", page: int = 0
+    ) -> dict[str, Any]:
         """The request receipt: the prompt as sent, the budget, the decisions (one page,
         filtered by ``decision`` and ``kind``), stages, cache breakpoints, the prefix
         shared with the previous request and the rendered body."""
@@ -364,65 +460,105 @@ class Inspector:
         prompt = packed.prompt
         marks = {b.index: b.reason for b in prompt.breakpoints if b.at == "message"}
         messages = []
-        for i, (message, tokens) in enumerate(zip(prompt.messages, packed.message_tokens,
-                                                  strict=True)):
+        for i, (message, tokens) in enumerate(
+            zip(prompt.messages, packed.message_tokens, strict=True)
+        ):
             sources = []
             for pos in message.source:
                 d = by_pos.get(pos)
                 if d is not None:
-                    sources.append({"session": d.session, "seq": d.seq, "kind": d.kind,
-                                    "decision": d.decision,
-                                    "href": session_href(d.session, "events", d.seq)})
-            row = {"index": i, "role": message.role, "tokens": tokens,
-                   "tool_call_id": message.tool_call_id, "name": message.name,
-                   "is_error": message.is_error, "sources": sources,
-                   "breakpoint": marks.get(i)}
+                    sources.append(
+                        {
+                            "session": d.session,
+                            "seq": d.seq,
+                            "kind": d.kind,
+                            "decision": d.decision,
+                            "href": session_href(d.session, "events", d.seq),
+                        }
+                    )
+            row = {
+                "index": i,
+                "role": message.role,
+                "tokens": tokens,
+                "tool_call_id": message.tool_call_id,
+                "name": message.name,
+                "is_error": message.is_error,
+                "sources": sources,
+                "breakpoint": marks.get(i),
+            }
             row.update(_parts(message.parts, TEXT_LIMIT))
             messages.append(row)
         counts = Counter(d.decision for d in decisions)
         kinds = Counter(d.kind for d in decisions)
-        chosen = [d for d in decisions if (not decision or d.decision == decision)
-                  and (not kind or d.kind == kind)]
+        chosen = [
+            d
+            for d in decisions
+            if (not decision or d.decision == decision) and (not kind or d.kind == kind)
+        ]
         pages = max(1, -(-len(chosen) // DECISION_PAGE))
         if not 0 <= page < pages:
             raise BadRequestError(f"page must be 0 to {pages - 1}, found {page}")
-        shown = chosen[page * DECISION_PAGE:(page + 1) * DECISION_PAGE]
+        shown = chosen[page * DECISION_PAGE : (page + 1) * DECISION_PAGE]
         budget = msgspec.to_builtins(packed.budget)
         biggest = max(packed.message_tokens, default=0)
         return {
-            "session": session, "seq": seq,
-            "request": {"head_seq": request.head_seq, "model": request.model,
-                        "format": request.format, "tokens": request.tokens,
-                        "prompt_hash": request.prompt_hash,
-                        "policy_hash": request.policy_hash, "tokenizer": request.tokenizer,
-                        "recovery": request.recovery, "rendered_hash": request.rendered_hash,
-                        "head_href": session_href(session, "events", request.head_seq)},
-            "tokens": packed.tokens, "budget": budget,
-            "bar": _budget_bar(packed), "pressure": packed.pressure,
-            "pressure_before": packed.pressure_before, "thresholds": list(packed.thresholds),
-            "compaction_due": packed.compaction_due, "recovery": packed.recovery,
+            "session": session,
+            "seq": seq,
+            "request": {
+                "head_seq": request.head_seq,
+                "model": request.model,
+                "format": request.format,
+                "tokens": request.tokens,
+                "prompt_hash": request.prompt_hash,
+                "policy_hash": request.policy_hash,
+                "tokenizer": request.tokenizer,
+                "recovery": request.recovery,
+                "rendered_hash": request.rendered_hash,
+                "head_href": session_href(session, "events", request.head_seq),
+            },
+            "tokens": packed.tokens,
+            "budget": budget,
+            "bar": _budget_bar(packed),
+            "pressure": packed.pressure,
+            "pressure_before": packed.pressure_before,
+            "thresholds": list(packed.thresholds),
+            "compaction_due": packed.compaction_due,
+            "recovery": packed.recovery,
             "rules": packed.rules,
-            "system": [{"name": s.name, "tokens": t, **_cut(s.text)}
-                       for s, t in zip(prompt.system, packed.section_tokens, strict=True)],
-            "tools": [{"name": t.name, "description": _cut(t.description, 600)["text"]}
-                      for t in prompt.tools],
-            "messages": messages, "largest_message": biggest,
+            "system": [
+                {"name": s.name, "tokens": t, **_cut(s.text)}
+                for s, t in zip(prompt.system, packed.section_tokens, strict=True)
+            ],
+            "tools": [
+                {"name": t.name, "description": _cut(t.description, 600)["text"]}
+                for t in prompt.tools
+            ],
+            "messages": messages,
+            "largest_message": biggest,
             "stages": [msgspec.to_builtins(s) for s in packed.stages],
             "breakpoints": [msgspec.to_builtins(b) for b in prompt.breakpoints],
             "previous": previous,
             "decision_counts": dict(sorted(counts.items(), key=lambda kv: kv[0])),
             "kind_counts": dict(sorted(kinds.items(), key=lambda kv: kv[0])),
-            "filter": {"decision": decision, "kind": kind, "page": page, "pages": pages,
-                       "matching": len(chosen)},
+            "filter": {
+                "decision": decision,
+                "kind": kind,
+                "page": page,
+                "pages": pages,
+                "matching": len(chosen),
+            },
             "decisions": [_decision(d) for d in shown],
-            "body": {"format": request.format if request.rendered_hash else "neutral",
-                     "href": "/api" + session_href(session, "requests", seq, "body")},
+            "body": {
+                "format": request.format if request.rendered_hash else "neutral",
+                "href": "/api" + session_href(session, "requests", seq, "body"),
+            },
             "replay_href": "/api" + session_href(session, "requests", seq, "replay"),
             "requests": {"prev": before, "next": after},
         }
 
-    def _receipt_packs(self, session: str, seq: int, before: int | None
-                       ) -> tuple[Packed, dict[str, Any] | None]:
+    def _receipt_packs(
+        self, session: str, seq: int, before: int | None
+    ) -> tuple[Packed, dict[str, Any] | None]:
         """The request re-packed and its prefix shared with the previous request, kept
         for the last few receipts (a record never changes, so neither do they)."""
         key = (session, seq)
@@ -436,9 +572,12 @@ class Inspector:
         earlier = self._packed(session, before) if before is not None else None
         packed = self._packed(session, seq)
         if earlier is not None:
-            previous = {"seq": before, **_shared_prefix(earlier, packed),
-                        "href": session_href(session, "requests", before),
-                        "diff_href": session_href(session, "diff", before, seq)}
+            previous = {
+                "seq": before,
+                **_shared_prefix(earlier, packed),
+                "href": session_href(session, "requests", before),
+                "diff_href": session_href(session, "diff", before, seq),
+            }
         self._receipts[key] = (packed, previous)
         while len(self._receipts) > _KEPT_RECEIPTS:
             self._receipts.popitem(last=False)
@@ -456,17 +595,19 @@ class Inspector:
         try:
             render = renderer_for(request, blobs=self.log.blob)
         except RenderError as exc:
-            return {"format": request.format, "error": str(exc), "text": "", "more": 0,
-                    "bytes": 0}
-        data = render(packed.prompt) if render is not None else \
-            msgspec.json.encode(packed.prompt)
+            return {"format": request.format, "error": str(exc), "text": "", "more": 0, "bytes": 0}
+        data = render(packed.prompt) if render is not None else msgspec.json.encode(packed.prompt)
         try:
             pretty = json.dumps(json.loads(data), indent=2, ensure_ascii=False)
         except (ValueError, RecursionError):
             pretty = data.decode("utf-8", "replace")
         # Shown as text: control and bidi characters as escapes, like every page.
-        return {"format": request.format if render is not None else "neutral",
-                "bytes": len(data), "error": "", **_cut(visible(pretty), 200_000)}
+        return {
+            "format": request.format if render is not None else "neutral",
+            "bytes": len(data),
+            "error": "",
+            **_cut(visible(pretty), 200_000),
+        }
 
     def replay(self, session: str, seq: int) -> dict[str, Any]:
         """Re-pack a recorded request and compare it with its record."""
@@ -474,9 +615,14 @@ class Inspector:
         try:
             render = renderer_for(request, blobs=self.log.blob)
         except RenderError as exc:
-            return {"session": session, "request_seq": seq, "ok": False,
-                    "recorded_hash": request.prompt_hash, "replayed_hash": "",
-                    "difference": f"cannot render the recorded format: {exc}"}
+            return {
+                "session": session,
+                "request_seq": seq,
+                "ok": False,
+                "recorded_hash": request.prompt_hash,
+                "replayed_hash": "",
+                "difference": f"cannot render the recorded format: {exc}",
+            }
         with self._lock:
             result = self.replayer.replay(session, seq, render=render)
         out: dict[str, Any] = msgspec.to_builtins(result)
@@ -490,12 +636,15 @@ class Inspector:
             diff = self.replayer.diff(session, a, b)
         out: dict[str, Any] = msgspec.to_builtins(diff)
         out["session"] = session
-        out["changes"] = [{**c, "href": session_href(session, "events", c["seq"])}
-                          for c in out["changes"]]
+        out["changes"] = [
+            {**c, "href": session_href(session, "events", c["seq"])} for c in out["changes"]
+        ]
         out["a_href"] = session_href(session, "requests", a)
         out["b_href"] = session_href(session, "requests", b)
-        out["pairs"] = {"prev": self._neighbour(session, a, -1), "next":
-                        self._neighbour(session, b, +1)}
+        out["pairs"] = {
+            "prev": self._neighbour(session, a, -1),
+            "next": self._neighbour(session, b, +1),
+        }
         return out
 
     def _latest_decisions(self, session: str) -> tuple[int | None, dict[int, dict[str, Any]]]:
@@ -517,25 +666,39 @@ class Inspector:
             body = event.body
             assert isinstance(body, CompactionCommitted)
             nodes[event.seq] = {
-                "seq": event.seq, "level": body.level, "first_seq": body.first_seq,
-                "last_seq": body.last_seq, "reason": body.reason,
-                "summarizer": body.summarizer, "model": body.model,
-                "tokens_before": body.tokens_before, "tokens_after": body.tokens_after,
-                "children": list(body.children), "parent": None, "when": format_time(event.time),
-                "shown": shown.get(event.seq), **_cut(body.summary),
+                "seq": event.seq,
+                "level": body.level,
+                "first_seq": body.first_seq,
+                "last_seq": body.last_seq,
+                "reason": body.reason,
+                "summarizer": body.summarizer,
+                "model": body.model,
+                "tokens_before": body.tokens_before,
+                "tokens_after": body.tokens_after,
+                "children": list(body.children),
+                "parent": None,
+                "when": format_time(event.time),
+                "shown": shown.get(event.seq),
+                **_cut(body.summary),
                 "href": session_href(session, "events", event.seq),
-                "covers_href": session_href(session) + f"?from={body.first_seq}"}
+                "covers_href": session_href(session) + f"?from={body.first_seq}",
+            }
         for seq, node in nodes.items():
             for child in node["children"]:
                 if child in nodes:
                     nodes[child]["parent"] = seq
-        roots = sorted((seq for seq, node in nodes.items() if node["parent"] is None),
-                       key=lambda s: (-nodes[s]["level"], s))
+        roots = sorted(
+            (seq for seq, node in nodes.items() if node["parent"] is None),
+            key=lambda s: (-nodes[s]["level"], s),
+        )
 
         def tree(seq: int, depth: int) -> dict[str, Any]:
             node = nodes[seq]
-            nested = [tree(c, depth + 1) for c in node["children"]
-                      if c in nodes and nodes[c]["parent"] == seq and depth < 16]
+            nested = [
+                tree(c, depth + 1)
+                for c in node["children"]
+                if c in nodes and nodes[c]["parent"] == seq and depth < 16
+            ]
             return {**node, "nested": nested}
 
         levels = Counter(node["level"] for node in nodes.values())
@@ -543,15 +706,19 @@ class Inspector:
         if latest is not None:
             with self._lock:
                 packed = self._packed(session, latest)
-            section = next((s.text for s in packed.prompt.system
-                            if s.name == SUMMARY_SECTION), "")
-        return {"session": session, "latest_request": latest,
-                "latest_href": session_href(session, "requests", latest)
-                if latest is not None else None,
-                "levels": {f"L{k}": v for k, v in sorted(levels.items())},
-                "nodes": [nodes[s] for s in sorted(nodes)],
-                "roots": roots, "tree": [tree(s, 0) for s in roots],
-                "section": _cut(section)}
+            section = next((s.text for s in packed.prompt.system if s.name == SUMMARY_SECTION), "")
+        return {
+            "session": session,
+            "latest_request": latest,
+            "latest_href": session_href(session, "requests", latest)
+            if latest is not None
+            else None,
+            "levels": {f"L{k}": v for k, v in sorted(levels.items())},
+            "nodes": [nodes[s] for s in sorted(nodes)],
+            "roots": roots,
+            "tree": [tree(s, 0) for s in roots],
+            "section": _cut(section),
+        }
 
     def memories(self, session: str, *, query: str = "", k: int = 10) -> dict[str, Any]:
         """The memories of the session's memory session, the block in force and its
@@ -559,8 +726,7 @@ class Inspector:
         the results of ``query`` (searched, never committed)."""
         self._head(session)
         memory_session = f"{session}-memories"
-        manager = self._managers.setdefault(memory_session,
-                                            MemoryManager(self.log, memory_session))
+        manager = self._managers.setdefault(memory_session, MemoryManager(self.log, memory_session))
         has_memories = self.log.head(memory_session) is not None
         book = manager.memories(include_expired=True) if has_memories else []
         latest, shown = self._latest_decisions(session)
@@ -569,46 +735,82 @@ class Inspector:
         for event in self.log.read(session, kinds=["system", "recall"]):
             body = event.body
             if isinstance(body, SystemSectionSet) and body.name == MEMORY_SECTION:
-                history.append({"seq": event.seq, "when": format_time(event.time),
-                                "chars": len(body.text), "removed": not body.text,
-                                "shown": shown.get(event.seq), **_cut(body.text),
-                                "href": session_href(session, "events", event.seq)})
+                history.append(
+                    {
+                        "seq": event.seq,
+                        "when": format_time(event.time),
+                        "chars": len(body.text),
+                        "removed": not body.text,
+                        "shown": shown.get(event.seq),
+                        **_cut(body.text),
+                        "href": session_href(session, "events", event.seq),
+                    }
+                )
             elif isinstance(body, RecallAdded):
-                recalls.append({"seq": event.seq, "when": format_time(event.time),
-                                "query": body.query, "searcher": body.searcher,
-                                "shown": shown.get(event.seq),
-                                "href": session_href(session, "events", event.seq),
-                                "hits": [{"session": h.session, "seq": h.seq,
-                                          "score": h.score, **_cut(h.text, 600),
-                                          "href": session_href(h.session, "events", h.seq)}
-                                         for h in body.hits]})
+                recalls.append(
+                    {
+                        "seq": event.seq,
+                        "when": format_time(event.time),
+                        "query": body.query,
+                        "searcher": body.searcher,
+                        "shown": shown.get(event.seq),
+                        "href": session_href(session, "events", event.seq),
+                        "hits": [
+                            {
+                                "session": h.session,
+                                "seq": h.seq,
+                                "score": h.score,
+                                **_cut(h.text, 600),
+                                "href": session_href(h.session, "events", h.seq),
+                            }
+                            for h in body.hits
+                        ],
+                    }
+                )
         results = None
         if query:
             if not 1 <= k <= 100:
                 raise BadRequestError(f"k must be 1 to 100, found {k}")
             sessions = [h.session for h in self.log.sessions()]
-            results = [{"session": h.session, "seq": h.seq, "score": h.score,
-                        **_cut(h.text, 600), "href": session_href(h.session, "events", h.seq)}
-                       for h in self._recaller.search(query, sessions=sessions, k=k)]
-        return {"session": session, "memory_session": memory_session,
-                "memory_session_exists": has_memories,
-                "memories": [{**msgspec.to_builtins(m),
-                              "changed": format_time(m.changed_time)} for m in book],
-                "block_in_force": _cut(manager.block_in_force(session)),
-                "block_history": history, "recalls": recalls,
-                "latest_request": latest, "query": query, "results": results}
+            results = [
+                {
+                    "session": h.session,
+                    "seq": h.seq,
+                    "score": h.score,
+                    **_cut(h.text, 600),
+                    "href": session_href(h.session, "events", h.seq),
+                }
+                for h in self._recaller.search(query, sessions=sessions, k=k)
+            ]
+        return {
+            "session": session,
+            "memory_session": memory_session,
+            "memory_session_exists": has_memories,
+            "memories": [
+                {**msgspec.to_builtins(m), "changed": format_time(m.changed_time)} for m in book
+            ],
+            "block_in_force": _cut(manager.block_in_force(session)),
+            "block_history": history,
+            "recalls": recalls,
+            "latest_request": latest,
+            "query": query,
+            "results": results,
+        }
 
-    def follow(self, session: str, after: int, *, wait: float, kinds: Sequence[str] = (),
-               limit: int = 200) -> tuple[list[dict[str, Any]], int]:
+    def follow(
+        self, session: str, after: int, *, wait: float, kinds: Sequence[str] = (), limit: int = 200
+    ) -> tuple[list[dict[str, Any]], int]:
         """The events appended after ``after`` (of ``kinds`` only, when given), waiting
         up to ``wait`` seconds for the first (`Log.follow`), and the last seq seen."""
         if after < -1:
             raise BadRequestError(f"after must be >= -1, found {after}")
         head = self._head(session)
         if after > head.seq:  # Log.follow would refuse it: what fills the gap is unknown
-            raise BadRequestError(f"after {after} is past the head of {session!r} (seq "
-                                  f"{head.seq}); the store holds fewer events than the client "
-                                  "saw (restored from a backup?): reload the session")
+            raise BadRequestError(
+                f"after {after} is past the head of {session!r} (seq "
+                f"{head.seq}); the store holds fewer events than the client "
+                "saw (restored from a backup?): reload the session"
+            )
         events = []
         for event in self.log.follow(session, after, timeout=wait, limit=limit):
             after = event.seq
@@ -626,14 +828,17 @@ def _shared_prefix(a: Packed, b: Packed) -> dict[str, Any]:
     messages = tokens = 0
     if not system_changed and not tools_changed:
         tokens = sum(a.section_tokens) + a.budget.tools
-        for ma, mb, ta in zip(a.prompt.messages, b.prompt.messages, a.message_tokens,
-                              strict=False):
+        for ma, mb, ta in zip(a.prompt.messages, b.prompt.messages, a.message_tokens, strict=False):
             if ma != mb:
                 break
             messages += 1
             tokens += ta
-    return {"shared_messages": messages, "shared_tokens": tokens,
-            "system_changed": system_changed, "tools_changed": tools_changed}
+    return {
+        "shared_messages": messages,
+        "shared_tokens": tokens,
+        "system_changed": system_changed,
+        "tools_changed": tools_changed,
+    }
 
 
 def _budget_bar(packed: Packed) -> dict[str, Any]:
@@ -645,11 +850,25 @@ def _budget_bar(packed: Packed) -> dict[str, Any]:
     def pct(tokens: int) -> float:
         return round(100 * tokens / window, 3)
 
-    return {"window": b.window,
-            "parts": [{"name": name, "tokens": tokens, "pct": pct(tokens)}
-                      for name, tokens in (("system", b.system), ("tools", b.tools),
-                                           ("summary", b.summary), ("history", history))],
-            "levels": [{"name": name, "tokens": tokens, "pct": pct(tokens)}
-                       for name, tokens in (("warning", b.warning), ("compact", b.compact),
-                                            ("blocking", b.blocking), ("usable", b.usable))],
-            "reserve_pct": pct(b.output_reserve + b.safety_margin)}
+    return {
+        "window": b.window,
+        "parts": [
+            {"name": name, "tokens": tokens, "pct": pct(tokens)}
+            for name, tokens in (
+                ("system", b.system),
+                ("tools", b.tools),
+                ("summary", b.summary),
+                ("history", history),
+            )
+        ],
+        "levels": [
+            {"name": name, "tokens": tokens, "pct": pct(tokens)}
+            for name, tokens in (
+                ("warning", b.warning),
+                ("compact", b.compact),
+                ("blocking", b.blocking),
+                ("usable", b.usable),
+            )
+        ],
+        "reserve_pct": pct(b.output_reserve + b.safety_margin),
+    }
