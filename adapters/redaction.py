@@ -12,8 +12,8 @@ never the secret and never a digest of it: a digest of a short or patterned secr
 confirms a guess (hash each candidate and compare), which is what the placeholder
 is there to prevent.
 
-The detectors are the regular-expression plugins of detect-secrets (the
-``turnlog[redact]`` extra), named in `DETECTORS` so that a newer detect-secrets
+The detectors are the regular-expression plugins of detect-secrets (a dependency,
+held at 1.5.x), named in `DETECTORS` so that a newer detect-secrets
 adds none on its own, plus `EXTRA_PATTERNS` for what it has no plugin for (a
 bearer token in an ``Authorization`` header), plus the caller's own patterns
 (``patterns={"employee id": r"EMP-[0-9]{6}"}``). A pattern with groups redacts
