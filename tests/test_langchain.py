@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import warnings
 from collections.abc import Iterator
 
@@ -33,6 +34,7 @@ from turnlog.adapters.integrations.langchain import (
 from turnlog.errors import InvalidEventError
 from turnlog.events import (
     AssistantMessageAdded,
+    NativePart,
     RequestIssued,
     ResponseReceived,
     SessionRewound,
@@ -307,3 +309,44 @@ def test_the_history_works_where_langchain_expects_one(log: Log) -> None:
     assert texts == ["hi", "Hello!", "again", "Still here."]
     asyncio.run(history.aclear())
     assert history.messages == []
+
+
+# -- a provider's own compaction in an AIMessage's content ---------------------------------------
+#: As langchain-anthropic gives it (keys in the API's order, the summary as ``content``).
+ANTHROPIC_COMPACTION = {"type": "compaction", "content": "Summary: the user said hello. é"}
+#: As langchain-openai gives a Responses compaction item (its JSON, as a content block).
+RESPONSES_COMPACTION = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAA+/=="}
+
+
+@pytest.mark.parametrize(
+    ("block", "fmt"),
+    [(ANTHROPIC_COMPACTION, "anthropic"), (RESPONSES_COMPACTION, "openai-responses")],
+)
+def test_a_compaction_block_is_kept_as_a_native_part_and_read_back_unchanged(
+    log: Log, block: dict[str, str], fmt: str
+) -> None:
+    history = TurnlogChatMessageHistory(log, "chat")
+    reply = AIMessage([block, {"type": "text", "text": "Go on."}], id="ai1")
+    added = [HumanMessage("hello", id="h1"), reply, HumanMessage("more", id="h2")]
+    history.add_messages(added)
+    body = log.read("chat")[1].body
+    assert isinstance(body, AssistantMessageAdded)
+    native = body.parts[0]
+    assert isinstance(native, NativePart)
+    assert (native.format, native.item_type) == (fmt, "compaction")
+    assert native.data == json.dumps(block, ensure_ascii=False, separators=(",", ":"))
+    assert "encrypted_content" not in str(log.read("chat")[1].meta)  # held once, in the part
+    assert "Summary" not in str(log.read("chat")[1].meta)
+    assert history.messages == added
+    assert TurnlogChatMessageHistory(log, "chat").messages[1].content[0] == block
+    # Packed, the block opens the prompt unchanged and what it replaced is not sent.
+    packed = history.packed_messages(POLICY)
+    assert [type(m).__name__ for m in packed] == ["AIMessage", "HumanMessage"]
+    assert packed[0].content == [block, {"type": "text", "text": "Go on."}]
+
+
+def test_a_compaction_block_no_format_owns_is_refused_naming_its_type(log: Log) -> None:
+    history = TurnlogChatMessageHistory(log, "chat")
+    with pytest.raises(InvalidEventError, match="'compaction' content block has neither"):
+        history.add_messages([AIMessage([{"type": "compaction", "summary": 3}])])
+    assert log.head("chat") is None

@@ -10,6 +10,7 @@ hide and copy by appending events: nothing is deleted from the log).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from turnlog import Log
 from turnlog.adapters.integrations.langgraph import TurnlogModelHooks, TurnlogSaver
 from turnlog.events import (
     AssistantMessageAdded,
+    NativePart,
     RequestIssued,
     ResponseReceived,
     SessionRewound,
@@ -225,6 +227,23 @@ def test_a_message_turnlog_cannot_represent_is_kept_and_rendered_back(log: Log) 
     packed = hooks.pre_model({"messages": messages}, config)["llm_input_messages"]
     assert "Check the fee." in packed[-1].content  # sent, as a notification from its role
     assert hooks.history("t").messages == messages  # kept as it was
+
+
+def test_a_compaction_block_in_the_state_is_kept_and_sent_back_unchanged(log: Log) -> None:
+    hooks = TurnlogModelHooks(log, model="gpt-4o")
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    block = {"type": "compaction", "content": "Summary: the user said hello. é"}
+    reply = AIMessage([block, {"type": "text", "text": "Go on."}], id="m2")
+    messages = [HumanMessage("hello", id="m1"), reply, HumanMessage("more", id="m3")]
+    packed = hooks.pre_model({"messages": messages}, config)["llm_input_messages"]
+    assert [m.content for m in packed] == [[block, {"type": "text", "text": "Go on."}], "more"]
+    body = log.read("t")[1].body
+    assert isinstance(body, AssistantMessageAdded)
+    data = json.dumps(block, ensure_ascii=False, separators=(",", ":"))
+    assert body.parts[0] == NativePart(
+        format="anthropic", item_type="compaction", data=data, text=block["content"]
+    )
+    assert hooks.history("t").messages == messages
 
 
 def test_an_item_that_is_not_a_message_is_refused_naming_its_type(log: Log) -> None:

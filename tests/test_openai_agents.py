@@ -19,7 +19,7 @@ from agents.memory import Session as SessionProtocol
 from agents.memory import SessionSettings, SQLiteSession
 from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
-from turnlog import Log, Packer, Replayer
+from turnlog import Draft, Log, Packer, Replayer
 from turnlog.adapters import Session
 from turnlog.adapters.integrations.openai_agents import META_KEY, TurnlogSession
 from turnlog.adapters.providers import renderer
@@ -281,6 +281,25 @@ def test_a_compaction_item_is_kept_byte_for_byte_and_read_back_unchanged(log: Lo
     assert sent[0] == COMPACTION and "an old question" not in recorded.rendered.decode()
     assert asyncio.run(session.pop_item()) == items[-1]
     assert asyncio.run(session.get_items()) == items[:-1]
+
+
+def test_another_apis_compaction_is_refused_not_read_back_as_a_placeholder(log: Log) -> None:
+    block = {"type": "compaction", "content": "Summary: the user said hello."}
+    facade = Session(log, "agent", model="m")
+    facade.user("hi")
+    part = NativePart(
+        format="anthropic",
+        item_type="compaction",
+        data=json.dumps(block, separators=(",", ":")),
+        text=block["content"],
+    )
+    log.append("agent", Draft(body=AssistantMessageAdded(parts=(part, TextPart(text="ok")))))
+    session = TurnlogSession(log, "agent")
+    own = "holds the anthropic format's own 'compaction' item"
+    with pytest.raises(InvalidEventError, match=own) as caught:
+        asyncio.run(session.get_items())
+    assert "event 1 of session 'agent'" in str(caught.value)
+    assert "rewind it to before that event" in str(caught.value)
 
 
 def test_a_compaction_item_without_its_encrypted_content_is_refused(log: Log) -> None:

@@ -12,7 +12,9 @@ LangChain          turnlog event
 ``HumanMessage``   ``UserMessageAdded`` (text blocks joined, ``image_url``
                    blocks as ``ImagePart`` URLs)
 ``AIMessage``      ``AssistantMessageAdded``: text (and thinking blocks) as
-                   parts, each ``tool_calls`` entry as a ``ToolCall`` part
+                   parts, a ``compaction`` block (Anthropic's, or a Responses
+                   compaction item) as a ``NativePart`` holding it byte for
+                   byte, each ``tool_calls`` entry as a ``ToolCall`` part
                    (``args`` as JSON text); the first one after a request
                    recorded by `packed_messages` also gets a
                    ``ResponseReceived`` for it (usage from ``usage_metadata``)
@@ -63,6 +65,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import blake3
+import msgspec
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import (
     AIMessage,
@@ -80,6 +83,7 @@ from turnlog.events import (
     Body,
     Event,
     ImagePart,
+    NativePart,
     NotificationAdded,
     Part,
     ReasoningPart,
@@ -402,7 +406,16 @@ def _ai_message(parts: Sequence[Part], *, name: str | None) -> AIMessage:
                     "type": "invalid_tool_call",
                 }
             )
-    return AIMessage(content=text, tool_calls=tool_calls, invalid_tool_calls=invalid, name=name)
+    content: str | list[str | dict[str, Any]] = text
+    if any(isinstance(p, NativePart) for p in parts):  # a provider's own item, unchanged
+        blocks: list[str | dict[str, Any]] = []
+        for part in parts:
+            if isinstance(part, NativePart):
+                blocks.append(msgspec.json.decode(part.data))
+            elif isinstance(part, TextPart) and part.text:
+                blocks.append({"type": "text", "text": part.text})
+        content = blocks
+    return AIMessage(content=content, tool_calls=tool_calls, invalid_tool_calls=invalid, name=name)
 
 
 # -- messages -> events -------------------------------------------------------------------------
@@ -475,6 +488,13 @@ def _to_body(
                             provider="anthropic",
                         )
                     )
+                elif block.get("type") == "compaction":
+                    parts.append(_native(block))
+            if any(isinstance(p, NativePart) for p in parts):  # held once, in the event
+                residual["content"] = [
+                    _COMPACTION_STUB if isinstance(b, dict) and b.get("type") == "compaction" else b
+                    for b in content
+                ]
         exact = all(c.get("id") for c in message.tool_calls) and not message.invalid_tool_calls
         for i, call in enumerate(message.tool_calls):
             arguments = json.dumps(call["args"], ensure_ascii=False)
@@ -517,6 +537,41 @@ def _to_body(
     return NotificationAdded(source=source, text=_text_of(content)), residual
 
 
+#: What a message's residual content holds in place of a compaction block (its
+#: `NativePart` holds the block whole).
+_COMPACTION_STUB: dict[str, Any] = {"type": "compaction"}
+
+
+def _native(block: dict[str, Any]) -> NativePart:
+    """A ``compaction`` content block as the `NativePart` of the format that owns it: a
+    Responses compaction item (langchain-openai) has its ``encrypted_content``, an
+    Anthropic compaction block (langchain-anthropic) its ``content``."""
+    try:
+        data = msgspec.json.encode(block).decode()
+    except (TypeError, ValueError, OverflowError) as e:
+        raise InvalidEventError(
+            f"an AIMessage's 'compaction' content block is not JSON ({e}); a provider's "
+            "compaction is kept byte for byte as JSON text: pass the block as the "
+            "provider's client gave it"
+        ) from None
+    if isinstance(block.get("encrypted_content"), str):
+        return NativePart(format="openai-responses", item_type="compaction", data=data)
+    summary = block.get("content")
+    if "content" in block and (summary is None or isinstance(summary, str)):
+        return NativePart(
+            format="anthropic",
+            item_type="compaction",
+            data=data,
+            text=summary if isinstance(summary, str) else "",
+        )
+    raise InvalidEventError(
+        "an AIMessage's 'compaction' content block has neither an encrypted_content "
+        "string (a Responses compaction item) nor a content string (an Anthropic "
+        f"compaction block), found keys {sorted(block)}; nothing was appended. Pass the "
+        "block as the provider's client gave it"
+    )
+
+
 def _made_up_id(message: BaseMessage, index: int) -> str:
     seed = f"{message.id}:{index}:{message.content!r}".encode("utf-8", "surrogatepass")
     return "lc_" + blake3.blake3(seed).hexdigest()[:24]
@@ -557,6 +612,13 @@ def _full_text(log: Log, text: str, blob: Any) -> str:
     return log.blob(blob).decode("utf-8", "replace")
 
 
+def _native_block(part: NativePart | None, stub: Any) -> Any:
+    if part is None:  # the block's part was erased (`Log.erase`): the stub stays
+        return stub
+    block: Any = msgspec.json.decode(part.data)
+    return block
+
+
 def _from_residual(body: Body, residual: dict[str, Any], log: Log) -> BaseMessage | None:
     data = dict(residual)
     kind = data.get("type", "")
@@ -573,6 +635,12 @@ def _from_residual(body: Body, residual: dict[str, Any], log: Log) -> BaseMessag
             data["content"] = body.text
         else:
             data["content"] = ""
+    if isinstance(body, AssistantMessageAdded) and isinstance(data["content"], list):
+        natives = iter(p for p in body.parts if isinstance(p, NativePart))
+        data["content"] = [
+            _native_block(next(natives, None), b) if b == _COMPACTION_STUB else b
+            for b in data["content"]
+        ]
     if isinstance(body, AssistantMessageAdded) and "tool_calls" not in data:
         data["tool_calls"] = [
             {"name": p.name, "args": json.loads(p.arguments), "id": p.id, "type": "tool_call"}

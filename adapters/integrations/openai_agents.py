@@ -38,7 +38,9 @@ text, a tool output's text and a compaction item only once, in the event), so
 `get_items` gives
 back exactly the items added, in order, large outputs included (read back
 from their blobs). Events appended by other means read back as the items the
-Responses importer/exporter gives them.
+Responses importer/exporter gives them; one holding another API's own item (an
+Anthropic ``compaction`` block) is refused with ``InvalidEventError`` naming it,
+as the SDK would send it to a model that cannot read it.
 
 A log never deletes. ``pop_item`` appends ``SessionRewound`` to just before
 the event holding the last item and, when that event held several items,
@@ -290,6 +292,17 @@ class TurnlogSession(SessionABC):
                 if isinstance(item, dict)
             ]
         # An event appended by other means: the exporter's items, with full texts.
+        if isinstance(body, AssistantMessageAdded):
+            for part in body.parts:
+                if isinstance(part, NativePart) and part.format != "openai-responses":
+                    raise InvalidEventError(
+                        f"event {event.seq} of session {self.session_id!r} holds the "
+                        f"{part.format} format's own {part.item_type!r} item, which only "
+                        "that format can carry: the SDK would send it to the "
+                        "Responses API, which cannot read it, and it is never sent as a "
+                        "placeholder. Read this session with a turnlog.Session for "
+                        f"{part.format}, or rewind it to before that event"
+                    )
         if isinstance(body, ToolResultAdded) and body.blob is not None:
             body = msgspec.structs.replace(
                 body, output=self._text(body.output, body.blob), blob=None
