@@ -550,6 +550,14 @@ class Log:
         with self.store.read() as txn:
             yield Snapshot(txn)
 
+    @contextmanager
+    def _read_ahead(self, session: str, seq: int, start: int) -> Iterator[Snapshot]:
+        """A snapshot for reads of ``session``'s head, its event ``seq`` and its events
+        from ``start`` up to ``seq`` (see `Store.read_ahead`: a read of anything else
+        may raise `ReadAheadMiss`)."""
+        with self.store.read_ahead(session, seq, start) as txn:
+            yield Snapshot(txn)
+
     def head(self, session: str) -> Head | None:
         """The session's last event (None if the session does not exist)."""
         validate_session_id(session)

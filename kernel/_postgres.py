@@ -17,6 +17,8 @@ LMDB, whatever the database's locale.
 
 A read is one ``REPEATABLE READ READ ONLY`` transaction on a pooled
 connection: a snapshot that never sees half a batch and never blocks a writer.
+`PostgresStore.read_ahead` sends such a transaction whole, ``BEGIN`` to
+``ROLLBACK``, as one pipeline (a replay's reads: one round trip).
 A write is one ``READ COMMITTED`` transaction. It reads the session head with
 ``SELECT ... FOR UPDATE``, so writers of one session queue on that row lock
 (and then see the head the previous writer left) while writers of other
@@ -102,7 +104,7 @@ from ._errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
-from ._store import ReadTxn, Store, WriteTxn, hide_credentials
+from ._store import ReadAheadMiss, ReadTxn, Store, WriteTxn, hide_credentials
 from ._validation import check_integer, check_number, check_type, invalid
 
 try:
@@ -147,6 +149,7 @@ _SECRET_KEYS = ("password", "sslpassword")
 # the snapshot must be the state when `read` was entered, so a query follows at once
 # (in the same round trip).
 _BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
+_BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 _DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -415,6 +418,86 @@ class _PostgresRead(ReadTxn):
         # Token counts: small rows, fetched at once.
         for namespace, key, value in self._rows("cache_items"):
             yield str(namespace), bytes(key), bytes(value)
+
+
+class _PostgresReadAhead(ReadTxn):
+    """What `PostgresStore.read_ahead` fetched in its one transaction, already ended:
+    the session's head, its event ``seq`` and its events from ``start`` (up to ``seq``,
+    or to the last row of a full page). A read of anything else raises `ReadAheadMiss`."""
+
+    def __init__(
+        self,
+        session: str,
+        seq: int,
+        start: int,
+        head: tuple[int, bytes] | None,
+        found: bytes | None,
+        rows: list[tuple[int, bytes]],
+    ) -> None:
+        self._session = session
+        self._seq = seq
+        self._found = found
+        self._head = head
+        self._start = start
+        self._rows = dict(rows)
+        # The rows hold every event below this seq from ``start`` (a full page: up to
+        # its last row only).
+        self._covered = seq if len(rows) < _PAGE else rows[-1][0] + 1
+
+    def _covers(self, session: str, start: int, stop: int) -> None:
+        if session != self._session or start < self._start or stop > self._covered:
+            raise ReadAheadMiss(session, start, stop)
+
+    def head(self, session: str) -> tuple[int, bytes] | None:
+        self._covers(session, self._start, self._start)
+        return self._head
+
+    def get(self, session: str, seq: int) -> bytes | None:
+        if not 0 <= seq < 2**63:
+            return None
+        if session == self._session and seq == self._seq:
+            return self._found
+        self._covers(session, seq, seq + 1)
+        return self._rows.get(seq)
+
+    def scan(
+        self,
+        session: str,
+        start: int,
+        stop: int | None,
+        *,
+        every: bool = False,
+    ) -> Iterator[tuple[int, bytes]]:
+        # As `_PostgresRead.scan`: to the head, unless ``every``.
+        self._covers(session, self._start, self._start)
+        if self._head is None:
+            return iter(())
+        seq = max(start, 0)
+        end = 2**63 - 1 if every else self._head[0] + 1
+        if stop is not None:
+            end = min(stop, end)
+        if end <= seq:
+            return iter(())
+        self._covers(session, seq, end)
+        return iter([(s, self._rows[s]) for s in range(seq, end) if s in self._rows])
+
+    def _miss(self) -> ReadAheadMiss:
+        return ReadAheadMiss(self._session)
+
+    def sessions(self) -> Iterator[tuple[str, int, bytes]]:
+        raise self._miss()
+
+    def blob(self, digest: str) -> bytes | None:
+        raise self._miss()
+
+    def blobs(self) -> Iterator[tuple[str, bytes]]:
+        raise self._miss()
+
+    def idempotency(self, session: str, key: str) -> int | None:
+        raise self._miss()
+
+    def cached(self, namespace: str, key: bytes) -> bytes | None:
+        raise self._miss()
 
 
 class _PostgresWrite(_PostgresRead, WriteTxn):
@@ -1124,6 +1207,59 @@ class PostgresStore(Store):
             finally:
                 if not conn.closed:
                     conn.execute("ROLLBACK")
+
+    @contextmanager
+    def read_ahead(self, session: str, seq: int, start: int) -> Iterator[ReadTxn]:
+        """One round trip (see `Store.read_ahead`): ``BEGIN ... REPEATABLE READ READ
+        ONLY``, the head, the event ``seq``, the first page of the events from ``start``
+        up to ``seq`` and ``ROLLBACK`` go as one pipeline, so they are read in one
+        snapshot, taken when this is entered."""
+        if not 0 <= start <= seq < 2**63:
+            with self.read() as txn:
+                yield txn
+            return
+        self._check()
+        with self._guard("read"):
+            fetched = self._fetch_ahead(session, seq, start)
+        yield fetched
+
+    def _fetch_ahead(self, session: str, seq: int, start: int) -> _PostgresReadAhead:
+        q = self._q
+        attempts = self._pool.max_size + 1
+        for attempt in range(attempts):
+            with self._pool.connection() as conn:
+                try:
+                    with conn.pipeline():
+                        conn.execute(_BEGIN_READ, prepare=False)
+                        # Prepared from the first use (see `_PostgresWrite._send`).
+                        heads = conn.execute(q["head"], (session,), prepare=True)
+                        found = conn.execute(q["get"], (session, seq), prepare=True)
+                        page = conn.execute(q["scan"], (session, start, seq, _PAGE), prepare=True)
+                        conn.execute(b"ROLLBACK", prepare=False)
+                    head = heads.fetchone()
+                    record = found.fetchone()
+                    rows = page.fetchall()
+                except psycopg.Error as exc:
+                    # Rolled back as a failed write is (its cache of prepared statements
+                    # kept true); a connection found dropped is replaced (reads only:
+                    # nothing to lose by reading again).
+                    self._rollback(conn, failed=True)
+                    if (
+                        isinstance(exc, psycopg.OperationalError)
+                        and conn.broken
+                        and attempt + 1 < attempts
+                    ):
+                        continue
+                    raise
+                return _PostgresReadAhead(
+                    session,
+                    seq,
+                    start,
+                    None if head is None else (int(head[0]), bytes(head[1])),
+                    None if record is None else bytes(record[0]),
+                    [(int(s), bytes(r)) for s, r in rows],
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def write(self, fn: Callable[[WriteTxn], T]) -> T:
         """Run ``fn`` in a write transaction and commit it (see the module docstring).

@@ -56,6 +56,7 @@ from ._packer import Packer, policy_at
 from ._policy import Policy
 from ._projection import Projection
 from ._prompt import Prompt
+from ._store import ReadAheadMiss
 from ._tokens import TokenCounter, get_counter
 from ._validation import check_type
 
@@ -336,14 +337,24 @@ class Replayer:
     ) -> tuple[Packed, Policy]:
         """The re-packed request and the policy it was packed under (the request
         record is appended to ``found``). The request, its head and the events the
-        kept view lacks are read in one snapshot: on a server store each snapshot is
-        a transaction, a few round trips."""
+        kept view lacks are read in one snapshot. Which events those are is known only
+        from the request (its head), so the snapshot reads ahead: the session's events
+        from the kept view's end up to the request; on PostgreSQL that is one round trip
+        (`Store.read_ahead`). A replay that needs anything else (a fork's source, an
+        older head than the kept view's, more than a page) reads again, in a snapshot of
+        its own."""
         with self._replay_lock:
-            with self.log.snapshot() as snap:
-                request = self._request(session, request_seq, snap)
-                if found is not None:
-                    found.append(request)
-                state = self._replay_state(snap, session, request_seq, request)
+            found = [] if found is None else found
+            had = len(found)
+            try:
+                with self.log._read_ahead(
+                    session, request_seq, self._kept_end(session, request_seq)
+                ) as snap:
+                    request, state = self._replay_read(snap, session, request_seq, found)
+            except ReadAheadMiss:
+                del found[had:]
+                with self.log.snapshot() as snap:
+                    request, state = self._replay_read(snap, session, request_seq, found)
             policy = state.policy
             if policy is None or policy.hash != request.policy_hash:
                 raise ReplayMismatchError(self._policy_differs(session, request))
@@ -359,6 +370,23 @@ class Replayer:
                 # A pack that fails part-way may leave the index half caught up.
                 self._replays.pop((session, state.view.counter.id), None)
                 raise
+
+    def _replay_read(
+        self, snap: Snapshot, session: str, request_seq: int, found: list[RequestIssued]
+    ) -> tuple[RequestIssued, _ReplayView]:
+        request = self._request(session, request_seq, snap)
+        found.append(request)
+        return request, self._replay_state(snap, session, request_seq, request)
+
+    def _kept_end(self, session: str, request_seq: int) -> int:
+        """Where the events a replay of ``session``'s ``request_seq`` lacks start: past
+        the shortest view kept for the session that ends before the request (0: none)."""
+        ends = [
+            state.seq + 1
+            for (kept, _), state in self._replays.items()
+            if kept == session and state.seq < request_seq
+        ]
+        return min(ends, default=0)
 
     def _replay_state(
         self, snap: Snapshot, session: str, request_seq: int, request: RequestIssued

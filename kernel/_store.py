@@ -42,6 +42,10 @@ __all__ = ["ReadTxn", "Store", "WriteTxn", "hide_credentials"]
 T = TypeVar("T")
 
 
+class ReadAheadMiss(Exception):
+    """A `Store.read_ahead` transaction was asked for what it did not fetch."""
+
+
 class ReadTxn(ABC):
     """A consistent, read-only view of a store."""
 
@@ -195,6 +199,14 @@ class Store(ABC):
     @abstractmethod
     def read(self) -> AbstractContextManager[ReadTxn]:
         """A read transaction (snapshot)."""
+
+    def read_ahead(self, session: str, seq: int, start: int) -> AbstractContextManager[ReadTxn]:
+        """A read transaction like `read`, for a reader that will want the session's
+        head, its event ``seq`` and its events from ``start`` up to ``seq``: a store
+        whose reads cost round trips may fetch them all at once, end the transaction,
+        and raise `ReadAheadMiss` for a read of anything else (the reader then reads
+        again through `read`). This default is `read`."""
+        return self.read()
 
     @abstractmethod
     def write(self, fn: Callable[[WriteTxn], T]) -> T:

@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import pgserver
 import psycopg
@@ -1484,3 +1484,62 @@ def test_an_export_of_one_session_imports_back_to_the_same_hashes(
     assert "do not verify at fork#1" in capsys.readouterr().err
     with turnlog.open(tmp_path / "fresh") as again:
         assert dump(again)["events"] == before["events"] == {}
+
+
+# -- replay in one round trip ------------------------------------------------------------------
+def exchanges_of(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The round trips psycopg makes, recorded as they go: a statement sent outside a
+    pipeline is one (it waits for its answer), a pipeline is one (it waits at its end)."""
+    seen: list[str] = []
+    execute = psycopg.Connection.execute
+    pipeline = psycopg.Connection.pipeline
+
+    def spy_execute(self: psycopg.Connection[object], query: str, *a: Any, **k: Any) -> object:
+        if self._pipeline is None:
+            seen.append(str(query))
+        return execute(self, query, *a, **k)
+
+    @contextlib.contextmanager
+    def spy_pipeline(self: psycopg.Connection[object]) -> Iterator[object]:
+        if self._pipeline is None:
+            seen.append("pipeline")
+        with pipeline(self) as p:
+            yield p
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
+    monkeypatch.setattr(psycopg.Connection, "pipeline", spy_pipeline)
+    return seen
+
+
+def test_a_replay_reads_its_request_head_and_missing_events_in_one_round_trip(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = logs.open()
+    replayer = turnlog.Replayer(turnlog.Packer(log))
+    policy = turnlog.Policy(context_window=4_000, output_reserve=500)
+    requests = []
+    for turn in range(3):
+        log.append("s", UserMessageAdded(text=f"question {turn}"))
+        requests.append(replayer.record("s", policy=policy, model="m", time=turn).request_seq)
+    fresh = turnlog.Replayer(turnlog.Packer(log))
+    assert fresh.replay("s", requests[0]).ok  # loads the token counts (a read of its own)
+    seen = exchanges_of(monkeypatch)
+    for seq in requests[1:]:  # the kept view grown by the events it lacks
+        assert fresh.replay("s", seq).ok
+        assert seen == ["pipeline"], seen
+        seen.clear()
+    other = turnlog.Replayer(fresh.packer)  # the token counts loaded
+    assert other.replay("s", requests[-1]).ok  # a fresh view: the whole session
+    assert seen == ["pipeline"], seen
+    seen.clear()
+    assert other.replay("s", requests[0]).ok  # older than the kept view: the whole session
+    assert seen == ["pipeline"], seen
+    seen.clear()
+    # A fork's lineage holds its source's events, which the pipeline did not read: the
+    # replay reads again, in a snapshot of its own, and still matches.
+    log.fork("s", requests[-1], "f")
+    log.append("f", UserMessageAdded(text="question on the fork"))
+    forked = replayer.record("f", policy=policy, model="m", time=9).request_seq
+    seen.clear()
+    assert turnlog.Replayer(fresh.packer).replay("f", forked).ok
+    assert seen[0] == "pipeline" and seen[-1] == "ROLLBACK", seen
