@@ -1543,3 +1543,38 @@ def test_a_replay_reads_its_request_head_and_missing_events_in_one_round_trip(
     seen.clear()
     assert turnlog.Replayer(fresh.packer).replay("f", forked).ok
     assert seen[0] == "pipeline" and seen[-1] == "ROLLBACK", seen
+
+
+def test_a_failed_read_ahead_leaves_its_connection_usable_with_its_prepared_statements(
+    server: pgserver.Server,
+) -> None:
+    """A connection the server dropped is replaced (a read-ahead only reads: it runs
+    again). The events table locked: the pipeline's read of the request fails on a
+    fresh connection (as its statement is first prepared), the server skips the rest
+    and the error says so; the pool's one connection then replays again, its prepared
+    statements and psycopg's cache of them still in agreement."""
+    url = server.url(schema="ahead", pool_size="1", options="-c%20lock_timeout%3D300")
+    log = turnlog.open(url)
+    try:
+        replayer = turnlog.Replayer(turnlog.Packer(log))
+        policy = turnlog.Policy(context_window=4_000, output_reserve=500)
+        log.append("s", UserMessageAdded(text="question"))
+        seq = replayer.record("s", policy=policy, model="m", time=0).request_seq
+        fresh = turnlog.Packer(log)
+        drop = (
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+        with admin(server) as conn:
+            conn.execute(drop)  # the next connection prepares every statement afresh
+            with conn.transaction():
+                conn.execute("LOCK TABLE ahead.events IN ACCESS EXCLUSIVE MODE")
+                with pytest.raises(StoreUnavailableError, match="lock_timeout"):
+                    turnlog.Replayer(fresh).replay("s", seq)
+        for _ in range(3):
+            assert turnlog.Replayer(fresh).replay("s", seq).ok
+        with admin(server) as conn:
+            conn.execute(drop)
+        assert turnlog.Replayer(fresh).replay("s", seq).ok
+    finally:
+        log.close()
