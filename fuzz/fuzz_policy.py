@@ -4,7 +4,8 @@ Contract: a `Policy` or `PolicyError`, nothing else. A policy that loads is
 usable everywhere a policy goes: its canonical bytes and hash are computed, it
 survives ``to_builtins`` → `Policy.from_dict` and a msgpack round trip unchanged
 (same hash), it can be recorded in a log as ``PolicySet`` and read back equal,
-and its derived numbers (``usable``, threshold levels) are in range.
+and its derived numbers as it packs (``usable``, threshold levels of the policy
+resolved to its rules) are in range.
 
     python fuzz/fuzz_policy.py /tmp/work-policy fuzz/corpus/policy -max_total_time=600
 """
@@ -32,12 +33,15 @@ def _check(policy: Policy) -> None:
     decoded = msgspec.msgpack.decode(policy.encode(), type=Policy)
     if decoded.hash != digest:
         raise AssertionError("the canonical bytes do not decode to the same policy")
-    if not 0 < policy.usable <= policy.context_window:
-        raise AssertionError(f"usable {policy.usable} out of range")
+    # The numbers it packs with: a policy that leaves its rules unset is resolved to the
+    # default rules (their defaults scaled to the window) when it is handed in.
+    packing = policy.resolved()
+    if not 0 < packing.usable <= packing.context_window:
+        raise AssertionError(f"usable {packing.usable} out of range")
     for which in ("warning", "compact", "blocking"):
-        level = policy.level(which)  # type: ignore[arg-type]
-        if not 0 <= level <= policy.usable:
-            raise AssertionError(f"{which} level {level} out of [0, {policy.usable}]")
+        level = packing.level(which)  # type: ignore[arg-type]
+        if not 0 <= level <= packing.usable:
+            raise AssertionError(f"{which} level {level} out of [0, {packing.usable}]")
     log = turnlog.open(":memory:")
     log.append("p", PolicySet(policy=policy))  # a loaded policy must be recordable
     stored = log.get("p", 0).body

@@ -432,3 +432,13 @@ def _quote_keys_of_every_line(text: str) -> tuple[int, ...]:
 def test_quoted_lines_of_a_long_output_are_its_first_lines(parts: list[str]) -> None:
     text = "".join(parts)
     assert _quote_keys(text) == _quote_keys_of_every_line(text)
+
+
+def test_a_tiny_window_with_rules_unset_packs_with_numbers_in_range() -> None:
+    """fuzz_policy: ``context_window = 10`` loads (rules unset packs as the default rules,
+    whose reserve and buffers scale to the window) and the numbers it packs with are in
+    range; read with the stored fields, ``usable`` was -15,990."""
+    policy = Policy.from_toml(b"context_window = 10").resolved()
+    assert 0 < policy.usable <= policy.context_window == 10
+    for which in ("warning", "compact", "blocking"):
+        assert 0 <= policy.level(which) <= policy.usable  # type: ignore[arg-type]
