@@ -111,7 +111,52 @@ def _body(
     return body
 
 
-class OpenAISummarizer:
+class _ModelSummarizer:
+    """What both model summarizers share: one call to the provider of ``_FORMAT``."""
+
+    _FORMAT: str
+    model: str
+    base_url: str
+    timeout: float
+    _api_key: str
+    _headers: dict[str, str]
+    _client: httpx.Client | None
+
+    @property
+    def id(self) -> str:
+        raise NotImplementedError
+
+    def body(self, request: SummaryRequest) -> bytes:
+        raise NotImplementedError
+
+    def summarize(self, request: SummaryRequest) -> Summary:
+        """Summarize ``request`` with the summary model.
+
+        Raises:
+            ProviderError: an HTTP error (``error.overflow`` for a context overflow)
+                or no text in the answer.
+            ProviderTimeoutError: no answer within the timeout.
+            DecodeError: an answer that is not a body of the provider's API (Chat
+                Completions, Messages).
+        """
+        reply = send(
+            self._FORMAT,
+            self.body(request),
+            api_key=self._api_key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            headers=self._headers,
+            client=self._client,
+        )
+        return Summary(
+            text=_text_of(reply, self.id),
+            summarizer=self.id,
+            model=self.model,
+            prompt_hash=request.prompt_hash(),
+        )
+
+
+class OpenAISummarizer(_ModelSummarizer):
     """Summarizes with an OpenAI-compatible Chat Completions endpoint.
 
     Works with OpenAI and with compatible servers (DeepSeek, Groq, Ollama, vLLM...).
@@ -135,6 +180,8 @@ class OpenAISummarizer:
         InvalidArgumentError: an empty model, a non-positive timeout or a window
             below 1,024 tokens.
     """
+
+    _FORMAT = "openai-chat"
 
     def __init__(
         self,
@@ -176,33 +223,8 @@ class OpenAISummarizer:
         payload[self.max_tokens_field] = payload.pop("max_completion_tokens")
         return canonical(payload)
 
-    def summarize(self, request: SummaryRequest) -> Summary:
-        """Summarize ``request`` with the summary model.
 
-        Raises:
-            ProviderError: an HTTP error (``error.overflow`` for a context overflow)
-                or no text in the answer.
-            ProviderTimeoutError: no answer within the timeout.
-            DecodeError: an answer that is not a Chat Completions body.
-        """
-        reply = send(
-            "openai-chat",
-            self.body(request),
-            api_key=self._api_key,
-            base_url=self.base_url,
-            timeout=self.timeout,
-            headers=self._headers,
-            client=self._client,
-        )
-        return Summary(
-            text=_text_of(reply, self.id),
-            summarizer=self.id,
-            model=self.model,
-            prompt_hash=request.prompt_hash(),
-        )
-
-
-class AnthropicSummarizer:
+class AnthropicSummarizer(_ModelSummarizer):
     """Summarizes with the Anthropic Messages API.
 
     Parameters:
@@ -221,6 +243,8 @@ class AnthropicSummarizer:
         InvalidArgumentError: an empty model, a non-positive timeout or a window
             below 1,024 tokens.
     """
+
+    _FORMAT = "anthropic"
 
     def __init__(
         self,
@@ -251,28 +275,3 @@ class AnthropicSummarizer:
     def body(self, request: SummaryRequest) -> bytes:
         """The request body sent for ``request`` (canonical JSON bytes)."""
         return canonical(_body("anthropic", self.model, request, self.temperature))
-
-    def summarize(self, request: SummaryRequest) -> Summary:
-        """Summarize ``request`` with the summary model.
-
-        Raises:
-            ProviderError: an HTTP error (``error.overflow`` for a context overflow)
-                or no text in the answer.
-            ProviderTimeoutError: no answer within the timeout.
-            DecodeError: an answer that is not a Messages body.
-        """
-        reply = send(
-            "anthropic",
-            self.body(request),
-            api_key=self._api_key,
-            base_url=self.base_url,
-            timeout=self.timeout,
-            headers=self._headers,
-            client=self._client,
-        )
-        return Summary(
-            text=_text_of(reply, self.id),
-            summarizer=self.id,
-            model=self.model,
-            prompt_hash=request.prompt_hash(),
-        )
