@@ -286,6 +286,7 @@ def test_cost_of_an_unknown_session_says_which_one_was_meant(
     assert "no session 'dmeo'" in err and "did you mean 'demo'" in err
 
 
+@pytest.mark.skipif(not TRANSCRIPT.is_file(), reason=f"no corpus at {CORPUS}")
 def test_cost_of_a_corpus_import_before_and_after_recording(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
