@@ -16,7 +16,10 @@ corpus format (a Claude Code session with two imported compactions among them), 
 on the demo and every imported session requests recorded in all four formats at
 several budgets, plus a manual compaction of one imported session. From 0.2.0 on, also a
 Codex session with freeform tool calls, and a 4k budget (new sessions pack under
-packing rules 2).
+packing rules 2). From 0.3.0 on, also a 16k budget (new sessions pack under packing rules
+3, whose cut is replayed from the whole session), an erasure (the first tool result of the
+OpenHands session, after its requests were recorded: those that held it replay as erased)
+and requests recorded after it in every format.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-CORPUS = (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or (Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus").resolve()
+)
 
 #: One transcript per corpus format (paths under the corpus folder).
 TRANSCRIPTS = (
@@ -47,7 +53,9 @@ TRANSCRIPTS = (
     "openhands_events/All-Hands-AI__OpenHands/tests/runtime/trajs/basic.json",
 )
 FORMATS = ("neutral", "openai-chat", "openai-responses", "anthropic")
-BUDGETS = (128_000, 32_000, 8_000, 4_000)
+BUDGETS = (128_000, 32_000, 16_000, 8_000, 4_000)
+#: The session whose first tool result is erased (since 0.3.0), by its name's start.
+ERASED = "basic-"
 MODEL = "golden-model"
 
 
@@ -100,6 +108,24 @@ def main(target: Path) -> None:
                     recorded.setdefault(session, []).append(
                         {"budget": budget, "format": fmt, "outcome": outcome}
                     )
+        erased = next(s for s in names if s.startswith(ERASED))
+        first = json.loads(
+            run(store, "log", erased, "--kind", "tool_result", "--json").stdout.splitlines()[0]
+        )
+        run(store, "erase", erased, str(first["seq"]), "--reason", "golden store: an erasure")
+        for fmt in FORMATS:
+            run(
+                store,
+                "pack",
+                erased,
+                "--record",
+                "--budget",
+                "32000",
+                "--format",
+                fmt,
+                "--model",
+                MODEL,
+            )
         check = run(store, "verify", check=False)
         if check.returncode != 0:
             raise SystemExit(f"the new store does not verify: {check.stdout}{check.stderr}")
@@ -117,6 +143,7 @@ def main(target: Path) -> None:
             "budgets": list(BUDGETS),
             "model": MODEL,
             "compacted": compacted,
+            "erased": {"session": erased, "seqs": [first["seq"]]},
             "packs": recorded,
         }
         (target / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
