@@ -32,7 +32,7 @@ starts again. Up to four policy indexes are kept, most recently used last.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from .._events import Part, TextPart
 from .._policy import Policy
@@ -42,6 +42,7 @@ from .._tokens import TokenCounter
 from ._budget import system_tokens
 from ._clip import Clip, ClipCut, limit
 from ._dedup import Dedup, DedupIndex
+from ._ledger import ReplayMemo
 from ._prune import Prune, PruneFacts
 from ._summaries import Coverage
 from ._truncate import REPLACEABLE, Cut, Truncate
@@ -49,6 +50,7 @@ from ._truncate import REPLACEABLE, Cut, Truncate
 __all__ = ["PackIndex"]
 
 _MAX_POLICY_INDEXES = 4
+_MAX_REPLAYS = 4
 
 
 class Sums:
@@ -171,8 +173,10 @@ class PolicyIndex:
         "dedup_tokens",
         "done",
         "dsave",
+        "edits",
         "icount",
         "kinds",
+        "mark_edits",
         "marks",
         "messages",
         "pcount",
@@ -180,6 +184,7 @@ class PolicyIndex:
         "psave",
         "ptokens",
         "raw",
+        "replays",
         "rules",
         "saving",
         "superseded",
@@ -220,6 +225,12 @@ class PolicyIndex:
         self.icount = Tally()  # per unit, its items
         self.tool_units: list[int] = []  # units holding a tool result, ascending
         self.messages: dict[int, Message] = {}  # item * 5 + form -> message (recent ones)
+        #: units whose values changed after a later unit was folded (a late result, a
+        #: unit newly covered), in order: what a replay memo saved before must not
+        #: resume past; ``mark_edits`` the same for the dedup and prune sums
+        self.edits: list[int] = []
+        self.mark_edits: list[int] = []
+        self.replays: dict[Hashable, ReplayMemo] = {}  # replay memos, most recent last
 
     def matches(self, policy: Policy, clip_limit: int) -> bool:
         """True when this index holds the per-item results of ``policy``."""
@@ -230,6 +241,17 @@ class PolicyIndex:
             and (self.dedup is not None) == policy.dedup
             and self.kinds == policy.tool_kinds
         )
+
+    def replay_memo(self, slot: Hashable) -> ReplayMemo:
+        """The replay memo kept in ``slot`` (a new one the first time); the few most
+        recently used are kept."""
+        memo = self.replays.pop(slot, None)
+        if memo is None:
+            memo = ReplayMemo()
+        self.replays[slot] = memo
+        while len(self.replays) > _MAX_REPLAYS:
+            del self.replays[next(iter(self.replays))]
+        return memo
 
     def sums(self) -> tuple[Tally, ...]:
         """Every per-unit sum."""
@@ -278,6 +300,8 @@ class PolicyIndex:
                     sums.append()
                 self.raw.append(0)
             self.raw[unit] += tokens
+            if unit < len(self.raw) - 1:
+                self.edits.append(unit)
             held = unit in covered
             self.verbatim.add(unit, tokens, held)
             self.icount.add(unit, 1, held)
@@ -306,6 +330,8 @@ class PolicyIndex:
             self.superseded[index] = mark
             self.dedup_tokens[index] = placeholder
             unit = items[index].unit
+            if unit < len(self.raw) - 1:
+                self.mark_edits.append(unit)
             held = unit in covered
             self.dsave.add(unit, tokens - placeholder, held)
             self.dcount.add(unit, 1, held)
@@ -317,6 +343,9 @@ class PolicyIndex:
 
     def cover(self, units: list[int]) -> None:
         """Move newly covered units to the held sums."""
+        folded = [unit for unit in units if unit < len(self.raw)]
+        if folded:
+            self.edits.append(min(folded))
         for unit in units:
             if unit >= len(self.raw):
                 continue  # folded later, as covered

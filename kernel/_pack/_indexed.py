@@ -27,7 +27,7 @@ since the sums hold tokens after it); `pack` never runs anything else here.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, MutableMapping, Sequence
 
 from .._events import TextPart
 from .._policy import Policy
@@ -39,7 +39,15 @@ from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
 from ._dedup import Dedup
 from ._explain import Common, Facts
 from ._index import PackIndex, PolicyIndex
-from ._ledger import CutRule, Marker, Protection, Replacer, Shrinker, SummarySection
+from ._ledger import (
+    CutRule,
+    Marker,
+    Protection,
+    Replacer,
+    ReplayMemo,
+    Shrinker,
+    SummarySection,
+)
 from ._model import Budget, Decision
 from ._prune import Prune, PruneFacts, RefsAsOf
 from ._summaries import Summaries, run_of, shown_budget
@@ -258,6 +266,41 @@ class IndexedLedger:
         for _, tokens in extra:
             sums.append(sums[-1] + tokens)
         return lambda end: kept(end) + sums[bisect_left(ends, end)]
+
+    def replay_memo(self, slot: Hashable) -> ReplayMemo | None:
+        index = self.index
+        memo = index.replay_memo(slot)
+        sizes = self._sizes()
+        marks = self.deduped or self.pruned_all  # the dedup and prune sums are read
+        seen = (len(index.edits), len(index.mark_edits))
+        if memo.sizes != sizes or not memo.seen:
+            memo.state, memo.edited, memo.sizes = None, None, sizes
+        else:
+            changed = index.edits[memo.seen[0] :]
+            if marks:
+                changed += index.mark_edits[memo.seen[1] :]
+            if changed:
+                first = min(changed)
+                memo.edited = first if memo.edited is None else min(memo.edited, first)
+        memo.seen = seen
+        return memo
+
+    def _sizes(self) -> Hashable:
+        """What `kept_before` reads beside the index's per-unit sums: the stages'
+        decisions so far (equal for two packs: the same sizes where the sums are)."""
+        saving = self.index.saving
+        extra: tuple[int, ...] = ()
+        if not self.held:
+            covered = self._pack_index.coverage.covered
+            extra = tuple(u for u in self.protection.units(self.n_units) if u in covered)
+        return (
+            self.held,
+            self.deduped,
+            self.boundary if self.pruned_all else -1,
+            tuple(sorted(i for i in self.shielded if saving[i] > 0)),
+            tuple(sorted(self.points.items())),
+            extra,
+        )
 
     def keep(self, unit: int) -> None:
         protection = self.protection

@@ -35,7 +35,7 @@ in ``DEFAULT_STAGES``.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence, Set
+from collections.abc import Callable, Hashable, Iterator, Mapping, MutableMapping, Sequence, Set
 from typing import NamedTuple, Protocol
 
 from .._events import TextPart
@@ -73,6 +73,30 @@ class Marker:
         self.before = before
         self.message = Message(role="user", parts=(TextPart(text=text),))
         self.tokens = MESSAGE_OVERHEAD + counter.count(text)
+
+
+class ReplayMemo:
+    """Where a replay over a session's earlier requests (the rules 3 watermarks) keeps
+    its state between packs of one projection, so that a pack resumes it where the
+    previous one stopped instead of replaying every request again.
+
+    The ledger hands it out (`Ledger.replay_memo`) and answers for what it knows:
+    ``edited``, the first unit whose size, as the replay reads it, changed since the
+    memo was last handed out (None: none did); the ledger clears ``state`` when the
+    replay's sizes are of another kind (other stage decisions). The replay answers for
+    the rest: ``key``, what it read beside the sizes (levels, the fixed part of the
+    prompt), and ``state``, its own, which it must not use past ``edited``.
+    """
+
+    __slots__ = ("edited", "key", "seen", "sizes", "state")
+
+    def __init__(self) -> None:
+        self.key: Hashable = None
+        self.state: object = None
+        self.edited: int | None = None
+        # the ledger's: which sizes the state was built from, and what it saw changed
+        self.sizes: Hashable = None
+        self.seen: tuple[int, ...] = ()
 
 
 class CutRule(Protocol):
@@ -299,6 +323,10 @@ class Ledger(Protocol):
     def kept_before(self) -> Callable[[int], int]:
         """``f(end)``: tokens of the unsummarized units before unit ``end``, protected
         or not, as the stages so far left them (rules 3 sizes past requests with it)."""
+
+    def replay_memo(self, slot: Hashable) -> ReplayMemo | None:
+        """The memo kept in ``slot`` for a replay reading `kept_before` (see
+        `ReplayMemo`), None when the engine keeps none (the replay starts over)."""
 
     def keep(self, unit: int) -> None:
         """Keep one more unit through trimming (rules 3: the opening message of the

@@ -10,7 +10,7 @@ implemented here by walking the items.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, MutableMapping, Sequence
 
 from .._events import Part, TextPart
 from .._policy import Policy
@@ -20,7 +20,15 @@ from .._tokens import MESSAGE_OVERHEAD, REPLY_OVERHEAD, TokenCounter
 from ._budget import placeholder_tokens, plan, synthetic_tokens, system_tokens
 from ._explain import Common
 from ._index import PackIndex, PolicyIndex
-from ._ledger import CutRule, Marker, Protection, Replacer, Shrinker, SummarySection
+from ._ledger import (
+    CutRule,
+    Marker,
+    Protection,
+    Replacer,
+    ReplayMemo,
+    Shrinker,
+    SummarySection,
+)
 from ._model import Decision, DecisionName, StageReport
 from ._prune import PruneFacts
 from ._summaries import compactions, covering, shown_budget
@@ -370,6 +378,10 @@ class PackState:
                 tokens = sum(self.tokens_of(i) for i in unit.items if i not in self.summarized)
             sums.append(sums[-1] + tokens)
         return lambda end: sums[end]
+
+    def replay_memo(self, slot: Hashable) -> ReplayMemo | None:
+        del slot
+        return None  # the reference engine replays every request
 
     def keep(self, unit: int) -> None:
         if any(i in self.summarized for i in self.view.units[unit].items):

@@ -29,6 +29,7 @@ groups, until it is at that level; protected units stay wherever they are.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from .._policy import Policy
@@ -191,58 +192,48 @@ class Trim:
         the replay of an earlier request never changes as the log grows. The cut
         moves when a request would pass ``high``, and then to the first turn or step
         boundary that brings that request to ``low``; it never passes the request's
-        latest ``tail_steps`` steps."""
+        latest ``tail_steps`` steps.
+
+        The replay is a fold of `Watermarks.step` over the requests. Where the ledger
+        keeps a memo (`Ledger.replay_memo`), the fold resumes from the state after the
+        requests an earlier pack replayed, as long as what a step reads is what it
+        read then: the same levels and fixed part (the memo's key), the same kind of
+        sizes (the ledger's), and no unit before a replayed request's end changed
+        size since (the ledger's ``edited``; later requests are replayed again). A
+        pack after one more event replays the new requests only; the result is that
+        of the whole replay."""
         view = ledger.view
-        size = ledger.kept_before()
-        # what every request holds beside its history: the system sections, the summary
-        # section, tools, placeholder results and framing (as they are now), the marker
-        base = ledger.total - size(len(view.units)) + reserve
-        turns = view.turn_starts
+        marks = Watermarks(ledger, high, low, reserve)
         assistants = view.assistant_units
-        steps = max(ledger.policy.tail_steps, 1)
-        bounds = sorted({*turns, *assistants} - {0})
-        at = [size(b) for b in bounds]
-        out = Cut()
-        k = 0  # bounds[:k] are cut
-        anchor = -1  # the opening message kept since the latest break
-
-        def estimate(end: int, opening: int, k: int) -> int:
-            cut = bounds[k - 1] if k else 0
-            kept = base + size(end) - (at[k - 1] if k else 0)
-            for u in {opening, anchor}:
-                if 0 <= u < cut:
-                    kept += size(u + 1) - size(u)
-            return kept
-
-        for j, end in enumerate([*assistants, len(view.units)]):
-            t = bisect_left(turns, end) - 1
-            opening = turns[t] if t >= 0 else -1
-            # the request's protected tail: its latest `steps` steps, or its whole turn
-            # after the opening when the turn has no more steps than that
-            first = bisect_right(assistants, opening)
-            limit = bisect_right(
-                bounds, assistants[j - steps] if j - first > steps else opening + 1
-            )
-            kept = estimate(end, opening, k)
-            if kept <= high or limit <= k:
-                continue
-            lo, hi = k + 1, limit  # the first k' whose request is at the low watermark
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if estimate(end, opening, mid) <= low:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            k, anchor = lo, opening
-            out = Cut(
-                tuple(bounds[:k]),
-                kept,
-                estimate(end, opening, k),
-                out.breaks + 1,
-                j == len(assistants),
-                anchor,
-            )
-        return out
+        key = (high, low, marks.steps, marks.base)
+        memo = ledger.replay_memo(key[:3])
+        saved = memo.state if memo is not None and memo.key == key else None
+        if not isinstance(saved, _Saved):
+            saved = _Saved()
+        elif memo is not None and memo.edited is not None:
+            saved.forget(bisect_right(assistants, memo.edited))
+        saved.catch_up(view.turn_starts, assistants)
+        marks.bounds = saved.bounds
+        state = saved.breaks[-1] if saved.breaks else _START
+        for j in range(saved.done, len(assistants)):
+            after = marks.step(state, j, assistants[j])
+            if after is not state:
+                saved.breaks.append(after)
+                state = after
+        saved.done = len(assistants)
+        if memo is not None:
+            memo.key, memo.state, memo.edited = key, saved, None
+        state = marks.step(state, len(assistants), len(view.units))
+        if not state.breaks:
+            return Cut()
+        return Cut(
+            tuple(saved.bounds[: state.k]),
+            state.size,
+            state.after,
+            state.breaks,
+            state.request == len(assistants),
+            state.anchor,
+        )
 
     def _rules3(self, ledger: Ledger, before: int, high: int) -> StageReport:
         policy = ledger.policy
@@ -341,3 +332,107 @@ class Cut(NamedTuple):
     breaks: int = 0
     now: bool = False
     anchor: int = -1
+
+
+class Step(NamedTuple):
+    """The rules 3 replay's state after a request: ``k``, the group boundaries cut
+    (the first ``k``); ``anchor``, the opening message kept since the latest break
+    (-1: none); ``size`` and ``after``, the kept history of the latest break's request
+    before and after it; ``breaks``, the breaks so far; ``request``, the latest break's
+    request (its number: the assistant messages before it)."""
+
+    k: int = 0
+    anchor: int = -1
+    size: int = 0
+    after: int = 0
+    breaks: int = 0
+    request: int = -1
+
+
+_START = Step()
+
+
+class Watermarks:
+    """What the rules 3 replay reads at each request, and its step.
+
+    ``size(end)`` is the ledger's `kept_before`; ``base`` what every request holds
+    beside its history (the system sections, the summary section, tools,
+    placeholder results and framing, as they are now, and the marker's reserve);
+    ``bounds`` the turn and step boundaries (unit indexes but 0, ascending)."""
+
+    __slots__ = ("assistants", "base", "bounds", "high", "low", "size", "steps", "turns")
+
+    def __init__(self, ledger: Ledger, high: int, low: int, reserve: int) -> None:
+        view = ledger.view
+        self.size = ledger.kept_before()
+        self.base = ledger.total - self.size(len(view.units)) + reserve
+        self.turns = view.turn_starts
+        self.assistants = view.assistant_units
+        self.steps = max(ledger.policy.tail_steps, 1)
+        self.high, self.low = high, low
+        self.bounds: Sequence[int] = ()
+
+    def estimate(self, end: int, opening: int, anchor: int, k: int) -> int:
+        """The kept history of the request ending at ``end`` with the first ``k``
+        boundaries cut: what follows the cut, with the turn's opening and the anchor."""
+        size = self.size
+        cut = self.bounds[k - 1] if k else 0
+        kept = self.base + size(end) - (size(cut) if k else 0)
+        for u in {opening, anchor}:
+            if 0 <= u < cut:
+                kept += size(u + 1) - size(u)
+        return kept
+
+    def step(self, state: Step, j: int, end: int) -> Step:
+        """The state after request ``j`` (ending at unit ``end``); ``state`` itself when
+        the request makes no break. Reads only units and boundaries before ``end``."""
+        turns, assistants, bounds = self.turns, self.assistants, self.bounds
+        t = bisect_left(turns, end) - 1
+        opening = turns[t] if t >= 0 else -1
+        # the request's protected tail: its latest `steps` steps, or its whole turn
+        # after the opening when the turn has no more steps than that
+        first = bisect_right(assistants, opening)
+        steps = self.steps
+        limit = bisect_right(bounds, assistants[j - steps] if j - first > steps else opening + 1)
+        k = state.k
+        kept = self.estimate(end, opening, state.anchor, k)
+        if kept <= self.high or limit <= k:
+            return state
+        lo, hi = k + 1, limit  # the first k' whose request is at the low watermark
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.estimate(end, opening, state.anchor, mid) <= self.low:
+                hi = mid
+            else:
+                lo = mid + 1
+        return Step(
+            lo, opening, kept, self.estimate(end, opening, opening, lo), state.breaks + 1, j
+        )
+
+
+class _Saved:
+    """A replay's state kept in a `ReplayMemo`: the boundaries seen so far, the number
+    of requests before the last one replayed (``done``) and the state after each break
+    among them (the state after request ``done - 1`` is the last one)."""
+
+    __slots__ = ("assistants", "bounds", "breaks", "done", "turns")
+
+    def __init__(self) -> None:
+        self.bounds: list[int] = []
+        self.turns = self.assistants = 0  # turn and step starts taken into ``bounds``
+        self.done = 0
+        self.breaks: list[Step] = []
+
+    def catch_up(self, turns: Sequence[int], assistants: Sequence[int]) -> None:
+        """Take the new turn and step starts into ``bounds`` (they follow every older
+        one: units only grow)."""
+        new = {*turns[self.turns :], *assistants[self.assistants :]} - {0}
+        self.bounds.extend(sorted(new))
+        self.turns, self.assistants = len(turns), len(assistants)
+
+    def forget(self, done: int) -> None:
+        """Keep the states of the first ``done`` requests only."""
+        if done < self.done:
+            self.done = done
+            while self.breaks and self.breaks[-1].request >= done:
+                self.breaks.pop()
