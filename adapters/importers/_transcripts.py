@@ -1079,7 +1079,7 @@ def export_session(log: Log, session: str, format: str) -> bytes:  # noqa: A002
     children: dict[str, list[str]] = {}
     if spec.children:
         children = _children_index(log)
-    return spec.export(_export_view(log, session, children))
+    return spec.export(_export_view(log, session, children, format))
 
 
 def _children_index(log: Log) -> dict[str, list[str]]:
@@ -1101,10 +1101,66 @@ def _children_index(log: Log) -> dict[str, list[str]]:
     return index
 
 
-def _export_view(log: Log, session: str, children: dict[str, list[str]]) -> ExportSession:
+def _export_view(
+    log: Log,
+    session: str,
+    children: dict[str, list[str]],
+    format: str,  # noqa: A002
+) -> ExportSession:
     events = [_with_full_text(log, e) for e in log.read(session)]
-    kids = [_export_view(log, child, children) for child in children.get(session, ())]
+    if events and _imported_from(events[0]) not in (None, format):
+        # The source records kept in meta are another format's: written into this
+        # one they would give records of neither (or fail to rebuild). The session
+        # is written from its events, as one built in turnlog is.
+        events = [_without_source(e) for e in events]
+    kids = [_export_view(log, child, children, format) for child in children.get(session, ())]
     return ExportSession(session=session, events=events, children=kids, blob=log.blob)
+
+
+#: The meta keys an import writes to give its file back (docs/importers.md, "What
+#: `meta` holds"), which only an export to the same format can read.
+_SOURCE_META = frozenset(
+    {
+        "import",
+        "raw",
+        "records",
+        "cont",
+        "before",
+        "after",
+        "line",
+        "index",
+        "derived",
+        "carrier",
+        "doc",
+        "boundary",
+        "exit_code",
+        "raw_text",
+        "header_text",
+        "tail_text",
+        "preamble",
+        "no_final_newline",
+        "compaction_not_covering",
+    }
+)
+
+
+def _imported_from(first: Event) -> str | None:
+    """The format a session was imported from (None: not imported)."""
+    stored = first.meta.get("import")
+    name = stored.get("format") if isinstance(stored, dict) else None
+    if not isinstance(name, str):
+        return None
+    try:
+        return format_name(name)
+    except ImportFormatError:
+        return name
+
+
+def _without_source(event: Event) -> Event:
+    if not any(key in _SOURCE_META for key in event.meta):
+        return event
+    meta = {k: v for k, v in event.meta.items() if k not in _SOURCE_META}
+    return msgspec.structs.replace(event, meta=meta)
 
 
 def _with_full_text(log: Log, event: Event) -> Event:

@@ -1,0 +1,99 @@
+"""turnlog as someone new to it uses it: the public API and the documentation, on real
+transcripts of the shared corpus where that matters.
+
+Each test is one thing a first use ran into: it drives the product as documented
+(`export_session`, the `turnlog` command, the inspector, the examples of the docs) and
+checks what that use needs to hold.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import turnlog
+from turnlog.adapters.importers import FORMATS, detect, export_session, import_file
+from turnlog.events import AssistantMessageAdded, NotificationAdded, TextPart, UserMessageAdded
+
+CORPUS = Path(
+    os.environ.get("TURNLOG_CORPUS")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+)
+
+#: One real transcript of each source, small enough to export to every format quickly.
+SAMPLES = {
+    "claude_code": "claude_code_jsonl/M-Thisness__M-Claude/Archives/"
+    "93a38075-1e1b-4210-978f-8e927e43b55b.jsonl",
+    "codex": "codex_rollout_jsonl/Python-AI-Solutions__agentic-neurodata-conversion/codex/"
+    "sessions/2025/09/29/rollout-2025-09-29T13-07-08-01999467-65bf-7281-8ab6-73bb53989041.jsonl",
+    "mini_swe_agent": "mini_swe_agent_traj_json/gruckion__mini-swe-agent/swebench_results/"
+    "20251118_gemini-3-pro-74pct/trajs/django__django-16255/django__django-16255.traj.json",
+    "swe_agent": "swe_agent_traj/princeton-nlp__SWE-agent/trajectories/demonstrations/"
+    "function_calling_simple.traj",
+    "openhands": "openhands_events/All-Hands-AI__OpenHands/tests/runtime/trajs/basic.json",
+}
+
+needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="shared corpus not present")
+
+#: The suffix a file of each format is detected by.
+_SUFFIX = {"claude_code": ".jsonl", "codex": ".jsonl", "openhands_output": ".jsonl", "aider": ".md"}
+
+
+def _user_texts(log: turnlog.Log, session: str) -> list[str]:
+    return [e.body.text.strip() for e in log.read(session) if isinstance(e.body, UserMessageAdded)]
+
+
+def _said(log: turnlog.Log, session: str) -> list[str]:
+    """User messages and notifications (a format without notifications writes them as
+    user messages)."""
+    return [
+        e.body.text.strip()
+        for e in log.read(session)
+        if isinstance(e.body, (UserMessageAdded, NotificationAdded))
+    ]
+
+
+def _in_order(wanted: list[str], found: list[str]) -> bool:
+    rest = iter(found)
+    return all(any(w == f for f in rest) for w in wanted)
+
+
+def _assistant_texts(log: turnlog.Log, session: str) -> list[str]:
+    return [
+        part.text.strip()
+        for e in log.read(session)
+        if isinstance(e.body, AssistantMessageAdded)
+        for part in e.body.parts
+        if isinstance(part, TextPart) and part.text.strip()
+    ]
+
+
+@needs_corpus
+@pytest.mark.parametrize("source", sorted(SAMPLES))
+@pytest.mark.parametrize(
+    "target", [f for f in FORMATS if f not in ("turnlog", "openhands_output", "aider")]
+)
+def test_an_imported_transcript_exports_to_another_format(
+    source: str, target: str, tmp_path: Path
+) -> None:
+    """`export_session(log, session, FORMAT)` of a session imported from another format
+    writes that format from the events (the source records kept in meta are the other
+    format's): the file is detected as FORMAT and imports back with the same user and
+    assistant texts."""
+    if source == target:
+        pytest.skip("the same format gives its file back (tests/test_importers.py)")
+    log = turnlog.open(":memory:")
+    summary = import_file(log, CORPUS / SAMPLES[source], skip_bad=True)
+    session = summary.roots[0]
+    data = export_session(log, session, target)
+    name = (
+        f"rollout-x{_SUFFIX[target]}" if target == "codex" else f"x{_SUFFIX.get(target, '.json')}"
+    )
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert detect(path) == target
+    again = turnlog.open(":memory:")
+    back = import_file(again, path)
+    assert _in_order(_user_texts(log, session), _said(again, back.roots[0]))
+    assert _assistant_texts(again, back.roots[0]) == _assistant_texts(log, session)
