@@ -8,13 +8,18 @@ checks what that use needs to hold.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
+import shlex
 from pathlib import Path
 
 import pytest
 import turnlog
 from turnlog.adapters.importers import FORMATS, detect, export_session, import_file
 from turnlog.events import AssistantMessageAdded, NotificationAdded, TextPart, UserMessageAdded
+from turnlog.tools.cli._parser import _build_parser
 
 CORPUS = Path(
     os.environ.get("TURNLOG_CORPUS")
@@ -97,3 +102,41 @@ def test_an_imported_transcript_exports_to_another_format(
     back = import_file(again, path)
     assert _in_order(_user_texts(log, session), _said(again, back.roots[0]))
     assert _assistant_texts(again, back.roots[0]) == _assistant_texts(log, session)
+
+
+_DOCS = Path(__file__).resolve().parents[1]
+#: Placeholders of the docs' command lines that stand for numbers.
+_NUMBERS = {"SEQ": "3", "REQ_SEQ": "3", "N": "3", "DAYS": "3"}
+
+
+def _doc_commands() -> list[tuple[str, str]]:
+    """Every ``turnlog ...`` code span of the README and docs/*.md, as (where, text)."""
+    found = []
+    for path in [_DOCS / "README.md", *sorted((_DOCS / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"`((?:\.venv/bin/)?turnlog [^`]+)`", text):
+            line = text[: match.start()].count("\n") + 1
+            found.append((f"{path.name}:{line}", match.group(1)))
+    return found
+
+
+def test_the_command_lines_in_the_docs_parse() -> None:
+    """A command line the README or a page of docs/ shows in running text is one the
+    command takes as written (placeholders aside): a reader copies it. A span naming
+    only a verb or a flag (`turnlog import`, `turnlog import --format`) refers to it and is
+    not a command line."""
+    wrong = []
+    for where, text in _doc_commands():
+        if any(mark in text for mark in ("|", "[", "...", "…")):
+            continue
+        argv = [_NUMBERS.get(word, word) for word in shlex.split(text)[1:]]
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+                _build_parser().parse_args(argv)
+        except SystemExit as exc:
+            said = err.getvalue().strip().splitlines()[-1:]
+            mention = ("arguments are required", "expected one argument")
+            if exc.code and not any(m in s for m in mention for s in said):
+                wrong.append(f"{where}: `{text}`: {said}")
+    assert not wrong, "\n".join(wrong)
