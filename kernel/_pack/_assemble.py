@@ -270,12 +270,38 @@ def _breakpoints(
     return tuple(sorted(chosen, key=lambda b: (order[b.at], b.index)))
 
 
-def breakpoints_report(prompt: Prompt) -> StageReport:
-    """The breakpoints stage's report."""
-    return StageReport(
-        name="breakpoints",
-        fired=bool(prompt.breakpoints),
-        detail=", ".join(
-            f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})" for b in prompt.breakpoints
-        ),
+def breakpoints_report(prompt: Prompt, rules: int = 0) -> StageReport:
+    """The breakpoints stage's report. Under rules 3 it also names the tools first
+    called since the previous request in a prompt that defines none (see
+    `first_called`)."""
+    detail = ", ".join(
+        f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})" for b in prompt.breakpoints
     )
+    names = first_called(prompt) if rules >= 3 else ()
+    if names:
+        detail += (
+            f"; {DERIVED_TOOLS_BREAK}: {', '.join(names)} first called since the "
+            "previous request, and the prompt defines no tools"
+        )
+    return StageReport(name="breakpoints", fired=bool(prompt.breakpoints), detail=detail)
+
+
+#: What the breakpoints report says when the tool definitions a provider derives from
+#: the calls change (``render`` derives them for a format whose API refuses calls
+#: without definitions, ahead of the system prompt and every message).
+DERIVED_TOOLS_BREAK = "prefix break where the tool definitions are derived from the calls"
+
+
+def first_called(prompt: Prompt) -> tuple[str, ...]:
+    """The tools that the messages since the previous request (from the latest
+    assistant message on) call and no earlier message does, sorted; empty when the
+    prompt defines tools. A session recorded without tool definitions (a transcript
+    imported) gets them derived from its calls where the provider needs them, so a
+    tool called for the first time changes the definitions, which go before
+    everything else: that is a prefix break for those formats only."""
+    if prompt.tools:
+        return ()
+    messages = prompt.messages
+    last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), 0)
+    earlier = {call.name for m in messages[:last] for call in m.tool_calls}
+    return tuple(sorted({c.name for m in messages[last:] for c in m.tool_calls} - earlier))

@@ -18,14 +18,16 @@ it); `SummaryPlan` chooses which summaries the prompt shows.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, MutableMapping, Sequence
 
 import msgspec
 
 from .._events import CompactionCommitted, Event
+from .._policy import Policy
 from .._projection import Item, Projection
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
+from ._budget import placeholder_tokens
 from ._ledger import Ledger, SummarySection
 from ._model import Budget, StageReport
 
@@ -115,6 +117,7 @@ class SummaryPlan:
 
     Parameters:
         history: the history budget before summaries.
+        positions: the compactions to consider (all of the view's when None).
         budget: the summary budget (``summary_budget`` x history).
         protected: tokens of the protected part (tail, pins, calls awaiting
             results, their placeholder results), which summaries never take.
@@ -136,8 +139,11 @@ class SummaryPlan:
         budget: int,
         protected: int,
         tokens: MutableMapping[int, int],
+        positions: Sequence[int] | None = None,
     ) -> None:
-        bodies = self.bodies = compactions(view.events, view.compactions)
+        bodies = self.bodies = compactions(
+            view.events, view.compactions if positions is None else positions
+        )
         self.why: dict[int, str] = {}
         for pos, body in bodies.items():
             if pos not in tokens:
@@ -290,10 +296,33 @@ class Summaries:
         return ""
 
     def __call__(self, ledger: Ledger) -> StageReport:
+        if not ledger.view.compactions:
+            return StageReport(name="summaries", fired=False, detail="no compaction committed")
+        if ledger.policy.rules < 3:
+            return self._decide(ledger)[0]
+        previous = Previous(ledger)
+        report, shown = self._decide(ledger)
+        why = previous.change(ledger, shown)
+        if not why:
+            return report
+        from ._trim import Trim
+
+        view = ledger.view
+        static = sum(view.section_tokens.values()) + ledger.budget.tools
+        estimate = Trim.estimate(
+            ledger.policy,
+            max(0, report.tokens_before - report.tokens_after),
+            max(0, ledger.total - static),
+        )
+        return msgspec.structs.replace(
+            report, detail=f"prefix break: {why}; {report.detail}; {estimate}"
+        )
+
+    def _decide(self, ledger: Ledger) -> tuple[StageReport, SummaryPlan | None]:
+        """The stage's report, and the plan whose summaries the prompt shows (None:
+        the covered events are shown)."""
         view = ledger.view
         before = ledger.total
-        if not view.compactions:
-            return StageReport(name="summaries", fired=False, detail="no compaction committed")
         skip = self.skipped(ledger)
         if skip:
             ledger.keep_originals(skip)
@@ -303,7 +332,7 @@ class Summaries:
                 detail=skip,
                 tokens_before=before,
                 tokens_after=before,
-            )
+            ), None
         history = ledger.budget.history
         protected = ledger.protected_tokens()
         if ledger.policy.rules >= 2:
@@ -328,7 +357,7 @@ class Summaries:
             ledger.keep_originals(why)
             return StageReport(
                 name="summaries", fired=False, detail=why, tokens_before=before, tokens_after=before
-            )
+            ), None
         count = ledger.summarize_covered(plan)
         return StageReport(
             name="summaries",
@@ -337,7 +366,127 @@ class Summaries:
             tokens_before=before,
             tokens_after=ledger.total,
             events=count,
+        ), plan
+
+
+class Previous:
+    """What the previous request (the one made before the latest assistant message)
+    showed of the committed summaries, sized the same way from the log prefix before
+    it: its summary section and the covered units it kept because they were protected.
+
+    Rules 3 report a change of either as a prefix break: a summary shown or withdrawn
+    (a compaction committed, the pressure gate passed, the protected part grown past
+    the room a summary needs) rewrites the summary section and takes the covered
+    events out of the messages or puts them back; a covered unit that leaves the
+    protected part (an older step once newer ones arrive, the opening of a turn once
+    the next turn starts) leaves the messages for its summary. Must be built before
+    the stage changes the ledger (it reads the sizes of every unit)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        view, policy = ledger.view, ledger.policy
+        assistants = view.assistant_units
+        self.text: str | None = None  # None: there is no previous request
+        self.kept: list[int] = []
+        if not assistants:
+            return
+        end = assistants[-1]  # the previous request holds the units before it
+        units, items = view.units, view.items
+        boundary = items[units[end].items[0]].pos
+        positions = [p for p in view.compactions if p < boundary]
+        self.text = ""
+        if not positions or policy.summary_budget == 0:
+            return
+        size = ledger.kept_before()
+        counter = ledger.counter
+
+        def answers(u: int) -> int:
+            return placeholder_tokens(view, counter, u, policy.rules) if u in open_ else 0
+
+        open_ = view.open_units
+        later = sum(answers(u) for u in open_ if u >= end)
+        total = ledger.total - (size(len(units)) - size(end)) - later
+        if total / max(policy.usable, 1) < policy.summary_gate:
+            return
+        protected = _protected_at(view, policy, end)
+        tokens = sum(size(u + 1) - size(u) + answers(u) for u in protected)
+        from ._trim import Trim
+
+        history = ledger.budget.history
+        plan = SummaryPlan(
+            view,
+            counter,
+            history,
+            max(0, int(history * policy.summary_budget)),
+            tokens + Trim.reserve(ledger),
+            ledger.summary_tokens,
+            positions,
         )
+        if plan.shown:
+            self.text = plan.text
+            self.kept = _covered(view, protected, positions)
+
+    def change(self, ledger: Ledger, plan: SummaryPlan | None) -> str:
+        """How this request's summaries differ from the previous one's ("" when they
+        do not)."""
+        if self.text is None:
+            return ""
+        text = plan.text if plan is not None and plan.shown else ""
+        if text != self.text:
+            if not text:
+                return "the summaries are withdrawn: the covered events are shown again"
+            if not self.text:
+                return (
+                    f"{len(plan.shown) if plan else 0} summaries shown from this request "
+                    "on: the covered events leave the messages"
+                )
+            return "the summary section changed (a compaction committed or one rolled up)"
+        left = [u for u in self.kept if u not in ledger.protection]
+        if text and left:
+            return (
+                f"{len(left)} covered units left the protected part and are summarized "
+                "from this request on"
+            )
+        return ""
+
+
+def _protected_at(view: Projection, policy: Policy, end: int) -> list[int]:
+    """The units a request holding the units before ``end`` protected (as
+    `Protection` does for rules 2 and later), ascending."""
+    turns, assistants = view.turn_starts, view.assistant_units
+    t = bisect_left(turns, end) - 1
+    turn = turns[t] if t >= 0 else -1
+    steps = policy.tail_steps
+    held = bisect_left(assistants, end)  # the request's steps: assistants[:held]
+    first = bisect_right(assistants, turn, 0, held)
+    if held - first > steps:
+        tail = assistants[held - steps] if steps else (end if turn >= 0 else max(end - 1, 0))
+    elif turn >= 0:
+        tail = min(turn + 1, end)
+    else:
+        tail = 0 if steps else max(end - 1, 0)
+    older = {u for u in view.open_units if max(turn, 0) <= u < end}
+    if turn >= 0:
+        older.add(turn)
+    for pos in view.pins:
+        index = view.item_at.get(pos)
+        if index is not None and 0 <= view.items[index].unit < end:
+            older.add(view.items[index].unit)
+    return sorted(older | set(range(tail, end)))
+
+
+def _covered(view: Projection, units: Sequence[int], positions: Sequence[int]) -> list[int]:
+    """Those of ``units`` with an item inside the span of a compaction at ``positions``."""
+    spans = []
+    for pos in positions:
+        body = view.events[pos].body
+        assert isinstance(body, CompactionCommitted)
+        spans.append((body.first_seq, body.last_seq))
+    items = view.items
+    return [
+        u
+        for u in units
+        if any(first <= items[i].pos <= last for i in view.units[u].items for first, last in spans)
+    ]
 
 
 def _uncovered(spans: list[tuple[int, int]], first: int, last: int) -> list[tuple[int, int]]:

@@ -35,6 +35,7 @@ from typing import NamedTuple
 from .._policy import Policy
 from .._projection import Unit
 from .._tokens import MESSAGE_OVERHEAD
+from ._budget import placeholder_tokens
 from ._ledger import Ledger, Marker
 from ._model import StageReport
 
@@ -246,6 +247,14 @@ class Trim:
         start = ends[-1] if ends else 0
         if cut.anchor >= 0:
             ledger.keep(cut.anchor)
+        if ends:
+            # calls awaiting a result when the latest break was made were protected
+            # then: their units stay until the next break (their turn may have ended
+            # since, which leaves them unprotected, but dropping them would change the
+            # prefix with no break)
+            for u in sorted(ledger.view.open_units):
+                if max(cut.anchor, 0) <= u < start:
+                    ledger.keep(u)
         over = ledger.total - (ledger.droppable_before()(start) if ends else 0) + reserve
         further = ""
         if over > policy.usable:
@@ -356,16 +365,40 @@ class Watermarks:
     """What the rules 3 replay reads at each request, and its step.
 
     ``size(end)`` is the ledger's `kept_before`; ``base`` what every request holds
-    beside its history (the system sections, the summary section, tools,
-    placeholder results and framing, as they are now, and the marker's reserve);
+    beside its history (the system sections, the summary section, tools and
+    framing, as they are now, and the marker's reserve); the placeholder results of
+    the calls without one count in the requests that hold their units;
     ``bounds`` the turn and step boundaries (unit indexes but 0, ascending)."""
 
-    __slots__ = ("assistants", "base", "bounds", "high", "low", "size", "steps", "turns")
+    __slots__ = (
+        "answers",
+        "assistants",
+        "base",
+        "bounds",
+        "high",
+        "holders",
+        "low",
+        "size",
+        "steps",
+        "turns",
+    )
 
     def __init__(self, ledger: Ledger, high: int, low: int, reserve: int) -> None:
         view = ledger.view
-        self.size = ledger.kept_before()
-        self.base = ledger.total - self.size(len(view.units)) + reserve
+        size = self.size = ledger.kept_before()
+        # the placeholder results of calls without one, each counted only in the
+        # requests that hold its unit: counted in ``base``, a call still awaiting its
+        # result would grow every earlier request's size and move a cut already made
+        self.holders: list[int] = []
+        self.answers = [0]  # running sums of their tokens
+        for u in sorted(view.open_units):
+            if size(u + 1) > size(u):  # summarized: its placeholder is not counted
+                self.holders.append(u)
+                self.answers.append(
+                    self.answers[-1]
+                    + placeholder_tokens(view, ledger.counter, u, ledger.policy.rules)
+                )
+        self.base = ledger.total - size(len(view.units)) - self.answers[-1] + reserve
         self.turns = view.turn_starts
         self.assistants = view.assistant_units
         self.steps = max(ledger.policy.tail_steps, 1)
@@ -378,6 +411,8 @@ class Watermarks:
         size = self.size
         cut = self.bounds[k - 1] if k else 0
         kept = self.base + size(end) - (size(cut) if k else 0)
+        holders, answers = self.holders, self.answers
+        kept += answers[bisect_left(holders, end)] - answers[bisect_left(holders, cut)]
         for u in {opening, anchor}:
             if 0 <= u < cut:
                 kept += size(u + 1) - size(u)
