@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +144,55 @@ def test_the_command_lines_in_the_docs_parse() -> None:
             if exc.code and not any(m in s for m in mention for s in said):
                 wrong.append(f"{where}: `{text}`: {said}")
     assert not wrong, "\n".join(wrong)
+
+
+# -- the command on an imported transcript ------------------------------------------------
+
+
+def _script() -> str:
+    found = shutil.which("turnlog") or str(Path(sys.executable).with_name("turnlog"))
+    assert Path(found).exists(), "the turnlog console script is not installed"
+    return found
+
+
+def cli(store: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TURNLOG_STORE", "NO_COLOR")}
+    return subprocess.run(
+        [_script(), "--store", str(store), *argv],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        check=False,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A store holding one real SWE-agent trajectory, imported by the command: (store,
+    session id)."""
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus not present")
+    store = tmp_path_factory.mktemp("outside") / "store"
+    done = cli(store, "import", str(CORPUS / SAMPLES["swe_agent"]), "--json")
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout.splitlines()[-1])["sessions"][0]
+    return store, session
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["seqs", "older-than"])
+def test_erase_names_the_whole_id_a_prefix_stands_for(
+    imported: tuple[Path, str], older: bool
+) -> None:
+    """The reading verbs complete a session id from a unique prefix; `erase` does not
+    (it cannot be undone), and given the prefix it says so and names the whole id,
+    erasing nothing."""
+    store, session = imported
+    prefix = session.split("-")[0]
+    assert prefix != session
+    argv = ["--older-than", "0"] if older else ["0"]
+    done = cli(store, "erase", prefix, *argv, "--reason", "test")
+    assert done.returncode == 3, done.stdout
+    assert f"did you mean {session!r}" in done.stderr and "whole id" in done.stderr
+    assert "erased" not in cli(store, "verify", session).stdout

@@ -517,6 +517,28 @@ def _cmd_blob(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _exact_session(log: turnlog.Log, session: str) -> None:
+    """Refuse a SESSION of ``erase`` that is not a session's whole id, naming the ids it
+    begins: erasing cannot be undone, so its id is never completed from a prefix as the
+    reading verbs complete theirs.
+
+    Raises:
+        UnknownSessionError: no session has that id.
+    """
+    if log.head(session) is not None:
+        return
+    begun = [h.session for h in log.sessions() if h.session.startswith(session)]
+    if not begun:
+        return  # Log.erase names the missing session
+    shown = " or ".join(repr(one) for one in begun[:3])
+    more = f" ({len(begun):,} sessions begin with it)" if len(begun) > 3 else ""
+    raise turnlog.errors.UnknownSessionError(
+        f"no session {session!r} to erase: erase takes a session's whole id, never a "
+        f"prefix, as erasing cannot be undone; did you mean {shown}{more}? Pass the whole "
+        "id (`turnlog sessions` lists them)"
+    )
+
+
 @VERBS.verb(
     "erase",
     "erase the content of events (a whole session without SEQ), keeping the "
@@ -563,6 +585,8 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         # is now by this machine's clock, minus DAYS.
         cutoff = int((time.time() - args.older_than * 86_400) * 1_000_000)
         with _open(args, write=True) as log:
+            if args.session is not None:
+                _exact_session(log, args.session)
             results = log.erase_older_than(
                 cutoff,
                 reason=args.reason,
@@ -572,6 +596,7 @@ def _cmd_erase(args: argparse.Namespace) -> int:
         if args.session is None:
             raise _UsageError("name the SESSION to erase (or give --older-than DAYS)")
         with _open(args, write=True) as log:
+            _exact_session(log, args.session)
             results = [log.erase(args.session, args.seqs or None, reason=args.reason)]
     if args.json:
         _emit({"erased": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
