@@ -22,7 +22,13 @@ from pathlib import Path
 import pytest
 import turnlog
 from turnlog.adapters.importers import FORMATS, detect, export_session, import_file
-from turnlog.events import AssistantMessageAdded, NotificationAdded, TextPart, UserMessageAdded
+from turnlog.events import (
+    AssistantMessageAdded,
+    NotificationAdded,
+    RecallAdded,
+    TextPart,
+    UserMessageAdded,
+)
 from turnlog.tools.cli._parser import _build_parser
 
 CORPUS = Path(
@@ -196,3 +202,46 @@ def test_erase_names_the_whole_id_a_prefix_stands_for(
     assert done.returncode == 3, done.stdout
     assert f"did you mean {session!r}" in done.stderr and "whole id" in done.stderr
     assert "erased" not in cli(store, "verify", session).stdout
+
+
+def test_recall_commit_takes_a_prefix_and_the_sessions_policy(tmp_path: Path) -> None:
+    """`recall --commit SESSION` completes SESSION from a prefix as `--session` does, and
+    caps what it appends by the session's policy in force (the one its requests are
+    packed under: `pack --budget 8000 --record` set it), not by the defaults."""
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus not present")
+    store = tmp_path / "store"
+    other = (
+        CORPUS / "claude_code_jsonl/Durban-Designer__vsla/docs/history/raw_sessions/"
+        "-home-kenth56-vsla/069508a5-1193-487c-a9b5-a6f5f3ae4f98.jsonl"
+    )
+    done = cli(store, "import", str(CORPUS / SAMPLES["swe_agent"]), str(other), "--json")
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout.splitlines()[0])["sessions"][0]
+    prefix = session.split("-")[0]
+    assert cli(store, "pack", prefix, "--budget", "8000", "--record").returncode == 0
+    done = cli(store, "recall", "cuda kernel", "-k", "20", "--commit", prefix)
+    assert done.returncode == 0, done.stderr
+    with turnlog.open(store, readonly=True) as log:
+        head = log.head(session)
+        assert head is not None
+        recall = log.get(session, head.seq).body
+        assert isinstance(recall, RecallAdded) and recall.hits
+        # What was committed fits the cap the session packs under: the next request
+        # shows it whole (a recall over the cap is cut when packed: "truncated").
+        packed = turnlog.Packer(log).pack(session)
+        (decision,) = [d for d in packed.decisions if d.seq == head.seq]
+        assert decision.decision == "verbatim", decision
+
+
+@pytest.mark.parametrize(("budget", "code"), [("100", 3), ("0", 2)])
+def test_a_budget_too_small_says_to_pass_a_larger_budget(
+    imported: tuple[Path, str], budget: str, code: int
+) -> None:
+    """A window the prompt cannot fit (or no window at all) is refused naming the flag
+    to change, not only the policy fields behind it."""
+    store, session = imported
+    done = cli(store, "pack", session, "--budget", budget)
+    assert done.returncode == code, done.stdout
+    assert "pass a larger --budget" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1

@@ -126,6 +126,17 @@ def _run(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> 
     except _NoStoreError as exc:
         print(_error_line(str(exc), args), file=sys.stderr)
         return EXIT_NO_STORE
+    except turnlog.errors.BudgetExceededError as exc:
+        message = exc.cli_message()
+        if getattr(args, "budget", None) is not None:
+            # The kernel names the policy's fields; here the window is --budget's.
+            message += (
+                f"; --budget {args.budget:,} leaves {exc.usable:,} tokens usable and this "
+                f"prompt needs {exc.needed:,}: pass a larger --budget, or --policy FILE "
+                "with a smaller output_reserve"
+            )
+        print(_error_line(message, args), file=sys.stderr)
+        return EXIT_ERROR
     except turnlog.KernelError as exc:
         print(_error_line(exc.cli_message(), args), file=sys.stderr)
         return EXIT_ERROR

@@ -341,7 +341,9 @@ def _policy_arg(
                 **{**fields, "context_window": budget, "output_reserve": reserve}
             )
         except turnlog.errors.PolicyError as exc:
-            raise _UsageError(f"--budget {budget} is too small: {exc}") from None
+            raise _UsageError(
+                f"--budget {budget} is too small: {exc}; pass a larger --budget"
+            ) from None
     return policy
 
 

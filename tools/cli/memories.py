@@ -110,21 +110,22 @@ def _cmd_memories(args: argparse.Namespace) -> int:
         help="search only these sessions (repeatable; default: all)",
     ),
     arg("-k", type=_nonneg, default=5, metavar="N", help="results (default 5)"),
-    arg(
+    session_arg(
         "--commit",
         metavar="SESSION",
         default=None,
-        help="append the results to SESSION as a recall event",
+        help="append the results to SESSION (an existing session) as a recall event",
     ),
     *POLICY_OPTIONS,
 )
 def _cmd_recall(args: argparse.Namespace) -> int:
-    if args.commit is not None and args.commit in (args.session or ()):
-        raise _UsageError(
-            f"--commit {args.commit} brings back events of other sessions; "
-            f"leave {args.commit!r} out of --session"
-        )
     with _open(args, write=args.commit is not None) as log:
+        # Compared as completed from their prefixes (by `_open`).
+        if args.commit is not None and args.commit in (args.session or ()):
+            raise _UsageError(
+                f"--commit {args.commit} brings back events of other sessions; "
+                f"leave {args.commit!r} out of --session"
+            )
         for name in [*(args.session or ()), *([args.commit] if args.commit else [])]:
             if log.head(name) is None:
                 raise turnlog.errors.UnknownSessionError(
@@ -132,7 +133,10 @@ def _cmd_recall(args: argparse.Namespace) -> int:
                 )
         recaller = Recaller(log)
         if args.commit is not None:
-            policy = _policy_arg(args) or turnlog.Policy()
+            # The cap is that of the session's policy in force (--budget keeps the rest
+            # of it), as the session's requests are packed under it.
+            in_force = turnlog.Packer(log).policy_in_force(args.commit)
+            policy = _policy_arg(args, in_force) or in_force or turnlog.Policy()
             # sessions=None searches every session but the one committed to.
             done = recaller.commit(
                 args.commit, args.query, policy=policy, sessions=args.session, k=args.k
