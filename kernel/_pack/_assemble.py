@@ -303,5 +303,10 @@ def first_called(prompt: Prompt) -> tuple[str, ...]:
         return ()
     messages = prompt.messages
     last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "assistant"), 0)
-    earlier = {call.name for m in messages[:last] for call in m.tool_calls}
-    return tuple(sorted({c.name for m in messages[last:] for c in m.tool_calls} - earlier))
+    new = {c.name for m in messages[last:] for c in m.tool_calls}
+    for i in range(last - 1, -1, -1):  # newest first: a tool is mostly called again soon
+        if not new:
+            break
+        if messages[i].role == "assistant":
+            new.difference_update(c.name for c in messages[i].tool_calls)
+    return tuple(sorted(new))
