@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import turnlog
@@ -245,3 +246,35 @@ def test_a_budget_too_small_says_to_pass_a_larger_budget(
     assert done.returncode == code, done.stdout
     assert "pass a larger --budget" in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1
+
+
+def test_the_receipt_refuses_a_filter_it_does_not_know(tmp_path: Path) -> None:
+    """The inspector answers a bad parameter with 400 saying what it takes
+    (docs/inspector.md), also for the receipt's decision and kind filters: an unknown
+    one showed an empty page, as if no event had that decision."""
+    pytest.importorskip("starlette", reason="the web extra: pip install 'turnlog[web]'")
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus not present")
+    import httpx
+    from turnlog.tools.web import Server
+    from web_support import corpus_store
+
+    path, session, seq = corpus_store(tmp_path / "store")
+    with turnlog.open(path, readonly=True) as log:
+        server = Server(log).start()
+        try:
+            base = f"{server.base}/api/sessions/{quote(session, safe='')}/requests/{seq}"
+            for query, says in [
+                ("decision=bogus", "unknown decision 'bogus'; the decisions are verbatim"),
+                ("decision=Verbatim", "unknown decision 'Verbatim'"),
+                ("kind=bogus", "unknown event kind 'bogus'; the kinds are assistant"),
+            ]:
+                answer = httpx.get(f"{base}?{query}", timeout=60)
+                assert answer.status_code == 400, query
+                assert says in answer.json()["error"]
+            good = httpx.get(f"{base}?decision=verbatim&kind=user", timeout=60)
+            assert good.status_code == 200
+            chosen = good.json()["decisions"]
+            assert chosen and {(d["decision"], d["kind"]) for d in chosen} == {("verbatim", "user")}
+        finally:
+            server.stop()

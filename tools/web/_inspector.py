@@ -54,7 +54,7 @@ from turnlog.events import (
     event_to_json,
 )
 from turnlog.memories import MEMORY_SECTION, MemoryManager, Recaller
-from turnlog.packing import SUMMARY_SECTION, Packed
+from turnlog.packing import DECISIONS, SUMMARY_SECTION, Packed
 
 from ..summary import format_size, format_time, summarize
 from ..terminal import visible
@@ -450,6 +450,14 @@ class Inspector:
         """The request receipt: the prompt as sent, the budget, the decisions (one page,
         filtered by ``decision`` and ``kind``), stages, cache breakpoints, the prefix
         shared with the previous request and the rendered body."""
+        if decision and decision not in DECISIONS:
+            raise BadRequestError(
+                f"unknown decision {decision!r}; the decisions are {', '.join(DECISIONS)}"
+            )
+        if kind and kind not in EVENT_KINDS:
+            raise BadRequestError(
+                f"unknown event kind {kind!r}; the kinds are {', '.join(sorted(EVENT_KINDS))}"
+            )
         request = self._request(session, seq)
         before = self._neighbour(session, seq, -1)
         after = self._neighbour(session, seq, +1)
