@@ -278,3 +278,20 @@ def test_the_receipt_refuses_a_filter_it_does_not_know(tmp_path: Path) -> None:
             assert chosen and {(d["decision"], d["kind"]) for d in chosen} == {("verbatim", "user")}
         finally:
             server.stop()
+
+
+def test_replay_of_a_session_without_requests_says_so(imported: tuple[Path, str]) -> None:
+    """An imported transcript has no recorded request until one is packed with
+    --record: `replay` says so and how to record one (as `cost` does), where it
+    printed "0 of 0 requests reproduced byte for byte"."""
+    store, session = imported
+    done = cli(store, "replay", session)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        f"{session}: no recorded requests to replay (a request is recorded by `turnlog "
+        f"pack {session} --record`, or by the Session facade in Python)\n"
+    )
+    assert json.loads(cli(store, "replay", session, "--json").stdout) == {
+        "ok": True,
+        "requests": [],
+    }

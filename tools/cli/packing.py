@@ -368,6 +368,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     ok = all(r.ok or r.erased_by is not None for r in results)
     if args.json:
         _emit({"ok": ok, "requests": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
+    elif not results:
+        print(
+            f"{args.session}: no recorded requests to replay (a request is recorded by "
+            f"`turnlog pack {args.session} --record`, or by the Session facade in Python)"
+        )
     else:
         for r in results:
             _say(
