@@ -419,6 +419,13 @@ def _deferred_summary(view: Projection, packed: Packed) -> bool:
     )
 
 
+def _prefix_break(packed: Packed) -> bool:
+    """Rules 3: the request reports a prefix break (its rewrites may change the prefix
+    below the warning level when the cost model chooses them)."""
+    trim = next((r for r in packed.stages if r.name == "trim"), None)
+    return trim is not None and trim.detail.startswith("prefix break")
+
+
 def _tokens_before(packed: Packed) -> int:
     """The prompt's tokens before any stage reduced it (the budget stage's report)."""
     return next(r.tokens_before for r in packed.stages if r.name == "budget")
@@ -454,7 +461,11 @@ def test_prompt_of_request_n_is_a_prefix_of_request_n_plus_1(
         if packed is None or _tokens_before(packed) >= reduced_from:
             previous = None
             continue
-        if previous is not None and isinstance(_body(item), _CONVERSATION):
+        if (
+            previous is not None
+            and isinstance(_body(item), _CONVERSATION)
+            and not _prefix_break(packed)
+        ):
             assert packed.prompt.system == previous.prompt.system, f"step {step}: system changed"
             assert packed.prompt.tools == previous.prompt.tools, f"step {step}: tools changed"
             n = len(previous.prompt.messages)

@@ -135,12 +135,16 @@ class Dedup:
             return StageReport(name="dedup", fired=False, detail="disabled by policy")
         warning = ledger.budget.warning
         if policy.rules >= 3 and warning > 0:
-            # rules 3 keeps the prefix: earlier results are rewritten only by a
-            # recovery pack (whose warning level is 0); trimming makes room
+            # rules 3 keeps the prefix: earlier results are rewritten together at a
+            # prefix break (`_rewrites`, applied by trimming) or by a recovery pack
+            # (whose warning level is 0)
             return StageReport(
                 name="dedup",
                 fired=False,
-                detail="rules 3 keep the prompt's prefix: dedup acts only in a recovery pack",
+                detail=(
+                    "rules 3 keep the prompt's prefix: dedup acts at a prefix break "
+                    "(see trim) and in a recovery pack"
+                ),
                 tokens_before=before,
                 tokens_after=before,
             )

@@ -85,6 +85,8 @@ class IndexedLedger:
         self.boundary = 0  # prune applies to units before it
         self.shielded: set[int] = set()
         self.points: dict[int, int] = {}  # items pruned one at a time -> their saving
+        self.dedup_points: dict[int, int] = {}  # items a break deduplicated -> their saving
+        self.rewrite_note = ""  # how a break's rewrites (points, dedup_points) were chosen
         self.cut = 0  # units before it, except protected ones, are dropped
         self.tail_cut = 0  # and, past the tail's start, those before this (last resort)
         self.why: Callable[[Unit], tuple[str, str]] | None = None
@@ -302,6 +304,39 @@ class IndexedLedger:
             extra,
         )
 
+    @property
+    def sizes(self) -> PolicyIndex:
+        return self.index
+
+    def left_out(self, unit: int) -> bool:
+        return self.summarized(unit)
+
+    def rewrite(
+        self,
+        deduplicated: Sequence[int],
+        pruned: Sequence[int],
+        dedup: Replacer,
+        prune: Replacer,
+        note: str,
+    ) -> tuple[int, int]:
+        index, items, protection = self.index, self.view.items, self.protection
+        counts = [0, 0]
+        for k, chosen in enumerate((deduplicated, pruned)):
+            for i in chosen:
+                unit = items[i].unit
+                if unit in protection or self.summarized(unit):
+                    continue
+                if k == 0:
+                    saving = index.tokens[i] - index.dedup_tokens[i]
+                    self.dedup_points[i] = saving
+                else:
+                    saving = index.saving[i]
+                    self.points[i] = saving
+                self.total -= saving
+                counts[k] += 1
+        self.rewrite_note = note
+        return counts[0], counts[1]
+
     def keep(self, unit: int) -> None:
         protection = self.protection
         if unit in protection or self.summarized(unit):  # a summary stands for it
@@ -368,6 +403,7 @@ class IndexedLedger:
                 if index.saving[i] > 0
             ]
             + [(self.view.items[i].unit, -s) for i, s in self.points.items()]
+            + [(self.view.items[i].unit, -s) for i, s in self.dedup_points.items()]
         )
         adjust_units = [u for u, _ in adjust]
         adjust_sums = [0]
@@ -522,7 +558,7 @@ class Kept:
         items, cache = ledger.view.items, index.messages
         tail, older = ledger.protection.tail_unit, ledger.protection.older_set
         superseded: Mapping[int, object] = (
-            index.superseded if ledger.deduped and index.dedup is not None else {}
+            index.superseded if ledger.deduped and index.dedup is not None else ledger.dedup_points
         )
         points, shielded, saving = ledger.points, ledger.shielded, index.saving
         prune_before = ledger.boundary if ledger.pruned_all else -1
@@ -629,21 +665,27 @@ class Kept:
         if form == _DEDUPLICATED:
             tier, by, _ = ledger.dedup_index.superseded[i]
             assert self.facts is not None
+            detail = f"superseded by position {self.facts.items[by].pos}"
+            if i in ledger.dedup_points:
+                detail += f"; {ledger.rewrite_note}"
             return Decision(
                 **common,
                 decision="deduplicated",
                 rule=f"dedup.tier{tier}",
-                detail=f"superseded by position {self.facts.items[by].pos}",
+                detail=detail,
                 tokens=index.dedup_tokens[i],
                 original_tokens=original,
             )
         if form == _PRUNED:
             assert self.refs is not None
+            detail = Prune.detail(item, ledger.policy, self.refs.refs(i), self.refs.decided(i))
+            if ledger.rewrite_note:
+                detail += f"; {ledger.rewrite_note}"
             return Decision(
                 **common,
                 decision="pruned",
                 rule="prune.score",
-                detail=Prune.detail(item, ledger.policy, self.refs.refs(i), self.refs.decided(i)),
+                detail=detail,
                 tokens=index.tokens[i] - index.saving[i],
                 original_tokens=original,
             )

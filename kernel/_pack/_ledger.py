@@ -44,6 +44,7 @@ from .._projection import Item, Projection, Unit
 from .._prompt import Message
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
 from ._model import Budget
+from ._rewrites import ItemSizes
 
 __all__: list[str] = []
 
@@ -327,6 +328,25 @@ class Ledger(Protocol):
     def replay_memo(self, slot: Hashable) -> ReplayMemo | None:
         """The memo kept in ``slot`` for a replay reading `kept_before` (see
         `ReplayMemo`), None when the engine keeps none (the replay starts over)."""
+
+    @property
+    def sizes(self) -> ItemSizes:
+        """The policy's per-item sizes (tokens, pruning savings, dedup marks)."""
+
+    def left_out(self, unit: int) -> bool:
+        """True for a unit a shown summary stands for (not in the prompt)."""
+
+    def rewrite(
+        self,
+        deduplicated: Sequence[int],
+        pruned: Sequence[int],
+        dedup: Replacer,
+        prune: Replacer,
+        note: str,
+    ) -> tuple[int, int]:
+        """Rules 3: replace the given superseded and prunable results (those not
+        protected and in the prompt), their decisions' details ending with ``note``;
+        ``(deduplicated, pruned)`` counts."""
 
     def keep(self, unit: int) -> None:
         """Keep one more unit through trimming (rules 3: the opening message of the

@@ -383,6 +383,44 @@ class PackState:
         del slot
         return None  # the reference engine replays every request
 
+    @property
+    def sizes(self) -> PolicyIndex:
+        return self.policy_index
+
+    def left_out(self, unit: int) -> bool:
+        return all(i in self.summarized for i in self.view.units[unit].items)
+
+    def rewrite(
+        self,
+        deduplicated: Sequence[int],
+        pruned: Sequence[int],
+        dedup: Replacer,
+        prune: Replacer,
+        note: str,
+    ) -> tuple[int, int]:
+        counts = [0, 0]
+        items = self.view.items
+        moves: tuple[tuple[Sequence[int], Replacer, DecisionName], ...] = (
+            (deduplicated, dedup, "deduplicated"),
+            (pruned, prune, "pruned"),
+        )
+        for k, (chosen, stage, decision) in enumerate(moves):
+            for index in chosen:
+                item = items[index]
+                if self.is_protected(item.unit) or self.left_out(item.unit):
+                    continue
+                text, tokens, rule, detail = stage.replacement(item, self)
+                if self.replace(
+                    index,
+                    text,
+                    decision=decision,
+                    rule=rule,
+                    detail=f"{detail}; {note}",
+                    tokens=tokens,
+                ):
+                    counts[k] += 1
+        return counts[0], counts[1]
+
     def keep(self, unit: int) -> None:
         if any(i in self.summarized for i in self.view.units[unit].items):
             return  # a summary stands for it

@@ -36,8 +36,11 @@ from .._policy import Policy
 from .._projection import Unit
 from .._tokens import MESSAGE_OVERHEAD
 from ._budget import placeholder_tokens
+from ._dedup import Dedup
 from ._ledger import Ledger, Marker
 from ._model import StageReport
+from ._prune import Prune
+from ._rewrites import Basis, Point, Rewrites, value
 
 __all__: list[str] = []
 
@@ -184,16 +187,21 @@ class Trim:
 
     @staticmethod
     def cut(ledger: Ledger, high: int, low: int, reserve: int) -> Cut:
-        """Where the kept history starts under rules 3, recomputed from the log prefix.
+        """Where the kept history starts under rules 3, and the rewrites kept with it,
+        recomputed from the log prefix.
 
         A request stands before every assistant message (the units before it) and at
         the end. Each request's kept history is sized the same way at every pack, from
         the units before it (their tokens after truncation and clipping), the cut, the
-        opening message of its turn and the opening kept since the latest break, so
-        the replay of an earlier request never changes as the log grows. The cut
-        moves when a request would pass ``high``, and then to the first turn or step
-        boundary that brings that request to ``low``; it never passes the request's
-        latest ``tail_steps`` steps.
+        rewrites of the latest break (``_rewrites``), the opening message of its turn
+        and the opening kept since the latest break, so the replay of an earlier
+        request never changes as the log grows. A break is forced when a request would
+        pass ``high``: its rewrites are those pending then, and the cut moves to the
+        first turn or step boundary that brings that request to ``low`` with them (it
+        never passes the request's latest ``tail_steps`` steps; when the rewrites alone
+        bring it there, the cut stays). Between forced breaks, a request whose pending
+        rewrites are worth a break of their own by the cost model
+        (`_rewrites.value`) makes one, the cut staying where it is.
 
         The replay is a fold of `Watermarks.step` over the requests. Where the ledger
         keeps a memo (`Ledger.replay_memo`), the fold resumes from the state after the
@@ -206,7 +214,7 @@ class Trim:
         view = ledger.view
         marks = Watermarks(ledger, high, low, reserve)
         assistants = view.assistant_units
-        key = (high, low, marks.steps, marks.base)
+        key = (high, low, marks.steps, marks.base, Basis.key(ledger.policy))
         memo = ledger.replay_memo(key[:3])
         saved = memo.state if memo is not None and memo.key == key else None
         if not isinstance(saved, _Saved):
@@ -225,7 +233,7 @@ class Trim:
         if memo is not None:
             memo.key, memo.state, memo.edited = key, saved, None
         state = marks.step(state, len(assistants), len(view.units))
-        if not state.breaks:
+        if not state.breaks and state.deferred is None:
             return Cut()
         return Cut(
             tuple(saved.bounds[: state.k]),
@@ -234,6 +242,11 @@ class Trim:
             state.breaks,
             state.request == len(assistants),
             state.anchor,
+            state.cut_break,
+            marks.rewrites(state.rewrites),
+            state.chosen,
+            state.forced,
+            state.deferred,
         )
 
     def _rules3(self, ledger: Ledger, before: int, high: int) -> StageReport:
@@ -255,6 +268,7 @@ class Trim:
             for u in sorted(ledger.view.open_units):
                 if max(cut.anchor, 0) <= u < start:
                     ledger.keep(u)
+        rewrote = self._rewrite(ledger, cut, high, low)
         over = ledger.total - (ledger.droppable_before()(start) if ends else 0) + reserve
         further = ""
         if over > policy.usable:
@@ -276,11 +290,11 @@ class Trim:
                 estimate = self.estimate(policy, over - high, high - fixed - reserve)
             else:
                 reason = (
-                    f"prefix break {cut.breaks}: the kept history reached {cut.size} "
+                    f"prefix break {cut.cut_break}: the kept history reached {cut.size} "
                     f"tokens, over the blocking level {high}; cut at a turn or step "
                     f"boundary down to the low watermark {low}"
                 )
-                if not cut.now:
+                if not (cut.now and cut.cut_break == cut.breaks):
                     reason = f"cut kept from the earlier {reason}"
                 estimate = self.estimate(policy, cut.size - cut.after, cut.after - fixed - reserve)
             current = len(ledger.view.turn_starts)
@@ -294,6 +308,18 @@ class Trim:
             )
             ledger.settle()
             detail = f"{reason}: {groups} oldest turns or steps dropped ({units} units); {estimate}"
+        if rewrote:
+            first = cut.now and cut.cut_break != cut.breaks and not further
+            if first and not ends:
+                detail = rewrote
+            else:
+                detail = f"{rewrote}; {detail}" if first else f"{detail}; {rewrote}"
+        if cut.deferred is not None:
+            saved, written = cut.deferred
+            detail += (
+                f"; rewrites deferred by the cost model: {saved} tokens pending per request "
+                f"not worth a break yet ({self.estimate(policy, saved, written)})"
+            )
         cut_units = units
         detail, units = self._fit_tail(ledger, reserve, detail, units)
         if units > cut_units:  # the protected steps went too: the prefix changed here
@@ -311,20 +337,53 @@ class Trim:
         )
 
     @staticmethod
+    def _rewrite(ledger: Ledger, cut: Cut, high: int, low: int) -> str:
+        """Apply the latest break's rewrites to the history it keeps; what was done, in
+        words ("" when nothing). A recovery pack (warning level 0) has had dedup and
+        pruning of its own."""
+        if cut.rewrites is None or ledger.budget.warning <= 0:
+            return ""
+        deduped, pruned = cut.rewrites.items(cut.ends[-1] if cut.ends else 0)
+        policy = ledger.policy
+        if cut.chosen is not None:
+            saved, written = cut.chosen
+            why = (
+                f"chosen by the cost model: {saved} tokens saved on each request against "
+                f"{written} written to the cache again; "
+                f"{Trim.estimate(policy, saved, written)}"
+            )
+        elif cut.forced is not None:
+            size, after = cut.forced
+            why = (
+                f"the kept history reached {size} tokens, over the blocking level {high}; "
+                f"the rewrites alone bring it to {after} (the low watermark is {low}); "
+                f"{Trim.estimate(policy, size - after, after)}"
+            )
+        else:
+            why = "with the cut, at the high watermark"
+        note = f"rewritten at prefix break {cut.breaks} ({why})"
+        done = ledger.rewrite(deduped, pruned, Dedup(), Prune(), note)
+        if not any(done):
+            return ""
+        words = f"{done[0]} superseded results deduplicated and {done[1]} old tool results pruned"
+        if not cut.now:
+            return f"{words} at prefix break {cut.breaks}, kept since"
+        if cut.cut_break != cut.breaks:
+            return f"prefix break {cut.breaks}: {words}, {why} (the cut stays)"
+        return f"{words} at this break"
+
+    @staticmethod
     def estimate(policy: Policy, saved: int, written: int) -> str:
         """A break's cache estimate in words: the ``saved`` tokens no longer sent on each
         of the next ``cache_horizon_turns`` requests (cache reads had they stayed)
         against the ``written`` tokens after the break written to the cache again
         (cache reads had there been no break), at the policy's cache prices."""
         horizon = max(policy.cache_horizon_turns, 1)
-        value = (
-            saved * horizon * policy.cache_read_price
-            - written * (policy.cache_write_price - policy.cache_read_price)
-        ) / 1e6
+        net = value(policy, saved, written) / 1_000_000
         return (
             f"estimate over {horizon} requests: {saved * horizon} cached input tokens "
             f"saved against {written} tokens written to the cache again "
-            f"(${value:.4f} net)"
+            f"(${float(net):.4f} net)"
         )
 
 
@@ -333,7 +392,14 @@ class Cut(NamedTuple):
     cut; empty when nothing is cut); ``size`` and ``after``, the kept history of the
     request of the latest break before and after it; ``breaks``, the breaks so far;
     ``now``, whether the latest break is this request's; ``anchor``, the opening
-    message kept since that break (-1: none)."""
+    message kept since that break (-1: none); ``cut_break``, the break that set
+    the cut (the latest one forced); ``rewrites``, the dedup and pruning
+    of the latest break (None: none yet); ``chosen``, for a break the cost model
+    chose, the tokens it saves on each request and those it writes to the cache
+    again (None: the latest break was forced); ``forced``, for a forced break
+    whose rewrites alone bring the request to the low watermark (the cut stays),
+    the kept history before and after them; ``deferred``, the same for rewrites
+    pending since the latest break that the cost model declined to break for."""
 
     ends: tuple[int, ...] = ()
     size: int = 0
@@ -341,6 +407,11 @@ class Cut(NamedTuple):
     breaks: int = 0
     now: bool = False
     anchor: int = -1
+    cut_break: int = 0
+    rewrites: Rewrites | None = None
+    chosen: tuple[int, int] | None = None
+    forced: tuple[int, int] | None = None
+    deferred: tuple[int, int] | None = None
 
 
 class Step(NamedTuple):
@@ -348,7 +419,12 @@ class Step(NamedTuple):
     (the first ``k``); ``anchor``, the opening message kept since the latest break
     (-1: none); ``size`` and ``after``, the kept history of the latest break's request
     before and after it; ``breaks``, the breaks so far; ``request``, the latest break's
-    request (its number: the assistant messages before it)."""
+    request (its number: the assistant messages before it); ``cut_break``, the break
+    that set the cut; ``rewrites``, the `Point` of the latest break's rewrites (None:
+    none yet); ``chosen`` and ``forced``, for a break the cost model chose or one whose
+    rewrites alone met the low watermark, its numbers (see `Cut`); ``declined``, the
+    latest point whose rewrites the cost model declined since the latest break, and
+    ``deferred`` its numbers; ``at``, the request that made this state."""
 
     k: int = 0
     anchor: int = -1
@@ -356,6 +432,13 @@ class Step(NamedTuple):
     after: int = 0
     breaks: int = 0
     request: int = -1
+    cut_break: int = 0
+    rewrites: Point | None = None
+    chosen: tuple[int, int] | None = None
+    forced: tuple[int, int] | None = None
+    declined: Point | None = None
+    deferred: tuple[int, int] | None = None
+    at: int = -1
 
 
 _START = Step()
@@ -368,16 +451,20 @@ class Watermarks:
     beside its history (the system sections, the summary section, tools and
     framing, as they are now, and the marker's reserve); the placeholder results of
     the calls without one count in the requests that hold their units;
-    ``bounds`` the turn and step boundaries (unit indexes but 0, ascending)."""
+    ``bounds`` the turn and step boundaries (unit indexes but 0, ascending);
+    ``basis`` the results and dedup marks a break may rewrite (None when the policy
+    neither deduplicates nor prunes)."""
 
     __slots__ = (
         "answers",
         "assistants",
         "base",
+        "basis",
         "bounds",
         "high",
         "holders",
         "low",
+        "policy",
         "size",
         "steps",
         "turns",
@@ -399,20 +486,37 @@ class Watermarks:
                     + placeholder_tokens(view, ledger.counter, u, ledger.policy.rules)
                 )
         self.base = ledger.total - size(len(view.units)) - self.answers[-1] + reserve
+        policy = ledger.policy
         self.turns = view.turn_starts
         self.assistants = view.assistant_units
-        self.steps = max(ledger.policy.tail_steps, 1)
+        self.steps = max(policy.tail_steps, 1)
         self.high, self.low = high, low
         self.bounds: Sequence[int] = ()
+        self.policy = policy
+        self.basis = (
+            Basis(view, ledger.sizes, policy, ledger.left_out)
+            if policy.dedup or policy.prune
+            else None
+        )
 
-    def estimate(self, end: int, opening: int, anchor: int, k: int) -> int:
+    def rewrites(self, point: Point | None) -> Rewrites | None:
+        """The rewrites of a break at ``point``."""
+        if point is None or self.basis is None:
+            return None
+        return self.basis.rewrites(point)
+
+    def estimate(self, end: int, opening: int, anchor: int, k: int, point: Point | None) -> int:
         """The kept history of the request ending at ``end`` with the first ``k``
-        boundaries cut: what follows the cut, with the turn's opening and the anchor."""
+        boundaries cut and the rewrites of a break at ``point``: what follows the cut,
+        with the turn's opening and the anchor."""
         size = self.size
         cut = self.bounds[k - 1] if k else 0
         kept = self.base + size(end) - (size(cut) if k else 0)
         holders, answers = self.holders, self.answers
         kept += answers[bisect_left(holders, end)] - answers[bisect_left(holders, cut)]
+        rewrites = self.rewrites(point)
+        if rewrites is not None:
+            kept -= rewrites.saving(cut)
         for u in {opening, anchor}:
             if 0 <= u < cut:
                 kept += size(u + 1) - size(u)
@@ -420,7 +524,7 @@ class Watermarks:
 
     def step(self, state: Step, j: int, end: int) -> Step:
         """The state after request ``j`` (ending at unit ``end``); ``state`` itself when
-        the request makes no break. Reads only units and boundaries before ``end``."""
+        the request changes nothing. Reads only units and boundaries before ``end``."""
         turns, assistants, bounds = self.turns, self.assistants, self.bounds
         t = bisect_left(turns, end) - 1
         opening = turns[t] if t >= 0 else -1
@@ -430,25 +534,86 @@ class Watermarks:
         steps = self.steps
         limit = bisect_right(bounds, assistants[j - steps] if j - first > steps else opening + 1)
         k = state.k
-        kept = self.estimate(end, opening, state.anchor, k)
-        if kept <= self.high or limit <= k:
+        kept = self.estimate(end, opening, state.anchor, k, state.rewrites)
+        point = self.basis.point(end) if self.basis is not None else None
+        if kept > self.high:
+            return self._forced(state, j, end, opening, limit, kept, point)
+        if point is None or point in (state.declined, state.rewrites):
             return state
-        lo, hi = k + 1, limit  # the first k' whose request is at the low watermark
+        return self._chosen(state, j, end, point)
+
+    def _forced(
+        self,
+        state: Step,
+        j: int,
+        end: int,
+        opening: int,
+        limit: int,
+        kept: int,
+        point: Point | None,
+    ) -> Step:
+        """A request over the high watermark: a break with the pending rewrites, and
+        the cut moved to the first boundary at the low watermark (unless the rewrites
+        alone bring the request there)."""
+        k = state.k
+        lo, hi = k, max(limit, k)  # the first k' whose request is at the low watermark
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.estimate(end, opening, state.anchor, mid) <= self.low:
+            if self.estimate(end, opening, state.anchor, mid, point) <= self.low:
                 hi = mid
             else:
                 lo = mid + 1
-        return Step(
-            lo, opening, kept, self.estimate(end, opening, opening, lo), state.breaks + 1, j
-        )
+        if lo == k and point == state.rewrites:
+            return state  # neither the cut nor the rewrites can change
+        breaks = state.breaks + 1
+        if lo == k:
+            after = self.estimate(end, opening, state.anchor, k, point)
+            return state._replace(
+                breaks=breaks,
+                request=j,
+                rewrites=point,
+                chosen=None,
+                forced=(kept, after),
+                declined=None,
+                deferred=None,
+                at=j,
+            )
+        after = self.estimate(end, opening, opening, lo, point)
+        return Step(lo, opening, kept, after, breaks, j, breaks, point, at=j)
+
+    def _chosen(self, state: Step, j: int, end: int, point: Point) -> Step:
+        """A request under the high watermark with new pending rewrites: a break of
+        their own when the cost model says they are worth it, else declined."""
+        basis = self.basis
+        assert basis is not None
+        pending = basis.rewrites(point)
+        current = self.rewrites(state.rewrites)
+        cut = self.bounds[state.k - 1] if state.k else 0
+        saved = pending.saving(cut) - (current.saving(cut) if current is not None else 0)
+        changed = pending.first_change(current, cut) if saved > 0 else -1
+        if changed < 0:
+            return state
+        size = self.size
+        written = size(end) - size(changed) - pending.saving(changed)
+        if value(self.policy, saved, written) > 0:
+            return state._replace(
+                breaks=state.breaks + 1,
+                request=j,
+                rewrites=point,
+                chosen=(saved, written),
+                forced=None,
+                declined=None,
+                deferred=None,
+                at=j,
+            )
+        return state._replace(declined=point, deferred=(saved, written), at=j)
 
 
 class _Saved:
     """A replay's state kept in a `ReplayMemo`: the boundaries seen so far, the number
     of requests before the last one replayed (``done``) and the state after each break
-    among them (the state after request ``done - 1`` is the last one)."""
+    among them (the state after request ``done - 1`` is the last one), with each
+    state the cost model's declines made."""
 
     __slots__ = ("assistants", "bounds", "breaks", "done", "turns")
 
@@ -469,5 +634,5 @@ class _Saved:
         """Keep the states of the first ``done`` requests only."""
         if done < self.done:
             self.done = done
-            while self.breaks and self.breaks[-1].request >= done:
+            while self.breaks and self.breaks[-1].at >= done:
                 self.breaks.pop()

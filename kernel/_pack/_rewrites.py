@@ -1,0 +1,239 @@
+"""Rules 3: the dedup and pruning a prefix break applies, and the cost model.
+
+Under rules 3 earlier tool results are rewritten (deduplicated or pruned) only
+at a prefix break, all the pending ones together, and those rewrites, and only
+they, stay until the next break; between breaks a request only appends. Like
+the cut, the rewrites are recomputed from the log prefix at every pack, never
+remembered: a break's rewrites are what dedup and pruning choose on the log as
+it stood at that break's request (a `Point`), applied to the history the break
+keeps (from the cut on):
+
+* dedup: every result superseded by a result before the request (a mark of
+  the dedup index whose superseding result came first), older than the
+  request's protected turns (``prune_protect_turns``);
+* pruning: every result older than the protected turns and than the newest
+  ``prune_protect_tokens`` of tool output before them that pruning shrinks and
+  dedup does not replace. A break prunes every candidate (the order of the
+  candidates matters only when pruning stops at a level; a break rewrites the
+  history it keeps anyway), so neither references nor decision language change
+  what a break rewrites.
+
+A trim break (forced by the high watermark) re-sends everything after the cut
+uncached anyway, so its rewrites cost nothing more. Between trim breaks the
+rewrites that became pending may be worth a break of their own: `value` weighs
+the tokens they save on each of the next ``cache_horizon_turns`` requests
+(cache reads no longer paid) against the tokens after the first rewritten
+result written to the cache again, at the policy's prices, in exact fractions,
+so the decision is the same on every platform. `Trim.estimate` words the same
+arithmetic.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from typing import NamedTuple, Protocol
+
+from .._policy import Policy
+from .._projection import Projection
+
+__all__: list[str] = []
+
+
+class ItemSizes(Protocol):
+    """What the policy's index says of each item (``_index.PolicyIndex``)."""
+
+    @property
+    def tokens(self) -> Sequence[int]:
+        """Per item, its tokens after truncation and clipping."""
+
+    @property
+    def saving(self) -> Sequence[int]:
+        """Per item, what pruning it saves (0 unless a tool result)."""
+
+    @property
+    def superseded(self) -> Mapping[int, tuple[int, int, str]]:
+        """The dedup marks acted on, in the order they were made."""
+
+    @property
+    def dedup_tokens(self) -> Mapping[int, int]:
+        """A superseded item's placeholder tokens."""
+
+
+def value(policy: Policy, saved: int, written: int) -> Fraction:
+    """A break's value in millionths of the price unit: ``saved`` tokens no longer sent
+    on each of the next ``cache_horizon_turns`` requests (cache reads had they stayed)
+    against ``written`` tokens after the change written to the cache again (cache reads
+    had there been no break). Exact (the prices as the binary fractions they are)."""
+    horizon = max(policy.cache_horizon_turns, 1)
+    read = Fraction(policy.cache_read_price)
+    write = Fraction(policy.cache_write_price)
+    return saved * horizon * read - written * (write - read)
+
+
+class Point(NamedTuple):
+    """The log as a request saw it, for the rewrites: ``marks``, the dedup marks made
+    before the request; ``boundary``, the first unit of its protected turns; ``shield``,
+    the first tool result (in `Basis.results`) of the newest ``prune_protect_tokens``
+    of tool output before that boundary."""
+
+    marks: int
+    boundary: int
+    shield: int
+
+
+class Basis:
+    """Per pack, the tool results and dedup marks a break may rewrite, with prefix sums.
+
+    Results in units a shown summary stands for (``left_out``) count nothing: they are
+    not in the prompt."""
+
+    def __init__(
+        self,
+        view: Projection,
+        sizes: ItemSizes,
+        policy: Policy,
+        left_out: Callable[[int], bool],
+    ) -> None:
+        items = view.items
+        self.policy = policy
+        self.turns = view.turn_starts
+        results = [item.index for item in items if item.kind == "tool" and item.unit >= 0]
+        self.results = results
+        self.result_units = [items[i].unit for i in results]
+        tokens, saving = sizes.tokens, sizes.saving
+        prune = policy.prune
+        tsum, psum = [0], [0]
+        where: dict[int, int] = {}
+        for p, i in enumerate(results):
+            out = left_out(items[i].unit)
+            where[i] = p
+            tsum.append(tsum[-1] + (0 if out else tokens[i]))
+            psum.append(psum[-1] + (saving[i] if prune and not out and saving[i] > 0 else 0))
+        self.tsum, self.psum = tsum, psum
+        self.saving = saving
+        # the marks by the unit of the superseding result: (that unit,
+        # unit of the superseded one, its item, what dedup saves, its place in results)
+        marks: list[tuple[int, int, int, int, int]] = []
+        if policy.dedup:
+            dedup_tokens = sizes.dedup_tokens
+            for i, (_, by, _) in sizes.superseded.items():
+                unit = items[i].unit
+                if unit < 0 or left_out(unit):
+                    continue
+                marks.append((items[by].unit, unit, i, tokens[i] - dedup_tokens[i], where[i]))
+        marks.sort(key=lambda mark: mark[0])  # stable: a late result's marks go in order
+        self.marks = marks
+        self.by_units = [m[0] for m in marks]
+        self._cache: dict[Point, Rewrites] = {}
+
+    @staticmethod
+    def key(policy: Policy) -> tuple[object, ...]:
+        """The policy fields the rewrites and the cost model read (beside the index's
+        own: truncation, dedup, the tool kinds)."""
+        return (
+            policy.dedup,
+            policy.prune,
+            policy.prune_protect_turns,
+            policy.prune_protect_tokens,
+            policy.cache_horizon_turns,
+            policy.cache_read_price,
+            policy.cache_write_price,
+        )
+
+    def point(self, end: int) -> Point:
+        """The `Point` of the request made before unit ``end``."""
+        protect = self.policy.prune_protect_turns
+        n_turns = bisect_left(self.turns, end)
+        if protect == 0:
+            boundary = end
+        elif n_turns - protect < 0:
+            boundary = 0
+        else:
+            boundary = self.turns[n_turns - protect]
+        before = bisect_left(self.result_units, boundary)
+        tsum = self.tsum
+        shield = bisect_left(tsum, tsum[before] - self.policy.prune_protect_tokens, 0, before + 1)
+        if not self.policy.prune:
+            shield = 0
+        return Point(bisect_left(self.by_units, end), boundary, shield)
+
+    def rewrites(self, point: Point) -> Rewrites:
+        """The rewrites of a break at ``point`` (shared by the requests that see it)."""
+        found = self._cache.get(point)
+        if found is None:
+            found = self._cache[point] = Rewrites(self, point)
+        return found
+
+
+class Rewrites:
+    """The rewrites a break at a `Point` makes: dedup of the marks it knows whose result
+    is older than its protected turns, pruning of the unshielded results before those
+    turns that dedup does not replace. `saving` and `items` take the cut: only the
+    history a break keeps is rewritten."""
+
+    def __init__(self, basis: Basis, point: Point) -> None:
+        self.basis, self.point = basis, point
+        saving, shield = basis.saving, point.shield
+        prune = basis.policy.prune
+        deduped = sorted(
+            (unit, i, dsave - (saving[i] if prune and p < shield and saving[i] > 0 else 0))
+            for _, unit, i, dsave, p in basis.marks[: point.marks]
+            if unit < point.boundary
+        )
+        self.units = [unit for unit, _, _ in deduped]
+        self.deduped = [i for _, i, _ in deduped]
+        after = [0]  # after[k]: what the marks from the k-th on save (by unit)
+        for _, _, delta in reversed(deduped):
+            after.append(after[-1] + delta)
+        after.reverse()
+        self.after = after
+
+    def saving(self, start: int) -> int:
+        """Tokens the rewrites save in units from ``start`` on."""
+        basis = self.basis
+        p = bisect_left(basis.result_units, start)
+        pruned = basis.psum[self.point.shield] - basis.psum[p] if p < self.point.shield else 0
+        return pruned + self.after[bisect_left(self.units, start)]
+
+    def items(self, cut: int) -> tuple[list[int], list[int]]:
+        """``(deduplicated, pruned)`` item indexes from unit ``cut`` on, ascending."""
+        basis = self.basis
+        deduped = self.deduped[bisect_left(self.units, cut) :]
+        if not basis.policy.prune:
+            return sorted(deduped), []
+        skip = set(self.deduped)
+        saving, results = basis.saving, basis.results
+        pruned = [
+            results[p]
+            for p in range(bisect_left(basis.result_units, cut), self.point.shield)
+            if saving[results[p]] > 0 and results[p] not in skip
+        ]
+        return sorted(deduped), pruned
+
+    def first_change(self, earlier: Rewrites | None, cut: int) -> int:
+        """The first unit from ``cut`` on whose results these rewrites change beyond the
+        ``earlier`` break's (-1: none)."""
+        basis = self.basis
+        known: set[int] = set(earlier.deduped) if earlier is not None else set()
+        first = -1
+        for unit, i in zip(self.units, self.deduped, strict=True):
+            if unit >= cut and i not in known:
+                first = unit
+                break
+        if basis.policy.prune:
+            skip = set(self.deduped)
+            saving, results = basis.saving, basis.results
+            start = bisect_left(basis.result_units, cut)
+            if earlier is not None:
+                start = max(start, earlier.point.shield)
+            stop = self.point.shield
+            if first >= 0:
+                stop = min(stop, bisect_right(basis.result_units, first))
+            for p in range(start, stop):
+                i = results[p]
+                if saving[i] > 0 and i not in skip and basis.psum[p + 1] > basis.psum[p]:
+                    unit = basis.result_units[p]
+                    return unit if first < 0 else min(unit, first)
+        return first
