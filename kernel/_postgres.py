@@ -33,28 +33,42 @@ never lost.
 
 Writes are buffered in the transaction object and sent at the end in one
 pipeline with the ``COMMIT``, reads inside the transaction see them (as in the
-in-memory store). A store remembers the head each of its writes left; the next
-write of that session is given it without a read, and idempotency keys are
-taken as new, so that an append of one event is one round trip. The pipeline
-then starts with one statement that takes the head's row lock and calls
-``refuse()`` (a serialization failure: nothing was written, ``fn`` runs again
-with everything read) unless the head is the one assumed and no such key is
-stored. ``fn`` runs again with reads too when it raised on an assumed head (an
-``expected_seq`` conflict might be a retry of stored keys), so a keyed retry is
-recognised before ``expected_seq`` is checked, as on every backend. A flush
-request follows that statement: its answer leaves the server before anything
-after it runs, so a connection lost before the answer arrived committed
-nothing and the write runs again on another connection; a server error
-answering a statement before the ``COMMIT`` (a terminated backend's FATAL, a
-timeout) likewise. A store opened for writing creates the function, also in a
-schema an older turnlog created (which still reads and writes it: the tables
-are unchanged); without the privilege, every write reads first.
+in-memory store). A head read is moved with a plain ``UPDATE`` (its row is
+locked already), a head found missing is created with a plain ``INSERT``.
+
+A store remembers the head each of its writes left; the next write of that
+session is given it without a read, and idempotency keys are taken as new, so
+that an append of one event is one round trip. The pipeline then starts with
+the statement that moves the head assumed: ``UPDATE heads SET seq, hash WHERE
+session, seq and hash are the ones assumed``, which calls ``refuse()`` (a
+serialization failure: nothing was written, ``fn`` runs again with everything
+read) when it matched no row. The update takes the row lock itself: a writer
+that holds it is waited for, and the row it left is checked again (READ
+COMMITTED), so no separate lock is taken or written to the WAL. A key taken as
+new is checked by the primary key of ``idem`` when it is inserted: a unique
+violation, which likewise runs ``fn`` again with reads (a head assumed and left
+where it was, or a key assumed but not written, is locked and checked by the
+statement ``expect``). ``fn`` runs again with reads too when it raised on an
+assumed head (an ``expected_seq`` conflict might be a retry of stored keys), so
+a keyed retry is recognised before ``expected_seq`` is checked, as on every
+backend. A flush request precedes the ``COMMIT``: the answers to everything
+before it leave the server before the ``COMMIT`` runs, so a connection lost
+before the last of them arrived committed nothing and the write runs again on
+another connection; a server error answering a statement before the ``COMMIT``
+(a terminated backend's FATAL, a timeout, a unique violation) likewise. A one-event append
+is thus five statements (``BEGIN``, the head's update, the event's insert, the
+key's insert, ``COMMIT``) in one round trip with one WAL flush. A store opened
+for writing creates the function, also in a schema an older turnlog created
+(which still reads and writes it: the tables are unchanged); without the
+privilege, every write reads first.
 
 After the commit, a ``NOTIFY`` on the schema's channel names each session
 written, which wakes followers (`PostgresStore.wait`). A
 committing ``NOTIFY`` holds a database-wide lock until its commit record is
 on disk, so it is sent in a transaction of its own, after the append's, with
-``synchronous_commit`` off: inside the append's transaction, or waiting for
+``synchronous_commit`` off (one statement sets it for that transaction and
+notifies; the transaction writes a commit record of 34 bytes that nobody waits
+to flush): inside the append's transaction, or waiting for
 its own flush, it would serialize every writer behind one fsync at a time. A
 failure of that second transaction (the lock past ``lock_timeout``, a full
 notification queue, the connection lost after the append's COMMIT) never fails
@@ -151,6 +165,14 @@ _SECRET_KEYS = ("password", "sslpassword")
 _BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
 _BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
+# The notifications after a write, one for each session written, in a transaction
+# of its own that does not wait for the disk (see the module docstring): the
+# setting holds until that transaction ends.
+_NOTIFY = (
+    b"SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) "
+    b"FROM unnest(%s::text[]) AS s"
+)
+
 _DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
     'CREATE TABLE IF NOT EXISTS {s}.meta (key text COLLATE "C" PRIMARY KEY, value text NOT NULL)',
@@ -172,8 +194,8 @@ FUNCTIONS = "turnlog-postgres-functions/1"
 
 # What a one-round-trip write (`_PostgresWrite.commit`) calls when the server finds
 # that a head it assumed moved or a key it assumed new is stored: a serialization
-# failure, so that the write runs again with reads. Called only then: the check is
-# the plain statement "expect" below (cheaper than a PL/pgSQL loop).
+# failure, so that the write runs again with reads. Called only then: the checks are
+# the plain statements "advance" and "expect" below (cheaper than a PL/pgSQL loop).
 _REFUSE = """CREATE OR REPLACE FUNCTION {s}.refuse() RETURNS void
 LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -229,8 +251,17 @@ _QUERIES = {
     "cache_items": "SELECT namespace, key, value FROM {s}.cache ORDER BY namespace, key",
     "put_events": "INSERT INTO {s}.events (session, seq, record) "
     "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])",
-    "set_head": "INSERT INTO {s}.heads (session, seq, hash) VALUES (%s, %s, %s) "
-    "ON CONFLICT (session) DO UPDATE SET seq = EXCLUDED.seq, hash = EXCLUDED.hash",
+    # Moves a head this write assumed: the update takes the row lock (waiting for a
+    # writer that holds it, then looking at the row that writer left) and refuses
+    # unless it found the row still at the head assumed. No lock of its own is
+    # written beside the new row version, and no other statement reads the row.
+    "advance": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
+    "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1) "
+    "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
+    # Moves a head this write read (and locked), or creates one it found missing (a
+    # racing creator's row fails it with a unique violation: the write runs again).
+    "update_head": "UPDATE {s}.heads SET seq = %s, hash = %s WHERE session = %s",
+    "insert_head": "INSERT INTO {s}.heads (session, seq, hash) VALUES (%s, %s, %s)",
     "put_idem": "INSERT INTO {s}.idem (session, key, seq) "
     "SELECT %s, unnest(%s::text[]), unnest(%s::bigint[])",
     "replace_event": "UPDATE {s}.events SET record = %s WHERE session = %s AND seq = %s",
@@ -524,7 +555,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._deleted: set[str] = set()
         self.begun = False
         self.committing = False
-        self._flushed: int | None = None  # index in `sent` of the checked assumptions
+        self._flushed: int | None = None  # index in `sent` of the last answer flushed
         self._commit_at = 0  # index in `sent` of the COMMIT
 
     def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
@@ -674,9 +705,9 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         skips the rest of the pipeline: the first statement without an answer is the
         one that failed or was never reached. It failed before the COMMIT when the
         server said so (an error with a SQLSTATE: a terminated backend's FATAL, a
-        timeout, a full disk). When the connection was lost without a word, only the
-        assumptions' check says it: the server sends its answer (a flush request
-        follows it) before it runs anything after it."""
+        timeout, a full disk). When the connection was lost without a word, the answer
+        to the statement before the COMMIT says it: the server sends it (a flush
+        request follows it) before it runs the COMMIT."""
         answered = 0
         for cursor in sent:
             if cursor.pgresult is None:
@@ -703,23 +734,33 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 self.begun = True
                 sent.append(conn.execute(b"BEGIN", prepare=False))
             if self.assumed or self.assumed_keys:
-                sessions = sorted(self.assumed)
-                heads = [self.assumed[session] for session in sessions]
-                run(
-                    "expect",
-                    (
-                        sessions,
-                        [None if h is None else h[0] for h in heads],
-                        [None if h is None else h[1] for h in heads],
-                        sessions,
-                        [session for session, _ in self.assumed_keys],
-                        [key for _, key in self.assumed_keys],
-                    ),
-                )
-                # The check's answer leaves the server before the statements after it
-                # run: a connection lost before that answer arrived committed nothing.
-                pipeline.command_queue.append(conn.pgconn.send_flush_request)
-                self._flushed = len(sent) - 1
+                # A head assumed and moved is moved by the statement that checks it
+                # ("advance"); a key assumed new and written is checked by the primary
+                # key of idem (a unique violation: the write runs again with reads).
+                # Anything else assumed (a head left where it was, a key not written)
+                # is locked and checked by "expect".
+                kept = []
+                for session in sorted(self.assumed):
+                    assumed = self.assumed[session]
+                    moved = self._new_heads.get(session)
+                    if assumed is None or moved is None:
+                        kept.append(session)
+                    else:
+                        run("advance", (*moved, session, *assumed))
+                unwritten = [k for k in self.assumed_keys if k not in self._idem]
+                if kept or unwritten:
+                    heads = [self.assumed[session] for session in kept]
+                    run(
+                        "expect",
+                        (
+                            kept,
+                            [None if h is None else h[0] for h in heads],
+                            [None if h is None else h[1] for h in heads],
+                            kept,
+                            [session for session, _ in unwritten],
+                            [key for _, key in unwritten],
+                        ),
+                    )
             for session, rows in self._events.items():
                 run("put_events", (session, [s for s, _ in rows], [r for _, r in rows]))
             for (session, seq), record in self._replaced.items():
@@ -738,12 +779,22 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             for (namespace, cache_key), value in self._cache.items():
                 run("put_cached", (namespace, cache_key, value))
             for session, (head_seq, head_hash) in self._new_heads.items():
-                run("set_head", (session, head_seq, head_hash))
+                if session in self.assumed and self.assumed[session] is not None:
+                    continue  # moved by "advance"
+                if self._heads.get(session) is None:
+                    run("insert_head", (session, head_seq, head_hash))
+                else:
+                    run("update_head", (head_seq, head_hash, session))
             for name, mark in self._marks.items():
                 if mark is None:
                     run("del_mark", ("mark:" + name,))
                 else:
                     run("set_mark", ("mark:" + name, mark))
+            # The answers to everything before the COMMIT leave the server before
+            # the COMMIT runs: a connection lost before the last of them arrived
+            # committed nothing.
+            pipeline.command_queue.append(conn.pgconn.send_flush_request)
+            self._flushed = len(sent) - 1
             self.committing = True
             self._commit_at = len(sent)
             sent.append(conn.execute(b"COMMIT", prepare=False))
@@ -751,9 +802,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             # the disk (module docstring).
             if channel is not None and self._new_heads:
                 conn.execute(b"BEGIN", prepare=False)
-                conn.execute(b"SET LOCAL synchronous_commit TO off", prepare=False)
-                for session in self._new_heads:
-                    conn.execute(b"SELECT pg_notify(%s, %s)", (channel, session), prepare=True)
+                conn.execute(_NOTIFY, (channel, list(self._new_heads)), prepare=True)
                 conn.execute(b"COMMIT", prepare=False)
 
     def written(self) -> list[str]:
@@ -1266,8 +1315,9 @@ class PostgresStore(Store):
 
         A session this store wrote last has its head remembered; ``fn`` is given that
         head (and each idempotency key it asks about is taken as new) without a read,
-        and the commit's round trip first has the server lock the head and check both
-        (the statement ``expect``): a one-event append is one round trip and one commit. When the
+        and the commit's round trip has the server check both (the head's update
+        matches the head assumed; idem's primary key refuses a stored key): a one-event
+        append is one round trip and one commit. When the
         server finds the head moved or a key stored, nothing was written and ``fn``
         runs again with everything read; so it does when ``fn`` raised (an
         ``expected_seq`` conflict, an idempotent retry with another head) after it
@@ -1300,9 +1350,11 @@ class PostgresStore(Store):
                     # Log sees what the other writer did (module docstring).
                     self._rollback(conn, failed=True)
                     if txn.assumed or txn.assumed_keys:
+                        # (a key assumed new and found stored: a retry, which the
+                        # next attempt reads and recognises)
                         self._forget(txn)
                         assume = False
-                    if isinstance(exc, pg_errors.UniqueViolation):
+                    elif isinstance(exc, pg_errors.UniqueViolation):
                         self._check_race(conn, txn, exc)
                     state.clear()
                     _pause(attempt)

@@ -574,6 +574,172 @@ def test_a_keyed_append_after_a_write_of_the_session_reads_nothing_before_its_co
     assert log.verify().ok
 
 
+def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The statements each round trip of ``store``'s connections sends, by name (the
+    store's query names; ``BEGIN``, ``COMMIT``, ``notify``), recorded as they go."""
+    from turnlog import _postgres
+
+    names = {bytes(text): name for name, text in store._q.items()}
+    names[_postgres._NOTIFY] = "notify"
+    trips: list[list[str]] = []
+    execute = psycopg.Connection.execute
+    pipeline = psycopg.Connection.pipeline
+
+    def spy_execute(self: psycopg.Connection[object], query: Any, *a: Any, **k: Any) -> object:
+        name = names.get(query if isinstance(query, bytes) else b"")
+        if self._pipeline is None:
+            trips.append([])
+        trips[-1].append(name or (query.decode() if isinstance(query, bytes) else str(query)))
+        return execute(self, query, *a, **k)
+
+    @contextlib.contextmanager
+    def spy_pipeline(self: psycopg.Connection[object]) -> Iterator[object]:
+        if self._pipeline is None:
+            trips.append([])
+        with pipeline(self) as p:
+            yield p
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
+    monkeypatch.setattr(psycopg.Connection, "pipeline", spy_pipeline)
+    return trips
+
+
+def test_a_one_event_append_is_one_round_trip_of_five_statements_and_locks_nothing_else(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head assumed is moved by the statement that checks it (its row lock is the
+    update's own: the row's new version carries no lock), the key assumed new is
+    checked by idem's primary key, and the notification is one statement of a
+    transaction of its own."""
+    log = logs.open()
+    store = cast(PostgresStore, log.store)
+    trips = statements_of(store, monkeypatch)
+    log.append("s", keyed(0, 1))
+    assert trips == [
+        ["BEGIN", "head_lock"],  # a session it has not written: its head is read
+        ["put_events", "put_idem", "insert_head", "COMMIT", "BEGIN", "notify", "COMMIT"],
+    ]
+    for n in range(1, 4):
+        trips.clear()
+        assert log.append("s", keyed(n, 1)).first_seq == n
+        assert trips == [
+            ["BEGIN", "advance", "put_events", "put_idem", "COMMIT", "BEGIN", "notify", "COMMIT"]
+        ]
+    with admin(pgserver.shared()) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT xmax::text, seq FROM {}.heads WHERE session = 's'").format(
+                sql.Identifier(store.schema)
+            )
+        ).fetchone()
+    assert row == ("0", 3)
+    assert log.verify().ok
+
+
+class _OvertakenStore(PostgresStore):
+    """A store whose next write is overtaken: after ``fn`` is given the head this
+    store assumed, and before its commit, ``rival`` appends to the session."""
+
+    rival: tuple[turnlog.Log, list[Draft]] | None = None
+    attempts = 0
+
+    def write(self, fn: Callable[[WriteTxn], T]) -> T:
+        rival, self.rival = self.rival, None
+
+        def overtaken(txn: WriteTxn) -> T:
+            self.attempts += 1
+            if rival is not None and self.attempts == 1:
+                txn.head("s")  # assumed: nothing is read
+                rival[0].append("s", rival[1])
+            return fn(txn)
+
+        return super().write(overtaken)
+
+
+@pytest.mark.parametrize("expected", [None, 2])
+def test_an_append_overtaken_between_its_assumed_head_and_its_commit_is_refused_and_retried(
+    logs: LogFactory, expected: int | None
+) -> None:
+    first = logs.open()
+    url = pgserver.shared().url(schema=first.store.schema)  # type: ignore[attr-defined]
+    log = turnlog.Log(_OvertakenStore(url))
+    try:
+        log.append("s", keyed(0))
+        store = cast(_OvertakenStore, log.store)
+        store.rival, store.attempts = (first, keyed(1)), 0
+        if expected is None:
+            done = log.append("s", keyed(2))
+            assert (done.first_seq, done.duplicate) == (6, False)
+        else:  # decided by the database: the head assumed (2) is no longer the head
+            with pytest.raises(AppendConflictError) as caught:
+                log.append("s", keyed(2), expected_seq=expected)
+            assert (caught.value.expected, caught.value.actual) == (2, 5)
+        assert store.attempts == 2  # refused by the server once, then run with reads
+        stored = {0: 3, 1: 3, 2: 3} if expected is None else {0: 3, 1: 3}
+        assert batches_stored(first, "s") == stored
+        again = log.append("s", keyed(2))  # a retry (applied once), or the batch at last
+        assert (again.first_seq, again.duplicate) == (6, expected is None)
+        assert first.verify().ok
+    finally:
+        log.close()
+
+
+def test_an_append_waiting_for_a_writer_that_holds_the_head_sees_its_commit_and_lands_after(
+    logs: LogFactory,
+) -> None:
+    """A writer that read the head holds its row lock while it decides; an append that
+    assumed the old head waits in its update for that lock, then finds the head moved
+    (the update looks at the row the other writer left), refuses and runs again with
+    reads: nothing lost, nothing twice."""
+    log = logs.open()
+    url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+    log.append("s", keyed(0))
+    holding, release = threading.Event(), threading.Event()
+    reader = PostgresStore(url)
+    reader._assume = False  # reads (and locks) the head first
+    slow = turnlog.Log(reader)
+
+    def slow_append() -> None:
+        original = reader.write
+
+        def write(fn: Callable[[WriteTxn], T]) -> T:
+            def held(txn: WriteTxn) -> T:
+                txn.head("s")  # the row lock, taken in a round trip of its own
+                holding.set()
+                release.wait(30)
+                return fn(txn)
+
+            return original(held)
+
+        reader.write = write  # type: ignore[method-assign]
+        slow.append("s", keyed(1))
+
+    other = threading.Thread(target=slow_append)
+    other.start()
+    try:
+        assert holding.wait(30)
+        outcome: list[BaseException | turnlog.log.Appended] = []
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2))))
+        appender.start()
+        with admin(pgserver.shared()) as conn:
+            for _ in range(3000):  # until the append waits for the row lock
+                if waiting_pid(conn) is not None:
+                    break
+                threading.Event().wait(0.01)
+            assert waiting_pid(conn) is not None
+        release.set()
+        other.join()
+        appender.join()
+        done = outcome[0]
+        assert isinstance(done, turnlog.log.Appended), done
+        assert (done.first_seq, done.duplicate) == (6, False)
+        assert batches_stored(log, "s") == {0: 3, 1: 3, 2: 3}
+        assert log.verify().ok
+    finally:
+        release.set()
+        other.join()
+        slow.close()
+
+
 def test_a_head_moved_by_another_writer_is_found_by_the_server_and_the_append_lands_after_it(
     logs: LogFactory,
 ) -> None:
@@ -660,10 +826,11 @@ def hold_head_lock(
 
 
 def waiting_pid(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
-    """The backend of an append waiting for a session's head row lock, if any."""
+    """The backend of an append waiting for a session's head row lock, if any (its
+    statement reads the head FOR UPDATE, or moves the head it assumed)."""
     row = conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE '%.heads%FOR UPDATE%'"
+        "AND (query LIKE '%.heads%FOR UPDATE%' OR query LIKE '%UPDATE %.heads SET%')"
     ).fetchone()
     return int(row[0]) if row else None  # type: ignore[call-overload]
 

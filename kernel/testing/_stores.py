@@ -57,7 +57,7 @@ from .._events import (
     UserMessageAdded,
 )
 from .._log import NEW_SESSION, Draft, Log
-from .._store import Store, WriteTxn
+from .._store import ReadAheadMiss, ReadTxn, Store, WriteTxn
 
 __all__ = ["StoreConformance", "StoreFactory", "agreement_machine", "payloads", "store_contents"]
 
@@ -312,6 +312,76 @@ class StoreConformance:
         with log.store.read() as txn:
             assert txn.cached("ns", b"k1") == b"v2" and txn.cached("other", b"k1") == b"w"
             assert txn.cached("ns", b"missing") is None
+
+    def test_read_ahead_reads_what_a_snapshot_reads_or_says_it_missed(self) -> None:
+        """`Store.read_ahead` (what a replay reads through) is a snapshot taken when it is
+        entered. What it was asked for (the session's head, its event ``seq``, its events
+        from ``start`` up to ``seq``) it answers as `Store.read` does; anything else
+        (past its range, before it, another session) it answers alike or refuses with
+        `ReadAheadMiss`, never differently."""
+        log = self.open_log()
+        log.append("s", [self.draft(UserMessageAdded(text=f"m{i}")) for i in range(8)])
+        log.append("t", self.draft(UserMessageAdded(text="other")))
+        log.append("long", [self.draft(UserMessageAdded(text=str(i))) for i in range(1_100)])
+        store = log.store
+
+        def reads(txn: ReadTxn, session: str, seq: int, start: int) -> dict[str, Any]:
+            return {
+                "head": txn.head(session),
+                "get": txn.get(session, seq),
+                "scan": list(txn.scan(session, start, seq)),
+            }
+
+        def others(session: str, seq: int, start: int) -> list[Callable[[ReadTxn], Any]]:
+            return [
+                lambda txn: txn.get(session, seq + 1),
+                lambda txn: txn.get(session, max(start - 1, 0)),
+                lambda txn: txn.get(session, 2**40),
+                lambda txn: list(txn.scan(session, 0, None)),
+                lambda txn: list(txn.scan(session, start, None)),
+                lambda txn: list(txn.scan(session, start, seq + 2)),
+                lambda txn: list(txn.scan(session, max(start - 1, 0), seq)),
+                lambda txn: txn.head("t"),
+                lambda txn: txn.get("t", 0),
+                lambda txn: list(txn.scan("t", 0, None)),
+                lambda txn: [h[:2] for h in txn.sessions()],
+            ]
+
+        probes = [
+            ("s", 7, 0),
+            ("s", 5, 2),
+            ("s", 4, 4),
+            ("s", 0, 0),
+            ("s", 12, 3),  # past the head
+            ("s", 3, 6),  # start past seq
+            ("t", 0, 0),
+            ("missing", 0, 0),
+            ("long", 1_050, 0),  # more than a store may fetch at once
+            ("long", 1_099, 1_090),
+        ]
+        for session, seq, start in probes:
+            with store.read() as txn:
+                expected = reads(txn, session, seq, start)
+                expected_others = [read(txn) for read in others(session, seq, start)]
+            with store.read_ahead(session, seq, start) as ahead:
+                # a write after it was entered is not seen
+                log.append(session, self.draft(UserMessageAdded(text="later")))
+                try:
+                    got = reads(ahead, session, seq, start)
+                except ReadAheadMiss:
+                    # only a range longer than a store may fetch at once may miss
+                    assert session == "long" and seq - start > 100, (session, seq, start)
+                else:
+                    assert got == expected, (session, seq, start)
+                for n, (read, want) in enumerate(
+                    zip(others(session, seq, start), expected_others, strict=True)
+                ):
+                    try:
+                        found = read(ahead)
+                    except ReadAheadMiss:
+                        continue
+                    assert found == want, (session, seq, start, n)
+        assert log.verify().ok
 
     def test_everything_survives_a_reopen(self) -> None:
         log = self.open_log(blob_threshold=8_192, preview_chars=1_024)

@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--writers", type=lambda t: [int(x) for x in t.split(",")], default=[1, 4, 16]
     )
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, help="runs (default 3; 1 with --quick)")
     parser.add_argument("--quick", action="store_true", help="small sizes; print only")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args(argv)
@@ -483,12 +483,14 @@ def main(argv: list[str] | None = None) -> int:
         profile(args)
         return 0
     if args.quick:
-        args.events, args.durable, args.per_writer, args.repeat = 2000, 50, 20, 1
+        args.events, args.durable, args.per_writer = 2000, 50, 20
+    args.repeat = args.repeat or (1 if args.quick else 3)
     load = docblock.load_before()
     started = time.perf_counter()
     lines, goals = run(args)
     took = time.perf_counter() - started
     command = "python -m tests.bench.bench_postgres" + (" --quick" if args.quick else "")
+    command += f" --repeat {args.repeat}" if args.repeat != (1 if args.quick else 3) else ""
     text = "\n".join(
         [
             BEGIN,
