@@ -256,18 +256,37 @@ class IndexedLedger:
 
     def kept_before(self) -> Callable[[int], int]:
         kept = self._kept_before()
-        if self.held:
+        extra = self._protected_extra()
+        if not extra:
             return kept
-        # protected units are never summarized: a covered one is in the prompt as it is
-        covered = self._pack_index.coverage.covered
-        extra = [
-            (u, self.index.raw[u]) for u in self.protection.units(self.n_units) if u in covered
-        ]
         ends = [u for u, _ in extra]
         sums = [0]
         for _, tokens in extra:
             sums.append(sums[-1] + tokens)
         return lambda end: kept(end) + sums[bisect_left(ends, end)]
+
+    def _protected_extra(self) -> list[tuple[int, int]]:
+        """``(unit, tokens)`` the sums leave out of protected units, which no stage but
+        truncation reduces: a covered one is in the prompt as it is (not summarized),
+        and what dedup or pruning every candidate would save on one is not saved."""
+        index, held = self.index, self.held
+        covered = self._pack_index.coverage.covered
+        dedup, prune = self.deduped, self.pruned_all
+        if held and not dedup and not prune:
+            return []
+        extra = []
+        for u in self.protection.units(self.n_units):
+            tokens = 0
+            if not held and u in covered:
+                tokens = index.raw[u]
+            else:
+                if dedup:
+                    tokens += index.dsave.value(u, held)
+                if prune and u < self.boundary:
+                    tokens += index.psave.value(u, held)
+            if tokens:
+                extra.append((u, tokens))
+        return extra
 
     def replay_memo(self, slot: Hashable) -> ReplayMemo | None:
         index = self.index
@@ -291,17 +310,13 @@ class IndexedLedger:
         """What `kept_before` reads beside the index's per-unit sums: the stages'
         decisions so far (equal for two packs: the same sizes where the sums are)."""
         saving = self.index.saving
-        extra: tuple[int, ...] = ()
-        if not self.held:
-            covered = self._pack_index.coverage.covered
-            extra = tuple(u for u in self.protection.units(self.n_units) if u in covered)
         return (
             self.held,
             self.deduped,
             self.boundary if self.pruned_all else -1,
             tuple(sorted(i for i in self.shielded if saving[i] > 0)),
             tuple(sorted(self.points.items())),
-            extra,
+            tuple(u for u, _ in self._protected_extra()),
         )
 
     @property
