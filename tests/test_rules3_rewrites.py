@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from bisect import bisect_right
 from fractions import Fraction
 
 from hypothesis import HealthCheck, given, settings
@@ -138,7 +139,12 @@ def _expected(packer: Packer, packed: Packed, policy: Policy) -> tuple[set[int],
     for item in items:
         if item.kind == "tool" and item.unit >= 0:
             marks.add(item)
-    turns = view.turn_starts
+    turns, assistants = view.turn_starts, view.assistant_units
+    # the request's protected tail: its latest tail_steps steps, or its turn after the
+    # opening message
+    steps, opening = max(policy.tail_steps, 1), turns[-1]
+    first = bisect_right(assistants, opening)
+    tail = assistants[-steps] if len(assistants) - first > steps else opening + 1
     boundary = (
         turns[len(turns) - policy.prune_protect_turns]
         if len(turns) >= policy.prune_protect_turns
@@ -147,8 +153,10 @@ def _expected(packer: Packer, packed: Packed, policy: Policy) -> tuple[set[int],
     results = [i for i in items if i.kind == "tool" and 0 <= i.unit < boundary]
     superseded = {
         i.pos
-        for i in results
-        if i.index in marks.superseded
+        for i in items
+        if i.kind == "tool"
+        and 0 <= i.unit < tail
+        and i.index in marks.superseded
         and Dedup.tokens(marks.superseded[i.index], counter) < i.tokens
     }
     shielded: set[int] = set()

@@ -10,7 +10,7 @@ keeps (from the cut on):
 
 * dedup: every result superseded by a result before the request (a mark of
   the dedup index whose superseding result came first), older than the
-  request's protected turns (``prune_protect_turns``);
+  request's protected tail (its latest ``tail_steps`` steps);
 * pruning: every result older than the protected turns and than the newest
   ``prune_protect_tokens`` of tool output before them that pruning shrinks and
   dedup does not replace. A break prunes every candidate (the order of the
@@ -76,11 +76,13 @@ class Point(NamedTuple):
     """The log as a request saw it, for the rewrites: ``marks``, the dedup marks made
     before the request; ``boundary``, the first unit of its protected turns; ``shield``,
     the first tool result (in `Basis.results`) of the newest ``prune_protect_tokens``
-    of tool output before that boundary."""
+    of tool output before that boundary; ``tail``, the first unit of its protected
+    tail (its latest ``tail_steps`` steps, or its turn after the opening message)."""
 
     marks: int
     boundary: int
     shield: int
+    tail: int
 
 
 class Basis:
@@ -99,6 +101,8 @@ class Basis:
         items = view.items
         self.policy = policy
         self.turns = view.turn_starts
+        self.assistants = view.assistant_units
+        self.steps = max(policy.tail_steps, 1)
         results = [item.index for item in items if item.kind == "tool" and item.unit >= 0]
         self.results = results
         self.result_units = [items[i].unit for i in results]
@@ -157,7 +161,13 @@ class Basis:
         shield = bisect_left(tsum, tsum[before] - self.policy.prune_protect_tokens, 0, before + 1)
         if not self.policy.prune:
             shield = 0
-        return Point(bisect_left(self.by_units, end), boundary, shield)
+        # the protected tail, as the watermark replay reckons it
+        assistants, steps = self.assistants, self.steps
+        opening = self.turns[n_turns - 1] if n_turns else -1
+        j = bisect_left(assistants, end)
+        first = bisect_right(assistants, opening)
+        tail = assistants[j - steps] if j - first > steps else opening + 1
+        return Point(bisect_left(self.by_units, end), boundary, shield, max(tail, 0))
 
     def rewrites(self, point: Point) -> Rewrites:
         """The rewrites of a break at ``point`` (shared by the requests that see it)."""
@@ -169,7 +179,7 @@ class Basis:
 
 class Rewrites:
     """The rewrites a break at a `Point` makes: dedup of the marks it knows whose result
-    is older than its protected turns, pruning of the unshielded results before those
+    is older than its protected tail, pruning of the unshielded results before those
     turns that dedup does not replace. `saving` and `items` take the cut: only the
     history a break keeps is rewritten."""
 
@@ -180,7 +190,7 @@ class Rewrites:
         deduped = sorted(
             (unit, i, dsave - (saving[i] if prune and p < shield and saving[i] > 0 else 0))
             for _, unit, i, dsave, p in basis.marks[: point.marks]
-            if unit < point.boundary
+            if unit < point.tail
         )
         self.units = [unit for unit, _, _ in deduped]
         self.deduped = [i for _, i, _ in deduped]

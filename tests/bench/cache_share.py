@@ -25,6 +25,10 @@ reports:
   prefix: 1 - (uncached tokens without a window) / (prompt tokens at this
   window). A window smaller than the sessions cannot do better than this
   bound, since trimming must break the prefix now and then;
+* **prompt tokens** and **prompt price**: all the requests' tokens, and their price
+  at the policy's prices with the cached part read from the cache and the rest
+  written to it (what dedup and pruning at a break save shows here: fewer tokens,
+  not a larger share);
 * **breaks**: requests whose prefix changed with a reported prefix break (a stage
   report opening with ``prefix break``: trimming, the summaries), and those whose
   prefix changed without one (``unreported``; ``tests.bench.prefix_changes`` lists
@@ -298,6 +302,13 @@ def run(
         "requests": requests,
         "refused": refused,
         "cached_share": round(cached / max(total, 1), 4),
+        "prompt_tokens": total,
+        # what the prompts cost at the policy's prices: the cached part read, the rest
+        # written to the cache (dollars)
+        "prompt_price": round(
+            (cached * policy.cache_read_price + (total - cached) * policy.cache_write_price) / 1e6,
+            2,
+        ),
         "append_bound": (None if uncached is None else round(1 - uncached / max(total, 1), 4)),
         "breaks": breaks,
         "unreported": unreported,
