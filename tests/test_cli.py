@@ -488,17 +488,22 @@ def test_pack_budget_record_says_which_policy_fields_it_changed(
         capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000", "--record"
     )
     assert code == 0 and "recorded as" in out
-    # rules 3: recall_max_tokens, left at its default, scales with the window
+    # rules 3: recall_max_tokens and blocking_buffer, left at their defaults (the demo
+    # sets the buffer to its absolute default), scale with the window
     assert err.startswith(
-        "the session's policy changed (3 fields): context_window 32,000 -> "
-        "8,000; output_reserve 4,000 -> 2,000; recall_max_tokens 2,000 -> "
-        "750. "
+        "the session's policy changed (4 fields): context_window 32,000 -> "
+        "8,000; output_reserve 4,000 -> 2,000; blocking_buffer 750 -> 160; "
+        "recall_max_tokens 2,000 -> 750. "
     )
     with turnlog.open(demo_copy, readonly=True) as log:
         after = turnlog.Packer(log).policy_in_force(SESSION)
     # --budget keeps the rest of the policy in force.
     assert after == msgspec.structs.replace(
-        before, context_window=8000, output_reserve=2000, recall_max_tokens=750
+        before,
+        context_window=8000,
+        output_reserve=2000,
+        blocking_buffer=160,
+        recall_max_tokens=750,
     )
     code, out, err = run(
         capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000", "--record", "--json"
@@ -508,10 +513,14 @@ def test_pack_budget_record_says_which_policy_fields_it_changed(
     code, out, err = run(
         capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "9000", "--record", "--json"
     )
+    # What the 8,000 window scaled (the reserve a quarter of it) scales to 9,000.
     assert json.loads(out)["policy_changes"] == [
-        {"field": "context_window", "from": 8000, "to": 9000}
+        {"field": "context_window", "from": 8000, "to": 9000},
+        {"field": "output_reserve", "from": 2000, "to": 2250},
+        {"field": "blocking_buffer", "from": 160, "to": 180},
+        {"field": "recall_max_tokens", "from": 750, "to": 843},
     ]
-    assert "policy changed (1 field): context_window 8,000 -> 9,000." in err
+    assert "policy changed (4 fields): context_window 8,000 -> 9,000; output_reserve" in err
 
 
 def test_pack_record_into_a_session_without_a_policy_names_what_differs_from_the_defaults(

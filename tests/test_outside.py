@@ -295,3 +295,36 @@ def test_replay_of_a_session_without_requests_says_so(imported: tuple[Path, str]
         "ok": True,
         "requests": [],
     }
+
+
+def test_budget_scales_the_defaults_a_smaller_budget_left(tmp_path: Path) -> None:
+    """`pack --budget N` keeps the policy in force but for the window. The defaults it
+    scaled to an earlier --budget (reserve, buffers, caps) are defaults, not choices:
+    after a `--budget 4000 --record`, `--budget 128000` packs as a session without that
+    history does (before: a 1,000-token reserve and a 642-token warning buffer at 128k,
+    against 16,000 and 24,000). Fields a policy file set stay as set."""
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus not present")
+    transcript = str(CORPUS / SAMPLES["swe_agent"])
+    fresh, used = tmp_path / "fresh", tmp_path / "used"
+    for store in (fresh, used):
+        assert cli(store, "import", transcript).returncode == 0
+    session = cli(fresh, "sessions", "--json")
+    sid = json.loads(session.stdout)["sessions"][0]["session"]
+
+    def budget(store: Path, window: str) -> dict[str, int]:
+        done = cli(store, "pack", sid, "--budget", window, "--json")
+        assert done.returncode == 0, done.stderr
+        plan: dict[str, int] = json.loads(done.stdout)["budget"]
+        return plan
+
+    assert cli(used, "pack", sid, "--budget", "4000", "--record").returncode == 0
+    for window in ("128000", "16000"):
+        assert budget(used, window) == budget(fresh, window)
+    done = cli(used, "pack", sid, "--budget", "128000", "--record")
+    assert "output_reserve 1,000 -> 16,000; warning_buffer 642 -> 24,000" in done.stderr
+    policy = tmp_path / "policy.toml"
+    policy.write_text("context_window = 32000\noutput_reserve = 3000\nwarning_buffer = 5000\n")
+    assert cli(used, "pack", sid, "--policy", str(policy), "--record").returncode == 0
+    plan = budget(used, "64000")
+    assert plan["output_reserve"] == 3000 and plan["warning"] == 64000 - 3000 - 5000

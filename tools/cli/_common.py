@@ -10,7 +10,7 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -334,8 +334,8 @@ def _policy_arg(
     budget = getattr(args, "budget", None)
     if budget is not None:
         base = policy or in_force or turnlog.Policy()
-        reserve = min(base.output_reserve, budget // 4)
-        fields = {f: getattr(base, f) for f in base.__struct_fields__}
+        fields = _unscaled(base)
+        reserve = min(fields["output_reserve"], budget // 4)
         try:
             policy = turnlog.Policy(
                 **{**fields, "context_window": budget, "output_reserve": reserve}
@@ -345,6 +345,47 @@ def _policy_arg(
                 f"--budget {budget} is too small: {exc}; pass a larger --budget"
             ) from None
     return policy
+
+
+def _unscaled(policy: turnlog.Policy) -> dict[str, Any]:
+    """The fields of ``policy`` with those that hold a default scaled to its window
+    (rules 3: the reserve, buffers, pruning and segment sizes, summary and recall caps;
+    `turnlog.Policy.scaled`) put back to their absolute defaults, so that a policy
+    made from them for another window scales them to that window. A field set to
+    anything else is kept.
+
+    A policy recorded under ``--budget 4000`` holds the defaults for 4,000 tokens; made
+    afresh for ``--budget 128000`` from those, it kept a 1,000-token reserve and a
+    642-token warning buffer, where a session without that history gets 16,000 and
+    24,000. (A reserve set to exactly a quarter of the window reads as derived.)"""
+    fields = {f: getattr(policy, f) for f in policy.__struct_fields__}
+    if policy.resolved().rules < 3:
+        return fields
+    absolute = turnlog.Policy()
+
+    def defaults(names: Iterable[str]) -> dict[str, Any]:
+        return {n: getattr(absolute, n) for n in names}
+
+    # The reserve first: the other fields scale with what it leaves usable. Derived, it
+    # is the scaled default or what --budget made of the default (a quarter of the window).
+    probe = turnlog.Policy(**{**fields, **defaults(["output_reserve"])}).resolved()
+    derived = {probe.output_reserve, min(absolute.output_reserve, policy.context_window // 4)}
+    if policy.output_reserve in derived:
+        fields.update(defaults(["output_reserve"]))
+    names = [
+        n
+        for n in fields
+        if n not in ("context_window", "output_reserve", "rules")
+        and isinstance(fields[n], int)
+        and not isinstance(fields[n], bool)
+        and fields[n] != getattr(absolute, n)
+    ]
+    # Scaled as they were: against the reserve the policy has.
+    probe = turnlog.Policy(
+        **{**fields, "output_reserve": policy.output_reserve, **defaults(names)}
+    ).resolved()
+    fields.update(defaults(n for n in names if getattr(probe, n) == fields[n]))
+    return fields
 
 
 def _session_model(log: turnlog.Log, session: str) -> str:
