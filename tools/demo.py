@@ -336,6 +336,11 @@ def pack_turn(
         for s in packed.stages
         if s.name in ("truncate", "summaries", "dedup", "prune", "trim")
     }
+    # under rules 3 earlier results are deduplicated and pruned at a prefix break (by
+    # the trim stage): count the results the prompt holds rewritten
+    for stage, decision in (("dedup", "deduplicated"), ("prune", "pruned")):
+        rewritten = sum(1 for d in packed.decisions if d.decision == decision)
+        fired[stage] = max(fired.get(stage, 0), rewritten)
     return PackedTurn(
         turn.turn,
         recorded.request_seq,
