@@ -857,9 +857,17 @@ class PostgresStore(Store):
         url, own = _own_params(url)
         try:
             params = conninfo_to_dict(url)
-        except psycopg.ProgrammingError:
+        except psycopg.ProgrammingError as exc:
+            # libpq's other messages quote the URL (its password too): only the name of
+            # an unknown parameter is repeated.
+            unknown = re.match(r'invalid URI query parameter: "([^"]*)"', str(exc))
             raise InvalidArgumentError(
-                "the PostgreSQL URL is malformed; expected postgresql://user@host:port/dbname?..."
+                f"the PostgreSQL URL has an unknown parameter {unknown.group(1)!r}: the "
+                "query takes libpq's connection parameters (sslmode, connect_timeout, "
+                "application_name...) and turnlog's schema, pool_size and pool_timeout"
+                if unknown
+                else "the PostgreSQL URL is malformed; expected "
+                "postgresql://user@host:port/dbname?..."
             ) from None
         self._secrets = [str(params[k]) for k in _SECRET_KEYS if params.get(k)]
         url_schema = own.get("schema")

@@ -328,3 +328,30 @@ def test_budget_scales_the_defaults_a_smaller_budget_left(tmp_path: Path) -> Non
     assert cli(used, "pack", sid, "--policy", str(policy), "--record").returncode == 0
     plan = budget(used, "64000")
     assert plan["output_reserve"] == 3000 and plan["warning"] == 64000 - 3000 - 5000
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (
+            "postgresql://agent:s3cretpw@db.example/agents?pool_timout=5",
+            "unknown parameter 'pool_timout'",
+        ),
+        ("postgresql://agent:s3c%zzretpw@db.example/agents", "the PostgreSQL URL is malformed"),
+    ],
+)
+def test_a_postgresql_url_with_a_mistake_says_which(url: str, says: str) -> None:
+    """A misspelt parameter of a store URL is named (it was only "malformed"), and no
+    message repeats the password, though libpq's own messages quote the URL."""
+    pytest.importorskip("psycopg", reason="the postgres extra: pip install 'turnlog[postgres]'")
+    with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+        turnlog.open(url)
+    assert says in str(raised.value) and "s3c" not in str(raised.value)
+    done = subprocess.run(
+        [_script(), "--store", url, "sessions"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 3 and says in done.stderr and "s3c" not in done.stderr
