@@ -55,9 +55,12 @@ backend. A flush request precedes the ``COMMIT``: the answers to everything
 before it leave the server before the ``COMMIT`` runs, so a connection lost
 before the last of them arrived committed nothing and the write runs again on
 another connection; a server error answering a statement before the ``COMMIT``
-(a terminated backend's FATAL, a timeout, a unique violation) likewise. A one-event append
-is thus five statements (``BEGIN``, the head's update, the event's insert, the
-key's insert, ``COMMIT``) in one round trip with one WAL flush. A store opened
+(a terminated backend's FATAL, a timeout, a unique violation) likewise. An append
+of one session to the head assumed (its events and keys, nothing else) is one
+statement between ``BEGIN`` and ``COMMIT`` ("append"): the head's update is a
+``WITH`` part that the main query reads, so it runs first and refuses before
+anything is inserted; the inserts are the other parts. One round trip, one WAL
+flush. A store opened
 for writing creates the function, also in a schema an older turnlog created
 (which still reads and writes it: the tables are unchanged); without the
 privilege, every write reads first.
@@ -257,6 +260,22 @@ _QUERIES = {
     # written beside the new row version, and no other statement reads the row.
     "advance": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
     "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1) "
+    "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
+    # An append of one session to the head assumed, as one statement: the head moved
+    # as "advance" does (the update runs first, as the main query's condition reads
+    # it, and refuses before anything is inserted), then the events (and the keys)
+    # inserted by the statement's other parts.
+    "append": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
+    "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1), "
+    "e AS (INSERT INTO {s}.events (session, seq, record) "
+    "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])) "
+    "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
+    "append_keyed": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
+    "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1), "
+    "e AS (INSERT INTO {s}.events (session, seq, record) "
+    "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])), "
+    "i AS (INSERT INTO {s}.idem (session, key, seq) "
+    "SELECT %s, unnest(%s::text[]), unnest(%s::bigint[])) "
     "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
     # Moves a head this write read (and locked), or creates one it found missing (a
     # racing creator's row fails it with a unique violation: the write runs again).
@@ -733,63 +752,11 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             if not self.begun:
                 self.begun = True
                 sent.append(conn.execute(b"BEGIN", prepare=False))
-            if self.assumed or self.assumed_keys:
-                # A head assumed and moved is moved by the statement that checks it
-                # ("advance"); a key assumed new and written is checked by the primary
-                # key of idem (a unique violation: the write runs again with reads).
-                # Anything else assumed (a head left where it was, a key not written)
-                # is locked and checked by "expect".
-                kept = []
-                for session in sorted(self.assumed):
-                    assumed = self.assumed[session]
-                    moved = self._new_heads.get(session)
-                    if assumed is None or moved is None:
-                        kept.append(session)
-                    else:
-                        run("advance", (*moved, session, *assumed))
-                unwritten = [k for k in self.assumed_keys if k not in self._idem]
-                if kept or unwritten:
-                    heads = [self.assumed[session] for session in kept]
-                    run(
-                        "expect",
-                        (
-                            kept,
-                            [None if h is None else h[0] for h in heads],
-                            [None if h is None else h[1] for h in heads],
-                            kept,
-                            [session for session, _ in unwritten],
-                            [key for _, key in unwritten],
-                        ),
-                    )
-            for session, rows in self._events.items():
-                run("put_events", (session, [s for s, _ in rows], [r for _, r in rows]))
-            for (session, seq), record in self._replaced.items():
-                run("replace_event", (record, session, seq))
-            for hex_hash in sorted(self._deleted):
-                run("del_blob", (bytes.fromhex(hex_hash),))
-            by_session: dict[str, tuple[list[str], list[int]]] = {}
-            for (session, key), seq in self._idem.items():
-                keys, seqs = by_session.setdefault(session, ([], []))
-                keys.append(key)
-                seqs.append(seq)
-            for session, (keys, seqs) in by_session.items():
-                run("put_idem", (session, keys, seqs))
-            for hex_hash, data in self._blobs.items():
-                run("put_blob", (bytes.fromhex(hex_hash), data))
-            for (namespace, cache_key), value in self._cache.items():
-                run("put_cached", (namespace, cache_key, value))
-            for session, (head_seq, head_hash) in self._new_heads.items():
-                if session in self.assumed and self.assumed[session] is not None:
-                    continue  # moved by "advance"
-                if self._heads.get(session) is None:
-                    run("insert_head", (session, head_seq, head_hash))
-                else:
-                    run("update_head", (head_seq, head_hash, session))
-            for name, mark in self._marks.items():
-                if mark is None:
-                    run("del_mark", ("mark:" + name,))
-                else:
-                    run("set_mark", ("mark:" + name, mark))
+            append = self._one_append()
+            if append is not None:
+                run(*append)
+            else:
+                self._send_each(run)
             # The answers to everything before the COMMIT leave the server before
             # the COMMIT runs: a connection lost before the last of them arrived
             # committed nothing.
@@ -804,6 +771,95 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 conn.execute(b"BEGIN", prepare=False)
                 conn.execute(_NOTIFY, (channel, list(self._new_heads)), prepare=True)
                 conn.execute(b"COMMIT", prepare=False)
+
+    def _one_append(self) -> tuple[str, tuple[object, ...]] | None:
+        """The one statement of an append of one session to the head assumed (events
+        and keys, nothing else), or None."""
+        if len(self.assumed) != 1 or len(self._new_heads) != 1 or len(self._events) != 1:
+            return None
+        if self._replaced or self._deleted or self._blobs or self._cache or self._marks:
+            return None
+        session, assumed = next(iter(self.assumed.items()))
+        moved = self._new_heads.get(session)
+        rows = self._events.get(session)
+        if assumed is None or moved is None or rows is None:
+            return None
+        if any(s != session for s, _ in self._idem) or any(
+            k not in self._idem for k in self.assumed_keys
+        ):
+            return None
+        params = (
+            *moved,
+            session,
+            *assumed,
+            session,
+            [s for s, _ in rows],
+            [r for _, r in rows],
+        )
+        if not self._idem:
+            return "append", params
+        keys = [key for _, key in self._idem]
+        return "append_keyed", (*params, session, keys, list(self._idem.values()))
+
+    def _send_each(self, run: Callable[[str, tuple[object, ...]], None]) -> None:
+        """Queue the statements of any other write, one for each table and session."""
+        if self.assumed or self.assumed_keys:
+            # A head assumed and moved is moved by the statement that checks it
+            # ("advance"); a key assumed new and written is checked by the primary
+            # key of idem (a unique violation: the write runs again with reads).
+            # Anything else assumed (a head left where it was, a key not written)
+            # is locked and checked by "expect".
+            kept = []
+            for session in sorted(self.assumed):
+                assumed = self.assumed[session]
+                moved = self._new_heads.get(session)
+                if assumed is None or moved is None:
+                    kept.append(session)
+                else:
+                    run("advance", (*moved, session, *assumed))
+            unwritten = [k for k in self.assumed_keys if k not in self._idem]
+            if kept or unwritten:
+                heads = [self.assumed[session] for session in kept]
+                run(
+                    "expect",
+                    (
+                        kept,
+                        [None if h is None else h[0] for h in heads],
+                        [None if h is None else h[1] for h in heads],
+                        kept,
+                        [session for session, _ in unwritten],
+                        [key for _, key in unwritten],
+                    ),
+                )
+        for session, rows in self._events.items():
+            run("put_events", (session, [s for s, _ in rows], [r for _, r in rows]))
+        for (session, seq), record in self._replaced.items():
+            run("replace_event", (record, session, seq))
+        for hex_hash in sorted(self._deleted):
+            run("del_blob", (bytes.fromhex(hex_hash),))
+        by_session: dict[str, tuple[list[str], list[int]]] = {}
+        for (session, key), seq in self._idem.items():
+            keys, seqs = by_session.setdefault(session, ([], []))
+            keys.append(key)
+            seqs.append(seq)
+        for session, (keys, seqs) in by_session.items():
+            run("put_idem", (session, keys, seqs))
+        for hex_hash, data in self._blobs.items():
+            run("put_blob", (bytes.fromhex(hex_hash), data))
+        for (namespace, cache_key), value in self._cache.items():
+            run("put_cached", (namespace, cache_key, value))
+        for session, (head_seq, head_hash) in self._new_heads.items():
+            if session in self.assumed and self.assumed[session] is not None:
+                continue  # moved by "advance"
+            if self._heads.get(session) is None:
+                run("insert_head", (session, head_seq, head_hash))
+            else:
+                run("update_head", (head_seq, head_hash, session))
+        for name, mark in self._marks.items():
+            if mark is None:
+                run("del_mark", ("mark:" + name,))
+            else:
+                run("set_mark", ("mark:" + name, mark))
 
     def written(self) -> list[str]:
         """The sessions whose head this transaction moved."""

@@ -604,13 +604,14 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
     return trips
 
 
-def test_a_one_event_append_is_one_round_trip_of_five_statements_and_locks_nothing_else(
+def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing_else(
     logs: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The head assumed is moved by the statement that checks it (its row lock is the
-    update's own: the row's new version carries no lock), the key assumed new is
-    checked by idem's primary key, and the notification is one statement of a
-    transaction of its own."""
+    """Between ``BEGIN`` and ``COMMIT``, one statement: the head assumed is moved by
+    the part that checks it (its row lock is the update's own: the row's new version
+    carries no lock), the event and the key are inserted by the others (the key
+    assumed new is checked by idem's primary key); the notification is one
+    statement of a transaction of its own."""
     log = logs.open()
     store = cast(PostgresStore, log.store)
     trips = statements_of(store, monkeypatch)
@@ -622,16 +623,17 @@ def test_a_one_event_append_is_one_round_trip_of_five_statements_and_locks_nothi
     for n in range(1, 4):
         trips.clear()
         assert log.append("s", keyed(n, 1)).first_seq == n
-        assert trips == [
-            ["BEGIN", "advance", "put_events", "put_idem", "COMMIT", "BEGIN", "notify", "COMMIT"]
-        ]
+        assert trips == [["BEGIN", "append_keyed", "COMMIT", "BEGIN", "notify", "COMMIT"]]
+    trips.clear()
+    assert log.append("s", UserMessageAdded(text="no key")).first_seq == 4
+    assert trips == [["BEGIN", "append", "COMMIT", "BEGIN", "notify", "COMMIT"]]
     with admin(pgserver.shared()) as conn:
         row = conn.execute(
             sql.SQL("SELECT xmax::text, seq FROM {}.heads WHERE session = 's'").format(
                 sql.Identifier(store.schema)
             )
         ).fetchone()
-    assert row == ("0", 3)
+    assert row == ("0", 4)
     assert log.verify().ok
 
 
