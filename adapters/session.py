@@ -493,6 +493,13 @@ class _Core:
     def _context_tool_steps(
         self, call: ToolCall, sessions: Iterable[str] | None, time: int | None, key: str | None
     ) -> _Steps[ContextToolResult]:
+        check_type(
+            call,
+            ToolCall,
+            "call",
+            what="a ToolCall (one of answer.tool_calls)",
+            hint="pass the call the model made, as record() returned it in answer.tool_calls",
+        )
         stamp = self._time(time)
         head = yield from _io(self.log.head, self.id)
         view = (yield from _io(self._view)) if head is not None else None

@@ -355,3 +355,23 @@ def test_a_postgresql_url_with_a_mistake_says_which(url: str, says: str) -> None
         timeout=300,
     )
     assert done.returncode == 3 and says in done.stderr and "s3c" not in done.stderr
+
+
+@pytest.mark.parametrize("given", ["read_output", {"id": "c1", "name": "read_output"}])
+def test_call_context_tool_takes_a_tool_call_and_says_so(given: object) -> None:
+    """`call_context_tool` given a tool name or a dict instead of the `ToolCall` that
+    `record` returned raises `InvalidArgumentError` naming what it takes (an
+    AttributeError before), on both facades, and appends nothing."""
+    import asyncio
+
+    from turnlog.adapters import AsyncSession, Session
+
+    log = turnlog.open(":memory:")
+    session = Session(log, "s", model="gpt-4o-mini", format="openai-chat")
+    session.user("hi")
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="must be a ToolCall"):
+        session.call_context_tool(given)  # type: ignore[arg-type]
+    shell = AsyncSession(log, "s", model="gpt-4o-mini", format="openai-chat")
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match=r"answer\.tool_calls"):
+        asyncio.run(shell.call_context_tool(given))  # type: ignore[arg-type]
+    assert len(log.read("s")) == 1
