@@ -318,3 +318,28 @@ def test_a_late_result_replays_the_requests_after_its_call_again() -> None:
     policy = Policy(context_window=6_000, output_reserve=500, tail_steps=1).resolved()
     forever = iter(lambda: (False, policy), None)
     assert _grow(lineage, forever, set(range(1_000))) > 10
+
+
+def test_the_rewrites_of_a_resumed_replay_know_every_dedup_mark() -> None:
+    # The same file read again and again: every read supersedes the one before (a
+    # dedup mark), and the breaks the small window forces rewrite the marks made
+    # before them; the rewrites' basis, kept between packs, folds each new mark.
+    import json
+
+    from turnlog.events import TextPart, ToolCall, ToolResultAdded
+
+    log = memory_log()
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are a coding agent.")]
+    source = "\n".join(f"def f{i}(x):\n    return x + {i}" for i in range(30))
+    for t in range(30):
+        read = ToolCall(id=f"r{t}", name="Read", arguments=json.dumps({"file_path": "src/app.py"}))
+        items += [
+            UserMessageAdded(text=f"turn {t}: what does f{t} return?"),
+            AssistantMessageAdded(parts=(TextPart(text="Reading the file."), read)),
+            ToolResultAdded(call_id=f"r{t}", tool_name="Read", output=source),
+            AssistantMessageAdded(parts=(TextPart(text=f"f{t} returns x + {t}."),)),
+        ]
+    lineage = list(log.lineage(build(log, "s", items)))
+    policy = Policy(context_window=5_000, output_reserve=500, prune_protect_turns=1).resolved()
+    forever = iter(lambda: (False, policy), None)
+    assert _grow(lineage, forever, set(range(1_000))) > 5

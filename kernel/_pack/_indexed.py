@@ -311,7 +311,9 @@ class IndexedLedger:
         decisions so far (equal for two packs: the same sizes where the sums are)."""
         saving = self.index.saving
         return (
+            # which units a shown summary stands for (the rewrites leave them out)
             self.held,
+            0 if self.held else len(self._pack_index.coverage.covered),
             self.deduped,
             self.boundary if self.pruned_all else -1,
             tuple(sorted(i for i in self.shielded if saving[i] > 0)),

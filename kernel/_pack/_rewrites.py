@@ -33,6 +33,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from itertools import islice
 from typing import NamedTuple, Protocol
 
 from .._policy import Policy
@@ -98,39 +99,65 @@ class Basis:
         policy: Policy,
         left_out: Callable[[int], bool],
     ) -> None:
-        items = view.items
         self.policy = policy
         self.turns = view.turn_starts
         self.assistants = view.assistant_units
         self.steps = max(policy.tail_steps, 1)
-        results = [item.index for item in items if item.kind == "tool" and item.unit >= 0]
-        self.results = results
-        self.result_units = [items[i].unit for i in results]
-        tokens, saving = sizes.tokens, sizes.saving
-        prune = policy.prune
-        tsum, psum = [0], [0]
-        where: dict[int, int] = {}
-        for p, i in enumerate(results):
-            out = left_out(items[i].unit)
-            where[i] = p
-            tsum.append(tsum[-1] + (0 if out else tokens[i]))
-            psum.append(psum[-1] + (saving[i] if prune and not out and saving[i] > 0 else 0))
-        self.tsum, self.psum = tsum, psum
-        self.saving = saving
+        self.results: list[int] = []
+        self.result_units: list[int] = []
+        self.tsum, self.psum = [0], [0]
+        self.saving = sizes.saving
+        self._where: dict[int, int] = {}
         # the marks by the unit of the superseding result: (that unit,
         # unit of the superseded one, its item, what dedup saves, its place in results)
-        marks: list[tuple[int, int, int, int, int]] = []
-        if policy.dedup:
-            dedup_tokens = sizes.dedup_tokens
-            for i, (_, by, _) in sizes.superseded.items():
-                unit = items[i].unit
-                if unit < 0 or left_out(unit):
-                    continue
-                marks.append((items[by].unit, unit, i, tokens[i] - dedup_tokens[i], where[i]))
-        marks.sort(key=lambda mark: mark[0])  # stable: a late result's marks go in order
-        self.marks = marks
-        self.by_units = [m[0] for m in marks]
+        self.marks: list[tuple[int, int, int, int, int]] = []
+        self.by_units: list[int] = []
         self._cache: dict[Point, Rewrites] = {}
+        self._items = self._marks = 0  # items and marks folded in
+        self.extend(view, sizes, left_out)
+
+    def extend(self, view: Projection, sizes: ItemSizes, left_out: Callable[[int], bool]) -> None:
+        """Fold in the items and dedup marks added since the last call: a basis kept
+        between packs of one projection (the replay memo keeps it) is then the one a
+        fresh `Basis` would be, as long as ``left_out`` answers as before for the units
+        folded in (the memo is dropped when the summaries shown change)."""
+        items = view.items
+        self.turns, self.assistants = view.turn_starts, view.assistant_units
+        tokens, saving = sizes.tokens, sizes.saving
+        self.saving = saving
+        prune = self.policy.prune
+        results, result_units, where = self.results, self.result_units, self._where
+        tsum, psum = self.tsum, self.psum
+        for i in range(self._items, len(items)):
+            item = items[i]
+            if item.kind != "tool" or item.unit < 0:
+                continue
+            out = left_out(item.unit)
+            where[i] = len(results)
+            results.append(i)
+            result_units.append(item.unit)
+            tsum.append(tsum[-1] + (0 if out else tokens[i]))
+            psum.append(psum[-1] + (saving[i] if prune and not out and saving[i] > 0 else 0))
+        self._items = len(items)
+        if not self.policy.dedup:
+            return
+        superseded = sizes.superseded
+        if len(superseded) == self._marks:
+            return
+        dedup_tokens = sizes.dedup_tokens
+        marks, by_units = self.marks, self.by_units
+        for i, (_, by, _) in islice(superseded.items(), self._marks, None):
+            unit = items[i].unit
+            if unit < 0 or left_out(unit):
+                continue
+            mark = (items[by].unit, unit, i, tokens[i] - dedup_tokens[i], where[i])
+            # stable by the superseding unit: a late result's marks go in order
+            at = bisect_right(by_units, mark[0])
+            if at < len(marks):
+                self._cache.clear()  # the marks before a point changed
+            marks.insert(at, mark)
+            by_units.insert(at, mark[0])
+        self._marks = len(superseded)
 
     @staticmethod
     def key(policy: Policy) -> tuple[object, ...]:

@@ -223,6 +223,13 @@ class Trim:
             saved.forget(bisect_right(assistants, memo.edited))
         saved.catch_up(view.turn_starts, assistants)
         marks.bounds = saved.bounds
+        policy = ledger.policy
+        if policy.dedup or policy.prune:
+            if saved.basis is None:
+                saved.basis = Basis(view, ledger.sizes, policy, ledger.left_out)
+            else:
+                saved.basis.extend(view, ledger.sizes, ledger.left_out)
+            marks.basis = saved.basis
         state = saved.breaks[-1] if saved.breaks else _START
         for j in range(saved.done, len(assistants)):
             after = marks.step(state, j, assistants[j])
@@ -493,11 +500,7 @@ class Watermarks:
         self.high, self.low = high, low
         self.bounds: Sequence[int] = ()
         self.policy = policy
-        self.basis = (
-            Basis(view, ledger.sizes, policy, ledger.left_out)
-            if policy.dedup or policy.prune
-            else None
-        )
+        self.basis: Basis | None = None  # set by `Trim.cut` (kept in its memo)
 
     def rewrites(self, point: Point | None) -> Rewrites | None:
         """The rewrites of a break at ``point``."""
@@ -613,11 +616,13 @@ class _Saved:
     """A replay's state kept in a `ReplayMemo`: the boundaries seen so far, the number
     of requests before the last one replayed (``done``) and the state after each break
     among them (the state after request ``done - 1`` is the last one), with each
-    state the cost model's declines made."""
+    state the cost model's declines made; and the rewrites' `Basis`, extended as the
+    log grows."""
 
-    __slots__ = ("assistants", "bounds", "breaks", "done", "turns")
+    __slots__ = ("assistants", "basis", "bounds", "breaks", "done", "turns")
 
     def __init__(self) -> None:
+        self.basis: Basis | None = None
         self.bounds: list[int] = []
         self.turns = self.assistants = 0  # turn and step starts taken into ``bounds``
         self.done = 0
