@@ -375,3 +375,43 @@ def test_call_context_tool_takes_a_tool_call_and_says_so(given: object) -> None:
     with pytest.raises(turnlog.errors.InvalidArgumentError, match=r"answer\.tool_calls"):
         asyncio.run(shell.call_context_tool(given))  # type: ignore[arg-type]
     assert len(log.read("s")) == 1
+
+
+@pytest.mark.parametrize(
+    ("fmt", "body"),
+    [
+        (
+            "openai-chat",
+            {
+                "model": "gpt-4o",
+                "messages": [
+                    {"role": "user", "content": "Why does test_parse fail?"},
+                    {"role": "assistant", "content": "It compares floats."},
+                ],
+            },
+        ),
+        (
+            "openai-responses",
+            {
+                "model": "gpt-4.1",
+                "input": [{"role": "user", "content": "Why does test_parse fail?"}],
+            },
+        ),
+    ],
+)
+def test_pack_format_takes_the_model_an_imported_request_body_names(
+    tmp_path: Path, fmt: str, body: dict[str, object]
+) -> None:
+    """An OpenAI request body names its model once, at the top, not on each message:
+    `pack --format` of the imported session takes it, as it takes the model a Claude
+    Code or Codex transcript names on its messages (it asked for --model before)."""
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(body))
+    store = tmp_path / "store"
+    done = cli(store, "import", str(path), "--format", fmt, "--json")
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout.splitlines()[-1])["sessions"][0]
+    for target in ("anthropic", "openai-chat"):
+        done = cli(store, "pack", session, "--format", target)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["model"] == body["model"]

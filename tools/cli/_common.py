@@ -392,7 +392,8 @@ def _session_model(log: turnlog.Log, session: str) -> str:
     """The session's most recent model ("" if none): the model named by the latest of its
     recorded requests, responses and assistant messages (an imported transcript names the
     model on each assistant message), through the sessions it forked from."""
-    for event in reversed(log.lineage(session)):
+    lineage = log.lineage(session)
+    for event in reversed(lineage):
         body = event.body
         if isinstance(
             body,
@@ -403,6 +404,13 @@ def _session_model(log: turnlog.Log, session: str) -> str:
             ),
         ) and _model_name(body.model):
             return body.model
+    # An OpenAI request or response body imported as a transcript names its model once,
+    # at the top (kept in the first event's meta, under "doc"), not on each message.
+    for event in lineage:
+        doc = event.meta.get("doc")
+        model = doc.get("model") if isinstance(doc, dict) else None
+        if isinstance(model, str) and _model_name(model):
+            return model
     return ""
 
 
