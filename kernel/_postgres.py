@@ -18,7 +18,9 @@ LMDB, whatever the database's locale.
 A read is one ``REPEATABLE READ READ ONLY`` transaction on a pooled
 connection: a snapshot that never sees half a batch and never blocks a writer.
 `PostgresStore.read_ahead` sends such a transaction whole, ``BEGIN`` to
-``ROLLBACK``, as one pipeline (a replay's reads: one round trip).
+``COMMIT``, as one pipeline (a replay's reads: one round trip). A read ends
+with ``COMMIT`` (it wrote nothing): after a ``ROLLBACK`` psycopg forgets the
+statements it prepared on the connection.
 A write is one ``READ COMMITTED`` transaction. It reads the session head with
 ``SELECT ... FOR UPDATE``, so writers of one session queue on that row lock
 (and then see the head the previous writer left) while writers of other
@@ -167,6 +169,11 @@ _SECRET_KEYS = ("password", "sslpassword")
 # (in the same round trip).
 _BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1"
 _BEGIN_READ = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+# A read ends with COMMIT, not ROLLBACK: the same for a read-only transaction (it
+# wrote nothing, it writes no WAL), but psycopg forgets every statement it prepared
+# on a connection when it sees a ROLLBACK succeed (and deallocates them on the
+# server), so the next read would parse and plan each statement again.
+_END_READ = b"COMMIT"
 
 # The notifications after a write, one for each session written, in a transaction
 # of its own that does not wait for the disk (see the module docstring): the
@@ -1319,13 +1326,13 @@ class PostgresStore(Store):
                 yield _PostgresRead(self, conn)
             finally:
                 if not conn.closed:
-                    conn.execute("ROLLBACK")
+                    conn.execute("COMMIT")  # (see _END_READ)
 
     @contextmanager
     def read_ahead(self, session: str, seq: int, start: int) -> Iterator[ReadTxn]:
         """One round trip (see `Store.read_ahead`): ``BEGIN ... REPEATABLE READ READ
         ONLY``, the head, the event ``seq``, the first page of the events from ``start``
-        up to ``seq`` and ``ROLLBACK`` go as one pipeline, so they are read in one
+        up to ``seq`` and ``COMMIT`` go as one pipeline, so they are read in one
         snapshot, taken when this is entered."""
         if not 0 <= start <= seq < 2**63:
             with self.read() as txn:
@@ -1348,7 +1355,7 @@ class PostgresStore(Store):
                         heads = conn.execute(q["head"], (session,), prepare=True)
                         found = conn.execute(q["get"], (session, seq), prepare=True)
                         page = conn.execute(q["scan"], (session, start, seq, _PAGE), prepare=True)
-                        conn.execute(b"ROLLBACK", prepare=False)
+                        conn.execute(_END_READ, prepare=False)
                     head = heads.fetchone()
                     record = found.fetchone()
                     rows = page.fetchall()

@@ -1711,7 +1711,44 @@ def test_a_replay_reads_its_request_head_and_missing_events_in_one_round_trip(
     forked = replayer.record("f", policy=policy, model="m", time=9).request_seq
     seen.clear()
     assert turnlog.Replayer(fresh.packer).replay("f", forked).ok
-    assert seen[0] == "pipeline" and seen[-1] == "ROLLBACK", seen
+    assert seen[0] == "pipeline" and seen[-1] == "COMMIT", seen
+
+
+def test_replays_and_reads_keep_the_statements_prepared_on_their_connection(
+    logs: LogFactory,
+) -> None:
+    """A read ends with COMMIT: after a ROLLBACK psycopg forgets every statement it
+    prepared on the connection (and deallocates them on the server), so each replay
+    parsed and planned its statements again, under new names."""
+    first = logs.open()
+    url = pgserver.shared().url(schema=first.store.schema, pool_size="1")  # type: ignore[attr-defined]
+    log = turnlog.open(url)
+    try:
+        replayer = turnlog.Replayer(turnlog.Packer(log))
+        policy = turnlog.Policy(context_window=4_000, output_reserve=500)
+        requests = []
+        for turn in range(4):
+            log.append("s", UserMessageAdded(text=f"question {turn}"))
+            requests.append(replayer.record("s", policy=policy, model="m", time=turn).request_seq)
+        store = cast(PostgresStore, log.store)
+
+        def prepared() -> set[str]:
+            with store._pool.connection() as conn:
+                rows = conn.execute("SELECT name FROM pg_prepared_statements").fetchall()
+            return {str(row[0]) for row in rows}
+
+        for seq in requests:
+            assert turnlog.Replayer(turnlog.Packer(log)).replay("s", seq).ok
+            log.head("s")  # an ordinary read
+        before = prepared()
+        assert len(before) >= 3
+        for _ in range(3):
+            for seq in requests:
+                assert turnlog.Replayer(turnlog.Packer(log)).replay("s", seq).ok
+                log.head("s")
+        assert prepared() == before
+    finally:
+        log.close()
 
 
 def test_a_failed_read_ahead_leaves_its_connection_usable_with_its_prepared_statements(
