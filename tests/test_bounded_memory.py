@@ -178,6 +178,7 @@ def test_projections_add_no_objects_for_the_garbage_collector_to_walk() -> None:
     tracked: list[object] = [o for o in (*view.items, *view.units) if gc.is_tracked(o)]
     tracked += [u.items for u in view.units if gc.is_tracked(u.items)]
     assert tracked == []
-    # What the projection keeps that the collector walks: a few dozen objects (its
-    # indexes and caches, 54 today), not several per event.
-    assert len(gc.get_objects()) - before < 100
+    # What the projection keeps that the collector walks: about a hundred objects (its
+    # indexes and caches, the rules 3 replay memo and the rewrites' basis, whose lists
+    # grow in length, not in number: 108 today), not several per event (800 items).
+    assert len(gc.get_objects()) - before < 150

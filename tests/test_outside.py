@@ -415,26 +415,3 @@ def test_pack_format_takes_the_model_an_imported_request_body_names(
         done = cli(store, "pack", session, "--format", target)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["model"] == body["model"]
-
-
-def test_log_says_what_was_erased_in_words(tmp_path: Path) -> None:
-    """`turnlog log` sums up an erased event and an erasure event as it sums up the
-    others (they were printed as their raw JSON fields)."""
-    if not CORPUS.is_dir():
-        pytest.skip("shared corpus not present")
-    store = tmp_path / "store"
-    done = cli(store, "import", str(CORPUS / SAMPLES["swe_agent"]), "--json")
-    session = json.loads(done.stdout.splitlines()[-1])["sessions"][0]
-    kinds = [
-        json.loads(line)["kind"]
-        for line in cli(store, "log", session, "--json").stdout.splitlines()
-    ]
-    seq = kinds.index("user")
-    done = cli(store, "erase", session, str(seq), "--reason", "data-subject request 7")
-    assert done.returncode == 0, done.stderr
-    erasure = len(kinds)
-    lines = cli(store, "log", session).stdout.splitlines()
-    assert lines[seq].split(None, 2)[2] == f"erased         user erased by #{erasure}"
-    assert lines[erasure].split(None, 2)[2] == (
-        f"erasure        1 event(s) erased ({seq}): data-subject request 7"
-    )

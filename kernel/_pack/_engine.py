@@ -175,7 +175,7 @@ def _incremental(
         ledger.marker,
     )
     outcome.trim_cache()
-    reports.append(breakpoints_report(prompt, policy.rules, view))
+    reports.append(breakpoints_report(prompt, policy.rules))
     explanation = None
     if explain:
         outcome.freeze()
@@ -242,7 +242,7 @@ def _reference(
         state.protection.turn_unit,
         state.marker,
     )
-    state.reports.append(breakpoints_report(prompt, policy.rules, view))
+    state.reports.append(breakpoints_report(prompt, policy.rules))
     explanation = None
     if explain:
         value = decisions(

@@ -196,10 +196,16 @@ class Basis:
         tail = assistants[j - steps] if j - first > steps else opening + 1
         return Point(bisect_left(self.by_units, end), boundary, shield, max(tail, 0))
 
+    def clear(self) -> None:
+        """Forget the rewrites computed so far (a pack's own; the basis outlives it)."""
+        self._cache.clear()
+
     def rewrites(self, point: Point) -> Rewrites:
         """The rewrites of a break at ``point`` (shared by the requests that see it)."""
         found = self._cache.get(point)
         if found is None:
+            if len(self._cache) >= 4:  # a few points at a time (the basis is kept)
+                self._cache.clear()
             found = self._cache[point] = Rewrites(self, point)
         return found
 

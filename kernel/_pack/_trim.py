@@ -230,18 +230,24 @@ class Trim:
             else:
                 saved.basis.extend(view, ledger.sizes, ledger.left_out)
             marks.basis = saved.basis
-        state = saved.breaks[-1] if saved.breaks else _START
+        state = saved.last()
         for j in range(saved.done, len(assistants)):
             after = marks.step(state, j, assistants[j])
             if after is not state:
-                saved.breaks.append(after)
+                saved.add(after)
                 state = after
         saved.done = len(assistants)
         if memo is not None:
             memo.key, memo.state, memo.edited = key, saved, None
         state = marks.step(state, len(assistants), len(view.units))
-        if not state.breaks and state.deferred is None:
+        deferred = None
+        if state.request != len(assistants):  # no break now: is a rewrite waiting?
+            deferred = marks.weigh(state, len(view.units))
+        if not state.breaks and deferred is None:
             return Cut()
+        rewrites = marks.rewrites(state.rewrites)
+        if marks.basis is not None:
+            marks.basis.clear()
         return Cut(
             tuple(saved.bounds[: state.k]),
             state.size,
@@ -250,10 +256,10 @@ class Trim:
             state.request == len(assistants),
             state.anchor,
             state.cut_break,
-            marks.rewrites(state.rewrites),
+            rewrites,
             state.chosen,
             state.forced,
-            state.deferred,
+            deferred,
         )
 
     def _rules3(self, ledger: Ledger, before: int, high: int) -> StageReport:
@@ -406,7 +412,7 @@ class Cut(NamedTuple):
     again (None: the latest break was forced); ``forced``, for a forced break
     whose rewrites alone bring the request to the low watermark (the cut stays),
     the kept history before and after them; ``deferred``, the same for rewrites
-    pending since the latest break that the cost model declined to break for."""
+    pending at this request that the cost model declined to break for."""
 
     ends: tuple[int, ...] = ()
     size: int = 0
@@ -429,9 +435,8 @@ class Step(NamedTuple):
     request (its number: the assistant messages before it); ``cut_break``, the break
     that set the cut; ``rewrites``, the `Point` of the latest break's rewrites (None:
     none yet); ``chosen`` and ``forced``, for a break the cost model chose or one whose
-    rewrites alone met the low watermark, its numbers (see `Cut`); ``declined``, the
-    latest point whose rewrites the cost model declined since the latest break, and
-    ``deferred`` its numbers; ``at``, the request that made this state."""
+    rewrites alone met the low watermark, its numbers (see `Cut`). A request the
+    cost model declines to break at leaves the state as it was."""
 
     k: int = 0
     anchor: int = -1
@@ -443,9 +448,6 @@ class Step(NamedTuple):
     rewrites: Point | None = None
     chosen: tuple[int, int] | None = None
     forced: tuple[int, int] | None = None
-    declined: Point | None = None
-    deferred: tuple[int, int] | None = None
-    at: int = -1
 
 
 _START = Step()
@@ -541,7 +543,7 @@ class Watermarks:
         point = self.basis.point(end) if self.basis is not None else None
         if kept > self.high:
             return self._forced(state, j, end, opening, limit, kept, point)
-        if point is None or point in (state.declined, state.rewrites):
+        if point is None or point == state.rewrites:
             return state
         return self._chosen(state, j, end, point)
 
@@ -577,16 +579,29 @@ class Watermarks:
                 rewrites=point,
                 chosen=None,
                 forced=(kept, after),
-                declined=None,
-                deferred=None,
-                at=j,
             )
         after = self.estimate(end, opening, opening, lo, point)
-        return Step(lo, opening, kept, after, breaks, j, breaks, point, at=j)
+        return Step(lo, opening, kept, after, breaks, j, breaks, point)
 
     def _chosen(self, state: Step, j: int, end: int, point: Point) -> Step:
         """A request under the high watermark with new pending rewrites: a break of
-        their own when the cost model says they are worth it, else declined."""
+        their own when the cost model says they are worth it, else ``state``."""
+        found = self.pending(state, end, point)
+        if found is None or value(self.policy, *found) <= 0:
+            return state
+        return state._replace(
+            breaks=state.breaks + 1,
+            request=j,
+            rewrites=point,
+            chosen=found,
+            forced=None,
+        )
+
+    def pending(self, state: Step, end: int, point: Point) -> tuple[int, int] | None:
+        """The rewrites pending at the request ending at ``end`` beyond those of the
+        latest break: ``(saved, written)``, the tokens they would save on each request
+        and those from the first rewritten result on that a break would write to the
+        cache again (None: nothing pending)."""
         basis = self.basis
         assert basis is not None
         pending = basis.rewrites(point)
@@ -595,29 +610,27 @@ class Watermarks:
         saved = pending.saving(cut) - (current.saving(cut) if current is not None else 0)
         changed = pending.first_change(current, cut) if saved > 0 else -1
         if changed < 0:
-            return state
+            return None
         size = self.size
-        written = size(end) - size(changed) - pending.saving(changed)
-        if value(self.policy, saved, written) > 0:
-            return state._replace(
-                breaks=state.breaks + 1,
-                request=j,
-                rewrites=point,
-                chosen=(saved, written),
-                forced=None,
-                declined=None,
-                deferred=None,
-                at=j,
-            )
-        return state._replace(declined=point, deferred=(saved, written), at=j)
+        return saved, size(end) - size(changed) - pending.saving(changed)
+
+    def weigh(self, state: Step, end: int) -> tuple[int, int] | None:
+        """The rewrites pending at the request ending at ``end`` that the cost model
+        declines (see `pending`), None when none are."""
+        if self.basis is None:
+            return None
+        point = self.basis.point(end)
+        if point == state.rewrites:
+            return None
+        found = self.pending(state, end, point)
+        return found if found is not None and value(self.policy, *found) <= 0 else None
 
 
 class _Saved:
     """A replay's state kept in a `ReplayMemo`: the boundaries seen so far, the number
     of requests before the last one replayed (``done``) and the state after each break
-    among them (the state after request ``done - 1`` is the last one), with each
-    state the cost model's declines made; and the rewrites' `Basis`, extended as the
-    log grows."""
+    among them (the state after request ``done - 1`` is the last one); and the
+    rewrites' `Basis`, extended as the log grows."""
 
     __slots__ = ("assistants", "basis", "bounds", "breaks", "done", "turns")
 
@@ -626,7 +639,9 @@ class _Saved:
         self.bounds: list[int] = []
         self.turns = self.assistants = 0  # turn and step starts taken into ``bounds``
         self.done = 0
-        self.breaks: list[Step] = []
+        # the states as flat tuples of ints (`_flat`): the collector stops walking
+        # them, however many breaks a long session has
+        self.breaks: list[tuple[int, ...]] = []
 
     def catch_up(self, turns: Sequence[int], assistants: Sequence[int]) -> None:
         """Take the new turn and step starts into ``bounds`` (they follow every older
@@ -639,5 +654,30 @@ class _Saved:
         """Keep the states of the first ``done`` requests only."""
         if done < self.done:
             self.done = done
-            while self.breaks and self.breaks[-1].at >= done:
+            while self.breaks and self.last().request >= done:
                 self.breaks.pop()
+
+    def add(self, state: Step) -> None:
+        """Keep the state after a break."""
+        self.breaks.append(_flat(state))
+
+    def last(self) -> Step:
+        """The state after the latest break kept (the start when none is)."""
+        return _unflat(self.breaks[-1]) if self.breaks else _START
+
+
+def _flat(state: Step) -> tuple[int, ...]:
+    """A `Step` as a flat tuple of ints (what a memo keeps: the collector untracks it)."""
+    out = list(state[:7])
+    for part, width in ((state.rewrites, 4), (state.chosen, 2), (state.forced, 2)):
+        out += [0] * (width + 1) if part is None else [1, *part]
+    return tuple(out)
+
+
+def _unflat(flat: tuple[int, ...]) -> Step:
+    """The `Step` `_flat` made ``flat`` of."""
+    point = Point._make(flat[8:12]) if flat[7] else None
+    chosen = (flat[13], flat[14]) if flat[12] else None
+    forced = (flat[16], flat[17]) if flat[15] else None
+    k, anchor, size, after, breaks, request, cut_break = flat[:7]
+    return Step(k, anchor, size, after, breaks, request, cut_break, point, chosen, forced)
