@@ -41,6 +41,8 @@ from .._projection import Projection
 
 __all__: list[str] = []
 
+_CACHED_REWRITES = 64  # rewrites a basis kept between packs holds (the recent points)
+
 
 class ItemSizes(Protocol):
     """What the policy's index says of each item (``_index.PolicyIndex``)."""
@@ -123,6 +125,8 @@ class Basis:
         folded in (the memo is dropped when the summaries shown change)."""
         items = view.items
         self.turns, self.assistants = view.turn_starts, view.assistant_units
+        if len(self._cache) > _CACHED_REWRITES:
+            self._cache.clear()  # a memo's basis would grow with every request
         tokens, saving = sizes.tokens, sizes.saving
         self.saving = saving
         prune = self.policy.prune
