@@ -415,3 +415,54 @@ def test_pack_format_takes_the_model_an_imported_request_body_names(
         done = cli(store, "pack", session, "--format", target)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["model"] == body["model"]
+
+
+def test_log_says_what_was_erased_in_words(tmp_path: Path) -> None:
+    """`turnlog log` sums up an erased event and an erasure event as it sums up the
+    others (they were printed as their raw JSON fields)."""
+    if not CORPUS.is_dir():
+        pytest.skip("shared corpus not present")
+    store = tmp_path / "store"
+    done = cli(store, "import", str(CORPUS / SAMPLES["swe_agent"]), "--json")
+    session = json.loads(done.stdout.splitlines()[-1])["sessions"][0]
+    kinds = [
+        json.loads(line)["kind"]
+        for line in cli(store, "log", session, "--json").stdout.splitlines()
+    ]
+    seq = kinds.index("user")
+    done = cli(store, "erase", session, str(seq), "--reason", "data-subject request 7")
+    assert done.returncode == 0, done.stderr
+    erasure = len(kinds)
+    lines = cli(store, "log", session).stdout.splitlines()
+    assert lines[seq].split(None, 2)[2] == f"erased         user erased by #{erasure}"
+    assert lines[erasure].split(None, 2)[2] == (
+        f"erasure        1 event(s) erased ({seq}): data-subject request 7"
+    )
+
+
+def test_copy_of_a_store_onto_itself_is_a_usage_error(imported: tuple[Path, str]) -> None:
+    """`copy SRC DST` with DST the same directory as SRC (spelt the same or not) says so,
+    exit 2, where LMDB's "environment is already open in this process" came out."""
+    store, _ = imported
+    for target in (str(store), f"{store}/", str(store / ".." / store.name)):
+        done = subprocess.run(
+            [_script(), "copy", str(store), target],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "SRC and DST are the same store" in done.stderr
+
+
+@pytest.mark.parametrize("turns", ["0", "101"])
+def test_demo_turns_out_of_range_is_a_usage_error_and_creates_nothing(
+    tmp_path: Path, turns: str
+) -> None:
+    """`demo --turns` outside 1 to 100 is a usage error naming the range (101 was a
+    turnlog error, exit 3, worded for Python), and no store is left behind."""
+    store = tmp_path / "store"
+    done = cli(store, "demo", "--turns", turns)
+    assert done.returncode == 2 and "--turns must be 1 to 100" in done.stderr, done.stderr
+    assert not store.exists()

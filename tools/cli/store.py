@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -21,6 +23,7 @@ from ._common import (
     EXIT_FAILED,
     EXIT_OK,
     _emit,
+    _is_url,
     _nonneg,
     _open,
     _open_store,
@@ -379,6 +382,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     ),
 )
 def _cmd_copy(args: argparse.Namespace) -> int:
+    if not _is_url(args.source) and not _is_url(args.target):
+        with contextlib.suppress(OSError):
+            if Path(args.source).resolve() == Path(args.target).resolve():
+                raise _UsageError(
+                    f"SRC and DST are the same store ({args.source!r}): copy writes one "
+                    "store into another; name a new or other directory (or URL) as DST"
+                )
     with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
         copied = turnlog.log.copy_log(source, target, sessions=args.session)
         if args.session:  # the copied sessions (each with its lineage), not the whole target

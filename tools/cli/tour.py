@@ -63,8 +63,11 @@ VERBS = Verbs()
     ),
 )
 def _cmd_demo(args: argparse.Namespace) -> int:
-    if args.turns < 1:
-        raise _UsageError(f"--turns must be >= 1, found {args.turns}")
+    if not 1 <= args.turns <= demo.MAX_TURNS:
+        raise _UsageError(
+            f"--turns must be 1 to {demo.MAX_TURNS} (the demo session has "
+            f"{demo.MAX_TURNS} turns), found {args.turns}"
+        )
     overflow_turn = args.overflow_turn if args.overflow_turn is not None else demo.OVERFLOW_TURN
     rows: list[list[object]] = []
     present: list[int] = []
