@@ -19,6 +19,8 @@ from turnlog.events import (
     CompactionCommitted,
     CompactionFailed,
     CompactionPartSummarized,
+    ContentErased,
+    EventErased,
     EventsPinned,
     MemoryChanged,
     NativePart,
@@ -195,6 +197,12 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         size = sum(ref.size for ref in body.blobs)
         blobs = f", {len(body.blobs)} blobs {size} B" if body.blobs else ""
         return head(f"{body.source}{blobs} {body.data}", width)
+    if isinstance(body, EventErased):
+        return f"{body.kind} erased by #{body.by}"
+    if isinstance(body, ContentErased):
+        seqs = ", ".join(map(str, body.seqs[:8])) + (", …" if len(body.seqs) > 8 else "")
+        blobs = f" and {len(body.blobs)} blob(s)" if body.blobs else ""
+        return head(f"{len(body.seqs)} event(s) erased ({seqs}){blobs}: {body.reason}", width)
     raw = json.loads(event_to_json(event))["body"]
     raw.pop("type", None)
     return head(json.dumps(raw, ensure_ascii=False), width)
