@@ -5,9 +5,11 @@ Every corpus transcript's main session is grown event by event and packed before
 assistant message (`tests.bench.prefix_changes`), at several windows; the leading part
 of each request is compared with the previous request in the neutral prompt and in the
 request body of every provider format (`render_body`). Every change must be reported:
-a stage report that opens with ``prefix break`` (trimming, the summaries), or, for a
-format that derives tool definitions from the calls, the breakpoints report naming the
-tools first called. Each case the corpus raised has its own small test below too.
+a stage report that opens with ``prefix break`` (trimming, the summaries), the
+breakpoints report saying what the log changed since the previous request (a system
+section, the tools, pins...), or, for a format that derives tool definitions from the
+calls, the breakpoints report naming the tools first called. Each case the corpus
+raised has its own small test below too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from turnlog.events import (
     TextPart,
     ToolCall,
     ToolResultAdded,
+    ToolsSet,
     UserMessageAdded,
 )
 from turnlog.testing import Compact, SessionItem, build, memory_log, project
@@ -190,4 +193,35 @@ def test_a_tool_first_called_in_a_session_without_definitions_is_reported() -> N
     ]
     assert [prefix_changes.DERIVED_TOOLS_BREAK in s for s in said] == [False, True, True]
     assert "Read first called" in said[2]
+    assert _grown(items, 8_000) == []
+
+
+def test_what_the_log_changes_since_the_previous_request_is_reported() -> None:
+    # The application sets a system section, the tools and a pin between two requests:
+    # the prompt changes ahead of what the request appends, and the breakpoints report
+    # says why.
+    from turnlog.events import EventsPinned, ToolSpec
+
+    items: list[SessionItem] = [
+        SystemSectionSet(name="base", text="You are careful."),
+        UserMessageAdded(text="task"),
+        _call(0, 0),
+        _result(0, 0, 0, 10),
+        SystemSectionSet(name="base", text="You are careful and brief."),
+        ToolsSet(tools=(ToolSpec(name="Bash"),)),
+        EventsPinned(seqs=(1,)),
+        AssistantMessageAdded(parts=(TextPart(text="done"),)),
+    ]
+    log = memory_log()
+    session = build(log, "s", items)
+    events = list(log.lineage(session))
+    said = [
+        next(s.detail for s in packed.stages if s.name == "breakpoints")
+        for _, _, packed in prefix_changes.requests(events, Policy(context_window=8_000))
+    ]
+    assert len(said) == 2 and prefix_changes.INPUT_BREAK not in said[0]
+    assert (
+        f"{prefix_changes.INPUT_BREAK}: system section 'base' set, tools set, pins changed "
+        "since the previous request"
+    ) in said[1]
     assert _grown(items, 8_000) == []

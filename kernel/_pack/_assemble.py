@@ -21,12 +21,19 @@ import msgspec
 from .._errors import PackError
 from .._events import (
     AssistantMessageAdded,
+    ContentErased,
+    EventErased,
+    EventsPinned,
     NotificationAdded,
     Part,
+    PolicySet,
     RecallAdded,
+    SessionRewound,
+    SystemSectionSet,
     TextPart,
     ToolCall,
     ToolResultAdded,
+    ToolsSet,
     UserMessageAdded,
 )
 from .._policy import Policy
@@ -270,13 +277,19 @@ def _breakpoints(
     return tuple(sorted(chosen, key=lambda b: (order[b.at], b.index)))
 
 
-def breakpoints_report(prompt: Prompt, rules: int = 0) -> StageReport:
-    """The breakpoints stage's report. Under rules 3 it also names the tools first
-    called since the previous request in a prompt that defines none (see
+def breakpoints_report(
+    prompt: Prompt, rules: int = 0, view: Projection | None = None
+) -> StageReport:
+    """The breakpoints stage's report. Under rules 3 it also says what the log changed
+    since the previous request that earlier requests held (see `changed_since`), and
+    names the tools first called since then in a prompt that defines none (see
     `first_called`)."""
     detail = ", ".join(
         f"{b.at}{'' if b.index < 0 else b.index} ({b.reason})" for b in prompt.breakpoints
     )
+    changes = changed_since(view) if rules >= 3 and view is not None else ()
+    if changes:
+        detail += f"; {INPUT_BREAK}: {', '.join(changes)} since the previous request"
     names = first_called(prompt) if rules >= 3 else ()
     if names:
         detail += (
@@ -284,6 +297,42 @@ def breakpoints_report(prompt: Prompt, rules: int = 0) -> StageReport:
             "previous request, and the prompt defines no tools"
         )
     return StageReport(name="breakpoints", fired=bool(prompt.breakpoints), detail=detail)
+
+
+#: What the breakpoints report says when the log changed, since the previous request,
+#: something that earlier requests held.
+INPUT_BREAK = "prefix break by the log"
+
+
+def changed_since(view: Projection) -> tuple[str, ...]:
+    """What the events since the previous request (from the latest assistant message
+    on) changed that an earlier request held: a system section set or removed, the
+    tools set, events pinned or unpinned, a rewind, a policy set, content erased. The
+    application made these changes, not the packer; each one can change the prompt
+    ahead of what this request appends."""
+    events = view.events
+    found: list[str] = []
+    # back to the latest assistant message, rewound or not (the previous request was
+    # made before it); none: this is the first request
+    for pos in range(len(events) - 1, -1, -1):
+        body = events[pos].body
+        if isinstance(body, AssistantMessageAdded):
+            return tuple(dict.fromkeys(reversed(found)))
+        if isinstance(body, SystemSectionSet):
+            found.append(f"system section {body.name!r} {'set' if body.text else 'removed'}")
+        elif type(body) in _INPUTS:
+            found.append(_INPUTS[type(body)])
+    return ()
+
+
+_INPUTS: dict[type, str] = {
+    ToolsSet: "tools set",
+    EventsPinned: "pins changed",
+    SessionRewound: "events rewound",
+    PolicySet: "policy set",
+    ContentErased: "content erased",
+    EventErased: "an event erased",
+}
 
 
 #: What the breakpoints report says when the tool definitions a provider derives from

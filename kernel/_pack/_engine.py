@@ -175,7 +175,7 @@ def _incremental(
         ledger.marker,
     )
     outcome.trim_cache()
-    reports.append(breakpoints_report(prompt, policy.rules))
+    reports.append(breakpoints_report(prompt, policy.rules, view))
     explanation = None
     if explain:
         outcome.freeze()
@@ -242,7 +242,7 @@ def _reference(
         state.protection.turn_unit,
         state.marker,
     )
-    state.reports.append(breakpoints_report(prompt, policy.rules))
+    state.reports.append(breakpoints_report(prompt, policy.rules, view))
     explanation = None
     if explain:
         value = decisions(

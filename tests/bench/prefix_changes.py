@@ -10,8 +10,11 @@ prompt, the tools, the system sections one by one, then the messages (the
 previous request's messages must lead the current one's); in a provider format,
 the rendered request body's fields other than its message list must be equal and
 the previous body's messages must lead the current one's (cache breakpoints
-included: a breakpoint's place is part of the bytes). Such a change is *reported*
-when a stage report of the current pack begins with ``prefix break``.
+left out: a marker says where the cache is written, not what it matches; Anthropic's
+consecutive turns of one role read as one stream). Such a change is *reported* when
+a stage report of the current pack begins with ``prefix break``, or the breakpoints
+report says what the log changed since the previous request (or, in a format that
+derives tool definitions from the calls, the tools first called).
 
 Each unreported change is listed (``--all``: every change) as one JSON line: the
 session, the request (its number and the lineage position it stands before), the
@@ -29,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from turnlog import Policy, pack
-from turnlog._pack._assemble import DERIVED_TOOLS_BREAK
+from turnlog._pack._assemble import DERIVED_TOOLS_BREAK, INPUT_BREAK
 from turnlog._pack._index import PackIndex
 from turnlog._pack._model import Packed
 from turnlog._projection import Projection
@@ -37,6 +40,7 @@ from turnlog._prompt import Message, Prompt
 from turnlog._tokens import TiktokenCounter
 from turnlog.adapters.providers import render_body
 from turnlog.adapters.providers._registry import provider
+from turnlog.errors import BudgetExceededError
 from turnlog.events import AssistantMessageAdded, Event
 
 from .cache_share import CORPUS, WINDOWS, lineages
@@ -49,13 +53,19 @@ MESSAGE_FIELD = {"openai-chat": "messages", "openai-responses": "input", "anthro
 
 def requests(events: list[Event], policy: Policy) -> Iterator[tuple[int, int, Packed]]:
     """``(request number, lineage position it stands before, pack)`` of a session
-    grown event by event, packed before every assistant message."""
+    grown event by event, packed before every assistant message (a pack refused below
+    the floor is left out)."""
     view = Projection(TiktokenCounter(policy.resolved().tokenizer))
     index = PackIndex()
     n = 0
     for pos, event in enumerate(events):
         if isinstance(event.body, AssistantMessageAdded) and view.units:
-            yield n, pos, pack(view, policy, index=index)
+            try:
+                packed = pack(view, policy, index=index)
+            except BudgetExceededError:  # below the floor: no request made
+                packed = None
+            if packed is not None:
+                yield n, pos, packed
             n += 1
         view.apply(event)
 
@@ -139,14 +149,17 @@ def render_body_of(packed: Packed, format: str) -> dict[str, Any]:  # noqa: A002
 
 
 def reported(packed: Packed, format: str = "neutral") -> bool:  # noqa: A002
-    """Whether the pack reports a prefix break (in a format that derives tool definitions
-    from the calls, also where the breakpoints report says they change)."""
+    """Whether the pack reports a prefix break: a stage report opening with ``prefix
+    break``, or the breakpoints report saying that the log changed what earlier requests
+    held (or, in a format that derives tool definitions from the calls, that they
+    change)."""
     if any(s.detail.startswith("prefix break") for s in packed.stages):
         return True
+    said = next((s.detail for s in packed.stages if s.name == "breakpoints"), "")
+    if INPUT_BREAK in said:  # the log changed what earlier requests held
+        return True
     derives = format != "neutral" and provider(format).tools_required
-    return derives and any(
-        s.name == "breakpoints" and DERIVED_TOOLS_BREAK in s.detail for s in packed.stages
-    )
+    return derives and DERIVED_TOOLS_BREAK in said
 
 
 def changes(
