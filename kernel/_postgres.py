@@ -71,9 +71,9 @@ After the commit, a ``NOTIFY`` on the schema's channel names each session
 written, which wakes followers (`PostgresStore.wait`). A
 committing ``NOTIFY`` holds a database-wide lock until its commit record is
 on disk, so it is sent in a transaction of its own, after the append's, with
-``synchronous_commit`` off (one statement sets it for that transaction and
-notifies; the transaction writes a commit record of 34 bytes that nobody waits
-to flush): inside the append's transaction, or waiting for
+``synchronous_commit`` off (the append's ``COMMIT AND CHAIN`` begins it, one
+statement sets the setting for it and notifies; it writes a commit record of 34
+bytes that nobody waits to flush): inside the append's transaction, or waiting for
 its own flush, it would serialize every writer behind one fsync at a time. A
 failure of that second transaction (the lock past ``lock_timeout``, a full
 notification queue, the connection lost after the append's COMMIT) never fails
@@ -771,13 +771,14 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             self._flushed = len(sent) - 1
             self.committing = True
             self._commit_at = len(sent)
-            sent.append(conn.execute(b"COMMIT", prepare=False))
-            # After the COMMIT, in a transaction of their own that does not wait for
-            # the disk (module docstring).
-            if channel is not None and self._new_heads:
-                conn.execute(b"BEGIN", prepare=False)
-                conn.execute(_NOTIFY, (channel, list(self._new_heads)), prepare=True)
-                conn.execute(b"COMMIT", prepare=False)
+            if channel is None or not self._new_heads:
+                sent.append(conn.execute(b"COMMIT", prepare=False))
+                return
+            # After the COMMIT, in a transaction of their own (AND CHAIN begins it)
+            # that does not wait for the disk (module docstring).
+            sent.append(conn.execute(b"COMMIT AND CHAIN", prepare=False))
+            conn.execute(_NOTIFY, (channel, list(self._new_heads)), prepare=True)
+            conn.execute(b"COMMIT", prepare=False)
 
     def _one_append(self) -> tuple[str, tuple[object, ...]] | None:
         """The one statement of an append of one session to the head assumed (events

@@ -611,22 +611,22 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
     the part that checks it (its row lock is the update's own: the row's new version
     carries no lock), the event and the key are inserted by the others (the key
     assumed new is checked by idem's primary key); the notification is one
-    statement of a transaction of its own."""
+    statement of a transaction of its own, begun by the append's COMMIT AND CHAIN."""
     log = logs.open()
     store = cast(PostgresStore, log.store)
     trips = statements_of(store, monkeypatch)
     log.append("s", keyed(0, 1))
     assert trips == [
         ["BEGIN", "head_lock"],  # a session it has not written: its head is read
-        ["put_events", "put_idem", "insert_head", "COMMIT", "BEGIN", "notify", "COMMIT"],
+        ["put_events", "put_idem", "insert_head", "COMMIT AND CHAIN", "notify", "COMMIT"],
     ]
     for n in range(1, 4):
         trips.clear()
         assert log.append("s", keyed(n, 1)).first_seq == n
-        assert trips == [["BEGIN", "append_keyed", "COMMIT", "BEGIN", "notify", "COMMIT"]]
+        assert trips == [["BEGIN", "append_keyed", "COMMIT AND CHAIN", "notify", "COMMIT"]]
     trips.clear()
     assert log.append("s", UserMessageAdded(text="no key")).first_seq == 4
-    assert trips == [["BEGIN", "append", "COMMIT", "BEGIN", "notify", "COMMIT"]]
+    assert trips == [["BEGIN", "append", "COMMIT AND CHAIN", "notify", "COMMIT"]]
     with admin(pgserver.shared()) as conn:
         row = conn.execute(
             sql.SQL("SELECT xmax::text, seq FROM {}.heads WHERE session = 's'").format(
