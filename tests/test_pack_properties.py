@@ -507,7 +507,9 @@ def test_a_larger_window_never_reduces_what_a_smaller_one_kept(
     )
     reduced = {"trimmed", "pruned", "deduplicated", "summarized"}
     for a, b in zip(small.decisions, large.decisions, strict=True):
-        if a.decision == "verbatim":
+        # rules 3: a rewrite the cost model chose saves cache reads, not room; it does
+        # not depend on the window
+        if a.decision == "verbatim" and "chosen by the cost model" not in b.detail:
             assert b.decision not in reduced, (
                 f"position {a.pos} ({a.kind}) is verbatim at window {policy.context_window} but "
                 f"{b.decision} ({b.rule}: {b.detail}) at window {larger.context_window}"
