@@ -95,8 +95,9 @@ through an application's logging configuration.
 
 The backend relies on: transactions with ``READ COMMITTED`` and ``REPEATABLE
 READ``, ``SELECT ... FOR UPDATE``, primary keys, ``INSERT ... ON CONFLICT``,
-``unnest`` of arrays, ``bytea`` and the "C" collation; ``LISTEN``/``NOTIFY``
-only for waking followers (without them followers poll).
+``unnest`` of arrays, ``UPDATE`` and ``INSERT`` in ``WITH`` parts, ``bytea`` and
+the "C" collation; ``LISTEN``/``NOTIFY`` and ``COMMIT AND CHAIN`` only for waking
+followers (without them followers poll).
 """
 
 from __future__ import annotations
@@ -1096,7 +1097,18 @@ class PostgresStore(Store):
                 # committing NOTIFY takes (which lock_timeout could fail) is not asked for.
                 with conn.transaction(force_rollback=True):
                     conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
-            except (pg_errors.FeatureNotSupported, pg_errors.UndefinedFunction):
+                # An append's COMMIT AND CHAIN begins the notification's transaction
+                # (PostgreSQL 12 and later): tried on an empty one.
+                conn.execute("BEGIN")
+                try:
+                    conn.execute("COMMIT AND CHAIN")
+                finally:
+                    conn.execute("ROLLBACK")
+            except (
+                pg_errors.FeatureNotSupported,
+                pg_errors.UndefinedFunction,
+                pg_errors.SyntaxError,
+            ):
                 self.notify = False  # a database without NOTIFY: followers poll
         found = str(row[0]) if row is not None else SCHEMA
         if found != SCHEMA:
