@@ -37,6 +37,7 @@ from ._chain import (
     GENESIS,
     Checkpoint,
     chain_records,
+    link,
     record_canonical,
     record_event,
     record_hash,
@@ -1230,7 +1231,13 @@ class Log:
             # retry stamped later (a clock) is the same write. The stored event, its
             # time and its hash stay as they are.
             ours, stored = with_seq(data, offset, seq), record_canonical(record)
-            if ours != stored and not _same_but_time(ours, stored):
+            # An erased event keeps the original's hash: a retry of the original (a
+            # transcript imported again) is the same write, and its content stays erased.
+            if (
+                ours != stored
+                and not _same_but_time(ours, stored)
+                and link(bytes(record[:32]), ours) != record_hash(record)
+            ):
                 raise IdempotencyError(
                     f"idempotency key {key!r} was used at {session}#{seq} for different "
                     "content; use a new key for a new event. Nothing was written"

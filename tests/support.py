@@ -59,6 +59,12 @@ __all__ = [
 #: server binaries are missing.
 BACKENDS = ("lmdb", "memory", "postgres")
 
+#: The golden stores under tests/golden (one per release, oldest first).
+GOLDEN_VERSIONS = sorted(
+    (p.name for p in (Path(__file__).parent / "golden").glob("v*") if (p / "store").is_dir()),
+    key=lambda name: tuple(int(part) for part in name[1:].split(".")),
+)
+
 _SCHEMAS = itertools.count()
 
 

@@ -11,6 +11,7 @@ import pytest
 import turnlog
 from turnlog import Draft, Log, Packer, Policy, Replayer
 from turnlog.errors import (
+    IdempotencyError,
     InvalidArgumentError,
     InvalidEventError,
     UnknownEventError,
@@ -27,7 +28,7 @@ from turnlog.events import (
     UserMessageAdded,
 )
 
-from tests.support import dump
+from tests.support import GOLDEN_VERSIONS, dump
 
 SESSION = "s"
 POLICY = Policy(context_window=200_000, output_reserve=500)
@@ -143,6 +144,24 @@ def test_erasing_twice_is_idempotent(log: Log) -> None:
     assert again.seq is None and again.already == (0,) and again.seqs == ()
     assert dump(log) == state
     assert first.seq == 8
+
+
+def test_a_retry_of_an_erased_event_is_a_duplicate_and_its_content_stays_erased(
+    log: Log,
+) -> None:
+    # A transcript imported again after an erasure: its keyed events retry as before.
+    draft = Draft(body=UserMessageAdded(text=f"my key is {SECRET}"), key="k0", time=5)
+    log.append(SESSION, draft)
+    log.append(SESSION, Draft(body=UserMessageAdded(text="next"), key="k1", time=6))
+    log.erase(SESSION, [0], reason="data-subject request")
+    state = dump(log)
+    again = log.append(SESSION, draft)
+    assert again.duplicate and again.first_seq == 0
+    assert dump(log) == state and SECRET.encode() not in raw_bytes(log)
+    other = Draft(body=UserMessageAdded(text="something else"), key="k0", time=5)
+    with pytest.raises(IdempotencyError, match="different content"):
+        log.append(SESSION, other)
+    assert dump(log) == state
 
 
 def test_unknown_session_or_seq_changes_nothing(log: Log) -> None:
@@ -275,7 +294,7 @@ def test_sigkill_during_erase_leaves_old_or_new_state_and_a_rerun_completes_it(
 GOLDEN = Path(__file__).parent / "golden"
 
 
-@pytest.mark.parametrize("version", ["v0.1.0", "v0.2.0"])
+@pytest.mark.parametrize("version", GOLDEN_VERSIONS)
 def test_a_store_of_an_earlier_release_erases_verifies_and_replays(
     tmp_path: Path, version: str
 ) -> None:
