@@ -58,7 +58,7 @@ __all__ = [
 
 #: Names the package exported in 0.2.0 (or added at the top level after it) and now
 #: exports from a submodule: the old path ``turnlog.NAME`` still resolves, with a
-#: `DeprecationWarning`, until the next release.
+#: `DeprecationWarning`, until 0.4.0.
 _MOVED = {
     "AppendConflictError": "errors",
     "Appended": "log",
@@ -181,7 +181,7 @@ _MOVED = {
 }
 
 #: Engine parts the package exported in 0.2.0 that leave the public API: the old
-#: path resolves, with a `DeprecationWarning`, until the next release.
+#: path resolves, with a `DeprecationWarning`, until 0.4.0.
 _INTERNAL = {
     "Item": "_projection",
     "PackIndex": "_pack._index",
@@ -216,7 +216,7 @@ if not TYPE_CHECKING:  # type checkers see only the new paths
         return getattr(importlib.import_module(where), name)
 
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb.open

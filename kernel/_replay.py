@@ -705,7 +705,7 @@ def _changes(a: tuple[Decision, ...], b: tuple[Decision, ...]) -> list[DecisionC
 
 # -- the 0.2.0 spelling ------------------------------------------------------------------
 #: The methods `Packer` had in 0.2.0 that are the `Replayer`'s now. They still resolve on a
-#: `Packer` for one more release, with a `DeprecationWarning` naming the new spelling, and
+#: `Packer` until 0.4.0, with a `DeprecationWarning` naming the new spelling, and
 #: forward to one `Replayer` kept per packer (so a replay keeps its folded projections).
 _MOVED_TO_REPLAYER = (
     "check",
