@@ -13,13 +13,14 @@ import itertools
 import json
 from bisect import bisect_right
 from fractions import Fraction
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from turnlog import Packer, Policy, Replayer
 from turnlog._pack._dedup import Dedup, DedupIndex
 from turnlog._pack._prune import Prune
-from turnlog._pack._rewrites import value
+from turnlog._pack._rewrites import Basis, Point, Rewrites, _Reference, value
 from turnlog.events import (
     AssistantMessageAdded,
     SystemSectionSet,
@@ -255,3 +256,68 @@ def test_the_decision_is_exact_arithmetic_at_the_policy_prices() -> None:
     assert value(policy, 1_200, 1_000) > 0 > value(policy, 1_100, 1_000)
     even = Policy(cache_read_price=0.5, cache_write_price=1.5, cache_horizon_turns=2)
     assert value(even, 100, 100) == 0  # a break that gains nothing is not made
+
+
+# many reads of few files: every later identical read makes a dedup mark
+READS = st.lists(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("Read", "Read", "Read", "Read", "Edit", "Bash")),
+            st.integers(0, 1),
+            st.integers(5, 200),
+        ),
+        min_size=0,
+        max_size=6,
+    ),
+    min_size=2,
+    max_size=12,
+)
+
+
+@settings(PROPERTY, max_examples=40)
+@given(
+    turns=READS,
+    window=st.sampled_from((4_000, 8_000)),
+    tail_steps=st.sampled_from((1, 2, 4)),
+    protect=st.sampled_from((0, 1, 2)),
+)
+def test_rewrites_built_up_over_a_replay_are_those_of_a_walk_over_every_mark(
+    turns: list[list[Step]], window: int, tail_steps: int, protect: int
+) -> None:
+    """Every `Rewrites` a replay asks for, most built from the previous point's, answers
+    `saving`, `items` and `first_change` (against every point asked for before it) as
+    `_Reference` does, which walks every dedup mark at that point, at every cut."""
+    built: list[bool] = []  # per `Rewrites` built: whether from an earlier point's
+    seen: list[Rewrites] = []
+    init, rewrites = Rewrites.__init__, Basis.rewrites
+
+    def build(self: Rewrites, basis: Basis, point: Point, base: Rewrites | None = None) -> None:
+        built.append(base is not None)
+        init(self, basis, point, base)
+
+    def check(self: Basis, point: Point) -> Rewrites:
+        found = rewrites(self, point)
+        if found in seen:
+            return found
+        ref = _Reference(self, point)
+        units = range(-1, max([*self.result_units, point.tail, point.boundary]) + 3)
+        for cut in units:
+            assert found.saving(cut) == ref.saving(cut), (point, cut)
+            assert found.items(cut) == ref.items(cut), (point, cut)
+            for earlier in (None, *seen[-6:]):
+                mine = found.first_change(earlier, cut)
+                old = ref.first_change(
+                    None if earlier is None else _Reference(self, earlier.point), cut
+                )
+                assert mine == old, (point, earlier, cut)
+        seen.append(found)
+        return found
+
+    policy = Policy(context_window=window, tail_steps=tail_steps, prune_protect_turns=protect)
+    with (
+        mock.patch.object(Rewrites, "__init__", build),
+        mock.patch.object(Basis, "rewrites", check),
+    ):
+        _grow(turns, policy)
+    if sum(map(len, turns)) >= 12:
+        assert any(built), "no rewrites were built up from an earlier point's"

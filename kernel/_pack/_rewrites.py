@@ -30,10 +30,11 @@ arithmetic.
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from itertools import islice
+from itertools import compress, islice
+from operator import sub
 from typing import NamedTuple, Protocol
 
 from .._policy import Policy
@@ -115,6 +116,8 @@ class Basis:
         self.marks: list[tuple[int, int, int, int, int]] = []
         self.by_units: list[int] = []
         self._cache: dict[Point, Rewrites] = {}
+        self._last: Rewrites | None = None  # the rewrites built last
+        self.version = 0  # moves on when marks go in before a point's
         self._items = self._marks = 0  # items and marks folded in
         self.extend(view, sizes, left_out)
 
@@ -125,6 +128,7 @@ class Basis:
         folded in (the memo is dropped when the summaries shown change)."""
         items = view.items
         self.turns, self.assistants = view.turn_starts, view.assistant_units
+        self._last = None  # a pack builds its rewrites up from its own
         if len(self._cache) > _CACHED_REWRITES:
             self._cache.clear()  # a memo's basis would grow with every request
         tokens, saving = sizes.tokens, sizes.saving
@@ -159,6 +163,7 @@ class Basis:
             at = bisect_right(by_units, mark[0])
             if at < len(marks):
                 self._cache.clear()  # the marks before a point changed
+                self.version += 1
             marks.insert(at, mark)
             by_units.insert(at, mark[0])
         self._marks = len(superseded)
@@ -203,14 +208,21 @@ class Basis:
     def clear(self) -> None:
         """Forget the rewrites computed so far (a pack's own; the basis outlives it)."""
         self._cache.clear()
+        self._last = None
 
     def rewrites(self, point: Point) -> Rewrites:
         """The rewrites of a break at ``point`` (shared by the requests that see it)."""
-        found = self._cache.get(point)
+        cache = self._cache
+        found = cache.pop(point, None)
         if found is None:
-            if len(self._cache) >= 4:  # a few points at a time (the basis is kept)
-                self._cache.clear()
-            found = self._cache[point] = Rewrites(self, point)
+            if len(cache) >= 4:  # a few points at a time (the basis is kept)
+                del cache[next(iter(cache))]  # the one used longest ago
+            last = self._last
+            found = Rewrites(
+                self, point, last if last is not None and last.follows(point) else None
+            )
+            self._last = found
+        cache[point] = found
         return found
 
 
@@ -218,7 +230,130 @@ class Rewrites:
     """The rewrites a break at a `Point` makes: dedup of the marks it knows whose result
     is older than its protected tail, pruning of the unshielded results before those
     turns that dedup does not replace. `saving` and `items` take the cut: only the
-    history a break keeps is rewritten."""
+    history a break keeps is rewritten.
+
+    Built from ``base``, the rewrites of an earlier point of the same basis (no more
+    marks, a tail no later), when given: the marks newly under the tail are found by
+    bisect among those the base left waiting, so a replay's rewrites cost what changed
+    between its points, not every mark so far (`_reference` is the walk over every
+    mark that this must equal)."""
+
+    def __init__(self, basis: Basis, point: Point, base: Rewrites | None = None) -> None:
+        self.basis, self.point = basis, point
+        self.version = basis.version
+        saving = basis.saving
+        prune = basis.policy.prune
+        marks, tail = basis.marks, point.tail
+
+        def row(mark: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
+            _, unit, i, dsave, p = mark
+            return (unit, i, dsave, p, dsave - (saving[i] if prune and saving[i] > 0 else 0))
+
+        # per mark under the tail, by unit and item: its unit and item, what dedup
+        # saves, its place in results, and what it saves on a pruned result
+        if base is None:
+            rows = sorted(row(mark) for mark in marks[: point.marks])
+            under = bisect_left(rows, (tail,))
+            self.waiting = rows[under:]  # the marks known, not yet under the tail
+            rows = rows[:under]
+            self.keys = [(r[0], r[1]) for r in rows]
+            self.units = [r[0] for r in rows]
+            self.deduped = [r[1] for r in rows]
+            self.dsaves = [r[2] for r in rows]
+            self.places = [r[3] for r in rows]
+            self.cuts = [r[4] for r in rows]
+            return
+        # the marks the base left waiting that are now under the tail follow every
+        # mark the base has under its own
+        waiting = base.waiting
+        under = bisect_left(waiting, (tail,))
+        moved, self.waiting = waiting[:under], waiting[under:]
+        keys = base.keys + [(r[0], r[1]) for r in moved]
+        units, deduped = base.units + [r[0] for r in moved], base.deduped + [r[1] for r in moved]
+        dsaves, places = base.dsaves + [r[2] for r in moved], base.places + [r[3] for r in moved]
+        cuts = base.cuts + [r[4] for r in moved]
+        for mark in marks[base.point.marks : point.marks]:
+            new = row(mark)
+            if new[0] >= tail:
+                insort(self.waiting, new)
+                continue
+            at = bisect_left(keys, (new[0], new[1]))
+            keys.insert(at, (new[0], new[1]))
+            units.insert(at, new[0])
+            deduped.insert(at, new[1])
+            dsaves.insert(at, new[2])
+            places.insert(at, new[3])
+            cuts.insert(at, new[4])
+        self.keys, self.units, self.deduped = keys, units, deduped
+        self.dsaves, self.places, self.cuts = dsaves, places, cuts
+
+    def follows(self, point: Point) -> bool:
+        """Whether the rewrites at ``point`` may be built from these."""
+        return (
+            self.version == self.basis.version
+            and self.point.marks <= point.marks
+            and self.point.tail <= point.tail
+        )
+
+    def saving(self, start: int) -> int:
+        """Tokens the rewrites save in units from ``start`` on."""
+        basis = self.basis
+        p = bisect_left(basis.result_units, start)
+        shield = self.point.shield
+        pruned = basis.psum[shield] - basis.psum[p] if p < shield else 0
+        # a mark saves what dedup saves beyond pruning when its result is before the
+        # shield, else what dedup saves
+        b = bisect_left(self.units, start)
+        below = map(shield.__gt__, self.places[b:])
+        kept: int = sum(compress(map(sub, self.dsaves[b:], self.cuts[b:]), below))
+        return pruned + sum(self.dsaves[b:]) - kept
+
+    def items(self, cut: int) -> tuple[list[int], list[int]]:
+        """``(deduplicated, pruned)`` item indexes from unit ``cut`` on, ascending."""
+        basis = self.basis
+        deduped = self.deduped[bisect_left(self.units, cut) :]
+        if not basis.policy.prune:
+            return sorted(deduped), []
+        skip = set(self.deduped)
+        saving, results = basis.saving, basis.results
+        pruned = [
+            results[p]
+            for p in range(bisect_left(basis.result_units, cut), self.point.shield)
+            if saving[results[p]] > 0 and results[p] not in skip
+        ]
+        return sorted(deduped), pruned
+
+    def first_change(self, earlier: Rewrites | None, cut: int) -> int:
+        """The first unit from ``cut`` on whose results these rewrites change beyond the
+        ``earlier`` break's (-1: none)."""
+        basis = self.basis
+        first = -1
+        b = bisect_left(self.units, cut)
+        new = set(self.deduped[b:])
+        if earlier is not None:
+            new.difference_update(earlier.deduped)
+        if new:
+            first = next(compress(self.units[b:], map(new.__contains__, self.deduped[b:])))
+        if basis.policy.prune:
+            skip = set(self.deduped)
+            saving, results = basis.saving, basis.results
+            start = bisect_left(basis.result_units, cut)
+            if earlier is not None:
+                start = max(start, earlier.point.shield)
+            stop = self.point.shield
+            if first >= 0:
+                stop = min(stop, bisect_right(basis.result_units, first))
+            for p in range(start, stop):
+                i = results[p]
+                if saving[i] > 0 and i not in skip and basis.psum[p + 1] > basis.psum[p]:
+                    unit = basis.result_units[p]
+                    return unit if first < 0 else min(unit, first)
+        return first
+
+
+class _Reference:
+    """`Rewrites` walking every mark so far at each point, as first written: what the
+    built-up `Rewrites` must equal (the tests compare them)."""
 
     def __init__(self, basis: Basis, point: Point) -> None:
         self.basis, self.point = basis, point
@@ -259,7 +394,7 @@ class Rewrites:
         ]
         return sorted(deduped), pruned
 
-    def first_change(self, earlier: Rewrites | None, cut: int) -> int:
+    def first_change(self, earlier: _Reference | None, cut: int) -> int:
         """The first unit from ``cut`` on whose results these rewrites change beyond the
         ``earlier`` break's (-1: none)."""
         basis = self.basis
