@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from fractions import Fraction
 from unittest import mock
 
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from turnlog import Packer, Policy, Replayer
 from turnlog._pack._dedup import Dedup, DedupIndex
 from turnlog._pack._prune import Prune
-from turnlog._pack._rewrites import Basis, Point, Rewrites, _Reference, value
+from turnlog._pack._rewrites import Basis, Point, Rewrites, value
 from turnlog.events import (
     AssistantMessageAdded,
     SystemSectionSet,
@@ -321,3 +321,73 @@ def test_rewrites_built_up_over_a_replay_are_those_of_a_walk_over_every_mark(
         _grow(turns, policy)
     if sum(map(len, turns)) >= 12:
         assert any(built), "no rewrites were built up from an earlier point's"
+
+
+class _Reference:
+    """`Rewrites` walking every mark so far at each point, as first written: what the
+    built-up `Rewrites` must equal."""
+
+    def __init__(self, basis: Basis, point: Point) -> None:
+        self.basis, self.point = basis, point
+        saving, shield = basis.saving, point.shield
+        prune = basis.policy.prune
+        deduped = sorted(
+            (unit, i, dsave - (saving[i] if prune and p < shield and saving[i] > 0 else 0))
+            for _, unit, i, dsave, p in basis.marks[: point.marks]
+            if unit < point.tail
+        )
+        self.units = [unit for unit, _, _ in deduped]
+        self.deduped = [i for _, i, _ in deduped]
+        after = [0]  # after[k]: what the marks from the k-th on save (by unit)
+        for _, _, delta in reversed(deduped):
+            after.append(after[-1] + delta)
+        after.reverse()
+        self.after = after
+
+    def saving(self, start: int) -> int:
+        """Tokens the rewrites save in units from ``start`` on."""
+        basis = self.basis
+        p = bisect_left(basis.result_units, start)
+        pruned = basis.psum[self.point.shield] - basis.psum[p] if p < self.point.shield else 0
+        return pruned + self.after[bisect_left(self.units, start)]
+
+    def items(self, cut: int) -> tuple[list[int], list[int]]:
+        """``(deduplicated, pruned)`` item indexes from unit ``cut`` on, ascending."""
+        basis = self.basis
+        deduped = self.deduped[bisect_left(self.units, cut) :]
+        if not basis.policy.prune:
+            return sorted(deduped), []
+        skip = set(self.deduped)
+        saving, results = basis.saving, basis.results
+        pruned = [
+            results[p]
+            for p in range(bisect_left(basis.result_units, cut), self.point.shield)
+            if saving[results[p]] > 0 and results[p] not in skip
+        ]
+        return sorted(deduped), pruned
+
+    def first_change(self, earlier: _Reference | None, cut: int) -> int:
+        """The first unit from ``cut`` on whose results these rewrites change beyond the
+        ``earlier`` break's (-1: none)."""
+        basis = self.basis
+        known: set[int] = set(earlier.deduped) if earlier is not None else set()
+        first = -1
+        for unit, i in zip(self.units, self.deduped, strict=True):
+            if unit >= cut and i not in known:
+                first = unit
+                break
+        if basis.policy.prune:
+            skip = set(self.deduped)
+            saving, results = basis.saving, basis.results
+            start = bisect_left(basis.result_units, cut)
+            if earlier is not None:
+                start = max(start, earlier.point.shield)
+            stop = self.point.shield
+            if first >= 0:
+                stop = min(stop, bisect_right(basis.result_units, first))
+            for p in range(start, stop):
+                i = results[p]
+                if saving[i] > 0 and i not in skip and basis.psum[p + 1] > basis.psum[p]:
+                    unit = basis.result_units[p]
+                    return unit if first < 0 else min(unit, first)
+        return first
