@@ -137,7 +137,13 @@ from turnlog.memories import MemoryManager
 from turnlog.packing import CONTEXT_TOOLS, ModelTable, Packed, Projection, Renderer
 from turnlog.replay import ReplayResult
 from turnlog.tracing import span as otel_span
-from turnlog.validation import check_integer, check_text, check_type, invalid
+from turnlog.validation import (
+    check_integer,
+    check_text,
+    check_type,
+    invalid,
+    refuse_unknown_options,
+)
 
 from .context_tools import run_context_tool
 from .providers import (
@@ -892,6 +898,7 @@ class Session(_Core):
         InvalidEventError: a bad session id.
     """
 
+    @refuse_unknown_options("Session()")
     def __init__(
         self,
         log: Log,
@@ -1163,6 +1170,7 @@ class AsyncSession(_Core):
     concurrently on one loop. ``head`` is a coroutine method here, not a property.
     """
 
+    @refuse_unknown_options("AsyncSession()")
     def __init__(
         self,
         log: Log,

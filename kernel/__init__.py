@@ -219,6 +219,7 @@ if not TYPE_CHECKING:  # type checkers see only the new paths
 __version__ = "0.3.0"
 
 
+@validation.refuse_unknown_options("turnlog.open()")
 def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb.open
     path: str | os.PathLike[str],
     *,

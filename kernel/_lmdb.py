@@ -60,6 +60,7 @@ from ._errors import (
     StoreReadOnlyError,
 )
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
+from ._validation import refuse_unknown_options
 
 __all__ = ["LMDBStore"]
 
@@ -686,6 +687,7 @@ class LMDBStore(Store):
 
     name = "lmdb"
 
+    @refuse_unknown_options("LMDBStore()")
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -213,8 +213,37 @@ POLICY_PARTS: dict[str, tuple[str, ...]] = {
 }
 
 
+class _PolicyMeta(msgspec.StructMeta):
+    """Checks the keyword arguments of ``Policy(...)`` as `Policy.from_dict` checks a
+    mapping: msgspec's own ``__init__`` raises a bare ``TypeError`` for an unknown
+    field and checks neither types nor ranges. Decoding and `msgspec.convert` do not
+    pass through here, and the policy is built from the arguments exactly as given, so
+    its bytes and hash are what they were."""
+
+    def __call__(cls, *args: Any, **fields: Any) -> Any:
+        if args:
+            raise PolicyError(
+                f"Policy takes its fields as keyword arguments, found {len(args)} "
+                f"positional argument{'s' if len(args) != 1 else ''}; write "
+                "Policy(context_window=N, ...) (see docs/policy.md for every field)"
+            )
+        for key in fields:
+            if key not in cls.__struct_fields__:
+                raise PolicyError(_unknown_argument(key))
+        try:
+            msgspec.convert(fields, cls, strict=True)
+        except msgspec.ValidationError as exc:
+            raise PolicyError(_invalid(str(exc), fields)) from None
+        return super().__call__(**fields)
+
+
 class Policy(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+    msgspec.Struct,
+    metaclass=_PolicyMeta,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
 ):
     """Everything packing and compaction may depend on.
 
@@ -600,6 +629,16 @@ def _unknown(key: str, value: object) -> str:
         f"unknown policy field '{key}'; {hint}fields go at the top level or in the "
         f"table of their part: {_TABLES}; see docs/policy.md for every field"
     )
+
+
+def _unknown_argument(key: str) -> str:
+    """The message for a keyword argument of ``Policy(...)`` that is no policy field:
+    the closest field, then every field by part."""
+    fields = [f for names in POLICY_PARTS.values() for f in names]
+    close = difflib.get_close_matches(key, fields, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    listing = "; ".join(f"{part}: {', '.join(names)}" for part, names in POLICY_PARTS.items())
+    return f"Policy has no field '{key}'; {hint}the fields are ({listing})"
 
 
 def _short(value: object) -> str:

@@ -125,7 +125,13 @@ from ._errors import (
     StoreUnavailableError,
 )
 from ._store import ReadAheadMiss, ReadTxn, Store, WriteTxn, hide_credentials
-from ._validation import check_integer, check_number, check_type, invalid
+from ._validation import (
+    check_integer,
+    check_number,
+    check_type,
+    invalid,
+    refuse_unknown_options,
+)
 
 try:
     import psycopg
@@ -902,6 +908,7 @@ class PostgresStore(Store):
 
     name = "postgres"
 
+    @refuse_unknown_options("PostgresStore()")
     def __init__(
         self,
         url: str,

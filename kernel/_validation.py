@@ -24,12 +24,26 @@ model).
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
 import math
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, ParamSpec, TypeVar
 
 from ._errors import InvalidArgumentError, KernelError
 
-__all__ = ["check_integer", "check_number", "check_text", "check_type", "invalid"]
+__all__ = [
+    "check_integer",
+    "check_number",
+    "check_text",
+    "check_type",
+    "invalid",
+    "refuse_unknown_options",
+]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: The longest ``repr`` of a refused value a message quotes.
 _SHOWN = 80
@@ -159,6 +173,62 @@ def check_text(
         invalid(name, what, value, hint=hint, with_type=True, error=error)
     if not value or (max_chars is not None and len(value) > max_chars):
         invalid(name, what, value, hint=hint, error=error)
+
+
+def refuse_unknown_options(
+    what: str, *, error: type[KernelError] = InvalidArgumentError
+) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a function (or ``__init__``) so that a misspelled keyword argument or one
+    positional argument too many raises ``error`` naming it, the closest option and
+    every option, where Python raises a bare ``TypeError``.
+
+    Parameters:
+        what: how the message names the call, e.g. ``"turnlog.open()"``.
+        error: the class raised (an `InvalidArgumentError` by default).
+    """
+
+    def decorate(function: Callable[_P, _R]) -> Callable[_P, _R]:
+        parameters = list(inspect.signature(function).parameters.values())
+        kinds = inspect.Parameter
+        if any(p.kind is kinds.VAR_KEYWORD for p in parameters):
+            return function
+        named = {p.name for p in parameters if p.kind is not kinds.POSITIONAL_ONLY}
+        options = [p.name for p in parameters if p.kind is kinds.KEYWORD_ONLY]
+        positional = [
+            p.name
+            for p in parameters
+            if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+        ]
+        counted = positional[1:] if positional[:1] == ["self"] else positional
+        spread = any(p.kind is kinds.VAR_POSITIONAL for p in parameters)
+
+        @functools.wraps(function)
+        def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            for key in kwargs:
+                if key not in named:
+                    close = difflib.get_close_matches(key, sorted(named), n=1, cutoff=0.6)
+                    hint = f"did you mean {close[0]!r}? " if close else ""
+                    raise error(
+                        f"{what} has no option {key!r}; {hint}its options are "
+                        f"{', '.join(options) or 'none'}"
+                    )
+            if not spread and len(args) > len(positional):
+                given = len(args) - (len(positional) - len(counted))
+                raise error(
+                    f"{what} takes {_count(len(counted), 'positional argument')} "
+                    f"({', '.join(counted)}), found {given}; give the options by name: "
+                    f"{', '.join(f'{name}=...' for name in options) or 'none'}"
+                )
+            return function(*args, **kwargs)
+
+        return checked
+
+    return decorate
+
+
+def _count(n: int, noun: str) -> str:
+    """``n noun`` with the noun in the plural unless ``n`` is 1."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _a(noun: str) -> str:

@@ -15,6 +15,20 @@ never an integer or a number, nor is NaN or an infinity.
 
 from __future__ import annotations
 
-from ._validation import check_integer, check_number, check_text, check_type, invalid
+from ._validation import (
+    check_integer,
+    check_number,
+    check_text,
+    check_type,
+    invalid,
+    refuse_unknown_options,
+)
 
-__all__ = ["check_integer", "check_number", "check_text", "check_type", "invalid"]
+__all__ = [
+    "check_integer",
+    "check_number",
+    "check_text",
+    "check_type",
+    "invalid",
+    "refuse_unknown_options",
+]

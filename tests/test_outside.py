@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -466,3 +467,65 @@ def test_demo_turns_out_of_range_is_a_usage_error_and_creates_nothing(
     done = cli(store, "demo", "--turns", turns)
     assert done.returncode == 2 and "--turns must be 1 to 100" in done.stderr, done.stderr
     assert not store.exists()
+
+
+# -- config objects refuse a misspelled option with a KernelError naming it ---------------
+def _loose(function: object) -> Any:
+    """``function`` untyped, to call it with the mistakes a user makes."""
+    return function
+
+
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda: _loose(turnlog.Policy)(windw=1), ["'windw'", "context_window", "summary_gate"]),
+        (lambda: _loose(turnlog.Policy)(contxt_window=1), ["did you mean 'context_window'"]),
+        (lambda: _loose(turnlog.Policy)(8_000), ["keyword arguments", "1 positional argument;"]),
+        (lambda: _loose(turnlog.Policy)(context_window="8k"), ["context_window", "'8k'"]),
+        (lambda: _loose(turnlog.Policy)(truncate_lines=1), ["truncate_lines", ">= 2", "found 1"]),
+    ],
+)
+def test_a_policy_given_a_wrong_field_raises_a_policy_error_naming_it(
+    build: object, says: list[str]
+) -> None:
+    with pytest.raises(turnlog.errors.PolicyError) as caught:
+        build()  # type: ignore[operator]
+    for words in says:
+        assert words in str(caught.value), str(caught.value)
+
+
+def test_stores_sessions_and_open_refuse_a_misspelled_option_naming_the_valid_ones(
+    tmp_path: Path,
+) -> None:
+    from turnlog.adapters import AsyncSession, Session
+    from turnlog.stores import LMDBStore
+
+    memory = turnlog.open(":memory:")
+    cases = [
+        (
+            lambda: _loose(turnlog.open)(tmp_path / "a", readonlyy=True),
+            "'readonly'",
+            "blob_threshold",
+        ),
+        (
+            lambda: _loose(turnlog.open)(tmp_path / "a", True),
+            "1 positional argument (path)",
+            "sync=...",
+        ),
+        (lambda: _loose(LMDBStore)(tmp_path / "b", mapsize=1), "'map_size'", "max_map_size"),
+        (lambda: _loose(Session)(memory, "s", model="m", max_token=5), "'max_tokens'", "redactor"),
+        (lambda: _loose(AsyncSession)(memory, "s", model="m", fromat="x"), "'format'", "attempts"),
+        (lambda: _loose(Session)(memory, "s", "m"), "2 positional arguments", "model=..."),
+        (
+            lambda: _loose(turnlog.stores.PostgresStore)(
+                "postgresql://u@127.0.0.1:1/d", pool_timeot=1
+            ),
+            "'pool_timeout'",
+            "notify",
+        ),
+    ]
+    for build, closest, listed in cases:
+        with pytest.raises(turnlog.errors.InvalidArgumentError) as caught:
+            build()
+        assert closest in str(caught.value) and listed in str(caught.value), str(caught.value)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
