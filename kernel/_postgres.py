@@ -1064,6 +1064,13 @@ class PostgresStore(Store):
                         "and the database name of the URL, or the server's pg_hba.conf: "
                         "retrying will not help. Nothing was written"
                     ) from None
+                if _nobody_listens(reason):
+                    raise StoreUnavailableError(
+                        f"cannot open the store: nothing accepts connections at "
+                        f"{self.location} ({reason}); check that the server is running and "
+                        "the host and port (or socket directory) of the URL. Nothing was "
+                        "written"
+                    ) from None
                 if time.monotonic() + pause >= deadline:
                     raise StoreUnavailableError(
                         f"cannot open the store: no connection to {self.location} within "
@@ -1661,6 +1668,18 @@ _REFUSALS = (
     "but ssl was required",
     "server does not support ssl",
 )
+
+
+#: libpq's words when no server listens where the URL points (a port nothing listens on,
+#: a socket file that does not exist): refused at once, where a server that is starting
+#: up or busy is waited for up to ``pool_timeout``.
+_NOBODY = ("connection refused", "no such file or directory")
+
+
+def _nobody_listens(reason: str) -> bool:
+    """True for a connection refused outright: nothing listens at the address."""
+    lowered = reason.lower()
+    return any(words in lowered for words in _NOBODY)
 
 
 def _refused(reason: str) -> bool:

@@ -529,3 +529,34 @@ def test_stores_sessions_and_open_refuse_a_misspelled_option_naming_the_valid_on
             build()
         assert closest in str(caught.value) and listed in str(caught.value), str(caught.value)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("where", ["port", "socket"])
+def test_a_postgresql_server_that_refuses_the_connection_fails_at_once(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listening where the URL points is said at the first attempt, naming the
+    location without its password; it waited the whole pool_timeout (30 s by default)."""
+    pytest.importorskip("psycopg", reason="the postgres extra: pip install 'turnlog[postgres]'")
+    import time
+
+    from turnlog import _postgres
+
+    class NoWaiting:
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            raise AssertionError(f"a refused connection was retried after {seconds} s")
+
+    monkeypatch.setattr(_postgres, "time", NoWaiting)
+    url = (
+        "postgresql://agent:s3cretpw@127.0.0.1:1/agents?pool_timeout=3600"
+        if where == "port"
+        else f"postgresql://agent:s3cretpw@/agents?host={tmp_path}&pool_timeout=3600"
+    )
+    with pytest.raises(turnlog.errors.StoreUnavailableError) as raised:
+        turnlog.open(url)
+    message = str(raised.value)
+    assert "nothing accepts connections at postgresql://agent@" in message, message
+    assert "s3c" not in message and "Nothing was written" in message
