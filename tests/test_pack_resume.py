@@ -343,3 +343,59 @@ def test_the_rewrites_of_a_resumed_replay_know_every_dedup_mark() -> None:
     policy = Policy(context_window=5_000, output_reserve=500, prune_protect_turns=1).resolved()
     forever = iter(lambda: (False, policy), None)
     assert _grow(lineage, forever, set(range(1_000))) > 5
+
+
+def test_pruning_facts_first_read_after_many_packs_are_those_of_a_fresh_index() -> None:
+    # A rules 3 pack that prunes nothing reads no pruning facts (references, decision
+    # language), so the kept index folds them only when a pack first reads them; the
+    # pack that does must see every assistant message since, as a fresh index does.
+    import json
+
+    from turnlog.events import TextPart, ToolCall, ToolResultAdded
+
+    log = memory_log()
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are a coding agent.")]
+    for t in range(16):
+        path = f"src/mod{t % 4}.py"
+        read = ToolCall(id=f"r{t}", name="Read", arguments=json.dumps({"file_path": path}))
+        items += [
+            UserMessageAdded(text=f"turn {t}: what does mod{t % 4} do?"),
+            AssistantMessageAdded(parts=(TextPart(text="Reading the file."), read)),
+            ToolResultAdded(
+                call_id=f"r{t}",
+                tool_name="Read",
+                output="\n".join(f"def g{t}_{i}(x):  # helper number {i}" for i in range(40)),
+            ),
+            AssistantMessageAdded(
+                parts=(TextPart(text=f"Because {path} was read, the fix goes in mod{t}."),)
+            ),
+        ]
+    lineage = list(log.lineage(build(log, "s", items)))
+    quiet = Policy(context_window=128_000).resolved()  # nothing to prune or cut
+    pruning = Policy(
+        context_window=9_000,
+        output_reserve=500,
+        rules=2,
+        warning_ratio=0.3,
+        warning_buffer=None,
+        prune_min_savings=0,
+        prune_protect_turns=1,
+        prune_protect_tokens=0,
+    )
+    view = Projection(get_counter("cl100k_base"))
+    index = PackIndex()
+    requests = 0
+    for event in lineage:
+        if isinstance(event.body, AssistantMessageAdded) and view.units:
+            pack(view, quiet, index=index, explain=False)
+            requests += 1
+            if requests % 9 == 0:  # read now and then, then not for several packs
+                _same(pack(view, pruning, index=index), pack(view, pruning, engine="reference"))
+        view.apply(event)
+    fast = pack(view, pruning, index=index)
+    slow = pack(view, pruning, engine="reference")
+    _same(fast, slow)
+    _same(fast, pack(view, pruning, index=PackIndex()))
+    pruned = [d for d in fast.decisions if d.decision == "pruned"]
+    assert pruned and any("decision language yes" in d.detail for d in pruned), pruned
+    assert any(", 0 references" not in d.detail for d in pruned), pruned

@@ -9,7 +9,8 @@ items and compactions in order, once each, into the state the stages' rules
 read:
 
 * per session (the same under every policy): the pruning facts
-  (`PruneFacts`: references and decision language), the units committed
+  (`PruneFacts`: references and decision language; folded when first read,
+  which a pack that prunes nothing never does), the units committed
   compactions cover (`Coverage`), and each summary block's tokens;
 * per policy, in a `PolicyIndex` keyed by the policy fields the per-item
   results depend on (the truncation limits, whether dedup is on, the
@@ -56,33 +57,38 @@ _MAX_REPLAYS = 4
 class Sums:
     """Prefix sums over a growing list of ints with point changes (a Fenwick tree).
 
-    Changes go to ``values`` at once and into the tree at `sync`, which rebuilds
-    it in linear time after a bulk load and updates it in O(log n) per change
-    otherwise.
+    Changes go to ``values`` at once and into the tree when a prefix sum is next
+    asked for (`sync`), which rebuilds it in linear time after a bulk load and
+    updates it in O(log n) per change otherwise: a tree no stage reads in a pack
+    (the dedup and prune sums of a pack with neither) is not brought up to date.
     """
 
-    __slots__ = ("_built", "_pending", "_tree", "values")
+    __slots__ = ("_built", "_pending", "_stale", "_tree", "values")
 
     def __init__(self) -> None:
         self.values: list[int] = []
         self._tree = [0]
         self._built = 0
         self._pending: dict[int, int] = {}
+        self._stale = False  # values or changes not yet in the tree
 
     def append(self, value: int) -> None:
         self.values.append(value)
+        self._stale = True
 
     def add(self, index: int, delta: int) -> None:
         self.values[index] += delta
         if index < self._built:
             self._pending[index] = self._pending.get(index, 0) + delta
+            self._stale = True
 
     def sync(self) -> None:
+        """Bring the tree up to date with ``values``."""
+        if not self._stale:
+            return
         values = self.values
         n = len(values)
         built = self._built
-        if n == built and not self._pending:
-            return
         if (n - built + len(self._pending)) * 8 > n:
             self._tree = _built_tree(values)
         else:
@@ -102,9 +108,12 @@ class Sums:
                 tree.append(total)
         self._built = n
         self._pending.clear()
+        self._stale = False
 
     def prefix(self, end: int) -> int:
-        """``sum(values[:end])`` (after `sync`)."""
+        """``sum(values[:end])``."""
+        if self._stale:
+            self.sync()
         tree = self._tree
         total = 0
         while end > 0:
@@ -145,10 +154,6 @@ class Tally:
     def prefix(self, end: int, held: bool) -> int:
         """The sum over units before ``end`` (covered ones only with ``held``)."""
         return self.live.prefix(end) + (self.held.prefix(end) if held else 0)
-
-    def sync(self) -> None:
-        self.live.sync()
-        self.held.sync()
 
 
 def _built_tree(values: list[int]) -> list[int]:
@@ -352,11 +357,6 @@ class PolicyIndex:
             for sums in self.sums():
                 sums.cover(unit)
 
-    def sync(self) -> None:
-        """Bring the Fenwick trees up to date with the changes folded in."""
-        for sums in self.sums():
-            sums.sync()
-
 
 class PackIndex:
     """The stages' incremental state for one projection (see the module docstring)."""
@@ -366,20 +366,32 @@ class PackIndex:
         self._reset()
 
     def _reset(self) -> None:
-        self.facts = PruneFacts()
+        self._facts = PruneFacts()
+        self._items: Sequence[Item] = ()
         self.coverage = Coverage()
         self.summary_tokens: dict[int, int] = {}
         self._policies: list[PolicyIndex] = []
         self._positions: list[int] = []
+
+    @property
+    def facts(self) -> PruneFacts:
+        """The pruning facts as of the latest `catch_up`, folded when first read: only
+        pruning's priorities and a pruned result's decision read them (no rules 3 pack
+        outside a recovery), so a pack that reads none does not pay for the fold of
+        every assistant message's text."""
+        facts, items = self._facts, self._items
+        seen = len(self._positions)
+        if facts.done < seen:
+            facts.catch_up(items if len(items) == seen else items[:seen])
+        return facts
 
     def catch_up(self, view: Projection) -> None:
         """Fold in what the projection gained since the last call (session state)."""
         if view.generation != self.generation:
             self._reset()
             self.generation = view.generation
-        items = view.items
+        items = self._items = view.items
         self._positions.extend(item.pos for item in items[len(self._positions) :])
-        self.facts.catch_up(items)
         new = self.coverage.catch_up(view, self._positions)
         if new:
             for index in self._policies:
@@ -398,7 +410,6 @@ class PackIndex:
             self._policies.append(found)
             del self._policies[:-_MAX_POLICY_INDEXES]
         found.catch_up(view, policy, self.coverage.covered)
-        found.sync()
         return found
 
 
