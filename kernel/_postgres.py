@@ -20,7 +20,11 @@ connection: a snapshot that never sees half a batch and never blocks a writer.
 `PostgresStore.read_ahead` sends such a transaction whole, ``BEGIN`` to
 ``COMMIT``, as one pipeline (a replay's reads: one round trip). A read ends
 with ``COMMIT`` (it wrote nothing): after a ``ROLLBACK`` psycopg forgets the
-statements it prepared on the connection.
+statements it prepared on the connection. Rows come in binary (a record's bytes as
+stored; as text, ``bytea`` is hex, twice the size, encoded by the server and
+decoded by the client). A read of a whole range (`ReadTxn.records`, what
+`Log.read` decodes) pages by runs of seqs up to the head and sends each page's
+query before it awaits the rows of the page before, in one pipeline.
 A write is one ``READ COMMITTED`` transaction. It reads the session head with
 ``SELECT ... FOR UPDATE``, so writers of one session queue on that row lock
 (and then see the head the previous writer left) while writers of other
@@ -323,7 +327,7 @@ class _PostgresRead(ReadTxn):
         self._heads: dict[str, tuple[int, bytes] | None] = {}
 
     def _rows(self, query: str, params: tuple[object, ...] = ()) -> list[TupleRow]:
-        return self._conn.execute(self._q[query], params, prepare=True).fetchall()
+        return self._conn.execute(self._q[query], params, prepare=True, binary=True).fetchall()
 
     def _one(self, query: str, params: tuple[object, ...]) -> TupleRow | None:
         rows = self._rows(query, params)
@@ -345,8 +349,10 @@ class _PostgresRead(ReadTxn):
             # (which needs it) then costs one round trip less (replay: a request, then
             # the events its view lacks).
             with self._conn.pipeline():
-                heads = self._conn.execute(self._q["head"], (session,), prepare=True)
-                found = self._conn.execute(self._q["get"], (session, seq), prepare=True)
+                heads = self._conn.execute(self._q["head"], (session,), prepare=True, binary=True)
+                found = self._conn.execute(
+                    self._q["get"], (session, seq), prepare=True, binary=True
+                )
             head = heads.fetchone()
             self._heads[session] = None if head is None else (int(head[0]), bytes(head[1]))
             row = found.fetchone()
@@ -369,9 +375,9 @@ class _PostgresRead(ReadTxn):
             # only a damaged store holds) are dropped below, unless ``every``.
             bound = min(stop, 2**63 - 1) if stop is not None else 2**63 - 1
             with self._conn.pipeline():
-                heads = self._conn.execute(self._q["head"], (session,), prepare=True)
+                heads = self._conn.execute(self._q["head"], (session,), prepare=True, binary=True)
                 page = self._conn.execute(
-                    self._q["scan"], (session, seq, bound, _PAGE), prepare=True
+                    self._q["scan"], (session, seq, bound, _PAGE), prepare=True, binary=True
                 )
             row = heads.fetchone()
             self._heads[session] = None if row is None else (int(row[0]), bytes(row[1]))
@@ -394,6 +400,51 @@ class _PostgresRead(ReadTxn):
             if len(rows) < _PAGE:
                 return
             seq = int(rows[-1][0]) + 1
+
+    def records(self, session: str, start: int, stop: int | None) -> list[bytes]:
+        if type(self) is not _PostgresRead:  # (a write's own rows overlay the stored ones)
+            return super().records(session, start, stop)
+        # The records `scan` yields, fetched ahead: once the head is known, the pages
+        # are the runs of _PAGE seqs from the first page's end to the head (each holds
+        # at most _PAGE rows: (session, seq) is the primary key), and each page's
+        # query is sent before the previous page's rows are awaited, so the server
+        # reads the next page while the client takes in this one.
+        conn, query = self._conn, self._q["scan"]
+        seq = max(start, 0)
+        out: list[bytes] = []
+        with conn.pipeline():
+            if session not in self._heads:
+                bound = min(stop, 2**63 - 1) if stop is not None else 2**63 - 1
+                heads = conn.execute(self._q["head"], (session,), prepare=True, binary=True)
+                first = conn.execute(query, (session, seq, bound, _PAGE), prepare=True, binary=True)
+                row = heads.fetchone()
+                self._heads[session] = None if row is None else (int(row[0]), bytes(row[1]))
+                head = self._heads[session]
+                if head is None:
+                    return out
+                end = head[0] + 1 if stop is None else min(stop, head[0] + 1)
+                rows = first.fetchall()
+                # As `scan`: rows past the head (a damaged store's) are left out.
+                out.extend([record for found, record in rows if found < end])
+                if len(rows) < _PAGE:
+                    return out
+                seq = int(rows[-1][0]) + 1
+            else:
+                head = self._heads[session]
+                if head is None:
+                    return out
+                end = head[0] + 1 if stop is None else min(stop, head[0] + 1)
+            waiting: Cursor[TupleRow] | None = None
+            for low in range(seq, end, _PAGE):
+                sent = conn.execute(
+                    query, (session, low, min(low + _PAGE, end), _PAGE), prepare=True, binary=True
+                )
+                if waiting is not None:
+                    out.extend([record for _, record in waiting.fetchall()])
+                waiting = sent
+            if waiting is not None:
+                out.extend([record for _, record in waiting.fetchall()])
+        return out
 
     def sessions(self) -> Iterator[tuple[str, int, bytes]]:
         after = ""
@@ -598,7 +649,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self.begun = True
         with self._conn.pipeline():
             self._conn.execute(b"BEGIN", prepare=False)
-            cursor = self._conn.execute(self._q[query], params, prepare=True)
+            cursor = self._conn.execute(self._q[query], params, prepare=True, binary=True)
         return cursor.fetchall()
 
     def head(self, session: str) -> tuple[int, bytes] | None:
@@ -1379,9 +1430,11 @@ class PostgresStore(Store):
                     with conn.pipeline():
                         conn.execute(_BEGIN_READ, prepare=False)
                         # Prepared from the first use (see `_PostgresWrite._send`).
-                        heads = conn.execute(q["head"], (session,), prepare=True)
-                        found = conn.execute(q["get"], (session, seq), prepare=True)
-                        page = conn.execute(q["scan"], (session, start, seq, _PAGE), prepare=True)
+                        heads = conn.execute(q["head"], (session,), prepare=True, binary=True)
+                        found = conn.execute(q["get"], (session, seq), prepare=True, binary=True)
+                        page = conn.execute(
+                            q["scan"], (session, start, seq, _PAGE), prepare=True, binary=True
+                        )
                         conn.execute(_END_READ, prepare=False)
                     head = heads.fetchone()
                     record = found.fetchone()

@@ -28,6 +28,7 @@ import turnlog
 from psycopg import sql
 from support import LogFactory, dump, problem_of, texts
 from turnlog import Draft
+from turnlog import _postgres as postgres_module
 from turnlog.adapters.providers import renderer_for
 from turnlog.errors import (
     AppendConflictError,
@@ -1653,6 +1654,72 @@ def test_an_export_of_one_session_imports_back_to_the_same_hashes(
     assert "do not verify at fork#1" in capsys.readouterr().err
     with turnlog.open(tmp_path / "fresh") as again:
         assert dump(again)["events"] == before["events"] == {}
+
+
+# -- full read --------------------------------------------------------------------------------
+def test_a_full_read_sends_each_page_before_it_awaits_the_one_before_in_binary(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`Log.read` of a session of five pages: after the head (the session must exist),
+    each page's query is sent before the rows of the page before it are awaited, in one
+    pipeline, so the server reads a page while the client takes in the one before; the
+    records arrive in binary (as they are stored, not as hex text twice their size)."""
+    monkeypatch.setattr(postgres_module, "_PAGE", 4)
+    log = logs.open()
+    log.append("s", [UserMessageAdded(text=f"m{i}") for i in range(18)])
+    steps: list[str] = []
+    execute, fetchall = psycopg.Connection.execute, psycopg.Cursor.fetchall
+
+    def spy_execute(self: psycopg.Connection[Any], query: Any, *a: Any, **k: Any) -> Any:
+        text = bytes(query) if isinstance(query, bytes) else str(query).encode()
+        if b"FROM" in text and b".events" in text:
+            steps.append("send" if self._pipeline is not None else "send alone")
+        return execute(self, query, *a, **k)
+
+    def spy_fetchall(self: psycopg.Cursor[Any]) -> Any:
+        rows = fetchall(self)
+        if self.description is not None and self.description[-1].name == "record":
+            result = self.pgresult
+            assert result is not None and result.fformat(1) == psycopg.pq.Format.BINARY
+            steps.append("await")
+        return rows
+
+    monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
+    monkeypatch.setattr(psycopg.Cursor, "fetchall", spy_fetchall)
+    assert texts(log.read("s")) == [f"m{i}" for i in range(18)]
+    assert " ".join(steps) == "send send await send await send await send await await"
+
+
+def test_a_full_read_returns_what_a_scan_does_over_gaps_and_rows_past_the_head(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records of every range, the head read before or with the first page, are the
+    scan's: a row missing from the middle is skipped, rows past the head (a damaged
+    store) are left out, as `Log.verify` reports them."""
+    monkeypatch.setattr(postgres_module, "_PAGE", 3)
+    log = logs.open()
+    log.append("s", [UserMessageAdded(text=f"m{i}") for i in range(10)])
+    schema = log.store.schema  # type: ignore[attr-defined]
+    with admin(pgserver.shared()) as conn:
+        conn.execute(f"DELETE FROM {schema}.events WHERE session = 's' AND seq = 4")
+        conn.execute(
+            f"INSERT INTO {schema}.events SELECT session, seq + 1, record "
+            f"FROM {schema}.events WHERE session = 's' AND seq = 9"
+        )
+    store = log.store
+    for start in range(12):
+        for stop in (None, *range(13)):
+            for head_first in (False, True):
+                with store.read() as txn:
+                    if head_first:
+                        txn.head("s")
+                    records = txn.records("s", start, stop)
+                with store.read() as txn:
+                    scanned = [record for _, record in txn.scan("s", start, stop)]
+                assert records == scanned, (start, stop, head_first)
+    with store.read() as txn:
+        assert len(txn.records("s", 0, None)) == 9  # 0-9 but 4
+    assert not log.verify().ok
 
 
 # -- replay in one round trip ------------------------------------------------------------------
