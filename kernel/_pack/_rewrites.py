@@ -31,18 +31,17 @@ arithmetic.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from fractions import Fraction
-from itertools import compress, islice
-from operator import sub
+from functools import lru_cache
+from heapq import heappop, heappush
+from itertools import accumulate, compress, islice
 from typing import NamedTuple, Protocol
 
 from .._policy import Policy
 from .._projection import Projection
 
 __all__: list[str] = []
-
-_CACHED_REWRITES = 64  # rewrites a basis kept between packs holds (the recent points)
 
 
 class ItemSizes(Protocol):
@@ -70,10 +69,32 @@ def value(policy: Policy, saved: int, written: int) -> Fraction:
     on each of the next ``cache_horizon_turns`` requests (cache reads had they stayed)
     against ``written`` tokens after the change written to the cache again (cache reads
     had there been no break). Exact (the prices as the binary fractions they are)."""
-    horizon = max(policy.cache_horizon_turns, 1)
-    read = Fraction(policy.cache_read_price)
-    write = Fraction(policy.cache_write_price)
-    return saved * horizon * read - written * (write - read)
+    gain, cost, scale = _prices(
+        max(policy.cache_horizon_turns, 1), policy.cache_read_price, policy.cache_write_price
+    )
+    return Fraction(saved * gain - written * cost, scale)
+
+
+def worth(policy: Policy, saved: int, written: int) -> bool:
+    """Whether a break's `value` is above 0 (in integers)."""
+    gain, cost, _ = _prices(
+        max(policy.cache_horizon_turns, 1), policy.cache_read_price, policy.cache_write_price
+    )
+    return saved * gain > written * cost
+
+
+@lru_cache(maxsize=16)
+def _prices(horizon: int, read: float, write: float) -> tuple[int, int, int]:
+    """`value` over a common denominator: ``saved * horizon * read - written * (write -
+    read)`` is ``(saved * gain - written * cost) / scale`` (integers: a replay weighs
+    thousands of points)."""
+    r, w = Fraction(read), Fraction(write)
+    scale = r.denominator * w.denominator
+    return (
+        horizon * r.numerator * w.denominator,
+        w.numerator * r.denominator - r.numerator * w.denominator,
+        scale,
+    )
 
 
 class Point(NamedTuple):
@@ -118,6 +139,7 @@ class Basis:
         self._cache: dict[Point, Rewrites] = {}
         self._last: Rewrites | None = None  # the rewrites built last
         self.version = 0  # moves on when marks go in before a point's
+        self.front = _Front(self)
         self._items = self._marks = 0  # items and marks folded in
         self.extend(view, sizes, left_out)
 
@@ -128,9 +150,6 @@ class Basis:
         folded in (the memo is dropped when the summaries shown change)."""
         items = view.items
         self.turns, self.assistants = view.turn_starts, view.assistant_units
-        self._last = None  # a pack builds its rewrites up from its own
-        if len(self._cache) > _CACHED_REWRITES:
-            self._cache.clear()  # a memo's basis would grow with every request
         tokens, saving = sizes.tokens, sizes.saving
         self.saving = saving
         prune = self.policy.prune
@@ -163,7 +182,9 @@ class Basis:
             at = bisect_right(by_units, mark[0])
             if at < len(marks):
                 self._cache.clear()  # the marks before a point changed
+                self._last = None
                 self.version += 1
+                self.front.reset()
             marks.insert(at, mark)
             by_units.insert(at, mark[0])
         self._marks = len(superseded)
@@ -206,9 +227,16 @@ class Basis:
         return Point(bisect_left(self.by_units, end), boundary, shield, max(tail, 0))
 
     def clear(self) -> None:
-        """Forget the rewrites computed so far (a pack's own; the basis outlives it)."""
-        self._cache.clear()
-        self._last = None
+        """Forget the rewrites computed so far (a pack's own; the basis outlives it)
+        but the marks of the latest asked for, which the next pack asks for first (its
+        latest break's): what they saved is computed again."""
+        cache = self._cache
+        while len(cache) > 1:
+            del cache[next(iter(cache))]
+        for kept in cache.values():
+            kept._saved.clear()
+            kept._changes.clear()
+            kept._beyond.clear()
 
     def rewrites(self, point: Point) -> Rewrites:
         """The rewrites of a break at ``point`` (shared by the requests that see it)."""
@@ -218,12 +246,144 @@ class Basis:
             if len(cache) >= 4:  # a few points at a time (the basis is kept)
                 del cache[next(iter(cache))]  # the one used longest ago
             last = self._last
-            found = Rewrites(
-                self, point, last if last is not None and last.follows(point) else None
-            )
-            self._last = found
+            if last is None or not last.follows(point):
+                found = self._last = Rewrites(self, point)
+            else:
+                self.front.reach(point)
+                if last.live():
+                    found = last  # no mark went in, the shield stayed: the same rewrites
+                else:
+                    found = self._last = Rewrites(self, point, last)
         cache[point] = found
         return found
+
+
+class _Front:
+    """The dedup marks under the protected tail at the latest point a replay reached
+    (the front), kept from point to point: a replay's points only move on (no fewer
+    marks, a tail, a shield no earlier), so each mark goes in once, found by a heap of
+    those known but not yet under the tail. What a mark saves from a cut on is a sum
+    over units in a tree of prefix sums (a Fenwick tree); the marks are listed in the
+    order they went in, so the rewrites of an earlier point of the same run (an
+    ``epoch``) are the first marks of the list. A point the front cannot move on to
+    starts a new run from nothing."""
+
+    __slots__ = (
+        "basis",
+        "entries",
+        "epoch",
+        "fresh",
+        "fresh_from",
+        "marks",
+        "members",
+        "shield",
+        "tail",
+        "tree",
+        "waiting",
+    )
+
+    def __init__(self, basis: Basis) -> None:
+        self.basis = basis
+        self.epoch = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new run from no mark."""
+        self.epoch += 1
+        self.marks = self.tail = self.shield = 0
+        # per mark gone in, in order: (its unit, its item, what dedup saves, its place
+        # in results, what pruning it would save)
+        self.entries: list[tuple[int, int, int, int, int]] = []
+        self.members: dict[int, int] = {}  # item -> what pruning it would save
+        self.waiting: list[tuple[int, int, int, int, int]] = []  # a heap, by unit
+        # per unit, what its marks save: dedup's saving, less pruning's before the shield
+        self.tree = _Tree()
+        self.fresh: list[int] = []  # the units of the marks from `fresh_from` on, sorted
+        self.fresh_from = -1
+
+    def reaches(self, point: Point) -> bool:
+        """Whether the front can move on to ``point``."""
+        return point.marks >= self.marks and point.tail >= self.tail and point.shield >= self.shield
+
+    def reach(self, point: Point) -> None:
+        """Move on to ``point`` (`reaches`)."""
+        basis = self.basis
+        tail, waiting = point.tail, self.waiting
+        if point.marks > self.marks:
+            saving, prune = basis.saving, basis.policy.prune
+            for _, unit, i, dsave, place in basis.marks[self.marks : point.marks]:
+                ps = saving[i] if prune and saving[i] > 0 else 0
+                if unit < tail:
+                    self._enter((unit, i, dsave, place, ps))
+                else:
+                    heappush(waiting, (unit, i, dsave, place, ps))
+            self.marks = point.marks
+        while waiting and waiting[0][0] < tail:
+            self._enter(heappop(waiting))
+        self.tail = tail
+        if point.shield > self.shield:
+            # the marks' results newly before the shield save pruning's share less
+            members, results, units = self.members, basis.results, basis.result_units
+            add = self.tree.add
+            for p in range(self.shield, point.shield):
+                pruned = members.get(results[p])
+                if pruned:
+                    add(units[p], -pruned)
+            self.shield = point.shield
+
+    def _enter(self, entry: tuple[int, int, int, int, int]) -> None:
+        unit, i, dsave, place, ps = entry
+        self.entries.append(entry)
+        self.members[i] = ps
+        self.tree.add(unit, dsave - ps if place < self.shield else dsave)
+        if self.fresh_from >= 0:
+            insort(self.fresh, unit)
+
+    def first_since(self, count: int, cut: int) -> int:
+        """The first unit from ``cut`` on of the marks that went in after the first
+        ``count`` (-1: none)."""
+        if self.fresh_from != count:
+            self.fresh = sorted(entry[0] for entry in islice(self.entries, count, None))
+            self.fresh_from = count
+        fresh = self.fresh
+        at = bisect_left(fresh, cut)
+        return fresh[at] if at < len(fresh) else -1
+
+
+class _Tree:
+    """Sums of values by position, with prefix sums in O(log n) (a Fenwick tree that
+    doubles its capacity as positions come)."""
+
+    __slots__ = ("size", "total", "tree")
+
+    def __init__(self) -> None:
+        self.size = 64
+        self.tree = [0] * (self.size + 1)
+        self.total = 0
+
+    def add(self, position: int, delta: int) -> None:
+        size, tree = self.size, self.tree
+        while position >= size:
+            # the new half starts empty; its last node covers everything
+            tree.extend([0] * size)
+            size *= 2
+            tree[size] = self.total
+        self.size = size
+        i = position + 1
+        while i <= size:
+            tree[i] += delta
+            i += i & -i
+        self.total += delta
+
+    def after(self, position: int) -> int:
+        """The sum over positions from ``position`` on."""
+        tree = self.tree
+        i = min(max(position, 0), self.size)
+        total = self.total
+        while i > 0:
+            total -= tree[i]
+            i &= i - 1
+        return total
 
 
 class Rewrites:
@@ -232,89 +392,83 @@ class Rewrites:
     turns that dedup does not replace. `saving` and `items` take the cut: only the
     history a break keeps is rewritten.
 
-    Built from ``base``, the rewrites of an earlier point of the same basis (no more
-    marks, a tail no later), when given: the marks newly under the tail are found by
-    bisect among those the base left waiting, so a replay's rewrites cost what changed
-    between its points, not every mark so far (`_reference` is the walk over every
-    mark that this must equal)."""
+    Built on the basis' front (`_Front`), moved on from ``base``, the rewrites of an
+    earlier point (no more marks, a tail and a shield no later), or started over from
+    this point when there is none: a replay's rewrites cost what changed between its
+    points, not every mark so far. While the front stands at this point, `saving` reads
+    its tree and `first_change` the marks that went in since the earlier break's
+    point; once it has moved on, what these rewrites answered stays (per cut), and
+    anything else is read from their marks listed by a walk (`_Marks`;
+    `tests/test_rules3_rewrites.py` holds the walk over every mark that all of this
+    must equal)."""
+
+    __slots__ = (
+        "_beyond",
+        "_changes",
+        "_listed",
+        "_saved",
+        "basis",
+        "count",
+        "epoch",
+        "point",
+        "version",
+    )
 
     def __init__(self, basis: Basis, point: Point, base: Rewrites | None = None) -> None:
         self.basis, self.point = basis, point
         self.version = basis.version
-        saving = basis.saving
-        prune = basis.policy.prune
-        marks, tail = basis.marks, point.tail
-
-        def row(mark: tuple[int, int, int, int, int]) -> tuple[int, int, int, int, int]:
-            _, unit, i, dsave, p = mark
-            return (unit, i, dsave, p, dsave - (saving[i] if prune and saving[i] > 0 else 0))
-
-        # per mark under the tail, by unit and item: its unit and item, what dedup
-        # saves, its place in results, and what it saves on a pruned result
-        if base is None:
-            rows = sorted(row(mark) for mark in marks[: point.marks])
-            under = bisect_left(rows, (tail,))
-            self.waiting = rows[under:]  # the marks known, not yet under the tail
-            rows = rows[:under]
-            self.keys = [(r[0], r[1]) for r in rows]
-            self.units = [r[0] for r in rows]
-            self.deduped = [r[1] for r in rows]
-            self.dsaves = [r[2] for r in rows]
-            self.places = [r[3] for r in rows]
-            self.cuts = [r[4] for r in rows]
-            return
-        # the marks the base left waiting that are now under the tail follow every
-        # mark the base has under its own
-        waiting = base.waiting
-        under = bisect_left(waiting, (tail,))
-        moved, self.waiting = waiting[:under], waiting[under:]
-        keys = base.keys + [(r[0], r[1]) for r in moved]
-        units, deduped = base.units + [r[0] for r in moved], base.deduped + [r[1] for r in moved]
-        dsaves, places = base.dsaves + [r[2] for r in moved], base.places + [r[3] for r in moved]
-        cuts = base.cuts + [r[4] for r in moved]
-        for mark in marks[base.point.marks : point.marks]:
-            new = row(mark)
-            if new[0] >= tail:
-                insort(self.waiting, new)
-                continue
-            at = bisect_left(keys, (new[0], new[1]))
-            keys.insert(at, (new[0], new[1]))
-            units.insert(at, new[0])
-            deduped.insert(at, new[1])
-            dsaves.insert(at, new[2])
-            places.insert(at, new[3])
-            cuts.insert(at, new[4])
-        self.keys, self.units, self.deduped = keys, units, deduped
-        self.dsaves, self.places, self.cuts = dsaves, places, cuts
+        front = basis.front
+        if base is None or not front.reaches(point):
+            front.reset()
+        front.reach(point)
+        self.epoch, self.count = front.epoch, len(front.entries)
+        self._saved: dict[int, int] = {}  # per cut, `saving`
+        self._changes: dict[tuple[Rewrites | None, int], int] = {}  # `first_change`
+        self._beyond: dict[tuple[Rewrites | None, int], tuple[int, int, int] | None] = {}
+        self._listed: _Marks | None = None
 
     def follows(self, point: Point) -> bool:
         """Whether the rewrites at ``point`` may be built from these."""
+        return self.version == self.basis.version and self.basis.front.reaches(point)
+
+    def live(self) -> bool:
+        """Whether the front stands at these rewrites' point."""
+        front = self.basis.front
         return (
-            self.version == self.basis.version
-            and self.point.marks <= point.marks
-            and self.point.tail <= point.tail
+            front.epoch == self.epoch
+            and len(front.entries) == self.count
+            and front.shield == self.point.shield
         )
+
+    def _marks(self) -> _Marks:
+        listed = self._listed
+        if listed is None:
+            listed = self._listed = _Marks(self.basis, self.point)
+        return listed
 
     def saving(self, start: int) -> int:
         """Tokens the rewrites save in units from ``start`` on."""
-        basis = self.basis
-        p = bisect_left(basis.result_units, start)
-        shield = self.point.shield
-        pruned = basis.psum[shield] - basis.psum[p] if p < shield else 0
-        # a mark saves what dedup saves beyond pruning when its result is before the
-        # shield, else what dedup saves
-        b = bisect_left(self.units, start)
-        below = map(shield.__gt__, self.places[b:])
-        kept: int = sum(compress(map(sub, self.dsaves[b:], self.cuts[b:]), below))
-        return pruned + sum(self.dsaves[b:]) - kept
+        saved = self._saved.get(start)
+        if saved is None:
+            basis = self.basis
+            p = bisect_left(basis.result_units, start)
+            shield = self.point.shield
+            saved = basis.psum[shield] - basis.psum[p] if p < shield else 0
+            if self.live():
+                saved += basis.front.tree.after(start)
+            else:
+                saved += self._marks().after(start)
+            self._saved[start] = saved
+        return saved
 
     def items(self, cut: int) -> tuple[list[int], list[int]]:
         """``(deduplicated, pruned)`` item indexes from unit ``cut`` on, ascending."""
         basis = self.basis
-        deduped = self.deduped[bisect_left(self.units, cut) :]
+        listed = self._marks()
+        deduped = listed.deduped[bisect_left(listed.units, cut) :]
         if not basis.policy.prune:
             return sorted(deduped), []
-        skip = set(self.deduped)
+        skip = listed.members()
         saving, results = basis.saving, basis.results
         pruned = [
             results[p]
@@ -323,29 +477,97 @@ class Rewrites:
         ]
         return sorted(deduped), pruned
 
+    def beyond(self, earlier: Rewrites | None, cut: int) -> tuple[int, int, int] | None:
+        """What these rewrites save from ``cut`` on beyond the ``earlier`` break's, the
+        first unit they change (`first_change`) and what they save from it on; None
+        when they save no more or change nothing. What the cost model weighs at every
+        request, the same for every request that sees the same rewrites."""
+        key = (earlier, cut)
+        if key in self._beyond:
+            return self._beyond[key]
+        saved = self.saving(cut) - (earlier.saving(cut) if earlier is not None else 0)
+        changed = self.first_change(earlier, cut) if saved > 0 else -1
+        found = None if changed < 0 else (saved, changed, self.saving(changed))
+        self._beyond[key] = found
+        return found
+
     def first_change(self, earlier: Rewrites | None, cut: int) -> int:
         """The first unit from ``cut`` on whose results these rewrites change beyond the
         ``earlier`` break's (-1: none)."""
+        found = self._changes.get((earlier, cut))
+        if found is None:
+            found = self._changes[earlier, cut] = self._first_change(earlier, cut)
+        return found
+
+    def _first_change(self, earlier: Rewrites | None, cut: int) -> int:
         basis = self.basis
-        first = -1
-        b = bisect_left(self.units, cut)
-        new = set(self.deduped[b:])
-        if earlier is not None:
-            new.difference_update(earlier.deduped)
-        if new:
-            first = next(compress(self.units[b:], map(new.__contains__, self.deduped[b:])))
+        skip: Container[int]
+        if self.live() and (
+            earlier is None or (earlier.epoch == self.epoch and earlier.count <= self.count)
+        ):
+            # the earlier break's marks are the first ones of this run
+            first = basis.front.first_since(0 if earlier is None else earlier.count, cut)
+            skip = basis.front.members
+        else:
+            listed = self._marks()
+            b = bisect_left(listed.units, cut)
+            new = set(listed.deduped[b:])
+            if earlier is not None:
+                new.difference_update(earlier._marks().deduped)
+            first = -1
+            if new:
+                first = next(compress(listed.units[b:], map(new.__contains__, listed.deduped[b:])))
+            skip = listed.members()
         if basis.policy.prune:
-            skip = set(self.deduped)
-            saving, results = basis.saving, basis.results
-            start = bisect_left(basis.result_units, cut)
+            psum, results, units = basis.psum, basis.results, basis.result_units
+            start = bisect_left(units, cut)
             if earlier is not None:
                 start = max(start, earlier.point.shield)
             stop = self.point.shield
             if first >= 0:
-                stop = min(stop, bisect_right(basis.result_units, first))
-            for p in range(start, stop):
-                i = results[p]
-                if saving[i] > 0 and i not in skip and basis.psum[p + 1] > basis.psum[p]:
-                    unit = basis.result_units[p]
+                stop = min(stop, bisect_right(units, first))
+            p = start
+            while p < stop:
+                # the next result pruning shrinks (its prefix sum grows past it)
+                p = bisect_right(psum, psum[p], p, stop + 1) - 1
+                if p >= stop:
+                    break
+                if results[p] not in skip:
+                    unit = units[p]
                     return unit if first < 0 else min(unit, first)
+                p += 1
         return first
+
+
+class _Marks:
+    """The marks of a `Point` under its tail, listed by unit and item, with what those
+    from each on save: a walk over the marks made before the point, for rewrites asked
+    about once the front has moved on."""
+
+    __slots__ = ("_members", "deduped", "saves", "units")
+
+    def __init__(self, basis: Basis, point: Point) -> None:
+        saving, shield, tail = basis.saving, point.shield, point.tail
+        prune = basis.policy.prune
+        rows = sorted(
+            (unit, i, dsave - (saving[i] if prune and p < shield and saving[i] > 0 else 0))
+            for _, unit, i, dsave, p in basis.marks[: point.marks]
+            if unit < tail
+        )
+        self.units = [row[0] for row in rows]
+        self.deduped = [row[1] for row in rows]
+        saves = list(accumulate(row[2] for row in reversed(rows)))
+        saves.reverse()
+        saves.append(0)
+        self.saves = saves  # saves[k]: what the marks from the k-th on save
+        self._members: set[int] | None = None
+
+    def after(self, start: int) -> int:
+        """What the marks in units from ``start`` on save."""
+        return self.saves[bisect_left(self.units, start)]
+
+    def members(self) -> set[int]:
+        """The items deduplicated."""
+        if self._members is None:
+            self._members = set(self.deduped)
+        return self._members

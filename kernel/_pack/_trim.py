@@ -29,7 +29,7 @@ groups, until it is at that level; protected units stay wherever they are.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from .._policy import Policy
@@ -40,7 +40,7 @@ from ._dedup import Dedup
 from ._ledger import Ledger, Marker
 from ._model import StageReport
 from ._prune import Prune
-from ._rewrites import Basis, Point, Rewrites, value
+from ._rewrites import Basis, Point, Rewrites, value, worth
 
 __all__: list[str] = []
 
@@ -453,6 +453,21 @@ class Step(NamedTuple):
 _START = Step()
 
 
+class _Sizes(dict[int, int]):
+    """``size(end)`` by unit, each asked of the ledger once: a replay asks again for
+    the cut's, the openings' and the first rewritten unit's at every request."""
+
+    __slots__ = ("find",)
+
+    def __init__(self, find: Callable[[int], int]) -> None:
+        super().__init__()
+        self.find = find
+
+    def __missing__(self, end: int) -> int:
+        found = self[end] = self.find(end)
+        return found
+
+
 class Watermarks:
     """What the rules 3 replay reads at each request, and its step.
 
@@ -481,7 +496,7 @@ class Watermarks:
 
     def __init__(self, ledger: Ledger, high: int, low: int, reserve: int) -> None:
         view = ledger.view
-        size = self.size = ledger.kept_before()
+        size = self.size = _Sizes(ledger.kept_before()).__getitem__
         # the placeholder results of calls without one, each counted only in the
         # requests that hold its unit: counted in ``base``, a call still awaiting its
         # result would grow every earlier request's size and move a cut already made
@@ -587,7 +602,7 @@ class Watermarks:
         """A request under the high watermark with new pending rewrites: a break of
         their own when the cost model says they are worth it, else ``state``."""
         found = self.pending(state, end, point)
-        if found is None or value(self.policy, *found) <= 0:
+        if found is None or not worth(self.policy, *found):
             return state
         return state._replace(
             breaks=state.breaks + 1,
@@ -607,12 +622,12 @@ class Watermarks:
         pending = basis.rewrites(point)
         current = self.rewrites(state.rewrites)
         cut = self.bounds[state.k - 1] if state.k else 0
-        saved = pending.saving(cut) - (current.saving(cut) if current is not None else 0)
-        changed = pending.first_change(current, cut) if saved > 0 else -1
-        if changed < 0:
+        found = pending.beyond(current, cut)
+        if found is None:
             return None
+        saved, changed, after = found
         size = self.size
-        return saved, size(end) - size(changed) - pending.saving(changed)
+        return saved, size(end) - size(changed) - after
 
     def weigh(self, state: Step, end: int) -> tuple[int, int] | None:
         """The rewrites pending at the request ending at ``end`` that the cost model
@@ -623,7 +638,7 @@ class Watermarks:
         if point == state.rewrites:
             return None
         found = self.pending(state, end, point)
-        return found if found is not None and value(self.policy, *found) <= 0 else None
+        return found if found is not None and not worth(self.policy, *found) else None
 
 
 class _Saved:
