@@ -382,10 +382,15 @@ class _Core:
         info = table.lookup(model)
         #: The policy of a new session that names no policy: the model's, when known.
         self._model_policy = Policy.for_model(model, models=table) if info is not None else None
-        if wire.max_tokens_required and max_tokens is None and info is not None:
+        if max_tokens is None and info is not None:
+            # Every format gets the output cap the packer reserved room for (as
+            # resolved: a reserve left at its default is scaled to the window), at most
+            # what the model may write. Only a model the table does not know goes
+            # without one where the API allows that: a cap above its output limit
+            # would be refused.
             sized = policy if policy is not None else self._model_policy
             assert sized is not None
-            max_tokens = min(sized.output_reserve, info.output_limit)
+            max_tokens = min(sized.resolved().output_reserve, info.output_limit)
         if wire.max_tokens_required and max_tokens is None:
             raise RenderError(
                 f"the {format} format needs max_tokens (the API requires it) and "
@@ -868,9 +873,11 @@ class Session(_Core):
         session_id: the session; created by its first write.
         model: the model named in every request body.
         format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
-        max_tokens: the output cap of every request (required for ``anthropic``
-            unless the model is in the model table: then the policy's
-            ``output_reserve``, at most the model's output limit).
+        max_tokens: the output cap of every request. When None and the model is in
+            the model table, the policy's ``output_reserve`` (the room packing leaves
+            for the reply), at most the model's output limit, in every format; for a
+            model the table does not know, ``openai-chat`` and ``openai-responses``
+            send no cap and ``anthropic`` (whose API requires one) refuses.
         policy: the packing policy (appended as ``PolicySet`` by the first `prepare`
             when it is not the one in force). When None: the one in force, and for a
             session with none yet, ``Policy.for_model(model)`` when the model is in

@@ -560,3 +560,36 @@ def test_a_postgresql_server_that_refuses_the_connection_fails_at_once(
     message = str(raised.value)
     assert "nothing accepts connections at postgresql://agent@" in message, message
     assert "s3c" not in message and "Nothing was written" in message
+
+
+@pytest.mark.parametrize(
+    ("format", "field"),
+    [
+        ("openai-chat", "max_completion_tokens"),
+        ("openai-responses", "max_output_tokens"),
+        ("anthropic", "max_tokens"),
+    ],
+)
+def test_a_session_without_max_tokens_sends_the_reserve_in_every_format(
+    format: str, field: str
+) -> None:
+    """The output cap a session sends without ``max_tokens`` is the room packing left for
+    the reply, in every format (openai-chat sent none, so a reply could outgrow it);
+    a model the table does not know goes without one where the API allows."""
+    from turnlog.adapters import Session
+
+    with turnlog.open(":memory:") as log:
+        cases = [
+            ("gpt-4o", None, 16_384),  # Policy.for_model: the model's output limit
+            ("gpt-4o", turnlog.Policy(context_window=32_000), 4_000),  # resolved: 32k / 8
+            ("gpt-4o", turnlog.Policy(output_reserve=8_000), 8_000),
+            ("gpt-4o", turnlog.Policy(output_reserve=20_000), 16_384),  # the model's limit
+        ]
+        for number, (model, policy, cap) in enumerate(cases):
+            session = Session(log, f"s{number}", model=model, format=format, policy=policy)
+            session.user("hello")
+            assert session.prepare().json()[field] == cap, (model, policy)
+        if format != "anthropic":
+            session = Session(log, "unknown", model="my-local-model", format=format)
+            session.user("hello")
+            assert field not in session.prepare().json()
