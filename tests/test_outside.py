@@ -563,7 +563,7 @@ def test_a_postgresql_server_that_refuses_the_connection_fails_at_once(
 
 
 @pytest.mark.parametrize(
-    ("format", "field"),
+    ("wire", "field"),
     [
         ("openai-chat", "max_completion_tokens"),
         ("openai-responses", "max_output_tokens"),
@@ -571,7 +571,7 @@ def test_a_postgresql_server_that_refuses_the_connection_fails_at_once(
     ],
 )
 def test_a_session_without_max_tokens_sends_the_reserve_in_every_format(
-    format: str, field: str
+    wire: str, field: str
 ) -> None:
     """The output cap a session sends without ``max_tokens`` is the room packing left for
     the reply, in every format (openai-chat sent none, so a reply could outgrow it);
@@ -586,10 +586,10 @@ def test_a_session_without_max_tokens_sends_the_reserve_in_every_format(
             ("gpt-4o", turnlog.Policy(output_reserve=20_000), 16_384),  # the model's limit
         ]
         for number, (model, policy, cap) in enumerate(cases):
-            session = Session(log, f"s{number}", model=model, format=format, policy=policy)
+            session = Session(log, f"s{number}", model=model, format=wire, policy=policy)
             session.user("hello")
             assert session.prepare().json()[field] == cap, (model, policy)
-        if format != "anthropic":
-            session = Session(log, "unknown", model="my-local-model", format=format)
+        if wire != "anthropic":
+            session = Session(log, "unknown", model="my-local-model", format=wire)
             session.user("hello")
             assert field not in session.prepare().json()
