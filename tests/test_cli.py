@@ -492,8 +492,8 @@ def test_pack_budget_record_says_which_policy_fields_it_changed(
     # sets the buffer to its absolute default), scale with the window
     assert err.startswith(
         "the session's policy changed (4 fields): context_window 32,000 -> "
-        "8,000; output_reserve 4,000 -> 2,000; blocking_buffer 750 -> 160; "
-        "recall_max_tokens 2,000 -> 750. "
+        "8,000; output_reserve 4,000 -> 1,000; blocking_buffer 750 -> 187; "
+        "recall_max_tokens 2,000 -> 875. "
     )
     with turnlog.open(demo_copy, readonly=True) as log:
         after = turnlog.Packer(log).policy_in_force(SESSION)
@@ -501,9 +501,9 @@ def test_pack_budget_record_says_which_policy_fields_it_changed(
     assert after == msgspec.structs.replace(
         before,
         context_window=8000,
-        output_reserve=2000,
-        blocking_buffer=160,
-        recall_max_tokens=750,
+        output_reserve=1000,
+        blocking_buffer=187,
+        recall_max_tokens=875,
     )
     code, out, err = run(
         capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "8000", "--record", "--json"
@@ -513,12 +513,13 @@ def test_pack_budget_record_says_which_policy_fields_it_changed(
     code, out, err = run(
         capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "9000", "--record", "--json"
     )
-    # What the 8,000 window scaled (the reserve a quarter of it) scales to 9,000.
+    # What the 8,000 window scaled (the reserve an eighth of it, as a Policy of that
+    # window has) scales to 9,000.
     assert json.loads(out)["policy_changes"] == [
         {"field": "context_window", "from": 8000, "to": 9000},
-        {"field": "output_reserve", "from": 2000, "to": 2250},
-        {"field": "blocking_buffer", "from": 160, "to": 180},
-        {"field": "recall_max_tokens", "from": 750, "to": 843},
+        {"field": "output_reserve", "from": 1000, "to": 1125},
+        {"field": "blocking_buffer", "from": 187, "to": 210},
+        {"field": "recall_max_tokens", "from": 875, "to": 984},
     ]
     assert "policy changed (4 fields): context_window 8,000 -> 9,000; output_reserve" in err
 
@@ -557,11 +558,11 @@ def test_pack_max_tokens_above_the_output_reserve_names_both_and_records_nothing
         "--budget",
         "8000",
         "--max-tokens",
-        "2001",
+        "1001",
         "--format",
         "anthropic",
     )
-    assert code == 2 and "(2,000 tokens)" in err  # the reserve of the policy given
+    assert code == 2 and "(1,000 tokens)" in err  # the reserve of the policy given
     code, out, _ = run(
         capsys,
         "--store",

@@ -323,7 +323,7 @@ def test_budget_scales_the_defaults_a_smaller_budget_left(tmp_path: Path) -> Non
     for window in ("128000", "16000"):
         assert budget(used, window) == budget(fresh, window)
     done = cli(used, "pack", sid, "--budget", "128000", "--record")
-    assert "output_reserve 1,000 -> 16,000; warning_buffer 642 -> 24,000" in done.stderr
+    assert "output_reserve 500 -> 16,000; warning_buffer 750 -> 24,000" in done.stderr, done.stderr
     policy = tmp_path / "policy.toml"
     policy.write_text("context_window = 32000\noutput_reserve = 3000\nwarning_buffer = 5000\n")
     assert cli(used, "pack", sid, "--policy", str(policy), "--record").returncode == 0
@@ -593,3 +593,18 @@ def test_a_session_without_max_tokens_sends_the_reserve_in_every_format(
             session = Session(log, "unknown", model="my-local-model", format=wire)
             session.user("hello")
             assert field not in session.prepare().json()
+
+
+@pytest.mark.parametrize("window", [4_000, 16_000, 32_000, 200_000])
+def test_budget_reserves_for_output_what_a_policy_of_that_window_does(
+    imported: tuple[Path, str], window: int
+) -> None:
+    """``--budget N`` and ``Policy(context_window=N)`` are one rule: the reserve is an
+    eighth of the window, at most 16,000 (--budget took a quarter: 8,000 at 32k)."""
+    store, session = imported
+    done = cli(store, "pack", session, "--budget", str(window), "--json")
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)["budget"]
+    policy = turnlog.Policy(context_window=window).resolved()
+    assert plan["output_reserve"] == policy.output_reserve == min(16_000, window // 8)
+    assert plan["usable"] == policy.usable

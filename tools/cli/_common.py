@@ -335,7 +335,10 @@ def _policy_arg(
     if budget is not None:
         base = policy or in_force or turnlog.Policy()
         fields = _unscaled(base)
-        reserve = min(fields["output_reserve"], budget // 4)
+        # The Policy's rule for a window: the output reserve is an eighth of it (at most
+        # the default 16,000, `turnlog.Policy.scaled`); a reserve the policy sets is kept
+        # up to that eighth.
+        reserve = min(fields["output_reserve"], max(1, budget // 8))
         try:
             policy = turnlog.Policy(
                 **{**fields, "context_window": budget, "output_reserve": reserve}
@@ -367,7 +370,8 @@ def _unscaled(policy: turnlog.Policy) -> dict[str, Any]:
         return {n: getattr(absolute, n) for n in names}
 
     # The reserve first: the other fields scale with what it leaves usable. Derived, it
-    # is the scaled default or what --budget made of the default (a quarter of the window).
+    # is the scaled default (an eighth of the window, which --budget gives too) or what
+    # --budget of turnlog 0.3.0 made of the default (a quarter of the window).
     probe = turnlog.Policy(**{**fields, **defaults(["output_reserve"])}).resolved()
     derived = {probe.output_reserve, min(absolute.output_reserve, policy.context_window // 4)}
     if policy.output_reserve in derived:
