@@ -65,8 +65,11 @@ another connection; a server error answering a statement before the ``COMMIT``
 of one session to the head assumed (its events and keys, nothing else) is one
 statement between ``BEGIN`` and ``COMMIT`` ("append"): the head's update is a
 ``WITH`` part that the main query reads, so it runs first and refuses before
-anything is inserted; the inserts are the other parts. One round trip, one WAL
-flush. A store opened
+anything is inserted; the inserts are the other parts (from plain values for one
+event, "append_one": arrays cost psycopg's adaptation and the server's unnest). One
+round trip, one WAL flush. A write's statements are queued, not sent one by one
+(`_queue`): the pipeline's end writes them to the server at once and reads every
+answer. A store opened
 for writing creates the function, also in a schema an older turnlog created
 (which still reads and writes it: the tables are unchanged); without the
 privilege, every write reads first.
@@ -146,8 +149,16 @@ try:
     from psycopg.pq import TransactionStatus
 except ImportError:  # the optional extra is not installed: PostgresStore says so
     _HAVE_PSYCOPG = False
+    _QUEUE_STEPS = False
 else:
     _HAVE_PSYCOPG = True
+    # The steps of psycopg's Cursor.execute that `_queue` runs without the send and
+    # read at its end (psycopg 3.2 and later have them); otherwise each statement
+    # goes through execute.
+    _QUEUE_STEPS = all(
+        hasattr(psycopg.Cursor, name)
+        for name in ("_start_query", "_convert_query", "_maybe_prepare_gen")
+    )
     # psycopg_pool logs every failed connection attempt as a warning; where the
     # application configured no logging, Python would print those on stderr
     # (logging.lastResort) above turnlog's own one-line error. With a handler of
@@ -193,6 +204,38 @@ _NOTIFY = (
     b"SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) "
     b"FROM unnest(%s::text[]) AS s"
 )
+
+_NOTIFY_ONE = b"SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
+
+
+def _queue(
+    conn: Connection[TupleRow],
+    query: bytes,
+    params: tuple[object, ...] | None = None,
+    *,
+    prepare: bool = False,
+) -> Cursor[TupleRow]:
+    """``conn.execute(query, params, prepare=prepare)`` in a pipeline, queued only.
+
+    psycopg's ``execute`` in a pipeline sends what is queued and reads what has
+    arrived at every statement (a write to the socket, a poll, the server woken
+    for each); a write's statements are queued with psycopg's own steps instead
+    (its adaptation of the parameters, its cache of prepared statements, the
+    cursor the answer is given to), and the pipeline's end sends them at once.
+    The connections are in autocommit, so nothing is sent before the statement.
+    """
+    cursor = conn.cursor()
+    if _QUEUE_STEPS:
+        # (generators that, in a pipeline, only queue: run to their end, never waiting)
+        for _ in cursor._start_query(query):
+            raise StoreError("psycopg sent a statement while turnlog queued one")
+        pgq = cursor._convert_query(query, params)
+        for _ in cursor._maybe_prepare_gen(pgq, prepare=prepare):
+            raise StoreError("psycopg sent a statement while turnlog queued one")
+        cursor._last_query = query
+        return cursor
+    return cursor.execute(query, params, prepare=prepare)  # pragma: no cover
+
 
 _DDL = [
     "CREATE SCHEMA IF NOT EXISTS {s}",
@@ -287,6 +330,15 @@ _QUERIES = {
     "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1), "
     "e AS (INSERT INTO {s}.events (session, seq, record) "
     "SELECT %s, unnest(%s::bigint[]), unnest(%s::bytea[])) "
+    "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
+    "append_one": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
+    "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1), "
+    "e AS (INSERT INTO {s}.events (session, seq, record) VALUES (%s, %s, %s)) "
+    "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
+    "append_one_keyed": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
+    "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1), "
+    "e AS (INSERT INTO {s}.events (session, seq, record) VALUES (%s, %s, %s)), "
+    "i AS (INSERT INTO {s}.idem (session, key, seq) VALUES (%s, %s, %s)) "
     "SELECT {s}.refuse() WHERE NOT EXISTS (SELECT 1 FROM u)",
     "append_keyed": "WITH u AS (UPDATE {s}.heads SET seq = %s, hash = %s "
     "WHERE session = %s AND seq = %s AND hash = %s RETURNING 1), "
@@ -804,6 +856,23 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         return self._flushed is not None and answered > self._flushed
 
     def _send(self, channel: str | None, sent: list[Cursor[TupleRow]]) -> None:
+        # Every statement is queued, and the pipeline's end sends them all in one
+        # write, then awaits the answers (see `_queue`).
+        try:
+            self._queue_all(channel, sent)
+        except pg_errors.PipelineAborted as exc:
+            # The pipeline's end reads the answers in two steps: when the first step
+            # read the failed statement's answer (and raised its error), the second
+            # raises for the statements the server skipped after it. The statement's
+            # own error is the one that says what happened.
+            failed = exc.__context__
+            if isinstance(failed, psycopg.Error) and not isinstance(
+                failed, pg_errors.PipelineAborted
+            ):
+                raise failed from None
+            raise
+
+    def _queue_all(self, channel: str | None, sent: list[Cursor[TupleRow]]) -> None:
         q = self._q
         conn = self._conn
 
@@ -811,12 +880,12 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             # Prepared from the first use: psycopg then forgets a statement whose
             # preparation an aborted pipeline skipped (one prepared only after some
             # unprepared uses would be taken as prepared: "does not exist" later).
-            sent.append(conn.execute(q[query], params, prepare=True))
+            sent.append(_queue(conn, q[query], params, prepare=True))
 
         with conn.pipeline() as pipeline:
             if not self.begun:
                 self.begun = True
-                sent.append(conn.execute(b"BEGIN", prepare=False))
+                sent.append(_queue(conn, b"BEGIN"))
             append = self._one_append()
             if append is not None:
                 run(*append)
@@ -830,13 +899,16 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             self.committing = True
             self._commit_at = len(sent)
             if channel is None or not self._new_heads:
-                sent.append(conn.execute(b"COMMIT", prepare=False))
+                sent.append(_queue(conn, b"COMMIT"))
                 return
             # After the COMMIT, in a transaction of their own (AND CHAIN begins it)
             # that does not wait for the disk (module docstring).
-            sent.append(conn.execute(b"COMMIT AND CHAIN", prepare=False))
-            conn.execute(_NOTIFY, (channel, list(self._new_heads)), prepare=True)
-            conn.execute(b"COMMIT", prepare=False)
+            sent.append(_queue(conn, b"COMMIT AND CHAIN"))
+            if len(self._new_heads) == 1:
+                _queue(conn, _NOTIFY_ONE, (channel, next(iter(self._new_heads))), prepare=True)
+            else:
+                _queue(conn, _NOTIFY, (channel, list(self._new_heads)), prepare=True)
+            _queue(conn, b"COMMIT")
 
     def _one_append(self) -> tuple[str, tuple[object, ...]] | None:
         """The one statement of an append of one session to the head assumed (events
@@ -854,6 +926,14 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             k not in self._idem for k in self.assumed_keys
         ):
             return None
+        if len(rows) == 1 and len(self._idem) <= 1:
+            # One event (and its key): plain values, not arrays, which psycopg adapts
+            # and the server unnests at a cost of their own.
+            one = (*moved, session, *assumed, session, *rows[0])
+            if not self._idem:
+                return "append_one", one
+            (((_, key), seq),) = self._idem.items()
+            return "append_one_keyed", (*one, session, key, seq)
         params = (
             *moved,
             session,

@@ -581,10 +581,11 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
     from turnlog import _postgres
 
     names = {bytes(text): name for name, text in store._q.items()}
-    names[_postgres._NOTIFY] = "notify"
+    names[_postgres._NOTIFY] = names[_postgres._NOTIFY_ONE] = "notify"
     trips: list[list[str]] = []
     execute = psycopg.Connection.execute
     pipeline = psycopg.Connection.pipeline
+    queue = _postgres._queue
 
     def spy_execute(self: psycopg.Connection[object], query: Any, *a: Any, **k: Any) -> object:
         name = names.get(query if isinstance(query, bytes) else b"")
@@ -592,6 +593,10 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
             trips.append([])
         trips[-1].append(name or (query.decode() if isinstance(query, bytes) else str(query)))
         return execute(self, query, *a, **k)
+
+    def spy_queue(conn: psycopg.Connection[Any], query: bytes, *a: Any, **k: Any) -> Any:
+        trips[-1].append(names.get(query) or query.decode())
+        return queue(conn, query, *a, **k)
 
     @contextlib.contextmanager
     def spy_pipeline(self: psycopg.Connection[object]) -> Iterator[object]:
@@ -602,6 +607,7 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
 
     monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
     monkeypatch.setattr(psycopg.Connection, "pipeline", spy_pipeline)
+    monkeypatch.setattr(_postgres, "_queue", spy_queue)
     return trips
 
 
@@ -611,8 +617,9 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
     """Between ``BEGIN`` and ``COMMIT``, one statement: the head assumed is moved by
     the part that checks it (its row lock is the update's own: the row's new version
     carries no lock), the event and the key are inserted by the others (the key
-    assumed new is checked by idem's primary key); the notification is one
-    statement of a transaction of its own, begun by the append's COMMIT AND CHAIN."""
+    assumed new is checked by idem's primary key), from plain values for one event
+    (arrays for more); the notification is one statement of a transaction of its
+    own, begun by the append's COMMIT AND CHAIN."""
     log = logs.open()
     store = cast(PostgresStore, log.store)
     trips = statements_of(store, monkeypatch)
@@ -624,9 +631,16 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
     for n in range(1, 4):
         trips.clear()
         assert log.append("s", keyed(n, 1)).first_seq == n
-        assert trips == [["BEGIN", "append_keyed", "COMMIT AND CHAIN", "notify", "COMMIT"]]
+        assert trips == [["BEGIN", "append_one_keyed", "COMMIT AND CHAIN", "notify", "COMMIT"]]
     trips.clear()
     assert log.append("s", UserMessageAdded(text="no key")).first_seq == 4
+    assert trips == [["BEGIN", "append_one", "COMMIT AND CHAIN", "notify", "COMMIT"]]
+    trips.clear()
+    assert log.append("s", keyed(4, 2)).first_seq == 5
+    assert trips == [["BEGIN", "append_keyed", "COMMIT AND CHAIN", "notify", "COMMIT"]]
+    trips.clear()
+    pair = [UserMessageAdded(text="a"), UserMessageAdded(text="b")]
+    assert log.append("s", pair).first_seq == 7
     assert trips == [["BEGIN", "append", "COMMIT AND CHAIN", "notify", "COMMIT"]]
     with admin(pgserver.shared()) as conn:
         row = conn.execute(
@@ -634,8 +648,37 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
                 sql.Identifier(store.schema)
             )
         ).fetchone()
-    assert row == ("0", 4)
+    assert row == ("0", 8)
     assert log.verify().ok
+    assert [(e.seq, e.key) for e in log.read("s")][3:6] == [(3, "b3-0"), (4, None), (5, "b4-0")]
+
+
+def test_an_appends_statements_leave_in_one_write_and_their_answers_come_back_at_once(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg's execute in a pipeline sends what is queued and reads what arrived at
+    each statement; an append queues its five statements and sends them once, at
+    the pipeline's end, which then reads every answer: one exchange with the
+    server (the pipeline's sync is the second, answered in the same round trip)."""
+    from psycopg import _pipeline_base
+
+    log = logs.open()
+    log.append("s", keyed(0, 1))
+    exchanges = []
+    communicate = _pipeline_base.BasePipeline._communicate_gen
+
+    def spy(self: Any) -> Any:
+        exchanges.append(len(self.command_queue))
+        return (yield from communicate(self))
+
+    monkeypatch.setattr(_pipeline_base.BasePipeline, "_communicate_gen", spy)
+    for n in range(1, 4):
+        exchanges.clear()
+        assert log.append("s", keyed(n, 1)).first_seq == n
+        # BEGIN, the append (with its preparation the first time), the flush request,
+        # COMMIT AND CHAIN, the notification, COMMIT and the sync: all in one.
+        assert len(exchanges) == 1 and exchanges[0] >= 7, exchanges
+    assert texts(log.read("s")) == [f"batch {n} message 0" for n in range(4)]
 
 
 class _OvertakenStore(PostgresStore):
