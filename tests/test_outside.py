@@ -608,3 +608,49 @@ def test_budget_reserves_for_output_what_a_policy_of_that_window_does(
     policy = turnlog.Policy(context_window=window).resolved()
     assert plan["output_reserve"] == policy.output_reserve == min(16_000, window // 8)
     assert plan["usable"] == policy.usable
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+def test_a_reply_of_another_api_names_the_format_expected_and_the_one_it_looks_like(
+    stream: bool,
+) -> None:
+    """A reply recorded into a session of another format said only that a field was
+    missing (``expected a JSON array at $.choices, found null``)."""
+    import httpx
+    from turnlog.adapters import Session
+    from turnlog.adapters.providers import PROVIDERS
+    from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+
+    wires = ["openai-chat", "openai-responses", "anthropic"]
+    with turnlog.open(":memory:") as log, FakeServer() as server:
+        bodies: dict[str, bytes] = {}
+        for wire in wires:  # a real reply of each API, from the fake speaking its wire
+            session = Session(log, f"get-{wire}", model="gpt-4o", format=wire, stream=stream)
+            session.user("hello")
+            server.script(FakeReply(text="hi"))
+            provider = PROVIDERS[wire]
+            answer = httpx.post(
+                provider.endpoint(server.base_url(wire)),
+                content=session.prepare().body,
+                headers={**provider.headers("k"), "content-type": "application/json"},
+            )
+            assert answer.status_code == 200, answer.text
+            bodies[wire] = answer.content
+        for wire in wires:
+            session = Session(log, f"put-{wire}", model="gpt-4o", format=wire, stream=stream)
+            session.user("hello")
+            session.prepare()
+            head = session.head
+            for other in wires:
+                if other == wire:
+                    continue
+                with pytest.raises(turnlog.errors.DecodeError) as raised:
+                    session.record(bodies[other], stream=stream)
+                message = str(raised.value)
+                assert (
+                    f"expected {'an Anthropic' if wire == 'anthropic' else 'an OpenAI'}" in message
+                )
+                assert f"format '{wire}'" in message, message
+                assert "looks like" in message and f"format={other!r}" in message, message
+                assert session.head == head
+            session.record(bodies[wire], stream=stream)

@@ -43,7 +43,11 @@ def parse_response(
         DecodeError: the body is not JSON or not the provider's shape.
     """
     parser = _provider(format).parse
-    return _guard(format, lambda: parser(obj(load_json(body), "$"), request_seq))
+    value = load_json(body)
+    try:
+        return _guard(format, lambda: parser(obj(value, "$"), request_seq))
+    except DecodeError as exc:
+        raise _other_api(format, [value], exc) from exc
 
 
 def parse_stream(
@@ -64,7 +68,11 @@ def parse_stream(
             or a stream that stops before its end.
     """
     parser = _provider(format).parse_stream
-    return _guard(format, lambda: parser(sse_events(stream), request_seq))
+    events = sse_events(stream)
+    try:
+        return _guard(format, lambda: parser(events, request_seq))
+    except DecodeError as exc:
+        raise _other_api(format, events, exc) from exc
 
 
 def parse_http(
@@ -126,6 +134,60 @@ def _validated(format: str, reply: Reply) -> Reply:  # noqa: A002
         except InvalidEventError as exc:
             raise DecodeError(f"{format} reply: {exc}") from exc
     return checked
+
+
+def _chat(value: Mapping[str, object]) -> bool:
+    return value.get("object") in ("chat.completion", "chat.completion.chunk") or (
+        "choices" in value and "object" not in value
+    )
+
+
+def _responses(value: Mapping[str, object]) -> bool:
+    kind = value.get("type")
+    return value.get("object") == "response" or (
+        isinstance(kind, str) and kind.startswith("response.")
+    )
+
+
+def _anthropic(value: Mapping[str, object]) -> bool:
+    return value.get("type") in (
+        "message",
+        "message_start",
+        "message_delta",
+        "message_stop",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+    )
+
+
+#: What a reply of each format looks like (its first JSON object: a body, or a stream's
+#: first event), to say which API a body that does not parse came from.
+_LOOKS = {"openai-chat": _chat, "openai-responses": _responses, "anthropic": _anthropic}
+
+#: How a message names each format's replies.
+_NAMES = {
+    "openai-chat": "an OpenAI Chat Completions reply (format 'openai-chat': "
+    "object 'chat.completion', choices)",
+    "openai-responses": "an OpenAI Responses reply (format 'openai-responses': "
+    "object 'response', output)",
+    "anthropic": "an Anthropic Messages reply (format 'anthropic': type 'message', content)",
+}
+
+
+def _other_api(format: str, values: list[object], error: DecodeError) -> DecodeError:  # noqa: A002
+    """``error``, or, when the reply is one of another format, an error naming both."""
+    first = next((v for v in values if isinstance(v, Mapping)), None)
+    if first is None or _LOOKS.get(format, _chat)(first):
+        return error
+    other = next((name for name, looks in _LOOKS.items() if looks(first)), None)
+    if other is None or other == format:
+        return error
+    return DecodeError(
+        f"expected {_NAMES.get(format, format)}, found what looks like {_NAMES[other]}; "
+        f"record it with the format of the API that answered (format={other!r}), or "
+        f"check the base URL the request went to ({error})"
+    )
 
 
 def _provider(format: str) -> Provider:  # noqa: A002
