@@ -391,3 +391,50 @@ class _Reference:
                     unit = basis.result_units[p]
                     return unit if first < 0 else min(unit, first)
         return first
+
+
+@settings(PROPERTY, max_examples=30)
+@given(
+    turns=READS,
+    window=st.sampled_from((4_000, 8_000)),
+    tail_steps=st.sampled_from((1, 2, 4)),
+    protect=st.sampled_from((0, 1, 2)),
+)
+def test_rewrites_answer_as_the_walk_after_the_replay_has_moved_past_them(
+    turns: list[list[Step]], window: int, tail_steps: int, protect: int
+) -> None:
+    """The rewrites a replay asked for keep answering `saving`, `items`, `first_change`
+    and `beyond` as `_Reference` does once the replay has moved on to later points or
+    later packs (against earlier and later points alike), at every cut."""
+    asked: list[Rewrites] = []
+    rewrites = Basis.rewrites
+
+    def check(self: Basis, point: Point) -> Rewrites:
+        found = rewrites(self, point)
+        if found in asked:
+            return found
+        asked.append(found)
+        units = range(-1, max([*self.result_units, point.tail, point.boundary]) + 3)
+        recent = asked[-4:]
+        for old in recent:
+            if old.version != self.version:
+                continue
+            ref = _Reference(self, old.point)
+            for cut in units:
+                assert old.saving(cut) == ref.saving(cut), (old.point, cut)
+                assert old.items(cut) == ref.items(cut), (old.point, cut)
+                for other in (None, *recent):
+                    if other is not None and other.version != self.version:
+                        continue
+                    earlier = None if other is None else _Reference(self, other.point)
+                    mine = old.first_change(other, cut)
+                    assert mine == ref.first_change(earlier, cut), (old.point, other, cut)
+                    saved = ref.saving(cut) - (earlier.saving(cut) if earlier else 0)
+                    changed = ref.first_change(earlier, cut) if saved > 0 else -1
+                    expected = None if changed < 0 else (saved, changed, ref.saving(changed))
+                    assert old.beyond(other, cut) == expected, (old.point, other, cut)
+        return found
+
+    policy = Policy(context_window=window, tail_steps=tail_steps, prune_protect_turns=protect)
+    with mock.patch.object(Basis, "rewrites", check):
+        _grow(turns, policy)
