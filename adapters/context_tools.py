@@ -178,14 +178,17 @@ def search_history(
 
 
 def expand_summary(log: Log, session: str, args: Mapping[str, object], policy: Policy) -> str:
-    """The events a summary (a ``CompactionCommitted`` by its seq) replaced."""
-    seq = _int(args, "id", None)
+    """The events a summary (a ``CompactionCommitted`` by its seq) replaced.
+
+    The id is the summary's seq as a number, or as the command and explanations print
+    it: ``"12"``, ``"#12"``, ``"compaction #12"`` or ``"SESSION#12"``."""
+    owner, seq = _summary_id(args.get("id"), session)
     events = _events(log, session)
     summary = next(
         (
             e
             for e in events
-            if e.seq == seq and e.session == session and isinstance(e.body, CompactionCommitted)
+            if e.seq == seq and e.session == owner and isinstance(e.body, CompactionCommitted)
         ),
         None,
     )
@@ -194,6 +197,7 @@ def expand_summary(log: Log, session: str, args: Mapping[str, object], policy: P
             f"no summary #{seq} in this conversation; pass the number "
             "after # in a summary's heading"
         )
+    session = owner
     body = summary.body
     assert isinstance(body, CompactionCommitted)
     out = [f"summary #{seq} replaced events {body.first_seq}-{body.last_seq}:"]
@@ -203,6 +207,23 @@ def expand_summary(log: Log, session: str, args: Mapping[str, object], policy: P
             if text:
                 out.append(f"[{event.session}#{event.seq} {event.kind}] {text}")
     return _cap("\n\n".join(out), policy)
+
+
+def _summary_id(value: object, session: str) -> tuple[str, int]:
+    """(session, seq) of an ``expand_summary`` id: a number, or a string holding one as
+    ``12``, ``#12``, ``compaction #12`` or ``SESSION#12``."""
+    if isinstance(value, str):
+        name, _, number = value.strip().rpartition("#")
+        name = name.strip()
+        if name.lower() in ("summary", "compaction"):
+            name = ""
+        if number.isascii() and number.isdigit():
+            return name or session, int(number)
+    elif isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return session, value
+    raise ContextToolError(
+        f"id must be a summary's number (12, or as printed: '#12', 'SESSION#12'); found {value!r}"
+    )
 
 
 def _memory(

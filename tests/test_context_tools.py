@@ -189,6 +189,15 @@ def test_expand_summary_shows_what_a_summary_replaced(log: Log) -> None:
     assert "run the build" in shown
     missing = call(session, "c2", "expand_summary", {"id": 1})
     assert missing.startswith("error: no summary #1")
+    # The id as the command and explanations print it (a string) is taken too.
+    seq = outcome.seqs[0]
+    for number, given in enumerate((str(seq), f"#{seq}", f"s1#{seq}", f"compaction #{seq}")):
+        assert call(session, f"c{3 + number}", "expand_summary", {"id": given}) == shown
+    wrong = call(session, "c9", "expand_summary", {"id": "the first one"})
+    assert wrong.startswith("error: id must be a summary's number"), wrong
+    assert call(session, "c10", "expand_summary", {"id": f"other#{seq}"}).startswith(
+        f"error: no summary #{seq}"
+    )
 
 
 def test_an_inline_output_is_read_by_its_event_ref(log: Log) -> None:
