@@ -399,3 +399,87 @@ def test_pruning_facts_first_read_after_many_packs_are_those_of_a_fresh_index() 
     pruned = [d for d in fast.decisions if d.decision == "pruned"]
     assert pruned and any("decision language yes" in d.detail for d in pruned), pruned
     assert any(", 0 references" not in d.detail for d in pruned), pruned
+
+
+def test_units_leaving_the_protected_tail_under_a_summary_replay_from_the_first_of_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Once a summary is shown, the protected units it covers are in the prompt as they
+    # are and the others are left out for it: as the tail moves on, a covered unit
+    # leaving it changes the sizes (and what the rewrites' basis leaves out) from that
+    # unit on only. The replay resumes before it, with the basis built again, and packs
+    # as a whole replay does.
+    lineage = _corpus_lineage(CORPUS_FILES[0])
+    if lineage is None:
+        pytest.skip("shared corpus not present")
+    steps: list[int] = []
+    step = Watermarks.step
+
+    def counted(self: Watermarks, state: object, j: int, end: int) -> object:
+        steps.append(j)
+        return step(self, state, j, end)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Watermarks, "step", counted)
+    policy = Policy(context_window=16_000).resolved()
+    view = Projection(get_counter("cl100k_base"))
+    index = PackIndex()
+    replayed: list[int] = []
+    for event in lineage:
+        if isinstance(event.body, AssistantMessageAdded) and view.units:
+            steps.clear()
+            fast = _outcome(view, policy, index)
+            replayed.append(len(steps))
+            _same(fast, _outcome(view, policy, None))
+        view.apply(event)
+    # one replay from the start, when the summary is first shown; the units leaving
+    # the tail after it replay a few requests each, not the session again
+    assert sum(n > len(replayed) // 2 for n in replayed) == 1, replayed
+
+
+def test_the_rewrites_leave_out_a_summarized_unit_once_it_leaves_the_tail() -> None:
+    # A compaction covers the latest steps of a long turn: while they are in the
+    # protected tail they are packed as they are (and their results may be pruned at a
+    # break); once newer steps push them out they are left out for the summary, and the
+    # rewrites' basis, kept between packs, must count nothing of them from then on
+    # (the replay resumes before them, the basis built again).
+    from turnlog.events import TextPart, ToolCall, ToolResultAdded
+    from turnlog.testing import Compact
+
+    def run(name: str, n: int, what: str) -> list[SessionItem]:
+        return [
+            AssistantMessageAdded(
+                parts=(
+                    TextPart(text=f"{what}."),
+                    ToolCall(id=name, name="bash", arguments='{"command": "make"}'),
+                )
+            ),
+            ToolResultAdded(
+                call_id=name,
+                tool_name="bash",
+                output="\n".join(f"line {i} of {name}" for i in range(n)),
+            ),
+        ]
+
+    log = memory_log()
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are a coding agent.")]
+    for t in range(8):
+        items += [UserMessageAdded(text=f"turn {t}: build it"), *run(f"c{t}", 20, "Building")]
+        items.append(AssistantMessageAdded(parts=(TextPart(text=f"Built ({t})."),)))
+    items.append(UserMessageAdded(text="last turn: many steps"))
+    for s in range(12):
+        items += run(f"s{s}", 20, f"Step {s}")
+        if s == 3:  # steps 2 and 3, the protected tail now
+            items.append(Compact(first=len(items) - 4, last=len(items) - 1, summary="Steps 2-3."))
+    lineage = list(log.lineage(build(log, "s", items)))
+    policy = Policy(
+        context_window=5_000,
+        output_reserve=400,
+        dedup=False,
+        prune_protect_turns=0,
+        prune_protect_tokens=0,
+        prune_min_savings=0,
+        tail_steps=2,
+        summary_gate=0.0,
+    ).resolved()
+    forever = iter(lambda: (False, policy), None)
+    assert _grow(lineage, forever, set(range(1_000))) > 3

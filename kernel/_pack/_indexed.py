@@ -294,10 +294,15 @@ class IndexedLedger:
         sizes = self._sizes()
         marks = self.deduped or self.pruned_all  # the dedup and prune sums are read
         seen = (len(index.edits), len(index.mark_edits))
-        if memo.sizes != sizes or not memo.seen:
-            memo.state, memo.edited, memo.sizes = None, None, sizes
+        moved = _moved(memo.sizes, sizes) if memo.seen else None
+        if moved is None:
+            memo.state, memo.edited, memo.sizes, memo.left_out = None, None, sizes, False
         else:
             changed = index.edits[memo.seen[0] :]
+            if moved >= 0:  # the protected units counted apart changed from ``moved`` on
+                changed.append(moved)
+                memo.sizes = sizes
+                memo.left_out = memo.left_out or not self.held
             if marks:
                 changed += index.mark_edits[memo.seen[1] :]
             if changed:
@@ -306,9 +311,12 @@ class IndexedLedger:
         memo.seen = seen
         return memo
 
-    def _sizes(self) -> Hashable:
+    def _sizes(self) -> tuple[Hashable, ...]:
         """What `kept_before` reads beside the index's per-unit sums: the stages'
-        decisions so far (equal for two packs: the same sizes where the sums are)."""
+        decisions so far (equal for two packs: the same sizes where the sums are). The
+        last field, the protected units the sums leave out (`_protected_extra`),
+        changes as the tail moves on: it changes the sizes from its first changed unit
+        on only (`_moved`)."""
         saving = self.index.saving
         return (
             # which units a shown summary stands for (the rewrites leave them out)
@@ -544,6 +552,21 @@ class IndexedLedger:
     def outcome(self) -> Kept:
         """Walk the kept units once: the messages, and what the decisions need."""
         return Kept(self)
+
+
+def _moved(before: Hashable, now: tuple[Hashable, ...]) -> int | None:
+    """How the sizes ``now`` (`IndexedLedger._sizes`) differ from ``before``: -1 not at
+    all, a unit when only the protected units counted apart differ (the first unit in
+    one and not the other: the sizes of the units before it are the same), None
+    otherwise (sizes of another kind)."""
+    if before == now:
+        return -1
+    if not isinstance(before, tuple) or len(before) != len(now) or before[:-1] != now[:-1]:
+        return None
+    old, new = before[-1], now[-1]
+    assert isinstance(old, tuple) and isinstance(new, tuple)
+    moved: set[int] = set(old).symmetric_difference(new)
+    return min(moved)
 
 
 class Kept:

@@ -83,18 +83,22 @@ class ReplayMemo:
 
     The ledger hands it out (`Ledger.replay_memo`) and answers for what it knows:
     ``edited``, the first unit whose size, as the replay reads it, changed since the
-    memo was last handed out (None: none did); the ledger clears ``state`` when the
-    replay's sizes are of another kind (other stage decisions). The replay answers for
-    the rest: ``key``, what it read beside the sizes (levels, the fixed part of the
-    prompt), and ``state``, its own, which it must not use past ``edited``.
+    memo was last handed out (None: none did), and ``left_out``, True when what
+    `Ledger.left_out` says changed too (for units from ``edited`` on: a unit a shown
+    summary stands for left the protected tail, or joined it); the ledger clears
+    ``state`` when the replay's sizes are of another kind (other stage decisions). The
+    replay answers for the rest: ``key``, what it read beside the sizes (levels, the
+    fixed part of the prompt), and ``state``, its own, which it must not use past
+    ``edited``.
     """
 
-    __slots__ = ("edited", "key", "seen", "sizes", "state")
+    __slots__ = ("edited", "key", "left_out", "seen", "sizes", "state")
 
     def __init__(self) -> None:
         self.key: Hashable = None
         self.state: object = None
         self.edited: int | None = None
+        self.left_out = False
         # the ledger's: which sizes the state was built from, and what it saw changed
         self.sizes: Hashable = None
         self.seen: tuple[int, ...] = ()

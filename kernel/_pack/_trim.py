@@ -221,6 +221,10 @@ class Trim:
             saved = _Saved()
         elif memo is not None and memo.edited is not None:
             saved.forget(bisect_right(assistants, memo.edited))
+            if memo.left_out:
+                # the basis counts nothing of a unit left out: build it again (it is
+                # the same for the requests kept, which read only units before theirs)
+                saved.basis = None
         saved.catch_up(view.turn_starts, assistants)
         marks.bounds = saved.bounds
         policy = ledger.policy
@@ -238,7 +242,7 @@ class Trim:
                 state = after
         saved.done = len(assistants)
         if memo is not None:
-            memo.key, memo.state, memo.edited = key, saved, None
+            memo.key, memo.state, memo.edited, memo.left_out = key, saved, None, False
         state = marks.step(state, len(assistants), len(view.units))
         deferred = None
         if state.request != len(assistants):  # no break now: is a rewrite waiting?
@@ -488,6 +492,7 @@ class Watermarks:
         "high",
         "holders",
         "low",
+        "pending_at",
         "policy",
         "size",
         "steps",
@@ -518,6 +523,9 @@ class Watermarks:
         self.bounds: Sequence[int] = ()
         self.policy = policy
         self.basis: Basis | None = None  # set by `Trim.cut` (kept in its memo)
+        # the latest `pending` asked and its answer: the last request's step weighs
+        # its pending rewrites, and `weigh` asks the same again for the report
+        self.pending_at: tuple[Step, int, Point, tuple[int, int] | None] | None = None
 
     def rewrites(self, point: Point | None) -> Rewrites | None:
         """The rewrites of a break at ``point``."""
@@ -617,6 +625,14 @@ class Watermarks:
         latest break: ``(saved, written)``, the tokens they would save on each request
         and those from the first rewritten result on that a break would write to the
         cache again (None: nothing pending)."""
+        asked = self.pending_at
+        if asked is not None and asked[0] is state and asked[1] == end and asked[2] == point:
+            return asked[3]
+        found = self._pending(state, end, point)
+        self.pending_at = (state, end, point, found)
+        return found
+
+    def _pending(self, state: Step, end: int, point: Point) -> tuple[int, int] | None:
         basis = self.basis
         assert basis is not None
         pending = basis.rewrites(point)
