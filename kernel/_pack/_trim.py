@@ -489,6 +489,7 @@ class Watermarks:
         "base",
         "basis",
         "bounds",
+        "declined",
         "high",
         "holders",
         "low",
@@ -526,6 +527,7 @@ class Watermarks:
         # the latest `pending` asked and its answer: the last request's step weighs
         # its pending rewrites, and `weigh` asks the same again for the report
         self.pending_at: tuple[Step, int, Point, tuple[int, int] | None] | None = None
+        self.declined: tuple[Step, Rewrites] | None = None  # the latest rewrites declined
 
     def rewrites(self, point: Point | None) -> Rewrites | None:
         """The rewrites of a break at ``point``."""
@@ -609,8 +611,18 @@ class Watermarks:
     def _chosen(self, state: Step, j: int, end: int, point: Point) -> Step:
         """A request under the high watermark with new pending rewrites: a break of
         their own when the cost model says they are worth it, else ``state``."""
+        basis = self.basis
+        assert basis is not None
+        pending = basis.rewrites(point)
+        declined = self.declined
+        if declined is not None and declined[0] is state and declined[1] is pending:
+            # the same rewrites weighed against the same break: they save the same
+            # and write no less (the request is longer), so they are declined again
+            return state
         found = self.pending(state, end, point)
         if found is None or not worth(self.policy, *found):
+            if found is None or self.policy.cache_write_price >= self.policy.cache_read_price:
+                self.declined = (state, pending)
             return state
         return state._replace(
             breaks=state.breaks + 1,
