@@ -21,7 +21,7 @@ from support import dump
 from turnlog import Policy
 from turnlog._chain import check_record
 from turnlog._codec import decode_event
-from turnlog._pack._prune import _DECISION, DECISION_PHRASES
+from turnlog._pack._prune import _DECISION, DECISION_PHRASES, decides
 from turnlog._pack._prune import line_key as _line_key
 from turnlog._pack._prune import pathish as _pathish
 from turnlog._pack._prune import quote_keys as _quote_keys
@@ -402,6 +402,7 @@ def test_format_detection_takes_any_json_as_a_record_type(kind: str, tmp_path: P
 def test_decision_language_is_found_as_the_phrase_alternation_finds_it(parts: list[str]) -> None:
     text = "".join(parts)
     assert bool(_DECISION.search(text)) == bool(_DECISION_REGEX.search(text))
+    assert decides(text) == bool(_DECISION_REGEX.search(text))
 
 
 def _quote_keys_of_every_line(text: str) -> tuple[int, ...]:

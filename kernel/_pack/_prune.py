@@ -63,7 +63,21 @@ _DECISION = re.compile(
     r"th(?:e (?:issue|problem|bug) is|is shows|at means|erefore)|so the fix|root cause)\b",
     re.IGNORECASE,
 )
+# The same alternation, case-sensitive: on ASCII text, which no character outside
+# ASCII folds to, IGNORECASE matches exactly what this matches in the lowercased text.
+_DECISION_LOWER = re.compile(_DECISION.pattern)
 _QUOTE_MIN = 24
+
+
+def decides(text: str) -> bool:
+    """Whether ``text`` holds decision language (``_DECISION.search``). ASCII text is
+    lowercased and searched from the first place a phrase occurs (the phrases found by
+    substring search, in C), several times faster than the case-insensitive regex."""
+    if not text.isascii():
+        return _DECISION.search(text) is not None
+    low = text.lower()
+    start = min((at for at in map(low.find, DECISION_PHRASES) if at >= 0), default=-1)
+    return start >= 0 and _DECISION_LOWER.search(low, start) is not None
 
 
 def pathish(text: str) -> list[str]:
@@ -201,7 +215,7 @@ class PruneFacts:
         texts = [p.text for p in body.parts if isinstance(p, TextPart)]
         texts += [p.arguments for p in body.parts if isinstance(p, ToolCall)]
         text = "\n".join(texts)
-        if self._since and _DECISION.search(text):
+        if self._since and decides(text):
             self.decided.update(self._since)
         self._since = []
         named = {basename(match) for match in pathish(text)}
