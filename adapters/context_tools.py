@@ -134,7 +134,11 @@ def read_output(log: Log, session: str, args: Mapping[str, object], policy: Poli
         hits = [
             f"{n}: {line}" for n, line in enumerate(text.split("\n"), 1) if needle in line.lower()
         ]
-        head = f"{len(hits)} lines of {ref} contain {grep!r}"
+        head = (
+            f"1 line of {ref} contains {grep!r}"
+            if len(hits) == 1
+            else f"{len(hits)} lines of {ref} contain {grep!r}"
+        )
         return _cap("\n".join([head, *hits]), policy)
     start = _int(args, "start_line", None)
     if start is not None or "line_count" in args:

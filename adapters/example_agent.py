@@ -427,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             received = len(server.requests)
             print(
                 f"requests: {recorded} recorded, {received} received over "
-                f"{server.connections} connection(s)"
+                f"{server.connections} connection{'' if server.connections == 1 else 's'}"
             )
     return 0 if all(r.ok for r in results) and recorded == received else 1
 

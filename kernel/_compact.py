@@ -95,6 +95,7 @@ from ._summarize import (
     window_of,
 )
 from ._tokens import TokenCounter
+from ._validation import plural
 
 __all__ = ["Compactor", "CostEstimate", "Outcome"]
 
@@ -542,7 +543,7 @@ class Compactor:
             next_tokens, fits = after.tokens, True
         except BudgetExceededError as exc:
             next_tokens, fits = exc.needed, False
-        detail = f"{len(segments)} segment(s) summarized"
+        detail = f"{plural(len(segments), 'segment')} summarized"
         if parts_total:
             detail += f" ({parts_total} part summaries: larger than the summarizer's window)"
         return Outcome(

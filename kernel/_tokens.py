@@ -49,7 +49,7 @@ import blake3
 import xxhash
 
 from ._errors import TokenizerError
-from ._validation import check_integer, check_number, check_text
+from ._validation import check_integer, check_number, check_text, plural
 
 __all__ = ["TokenCounter", "get_counter"]
 
@@ -144,12 +144,14 @@ def check_count_cache(cached: Callable[[bytes], bytes | None]) -> list[str]:
                 damaged.append(index)
             index += 1
         if damaged:
+            one = len(damaged) == 1
             found.append(
-                f"the token-count cache of {counter_id} has {len(damaged)} damaged "
-                f"chunk(s) of {index} (the first is chunk {damaged[0]}): their digests "
-                "do not match, so their counts are not used but counted again, and "
-                "the next pack that saves counts rewrites them (derived data: the "
-                "log is intact)"
+                f"the token-count cache of {counter_id} has "
+                f"{plural(len(damaged), 'damaged chunk')} of {index} (the first is chunk "
+                f"{damaged[0]}): {'its digest does' if one else 'their digests do'} not "
+                f"match, so {'its counts are' if one else 'their counts are'} not used "
+                f"but counted again, and the next pack that saves counts rewrites "
+                f"{'it' if one else 'them'} (derived data: the log is intact)"
             )
     return found
 

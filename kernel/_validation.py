@@ -215,7 +215,7 @@ def refuse_unknown_options(
             if not spread and len(args) > len(positional):
                 given = len(args) - (len(positional) - len(counted))
                 raise error(
-                    f"{what} takes {_count(len(counted), 'positional argument')} "
+                    f"{what} takes {plural(len(counted), 'positional argument')} "
                     f"({', '.join(counted)}), found {given}; give the options by name: "
                     f"{', '.join(f'{name}=...' for name in options) or 'none'}"
                 )
@@ -226,9 +226,10 @@ def refuse_unknown_options(
     return decorate
 
 
-def _count(n: int, noun: str) -> str:
-    """``n noun`` with the noun in the plural unless ``n`` is 1."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+def plural(n: int, noun: str, many: str = "") -> str:
+    """``n noun`` with the noun in the plural (``many``, else ``noun`` + s) unless ``n``
+    is 1: ``1 segment``, ``2 segments``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {many or noun + 's'}"
 
 
 def _a(noun: str) -> str:

@@ -437,7 +437,7 @@ def test_log_says_what_was_erased_in_words(tmp_path: Path) -> None:
     lines = cli(store, "log", session).stdout.splitlines()
     assert lines[seq].split(None, 2)[2] == f"erased         user erased by #{erasure}"
     assert lines[erasure].split(None, 2)[2] == (
-        f"erasure        1 event(s) erased ({seq}): data-subject request 7"
+        f"erasure        1 event erased ({seq}): data-subject request 7"
     )
 
 
@@ -654,3 +654,39 @@ def test_a_reply_of_another_api_names_the_format_expected_and_the_one_it_looks_l
                 assert "looks like" in message and f"format={other!r}" in message, message
                 assert session.head == head
             session.record(bodies[wire], stream=stream)
+
+
+def test_no_message_counts_things_as_thing_s() -> None:
+    """ "1 segment(s) summarized", "1 event(s) erased": every count the library and the
+    command print says 1 thing, 2 things (no string of kernel/, adapters/ or tools/
+    writes "thing(s)")."""
+    import tokenize
+
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for folder in ("kernel", "adapters", "tools"):
+        for path in sorted((root / folder).rglob("*.py")):
+            with path.open("rb") as source:
+                for token in tokenize.tokenize(source.readline):
+                    text = token.string.replace("http(s)", "")
+                    if token.type == tokenize.STRING and re.search(r"[a-z]\((?:s|es)\)", text):
+                        found.append(f"{path.relative_to(root)}:{token.start[0]}: {text[:70]}")
+    assert not found, "\n".join(found)
+
+
+def test_summaries_and_messages_of_one_thing_say_it_in_the_singular() -> None:
+    from turnlog.adapters.providers import render
+    from turnlog.events import ContentErased, Event
+    from turnlog.packing import Message, Prompt
+    from turnlog.tools.summary import summarize
+
+    erased = ContentErased(seqs=(1,), hashes=("ab" * 32,), reason="asked")
+    shown = summarize(Event(session="s", seq=3, body=erased))
+    assert shown.startswith("1 event erased (1)"), shown
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match=r"\(1 problem\)"):
+        render(
+            Prompt(system=(), tools=(), messages=(Message(role="user", parts=()),)),
+            "openai-chat",
+            model="m",
+            max_tokens=None,
+        )

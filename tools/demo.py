@@ -291,7 +291,8 @@ def pack_turn(
     outcome = compactor.maybe_compact(session, policy=policy, time=time)
     compaction = ""
     if outcome.status != "skipped":
-        compaction = f"{outcome.status} ({outcome.reason}, {len(outcome.seqs)} events)"
+        events = "1 event" if len(outcome.seqs) == 1 else f"{len(outcome.seqs)} events"
+        compaction = f"{outcome.status} ({outcome.reason}, {events})"
     if outcome.status == "committed":
         # Seed 003: the summary also lives on as a working memory; the memory
         # block changes at the compaction point the policy names.

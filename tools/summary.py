@@ -112,11 +112,16 @@ def _call(call: ToolCall) -> str:
     return f"{call.name}({head(shown, 32)})"
 
 
+def _n(count: int, word: str) -> str:
+    """``1 blob``, ``2 blobs``."""
+    return f"{count:,} {word if count == 1 else word + 's'}"
+
+
 def summarize(event: turnlog.events.Event, width: int = 60) -> str:
     """A one-line summary of ``event`` (without its seq, kind or time)."""
     body = event.body
     if isinstance(body, UserMessageAdded):
-        extra = f" [{len(body.images)} image(s)]" if body.images else ""
+        extra = f" [{_n(len(body.images), 'image')}]" if body.images else ""
         return f"{head(body.text, width)}{extra}{_blob(body.blob)}"
     if isinstance(body, AssistantMessageAdded):
         texts = [p.text for p in body.parts if isinstance(p, TextPart) and p.text.strip()]
@@ -144,11 +149,11 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
             return f"{body.name}: removed"
         return f"{body.name} @{body.position} ({len(body.text)} chars): {head(body.text, width)}"
     if isinstance(body, ToolsSet):
-        return f"{len(body.tools)} tools: {', '.join(t.name for t in body.tools)}"
+        return f"{_n(len(body.tools), 'tool')}: {', '.join(t.name for t in body.tools)}"
     if isinstance(body, MemoryChanged):
         return f"{body.op} {body.memory_id}: {head(body.title or body.content, width)}"
     if isinstance(body, RecallAdded):
-        return f"{len(body.hits)} hit(s) for {head(body.query, width)!r}"
+        return f"{_n(len(body.hits), 'hit')} for {head(body.query, width)!r}"
     if isinstance(body, CompactionCommitted):
         return (
             f"seq {body.first_seq}..{body.last_seq} level {body.level} ({body.reason}) "
@@ -195,14 +200,14 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         return f"{'pin' if body.pinned else 'unpin'} seq {', '.join(map(str, body.seqs))}"
     if isinstance(body, StateSaved):
         size = sum(ref.size for ref in body.blobs)
-        blobs = f", {len(body.blobs)} blobs {size} B" if body.blobs else ""
+        blobs = f", {_n(len(body.blobs), 'blob')} {size} B" if body.blobs else ""
         return head(f"{body.source}{blobs} {body.data}", width)
     if isinstance(body, EventErased):
         return f"{body.kind} erased by #{body.by}"
     if isinstance(body, ContentErased):
         seqs = ", ".join(map(str, body.seqs[:8])) + (", …" if len(body.seqs) > 8 else "")
-        blobs = f" and {len(body.blobs)} blob(s)" if body.blobs else ""
-        return head(f"{len(body.seqs)} event(s) erased ({seqs}){blobs}: {body.reason}", width)
+        blobs = f" and {_n(len(body.blobs), 'blob')}" if body.blobs else ""
+        return head(f"{_n(len(body.seqs), 'event')} erased ({seqs}){blobs}: {body.reason}", width)
     raw = json.loads(event_to_json(event))["body"]
     raw.pop("type", None)
     return head(json.dumps(raw, ensure_ascii=False), width)

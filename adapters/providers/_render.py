@@ -128,7 +128,8 @@ def render_body(
     problems = prompt.problems()
     if problems:
         raise RenderError(
-            f"the prompt is malformed ({len(problems)} problem(s)): "
+            f"the prompt is malformed ({len(problems)} "
+            f"{'problem' if len(problems) == 1 else 'problems'}): "
             f"{'; '.join(problems[:3])}. Render only prompts that the packer made"
         )
     _check_native(prompt, format)

@@ -482,7 +482,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise _UsageError(f"cannot write {args.output!r}: {exc.strerror or exc}") from exc
     print(
-        f"exported {count} events{' with their blobs' if args.complete else ''} of "
+        f"exported {_plural(count, 'event')}{' with their blobs' if args.complete else ''} of "
         f"{args.session!r} to {args.output}",
         file=sys.stderr,
     )
@@ -619,13 +619,14 @@ def _cmd_erase(args: argparse.Namespace) -> int:
             )
             continue
         print(
-            f"{r.session}: erased {len(r.seqs)} events and {len(r.blobs)} blobs "
+            f"{r.session}: erased {_plural(len(r.seqs), 'event')} and "
+            f"{_plural(len(r.blobs), 'blob')} "
             f"(erasure event #{r.seq})"
         )
         for f in r.followed:  # derived from them: a memory, a recall, a quoting section
             print(
-                f"{f.session}: erased {len(f.seqs)} derived events and {len(f.blobs)} "
-                f"blobs (erasure event #{f.seq})"
+                f"{f.session}: erased {_plural(len(f.seqs), 'derived event')} and "
+                f"{_plural(len(f.blobs), 'blob')} (erasure event #{f.seq})"
             )
     if not results:
         print("nothing to erase")
