@@ -197,6 +197,29 @@ class TiktokenCounter:
         self._old: dict[bytes, int] = {}
         self._lock = threading.Lock()
         self._new: dict[bytes, int] = {}
+        self._numbers: bool | None = None
+
+    @property
+    def numbers_by_width(self) -> bool:
+        """True when a run of ASCII digits in a text counts by its length alone, whatever
+        the digits: the encoding splits digit runs into pieces of at most 3 that no
+        other part of its pattern matches (the pattern of cl100k_base and of
+        o200k_base), and every string of 1 to 3 digits is one token."""
+        found = self._numbers
+        if found is None:
+            enc = self._encoding
+            ranks = getattr(enc, "_mergeable_ranks", None)
+            found = (
+                getattr(enc, "_pat_str", None) in _PATTERNS.values()
+                and isinstance(ranks, dict)
+                and all(
+                    str(n).zfill(width).encode() in ranks
+                    for width in (1, 2, 3)
+                    for n in range(10**width)
+                )
+            )
+            self._numbers = found
+        return found
 
     @property
     def id(self) -> str:
@@ -265,6 +288,16 @@ class CalibratedCounter:
 
     def count(self, text: str) -> int:
         return math.ceil(self._base.count(text) * self.ratio)
+
+
+def numbers_by_width(counter: TokenCounter) -> bool:
+    """True when ``counter`` counts a number in a text by its digit count alone (see
+    `TiktokenCounter.numbers_by_width`; a calibrated counter scales such a count), so
+    a text that differs only in the digits of its numbers, not their widths, counts
+    the same. False for any other counter."""
+    if isinstance(counter, CalibratedCounter):
+        counter = counter._base
+    return isinstance(counter, TiktokenCounter) and counter.numbers_by_width
 
 
 def calibration_ratio(pairs: Sequence[tuple[int, int]]) -> float | None:

@@ -483,3 +483,62 @@ def test_the_rewrites_leave_out_a_summarized_unit_once_it_leaves_the_tail() -> N
     ).resolved()
     forever = iter(lambda: (False, policy), None)
     assert _grow(lineage, forever, set(range(1_000))) > 3
+
+
+@settings(deadline=None)
+@given(last=st.integers(0, 10**8), spec=st.sampled_from(("cl100k_base", "cl100k_base*1.37")))
+def test_the_marker_reserve_counts_a_number_by_its_width_in_the_shipped_encodings(
+    last: int, spec: str
+) -> None:
+    # The reserve is counted once per digit width of the event count (the counter
+    # caches it): true to the byte only if every number of a width counts the same.
+    from turnlog._tokens import numbers_by_width
+
+    counter = get_counter(spec)
+    assert numbers_by_width(counter)
+
+    def text(n: int) -> str:
+        return (
+            f"[turnlog: earlier history of this session (positions {n}-{n}) was left out "
+            f"of this prompt to fit the context window; it is in the log: `turnlog log "
+            f"0a725fb5-6378 --from {n}`]"
+        )
+
+    assert counter.count(text(last)) == counter.count(text(10 ** (len(str(last)) - 1)))
+
+
+class _DigitValues:
+    """A counter that counts a digit by its value: a number's digits, not only its
+    width, change the count."""
+
+    id = "digit-values"
+
+    def count(self, text: str) -> int:
+        return len(text.split()) + sum(int(c) for c in text if c.isdigit())
+
+
+def test_the_marker_reserve_of_another_counter_counts_the_event_count_itself() -> None:
+    from turnlog._pack._indexed import IndexedLedger
+    from turnlog._pack._trim import Trim
+    from turnlog._tokens import MESSAGE_OVERHEAD, numbers_by_width
+
+    counter = _DigitValues()
+    assert not numbers_by_width(counter)
+    log = memory_log()
+    items: list[SessionItem] = [SystemSectionSet(name="base", text="You are a coding agent.")]
+    for t in range(30):
+        items += _turn(t)
+    lineage = list(log.lineage(build(log, "s", items)))
+    view = Projection(counter)
+    for event in lineage:
+        view.apply(event)
+    policy = Policy(context_window=4_000, output_reserve=500).resolved()
+    ledger = IndexedLedger(view, policy, counter, PackIndex())
+    last = len(view.events) - 1  # 120: not the first number of its width
+    assert last != 10 ** (len(str(last)) - 1)
+    widest = (
+        f"[turnlog: earlier history of this session (positions {last}-{last}) was left "
+        f"out of this prompt to fit the context window; it is in the log: `turnlog log "
+        f"s --from {last}`]"
+    )
+    assert Trim.reserve(ledger) == MESSAGE_OVERHEAD + counter.count(widest)

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 from .._policy import Policy
 from .._projection import Unit
-from .._tokens import MESSAGE_OVERHEAD
+from .._tokens import MESSAGE_OVERHEAD, numbers_by_width
 from ._budget import placeholder_tokens
 from ._dedup import Dedup
 from ._ledger import Ledger, Marker
@@ -149,6 +149,10 @@ class Trim:
             return 0
         last = len(view.events) - 1
         session = max((e.session for e in (view.events[0], view.events[last])), key=len)
+        if numbers_by_width(ledger.counter):
+            # the same count for every number of this width: counted (and cached by the
+            # counter) once per width, not once per event count
+            last = 10 ** (len(str(last)) - 1)
         widest = (
             f"[turnlog: earlier history of this session (positions {last}-{last}) was "
             f"left out of this prompt to fit the context window; it is in the log: "
