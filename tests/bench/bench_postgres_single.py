@@ -1,6 +1,7 @@
 """One-event durable appends on PostgreSQL, alternated round by round in one run.
 
-    python -m tests.bench.bench_postgres_single [EVENTS [ROUNDS]] [--variants]   # default 100 15
+    python -m tests.bench.bench_postgres_single [EVENTS [ROUNDS]] [--variants] [--fsync-off]
+    # default 100 15
 
 Each round makes EVENTS keyed one-event appends, each committed durably, with
 every system on one durable server, in an order that alternates from round to
@@ -12,6 +13,9 @@ round (forward, then reversed):
 * eventsourcing's recorder (needs ``eventsourcing[postgres]``);
 * with ``--variants`` also turnlog with every head and key read first, and
   turnlog with ``notify=False``.
+
+With ``--fsync-off`` the server does not wait for the disk (nothing is durable):
+what is left is the work of the client and the server per append.
 
 Each system appends to a new session (stream) per round. Prints, per system, the
 median rate and the median WAL bytes per append (``pg_current_wal_lsn()`` before
@@ -66,7 +70,8 @@ def main(argv: list[str]) -> None:
     args = [a for a in argv if not a.startswith("--")]
     count = int(args[0]) if args else 100
     rounds = int(args[1]) if len(args) > 1 else 15
-    server = pgserver.Server(durable=True)
+    durable = "--fsync-off" not in argv
+    server = pgserver.Server(durable=durable)
     started = time.monotonic()
     load = os.getloadavg()[0]
     try:
@@ -108,7 +113,8 @@ def main(argv: list[str]) -> None:
                     wal[name].append(wal_bytes(before, lsn()) / count)
         took = time.monotonic() - started
         print(
-            f"{count} one-event durable appends x {rounds} rounds; load average (1 min) "
+            f"{count} one-event {'durable ' if durable else ''}appends x {rounds} rounds"
+            f"{'' if durable else ' (fsync off)'}; load average (1 min) "
             f"{load:.2f} before, {os.getloadavg()[0]:.2f} after; {took:.0f} s"
         )
         for name in runs:
