@@ -310,9 +310,9 @@ def test_check_summaries_fails_when_summarized_events_are_labelled_trimmed() -> 
     packed = pack(view, shown, stages=with_stage("broken", relabel, "before:trim"))
     with pytest.raises(
         AssertionError,
-        match=r"the summaries stage reports '1 summaries shown, "
+        match=r"the summaries stage reports '1 summary shown, "
         r"2 events summarized'; the decisions say '1 "
-        r"summaries shown, 0 events summarized'",
+        r"summary shown, 0 events summarized'",
     ):
         check_summaries(view, packed, shown)
 

@@ -171,7 +171,7 @@ def test_a_summary_shown_is_a_break_with_its_reason_and_estimate() -> None:
     for _, pos, packed in prefix_changes.requests(events, Policy(context_window=8_000)):
         if pos > at:
             report = next(s for s in packed.stages if s.name == "summaries")
-            assert report.detail.startswith("prefix break: 1 summaries shown from this request")
+            assert report.detail.startswith("prefix break: 1 summary shown from this request")
             assert "estimate over 10 requests" in report.detail
             break
     else:

@@ -289,8 +289,8 @@ def test_the_pressure_gate_shows_the_originals_when_they_fit() -> None:
     assert all("covered by compaction #7" in tight.decisions[p].detail for p in range(1, 5))
     report = next(r for r in tight.stages if r.name == "summaries")
     # committed after the previous request: showing it is a break of the prefix
-    assert report.detail.startswith("prefix break: 1 summaries shown from this request on")
-    assert "; 1 summaries shown, 4 events summarized; estimate over " in report.detail
+    assert report.detail.startswith("prefix break: 1 summary shown from this request on")
+    assert "; 1 summary shown, 4 events summarized; estimate over " in report.detail
 
 
 # -- the floor --------------------------------------------------------------------------------

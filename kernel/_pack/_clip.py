@@ -49,6 +49,7 @@ from .._tokens import (
     TOOL_CALL_OVERHEAD,
     TokenCounter,
 )
+from .._validation import plural
 from ._ledger import Ledger
 from ._model import StageReport
 
@@ -223,7 +224,7 @@ class Clip:
         return StageReport(
             name="clip",
             fired=count > 0,
-            detail=f"{count} texts clipped to {ledger.clip_limit} tokens",
+            detail=f"{plural(count, 'text')} clipped to {ledger.clip_limit} tokens",
             tokens_before=before,
             tokens_after=ledger.total,
             events=count,

@@ -27,11 +27,19 @@ from .._events import CompactionCommitted, Event
 from .._policy import Policy
 from .._projection import Item, Projection
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
+from .._validation import plural
 from ._budget import placeholder_tokens
 from ._ledger import Ledger, SummarySection
 from ._model import Budget, StageReport
 
 __all__: list[str] = []
+
+
+def summaries_shown(shown: int, summarized: int) -> str:
+    """The summaries stage's report: ``1 summary shown, 2 events summarized``."""
+    return (
+        f"{plural(shown, 'summary', 'summaries')} shown, {plural(summarized, 'event')} summarized"
+    )
 
 
 def block(body: CompactionCommitted) -> str:
@@ -362,7 +370,7 @@ class Summaries:
         return StageReport(
             name="summaries",
             fired=True,
-            detail=f"{len(plan.shown)} summaries shown, {count} events summarized",
+            detail=summaries_shown(len(plan.shown), count),
             tokens_before=before,
             tokens_after=ledger.total,
             events=count,
@@ -436,8 +444,8 @@ class Previous:
                 return "the summaries are withdrawn: the covered events are shown again"
             if not self.text:
                 return (
-                    f"{len(plan.shown) if plan else 0} summaries shown from this request "
-                    "on: the covered events leave the messages"
+                    f"{plural(len(plan.shown) if plan else 0, 'summary', 'summaries')} shown "
+                    "from this request on: the covered events leave the messages"
                 )
             return "the summary section changed (a compaction committed or one rolled up)"
         left = [u for u in self.kept if u not in ledger.protection]

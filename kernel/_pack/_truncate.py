@@ -23,6 +23,7 @@ from .._events import NotificationAdded, RecallAdded, ToolResultAdded
 from .._policy import Policy
 from .._projection import Item, notification_text, recall_text
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
+from .._validation import plural
 from ._ledger import Ledger
 from ._model import StageReport
 
@@ -88,7 +89,7 @@ class Truncate:
         return StageReport(
             name="truncate",
             fired=count > 0,
-            detail=f"{count} outputs truncated",
+            detail=f"{plural(count, 'output')} truncated",
             tokens_before=before,
             tokens_after=ledger.total,
             events=count,

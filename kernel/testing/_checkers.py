@@ -33,6 +33,7 @@ from .._events import (
     UserMessageAdded,
 )
 from .._pack import DECISIONS, DEFAULT_STAGES, Packed, PackState, Stage, pack
+from .._pack._summaries import summaries_shown
 from .._policy import Policy
 from .._projection import Projection
 from .._prompt import Message, Prompt
@@ -728,7 +729,7 @@ def check_summaries(view: Projection, packed: Packed, policy: Policy) -> None:
         )
     else:
         report = reports[0]
-        expected = f"{len(shown)} summaries shown, {len(summarized)} events summarized"
+        expected = summaries_shown(len(shown), len(summarized))
         # rules 3 put a prefix break first when the summaries change the prefix
         said = report.detail
         if said.startswith("prefix break: "):
