@@ -690,3 +690,16 @@ def test_summaries_and_messages_of_one_thing_say_it_in_the_singular() -> None:
             model="m",
             max_tokens=None,
         )
+
+
+def test_log_lines_align_whether_or_not_an_event_has_a_time(tmp_path: Path) -> None:
+    """An imported transcript's events carry times and the requests packed after it
+    none: the kind column of the ``-`` lines sat 17 characters to the left."""
+    store = tmp_path / "store"
+    with turnlog.open(store) as log:
+        log.append(
+            "s", turnlog.Draft(body=UserMessageAdded(text="hello"), time=1_700_000_000_000_000)
+        )
+        log.append("s", UserMessageAdded(text="again"))
+    lines = cli(store, "log", "s").stdout.splitlines()
+    assert [line.index("user") for line in lines] == [lines[0].index("user")] * 2, lines

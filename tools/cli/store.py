@@ -134,7 +134,7 @@ def _cmd_log(args: argparse.Namespace) -> int:
                 _emit(_log_record(event), sys.stdout)
             else:
                 _write_line(
-                    f"{event.seq:>6}  {format_time(event.time)}  {event.kind:<14} "
+                    f"{event.seq:>6}  {format_time(event.time):<19}  {event.kind:<14} "
                     f"{summarize(event, 72)}",
                     sys.stdout,
                 )
