@@ -233,13 +233,17 @@ class Retries:
         )
 
 
-class Draft(msgspec.Struct, frozen=True, kw_only=True):
-    """An event to append, with its envelope options.
+class _Payload(msgspec.Struct, frozen=True):
+    body: Body
+
+
+class Draft(_Payload, frozen=True, kw_only=True):
+    """An event to append, with its envelope options: ``Draft(body, time=..., key=...)``
+    (the body by position or by name, the options by name).
 
     Pass bare payloads to `Log.append` when no option is needed.
     """
 
-    body: Body
     time: int | None = None
     key: str | None = None
     causation: str | None = None

@@ -703,3 +703,15 @@ def test_log_lines_align_whether_or_not_an_event_has_a_time(tmp_path: Path) -> N
         log.append("s", UserMessageAdded(text="again"))
     lines = cli(store, "log", "s").stdout.splitlines()
     assert [line.index("user") for line in lines] == [lines[0].index("user")] * 2, lines
+
+
+def test_a_draft_takes_its_body_by_position() -> None:
+    """``Draft(body, time=...)``, as a new user first writes it, raised msgspec's bare
+    "Extra positional arguments provided"; the options stay keyword-only."""
+    body = UserMessageAdded(text="hello")
+    assert turnlog.Draft(body, time=5) == turnlog.Draft(body=body, time=5)
+    with turnlog.open(":memory:") as log:
+        log.append("s", turnlog.Draft(body, key="k1"))
+        assert log.get("s", 0).key == "k1"
+    with pytest.raises(TypeError):
+        _loose(turnlog.Draft)(body, 5)
