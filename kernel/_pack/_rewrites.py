@@ -97,6 +97,9 @@ def _prices(horizon: int, read: float, write: float) -> tuple[int, int, int]:
     )
 
 
+_new_point = tuple.__new__  # a `Point` from a tuple, without its Python-level constructor
+
+
 class Point(NamedTuple):
     """The log as a request saw it, for the rewrites: ``marks``, the dedup marks made
     before the request; ``boundary``, the first unit of its protected turns; ``shield``,
@@ -224,7 +227,7 @@ class Basis:
         j = bisect_left(assistants, end)
         first = bisect_right(assistants, opening)
         tail = assistants[j - steps] if j - first > steps else opening + 1
-        return Point(bisect_left(self.by_units, end), boundary, shield, max(tail, 0))
+        return _new_point(Point, (bisect_left(self.by_units, end), boundary, shield, max(tail, 0)))
 
     def clear(self) -> None:
         """Forget the rewrites computed so far (a pack's own; the basis outlives it)
@@ -245,12 +248,12 @@ class Basis:
         if found is None:
             if len(cache) >= 4:  # a few points at a time (the basis is kept)
                 del cache[next(iter(cache))]  # the one used longest ago
-            last = self._last
-            if last is None or not last.follows(point):
+            last, front = self._last, self.front
+            if last is None or last.version != self.version or not front.reaches(point):
                 found = self._last = Rewrites(self, point)
             else:
-                self.front.reach(point)
-                if last.live():
+                front.reach(point)
+                if len(front.entries) == last.count and front.shield == last.point.shield:
                     found = last  # no mark went in, the shield stayed: the same rewrites
                 else:
                     found = self._last = Rewrites(self, point, last)
