@@ -715,3 +715,15 @@ def test_a_draft_takes_its_body_by_position() -> None:
         assert log.get("s", 0).key == "k1"
     with pytest.raises(TypeError):
         _loose(turnlog.Draft)(body, 5)
+
+
+@pytest.mark.parametrize("given", ["log", "session id"])
+def test_pack_given_a_log_or_a_session_says_how_to_pack_a_session(given: str) -> None:
+    """``turnlog.pack(log, policy)`` failed with "'Log' object has no attribute
+    'overflow_pending'"."""
+    with turnlog.open(":memory:") as log:
+        view: object = log if given == "log" else "s"
+        with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+            turnlog.pack(_loose(view), turnlog.Policy())
+        assert "must be a Projection" in str(raised.value)
+        assert "turnlog.Packer(log).pack(session, policy=...)" in str(raised.value)

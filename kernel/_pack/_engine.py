@@ -34,6 +34,7 @@ from .._errors import InvalidArgumentError
 from .._policy import Policy
 from .._projection import Projection
 from .._prompt import Message, Prompt
+from .._validation import check_type
 from ._assemble import assemble, breakpoints_report, message, unit_adder
 from ._budget import opening_reports, over_budget, recovery_policy, thresholds
 from ._clip import Clip
@@ -98,6 +99,14 @@ def pack(
         InvalidArgumentError: the incremental engine asked for a custom pipeline.
         PackError: a stage produced a structurally invalid prompt.
     """
+    check_type(
+        view,
+        Projection,
+        "view",
+        what="a Projection",
+        hint="to pack a session of a log, call turnlog.Packer(log).pack(session, policy=...)",
+    )
+    check_type(policy, Policy, "policy", what="a turnlog.Policy")
     return pack_stored(
         view, policy.resolved(), stages=stages, explain=explain, index=index, engine=engine
     )
