@@ -33,6 +33,7 @@ Defaults are the documented defaults of those systems (see docs/packing.md).
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -230,6 +231,7 @@ class _PolicyMeta(msgspec.StructMeta):
         for key in fields:
             if key not in cls.__struct_fields__:
                 raise PolicyError(_unknown_argument(key))
+        _refuse_nonfinite(fields)
         try:
             msgspec.convert(fields, cls, strict=True)
         except msgspec.ValidationError as exc:
@@ -572,6 +574,7 @@ class Policy(
             for key, value in raw.items():
                 if key not in cls.__struct_fields__:
                     raise PolicyError(_unknown(str(key), value))
+            _refuse_nonfinite(raw)
         try:
             return msgspec.convert(raw, cls, strict=True)
         except msgspec.ValidationError as exc:
@@ -645,6 +648,17 @@ def _short(value: object) -> str:
     """A value as an error message shows it: its repr, cut to 60 characters."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _refuse_nonfinite(fields: Mapping[str, Any]) -> None:
+    """NaN and infinity are named as such: msgspec's range check would call a NaN ratio
+    merely out of range, and a NaN compares false with every bound downstream."""
+    for key, value in fields.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise PolicyError(
+                f"invalid policy: {key} must be a finite number, found {value!r}; "
+                "see docs/policy.md for its range"
+            )
 
 
 def _invalid(message: str, raw: object) -> str:

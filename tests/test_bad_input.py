@@ -62,6 +62,14 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "reliability.md"
 Call = Callable[[Log, Path], object]
 
 
+def _smuggled(policy: Policy, **fields: object) -> Policy:
+    """A policy carrying values its constructor refuses (Policy checks its own fields
+    since 0.3.0), built around that check to reach the append's own validation."""
+    for name, value in fields.items():
+        msgspec.structs.force_setattr(policy, name, value)
+    return policy
+
+
 @dataclass(frozen=True)
 class Case:
     """One bad input: ``call(log, tmp_path)`` must raise exactly ``error``."""
@@ -492,7 +500,7 @@ CASES: list[Case] = [
     Case(
         "policy field of the wrong type",
         "Log.append",
-        body(PolicySet(policy=Policy(truncate="yes"))),  # type: ignore[arg-type]
+        body(PolicySet(policy=_smuggled(Policy(), truncate="yes"))),
         InvalidEventError,
         "$.policy.truncate",
     ),
