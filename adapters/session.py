@@ -905,7 +905,9 @@ class Session(_Core):
         InvalidEventError: a bad session id.
     """
 
-    @refuse_unknown_options("Session()")
+    @refuse_unknown_options(
+        "Session()", usage='Session(turnlog.open(path), "s1", model="gpt-4o-mini")'
+    )
     def __init__(
         self,
         log: Log,
@@ -1177,7 +1179,9 @@ class AsyncSession(_Core):
     concurrently on one loop. ``head`` is a coroutine method here, not a property.
     """
 
-    @refuse_unknown_options("AsyncSession()")
+    @refuse_unknown_options(
+        "AsyncSession()", usage='AsyncSession(turnlog.open(path), "s1", model="gpt-4o-mini")'
+    )
     def __init__(
         self,
         log: Log,

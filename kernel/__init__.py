@@ -219,7 +219,9 @@ if not TYPE_CHECKING:  # type checkers see only the new paths
 __version__ = "0.3.0"
 
 
-@validation.refuse_unknown_options("turnlog.open()")
+@validation.refuse_unknown_options(
+    "turnlog.open()", usage='turnlog.open("./agent-store") (or ":memory:", or a postgresql:// URL)'
+)
 def open(  # noqa: A001 - the package's entry point, like sqlite3.connect / lmdb.open
     path: str | os.PathLike[str],
     *,

@@ -95,7 +95,7 @@ from ._summarize import (
     window_of,
 )
 from ._tokens import TokenCounter
-from ._validation import plural
+from ._validation import plural, refuse_unknown_options
 
 __all__ = ["Compactor", "CostEstimate", "Outcome"]
 
@@ -174,6 +174,7 @@ class Compactor:
             as failed (it is then abandoned).
     """
 
+    @refuse_unknown_options("Compactor()", usage="Compactor(turnlog.open(path))")
     def __init__(
         self,
         log: Log,

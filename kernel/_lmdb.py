@@ -687,7 +687,7 @@ class LMDBStore(Store):
 
     name = "lmdb"
 
-    @refuse_unknown_options("LMDBStore()")
+    @refuse_unknown_options("LMDBStore()", usage='LMDBStore("./agent-store")')
     def __init__(
         self,
         path: str | os.PathLike[str],

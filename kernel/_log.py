@@ -24,6 +24,7 @@ event's hash).
 
 from __future__ import annotations
 
+import difflib
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -94,7 +95,14 @@ from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
 from ._store import ReadTxn, Store, WriteTxn, hide_credentials
 from ._tokens import forget_unsaved
-from ._validation import check_integer, check_number, check_text, check_type, invalid
+from ._validation import (
+    check_integer,
+    check_number,
+    check_text,
+    check_type,
+    invalid,
+    refuse_unknown_options,
+)
 from ._verify import Problem, VerifyReport, fsck
 
 __all__ = [
@@ -237,7 +245,45 @@ class _Payload(msgspec.Struct, frozen=True):
     body: Body
 
 
-class Draft(_Payload, frozen=True, kw_only=True):
+class _DraftMeta(msgspec.StructMeta):
+    """Turns msgspec's bare ``TypeError`` for the arguments of ``Draft(...)`` (the body
+    left out, a second positional argument, an unknown option) into an
+    `InvalidArgumentError` naming it and showing the call. Only a failed call pays for
+    more than the one frame; decoding does not pass through here."""
+
+    def __call__(cls, *args: Any, **fields: Any) -> Any:
+        try:
+            return super().__call__(*args, **fields)
+        except TypeError:
+            pass
+        options = [name for name in cls.__struct_fields__ if name != "body"]
+        usage = f"Draft(body, {', '.join(f'{name}=...' for name in options)})"
+        for key in fields:
+            if key not in cls.__struct_fields__:
+                close = difflib.get_close_matches(key, options, n=1, cutoff=0.6)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise InvalidArgumentError(
+                    f"Draft() has no option {key!r}; {hint}its options are "
+                    f"{', '.join(options)}: {usage}"
+                )
+        if len(args) > 1:
+            raise InvalidArgumentError(
+                f"Draft() takes 1 positional argument (body, the event to append), found "
+                f"{len(args)}; give the options by name: {usage}"
+            )
+        if args and "body" in fields:
+            raise InvalidArgumentError(
+                f"Draft() got its body both by position and by name; give it once: {usage}"
+            )
+        if not args and "body" not in fields:
+            raise InvalidArgumentError(
+                "Draft() is missing its required argument 'body' (the event to append, "
+                f"e.g. UserMessageAdded(text=...)); call it as {usage}"
+            )
+        return super().__call__(*args, **fields)  # any other TypeError, as it was
+
+
+class Draft(_Payload, metaclass=_DraftMeta, frozen=True, kw_only=True):
     """An event to append, with its envelope options: ``Draft(body, time=..., key=...)``
     (the body by position or by name, the options by name).
 
@@ -500,6 +546,7 @@ class Log:
             extraction).
     """
 
+    @refuse_unknown_options("Log()", usage='turnlog.open("./agent-store") (or Log(store))')
     def __init__(
         self,
         store: Store,

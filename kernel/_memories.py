@@ -82,7 +82,7 @@ from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
 from ._policy import REFRESH_POINTS, Policy
 from ._projection import Projection
-from ._validation import check_text, invalid
+from ._validation import check_text, invalid, refuse_unknown_options
 
 __all__ = ["MEMORY_SECTION", "Memory", "MemoryBook", "MemoryManager"]
 
@@ -466,6 +466,7 @@ class MemoryManager:
         memory_session: the session that holds the memory events.
     """
 
+    @refuse_unknown_options("MemoryManager()", usage="MemoryManager(turnlog.open(path))")
     def __init__(self, log: Log, memory_session: str = "memories") -> None:
         check_text(memory_session, "memory_session", what="a non-empty session id")
         self.log = log

@@ -46,7 +46,7 @@ from ._tokens import (
     open_index,
     seal_chunk,
 )
-from ._validation import check_integer
+from ._validation import check_integer, refuse_unknown_options
 
 __all__ = ["Packer"]
 
@@ -68,6 +68,7 @@ class Packer:
             gives the same prompt; memory is bounded by this many sessions.
     """
 
+    @refuse_unknown_options("Packer()", usage="Packer(turnlog.open(path))")
     def __init__(
         self,
         log: Log,

@@ -1039,7 +1039,9 @@ class PostgresStore(Store):
 
     name = "postgres"
 
-    @refuse_unknown_options("PostgresStore()")
+    @refuse_unknown_options(
+        "PostgresStore()", usage='PostgresStore("postgresql://user@host:port/dbname")'
+    )
     def __init__(
         self,
         url: str,

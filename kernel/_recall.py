@@ -66,7 +66,7 @@ from ._pack._truncate import capped_recall
 from ._policy import Policy
 from ._projection import Projection
 from ._tokens import TokenCounter, get_counter
-from ._validation import check_integer
+from ._validation import check_integer, refuse_unknown_options
 
 __all__ = ["Embedder", "Recaller"]
 
@@ -217,6 +217,7 @@ class Recaller:
             this many characters, each found (and ranked) on its own.
     """
 
+    @refuse_unknown_options("Recaller()", usage="Recaller(turnlog.open(path))")
     def __init__(
         self,
         log: Log,

@@ -58,7 +58,7 @@ from ._projection import Projection
 from ._prompt import Prompt
 from ._store import ReadAheadMiss
 from ._tokens import TokenCounter, get_counter
-from ._validation import check_type
+from ._validation import check_type, refuse_unknown_options
 
 __all__ = ["DecisionChange", "Recorded", "Renderer", "ReplayResult", "Replayer", "RequestDiff"]
 
@@ -165,6 +165,7 @@ class Replayer:
             with custom stages needs a packer with the same stages.
     """
 
+    @refuse_unknown_options("Replayer()", usage="Replayer(Packer(turnlog.open(path)))")
     def __init__(self, packer: Packer) -> None:
         check_type(packer, Packer, "packer", what="a Packer (a Replayer borrows its caches)")
         self.packer = packer

@@ -176,14 +176,18 @@ def check_text(
 
 
 def refuse_unknown_options(
-    what: str, *, error: type[KernelError] = InvalidArgumentError
+    what: str, *, usage: str | None = None, error: type[KernelError] = InvalidArgumentError
 ) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
-    """Decorate a function (or ``__init__``) so that a misspelled keyword argument or one
-    positional argument too many raises ``error`` naming it, the closest option and
-    every option, where Python raises a bare ``TypeError``.
+    """Decorate a function (or ``__init__``) so that a misspelled keyword argument, one
+    positional argument too many or a required argument left out raises ``error``
+    naming it (with the closest option and every option, or the call written out),
+    where Python raises a bare ``TypeError``.
 
     Parameters:
         what: how the message names the call, e.g. ``"turnlog.open()"``.
+        usage: the call written out with its required arguments, as a message about a
+            missing one shows it, e.g. ``'turnlog.open("./agent-store")'``; by
+            default the names of the required arguments, e.g. ``turnlog.open(path)``.
         error: the class raised (an `InvalidArgumentError` by default).
     """
 
@@ -201,6 +205,23 @@ def refuse_unknown_options(
         ]
         counted = positional[1:] if positional[:1] == ["self"] else positional
         spread = any(p.kind is kinds.VAR_POSITIONAL for p in parameters)
+        # (index among the positional arguments, name) of each required one, and the
+        # names of the required keyword-only ones.
+        needed = [
+            (index, p.name)
+            for index, p in enumerate(parameters)
+            if p.kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+            and p.default is p.empty
+            and p.name != "self"
+        ]
+        needed_by_name = [
+            p.name for p in parameters if p.kind is kinds.KEYWORD_ONLY and p.default is p.empty
+        ]
+        if usage is None:
+            written = [name for _, name in needed] + [f"{name}=..." for name in needed_by_name]
+            shown_usage = f"{what.removesuffix('()')}({', '.join(written)})"
+        else:
+            shown_usage = usage
 
         @functools.wraps(function)
         def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -218,6 +239,23 @@ def refuse_unknown_options(
                     f"{what} takes {plural(len(counted), 'positional argument')} "
                     f"({', '.join(counted)}), found {given}; give the options by name: "
                     f"{', '.join(f'{name}=...' for name in options) or 'none'}"
+                )
+            for name in positional[: len(args)] if kwargs else ():
+                if name in kwargs:
+                    raise error(
+                        f"{what} got its argument {name!r} both by position and by name; "
+                        "give it once"
+                    )
+            missing = [
+                name for index, name in needed if index >= len(args) and name not in kwargs
+            ] + [name for name in needed_by_name if name not in kwargs]
+            if missing:
+                quoted = [repr(name) for name in missing]
+                names = " and ".join([", ".join(quoted[:-1]), quoted[-1]] if quoted[1:] else quoted)
+                raise error(
+                    f"{what} is missing its required "
+                    f"argument{'s' if len(missing) != 1 else ''} {names}; "
+                    f"call it as {shown_usage}"
                 )
             return function(*args, **kwargs)
 

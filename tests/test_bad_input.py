@@ -52,6 +52,8 @@ from turnlog.events import (
     UserMessageAdded,
 )
 from turnlog.log import NEW_SESSION, Checkpoint
+from turnlog.memories import MemoryManager, Recaller
+from turnlog.stores import LMDBStore, PostgresStore
 
 NAN = float("nan")
 INF = float("inf")
@@ -1452,6 +1454,112 @@ CASES: list[Case] = [
         lambda log, _: Log("store"),  # type: ignore[arg-type]
         InvalidArgumentError,
         "Store",
+    ),
+    # -- a required argument left out (Python's bare TypeError before) --------------------
+    Case(
+        "no path",
+        "turnlog.open",
+        lambda log, _: turnlog.open(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'path'; call it as turnlog.open(\"./agent-store\")",
+    ),
+    Case(
+        "path given twice",
+        "turnlog.open",
+        lambda log, tmp: turnlog.open(tmp / "other", path=tmp / "other"),  # type: ignore[misc]
+        InvalidArgumentError,
+        "both by position and by name",
+    ),
+    Case(
+        "no store",
+        "Log",
+        lambda log, _: Log(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'store'",
+    ),
+    Case(
+        "no path",
+        "LMDBStore",
+        lambda log, _: LMDBStore(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        'call it as LMDBStore("./agent-store")',
+    ),
+    Case(
+        "no URL",
+        "PostgresStore",
+        lambda log, _: PostgresStore(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'url'",
+    ),
+    Case(
+        "no log",
+        "Packer",
+        lambda log, _: turnlog.Packer(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "call it as Packer(turnlog.open(path))",
+    ),
+    Case(
+        "no log",
+        "Compactor",
+        lambda log, _: turnlog.Compactor(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "call it as Compactor(turnlog.open(path))",
+    ),
+    Case(
+        "no packer",
+        "Replayer",
+        lambda log, _: turnlog.Replayer(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'packer'",
+    ),
+    Case(
+        "no log",
+        "MemoryManager",
+        lambda log, _: MemoryManager(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'log'",
+    ),
+    Case(
+        "no log",
+        "Recaller",
+        lambda log, _: Recaller(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'log'",
+    ),
+    Case(
+        "no view and no policy",
+        "turnlog.pack",
+        lambda log, _: turnlog.pack(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required arguments 'view' and 'policy'",
+    ),
+    Case(
+        "no body",
+        "Draft",
+        lambda log, _: Draft(),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "missing its required argument 'body'",
+    ),
+    Case(
+        "two bodies by position",
+        "Draft",
+        lambda log, _: Draft(um(), um()),  # type: ignore[call-arg, arg-type]
+        InvalidArgumentError,
+        "takes 1 positional argument",
+    ),
+    Case(
+        "body by position and by name",
+        "Draft",
+        lambda log, _: Draft(um(), body=um()),  # type: ignore[misc]
+        InvalidArgumentError,
+        "both by position and by name",
+    ),
+    Case(
+        "misspelled option",
+        "Draft",
+        lambda log, _: Draft(um(), tim=5),  # type: ignore[call-arg]
+        InvalidArgumentError,
+        "did you mean 'time'",
     ),
 ]
 

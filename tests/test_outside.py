@@ -531,6 +531,33 @@ def test_stores_sessions_and_open_refuse_a_misspelled_option_naming_the_valid_on
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.parametrize("facade", ["Session", "AsyncSession"])
+@pytest.mark.parametrize(
+    ("given", "missing"),
+    [
+        ((), "arguments 'log', 'session_id' and 'model'"),
+        (("memory", "s1"), "argument 'model'"),
+        (("memory",), "argument 'session_id'"),
+    ],
+)
+def test_a_session_missing_an_argument_names_it_and_shows_the_call(
+    facade: str, given: tuple[str, ...], missing: str
+) -> None:
+    """``Session(log, "s1")`` without ``model=`` raised Python's bare "missing 1
+    required keyword-only argument"."""
+    import turnlog.adapters
+
+    with turnlog.open(":memory:") as log:
+        args = [log if name == "memory" else name for name in given]
+        kwargs = {"model": "gpt-4o-mini"} if missing == "argument 'session_id'" else {}
+        with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+            _loose(getattr(turnlog.adapters, facade))(*args, **kwargs)
+    assert f"{facade}() is missing its required {missing}" in str(raised.value)
+    assert f'call it as {facade}(turnlog.open(path), "s1", model="gpt-4o-mini")' in str(
+        raised.value
+    )
+
+
 @pytest.mark.parametrize("where", ["port", "socket"])
 def test_a_postgresql_server_that_refuses_the_connection_fails_at_once(
     where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -713,7 +740,7 @@ def test_a_draft_takes_its_body_by_position() -> None:
     with turnlog.open(":memory:") as log:
         log.append("s", turnlog.Draft(body, key="k1"))
         assert log.get("s", 0).key == "k1"
-    with pytest.raises(TypeError):
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="give the options by name"):
         _loose(turnlog.Draft)(body, 5)
 
 

@@ -34,7 +34,7 @@ from .._errors import InvalidArgumentError
 from .._policy import Policy
 from .._projection import Projection
 from .._prompt import Message, Prompt
-from .._validation import check_type
+from .._validation import check_type, refuse_unknown_options
 from ._assemble import assemble, breakpoints_report, message, unit_adder
 from ._budget import opening_reports, over_budget, recovery_policy, thresholds
 from ._clip import Clip
@@ -68,6 +68,11 @@ DEFAULT_STAGES: tuple[tuple[str, Stage], ...] = (
 Engine = Literal["incremental", "reference"]
 
 
+@refuse_unknown_options(
+    "turnlog.pack()",
+    usage="turnlog.pack(view, policy); to pack a session of a log, "
+    "turnlog.Packer(log).pack(session, policy=...)",
+)
 def pack(
     view: Projection,
     policy: Policy,
