@@ -375,6 +375,14 @@ class _Core:
         memory_session: str = "memories",
         redactor: Redactor | None = None,
     ) -> None:
+        check_type(
+            log,
+            Log,
+            "log",
+            what="a turnlog Log",
+            hint=f"open one and pass it: {type(self).__name__}"
+            '(turnlog.open(path), "s1", model=...)',
+        )
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         check_text(model, "model", error=RenderError)

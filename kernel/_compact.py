@@ -74,7 +74,7 @@ from ._events import (
     TextPart,
     ToolResultAdded,
 )
-from ._log import Draft, Head, Log
+from ._log import Draft, Head, Log, check_log
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
 from ._pack import Packed
@@ -95,7 +95,7 @@ from ._summarize import (
     window_of,
 )
 from ._tokens import TokenCounter
-from ._validation import plural, refuse_unknown_options
+from ._validation import check_type, plural, refuse_unknown_options
 
 __all__ = ["Compactor", "CostEstimate", "Outcome"]
 
@@ -183,6 +183,9 @@ class Compactor:
         summarizer: Summarizer | None = None,
         timeout: float = 120.0,
     ) -> None:
+        check_log(log, "Compactor")
+        if packer is not None:
+            check_type(packer, Packer, "packer", what="None or a Packer of the same log")
         self.log = log
         self.packer = packer if packer is not None else Packer(log)
         self.summarizer = summarizer

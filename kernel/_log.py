@@ -533,6 +533,31 @@ class Snapshot:
         return self._txn.cached(namespace, key)
 
 
+def check_log(value: object, call: str) -> None:
+    """``value`` is a `Log`, the first argument of ``call`` (``"Packer"``...); else an
+    `InvalidArgumentError` saying what to pass (a path, a store or a session handed in
+    where the log goes failed later with an ``AttributeError``)."""
+    if isinstance(value, Log):
+        return
+    if isinstance(value, Store):
+        hint = (
+            f"a store is not a log: pass {call}(turnlog.Log(store)), or open the log "
+            f"with {call}(turnlog.open(path))"
+        )
+    else:
+        try:
+            owner = isinstance(getattr(value, "log", None), Log)  # a Session, a Packer...
+        except Exception:
+            owner = False
+        if owner:
+            kind = type(value).__name__
+            name = "session" if kind.endswith("Session") else kind.lower()
+            hint = f"pass the log it works on: {call}({name}.log)"
+        else:
+            hint = f"open the log and pass it: {call}(turnlog.open(path))"
+    invalid("log", "a turnlog Log", value, hint=hint, with_type=True)
+
+
 class Log:
     """Append-only, hash-chained sessions of events. Open one with `turnlog.open`.
 

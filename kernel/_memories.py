@@ -77,7 +77,7 @@ from ._events import (
     SessionRewound,
     SystemSectionSet,
 )
-from ._log import NEW_SESSION, Appended, Draft, Head, Log
+from ._log import NEW_SESSION, Appended, Draft, Head, Log, check_log
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
 from ._policy import REFRESH_POINTS, Policy
@@ -468,6 +468,7 @@ class MemoryManager:
 
     @refuse_unknown_options("MemoryManager()", usage="MemoryManager(turnlog.open(path))")
     def __init__(self, log: Log, memory_session: str = "memories") -> None:
+        check_log(log, "MemoryManager")
         check_text(memory_session, "memory_session", what="a non-empty session id")
         self.log = log
         self.memory_session = memory_session

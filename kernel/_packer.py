@@ -23,7 +23,7 @@ from ._errors import (
     UnknownSessionError,
 )
 from ._events import ContentErased, Event, PolicySet
-from ._log import Log
+from ._log import Log, check_log
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
 from ._pack._engine import Stage, pack_stored
@@ -76,6 +76,7 @@ class Packer:
         stages: Sequence[tuple[str, Stage]] | None = None,
         cached_sessions: int = 64,
     ) -> None:
+        check_log(log, "Packer")
         check_integer(cached_sessions, "cached_sessions", min_value=1)
         self.log = log
         self.stages = tuple(stages) if stages is not None else None

@@ -61,7 +61,7 @@ from ._events import (
     ToolResultAdded,
     UserMessageAdded,
 )
-from ._log import Appended, Draft, Log
+from ._log import Appended, Draft, Log, check_log
 from ._pack._truncate import capped_recall
 from ._policy import Policy
 from ._projection import Projection
@@ -226,6 +226,7 @@ class Recaller:
         snippet_chars: int = 800,
         chunk_chars: int = CHUNK_CHARS,
     ) -> None:
+        check_log(log, "Recaller")
         check_integer(snippet_chars, "snippet_chars", min_value=16)
         check_integer(chunk_chars, "chunk_chars", min_value=256)
         self.log = log

@@ -1455,6 +1455,63 @@ CASES: list[Case] = [
         InvalidArgumentError,
         "Store",
     ),
+    # -- something else where the log goes (an AttributeError later, before) -------------
+    Case(
+        "log is a path",
+        "Packer",
+        lambda log, tmp: turnlog.Packer(str(tmp / "store")),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "open the log and pass it: Packer(turnlog.open(path))",
+    ),
+    Case(
+        "log is a store",
+        "Packer",
+        lambda log, _: turnlog.Packer(log.store),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "Packer(turnlog.Log(store))",
+    ),
+    Case(
+        "log is a packer",
+        "Packer",
+        lambda log, _: turnlog.Packer(turnlog.Packer(log)),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "Packer(packer.log)",
+    ),
+    Case(
+        "log is a path",
+        "Compactor",
+        lambda log, _: turnlog.Compactor("./store"),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "Compactor(turnlog.open(path))",
+    ),
+    Case(
+        "log is a store",
+        "Compactor",
+        lambda log, _: turnlog.Compactor(log.store),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "Compactor(turnlog.Log(store))",
+    ),
+    Case(
+        "packer is a log",
+        "Compactor",
+        lambda log, _: turnlog.Compactor(log, log),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "must be None or a Packer",
+    ),
+    Case(
+        "log is a path",
+        "MemoryManager",
+        lambda log, _: MemoryManager("./store"),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "MemoryManager(turnlog.open(path))",
+    ),
+    Case(
+        "log is a store",
+        "Recaller",
+        lambda log, _: Recaller(log.store),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "Recaller(turnlog.Log(store))",
+    ),
     # -- a required argument left out (Python's bare TypeError before) --------------------
     Case(
         "no path",

@@ -558,6 +558,39 @@ def test_a_session_missing_an_argument_names_it_and_shows_the_call(
     )
 
 
+@pytest.mark.parametrize("given", ["path", "store", "session"])
+@pytest.mark.parametrize("call", ["Packer", "Compactor", "Session"])
+def test_what_is_not_a_log_is_refused_where_the_log_goes(call: str, given: str) -> None:
+    """``Packer("./store")``, ``Compactor(store)`` or ``Packer(session)`` failed at the
+    first use (or at once) with an ``AttributeError``; each says what to pass."""
+    import turnlog.adapters
+
+    build: dict[str, Any] = {
+        "Packer": turnlog.Packer,
+        "Compactor": turnlog.Compactor,
+        "Session": lambda log: turnlog.adapters.Session(log, "s2", model="gpt-4o-mini"),
+    }
+    shows = {
+        "Packer": {
+            "path": "Packer(turnlog.open(path))",
+            "store": "Packer(turnlog.Log(store))",
+            "session": "Packer(session.log)",
+        },
+        "Compactor": {
+            "path": "Compactor(turnlog.open(path))",
+            "store": "Compactor(turnlog.Log(store))",
+            "session": "Compactor(session.log)",
+        },
+    }.get(call, {})
+    with turnlog.open(":memory:") as log:
+        session = turnlog.adapters.Session(log, "s1", model="gpt-4o-mini")
+        value = {"path": "./store", "store": log.store, "session": session}[given]
+        with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+            build[call](value)
+    assert "log must be a turnlog Log" in str(raised.value)
+    assert shows.get(given, 'Session(turnlog.open(path), "s1", model=...)') in str(raised.value)
+
+
 @pytest.mark.parametrize("where", ["port", "socket"])
 def test_a_postgresql_server_that_refuses_the_connection_fails_at_once(
     where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
