@@ -67,6 +67,7 @@ from ._codec import (
 from ._errors import (
     AppendConflictError,
     DecodeError,
+    Hint,
     ImportFormatError,
     InvalidArgumentError,
     StoreCorruptError,
@@ -295,6 +296,23 @@ def import_events(
 
     staging.store.write(stage)
     report = staging.verify()
+    problem = report.problem
+    if problem is not None and (
+        (problem.blob is not None and problem.blob not in blobs)
+        or (problem.reason.startswith("fork source ") and problem.reason.endswith(" is missing"))
+    ):
+        # What an export without --complete leaves out: the blobs, a fork's source.
+        needs = "the blobs its events refer to" if problem.blob else "the session it continues"
+        raise ImportFormatError(
+            f"{origin}: {problem}: the file does not hold {needs}, as an export "
+            "made without --complete does not. Nothing was imported",
+            hint=Hint(
+                cli="export the session again with `turnlog export SESSION --complete` "
+                "and import that file",
+                python="export the session with `turnlog.log.export_events(log, session)` "
+                "and import those lines",
+            ),
+        )
     if not report.ok:
         raise ImportFormatError(
             f"{origin}: the exported events do not verify at "

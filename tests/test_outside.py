@@ -787,3 +787,26 @@ def test_pack_given_a_log_or_a_session_says_how_to_pack_a_session(given: str) ->
             turnlog.pack(_loose(view), turnlog.Policy())
         assert "must be a Projection" in str(raised.value)
         assert "turnlog.Packer(log).pack(session, policy=...)" in str(raised.value)
+
+
+@pytest.mark.parametrize("held", ["blob", "fork"])
+def test_an_export_without_complete_says_to_export_with_complete(tmp_path: Path, held: str) -> None:
+    """``turnlog import`` of a plain export whose events refer to a blob (or continue a
+    fork's source) said only "the file was changed or is not whole"; the file was whole,
+    written without ``--complete``."""
+    store = tmp_path / "store"
+    with turnlog.open(store) as log:
+        log.append("a", [UserMessageAdded(text="x" * 100_000), UserMessageAdded(text="y")])
+        if held == "fork":
+            log.fork("a", 0, "b")
+            log.append("b", UserMessageAdded(text="z"))
+    session = "a" if held == "blob" else "b"
+    plain, whole = tmp_path / "plain.jsonl", tmp_path / "whole.jsonl"
+    assert cli(store, "export", session, "-o", str(plain)).returncode == 0
+    done = cli(tmp_path / "other", "import", str(plain))
+    assert done.returncode == 3, done.stderr
+    assert "export made without --complete" in done.stderr, done.stderr
+    assert "`turnlog export SESSION --complete`" in done.stderr, done.stderr
+    assert not (tmp_path / "other").exists()
+    assert cli(store, "export", session, "--complete", "-o", str(whole)).returncode == 0
+    assert cli(tmp_path / "other", "import", str(whole)).returncode == 0
