@@ -255,7 +255,10 @@ def test_import_keep_going_reports_each_file(transcripts: Path, fresh: Path) -> 
     assert result["type"] == "result" and result["appended"] == 0
 
 
-@pytest.mark.parametrize("what", ["no transcripts", "empty directory", "random bytes"])
+@pytest.mark.parametrize(
+    "what",
+    ["no transcripts", "empty directory", "random bytes", "empty transcript", "empty transcripts"],
+)
 def test_an_import_that_imports_nothing_fails_and_creates_no_store(
     tmp_path: Path, what: str
 ) -> None:
@@ -269,11 +272,21 @@ def test_an_import_that_imports_nothing_fails_and_creates_no_store(
         data = source / "random.jsonl"
         data.write_bytes(bytes((i * 7919 + 13) % 256 for i in range(4096)))
         argv = [str(data), "--format", "claude_code", "--skip-bad"]
+    elif what.startswith("empty transcript"):
+        # An empty .jsonl file is a Claude Code transcript of no event; it said "imported
+        # 1 file into 0 sessions" with exit 0, and the store it created was removed.
+        (source / "a.jsonl").write_bytes(b"")
+        if what == "empty transcripts":
+            (source / "rollout-b.jsonl").write_bytes(b"\n")
+        else:
+            argv = [str(source / "a.jsonl")]
     store = tmp_path / "new-store"
     done = cli(store, "import", *argv)
     assert done.returncode == 3, done.stdout
     assert done.stderr.startswith("turnlog: error: ") and "Traceback" not in done.stderr
-    assert "imported 1 path" not in done.stdout
+    assert "imported 1 path" not in done.stdout and "imported" not in done.stdout
+    if what.startswith("empty transcript"):
+        assert "hold no events" in done.stderr or "holds no events" in done.stderr, done.stderr
     assert not store.exists(), "a failed import created a store"
 
 

@@ -161,7 +161,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
         if not had_store and not written:
             _remove_store(store, existed)  # an import that wrote nothing leaves no store
     sessions = [x for f in files for x in f.sessions]
-    code = EXIT_OK if files and not failed else EXIT_ERROR
+    # Transcripts that hold no event (empty files) import nothing either.
+    empty = bool(files) and not failed and not totals["events"]
+    code = EXIT_OK if files and not failed and not empty else EXIT_ERROR
     if args.json:
         _emit(
             {
@@ -199,7 +201,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         )
     for record in skipped:
         _say(f"skipped {record}", "yellow")
-    if files:
+    if files and not empty:
         print(
             f"imported {_plural(len(files), 'file')} into {_plural(len(sessions), 'session')}"
             f": {_plural(totals['events'], 'event')} ({totals['appended']:,} new), "
@@ -220,6 +222,13 @@ def _cmd_import(args: argparse.Namespace) -> int:
             "of a known format found"
             + (f" ({_plural(len(skipped), 'file')} skipped, listed above)" if skipped else "")
             + "; give transcript files (or --format FORMAT to force one)",
+            file=sys.stderr,
+        )
+    elif empty:
+        print(
+            f"turnlog: error: nothing imported from {', '.join(args.paths)}: the "
+            f"{'transcript holds' if len(files) == 1 else 'transcripts hold'} no events"
+            + ("" if had_store else " (no store was created)"),
             file=sys.stderr,
         )
     elif failed and files and not args.keep_going:
