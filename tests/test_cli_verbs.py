@@ -55,6 +55,31 @@ def test_every_declared_verb_parses_and_has_help(capsys: pytest.CaptureFixture[s
         assert ("--json" in usage) == verb.prints, verb.name
 
 
+def test_docs_cli_lists_every_verb_and_names_every_option_in_its_section() -> None:
+    """docs/cli.md had no row for ``erase`` in its verb table, and said nothing of
+    ``erase --json`` or ``recall --agent``."""
+    import argparse
+    import re
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    table = set(re.findall(r"^\| \[`([a-z]+)`\]\(#", doc, re.M))
+    sections = {
+        part.split("\n", 1)[0].strip(): part for part in re.split(r"^## ", doc, flags=re.M)[1:]
+    }
+    parser = _parser._build_parser()
+    (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for verb in _parser.verbs():
+        assert verb.name in table, f"no row for {verb.name!r} in the verb table"
+        section = sections.get(verb.name, "")
+        assert section, f"no '## {verb.name}' section"
+        for action in subparsers.choices[verb.name]._actions:
+            names = [o for o in action.option_strings if o not in ("-h", "--help", "--store")]
+            if names:
+                assert any(re.search(rf"{re.escape(o)}\b", section) for o in names), (
+                    f"{verb.name}: {'/'.join(names)} is not named in its section of docs/cli.md"
+                )
+
+
 # -- hints ---------------------------------------------------------------------------------
 
 
