@@ -369,3 +369,26 @@ def test_import_path_with_a_redactor_redacts_a_claude_code_transcript(tmp_path: 
     with turnlog.open(str(tmp_path / "plain")) as log:
         assert import_path(log, planted.parent).redacted == {}
     assert AWS.encode() in raw_store(tmp_path / "plain")
+
+
+def test_turnlog_import_counts_redactions_of_a_kind_in_the_plural(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said "redacted 4 Private Key"."""
+    lines = [
+        json.dumps(
+            {
+                "type": "user",
+                "sessionId": "s1",
+                "uuid": f"u{i}",
+                "message": {"role": "user", "content": f"EMP-00000{i} and DEV-00000{i}"},
+            }
+        )
+        for i in range(2)
+    ]
+    source = tmp_path / "chat.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    patterns = ["employee id=EMP-[0-9]{6}", "device ids=DEV-[0-9]{6}", "badge=BADGE-[0-9]+"]
+    argv = ["--store", str(tmp_path / "store"), "import", str(source)]
+    assert main([*argv, *(x for p in patterns for x in ("--redact-pattern", p))]) == 0
+    assert "redacted 2 device ids, 2 employee ids (replaced" in capsys.readouterr().out

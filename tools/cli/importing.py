@@ -211,7 +211,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
     if redacted:
         print(
             "redacted "
-            + ", ".join(f"{n:,} {kind}" for kind, n in sorted(redacted.items()))
+            + ", ".join(
+                # A kind is a name (AWS Access Key, Basic Auth Credentials, a pattern's).
+                f"{n:,} {kind if n == 1 or kind.endswith('s') else kind + 's'}"
+                for kind, n in sorted(redacted.items())
+            )
             + " (replaced by placeholders before storing; --no-redact keeps them)"
         )
     for _, error in failed:
