@@ -163,3 +163,19 @@ def test_prefixes_in_options_naming_sessions(
     )
     assert code == 0, err
     assert {hit["session"] for hit in json.loads(out)["hits"]} == {"mem-beta"}
+
+
+def test_replay_refuses_a_request_and_all_at_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``turnlog replay SESSION 3 --all`` replayed every request, ignoring 3."""
+    path = tmp_path / "store"
+    with turnlog.open(path) as log:
+        log.append("chat", UserMessageAdded(text="hello"))
+        seq = turnlog.Replayer(turnlog.Packer(log)).record("chat").request_seq
+    code, out, err = run(capsys, "--store", str(path), "replay", "chat", str(seq), "--all")
+    assert code == 2 and not out, out
+    assert f"give REQ_SEQ ({seq}) or --all, not both" in err, err
+    for argv in ([str(seq)], ["--all"]):
+        code, out, _ = run(capsys, "--store", str(path), "replay", "chat", *argv)
+        assert code == 0 and "1 of 1 request reproduced" in out, out

@@ -331,6 +331,11 @@ def _print_packed_header(packed: Packed) -> None:
     ),
 )
 def _cmd_replay(args: argparse.Namespace) -> int:
+    if args.all and args.request_seq is not None:
+        raise _UsageError(
+            f"give REQ_SEQ ({args.request_seq}) or --all, not both: REQ_SEQ replays that "
+            "request, --all (or neither) every request of the session"
+        )
     with _open(args) as log:
         replayer = Replayer(Packer(log))
         seqs = (
