@@ -179,3 +179,37 @@ def test_replay_refuses_a_request_and_all_at_once(
     for argv in ([str(seq)], ["--all"]):
         code, out, _ = run(capsys, "--store", str(path), "replay", "chat", *argv)
         assert code == 0 and "1 of 1 request reproduced" in out, out
+
+
+def test_docs_cli_names_every_key_of_the_json_documents(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/cli.md left out ``erased`` of ``verify --json`` and ``redacted`` of
+    ``import --json``: every top-level key a verb prints is named in its section."""
+    import re
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    sections = {
+        part.split("\n", 1)[0].strip(): part for part in re.split(r"^## ", doc, flags=re.M)[1:]
+    }
+    source = tmp_path / "chat.jsonl"
+    source.write_text(
+        '{"type": "user", "sessionId": "s1", "uuid": "u1", "message": {"role": "user", '
+        '"content": "hello"}}\n'
+    )
+    store = ["--store", str(tmp_path / "store")]
+    runs = [
+        ("import", ["import", str(source)]),
+        ("sessions", ["sessions"]),
+        ("verify", ["verify"]),
+        ("pack", ["pack", "s1", "--record"]),
+        ("replay", ["replay", "s1"]),
+        ("cost", ["cost", "s1"]),
+        ("erase", ["erase", "s1", "0", "--reason", "test"]),
+    ]
+    for verb, argv in runs:
+        code, out, err = run(capsys, *store, *argv, "--json")
+        assert code == 0, err
+        for line in out.splitlines():
+            for key in json.loads(line):
+                assert f'"{key}"' in sections[verb], f"{verb} --json: {key!r} is not in docs/cli.md"
