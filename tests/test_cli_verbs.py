@@ -213,3 +213,16 @@ def test_docs_cli_names_every_key_of_the_json_documents(
         for line in out.splitlines():
             for key in json.loads(line):
                 assert f'"{key}"' in sections[verb], f"{verb} --json: {key!r} is not in docs/cli.md"
+
+
+def test_cost_of_one_request_without_reported_usage_says_this_request(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """It said "no response recorded the provider's usage for these requests" of one."""
+    path = tmp_path / "store"
+    for text, says in (("hello", "this request"), ("again", "these requests")):
+        with turnlog.open(path) as log:
+            log.append("chat", UserMessageAdded(text=text))
+            turnlog.Replayer(turnlog.Packer(log)).record("chat")
+        code, out, err = run(capsys, "--store", str(path), "cost", "chat")
+        assert code == 0 and out.endswith(f"usage for {says}\n"), out + err

@@ -496,7 +496,10 @@ def _cmd_cost(args: argparse.Namespace) -> int:
             f"{_dollars(t.reported_price)} for the input"
         )
     else:
-        print("no response recorded the provider's usage for these requests")
+        print(
+            "no response recorded the provider's usage for "
+            + ("this request" if len(cost.requests) == 1 else "these requests")
+        )
     for row in cost.requests:
         if row.note:
             _say(f"#{row.request_seq}: not estimated: {row.note}", "yellow")
