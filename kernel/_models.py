@@ -30,10 +30,37 @@ from typing import Annotated, Any
 import msgspec
 
 from ._errors import PolicyError
+from ._validation import invalid
 
 __all__ = ["ModelInfo", "ModelTable"]
 
 _Tokens = Annotated[int, msgspec.Meta(ge=1, le=2**40)]
+
+
+def load_toml(text: object, what: str, call: str) -> dict[str, Any]:
+    """The TOML document ``text`` (a str, or UTF-8 bytes) that ``call`` was given, as a
+    dict; a `PolicyError` naming ``what`` otherwise. A path, or a string that reads as a
+    file name, is refused saying to pass the file's text."""
+    hint = f"to load a file, pass its text: {call}(Path(path).read_text())"
+    if not isinstance(text, (str, bytes)):
+        invalid(
+            "text", "TOML text (a str or bytes)", text, hint=hint, with_type=True, error=PolicyError
+        )
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PolicyError(f"{what} is not UTF-8: {exc}") from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        name = text.strip()
+        if "\n" not in name and (name.lower().endswith(".toml") or "/" in name or "\\" in name):
+            raise PolicyError(
+                f"{what} is not valid TOML: {call} takes the TOML text, not a file name "
+                f"({name[:80]!r}); {hint}"
+            ) from exc
+        raise PolicyError(f"{what} is not valid TOML: {exc}") from exc
 
 
 class ModelInfo(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -89,15 +116,7 @@ class ModelTable:
             PolicyError: malformed TOML or an entry with a missing or bad field (the
                 message names the model and the field).
         """
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise PolicyError(f"model table is not UTF-8: {exc}") from exc
-        try:
-            raw: dict[str, Any] = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"model table is not valid TOML: {exc}") from exc
+        raw = load_toml(text, "model table", "ModelTable.from_toml")
         models = raw.get("models", {})
         if not isinstance(models, dict) or set(raw) - {"models"}:
             raise PolicyError(

@@ -35,7 +35,6 @@ from __future__ import annotations
 import difflib
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
@@ -44,7 +43,7 @@ import msgspec
 
 from ._canonical import normalize
 from ._errors import PolicyError
-from ._models import ModelTable
+from ._models import ModelTable, load_toml
 from ._validation import check_number, check_type
 
 __all__ = ["POLICY_PARTS", "Policy"]
@@ -524,15 +523,7 @@ class Policy(
             PolicyError: malformed TOML, an unknown field, a wrong type or an
                 out-of-range value (the message names the field).
         """
-        if isinstance(text, bytes):
-            try:
-                text = text.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise PolicyError(f"policy file is not UTF-8: {exc}") from exc
-        try:
-            raw: dict[str, Any] = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise PolicyError(f"policy is not valid TOML: {exc}") from exc
+        raw = load_toml(text, "policy", "Policy.from_toml")
         agents = raw.pop("agents", {})
         check_type(
             agents,

@@ -53,6 +53,7 @@ from turnlog.events import (
 )
 from turnlog.log import NEW_SESSION, Checkpoint
 from turnlog.memories import MemoryManager, Recaller
+from turnlog.packing import ModelTable
 from turnlog.stores import LMDBStore, PostgresStore
 
 NAN = float("nan")
@@ -926,6 +927,27 @@ CASES: list[Case] = [
         lambda log, _: Policy.from_toml(b"x = '\xff'"),
         PolicyError,
         "UTF-8",
+    ),
+    Case(
+        "a path instead of the TOML text",
+        "Policy.from_toml",
+        lambda log, tmp: Policy.from_toml(tmp / "policy.toml"),  # type: ignore[arg-type]
+        PolicyError,
+        "pass its text: Policy.from_toml(Path(path).read_text())",
+    ),
+    Case(
+        "a file name instead of the TOML text",
+        "Policy.from_toml",
+        lambda log, _: Policy.from_toml("policies/agent.toml"),
+        PolicyError,
+        "takes the TOML text, not a file name",
+    ),
+    Case(
+        "a file name instead of the TOML text",
+        "ModelTable.from_toml",
+        lambda log, _: ModelTable.from_toml("models.toml"),
+        PolicyError,
+        "ModelTable.from_toml(Path(path).read_text())",
     ),
     Case(
         "NaN forced into a policy",
