@@ -383,6 +383,14 @@ class _Core:
             hint=f"open one and pass it: {type(self).__name__}"
             '(turnlog.open(path), "s1", model=...)',
         )
+        if policy is not None:
+            check_type(
+                policy,
+                Policy,
+                "policy",
+                what="None or a turnlog.Policy",
+                hint="make one: turnlog.Policy(context_window=N, ...) (docs/policy.md)",
+            )
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         check_text(model, "model", error=RenderError)

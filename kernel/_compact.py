@@ -82,7 +82,7 @@ from ._pack._assemble import message
 from ._pack._engine import pack_stored
 from ._pack._ledger import Protection
 from ._packer import Packer
-from ._policy import Policy
+from ._policy import Policy, check_policy
 from ._projection import Item, Projection, Unit, notification_text
 from ._prompt import Message
 from ._summarize import (
@@ -272,6 +272,7 @@ class Compactor:
 
     # -- decisions ------------------------------------------------------------------
     def _setup(self, session: str, policy: Policy | None) -> tuple[Policy, Projection]:
+        check_policy(policy)
         policy = (
             policy.resolved()
             if policy is not None

@@ -80,7 +80,7 @@ from ._events import (
 from ._log import NEW_SESSION, Appended, Draft, Head, Log, check_log
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
-from ._policy import REFRESH_POINTS, Policy
+from ._policy import REFRESH_POINTS, Policy, check_policy
 from ._projection import Projection
 from ._validation import check_text, invalid, refuse_unknown_options
 
@@ -829,6 +829,7 @@ class MemoryManager:
         Returns:
             The memories forgotten with their reasons, and where the events landed.
         """
+        check_policy(policy)
         keep = (policy or Policy()).memory_summary_keep
 
         def pick(book: MemoryBook) -> list[tuple[str, str]]:

@@ -29,7 +29,7 @@ from ._otel import span as otel_span
 from ._pack._engine import Stage, pack_stored
 from ._pack._index import PackIndex
 from ._pack._model import Packed
-from ._policy import Policy
+from ._policy import Policy, check_policy
 from ._projection import Projection
 from ._store import WriteTxn
 from ._tokens import (
@@ -295,6 +295,7 @@ class Packer:
     def _policy_to_use(self, session: str, policy: Policy | None) -> Policy:
         """The caller's policy resolved, else the one in force as recorded, else the
         resolved defaults."""
+        check_policy(policy)
         if policy is not None:
             return policy.resolved()
         return self._policy_event(session) or Policy().resolved()

@@ -44,7 +44,7 @@ import msgspec
 from ._canonical import normalize
 from ._errors import PolicyError
 from ._models import ModelTable, load_toml
-from ._validation import check_number, check_type
+from ._validation import check_number, check_type, invalid
 
 __all__ = ["POLICY_PARTS", "Policy"]
 
@@ -573,6 +573,19 @@ class Policy(
 
 
 _ENCODER = msgspec.msgpack.Encoder(order="deterministic")
+
+
+def check_policy(policy: object, name: str = "policy") -> None:
+    """``policy`` is None or a `Policy`; else an `InvalidArgumentError` saying how to
+    make one (a mapping of fields failed later with "no attribute 'resolved'")."""
+    if policy is None or isinstance(policy, Policy):
+        return
+    hint = (
+        "make one of the mapping: turnlog.Policy(**fields) or Policy.from_dict(fields)"
+        if isinstance(policy, Mapping)
+        else "make one: turnlog.Policy(context_window=N, ...) (docs/policy.md)"
+    )
+    invalid(name, "None or a turnlog.Policy", policy, hint=hint, with_type=True)
 
 
 def tool_kind(kinds: Mapping[str, str], tool_name: str) -> str:

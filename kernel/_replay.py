@@ -53,7 +53,7 @@ from ._log import DEFAULT_ATTEMPTS, Draft, Head, Log, Snapshot
 from ._pack import Decision, Packed, PackIndex
 from ._pack._engine import pack_stored
 from ._packer import Packer, policy_at
-from ._policy import Policy
+from ._policy import Policy, check_policy
 from ._projection import Projection
 from ._prompt import Prompt
 from ._store import ReadAheadMiss
@@ -217,6 +217,7 @@ class Replayer:
                 (nothing of the request was written).
         """
         packer = self.packer
+        check_policy(policy)
         if self.log.head(session) is None:
             raise UnknownSessionError(f"no session {session!r} to pack")
         stored = self.log.find_key(session, key) if key is not None else None

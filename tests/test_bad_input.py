@@ -1534,6 +1534,38 @@ CASES: list[Case] = [
         InvalidArgumentError,
         "Recaller(turnlog.Log(store))",
     ),
+    # -- a mapping where a Policy goes ("'dict' object has no attribute 'resolved'") ------
+    Case(
+        "policy is a dict",
+        "Packer.pack",
+        lambda log, _: turnlog.Packer(log).pack("s", policy={"context_window": 8000}),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "turnlog.Policy(**fields)",
+    ),
+    Case(
+        "policy is a dict",
+        "Replayer.record",
+        lambda log, _: turnlog.Replayer(turnlog.Packer(log)).record(
+            "s",
+            policy={"context_window": 8000},  # type: ignore[arg-type]
+        ),
+        InvalidArgumentError,
+        "must be None or a turnlog.Policy",
+    ),
+    Case(
+        "policy is a dict",
+        "Compactor.compact",
+        lambda log, _: turnlog.Compactor(log).compact("s", policy={"context_window": 8000}),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "must be None or a turnlog.Policy",
+    ),
+    Case(
+        "policy is a path",
+        "MemoryManager.consolidate",
+        lambda log, _: MemoryManager(log).consolidate(policy="policy.toml"),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "turnlog.Policy(context_window=N, ...)",
+    ),
     # -- a required argument left out (Python's bare TypeError before) --------------------
     Case(
         "no path",

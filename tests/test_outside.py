@@ -810,3 +810,16 @@ def test_an_export_without_complete_says_to_export_with_complete(tmp_path: Path,
     assert not (tmp_path / "other").exists()
     assert cli(store, "export", session, "--complete", "-o", str(whole)).returncode == 0
     assert cli(tmp_path / "other", "import", str(whole)).returncode == 0
+
+
+def test_a_session_given_a_mapping_for_its_policy_says_to_make_a_policy() -> None:
+    """``Session(..., policy={"context_window": 32000})`` failed with "'dict' object has
+    no attribute 'resolved'"."""
+    import turnlog.adapters
+
+    log = turnlog.open(":memory:")
+    with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+        turnlog.adapters.Session(
+            log, "s1", model="gpt-4o-mini", policy=_loose({"context_window": 32_000})
+        )
+    assert "policy must be None or a turnlog.Policy" in str(raised.value)
