@@ -26,7 +26,7 @@ from ._events import ContentErased, Event, PolicySet
 from ._log import Log, check_log
 from ._otel import set_attributes as otel_attributes
 from ._otel import span as otel_span
-from ._pack._engine import Stage, pack_stored
+from ._pack._engine import Stage, check_stages, pack_stored
 from ._pack._index import PackIndex
 from ._pack._model import Packed
 from ._policy import Policy, check_policy
@@ -77,6 +77,7 @@ class Packer:
         cached_sessions: int = 64,
     ) -> None:
         check_log(log, "Packer")
+        check_stages(stages)
         check_integer(cached_sessions, "cached_sessions", min_value=1)
         self.log = log
         self.stages = tuple(stages) if stages is not None else None

@@ -1534,6 +1534,32 @@ CASES: list[Case] = [
         InvalidArgumentError,
         "Recaller(turnlog.Log(store))",
     ),
+    # -- a pipeline that is not (name, stage) pairs (a TypeError in the first pack) ------
+    Case(
+        "stages is an int",
+        "Packer",
+        lambda log, _: turnlog.Packer(log, stages=5),  # type: ignore[arg-type]
+        InvalidArgumentError,
+        "DEFAULT_STAGES",
+    ),
+    Case(
+        "stages lists names only",
+        "Packer",
+        lambda log, _: turnlog.Packer(log, stages=["truncate"]),  # type: ignore[list-item]
+        InvalidArgumentError,
+        "stages[0] must be a (name, stage) pair",
+    ),
+    Case(
+        "a stage that is not callable",
+        "turnlog.pack",
+        lambda log, _: turnlog.pack(
+            turnlog.Packer(log).projection("s", turnlog.packing.get_counter("cl100k_base")),
+            Policy(),
+            stages=[("truncate", 5)],  # type: ignore[list-item]
+        ),
+        InvalidArgumentError,
+        "stages[0] must be a (name, stage) pair",
+    ),
     # -- a mapping where a Policy goes ("'dict' object has no attribute 'resolved'") ------
     Case(
         "policy is a dict",

@@ -27,14 +27,14 @@ decisions. Every event of the lineage gets exactly one `Decision`, built when
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 from .._errors import InvalidArgumentError
 from .._policy import Policy
 from .._projection import Projection
 from .._prompt import Message, Prompt
-from .._validation import check_type, refuse_unknown_options
+from .._validation import check_type, invalid, refuse_unknown_options
 from ._assemble import assemble, breakpoints_report, message, unit_adder
 from ._budget import opening_reports, over_budget, recovery_policy, thresholds
 from ._clip import Clip
@@ -112,9 +112,32 @@ def pack(
         hint="to pack a session of a log, call turnlog.Packer(log).pack(session, policy=...)",
     )
     check_type(policy, Policy, "policy", what="a turnlog.Policy")
+    check_stages(stages)
     return pack_stored(
         view, policy.resolved(), stages=stages, explain=explain, index=index, engine=engine
     )
+
+
+def check_stages(stages: object) -> None:
+    """``stages`` is None or a pipeline: a sequence of ``(name, stage)`` pairs, each a
+    str and a callable; else an `InvalidArgumentError` (it failed in the first pack
+    with "'int' object is not iterable" or "too many values to unpack")."""
+    if stages is None:
+        return
+    expected = "None or a sequence of (name, stage) pairs, a str and a callable"
+    hint = "start from a copy of turnlog.packing.DEFAULT_STAGES (docs/packing.md)"
+    if isinstance(stages, (str, bytes, Mapping)) or not isinstance(stages, Sequence):
+        invalid("stages", expected, stages, hint=hint, with_type=True)
+    for index, item in enumerate(stages):
+        if not (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and callable(item[1])
+        ):
+            invalid(
+                f"stages[{index}]", "a (name, stage) pair, a str and a callable", item, hint=hint
+            )
 
 
 def pack_stored(
