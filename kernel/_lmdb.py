@@ -713,6 +713,12 @@ class LMDBStore(Store):
                 f"no turnlog store at {self.location!r} (no data.mdb); "
                 f"check the path or create the store by opening it {how}"
             )
+        if directory.exists() and not directory.is_dir():
+            raise StoreError(
+                f"cannot open the store at {self.location!r}: it is a file, and a store is a "
+                "directory (holding data.mdb and lock.mdb); name a directory (created when "
+                "missing), ':memory:' or a postgresql:// URL"
+            )
         _check_data_file(self._data_file)
         try:
             if not readonly:

@@ -28,6 +28,7 @@ from turnlog.errors import (
     InvalidArgumentError,
     InvalidEventError,
     PolicyError,
+    StoreError,
     StoreNotFoundError,
     UnknownSessionError,
     VerificationError,
@@ -1469,6 +1470,13 @@ CASES: list[Case] = [
         lambda log, tmp: turnlog.open(tmp / "missing", create=False),
         StoreNotFoundError,
         "create=True",
+    ),
+    Case(
+        "path is a file",
+        "turnlog.open",
+        lambda log, tmp: (tmp / "file").write_text("notes") and turnlog.open(tmp / "file"),
+        StoreError,
+        "it is a file, and a store is a directory",
     ),
     Case(
         "store is not a Store",
