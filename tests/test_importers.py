@@ -1461,3 +1461,38 @@ def test_golden_imports_read_import_again_as_retries_and_replay(
                     session, render=lambda request: renderer_for(request, blobs=log.blob)
                 )
             )
+
+
+def _loose(function: object) -> Any:
+    """``function`` untyped, to call it with the mistakes a user makes."""
+    return function
+
+
+@pytest.mark.parametrize(
+    ("call", "says"),
+    [
+        (lambda log, f: _loose(import_file)(f, log), "log must be a turnlog Log"),
+        (lambda log, f: _loose(import_path)(f, log), "import_path(turnlog.open(store), path)"),
+        (lambda log, f: _loose(import_file)(str(f.parent), f), "open one and pass it"),
+        (lambda log, f: _loose(import_file)(log, 5), "path must be a str or os.PathLike"),
+        (lambda log, f: _loose(import_file)(log), "missing its required argument 'path'"),
+        (lambda log, f: _loose(import_path)(log, f, skip=True), "did you mean 'skip_bad'"),
+        (lambda log, f: _loose(detect)(5), "source must be a path, or the file's bytes"),
+    ],
+)
+def test_an_import_given_its_arguments_wrong_says_how_to_call_it(
+    tmp_path: Path, call: Any, says: str
+) -> None:
+    """The log and the path the other way round (or a store's path for the log) failed
+    with "expected str, bytes or os.PathLike object, not Log" or "'str' object has no
+    attribute 'validate'"."""
+    transcript = tmp_path / "chat.jsonl"
+    transcript.write_text(
+        '{"type": "user", "sessionId": "s1", "uuid": "u1", "message": {"role": "user", '
+        '"content": "hello"}}\n'
+    )
+    with turnlog.open(tmp_path / "store") as log:
+        with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+            call(log, transcript)
+        assert says in str(raised.value)
+        assert log.sessions() == []

@@ -67,6 +67,7 @@ from turnlog.events import (
     covered_digest,
 )
 from turnlog.log import export_events, import_events
+from turnlog.validation import check_type, refuse_unknown_options
 
 from ..redaction import META_KEY, Redactor, check_redactor
 from . import (
@@ -348,6 +349,7 @@ def detect(source: str | os.PathLike[str] | bytes, *, name: str = "") -> str:
     Raises:
         ImportFormatError: the content is no known transcript format.
     """
+    check_type(source, (str, os.PathLike, bytes), "source", what="a path, or the file's bytes")
     if isinstance(source, bytes):
         data = source
     else:
@@ -384,6 +386,21 @@ def _read(path: str) -> bytes:
 
 
 # -- import -----------------------------------------------------------------------------
+def _check_target(log: object, path: object, call: str) -> None:
+    """The log and the path of an import (given the other way round, or a store's path
+    for the log, they failed with a TypeError or an AttributeError)."""
+    usage = f"{call}(turnlog.open(store), path)"
+    check_type(log, Log, "log", what="a turnlog Log", hint=f"open one and pass it: {usage}")
+    check_type(
+        path,
+        (str, os.PathLike),
+        "path",
+        what="a str or os.PathLike naming a transcript",
+        hint=f"call it as {usage}",
+    )
+
+
+@refuse_unknown_options("import_file()", usage='import_file(turnlog.open(path), "session.jsonl")')
 def import_file(
     log: Log,
     path: str | os.PathLike[str],
@@ -421,6 +438,7 @@ def import_file(
             appended.
         KernelError: the store failed.
     """
+    _check_target(log, path, "import_file")
     check_redactor(redactor)
     name = os.fspath(path)
     data = _read(name)
@@ -531,6 +549,7 @@ _FORMAT_SUFFIXES = {
 }
 
 
+@refuse_unknown_options("import_path()", usage='import_path(turnlog.open(path), "transcripts/")')
 def import_path(
     log: Log,
     path: str | os.PathLike[str],
@@ -572,6 +591,7 @@ def import_path(
     Raises:
         ImportFormatError: see `import_file`.
     """
+    _check_target(log, path, "import_path")
     check_redactor(redactor)
     root = Path(path)
     try:
