@@ -823,3 +823,16 @@ def test_a_session_given_a_mapping_for_its_policy_says_to_make_a_policy() -> Non
             log, "s1", model="gpt-4o-mini", policy=_loose({"context_window": 32_000})
         )
     assert "policy must be None or a turnlog.Policy" in str(raised.value)
+
+
+def test_a_tool_call_is_summarized_by_its_first_argument_that_is_not_null() -> None:
+    """An imported OpenHands action's arguments begin with ``action_risk: null``: the
+    log showed every call as ``run(null)``."""
+    from turnlog.events import Event, ToolCall
+    from turnlog.tools.summary import summarize
+
+    call = ToolCall(
+        id="c1", name="run", arguments='{"action_risk": null, "command": "ls -R /workspace"}'
+    )
+    shown = summarize(Event(session="s", seq=1, body=AssistantMessageAdded(parts=(call,))))
+    assert shown == "-> run(ls -R /workspace)", shown

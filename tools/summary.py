@@ -100,7 +100,8 @@ def _call(call: ToolCall) -> str:
     if args is None:
         args = call.arguments
     if isinstance(args, dict):
-        first = next(iter(args.values()), "")
+        # The first argument that says something (OpenHands puts action_risk: null first).
+        first = next((v for v in args.values() if v is not None), "")
         try:
             shown = first if isinstance(first, str) else json.dumps(first)
         except RecursionError:
