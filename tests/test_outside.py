@@ -836,3 +836,19 @@ def test_a_tool_call_is_summarized_by_its_first_argument_that_is_not_null() -> N
     )
     shown = summarize(Event(session="s", seq=1, body=AssistantMessageAdded(parts=(call,))))
     assert shown == "-> run(ls -R /workspace)", shown
+
+
+def test_reasoning_without_text_is_followed_by_one_space() -> None:
+    """A Codex step that only thinks and calls a tool read ``(thinking)  -> shell(...)``,
+    two spaces, and one that only thinks ended in a blank."""
+    from turnlog.events import Event, ReasoningPart, ToolCall
+    from turnlog.tools.summary import summarize
+
+    thought = ReasoningPart(text="plan")
+    call = ToolCall(id="c1", name="shell", arguments='{"cmd": "ls"}')
+    for parts, expected in (
+        ((thought, call), "(thinking) -> shell(ls)"),
+        ((thought,), "(thinking)"),
+    ):
+        shown = summarize(Event(session="s", seq=1, body=AssistantMessageAdded(parts=parts)))
+        assert shown == expected, shown

@@ -130,7 +130,7 @@ def summarize(event: turnlog.events.Event, width: int = 60) -> str:
         thinking = any(isinstance(p, ReasoningPart) for p in body.parts)
         native = [f"({p.format} {p.item_type}) " for p in body.parts if isinstance(p, NativePart)]
         text = head(texts[0], width // 2 if calls else width) if texts else ""
-        out = "".join(native) + ("(thinking) " if thinking else "") + text
+        out = ("".join(native) + ("(thinking) " if thinking else "") + text).rstrip()
         if calls:
             out += (" -> " if out else "-> ") + ", ".join(_call(c) for c in calls)
         return out
