@@ -441,6 +441,19 @@ def test_demo_rerun_prints_one_line_for_the_turns_already_there(demo: Path) -> N
     assert done.stdout.count("already in the log") == 2  # the turns line and the summary
 
 
+def test_demo_counts_one_turn_in_the_singular_and_only_the_turns_it_appended(
+    fresh: Path,
+) -> None:
+    """A re-run of one turn said "nothing appended or packed for them" and "all 1 turn
+    were already in the log"; a run over 1 stored and 1 new turn said "in 2 turns"."""
+    assert cli(fresh, "demo", "--turns", "1", "--no-pack").returncode == 0
+    again = cli(fresh, "demo", "--turns", "1", "--no-pack").stdout
+    assert "1 turn already in the log (turn 1): nothing appended or packed for it\n" in again
+    assert "nothing new appended: the 1 turn was already in the log" in again
+    more = cli(fresh, "demo", "--turns", "2", "--no-pack").stdout
+    assert re.search(r"^appended \d+ events in 1 turn \(17 already present\)", more, re.M), more
+
+
 def test_demo_ends_with_what_to_try_next(fresh: Path) -> None:
     done = cli(fresh, "demo", "--turns", "2")
     tail = done.stdout.split("try next:\n", 1)[1]

@@ -193,18 +193,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if present:
         print(
             f"{_plural(len(present), 'turn')} already in the log ({_spans(present)}): "
-            "nothing appended or packed for them"
+            f"nothing appended or packed for {'it' if len(present) == 1 else 'them'}"
         )
     where = f"head {last.session}#{last.seq} {last.hash.hex()[:16]}"
     if result.appended == 0:
-        print(
-            f"nothing new appended: all {_plural(result.turns, 'turn')} were already in "
-            f"the log ({where})"
-        )
+        turns = "the 1 turn was" if result.turns == 1 else f"all {result.turns:,} turns were"
+        print(f"nothing new appended: {turns} already in the log ({where})")
     else:
         print(
             f"appended {_plural(result.appended, 'event')} in "
-            f"{_plural(result.turns, 'turn')} ({result.present:,} already present), "
+            f"{_plural(result.turns - len(present), 'turn')} ({result.present:,} already "
+            "present), "
             f"{_refs(result.blobs)}; {where}"
         )
     fired = {
