@@ -450,6 +450,7 @@ def test_demo_counts_one_turn_in_the_singular_and_only_the_turns_it_appended(
     again = cli(fresh, "demo", "--turns", "1", "--no-pack").stdout
     assert "1 turn already in the log (turn 1): nothing appended or packed for it\n" in again
     assert "nothing new appended: the 1 turn was already in the log" in again
+    assert "replay: no recorded request to replay (--no-pack records none)" in again
     more = cli(fresh, "demo", "--turns", "2", "--no-pack").stdout
     assert re.search(r"^appended \d+ events in 1 turn \(17 already present\)", more, re.M), more
 

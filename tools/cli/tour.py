@@ -221,11 +221,18 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             f"{_plural(recoveries, 'overflow recovery', 'overflow recoveries')}"
         )
     bad = [r for r in replays if not r.ok]
-    _say(
-        f"replay: {len(replays) - len(bad)} of {_plural(len(replays), 'request')} reproduced "
-        "byte for byte" + "".join(f"\n  #{r.request_seq}: {r.difference}" for r in bad),
-        "red" if bad else "green",
-    )
+    if not replays:
+        print(
+            "replay: no recorded request to replay"
+            + (" (--no-pack records none)" if args.no_pack else "")
+        )
+    else:
+        _say(
+            f"replay: {len(replays) - len(bad)} of {_plural(len(replays), 'request')} "
+            "reproduced byte for byte"
+            + "".join(f"\n  #{r.request_seq}: {r.difference}" for r in bad),
+            "red" if bad else "green",
+        )
     if report.ok:
         _say(f"verify: ok ({_plural(report.events, 'event')}, {_refs(report.blobs)})", "green")
     else:
