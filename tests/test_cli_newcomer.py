@@ -455,6 +455,20 @@ def test_demo_counts_one_turn_in_the_singular_and_only_the_turns_it_appended(
     assert re.search(r"^appended \d+ events in 1 turn \(17 already present\)", more, re.M), more
 
 
+def test_erase_names_the_events_it_erased_besides_the_one_named(fresh: Path) -> None:
+    """``turnlog erase demo 4`` said "erased 4 events": the compactions quoting event 4
+    went with it, unnamed."""
+    assert cli(fresh, "demo", "--turns", "4").returncode == 0
+    done = cli(fresh, "erase", "demo", "4", "--reason", "asked")
+    assert done.returncode == 0, done.stderr
+    first = done.stdout.splitlines()[0]
+    assert re.fullmatch(
+        r"demo: erased (\d+) events and 0 blobs \(erasure event #\d+\); (\d+) of them "
+        r"\([\d, ]+\) derived from the event named",
+        first,
+    ), first
+
+
 def test_demo_ends_with_what_to_try_next(fresh: Path) -> None:
     done = cli(fresh, "demo", "--turns", "2")
     tail = done.stdout.split("try next:\n", 1)[1]

@@ -618,10 +618,18 @@ def _cmd_erase(args: argparse.Namespace) -> int:
                 + (f" ({len(r.already)} erased before)" if r.already else "")
             )
             continue
+        # Events quoting the named ones (a compaction, a section) go with them.
+        derived = sorted(set(r.seqs) - set(args.seqs)) if args.seqs else []
         print(
             f"{r.session}: erased {_plural(len(r.seqs), 'event')} and "
             f"{_plural(len(r.blobs), 'blob')} "
             f"(erasure event #{r.seq})"
+            + (
+                f"; {len(derived):,} of them ({', '.join(map(str, derived))}) derived from "
+                f"the {'event' if len(set(args.seqs)) == 1 else 'events'} named"
+                if derived
+                else ""
+            )
         )
         for f in r.followed:  # derived from them: a memory, a recall, a quoting section
             print(
