@@ -988,6 +988,7 @@ class Session(_Core):
                     return cast(_T, stop.value)
 
     # -- inputs -----------------------------------------------------------------------------
+    @refuse_unknown_options("Session.system()")
     def system(
         self,
         name: str,
@@ -1005,6 +1006,7 @@ class Session(_Core):
         """
         return self._run(self._system_steps(name, text, position, time, key))
 
+    @refuse_unknown_options("Session.tools()")
     def tools(
         self, tools: Iterable[ToolLike], *, time: int | None = None, key: str | None = None
     ) -> Appended | None:
@@ -1020,6 +1022,7 @@ class Session(_Core):
         """
         return self._run(self._tools_steps(tools, time, key))
 
+    @refuse_unknown_options("Session.user()")
     def user(
         self,
         text: str,
@@ -1036,6 +1039,7 @@ class Session(_Core):
             )
         )
 
+    @refuse_unknown_options("Session.notify()")
     def notify(
         self, source: str, text: str, *, time: int | None = None, key: str | None = None
     ) -> Appended:
@@ -1044,6 +1048,7 @@ class Session(_Core):
             self._append_steps([NotificationAdded(source=source, text=text)], time=time, key=key)
         )
 
+    @refuse_unknown_options("Session.tool_result()")
     def tool_result(
         self,
         call_id: str,
@@ -1069,6 +1074,7 @@ class Session(_Core):
         clip notices of new outputs name ``read_output`` and the ref to pass it."""
         return CONTEXT_TOOLS
 
+    @refuse_unknown_options("Session.call_context_tool()")
     def call_context_tool(
         self,
         call: ToolCall,
@@ -1111,6 +1117,7 @@ class Session(_Core):
         """
         return self._run(self._prepare_steps(time, key))
 
+    @refuse_unknown_options("Session.record()")
     def record(
         self,
         response: ResponseLike,
@@ -1162,6 +1169,7 @@ class Session(_Core):
         """Seqs of the session's request records, oldest first."""
         return self._requests()
 
+    @refuse_unknown_options("Session.replay()")
     def replay(self, request_seq: int) -> ReplayResult:
         """Re-pack and re-render a recorded request and compare both hashes with the
         record (the renderer is rebuilt from the record's format, model and
@@ -1282,6 +1290,7 @@ class AsyncSession(_Core):
                 retries.conflict(exc)
 
     # -- inputs -----------------------------------------------------------------------------
+    @refuse_unknown_options("AsyncSession.system()")
     async def system(
         self,
         name: str,
@@ -1294,12 +1303,14 @@ class AsyncSession(_Core):
         """`Session.system`, awaited."""
         return await self._run(self._system_steps(name, text, position, time, key))
 
+    @refuse_unknown_options("AsyncSession.tools()")
     async def tools(
         self, tools: Iterable[ToolLike], *, time: int | None = None, key: str | None = None
     ) -> Appended | None:
         """`Session.tools`, awaited."""
         return await self._run(self._tools_steps(tools, time, key))
 
+    @refuse_unknown_options("AsyncSession.user()")
     async def user(
         self,
         text: str,
@@ -1316,6 +1327,7 @@ class AsyncSession(_Core):
             )
         )
 
+    @refuse_unknown_options("AsyncSession.notify()")
     async def notify(
         self, source: str, text: str, *, time: int | None = None, key: str | None = None
     ) -> Appended:
@@ -1324,6 +1336,7 @@ class AsyncSession(_Core):
             self._append_steps([NotificationAdded(source=source, text=text)], time=time, key=key)
         )
 
+    @refuse_unknown_options("AsyncSession.tool_result()")
     async def tool_result(
         self,
         call_id: str,
@@ -1343,6 +1356,7 @@ class AsyncSession(_Core):
         """`Session.context_tools`."""
         return CONTEXT_TOOLS
 
+    @refuse_unknown_options("AsyncSession.call_context_tool()")
     async def call_context_tool(
         self,
         call: ToolCall,
@@ -1363,6 +1377,7 @@ class AsyncSession(_Core):
         """`Session.prepare`, awaited."""
         return await self._run(self._prepare_steps(time, key))
 
+    @refuse_unknown_options("AsyncSession.record()")
     async def record(
         self,
         response: ResponseLike,
@@ -1390,6 +1405,7 @@ class AsyncSession(_Core):
         """`Session.requests`, awaited."""
         return await asyncio.to_thread(self._requests)
 
+    @refuse_unknown_options("AsyncSession.replay()")
     async def replay(self, request_seq: int) -> ReplayResult:
         """`Session.replay`, awaited."""
         return await asyncio.to_thread(self._replay, request_seq)

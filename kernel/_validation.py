@@ -28,8 +28,8 @@ import difflib
 import functools
 import inspect
 import math
-from collections.abc import Callable
-from typing import NoReturn, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import NoReturn, ParamSpec, TypeVar, cast
 
 from ._errors import InvalidArgumentError, KernelError
 
@@ -223,8 +223,7 @@ def refuse_unknown_options(
         else:
             shown_usage = usage
 
-        @functools.wraps(function)
-        def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        def check(args: tuple[object, ...], kwargs: dict[str, object]) -> None:
             for key in kwargs:
                 if key not in named:
                     close = difflib.get_close_matches(key, sorted(named), n=1, cutoff=0.6)
@@ -257,6 +256,21 @@ def refuse_unknown_options(
                     f"argument{'s' if len(missing) != 1 else ''} {names}; "
                     f"call it as {shown_usage}"
                 )
+
+        if inspect.iscoroutinefunction(function):
+            # An ``async def`` stays one (its arguments are checked when it is awaited).
+            run = cast(Callable[..., Awaitable[object]], function)
+
+            @functools.wraps(function)
+            async def checked_async(*args: object, **kwargs: object) -> object:
+                check(args, kwargs)
+                return await run(*args, **kwargs)
+
+            return cast(Callable[_P, _R], checked_async)
+
+        @functools.wraps(function)
+        def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+            check(args, kwargs)
             return function(*args, **kwargs)
 
         return checked

@@ -852,3 +852,33 @@ def test_reasoning_without_text_is_followed_by_one_space() -> None:
     ):
         shown = summarize(Event(session="s", seq=1, body=AssistantMessageAdded(parts=parts)))
         assert shown == expected, shown
+
+
+@pytest.mark.parametrize(
+    ("verb", "given", "says"),
+    [
+        ("system", ("base",), "Session.system() is missing its required argument 'text'"),
+        ("user", (), "call it as Session.user(text)"),
+        ("tool_result", ("c1",), "missing its required argument 'output'"),
+        ("record", (), "call it as Session.record(response)"),
+        ("replay", (), "missing its required argument 'request_seq'"),
+    ],
+)
+def test_a_session_verb_missing_an_argument_names_it(
+    verb: str, given: tuple[str, ...], says: str
+) -> None:
+    """``session.system("base")`` raised Python's bare "missing 1 required positional
+    argument"; so did the other verbs, on AsyncSession too."""
+    import asyncio
+
+    import turnlog.adapters
+
+    log = turnlog.open(":memory:")
+    session = turnlog.adapters.Session(log, "s1", model="gpt-4o-mini")
+    with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+        getattr(session, verb)(*given)
+    assert says in str(raised.value)
+    facade = turnlog.adapters.AsyncSession(log, "s2", model="gpt-4o-mini")
+    with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+        asyncio.run(getattr(facade, verb)(*given))
+    assert says.replace("Session.", "AsyncSession.") in str(raised.value)
