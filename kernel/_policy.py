@@ -209,7 +209,7 @@ POLICY_PARTS: dict[str, tuple[str, ...]] = {
     "recall": ("recall_max_chars", "recall_max_tokens"),
     "cache": ("cache_breakpoints", "cache_horizon_turns"),
     "prices": ("cache_write_price", "cache_read_price", "input_price"),
-    "packing_rules": ("rules", "tail_steps", "clip_ratio", "summary_gate"),
+    "packing_rules": ("rules", "tail_steps", "clip_ratio", "tool_clip_ratio", "summary_gate"),
 }
 
 
@@ -348,6 +348,12 @@ class Policy(
     rules: Annotated[int, msgspec.Meta(ge=0, le=3)] = 0
     tail_steps: Annotated[int, msgspec.Meta(ge=0, le=1000)] = 4
     clip_ratio: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.25
+    #: Rules 2 and up: the share of the history budget one tool result, or one tool
+    #: call's arguments, may take (at least 256 tokens, or ``clip_ratio``'s limit if
+    #: that is lower); unset, they share ``clip_ratio`` with every other text. A
+    #: smaller share keeps the prompt's new tokens few, so more of each request is a
+    #: cached prefix; the model reads the rest with the ``read_output`` tool.
+    tool_clip_ratio: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] | None = None
     summary_gate: Ratio = 0.72
 
     def __post_init__(self) -> None:
@@ -364,6 +370,7 @@ class Policy(
             "cache_read_price",
             "input_price",
             "clip_ratio",
+            "tool_clip_ratio",
             "summary_gate",
         ):
             check_number(

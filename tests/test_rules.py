@@ -20,6 +20,7 @@ from turnlog.errors import BudgetExceededError
 from turnlog.events import (
     AssistantMessageAdded,
     PolicySet,
+    ReasoningPart,
     SystemSectionSet,
     TextPart,
     ToolCall,
@@ -213,6 +214,77 @@ def test_a_giant_user_message_and_argument_are_clipped_and_stay_valid() -> None:
     arguments = json.loads(call.arguments)  # still a JSON object
     assert arguments["file_path"] == "big.py" and "clipped" in arguments["content"]
     assert "turnlog show s 3" in packed.prompt.messages[-1].text
+
+
+def _tool_traffic(lines: int) -> list[SessionItem]:
+    """A user message, a call and its result of about the same size, then a question."""
+    text = "\n".join(f"{i}: a line of a file that is being written" for i in range(lines))
+    return [
+        UserMessageAdded(text=text),
+        AssistantMessageAdded(
+            parts=(
+                ReasoningPart(text="write it", opaque="sig-1", provider="anthropic"),
+                TextPart(text="Writing the file."),
+                ToolCall(
+                    id="w",
+                    name="Write",
+                    arguments=json.dumps({"file_path": "a.py", "content": text}),
+                ),
+            )
+        ),
+        ToolResultAdded(call_id="w", tool_name="Write", output=text),
+        UserMessageAdded(text="next"),
+    ]
+
+
+def test_tool_clip_ratio_clips_tool_results_and_calls_and_leaves_other_texts_alone() -> None:
+    items = _tool_traffic(300)  # about 3,600 tokens each: under clip_ratio's limit at 32k
+    _, plain = packed_of(items, policy_at(32_000))
+    assert [d.decision for d in plain.decisions] == ["verbatim"] * 4
+    policy = policy_at(32_000, tool_clip_ratio=0.05)
+    _, packed = packed_of(items, policy)
+    by_pos = {d.pos: d for d in packed.decisions}
+    assert by_pos[0].decision == "verbatim"  # a user message keeps clip_ratio's limit
+    assert by_pos[1].decision == "clipped" and by_pos[2].decision == "clipped"
+    history = packed.budget.usable - packed.budget.system - packed.budget.tools
+    limit = int((history - 3) * 0.05)
+    for pos in (1, 2):
+        assert "tool_clip_ratio" in by_pos[pos].detail
+        assert by_pos[pos].tokens <= limit < by_pos[pos].original_tokens
+    # the assistant message fits its own limit: only its call is clipped, its text and its
+    # reasoning (whose signature covers only the reasoning) go out as they were
+    message = packed.prompt.messages[1]
+    assert message.text == "Writing the file."
+    assert [p.opaque for p in message.parts if isinstance(p, ReasoningPart)] == ["sig-1"]
+    arguments = json.loads(message.tool_calls[0].arguments)
+    assert arguments["file_path"] == "a.py" and "clipped" in arguments["content"]
+    assert "clipped" in packed.prompt.messages[2].text
+    assert "tool_clip_ratio" not in plain.stages[0].detail
+    clip = next(s for s in packed.stages if s.name == "clip")
+    assert f"({limit} for a tool result)" in clip.detail
+
+
+@pytest.mark.parametrize("clip_ratio", [0.25, 0.05])
+def test_tool_clip_ratio_never_clips_below_its_floor_or_above_the_text_limit(
+    clip_ratio: float,
+) -> None:
+    items = _tool_traffic(300)
+    _, packed = packed_of(items, policy_at(4_000, clip_ratio=clip_ratio, tool_clip_ratio=0.01))
+    by_pos = {d.pos: d for d in packed.decisions}
+    assert by_pos[2].decision == "clipped"
+    history = packed.budget.usable - packed.budget.system - packed.budget.tools
+    text_limit = int((history - 3) * clip_ratio)
+    limit = min(256, text_limit)  # 1% of the history is below the floor
+    assert by_pos[2].tokens <= limit and f"limit {limit} " in by_pos[2].detail
+
+
+def test_a_request_packed_with_tool_clip_ratio_replays_and_unset_it_is_not_in_the_bytes() -> None:
+    assert b"tool_clip_ratio" not in Policy().encode()
+    log = turnlog.open(":memory:")
+    build(log, "s", _tool_traffic(300))
+    replayer = Replayer(Packer(log))
+    seq = replayer.record("s", policy=policy_at(32_000, tool_clip_ratio=0.05)).request_seq
+    assert replayer.replay("s", seq).ok
 
 
 @pytest.mark.parametrize(

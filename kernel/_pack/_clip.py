@@ -14,6 +14,14 @@ holds the whole text:
   input of freeform calls are clipped as text. Reasoning parts are left out of a clipped message
   (their signatures cover the whole text).
 
+A policy that sets ``tool_clip_ratio`` gives tool traffic a limit of its own, that
+share of the history budget (at least `TOOL_MIN_TOKENS`, or the text limit if lower):
+a tool result over it is clipped, and so is each tool call's arguments over it (an
+assistant message within its own limit keeps its text and reasoning parts as they
+are). The model reads the rest of a clipped result with the ``read_output`` tool,
+and a request that adds a short preview instead of a quarter of the window leaves
+more of the prompt to the provider's cache.
+
 Clipping applies to protected units too (the mandatory tail, pins): it is what
 lets the latest message fit. Decision ``clipped``, rule ``clip.tokens``. The
 limit depends on the policy and on the system sections and tool schemas (through
@@ -51,13 +59,18 @@ from .._tokens import (
 )
 from .._validation import plural
 from ._ledger import Ledger
-from ._model import StageReport
+from ._model import Limits, StageReport
 
 __all__: list[str] = []
 
 #: The smallest clip limit, in tokens, whatever the budget.
 MIN_TOKENS = 64
 _PART_MIN = 32
+
+
+#: The fewest tokens ``tool_clip_ratio`` clips a tool result or call to (never more than
+#: the limit of any other text).
+TOOL_MIN_TOKENS = 256
 
 
 class ClipCut(NamedTuple):
@@ -68,12 +81,16 @@ class ClipCut(NamedTuple):
     detail: str
 
 
-def limit(policy: Policy, system: int, tools: int) -> int:
-    """The most tokens one item may take (0: clipping is off under these rules)."""
+def limits(policy: Policy, system: int, tools: int) -> Limits:
+    """The most tokens one item may take, any text and a tool result."""
     if policy.rules < 2:
-        return 0
+        return Limits(0, 0)
     history = policy.usable - system - tools - REPLY_OVERHEAD
-    return max(MIN_TOKENS, int(history * policy.clip_ratio))
+    text = max(MIN_TOKENS, int(history * policy.clip_ratio))
+    ratio = policy.tool_clip_ratio
+    if ratio is None:
+        return Limits(text, text)
+    return Limits(text, max(min(TOOL_MIN_TOKENS, text), int(history * ratio)))
 
 
 def clip_text(text: str, tokens: int, counter: TokenCounter, where: str) -> str:
@@ -181,16 +198,34 @@ class Clip:
 
     @staticmethod
     def cut(
-        item: Item, parts: tuple[Part, ...] | None, tokens: int, limit: int, counter: TokenCounter
+        item: Item,
+        parts: tuple[Part, ...] | None,
+        tokens: int,
+        limits: Limits,
+        counter: TokenCounter,
     ) -> ClipCut | None:
         """The item's clipped form, given its current parts (None: verbatim) and
-        tokens; None when it fits the limit (or the limit is 0)."""
-        if not limit or tokens <= limit or item.unit < 0:
+        tokens; None when it fits its limit (or the limit is 0)."""
+        body = item.event.body
+        split = limits.tool != limits.text
+        tool = split and isinstance(body, ToolResultAdded)
+        limit = limits.tool if tool else limits.text
+        if not limit or item.unit < 0:
+            return None
+        calls = (
+            split
+            and isinstance(body, AssistantMessageAdded)
+            and _calls_over(body.parts, limits.tool, counter)
+        )
+        if tokens <= limit and not calls:
             return None
         where = Clip.where(item)
-        body = item.event.body
         if isinstance(body, AssistantMessageAdded):
-            new = _assistant(body.parts, limit, counter, where)
+            if tokens <= limit:  # only its calls' arguments are over their limit
+                tool, limit = True, limits.tool
+                new = _calls(body.parts, limit, counter, where)
+            else:
+                new = _assistant(body.parts, limit, counter, where, limits.tool if split else 0)
         elif isinstance(body, UserMessageAdded):
             images = tuple(body.images)
             room = max(_PART_MIN, limit - MESSAGE_OVERHEAD - IMAGE_TOKENS * len(images))
@@ -213,7 +248,7 @@ class Clip:
             new,
             after,
             f"clipped to {after} tokens (was {tokens}; limit {limit} "
-            f"= clip_ratio of the history budget)",
+            f"= {'tool_clip_ratio' if tool else 'clip_ratio'} of the history budget)",
         )
 
     def __call__(self, ledger: Ledger) -> StageReport | None:
@@ -221,10 +256,14 @@ class Clip:
             return None
         before = ledger.total
         count = ledger.clip()
+        limits = ledger.clip_limits
+        to = f"{limits.text} tokens"
+        if limits.tool != limits.text:
+            to += f" ({limits.tool} for a tool result)"
         return StageReport(
             name="clip",
             fired=count > 0,
-            detail=f"{plural(count, 'text')} clipped to {ledger.clip_limit} tokens",
+            detail=f"{plural(count, 'text')} clipped to {to}",
             tokens_before=before,
             tokens_after=ledger.total,
             events=count,
@@ -245,11 +284,46 @@ def _text(body: object, parts: tuple[Part, ...] | None) -> str | None:
     return None
 
 
-def _assistant(
+def _call_tokens(call: ToolCall, counter: TokenCounter) -> int:
+    return TOOL_CALL_OVERHEAD + counter.count(call.name) + counter.count(call.arguments)
+
+
+def _calls_over(parts: tuple[Part, ...], limit: int, counter: TokenCounter) -> bool:
+    """True when a tool call among ``parts`` takes more than ``limit`` tokens."""
+    return any(isinstance(p, ToolCall) and _call_tokens(p, counter) > limit for p in parts)
+
+
+def _clip_call(call: ToolCall, room: int, counter: TokenCounter, where: str) -> ToolCall:
+    """A call with its arguments within ``room`` tokens (JSON kept JSON)."""
+    args = (
+        clip_text(call.arguments, room, counter, where)
+        if call.freeform
+        else clip_arguments(call.arguments, room, counter, where)
+    )
+    return call if args == call.arguments else msgspec.structs.replace(call, arguments=args)
+
+
+def _calls(
     parts: tuple[Part, ...], limit: int, counter: TokenCounter, where: str
 ) -> tuple[Part, ...]:
+    """An assistant message within its limit whose calls are not: each call
+    over ``limit`` clipped to it; its text and reasoning parts kept as they are."""
+    return tuple(
+        _clip_call(
+            p, max(_PART_MIN, limit - TOOL_CALL_OVERHEAD - counter.count(p.name)), counter, where
+        )
+        if isinstance(p, ToolCall) and _call_tokens(p, counter) > limit
+        else p
+        for p in parts
+    )
+
+
+def _assistant(
+    parts: tuple[Part, ...], limit: int, counter: TokenCounter, where: str, call_limit: int = 0
+) -> tuple[Part, ...]:
     """An assistant message's parts within ``limit``: reasoning left out, each text
-    part and call's arguments within an equal share."""
+    part and call's arguments within an equal share (a call within ``call_limit`` too,
+    when it is set)."""
     kept = [p for p in parts if not isinstance(p, ReasoningPart)]
     clippable = sum(1 for p in kept if isinstance(p, (TextPart, ToolCall)))
     share = max(_PART_MIN, (limit - MESSAGE_OVERHEAD) // max(1, clippable))
@@ -258,15 +332,9 @@ def _assistant(
         if isinstance(part, TextPart):
             out.append(TextPart(text=clip_text(part.text, share, counter, where)))
         elif isinstance(part, ToolCall):
-            room = max(_PART_MIN, share - TOOL_CALL_OVERHEAD - counter.count(part.name))
-            args = (
-                clip_text(part.arguments, room, counter, where)
-                if part.freeform
-                else clip_arguments(part.arguments, room, counter, where)
-            )
-            out.append(
-                part if args == part.arguments else msgspec.structs.replace(part, arguments=args)
-            )
+            room = share if not call_limit else min(share, call_limit)
+            room = max(_PART_MIN, room - TOOL_CALL_OVERHEAD - counter.count(part.name))
+            out.append(_clip_call(part, room, counter, where))
         else:
             out.append(part)
     return tuple(out) or (TextPart(text="(clipped)"),)
@@ -282,6 +350,8 @@ def _measure(item: Item, parts: tuple[Part, ...], counter: TokenCounter) -> int:
             total += counter.count(part.text)
         elif isinstance(part, ToolCall):
             total += TOOL_CALL_OVERHEAD + counter.count(part.name) + counter.count(part.arguments)
+        elif isinstance(part, ReasoningPart):  # kept where only calls are clipped
+            total += counter.count(part.text) + counter.count(part.opaque)
         elif isinstance(part, ImagePart):
             total += IMAGE_TOKENS
         elif isinstance(part, NativePart):

@@ -41,9 +41,10 @@ from .._projection import Item, Projection
 from .._prompt import Message
 from .._tokens import TokenCounter
 from ._budget import system_tokens
-from ._clip import Clip, ClipCut, limit
+from ._clip import Clip, ClipCut, limits
 from ._dedup import Dedup, DedupIndex
 from ._ledger import ReplayMemo
+from ._model import Limits
 from ._prune import Prune, PruneFacts
 from ._summaries import Coverage
 from ._truncate import REPLACEABLE, Cut, Truncate
@@ -171,7 +172,7 @@ class PolicyIndex:
 
     __slots__ = (
         "clip_delta",
-        "clip_limit",
+        "clip_limits",
         "clipped",
         "dcount",
         "dedup",
@@ -201,10 +202,10 @@ class PolicyIndex:
         "verbatim",
     )
 
-    def __init__(self, policy: Policy, clip_limit: int) -> None:
+    def __init__(self, policy: Policy, clip_limits: Limits) -> None:
         self.trunc_key = Truncate.key(policy)
         self.rules = policy.rules
-        self.clip_limit = clip_limit
+        self.clip_limits = clip_limits
         self.clipped: dict[int, ClipCut] = {}  # item -> its clipped form
         self.clip_delta = 0
         self.kinds = dict(policy.tool_kinds)
@@ -237,12 +238,12 @@ class PolicyIndex:
         self.mark_edits: list[int] = []
         self.replays: dict[Hashable, ReplayMemo] = {}  # replay memos, most recent last
 
-    def matches(self, policy: Policy, clip_limit: int) -> bool:
+    def matches(self, policy: Policy, clip_limits: Limits) -> bool:
         """True when this index holds the per-item results of ``policy``."""
         return (
             self.trunc_key == Truncate.key(policy)
             and self.rules == policy.rules
-            and self.clip_limit == clip_limit
+            and self.clip_limits == clip_limits
             and (self.dedup is not None) == policy.dedup
             and self.kinds == policy.tool_kinds
         )
@@ -295,7 +296,7 @@ class PolicyIndex:
                     self.trunc_delta += cut.tokens - tokens
                     tokens = cut.tokens
                     parts = (TextPart(text=cut.text),)
-            clip = Clip.cut(item, parts, tokens, self.clip_limit, counter)
+            clip = Clip.cut(item, parts, tokens, self.clip_limits, counter)
             if clip is not None:
                 self.clipped[item.index] = clip
                 self.clip_delta += clip.tokens - tokens
@@ -399,14 +400,14 @@ class PackIndex:
 
     def policy_index(self, view: Projection, policy: Policy) -> PolicyIndex:
         """The policy's index, created or brought up to date (`catch_up` first)."""
-        clip_limit = limit(policy, system_tokens(view), view.tools_tokens)
+        clip_limits = limits(policy, system_tokens(view), view.tools_tokens)
         found: PolicyIndex | None = None
         for candidate in self._policies:
-            if candidate.matches(policy, clip_limit):
+            if candidate.matches(policy, clip_limits):
                 found = candidate
                 break
         if found is None:
-            found = PolicyIndex(policy, clip_limit)
+            found = PolicyIndex(policy, clip_limits)
             self._policies.append(found)
             del self._policies[:-_MAX_POLICY_INDEXES]
         found.catch_up(view, policy, self.coverage.covered)

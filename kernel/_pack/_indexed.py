@@ -48,7 +48,7 @@ from ._ledger import (
     Shrinker,
     SummarySection,
 )
-from ._model import Budget, Decision
+from ._model import Budget, Decision, Limits
 from ._prune import Prune, PruneFacts, RefsAsOf
 from ._summaries import Summaries, run_of, shown_budget
 from ._truncate import Truncate
@@ -102,8 +102,8 @@ class IndexedLedger:
         return self.plan is None
 
     @property
-    def clip_limit(self) -> int:
-        return self.index.clip_limit
+    def clip_limits(self) -> Limits:
+        return self.index.clip_limits
 
     @property
     def dedup_index(self) -> PolicyIndex:

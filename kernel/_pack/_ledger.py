@@ -43,7 +43,7 @@ from .._policy import Policy
 from .._projection import Item, Projection, Unit
 from .._prompt import Message
 from .._tokens import MESSAGE_OVERHEAD, TokenCounter
-from ._model import Budget
+from ._model import Budget, Limits
 from ._rewrites import ItemSizes
 
 __all__: list[str] = []
@@ -272,8 +272,9 @@ class Ledger(Protocol):
         """A cache of each summary block's tokens, by compaction position."""
 
     @property
-    def clip_limit(self) -> int:
-        """The most tokens one item may take (0: no clipping)."""
+    def clip_limits(self) -> Limits:
+        """The most tokens one item may take, any text and a tool result (0: no
+        clipping)."""
 
     def truncate(self, stage: CutRule) -> int:
         """Cut every oversized item; the number cut."""

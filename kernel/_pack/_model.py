@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
@@ -36,6 +36,15 @@ DECISIONS: tuple[str, ...] = (
 )
 #: The system section that carries committed summaries.
 SUMMARY_SECTION = "conversation_summary"
+
+
+class Limits(NamedTuple):
+    """The most tokens one item may take when clipped: any text, and a tool result
+    (tool results and calls have one of their own when the policy sets
+    ``tool_clip_ratio``; 0: clipping is off)."""
+
+    text: int
+    tool: int
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

@@ -29,7 +29,7 @@ from ._ledger import (
     Shrinker,
     SummarySection,
 )
-from ._model import Decision, DecisionName, StageReport
+from ._model import Decision, DecisionName, Limits, StageReport
 from ._prune import PruneFacts
 from ._summaries import compactions, covering, shown_budget
 from ._truncate import REPLACEABLE
@@ -237,8 +237,8 @@ class PackState:
         return index
 
     @property
-    def clip_limit(self) -> int:
-        return self.policy_index.clip_limit
+    def clip_limits(self) -> Limits:
+        return self.policy_index.clip_limits
 
     @property
     def prune_facts(self) -> PruneFacts:

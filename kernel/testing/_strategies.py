@@ -224,6 +224,7 @@ def policies(
         rules=draw(st.sampled_from((0, 0, 1, 2))),
         tail_steps=draw(st.sampled_from((0, 1, 2, 4, 8))),
         clip_ratio=draw(st.sampled_from((0.1, 0.25, 0.5, 1.0))),
+        tool_clip_ratio=draw(st.sampled_from((None, None, None, 0.01, 0.05, 0.5))),
         summary_gate=draw(st.sampled_from((0.0, 0.5, 0.72, 1.0))),
     ).resolved()
 
