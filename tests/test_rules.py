@@ -19,6 +19,8 @@ from turnlog import Packer, Policy, Replayer, pack
 from turnlog.errors import BudgetExceededError
 from turnlog.events import (
     AssistantMessageAdded,
+    EventsPinned,
+    ImagePart,
     PolicySet,
     ReasoningPart,
     SystemSectionSet,
@@ -379,6 +381,54 @@ def test_only_a_budget_below_the_floor_is_refused_with_the_numbers() -> None:
     assert f"Over by {info.value.needed - policy.usable} tokens" in message
     check_overflow(view, policy, info.value)
     pack(view, policy_at(8_000))  # above the floor: packs
+
+
+def test_rules_3_drops_the_opening_kept_since_a_break_before_refusing_above_the_floor() -> None:
+    # A prefix break in the second turn keeps that turn's opening (positions 3) until the
+    # next break. The pinned screenshot is not in the replay's sizes, so the last request
+    # cuts further at once, yet the kept opening is no part of the floor: the floor
+    # (tools, the pinned message, the latest user message clipped, the call awaiting its
+    # result, the marker) fits 2,000 tokens, so the pack must not be refused.
+    def lines(tag: str) -> str:
+        return "\n".join(f"[{tag}{i}] line " + "x" * 40 for i in range(30))
+
+    screenshot = ImagePart(media_type="image/png", url="https://example.invalid/a.png")
+    items: list[SessionItem] = [
+        UserMessageAdded(text="Look at this screenshot.", images=(screenshot,)),
+        AssistantMessageAdded(parts=(TextPart(text="word " * 150),)),
+        UserMessageAdded(text=lines("a")),
+        AssistantMessageAdded(parts=(TextPart(text="ok"),)),
+        EventsPinned(seqs=(0,)),
+        UserMessageAdded(text=lines("b")),
+        AssistantMessageAdded(
+            parts=(
+                TextPart(text="reading"),
+                ToolCall(id="c1", name="Read", arguments='{"file_path": "a.py"}'),
+            )
+        ),
+    ]
+    policy = Policy(
+        context_window=2_000, output_reserve=0, safety_margin=0, rules=3, clip_ratio=0.1
+    )
+    log = memory_log()
+    session = build(log, "s", items)
+    view = project(log, session)
+    try:
+        packed = pack(view, policy)
+    except BudgetExceededError as exc:
+        check_overflow(view, policy, exc)  # names how far below the floor it is
+        raise
+    check_packed(view, packed, policy.resolved())
+    assert packed.tokens <= policy.usable
+    decisions = packed.decisions
+    assert decisions[2].decision == "trimmed" and decisions[2].rule == "trim.break"
+    assert "kept since prefix break 1" in decisions[2].detail
+    assert decisions[0].decision == "verbatim"  # pinned
+    assert decisions[5].decision == "clipped"  # the latest user message
+    assert decisions[6].decision == "verbatim"  # its call awaits a result
+    # the reference engine packs it alike
+    slow = pack(project(log, session), policy, engine="reference")
+    assert slow.prompt.encode() == packed.prompt.encode() and slow.decisions == decisions
 
 
 def test_session_prepare_reports_the_floor(tmp_path: object) -> None:

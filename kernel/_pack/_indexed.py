@@ -91,6 +91,7 @@ class IndexedLedger:
         self.tail_cut = 0  # and, past the tail's start, those before this (last resort)
         self.why: Callable[[Unit], tuple[str, str]] | None = None
         self.tail_why: Callable[[Unit], tuple[str, str]] | None = None
+        self.released: dict[int, tuple[str, str]] = {}  # kept units dropped after all
         self.marker: Marker | None = None
         self.summary_why: Mapping[int, str] = {}  # compaction -> why it is not shown
         self._unanswered: set[int] = set()  # open units left out: no placeholder counted
@@ -368,6 +369,19 @@ class IndexedLedger:
             return
         insort(protection.older, unit)
         protection.older_set.add(unit)
+
+    def release(self, units: Sequence[int], why: Callable[[Unit], tuple[str, str]]) -> int:
+        protection, released = self.protection, 0
+        for unit in units:
+            if unit >= self.cut or unit in protection.hard or unit not in protection.older_set:
+                continue
+            # counted as `_dropped_before` counts a kept unit before the cut
+            self.total -= self._sum_tokens(unit)
+            protection.older.remove(unit)
+            protection.older_set.discard(unit)
+            self.released[unit] = why(self.view.units[unit])
+            released += 1
+        return released
 
     def drop_tail(
         self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
@@ -663,6 +677,12 @@ class Kept:
                 rule="summaries.compaction",
                 detail=self._summary_detail(item),
                 original_tokens=original,
+            )
+        released = ledger.released.get(unit)
+        if released is not None:
+            rule, detail = released
+            return Decision(
+                **common, decision="trimmed", rule=rule, detail=detail, original_tokens=original
             )
         why = None
         if unit < ledger.cut and not protected:

@@ -358,6 +358,11 @@ class Ledger(Protocol):
         turn of the latest prefix break, until the next break), unless a summary shown
         stands for it."""
 
+    def release(self, units: Sequence[int], why: Callable[[Unit], tuple[str, str]]) -> int:
+        """Drop the units `keep` kept among ``units`` (each before the cut), with the
+        decision ``why`` gives (rules 3: what the latest prefix break kept, when the
+        prompt cannot fit with it); how many were dropped."""
+
     def drop_tail(
         self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
     ) -> tuple[int, int]:

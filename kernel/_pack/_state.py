@@ -426,6 +426,19 @@ class PackState:
             return  # a summary stands for it
         self.protected_units.add(unit)
 
+    def release(self, units: Sequence[int], why: Callable[[Unit], tuple[str, str]]) -> int:
+        protection, released = self.protection, 0
+        for unit in units:
+            if unit >= protection.tail_unit or unit in protection.hard:
+                continue
+            if unit not in self.protected_units:
+                continue  # not kept (a summary stands for it)
+            self.protected_units.discard(unit)
+            rule, detail = why(self.view.units[unit])
+            if self.drop_unit(unit, decision="trimmed", rule=rule, detail=detail):
+                released += 1
+        return released
+
     def drop_tail(
         self, ends: Sequence[int], target: int, why: Callable[[Unit], tuple[str, str]]
     ) -> tuple[int, int]:

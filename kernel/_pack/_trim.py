@@ -160,9 +160,12 @@ class Trim:
         )
         return MESSAGE_OVERHEAD + ledger.counter.count(widest)
 
-    def _fit_tail(self, ledger: Ledger, reserve: int, detail: str, units: int) -> tuple[str, int]:
+    def _fit_tail(
+        self, ledger: Ledger, reserve: int, detail: str, units: int, *, mark: bool = True
+    ) -> tuple[str, int]:
         """Drop protected steps while the tail alone is over the usable budget, then put
-        the marker; the report's detail and unit count with what was dropped."""
+        the marker (unless ``mark`` is False); the report's detail and unit count with
+        what was dropped."""
         policy = ledger.policy
         if ledger.total + reserve > policy.usable:
             more, extra = ledger.drop_tail(
@@ -178,16 +181,47 @@ class Trim:
             ledger.settle()
             detail += f"; then {more} protected steps ({extra} units) to fit the window"
             units += extra
-        self._mark(ledger)
+        if mark:
+            self._mark(ledger)
         return detail, units
+
+    def _release(self, ledger: Ledger, reserve: int, kept: Sequence[int], breaks: int) -> int:
+        """Drop the units before the cut kept since prefix break ``breaks`` (`Ledger.keep`:
+        the opening of its turn, calls awaiting a result then) when the prompt with its
+        marker would still be over the usable budget, that is when the pack would be
+        refused: they are no part of the floor. How many went."""
+        policy = ledger.policy
+        if not kept or ledger.total + reserve <= policy.usable:
+            return 0
+        marker = self._marker(ledger)
+        if ledger.total + (marker.tokens if marker is not None else 0) <= policy.usable:
+            return 0
+        freed = ledger.release(
+            kept,
+            lambda unit: (
+                "trim.break",
+                f"kept since prefix break {breaks} (the opening of its turn, or a call "
+                f"awaiting its result then), dropped at this break: the prompt was over "
+                f"the usable budget {policy.usable} with everything else above the floor "
+                "trimmed",
+            ),
+        )
+        ledger.settle()
+        return freed
 
     def _mark(self, ledger: Ledger) -> None:
         """Put the marker where the dropped run was."""
+        marker = self._marker(ledger)
+        if marker is not None:
+            ledger.mark(marker)
+
+    def _marker(self, ledger: Ledger) -> Marker | None:
+        """The marker for where the dropped run is (None when nothing was dropped)."""
         gap = ledger.dropped_run()
         if gap is None:
-            return
+            return None
         first, last, before = gap
-        ledger.mark(Marker(before, self.marker_text(ledger, first, last), ledger.counter))
+        return Marker(before, self.marker_text(ledger, first, last), ledger.counter)
 
     @staticmethod
     def cut(ledger: Ledger, high: int, low: int, reserve: int) -> Cut:
@@ -279,16 +313,15 @@ class Trim:
         detail = f"{before} tokens; the prefix is kept (no break: under the high watermark)"
         ends, target = list(cut.ends), -1
         start = ends[-1] if ends else 0
-        if cut.anchor >= 0:
-            ledger.keep(cut.anchor)
+        kept = [cut.anchor] if cut.anchor >= 0 else []  # kept since the latest break
         if ends:
             # calls awaiting a result when the latest break was made were protected
             # then: their units stay until the next break (their turn may have ended
             # since, which leaves them unprotected, but dropping them would change the
             # prefix with no break)
-            for u in sorted(ledger.view.open_units):
-                if max(cut.anchor, 0) <= u < start:
-                    ledger.keep(u)
+            kept += [u for u in sorted(ledger.view.open_units) if max(cut.anchor, 0) <= u < start]
+        for u in kept:
+            ledger.keep(u)
         rewrote = self._rewrite(ledger, cut, high, low)
         over = ledger.total - (ledger.droppable_before()(start) if ends else 0) + reserve
         further = ""
@@ -328,6 +361,8 @@ class Trim:
                 ),
             )
             ledger.settle()
+            cut_at = ends[groups - 1] if groups else 0
+            kept = [u for u in kept if u < cut_at]  # before the cut: out of the floor
             detail = f"{reason}: {groups} oldest turns or steps dropped ({units} units); {estimate}"
         if rewrote:
             first = cut.now and cut.cut_break != cut.breaks and not further
@@ -342,12 +377,19 @@ class Trim:
                 f"not worth a break yet ({self.estimate(policy, saved, written)})"
             )
         cut_units = units
-        detail, units = self._fit_tail(ledger, reserve, detail, units)
+        detail, units = self._fit_tail(ledger, reserve, detail, units, mark=False)
         if units > cut_units:  # the protected steps went too: the prefix changed here
             detail = (
                 f"prefix break now: the latest steps alone were over the usable budget "
                 f"{policy.usable}; {detail}"
             )
+        freed = self._release(ledger, reserve, kept, cut.breaks) if ends else 0
+        if freed:  # so did what the latest break kept: the prefix changed here
+            detail += (
+                f"; then what prefix break {cut.breaks} kept ({freed} units) to fit the window"
+            )
+            units += freed
+        self._mark(ledger)
         return StageReport(
             name="trim",
             fired=units > 0,
