@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import turnlog
 from turnlog import Packer, Policy, Replayer
@@ -83,12 +84,17 @@ def sdk_types() -> dict[str, object]:
     }
 
 
-def policy_for(window: int, rules: int = 0) -> Policy:
-    """The default policy at a window, output reserve scaled (``rules`` 0: the newest)."""
-    return Policy(context_window=window, output_reserve=WINDOWS[window], rules=rules)
+def policy_for(window: int, rules: int = 0, fields: dict[str, Any] | None = None) -> Policy:
+    """The default policy at a window, output reserve scaled (``rules`` 0: the newest),
+    with ``fields`` set besides."""
+    return Policy(
+        context_window=window, output_reserve=WINDOWS[window], rules=rules, **(fields or {})
+    )
 
 
-def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
+def check_file(
+    path: Path, root: Path, rules: int = 0, fields: dict[str, Any] | None = None
+) -> dict[str, object]:
     """Import, pack at every window in every format, record, replay; return the row."""
     with turnlog.open(root / "store") as log:
         started = time.perf_counter()
@@ -128,7 +134,7 @@ def check_file(path: Path, root: Path, rules: int = 0) -> dict[str, object]:
             row[f"{name}@{window}"] = int(str(row[f"{name}@{window}"])) + 1
 
         for window in WINDOWS:
-            policy = policy_for(window, rules)
+            policy = policy_for(window, rules, fields)
             for fmt in FORMATS:
                 render = (
                     None
@@ -219,7 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         choices=(0, 1, 2),
         help="the packing rules (0: the newest; 1: turnlog 0.1.0's, to compare)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a policy field besides the window and reserve, VALUE read as JSON",
+    )
     args = parser.parse_args(argv)
+    fields = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
     files = sorted(
         p
         for p in Path(args.corpus).rglob("*")
@@ -230,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for path in files:
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append(check_file(path, Path(tmp), args.rules))
+            rows.append(check_file(path, Path(tmp), args.rules, fields))
     header = (
         "file",
         "format",
