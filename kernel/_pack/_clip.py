@@ -93,24 +93,47 @@ def limits(policy: Policy, system: int, tools: int) -> Limits:
     return Limits(text, max(min(TOOL_MIN_TOKENS, text), int(history * ratio)))
 
 
-def clip_text(text: str, tokens: int, counter: TokenCounter, where: str) -> str:
+def _preview(text: str, chars: int, where: str) -> str:
+    head_chars = chars * 3 // 5
+    tail_chars = chars - head_chars
+    omitted = len(text) - head_chars - tail_chars
+    notice = (
+        f"\n[... clipped: {omitted} characters omitted to fit the context window. "
+        f"The whole text is {where} ...]\n"
+    )
+    return text[:head_chars] + notice + text[len(text) - tail_chars :]
+
+
+def clip_text(
+    text: str, tokens: int, counter: TokenCounter, where: str, *, fill: bool = False
+) -> str:
     """``text`` cut to a head/tail preview of at most ``tokens`` tokens (whole when it
-    fits), around a notice that says where the whole text is."""
+    fits), around a notice that says where the whole text is.
+
+    The preview keeps ``3 * tokens`` characters, halved until it fits, so it may take
+    half the limit or less. With ``fill`` (tool traffic under ``tool_clip_ratio``, which
+    no earlier record used) the length is then searched between the last size that fit
+    and the first that did not, to within 2%, so a preview takes most of its limit."""
     if counter.count(text) <= tokens:
         return text
     chars = max(16, tokens * 3)
+    over = len(text)  # the fewest characters known not to fit
     while True:
-        head_chars = chars * 3 // 5
-        tail_chars = chars - head_chars
-        omitted = len(text) - head_chars - tail_chars
-        notice = (
-            f"\n[... clipped: {omitted} characters omitted to fit the context window. "
-            f"The whole text is {where} ...]\n"
-        )
-        clipped = text[:head_chars] + notice + text[len(text) - tail_chars :]
+        clipped = _preview(text, chars, where)
         if counter.count(clipped) <= tokens or chars <= 16:
-            return clipped
+            break
+        over = chars
         chars //= 2
+    if not fill or chars <= 16:
+        return clipped
+    while over - chars > max(16, chars // 50):
+        middle = (chars + over) // 2
+        candidate = _preview(text, middle, where)
+        if counter.count(candidate) <= tokens:
+            chars, clipped = middle, candidate
+        else:
+            over = middle
+    return clipped
 
 
 #: How deep `clip_arguments` walks a JSON object; a deeper one (which a recursive walk
@@ -146,7 +169,9 @@ def _clip_json(value: Any, keep: int, notice: str) -> Any:
     return value
 
 
-def clip_arguments(arguments: str, tokens: int, counter: TokenCounter, where: str) -> str:
+def clip_arguments(
+    arguments: str, tokens: int, counter: TokenCounter, where: str, *, fill: bool = False
+) -> str:
     """Tool-call arguments within ``tokens``: a JSON object keeps its keys and
     structure with its long strings clipped; other JSON (an array, an object nested
     too deep to walk) becomes ``{"_clipped_arguments": PREVIEW}``, still JSON; text
@@ -156,22 +181,35 @@ def clip_arguments(arguments: str, tokens: int, counter: TokenCounter, where: st
     try:
         value = json.loads(arguments)
     except ValueError:  # not JSON to begin with: clipped as text
-        return clip_text(arguments, tokens, counter, where)
+        return clip_text(arguments, tokens, counter, where, fill=fill)
     except RecursionError:  # JSON nested too deep to walk
         value = None
     if not isinstance(value, dict) or _nested_deeper(value, MAX_WALK_DEPTH):
         # valid JSON that is not an object walkable here: an object holding its preview
         room = max(_PART_MIN, tokens - 16)
         return json.dumps(
-            {"_clipped_arguments": clip_text(arguments, room, counter, where)}, ensure_ascii=False
+            {"_clipped_arguments": clip_text(arguments, room, counter, where, fill=fill)},
+            ensure_ascii=False,
         )
     notice = f" [... clipped; the whole argument is {where} ...] "
     keep = max(64, tokens * 3)
+    over = 0  # the shortest string length known not to fit (0: none tried)
     while True:
         text = json.dumps(_clip_json(value, keep, notice), ensure_ascii=False)
         if counter.count(text) <= tokens or keep <= 64:
-            return text
+            break
+        over = keep
         keep //= 2
+    if not fill or not over or keep <= 64:
+        return text
+    while over - keep > max(16, keep // 50):  # as in `clip_text`
+        middle = (keep + over) // 2
+        candidate = json.dumps(_clip_json(value, middle, notice), ensure_ascii=False)
+        if counter.count(candidate) <= tokens:
+            keep, text = middle, candidate
+        else:
+            over = middle
+    return text
 
 
 class Clip:
@@ -237,7 +275,11 @@ class Clip:
             new = (
                 TextPart(
                     text=clip_text(
-                        text, max(_PART_MIN, limit - MESSAGE_OVERHEAD - 1), counter, where
+                        text,
+                        max(_PART_MIN, limit - MESSAGE_OVERHEAD - 1),
+                        counter,
+                        where,
+                        fill=tool,
                     )
                 ),
             )
@@ -293,12 +335,14 @@ def _calls_over(parts: tuple[Part, ...], limit: int, counter: TokenCounter) -> b
     return any(isinstance(p, ToolCall) and _call_tokens(p, counter) > limit for p in parts)
 
 
-def _clip_call(call: ToolCall, room: int, counter: TokenCounter, where: str) -> ToolCall:
+def _clip_call(
+    call: ToolCall, room: int, counter: TokenCounter, where: str, fill: bool
+) -> ToolCall:
     """A call with its arguments within ``room`` tokens (JSON kept JSON)."""
     args = (
-        clip_text(call.arguments, room, counter, where)
+        clip_text(call.arguments, room, counter, where, fill=fill)
         if call.freeform
-        else clip_arguments(call.arguments, room, counter, where)
+        else clip_arguments(call.arguments, room, counter, where, fill=fill)
     )
     return call if args == call.arguments else msgspec.structs.replace(call, arguments=args)
 
@@ -310,7 +354,11 @@ def _calls(
     over ``limit`` clipped to it; its text and reasoning parts kept as they are."""
     return tuple(
         _clip_call(
-            p, max(_PART_MIN, limit - TOOL_CALL_OVERHEAD - counter.count(p.name)), counter, where
+            p,
+            max(_PART_MIN, limit - TOOL_CALL_OVERHEAD - counter.count(p.name)),
+            counter,
+            where,
+            True,
         )
         if isinstance(p, ToolCall) and _call_tokens(p, counter) > limit
         else p
@@ -334,7 +382,7 @@ def _assistant(
         elif isinstance(part, ToolCall):
             room = share if not call_limit else min(share, call_limit)
             room = max(_PART_MIN, room - TOOL_CALL_OVERHEAD - counter.count(part.name))
-            out.append(_clip_call(part, room, counter, where))
+            out.append(_clip_call(part, room, counter, where, bool(call_limit)))
         else:
             out.append(part)
     return tuple(out) or (TextPart(text="(clipped)"),)
