@@ -256,7 +256,7 @@ def test_tool_clip_ratio_clips_tool_results_and_calls_and_leaves_other_texts_alo
     # the preview takes most of its limit (a halving search alone can leave half of it)
     assert by_pos[2].tokens >= 0.9 * limit
     # the assistant message fits its own limit: only its call is clipped, its text and its
-    # reasoning (whose signature covers only the reasoning) go out as they were
+    # reasoning (which a tool cycle must send back unchanged, signature and all) go out as they were
     message = packed.prompt.messages[1]
     assert message.text == "Writing the file."
     assert [p.opaque for p in message.parts if isinstance(p, ReasoningPart)] == ["sig-1"]
