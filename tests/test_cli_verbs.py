@@ -226,3 +226,14 @@ def test_cost_of_one_request_without_reported_usage_says_this_request(
             turnlog.Replayer(turnlog.Packer(log)).record("chat")
         code, out, err = run(capsys, "--store", str(path), "cost", "chat")
         assert code == 0 and out.endswith(f"usage for {says}\n"), out + err
+
+
+def test_import_names_its_arguments_paths_as_docs_cli_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/cli.md writes ``turnlog import PATH...`` (a file or a directory); the
+    usage said ``FILE [FILE ...]``."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    assert "turnlog import PATH..." in doc
+    code, usage, _ = run(capsys, "import", "--help")
+    assert code == 0 and "PATH [PATH ...]" in usage and "FILE" not in usage, usage

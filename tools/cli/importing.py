@@ -35,7 +35,7 @@ VERBS = Verbs()
     "import",
     "import transcripts (Claude Code, Codex, OpenAI, mini-swe-agent, "
     "SWE-agent, OpenHands, Aider); idempotent",
-    arg("paths", nargs="+", metavar="FILE", help="files or directories"),
+    arg("paths", nargs="+", metavar="PATH", help="transcript files or directories of them"),
     arg(
         "--format",
         default=None,
