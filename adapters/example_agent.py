@@ -421,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"replay #{result.request_seq}: {'ok' if result.ok else result.difference}")
             explained = session.explain()  # the last request, event by event
             for d in explained.decisions:
-                print(f"  {d.seq:>3} {d.kind:<12} {d.decision:<19} {d.rule} {d.detail}".rstrip())
+                rule = f"{d.rule}: {d.detail}" if d.detail else d.rule  # as `turnlog explain`
+                print(f"  {d.seq:>3} {d.kind:<12} {d.decision:<19} {rule}")
             print(f"verify: {'ok' if log.verify(session.id).ok else 'FAILED'}")
             recorded = sum(1 for r in results if r.request_seq > start)
             received = len(server.requests)

@@ -28,6 +28,13 @@ def test_the_example_answers_and_replays_every_request(
     assert len(replays) == 3 and all(line.endswith(": ok") for line in replays)
     assert "verify: ok" in out
     assert "tool_result  verbatim" in out  # the explanation of the last request
+    # Each rule reads as `turnlog explain` prints it: "rule: detail" (it said
+    # "system.section section 'base'").
+    assert "verbatim            system.section: section 'base'\n" in out
+    assert "not_a_prompt_event  policy: in force\n" in out
+    # The docs show this output as it is.
+    docs = (ROOT / "docs" / "embedding.md").read_text()
+    assert f"```text\n{out}```" in docs
     with turnlog.open(tmp_path / "store", readonly=True) as log:
         packer = Packer(log)
         replayer = Replayer(packer)
