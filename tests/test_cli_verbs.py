@@ -57,7 +57,9 @@ def test_every_declared_verb_parses_and_has_help(capsys: pytest.CaptureFixture[s
 
 def test_docs_cli_lists_every_verb_and_names_every_option_in_its_section() -> None:
     """docs/cli.md had no row for ``erase`` in its verb table, and said nothing of
-    ``erase --json`` or ``recall --agent``."""
+    ``erase --json`` or ``recall --agent``; its list of ``pack --format`` values left
+    out ``neutral`` (the default), and the ``log`` section ``compaction_part`` and
+    ``state`` of the kinds ``--kind`` takes: every choice is named too."""
     import argparse
     import re
 
@@ -77,6 +79,11 @@ def test_docs_cli_lists_every_verb_and_names_every_option_in_its_section() -> No
             if names:
                 assert any(re.search(rf"{re.escape(o)}\b", section) for o in names), (
                     f"{verb.name}: {'/'.join(names)} is not named in its section of docs/cli.md"
+                )
+            for choice in action.choices or ():
+                assert f"`{choice}`" in section, (
+                    f"{verb.name}: {'/'.join(names) or action.dest} {choice} is not named "
+                    "in its section of docs/cli.md"
                 )
 
 

@@ -61,6 +61,7 @@ VERBS = Verbs()
     arg(
         "--model",
         default="",
+        metavar="NAME",
         help="model name put in the request body and record "
         "(default with --format: the session's most recent model, named by a recorded "
         "request or an assistant message)",

@@ -46,6 +46,7 @@ VERBS = Verbs()
     arg(
         "--session",
         default=demo.DEFAULT_SESSION,
+        metavar="ID",
         help=f"session id (default {demo.DEFAULT_SESSION!r})",
     ),
     arg(
