@@ -192,7 +192,8 @@ def test_docs_cli_names_every_key_of_the_json_documents(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """docs/cli.md left out ``erased`` of ``verify --json`` and ``redacted`` of
-    ``import --json``: every top-level key a verb prints is named in its section."""
+    ``import --json``, and described no key of ``diff``, ``compact``, ``memories`` and
+    ``recall --json``: every top-level key a verb prints is named in its section."""
     import re
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
@@ -210,8 +211,13 @@ def test_docs_cli_names_every_key_of_the_json_documents(
         ("sessions", ["sessions"]),
         ("verify", ["verify"]),
         ("pack", ["pack", "s1", "--record"]),
+        ("pack", ["pack", "s1", "--record"]),
         ("replay", ["replay", "s1"]),
         ("cost", ["cost", "s1"]),
+        ("diff", ["diff", "s1", "-2", "-1"]),
+        ("compact", ["compact", "s1"]),
+        ("memories", ["memories", "s1"]),
+        ("recall", ["recall", "hello"]),
         ("erase", ["erase", "s1", "0", "--reason", "test"]),
     ]
     for verb, argv in runs:
