@@ -315,8 +315,8 @@ class Replayer:
         event = (snap or self.log).get(session, request_seq)
         if not isinstance(event.body, RequestIssued):
             raise InvalidArgumentError(
-                f"{session}#{request_seq} is a {event.kind!r} event, not a "
-                "request record; list requests with `turnlog log "
+                f"{session}#{request_seq} is not a request record (its kind is "
+                f"{event.kind!r}); list requests with `turnlog log "
                 f"{session} --kind request` (Python: "
                 f"`Replayer.requests({session!r})`)"
             )

@@ -541,3 +541,25 @@ def test_a_policy_file_mistake_is_a_usage_error_that_says_what_to_write(
     done = cli(demo, "pack", "demo", "--policy", str(policy))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+
+
+def test_diff_prints_each_rule_as_explain_does(demo: Path) -> None:
+    # 'rule: detail', as explain prints it: a detail with parentheses of its own is
+    # not nested in another pair.
+    diff = cli(demo, "diff", "demo", "-3", "-1").stdout.splitlines()
+    changes = json.loads(cli(demo, "diff", "demo", "-3", "-1", "--json").stdout)["changes"]
+    rows = [line for line in diff if re.match(r"\s*\d+\s+tool_result\s", line)]
+    assert rows and len(rows) == len(changes)
+    for row, change in zip(rows, changes, strict=True):
+        assert change["detail"]
+        assert row.endswith(f"  {change['rule']}: {change['detail']}"), row
+    explained = cli(demo, "explain", "demo", "-1").stdout
+    for change in changes:
+        assert f"  {change['rule']}: {change['detail']}" in explained
+
+
+def test_a_seq_that_is_not_a_request_names_its_kind(demo: Path) -> None:
+    done = cli(demo, "explain", "demo", "1")
+    assert done.returncode != 0
+    assert "demo#1 is not a request record (its kind is " in done.stderr
+    assert "turnlog log demo --kind request" in done.stderr

@@ -442,7 +442,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
             ("RULE", "left"),
         ],
         (
-            [c.seq, c.kind, c.before, c.after, c.rule + (f" ({c.detail})" if c.detail else "")]
+            [c.seq, c.kind, c.before, c.after, c.rule + (f": {c.detail}" if c.detail else "")]
             for c in diff.changes
         ),
     )
