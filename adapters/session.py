@@ -145,7 +145,7 @@ from turnlog.validation import (
     refuse_unknown_options,
 )
 
-from .context_tools import run_context_tool
+from .context_tools import _full_text, run_context_tool
 from .providers import (
     PROVIDERS,
     ProviderError,
@@ -528,9 +528,15 @@ class _Core:
             hint="pass the call the model made, as record() returned it in answer.tool_calls",
         )
         stamp = self._time(time)
+        if key is not None:
+            # A retry returns what the first call stored: the tool is not run again
+            # (a second memory_save would save a second memory).
+            stored = yield from _io(self._stored_context_result, call, key)
+            if stored is not None:
+                return stored
         head = yield from _io(self.log.head, self.id)
         view = (yield from _io(self._view)) if head is not None else None
-        if _find_call(view, call.id, open_only=True) is None and key is None:
+        if _find_call(view, call.id, open_only=True) is None:
             raise InvalidEventError(_no_open_call(view, self.id, call.id))
         output, is_error = yield from _io(self._run_context_tool, call, sessions, stamp)
         done = yield from self._tool_result_steps(call.id, output, is_error, None, stamp, key)
@@ -541,6 +547,32 @@ class _Core:
             is_error=is_error,
             seq=done.last_seq,
             duplicate=done.duplicate,
+        )
+
+    def _stored_context_result(self, call: ToolCall, key: str) -> ContextToolResult | None:
+        """The result a call of the kit stored under ``key`` (None when none is stored).
+
+        Raises:
+            IdempotencyError: the key holds another event than this call's result.
+        """
+        seq = self._stored(key)
+        if seq is None:
+            return None
+        event = self.log.get(self.id, seq)
+        body = event.body
+        if not isinstance(body, ToolResultAdded) or body.call_id != call.id:
+            raise IdempotencyError(
+                f"idempotency key {key!r} was used at {self.id}#{seq} for different "
+                f"content (a {event.kind!r} event, not the result of call {call.id!r}); "
+                "use a new key for a new call. Nothing was run or written"
+            )
+        return ContextToolResult(
+            call_id=call.id,
+            name=call.name,
+            output=_full_text(self.log, event),
+            is_error=body.is_error,
+            seq=seq,
+            duplicate=True,
         )
 
     def _run_context_tool(

@@ -223,6 +223,39 @@ def test_a_call_that_is_not_open_is_refused(log: Log) -> None:
         session.call_context_tool(ToolCall(id="zz", name="read_output", arguments="{}"))
 
 
+def test_a_keyed_retry_returns_the_stored_result_without_running_the_tool_again(
+    log: Log,
+) -> None:
+    session = make(log)
+    session.prepare()
+    save: dict[str, object] = {"title": "build", "content": "use make -j2"}
+    answer = session.record(chat_body([("c1", "memory_save", save)], "cmpl-c1"))
+    first = session.call_context_tool(answer.tool_calls[0], key="save-1")
+    head = log.head("s1")
+    again = session.call_context_tool(answer.tool_calls[0], key="save-1")
+    assert again.duplicate and (again.output, again.seq) == (first.output, first.seq)
+    assert log.head("s1") == head
+    assert len(MemoryManager(log).memories()) == 1  # saved once
+
+    async def retry() -> bool:
+        twin = AsyncSession(log, "s1", model="fake-model", max_tokens=512, policy=POLICY)
+        result = await twin.call_context_tool(answer.tool_calls[0], key="save-1")
+        return result.duplicate and result.output == first.output
+
+    assert asyncio.run(retry())
+    assert len(MemoryManager(log).memories()) == 1
+
+
+def test_a_call_that_is_not_open_runs_nothing_even_with_a_key(log: Log) -> None:
+    session = make(log)
+    from turnlog.events import ToolCall
+
+    save = ToolCall(id="zz", name="memory_save", arguments='{"title": "a", "content": "b"}')
+    with pytest.raises(InvalidEventError, match="no call 'zz' is waiting"):
+        session.call_context_tool(save, key="k-zz")
+    assert log.head("memories") is None  # nothing was saved
+
+
 def test_the_async_session_runs_the_kit_through_the_shared_core(log: Log) -> None:
     make(log)
 
