@@ -401,7 +401,15 @@ def test_explain_diff_and_memories_print_column_headers(demo: Path) -> None:
     assert any(line.split()[:4] == ["SEQ", "KIND", "DECISION", "TOKENS"] for line in explained)
     assert any(line.split()[:2] == ["STAGE", "DETAIL"] for line in explained)
     memories = cli(demo, "memories", "demo").stdout.splitlines()
-    assert memories[1].split() == ["ID", "RETENTION", "TYPE", "PINNED", "TITLE", "CONTENT"]
+    assert memories[1].split() == [
+        "ID",
+        "RETENTION",
+        "TYPE",
+        "PINNED",
+        "EXPIRES",
+        "TITLE",
+        "CONTENT",
+    ]
     # (between prefix breaks consecutive requests change no decision: -5 spans a compaction)
     diff = cli(demo, "diff", "demo", "-5", "-1").stdout.splitlines()
     assert any(line.split()[:5] == ["SEQ", "KIND", "BEFORE", "AFTER", "RULE"] for line in diff)

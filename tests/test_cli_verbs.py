@@ -13,6 +13,7 @@ import turnlog
 from turnlog.adapters import importers
 from turnlog.errors import Hint, ImportFormatError, KernelError, UnknownSessionError
 from turnlog.events import UserMessageAdded
+from turnlog.memories import MemoryManager
 from turnlog.tools.cli import _parser, main
 
 
@@ -250,3 +251,25 @@ def test_import_names_its_arguments_paths_as_docs_cli_does(
     assert "turnlog import PATH..." in doc
     code, usage, _ = run(capsys, "import", "--help")
     assert code == 0 and "PATH [PATH ...]" in usage and "FILE" not in usage, usage
+
+
+def test_memories_say_when_each_lapses(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``turnlog memories`` listed a memory past its ``expires_seq`` like a live one."""
+    path = tmp_path / "store"
+    with turnlog.open(path) as log:
+        log.append("chat", UserMessageAdded(text="hello"))
+        memories = MemoryManager(log, memory_session="chat-memories")
+        memories.save("Old", "lapses soon", expires_seq=1)
+        memories.save("Later", "lapses later", expires_seq=5)
+        memories.save("Timed", "lapses at a time", expires_time=1_710_234_116_650_016)
+        memories.save("Kept", "never lapses")
+    code, out, err = run(capsys, "--store", str(path), "memories", "chat")
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines()[2:-1]}
+    assert "after #1 (lapsed)" in rows["m0"]
+    assert "after #5" in rows["m1"] and "lapsed" not in rows["m1"]
+    assert "2024-03-12 09:01:56" in rows["m2"]
+    assert out.splitlines()[1].split()[4] == "EXPIRES"
+    code, out, err = run(capsys, "--store", str(path), "memories", "chat", "--json")
+    lapsed = {m["memory_id"]: m["lapsed"] for m in json.loads(out)["memories"]}
+    assert lapsed == {"m0": True, "m1": False, "m2": False, "m3": False}

@@ -7,9 +7,9 @@ import sys
 
 import msgspec
 import turnlog
-from turnlog.memories import MemoryManager, Recaller
+from turnlog.memories import Memory, MemoryManager, Recaller
 
-from ..summary import head
+from ..summary import format_time, head
 from ..terminal import print_table
 from ._common import (
     EXIT_OK,
@@ -53,13 +53,17 @@ def _cmd_memories(args: argparse.Namespace) -> int:
         manager = MemoryManager(
             log, memory_session=args.memory_session or f"{args.session}-memories"
         )
-        book = manager.memories(include_expired=True)
+        memory_book = manager.book()
+        book = memory_book.memories(include_expired=True)
+        position = memory_book.head
         block = manager.block_in_force(args.session)
     if args.json:
         _emit(
             {
                 "memory_session": manager.memory_session,
-                "memories": [msgspec.to_builtins(m) for m in book],
+                "memories": [
+                    {**msgspec.to_builtins(m), "lapsed": m.expired(position, None)} for m in book
+                ],
                 "block_in_force": block,
             },
             sys.stdout,
@@ -74,6 +78,7 @@ def _cmd_memories(args: argparse.Namespace) -> int:
                 ("RETENTION", "left"),
                 ("TYPE", "left"),
                 ("PINNED", "left"),
+                ("EXPIRES", "left"),
                 ("TITLE", "left"),
                 ("CONTENT", "left"),
             ],
@@ -83,6 +88,7 @@ def _cmd_memories(args: argparse.Namespace) -> int:
                     m.retention,
                     m.memory_type,
                     "pinned" if m.pinned else "",
+                    _expires(m, position),
                     head(m.title, 40),
                     head(m.content, 60),
                 ]
@@ -96,6 +102,19 @@ def _cmd_memories(args: argparse.Namespace) -> int:
     if block and args.block:
         print(block)
     return EXIT_OK
+
+
+def _expires(memory: Memory, position: int) -> str:
+    """When ``memory`` lapses: after a position of the memory session (``lapsed`` once
+    the session's head is past it) and/or at a time (UTC; whether that time has come
+    depends on the caller's clock, which the log does not know)."""
+    parts = []
+    if memory.expires_seq is not None:
+        lapsed = " (lapsed)" if memory.expired(position, None) else ""
+        parts.append(f"after #{memory.expires_seq}{lapsed}")
+    if memory.expires_time is not None:
+        parts.append(format_time(memory.expires_time))
+    return ", ".join(parts)
 
 
 @VERBS.verb(
