@@ -414,6 +414,15 @@ class _Core:
                 "or a models= table that has the model"
             )
         check_integer(attempts, "attempts", min_value=1)
+        if extra is not None and not isinstance(extra, Mapping):
+            invalid(
+                "extra",
+                "None or a mapping of body fields",
+                extra,
+                hint='such as extra={"temperature": 0}',
+                with_type=True,
+                error=RenderError,
+            )
         self.log = log
         self.id = session_id
         self.model = model
@@ -948,8 +957,9 @@ class Session(_Core):
             replaced is in its meta); None (the default) redacts nothing.
 
     Raises:
-        RenderError: an unknown format, an empty model, or ``anthropic`` without
-            ``max_tokens`` for a model the table does not know.
+        RenderError: an unknown format, an empty model, ``anthropic`` without
+            ``max_tokens`` for a model the table does not know, or a bad
+            ``max_tokens`` or ``extra`` (refused here, before anything is recorded).
         InvalidEventError: a bad session id.
     """
 

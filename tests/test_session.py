@@ -451,6 +451,28 @@ def test_the_session_checks_its_arguments(log: Log) -> None:
         Session(log, "empty", model="m").prepare()
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"max_tokens": 0}, "max_tokens must be None or an int >= 1, found 0"),
+        ({"max_tokens": "1024"}, "max_tokens must be"),
+        ({"extra": {"model": "other"}}, "extra field 'model' would replace"),
+        ({"extra": {"temperature": float("nan")}}, "cannot be encoded as JSON"),
+        ({"extra": [("temperature", 0)]}, "extra must be None or a mapping"),
+    ],
+)
+def test_bad_render_arguments_are_refused_by_the_constructor_not_by_prepare(
+    log: Log, fmt: str, options: dict[str, object], match: str
+) -> None:
+    # Refused by prepare, they left the policy it had recorded before rendering.
+    Session(log, "s1", model="gpt-4o", format=fmt).user("hi")
+    head = log.head("s1")
+    with pytest.raises(RenderError, match=match):
+        Session(log, "s1", model="gpt-4o", format=fmt, policy=POLICY, **options)  # type: ignore[arg-type]
+    assert log.head("s1") == head
+
+
 def test_the_facade_names_are_reexported() -> None:
     assert turnlog.adapters.__all__ == sorted(turnlog.adapters.__all__)
     for name in turnlog.adapters.__all__:

@@ -302,12 +302,28 @@ def renderer(
     of the same arguments, so that `renderer_for` rebuilds it.
 
     Raises:
-        RenderError: ``format`` or ``version`` is unknown (checked now, not at the
-            first call).
+        RenderError: ``format`` or ``version`` is unknown, or the arguments are bad
+            (an empty model, a ``max_tokens`` that is not a positive int or is
+            missing where the API requires one, an ``extra`` that is not a mapping,
+            replaces a field every body has or holds what JSON cannot carry):
+            checked now, not at the first call.
     """
     provider(format)
     _check_version(version)
+    if extra is not None and not isinstance(extra, Mapping):
+        invalid(
+            "extra", "None or a mapping of body fields", extra, with_type=True, error=RenderError
+        )
     frozen = dict(extra or {})
+    # What every call would refuse is refused now, before a caller records anything.
+    render(
+        Prompt(system=(), tools=(), messages=()),
+        format,
+        model=model,
+        max_tokens=max_tokens,
+        extra=frozen,
+        version=version,
+    )
 
     def render_prompt(prompt: Prompt) -> bytes:
         return render(
