@@ -166,6 +166,22 @@ def test_clear_session_and_limits(log: Log) -> None:
     assert len(log.read("agent")) == 6
 
 
+def test_a_closed_session_refuses_the_synchronous_methods_too(log: Log) -> None:
+    session = TurnlogSession(log, "agent")
+    session.add([{"role": "user", "content": "m0"}])
+    session.close()
+    head = log.head("agent")
+    for call in (
+        session.items,
+        lambda: session.add([{"role": "user", "content": "after close"}]),
+        session.pop,
+        session.clear,
+    ):
+        with pytest.raises(RuntimeError, match="'agent' is closed"):
+            call()
+    assert log.head("agent") == head
+
+
 def test_items_of_every_kind_are_kept_and_pack_for_the_responses_api(log: Log) -> None:
     output = "\n".join(f"row {i}: " + "y" * 70 for i in range(2000))  # stored as a blob
     items: list[dict[str, Any]] = [

@@ -211,6 +211,7 @@ class TurnlogSession(SessionABC):
     # -- synchronous API ---------------------------------------------------------------------
     def items(self) -> list[dict[str, Any]]:
         """The session's items, oldest first (synchronous)."""
+        self._check_open()
         with self._lock:
             if self.log.head(self.session_id) is None:
                 return []
@@ -218,12 +219,14 @@ class TurnlogSession(SessionABC):
 
     def add(self, items: Sequence[Mapping[str, Any]]) -> None:
         """Append items (synchronous `add_items`)."""
+        self._check_open()
         copies = [dict(i) for i in items]
         if copies:
             self._write(lambda view: _bodies(copies, _calls(view)))
 
     def pop(self) -> dict[str, Any] | None:
         """Take the latest item out of the view (synchronous `pop_item`)."""
+        self._check_open()
         popped: list[dict[str, Any]] = []
 
         def build(view: Projection | None) -> list[tuple[Body, dict[str, Any]]]:
@@ -255,6 +258,7 @@ class TurnlogSession(SessionABC):
 
     def clear(self) -> None:
         """Empty the view (synchronous `clear_session`)."""
+        self._check_open()
 
         def build(view: Projection | None) -> list[tuple[Body, dict[str, Any]]]:
             if view is None or not _visible(view):
