@@ -95,7 +95,7 @@ from ._summarize import (
     window_of,
 )
 from ._tokens import TokenCounter
-from ._validation import check_type, plural, refuse_unknown_options
+from ._validation import check_type, invalid, plural, refuse_unknown_options
 
 __all__ = ["Compactor", "CostEstimate", "Outcome"]
 
@@ -186,6 +186,19 @@ class Compactor:
         check_log(log, "Compactor")
         if packer is not None:
             check_type(packer, Packer, "packer", what="None or a Packer of the same log")
+        if summarizer is not None and not (
+            isinstance(getattr(summarizer, "id", None), str)
+            and callable(getattr(summarizer, "summarize", None))
+        ):
+            invalid(
+                "summarizer",
+                "None or a Summarizer (an object with an id string and a "
+                "summarize(request) method)",
+                summarizer,
+                hint="pass ExtractiveSummarizer(counter) or a model summarizer of "
+                "turnlog.adapters.providers (OpenAISummarizer, AnthropicSummarizer)",
+                with_type=True,
+            )
         self.log = log
         self.packer = packer if packer is not None else Packer(log)
         self.summarizer = summarizer

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 import turnlog
+import turnlog.adapters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from turnlog import Compactor, Packer, Policy, Replayer, pack
@@ -276,6 +277,16 @@ def test_failing_oversize_and_hanging_summarizers_are_recorded_and_the_session_g
     assert compactor.compact("s", policy=SMALL).status == "committed"
     assert not compactor.breaker_open(packer.projection("s", get_counter("cl100k_base")), SMALL)
     assert log.verify().ok
+
+
+@pytest.mark.parametrize("summarizer", [5, lambda request: request, ExtractiveSummarizer])
+def test_something_that_is_not_a_summarizer_is_refused_when_given(summarizer: object) -> None:
+    # Accepted, it failed at the first compaction (AttributeError: no 'id').
+    log, packer, _ = fresh()
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="summarizer must be None or a"):
+        Compactor(log, packer, summarizer=summarizer)  # type: ignore[arg-type]
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="summarizer must be None or a"):
+        turnlog.adapters.Session(log, "s", model="gpt-4o", summarizer=summarizer)  # type: ignore[arg-type]
 
 
 def test_breaker_resets_once_a_request_is_below_the_warning_level() -> None:
