@@ -193,7 +193,8 @@ class Replayer:
 
         Parameters:
             policy: the policy, resolved (`Policy.resolved`) and appended as
-                ``PolicySet`` when not in force; the one in force when None.
+                ``PolicySet`` when not in force (not when the prompt cannot be packed
+                or rendered under it); the one in force when None.
             model: the model the request goes to (recorded).
             time: caller-supplied time of the record.
             format: the name of ``render`` (recorded; replay needs the same one).
@@ -233,6 +234,13 @@ class Replayer:
                 use = packer._policy_to_use(session, policy)
                 return None if in_force(use) else Draft(body=PolicySet(policy=use), time=time)
 
+        with packer._lock:
+            if policy is not None and not in_force(policy.resolved()):
+                # A prompt that cannot be packed (or rendered) under a new policy must
+                # not leave that policy in force: try it before its PolicySet is written.
+                trial = packer.pack(session, policy=policy)
+                if render is not None:
+                    render(trial.prompt)
         self.log.update(session, decide_policy, attempts=attempts)
         made: list[tuple[Packed, bytes]] = []
 

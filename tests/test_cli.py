@@ -537,6 +537,20 @@ def test_pack_record_into_a_session_without_a_policy_names_what_differs_from_the
     assert code == 0 and err == ""  # packing without --record changes nothing
 
 
+def test_pack_record_that_cannot_pack_under_its_budget_leaves_the_policy_in_force(
+    capsys: pytest.CaptureFixture[str], demo_copy: Path
+) -> None:
+    head = head_of(demo_copy)
+    code, out, err = run(
+        capsys, "--store", str(demo_copy), "pack", SESSION, "--budget", "100", "--record"
+    )
+    assert code == 3 and out == ""
+    assert "the prompt is below its floor" in err and "pass a larger --budget" in err
+    assert head_of(demo_copy) == head  # no PolicySet of a 100-token window was left behind
+    code, _, err = run(capsys, "--store", str(demo_copy), "pack", SESSION, "--record")
+    assert code == 0 and err == ""  # still packed under the policy in force before
+
+
 def test_pack_max_tokens_above_the_output_reserve_names_both_and_records_nothing(
     capsys: pytest.CaptureFixture[str], demo_copy: Path
 ) -> None:
