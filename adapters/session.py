@@ -394,6 +394,22 @@ class _Core:
         log.head(session_id)  # validates the id (InvalidEventError)
         wire = provider(format)
         check_text(model, "model", error=RenderError)
+        if models is not None:
+            check_type(
+                models,
+                ModelTable,
+                "models",
+                what="None or a turnlog.packing.ModelTable",
+                hint="make one: ModelTable.shipped().merged(ModelTable.from_toml(text))",
+            )
+        if clock is not None and not callable(clock):
+            invalid(
+                "clock",
+                "None or a function returning microseconds since the epoch",
+                clock,
+                hint="such as clock=lambda: time.time_ns() // 1000",
+                with_type=True,
+            )
         table = models if models is not None else ModelTable.shipped()
         info = table.lookup(model)
         #: The policy of a new session that names no policy: the model's, when known.
@@ -475,6 +491,15 @@ class _Core:
     def _tools_steps(
         self, tools: Iterable[ToolLike], time: int | None, key: str | None
     ) -> _Steps[Appended | None]:
+        if isinstance(tools, (str, bytes, Mapping, ToolSpec)) or not isinstance(tools, Iterable):
+            invalid(
+                "tools",
+                "a list of tool definitions",
+                tools,
+                hint="pass every tool in a list, session.tools([tool, ...]); [] offers none",
+                with_type=True,
+                error=InvalidEventError,
+            )
         specs = tuple(_tool_spec(tool, i) for i, tool in enumerate(tools))
 
         def build(view: Projection | None, check: bool) -> list[Body]:
@@ -907,6 +932,7 @@ class _Core:
             return response
         if isinstance(response, ProviderError):
             return Reply(error=response.error)
+        check_integer(status, "status", min_value=100, max_value=599, optional=True)
         if isinstance(response, (bytes, bytearray, memoryview, str)):
             data = bytes(response) if not isinstance(response, str) else response
             return parse_http(fmt, 200 if status is None else status, data, stream=stream)
@@ -1059,8 +1085,9 @@ class Session(_Core):
             force (nothing appended).
 
         Raises:
-            InvalidEventError: a tool definition without a name, or a schema that is
-                neither a JSON object nor its text.
+            InvalidEventError: ``tools`` is not a list of definitions (None, or one
+                tool not in a list), a tool definition without a name, or a schema
+                that is neither a JSON object nor its text.
         """
         return self._run(self._tools_steps(tools, time, key))
 

@@ -473,6 +473,24 @@ def test_bad_render_arguments_are_refused_by_the_constructor_not_by_prepare(
     assert log.head("s1") == head
 
 
+def test_arguments_of_the_wrong_type_get_a_turnlog_error_not_a_bare_one(log: Log) -> None:
+    # Each raised TypeError or AttributeError from inside, at once or at a later call.
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="models must be None or a"):
+        Session(log, "s1", model="gpt-4o", models={})  # type: ignore[arg-type]
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="clock must be None or a"):
+        Session(log, "s1", model="gpt-4o", clock=5)  # type: ignore[arg-type]
+    session = Session(log, "s1", model="gpt-4o")
+    for tools in (None, {"name": "read_file"}, READ):
+        with pytest.raises(InvalidEventError, match="tools must be a list of tool definitions"):
+            session.tools(tools)  # type: ignore[arg-type]
+    assert log.head("s1") is None
+    session.user("hi")
+    session.prepare()
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="status must be None or an int"):
+        session.record(b"busy", status="503")  # type: ignore[arg-type]
+    assert session.record(b"busy", status=503).error is not None
+
+
 def test_the_facade_names_are_reexported() -> None:
     assert turnlog.adapters.__all__ == sorted(turnlog.adapters.__all__)
     for name in turnlog.adapters.__all__:
