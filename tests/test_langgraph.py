@@ -118,6 +118,18 @@ def test_a_value_the_serializer_cannot_keep_is_refused_naming_its_type(log: Log)
     assert log.head("t") is None  # nothing written
 
 
+@pytest.mark.parametrize("thread", ["", "t" * 300])
+def test_a_thread_whose_session_id_is_refused_leaves_no_blob(log: Log, thread: str) -> None:
+    # The values were stored as blobs before the session id was refused: unreachable,
+    # and out of reach of erasure too.
+    saver = TurnlogSaver(log)
+    config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    with pytest.raises(turnlog.errors.InvalidEventError, match="session id must be"):
+        saver.put(config, _checkpoint("1", {"a": "private"}, {"a": 1}), {}, {"a": 1})
+    with log.store.read() as txn:
+        assert list(txn.blobs()) == []
+
+
 def test_async_saver_calls_do_not_block_the_event_loop(tmp_path: Path) -> None:
     log = turnlog.open(tmp_path / "store")
     saver = TurnlogSaver(log)

@@ -531,6 +531,8 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def _append(
         self, thread: str, source: str, data: Mapping[str, Any], blobs: Sequence[tuple[str, bytes]]
     ) -> None:
+        # A thread whose session id is refused must leave no blob behind: checked first.
+        self.log.head(self._session(thread))
         refs = []
         for kind, payload in blobs:
             refs.append(
