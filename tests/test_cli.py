@@ -657,6 +657,21 @@ def test_missing_store_exits_4(
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_copy_that_fails_before_writing_a_session_leaves_no_store_it_created(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path
+) -> None:
+    target, made = tmp_path / "new", tmp_path / "made"
+    made.mkdir()
+    for dst in (target, made):
+        code, out, err = run(capsys, "copy", str(store), str(dst), "--session", "nosuch")
+        assert code == 3 and out == ""
+        assert "no session 'nosuch' in the source" in err
+    assert not target.exists()  # not an empty store that `sessions` would list as one
+    assert list(made.iterdir()) == []  # a directory that was there stays, empty
+    code, _, err = run(capsys, "--store", str(target), "sessions")
+    assert code == 4 and "no turnlog store" in err
+
+
 # -- the console script --------------------------------------------------------------------
 
 

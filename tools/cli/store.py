@@ -33,6 +33,7 @@ from ._common import (
     _read_checkpoint,
     _read_key,
     _refs,
+    _remove_store,
     _say,
     _UsageError,
     _verify_progress,
@@ -389,14 +390,31 @@ def _cmd_copy(args: argparse.Namespace) -> int:
                     f"SRC and DST are the same store ({args.source!r}): copy writes one "
                     "store into another; name a new or other directory (or URL) as DST"
                 )
-    with _open_store(args.source) as source, _open_store(args.target, write=True) as target:
-        copied = turnlog.log.copy_log(source, target, sessions=args.session)
-        if args.session:  # the copied sessions (each with its lineage), not the whole target
-            reports = [target.verify(session) for session in dict.fromkeys(args.session)]
-            report = next((r for r in reports if not r.ok), reports[-1])
-        else:
-            report = target.verify()
-        where = turnlog.stores.hide_credentials(target.store.location)
+    directory = None if _is_url(args.target) else Path(args.target)
+    existed = directory is not None and directory.exists()
+    created = directory is not None and not (directory / "data.mdb").exists()
+    remove = False
+    try:
+        with (
+            _open_store(args.source) as source,
+            _open_store(args.target, write=True) as target,
+        ):
+            try:
+                copied = turnlog.log.copy_log(source, target, sessions=args.session)
+            except Exception:
+                # A failed copy that wrote no session leaves no store it created.
+                with contextlib.suppress(turnlog.KernelError):
+                    remove = created and not target.sessions()
+                raise
+            if args.session:  # the copied sessions (each with its lineage), not all of DST
+                reports = [target.verify(session) for session in dict.fromkeys(args.session)]
+                report = next((r for r in reports if not r.ok), reports[-1])
+            else:
+                report = target.verify()
+            where = turnlog.stores.hide_credentials(target.store.location)
+    finally:
+        if remove and directory is not None:
+            _remove_store(directory, existed)
     if args.json:
         _emit(
             {
