@@ -65,12 +65,40 @@ def test_every_call_the_sdk_makes_is_packed_recorded_and_sent_as_rendered(
                 assert json.loads(received.body) == json.loads(body)
             kinds = [type(e.body) for e in log.read("s")]
             assert kinds.count(ResponseReceived) == 3
+            assert kinds.count(UserMessageAdded) == 2  # a run's later calls add no input twice
             # The second run's request holds the first run: the log is the memory.
             last = server.requests[-1].body.decode()
             assert "What is 19 + 23?" in last and "42" in last
             return outputs
 
     assert asyncio.run(main()) == ["19 + 23 = 42.", "It was 42, computed with the add tool."]
+
+
+def test_a_new_run_as_long_as_the_last_call_appends_all_of_its_input(tmp_path: Path) -> None:
+    # Taken for a continuation by its length alone, its items were left out.
+    async def main() -> tuple[list[str], str]:
+        script = [FakeReply(text="Hello."), FakeReply(text="Noted."), FakeReply(text="19 + 23")]
+        with turnlog.open(tmp_path / "store") as log, FakeServer(script) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="a", instructions="Be brief.", model=model)
+            config = RunConfig(tracing_disabled=True)
+            await Runner.run(agent, "hi", run_config=config)  # input and output: 2 items
+            two: Any = [
+                {"role": "user", "content": "my name is Ada"},
+                {"role": "user", "content": "I live in Paris"},
+            ]
+            await Runner.run(agent, two, run_config=config)
+            await Runner.run(agent, "What is 19 + 23?", run_config=config)
+            await client.close()
+            users = [e.body.text for e in log.read("s") if isinstance(e.body, UserMessageAdded)]
+            return users, server.requests[1].body.decode()
+
+    users, second = asyncio.run(main())
+    assert users == ["hi", "my name is Ada", "I live in Paris", "What is 19 + 23?"]
+    assert "my name is Ada" in second and "I live in Paris" in second
 
 
 def test_the_example_replays_every_request_it_made(

@@ -604,6 +604,7 @@ class TurnlogModel(Model):
         )
         self.client = openai_client
         self._last_input = 0  # items of the previous call's input, plus its output
+        self._previous: list[dict[str, Any]] = []  # the previous call's input
 
     async def get_response(
         self,
@@ -670,7 +671,10 @@ class TurnlogModel(Model):
         )
         # A call that continues the previous one (its input, its output, then new items)
         # appends only the new items; any other call starts a run: all of its input.
-        fresh = items[self._last_input :] if 0 < self._last_input <= len(items) else items
+        continues = (
+            0 < self._last_input <= len(items) and items[: len(self._previous)] == self._previous
+        )
+        fresh = items[self._last_input :] if continues else items
         for item in fresh:
             kind = _unrepresentable(item)
             if kind is not None:
@@ -694,5 +698,6 @@ class TurnlogModel(Model):
         request = await self.session.prepare()
         response: Response = await self.client.responses.create(**request.json())
         await self.session.record(response, request_seq=request.request_seq)
+        self._previous = items
         self._last_input = len(items) + len(response.output)
         return response
