@@ -672,6 +672,31 @@ def test_copy_that_fails_before_writing_a_session_leaves_no_store_it_created(
     assert code == 4 and "no turnlog store" in err
 
 
+def test_erase_arguments_out_of_range_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], fresh: Path
+) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("s", turnlog.Draft(body=turnlog.events.UserMessageAdded(text="hi"), time=1))
+    head = head_of(fresh, "s")
+    for days in ("nan", "inf"):
+        code, out, err = run(
+            capsys, "--store", str(fresh), "erase", "--older-than", days, "--reason", "r"
+        )
+        assert code == 2 and out == "" and "Traceback" not in err
+        assert f"--older-than must be a number of days >= 0, found {days}" in err
+    code, out, err = run(capsys, "--store", str(fresh), "erase", "s", "--reason", "")
+    assert code == 2 and "--reason must not be empty" in err
+    assert head_of(fresh, "s") == head
+    # A window older than any event time erases nothing (the cutoff is no number of
+    # microseconds a store holds).
+    for days in ("1e9", "1e300"):
+        code, out, err = run(
+            capsys, "--store", str(fresh), "erase", "--older-than", days, "--reason", "r"
+        )
+        assert (code, out, err) == (0, "nothing to erase\n", "")
+    assert head_of(fresh, "s") == head
+
+
 # -- the console script --------------------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import sys
 import time
 from collections.abc import Iterable
@@ -602,16 +603,21 @@ def _exact_session(log: turnlog.Log, session: str) -> None:
     ),
 )
 def _cmd_erase(args: argparse.Namespace) -> int:
+    if not args.reason:
+        raise _UsageError(
+            "--reason must not be empty: say who asked (it is stored in the erasure event)"
+        )
     if args.older_than is not None:
         if args.seqs:
             raise _UsageError("--older-than takes no SEQ: it erases by the events' times")
-        if args.older_than < 0:
+        if not math.isfinite(args.older_than) or args.older_than < 0:
             raise _UsageError(
                 f"--older-than must be a number of days >= 0, found {args.older_than}"
             )
         # Event times are caller data (microseconds since the epoch, UTC): the cutoff
-        # is now by this machine's clock, minus DAYS.
-        cutoff = int((time.time() - args.older_than * 86_400) * 1_000_000)
+        # is now by this machine's clock, minus DAYS; no event time is below -2**63.
+        days = min(args.older_than, 1e12)
+        cutoff = max(int((time.time() - days * 86_400) * 1_000_000), -(2**63))
         with _open(args, write=True) as log:
             if args.session is not None:
                 _exact_session(log, args.session)
