@@ -561,6 +561,20 @@ class _Core:
             what="a ToolCall (one of answer.tool_calls)",
             hint="pass the call the model made, as record() returned it in answer.tool_calls",
         )
+        if sessions is not None:
+            if isinstance(sessions, str) or not isinstance(sessions, Iterable):
+                invalid(
+                    "sessions",
+                    "None or a list of session ids",
+                    sessions,
+                    hint=f"pass one session in a list: sessions=[{sessions!r}]"
+                    if isinstance(sessions, str)
+                    else "",
+                    with_type=True,
+                )
+            sessions = list(sessions)
+            for name in sessions:
+                check_type(name, str, "each of sessions", what="a session id (a str)")
         stamp = self._time(time)
         if key is not None:
             # A retry returns what the first call stored: the tool is not run again

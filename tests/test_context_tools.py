@@ -256,6 +256,20 @@ def test_a_call_that_is_not_open_runs_nothing_even_with_a_key(log: Log) -> None:
     assert log.head("memories") is None  # nothing was saved
 
 
+def test_sessions_must_be_a_list_of_ids(log: Log) -> None:
+    # A str was searched as its characters' sessions; an int raised a bare TypeError.
+    session = make(log)
+    session.prepare()
+    answer = session.record(chat_body([("c1", "search_history", {"query": "x"})], "cmpl-c1"))
+    head = log.head("s1")
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match=r"sessions=\['other'\]"):
+        session.call_context_tool(answer.tool_calls[0], sessions="other")
+    with pytest.raises(turnlog.errors.InvalidArgumentError, match="each of sessions must be"):
+        session.call_context_tool(answer.tool_calls[0], sessions=[5])  # type: ignore[list-item]
+    assert log.head("s1") == head
+    assert not session.call_context_tool(answer.tool_calls[0], sessions=("s1",)).is_error
+
+
 def test_the_async_session_runs_the_kit_through_the_shared_core(log: Log) -> None:
     make(log)
 
