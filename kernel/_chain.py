@@ -32,7 +32,7 @@ import msgspec
 
 from ._canonical import normalize
 from ._codec import decode_event, decode_records, encode_canonical, encode_seq
-from ._errors import DecodeError, VerificationError
+from ._errors import DecodeError, Hint, VerificationError
 from ._events import Event
 
 __all__ = ["Checkpoint", "GENESIS", "covered_digest"]
@@ -254,7 +254,13 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
                 )
             return
         if key is None:
-            raise VerificationError("the checkpoint is signed; pass the key it was signed with")
+            raise VerificationError(
+                "the checkpoint is signed",
+                hint=Hint(
+                    cli="pass --key-file FILE with the key it was signed with",
+                    python="pass key= with the key it was signed with",
+                ),
+            )
         if len(self.mac) != 64 or any(c not in "0123456789abcdef" for c in self.mac):
             # compare_digest refuses non-ASCII text (TypeError): judge the form first.
             raise VerificationError(

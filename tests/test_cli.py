@@ -397,7 +397,19 @@ def test_signed_checkpoint_round_trip(
     )
     assert code == 0 and "signature ok" in out
     code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp))
-    assert code == 1 and out.startswith("FAILED: checkpoint:")
+    assert code == 1 and out == (
+        "FAILED: checkpoint: the checkpoint is signed; "
+        "pass --key-file FILE with the key it was signed with\n"
+    )
+    code, out, _ = run(capsys, "--store", str(store), "verify", "--checkpoint", str(cp), "--json")
+    assert code == 1 and json.loads(out)["error"].endswith(
+        "pass --key-file FILE with the key it was signed with"
+    )
+    with (
+        turnlog.open(store, readonly=True) as log,
+        pytest.raises(turnlog.errors.VerificationError, match="pass key= with the key"),
+    ):
+        log.verify(SESSION, checkpoint=turnlog.log.Checkpoint(**doc))
     key.write_bytes(b"wrong horse")
     code, out, _ = run(
         capsys,

@@ -312,11 +312,16 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         except turnlog.errors.VerificationError as exc:
             if args.json:
                 _emit(
-                    {"ok": False, "problem": None, "error": str(exc), "checkpoint": cp_json},
+                    {
+                        "ok": False,
+                        "problem": None,
+                        "error": exc.cli_message(),
+                        "checkpoint": cp_json,
+                    },
                     sys.stdout,
                 )
             else:
-                _say(f"FAILED: checkpoint: {exc}", "bold red")
+                _say(f"FAILED: checkpoint: {exc.cli_message()}", "bold red")
             return EXIT_FAILED
     if args.json:
         _emit(
