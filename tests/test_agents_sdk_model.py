@@ -14,13 +14,14 @@ import pytest
 pytest.importorskip("agents")
 
 import turnlog
-from agents import Agent, RunConfig, Runner, set_tracing_disabled
+from agents import Agent, ModelSettings, RunConfig, Runner, set_tracing_disabled
+from agents.retry import ModelRetrySettings, retry_policies
 from openai import AsyncOpenAI
 from turnlog import Packer, Replayer
 from turnlog.adapters.examples import agents_sdk
 from turnlog.adapters.integrations.openai_agents import TurnlogModel
 from turnlog.adapters.providers import renderer_for
-from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer
+from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error
 from turnlog.errors import InvalidEventError
 from turnlog.events import RequestIssued, ResponseReceived, ToolCall, UserMessageAdded
 
@@ -99,6 +100,33 @@ def test_a_new_run_as_long_as_the_last_call_appends_all_of_its_input(tmp_path: P
     users, second = asyncio.run(main())
     assert users == ["hi", "my name is Ada", "I live in Paris", "What is 19 + 23?"]
     assert "my name is Ada" in second and "I live in Paris" in second
+
+
+def test_a_retried_call_appends_its_input_once(tmp_path: Path) -> None:
+    # The SDK's retry of a failed request appended the run's input a second time.
+    async def main() -> tuple[list[str], str]:
+        script = [http_error(500, "boom"), FakeReply(text="Hello.")]
+        with turnlog.open(tmp_path / "store") as log, FakeServer(script) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            retry = ModelRetrySettings(max_retries=1, policy=retry_policies.http_status([500]))
+            agent = Agent(
+                name="a",
+                instructions="Be brief.",
+                model=model,
+                model_settings=ModelSettings(retry=retry),
+            )
+            result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
+            assert result.final_output == "Hello."
+            await client.close()
+            users = [e.body.text for e in log.read("s") if isinstance(e.body, UserMessageAdded)]
+            return users, server.requests[-1].body.decode()
+
+    users, sent = asyncio.run(main())
+    assert users == ["hi"]
+    assert sent.count('"hi"') == 1
 
 
 def test_the_example_replays_every_request_it_made(

@@ -687,6 +687,10 @@ class TurnlogModel(Model):
                 )
         if fresh:
             await asyncio.to_thread(self.items.add, fresh)
+        # The items are in the log: a retry of this call (the SDK's retry after a
+        # failed request) continues it and appends none of them again.
+        self._previous = items
+        self._last_input = len(items)
         await self.session.system("instructions", system_instructions or "")
         specs = [
             {"name": t.name, "description": t.description, "parameters": t.params_json_schema}
