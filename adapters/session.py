@@ -1187,6 +1187,7 @@ class Session(_Core):
         return self._run(self._open_calls_steps())
 
     # -- requests ---------------------------------------------------------------------------
+    @refuse_unknown_options("Session.prepare()")
     def prepare(self, *, time: int | None = None, key: str | None = None) -> Request:
         """Recover or compact when due, pack, record the request, render its body.
 
@@ -1238,6 +1239,7 @@ class Session(_Core):
         reply = self._parse(response, status=status, stream=stream)
         return self._run(self._record_steps(reply, request_seq, time, key))
 
+    @refuse_unknown_options("Session.compact()")
     def compact(self, *, time: int | None = None) -> Outcome:
         """Compact now (a manual compaction, with the session's summarizer)."""
         return self._run(self._compact_steps(time))
@@ -1259,6 +1261,7 @@ class Session(_Core):
         ``max_tokens`` and this session's ``stream`` and ``extra``)."""
         return self._replay(request_seq)
 
+    @refuse_unknown_options("Session.explain()")
     def explain(self, request_seq: int | None = None) -> Packed:
         """A recorded request (the latest when None) re-packed with its per-event
         decisions and stage reports.
@@ -1456,6 +1459,7 @@ class AsyncSession(_Core):
         return await self._run(self._open_calls_steps())
 
     # -- requests ---------------------------------------------------------------------------
+    @refuse_unknown_options("AsyncSession.prepare()")
     async def prepare(self, *, time: int | None = None, key: str | None = None) -> Request:
         """`Session.prepare`, awaited."""
         return await self._run(self._prepare_steps(time, key))
@@ -1475,6 +1479,7 @@ class AsyncSession(_Core):
         reply = self._parse(response, status=status, stream=stream)
         return await self._run(self._record_steps(reply, request_seq, time, key))
 
+    @refuse_unknown_options("AsyncSession.compact()")
     async def compact(self, *, time: int | None = None) -> Outcome:
         """`Session.compact`, awaited."""
         return await self._run(self._compact_steps(time))
@@ -1493,6 +1498,7 @@ class AsyncSession(_Core):
         """`Session.replay`, awaited."""
         return await asyncio.to_thread(self._replay, request_seq)
 
+    @refuse_unknown_options("AsyncSession.explain()")
     async def explain(self, request_seq: int | None = None) -> Packed:
         """`Session.explain`, awaited."""
         return await asyncio.to_thread(self._explain, request_seq)

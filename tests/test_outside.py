@@ -882,3 +882,33 @@ def test_a_session_verb_missing_an_argument_names_it(
     with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
         asyncio.run(getattr(facade, verb)(*given))
     assert says.replace("Session.", "AsyncSession.") in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("verb", "options", "says"),
+    [
+        ("prepare", {"kee": "k1"}, "Session.prepare() has no option 'kee'; did you mean 'key'?"),
+        ("compact", {"key": "k1"}, "Session.compact() has no option 'key'"),
+        ("explain", {"seq": 3}, "Session.explain() has no option 'seq'"),
+    ],
+)
+def test_a_misspelled_option_of_prepare_compact_or_explain_is_named(
+    verb: str, options: dict[str, object], says: str
+) -> None:
+    """``session.prepare(kee="k1")`` raised Python's bare "got an unexpected keyword
+    argument", on AsyncSession too, while the other verbs named it."""
+    import asyncio
+
+    import turnlog.adapters
+
+    log = turnlog.open(":memory:")
+    session = turnlog.adapters.Session(log, "s1", model="gpt-4o-mini")
+    session.user("hi")
+    with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+        getattr(session, verb)(**options)
+    assert says in str(raised.value)
+    facade = turnlog.adapters.AsyncSession(log, "s1", model="gpt-4o-mini")
+    with pytest.raises(turnlog.errors.InvalidArgumentError) as raised:
+        asyncio.run(getattr(facade, verb)(**options))
+    assert says.replace("Session.", "AsyncSession.") in str(raised.value)
+    assert log.head("s1").seq == 0  # type: ignore[union-attr]
