@@ -709,6 +709,24 @@ def test_erase_arguments_out_of_range_are_usage_errors(
     assert head_of(fresh, "s") == head
 
 
+def test_replay_cost_and_explain_of_a_session_whose_requests_were_erased_say_so(
+    capsys: pytest.CaptureFixture[str], fresh: Path
+) -> None:
+    with turnlog.open(fresh) as log:
+        log.append("s", turnlog.events.UserMessageAdded(text="my address is 1 Main St"))
+    for _ in range(2):
+        assert run(capsys, "--store", str(fresh), "pack", "s", "--record")[0] == 0
+    code, out, _ = run(capsys, "--store", str(fresh), "erase", "s", "--reason", "asked")
+    assert code == 0 and "(erasure event #4)" in out
+    erased = "its 2 recorded requests were erased (erasure event #4)"
+    code, out, _ = run(capsys, "--store", str(fresh), "replay", "s")
+    assert (code, out) == (0, f"s: no recorded requests to replay: {erased}\n")
+    code, out, _ = run(capsys, "--store", str(fresh), "cost", "s")
+    assert (code, out) == (0, f"s: no recorded requests to price: {erased}\n")
+    code, _, err = run(capsys, "--store", str(fresh), "explain", "s", "-1")
+    assert (code, err) == (3, f"turnlog: error: session 's' has no recorded request: {erased}\n")
+
+
 # -- the console script --------------------------------------------------------------------
 
 

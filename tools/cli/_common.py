@@ -424,6 +424,23 @@ def _model_name(name: str) -> bool:
     return bool(name) and not name.startswith("<")
 
 
+def _requests_erased(log: turnlog.Log, session: str) -> str:
+    """Why a session has no request records left when they were erased (a clause
+    naming how many and the erasure events), or "" when it never recorded one."""
+    stubs = [
+        e.body
+        for e in log.read(session, kinds=["erased"])
+        if isinstance(e.body, turnlog.events.EventErased) and e.body.kind == "request"
+    ]
+    if not stubs:
+        return ""
+    by = ", ".join(f"#{seq}" for seq in sorted({b.by for b in stubs}))
+    return (
+        f"its {_plural(len(stubs), 'recorded request')} "
+        f"{'was' if len(stubs) == 1 else 'were'} erased (erasure event {by})"
+    )
+
+
 def _request_seq(log: turnlog.Log, replayer: Replayer, session: str, value: int) -> int:
     """A REQ_SEQ argument: a request's seq, or counted from the end (-1: the latest)."""
     if value >= 0:
@@ -434,9 +451,12 @@ def _request_seq(log: turnlog.Log, replayer: Replayer, session: str, value: int)
             raise turnlog.errors.UnknownSessionError(
                 f"no session {session!r} in this log; list sessions with `turnlog sessions`"
             )
+        erased = _requests_erased(log, session)
         raise turnlog.errors.UnknownSessionError(
-            f"session {session!r} has no recorded request; record one with `turnlog pack "
-            f"{session} --record`"
+            f"session {session!r} has no recorded request: {erased}"
+            if erased
+            else f"session {session!r} has no recorded request; record one with `turnlog "
+            f"pack {session} --record`"
         )
     if -value > len(requests):
         raise _UsageError(

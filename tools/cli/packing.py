@@ -35,6 +35,7 @@ from ._common import (
     _policy_arg,
     _positive,
     _request_seq,
+    _requests_erased,
     _say,
     _session_model,
     _UsageError,
@@ -369,6 +370,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                         f"cannot render the recorded format: {exc}",
                     )
                 )
+        records_erased = "" if results else _requests_erased(log, args.session)
     # A request that held erased content cannot be reproduced, by design: it is
     # reported as erased (at its erasure event), not as a mismatch.
     ok = all(r.ok or r.erased_by is not None for r in results)
@@ -376,7 +378,9 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         _emit({"ok": ok, "requests": [msgspec.to_builtins(r) for r in results]}, sys.stdout)
     elif not results:
         print(
-            f"{args.session}: no recorded requests to replay (a request is recorded by "
+            f"{args.session}: no recorded requests to replay: {records_erased}"
+            if records_erased
+            else f"{args.session}: no recorded requests to replay (a request is recorded by "
             f"`turnlog pack {args.session} --record`, or by the Session facade in Python)"
         )
     else:
@@ -458,12 +462,15 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_cost(args: argparse.Namespace) -> int:
     with _open(args) as log:
         cost = Replayer(Packer(log)).cost(args.session, caching=CACHE_RULES)
+        erased = "" if cost.requests or args.json else _requests_erased(log, args.session)
     if args.json:
         _emit(_cost_json(cost), sys.stdout)
         return EXIT_OK
     if not cost.requests:
         print(
-            f"{args.session}: no recorded requests to price (a request is recorded by "
+            f"{args.session}: no recorded requests to price: {erased}"
+            if erased
+            else f"{args.session}: no recorded requests to price (a request is recorded by "
             f"`turnlog pack {args.session} --record`, or by the Session facade in Python)"
         )
         return EXIT_OK
