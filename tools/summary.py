@@ -42,8 +42,9 @@ from turnlog.events import (
     UserMessageAdded,
     event_to_json,
 )
+from turnlog.memories import Memory
 
-__all__ = ["format_size", "format_time", "head", "loads_json", "summarize"]
+__all__ = ["expiry", "format_size", "format_time", "head", "loads_json", "summarize"]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -80,6 +81,20 @@ def format_time(time: int | None, *, precise: bool = False) -> str:
     except OverflowError:
         return str(time)
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f" if precise else "%Y-%m-%d %H:%M:%S")
+
+
+def expiry(memory: Memory, position: int) -> str:
+    """When ``memory`` lapses: after a position of its memory session (``(lapsed)``
+    once ``position``, the session's head, is past it) and/or at a time (UTC; whether
+    that time has come is the caller's clock's to say, which the log does not know);
+    ``""`` for never."""
+    parts = []
+    if memory.expires_seq is not None:
+        lapsed = " (lapsed)" if memory.expired(position, None) else ""
+        parts.append(f"after #{memory.expires_seq}{lapsed}")
+    if memory.expires_time is not None:
+        parts.append(format_time(memory.expires_time))
+    return ", ".join(parts)
 
 
 def loads_json(text: str) -> object:

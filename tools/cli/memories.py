@@ -7,9 +7,9 @@ import sys
 
 import msgspec
 import turnlog
-from turnlog.memories import Memory, MemoryManager, Recaller
+from turnlog.memories import MemoryManager, Recaller
 
-from ..summary import format_time, head
+from ..summary import expiry, head
 from ..terminal import print_table
 from ._common import (
     EXIT_OK,
@@ -88,7 +88,7 @@ def _cmd_memories(args: argparse.Namespace) -> int:
                     m.retention,
                     m.memory_type,
                     "pinned" if m.pinned else "",
-                    _expires(m, position),
+                    expiry(m, position),
                     head(m.title, 40),
                     head(m.content, 60),
                 ]
@@ -102,19 +102,6 @@ def _cmd_memories(args: argparse.Namespace) -> int:
     if block and args.block:
         print(block)
     return EXIT_OK
-
-
-def _expires(memory: Memory, position: int) -> str:
-    """When ``memory`` lapses: after a position of the memory session (``lapsed`` once
-    the session's head is past it) and/or at a time (UTC; whether that time has come
-    depends on the caller's clock, which the log does not know)."""
-    parts = []
-    if memory.expires_seq is not None:
-        lapsed = " (lapsed)" if memory.expired(position, None) else ""
-        parts.append(f"after #{memory.expires_seq}{lapsed}")
-    if memory.expires_time is not None:
-        parts.append(format_time(memory.expires_time))
-    return ", ".join(parts)
 
 
 @VERBS.verb(

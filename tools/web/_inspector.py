@@ -56,7 +56,7 @@ from turnlog.events import (
 from turnlog.memories import MEMORY_SECTION, MemoryManager, Recaller
 from turnlog.packing import DECISIONS, SUMMARY_SECTION, Packed
 
-from ..summary import format_size, format_time, summarize
+from ..summary import expiry, format_size, format_time, summarize
 from ..terminal import visible
 
 __all__ = ["DECISION_PAGE", "TEXT_LIMIT", "WINDOW", "Inspector", "NotFoundError", "session_href"]
@@ -736,7 +736,8 @@ class Inspector:
         memory_session = f"{session}-memories"
         manager = self._managers.setdefault(memory_session, MemoryManager(self.log, memory_session))
         has_memories = self.log.head(memory_session) is not None
-        book = manager.memories(include_expired=True) if has_memories else []
+        memory_book = manager.book()
+        book = memory_book.memories(include_expired=True) if has_memories else []
         latest, shown = self._latest_decisions(session)
         history = []
         recalls = []
@@ -795,7 +796,13 @@ class Inspector:
             "memory_session": memory_session,
             "memory_session_exists": has_memories,
             "memories": [
-                {**msgspec.to_builtins(m), "changed": format_time(m.changed_time)} for m in book
+                {
+                    **msgspec.to_builtins(m),
+                    "changed": format_time(m.changed_time),
+                    "lapsed": m.expired(memory_book.head, None),
+                    "expires": expiry(m, memory_book.head),
+                }
+                for m in book
             ],
             "block_in_force": _cut(manager.block_in_force(session)),
             "block_history": history,
