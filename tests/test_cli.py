@@ -727,6 +727,27 @@ def test_replay_cost_and_explain_of_a_session_whose_requests_were_erased_say_so(
     assert (code, err) == (3, f"turnlog: error: session 's' has no recorded request: {erased}\n")
 
 
+def test_import_of_a_directory_stopped_at_a_bad_file_counts_the_files_imported_before(
+    capsys: pytest.CaptureFixture[str], fresh: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "transcripts"
+    folder.mkdir()
+    line = '{"type": "user", "uuid": "u1", "sessionId": "s", "message": {"role": "user", '
+    (folder / "a.jsonl").write_text(line + '"content": "hi"}}\n')
+    (folder / "b.jsonl").write_text(line.replace("u1", "u2") + '"content": "yo"}}\n{bad\n')
+    code, out, err = run(capsys, "--store", str(fresh), "import", str(folder), "--json")
+    assert code == 3
+    error, result = (json.loads(x) for x in out.splitlines())
+    assert error["type"] == "error" and "the file before it was imported" in error["error"]
+    # The result counts what stays imported (it said 0 events and no session).
+    assert (result["events"], result["appended"], result["sessions"]) == (1, 1, ["s"])
+    code, out, err = run(capsys, "--store", str(fresh), "import", str(folder))
+    assert code == 3
+    assert out.splitlines()[1].startswith(f"{folder / 'a.jsonl'}  claude_code  s")
+    assert "imported 1 file into 1 session: 1 event (0 new)" in out
+    assert "b.jsonl: line 2" in err and "the paths before the failed one" not in err
+
+
 # -- the console script --------------------------------------------------------------------
 
 

@@ -458,6 +458,15 @@ def import_file(
     )
 
 
+class _StoppedImportError(ImportFormatError):
+    """A directory import stopped at a file that cannot be imported; ``imported``
+    summarizes the files imported before it, which stay imported."""
+
+    def __init__(self, message: str, *, hint: Hint, imported: ImportSummary) -> None:
+        super().__init__(message, hint=hint)
+        self.imported = imported
+
+
 class _Line(msgspec.Struct):
     """The session an exported line belongs to (None: a blob line)."""
 
@@ -672,8 +681,8 @@ def import_path(
                 "files are not appended twice)"
             )
             hint = exc.hint or Hint(cli="", python="")
-            raise ImportFormatError(
-                exc.args[0] if exc.args else "",
+            raise _StoppedImportError(
+                str(exc.args[0]) if exc.args else "",
                 hint=Hint(
                     cli="; ".join(
                         filter(
@@ -692,6 +701,7 @@ def import_path(
                         )
                     ),
                 ),
+                imported=_merge(summaries, skipped),
             ) from exc
     return _merge(summaries, skipped)
 

@@ -84,6 +84,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     files: list[ImportSummary] = []
     skipped: list[SkippedRecord] = []
     failed: list[tuple[str, str]] = []
+    paths_done = 0
     store = _store_path(args)
     existed, had_store = store.exists(), (store / "data.mdb").exists()
     console = make_console(sys.stderr)
@@ -113,6 +114,16 @@ def _cmd_import(args: argparse.Namespace) -> int:
                     total=p.events_total or None,
                 )
 
+            def add(summary: ImportSummary) -> None:
+                nonlocal files, skipped
+                for key in ("events", "appended", "tool_calls", "blobs"):
+                    totals[key] += getattr(summary, key)
+                totals["tokens"] += summary.tokens
+                for kind, n in summary.redacted.items():
+                    redacted[kind] = redacted.get(kind, 0) + n
+                files += summary.files or ([summary] if summary.sources else [])
+                skipped += summary.skipped
+
             for path in args.paths:
                 try:
                     summary = import_path(
@@ -127,18 +138,17 @@ def _cmd_import(args: argparse.Namespace) -> int:
                     )
                 except turnlog.errors.ImportFormatError as exc:
                     failed.append((path, exc.cli_message()))
+                    # A directory stopped at a bad file: the files before it stay imported.
+                    before = getattr(exc, "imported", None)
+                    if isinstance(before, ImportSummary):
+                        add(before)
                     if args.json:
                         _emit({"type": "error", "path": path, "error": failed[-1][1]}, sys.stdout)
                     if args.keep_going:
                         continue
                     break
-                for key in ("events", "appended", "tool_calls", "blobs"):
-                    totals[key] += getattr(summary, key)
-                totals["tokens"] += summary.tokens
-                for kind, n in summary.redacted.items():
-                    redacted[kind] = redacted.get(kind, 0) + n
-                files += summary.files or ([summary] if summary.sources else [])
-                skipped += summary.skipped
+                add(summary)
+                paths_done += 1
                 if args.json:
                     _emit(
                         {
@@ -235,7 +245,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
             + ("" if had_store else " (no store was created)"),
             file=sys.stderr,
         )
-    elif failed and files and not args.keep_going:
+    elif failed and paths_done and not args.keep_going:
         print(
             "the paths before the failed one were imported; pass --keep-going to import the "
             "rest (what was imported is not appended twice)",
