@@ -420,7 +420,15 @@ class _Core:
             # what the model may write. Only a model the table does not know goes
             # without one where the API allows that: a cap above its output limit
             # would be refused.
-            sized = policy if policy is not None else self._model_policy
+            # A session that has a policy in force is packed with it: its reserve.
+            if packer is not None:
+                check_type(packer, Packer, "packer", what="None or a Packer of the same log")
+            else:
+                packer = Packer(log)
+            in_force = (
+                packer.policy_in_force(session_id) if log.head(session_id) is not None else None
+            )
+            sized = policy or in_force or self._model_policy
             assert sized is not None
             max_tokens = min(sized.resolved().output_reserve, info.output_limit)
         if wire.max_tokens_required and max_tokens is None:
@@ -971,8 +979,9 @@ class Session(_Core):
         model: the model named in every request body.
         format: ``openai-chat``, ``openai-responses`` or ``anthropic``.
         max_tokens: the output cap of every request. When None and the model is in
-            the model table, the policy's ``output_reserve`` (the room packing leaves
-            for the reply), at most the model's output limit, in every format; for a
+            the model table, the packing policy's ``output_reserve`` (the room packing
+            leaves for the reply: the policy in force for a session that has one and
+            no ``policy``), at most the model's output limit, in every format; for a
             model the table does not know, ``openai-chat`` and ``openai-responses``
             send no cap and ``anthropic`` (whose API requires one) refuses.
         policy: the packing policy (appended as ``PolicySet`` by the first `prepare`

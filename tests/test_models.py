@@ -235,6 +235,29 @@ def test_a_session_with_a_policy_in_force_keeps_it_when_a_model_is_named() -> No
     assert again.replay(request.request_seq).ok
 
 
+@pytest.mark.parametrize(
+    ("fmt", "field"),
+    [
+        ("openai-chat", "max_completion_tokens"),
+        ("openai-responses", "max_output_tokens"),
+        ("anthropic", "max_tokens"),
+    ],
+)
+def test_a_resumed_session_asks_for_the_reserve_of_the_policy_in_force(
+    fmt: str, field: str
+) -> None:
+    # It asked for the model's reserve (16,384 for gpt-4o) while packing left 4,000:
+    # a full prompt and that reply did not fit the window.
+    log = turnlog.open(":memory:")
+    policy = Policy(context_window=128_000, output_reserve=4_000)
+    _record(Session(log, "s", model="gpt-4o", format=fmt, policy=policy))
+    resumed = Session(log, "s", model="gpt-4o", format=fmt)
+    resumed.user("and again")
+    assert resumed.prepare().json()[field] == 4_000
+    assert _record(Session(log, "new", model="gpt-4o", format=fmt)).policy_hash
+    assert Session(log, "new", model="gpt-4o", format=fmt).max_tokens == 16_384
+
+
 def test_anthropic_max_tokens_comes_from_the_table_for_a_known_model() -> None:
     log = turnlog.open(":memory:")
     session = Session(log, "s", model="claude-sonnet-4-5", format="anthropic")
