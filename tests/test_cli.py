@@ -748,6 +748,47 @@ def test_import_of_a_directory_stopped_at_a_bad_file_counts_the_files_imported_b
     assert "b.jsonl: line 2" in err and "the paths before the failed one" not in err
 
 
+def test_import_of_an_export_counts_its_tool_calls_and_reported_usage(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    chat = tmp_path / "chat.jsonl"
+    records = [
+        {
+            "type": "user",
+            "sessionId": "s1",
+            "uuid": "u1",
+            "message": {"role": "user", "content": "ls"},
+        },
+        {
+            "type": "assistant",
+            "sessionId": "s1",
+            "uuid": "u2",
+            "parentUuid": "u1",
+            "message": {
+                "role": "assistant",
+                "model": "claude-x",
+                "content": [
+                    {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}
+                ],
+                "usage": {"input_tokens": 10, "output_tokens": 5},
+            },
+        },
+    ]
+    chat.write_text("".join(json.dumps(r) + "\n" for r in records))
+    first, second, export = tmp_path / "a", tmp_path / "b", tmp_path / "s1.jsonl"
+    code, out, _ = run(capsys, "--store", str(first), "import", str(chat), "--json")
+    imported = json.loads(out.splitlines()[-1])
+    assert code == 0 and (imported["tool_calls"], imported["tokens"]) == (1, 15)
+    assert (
+        run(capsys, "--store", str(first), "export", "s1", "--complete", "-o", str(export))[0] == 0
+    )
+    code, out, _ = run(capsys, "--store", str(second), "import", str(export), "--json")
+    result = json.loads(out.splitlines()[-1])
+    # The same events, the same counts (an export's import said 0 tool calls, 0 tokens).
+    assert code == 0 and result["events"] == imported["events"]
+    assert (result["tool_calls"], result["tokens"]) == (1, 15)
+
+
 # -- the console script --------------------------------------------------------------------
 
 

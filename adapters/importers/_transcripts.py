@@ -65,6 +65,7 @@ from turnlog.events import (
     Usage,
     UserMessageAdded,
     covered_digest,
+    event_from_json,
 )
 from turnlog.log import export_events, import_events
 from turnlog.validation import check_type, refuse_unknown_options
@@ -480,14 +481,14 @@ def _import_native(log: Log, data: bytes, name: str, session: str | None) -> Imp
     """A turnlog export, read back record for record (`turnlog.log.import_events`)."""
     lines = data.split(b"\n")
     sessions: list[str] = []
-    events = 0
+    events: list[bytes] = []
     for line in lines:
         try:
             found = _LINE.decode(line).session if line.strip() else None
         except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
             found = None  # import_events names the line
         if found is not None:
-            events += 1
+            events.append(line)
             if found not in sessions:
                 sessions.append(found)
     if session is not None and sessions and session != sessions[-1]:
@@ -499,14 +500,18 @@ def _import_native(log: Log, data: bytes, name: str, session: str | None) -> Imp
         copied = import_events(log, lines, origin=name)
     except InvalidArgumentError as exc:  # the store holds a session with other events
         raise ImportFormatError(f"{name}: {exc}") from None
+    # Every line was verified (or the import raised): each event line decodes.
+    tool_calls, usage = _tally(event_from_json(line).body for line in events)
     return ImportSummary(
         format=_NATIVE,
         sources=(name,),
         sessions=tuple(sessions),
         roots=tuple(sessions[-1:]),
-        events=events,
+        events=len(events),
         appended=copied.events,
+        tool_calls=tool_calls,
         blobs=copied.blobs,
+        usage=usage,
     )
 
 
@@ -827,25 +832,9 @@ def _import_parsed(
     for index, plan in enumerate(parsed.plans):
         if plan.entries:
             _append_plan(log, parsed, index, ids, run, source, progress, files)
-    tool_calls = 0
-    usage = [0, 0, 0, 0, 0]
-    for plan in parsed.plans:
-        for entry in plan.entries:
-            body = entry.body if isinstance(entry, Entry) else None
-            if isinstance(body, AssistantMessageAdded):
-                tool_calls += sum(isinstance(p, ToolCall) for p in body.parts)
-            elif isinstance(body, ResponseReceived):
-                u = body.usage
-                for i, value in enumerate(
-                    (
-                        u.input_tokens,
-                        u.output_tokens,
-                        u.cache_read_tokens,
-                        u.cache_write_tokens,
-                        u.reasoning_tokens,
-                    )
-                ):
-                    usage[i] += value
+    tool_calls, usage = _tally(
+        entry.body for plan in parsed.plans for entry in plan.entries if isinstance(entry, Entry)
+    )
     if progress is not None:
         progress(
             Progress(
@@ -871,15 +860,37 @@ def _import_parsed(
         appended=run.appended,
         tool_calls=tool_calls,
         blobs=run.blobs,
-        usage=Usage(
-            input_tokens=usage[0],
-            output_tokens=usage[1],
-            cache_read_tokens=usage[2],
-            cache_write_tokens=usage[3],
-            reasoning_tokens=usage[4],
-        ),
+        usage=usage,
         skipped=tuple(skipped),
         redacted=redacted,
+    )
+
+
+def _tally(bodies: Iterable[Body | None]) -> tuple[int, Usage]:
+    """The tool calls of the assistant messages and the usage the responses report."""
+    tool_calls = 0
+    usage = [0, 0, 0, 0, 0]
+    for body in bodies:
+        if isinstance(body, AssistantMessageAdded):
+            tool_calls += sum(isinstance(p, ToolCall) for p in body.parts)
+        elif isinstance(body, ResponseReceived):
+            u = body.usage
+            for i, value in enumerate(
+                (
+                    u.input_tokens,
+                    u.output_tokens,
+                    u.cache_read_tokens,
+                    u.cache_write_tokens,
+                    u.reasoning_tokens,
+                )
+            ):
+                usage[i] += value
+    return tool_calls, Usage(
+        input_tokens=usage[0],
+        output_tokens=usage[1],
+        cache_read_tokens=usage[2],
+        cache_write_tokens=usage[3],
+        reasoning_tokens=usage[4],
     )
 
 
