@@ -270,6 +270,29 @@ def test_an_item_that_is_not_a_message_is_refused_naming_its_type(log: Log) -> N
     assert log.head("t") is None  # nothing appended
 
 
+def test_hooks_made_again_without_a_policy_keep_the_threads_policy_in_force(log: Log) -> None:
+    # They put the model's policy in force over it (a 128,000-token window here).
+    config: RunnableConfig = {"configurable": {"thread_id": "t"}}
+    given = turnlog.Policy(context_window=32_000, output_reserve=2_000)
+    first = TurnlogModelHooks(log, model="gpt-4o-mini", policy=given)
+    messages: list[Any] = [HumanMessage("hi", id="m1")]
+    first.pre_model({"messages": messages}, config)
+    messages.append(AIMessage("hello", id="m2"))
+    first.post_model({"messages": messages}, config)
+    again = TurnlogModelHooks(log, model="gpt-4o-mini")  # after a restart
+    messages.append(HumanMessage("and again", id="m3"))
+    again.pre_model({"messages": messages}, config)
+    assert [e.kind for e in log.read("t")].count("policy") == 1
+    in_force = again.packer.policy_in_force("t")
+    assert in_force is not None and in_force.context_window == 32_000
+    # A new thread still packs with the model's policy.
+    again.pre_model(
+        {"messages": [HumanMessage("hi", id="n1")]}, {"configurable": {"thread_id": "u"}}
+    )
+    new = again.packer.policy_in_force("u")
+    assert new is not None and new.context_window == 128_000
+
+
 def test_a_reply_and_its_tool_results_go_in_once_across_calls(log: Log) -> None:
     hooks = TurnlogModelHooks(log, model="gpt-4o")
     config: RunnableConfig = {"configurable": {"thread_id": "t"}}

@@ -633,6 +633,7 @@ class TurnlogModelHooks:
         self.log = log
         self.model = model
         self.prefix = prefix
+        self._given = policy
         table = models if models is not None else ModelTable.shipped()
         self.policy = (
             policy
@@ -652,7 +653,7 @@ class TurnlogModelHooks:
             found = self._histories.get(session)
             if found is None:
                 found = self._histories[session] = TurnlogChatMessageHistory(
-                    self.log, session, policy=self.policy, packer=self.packer, clock=self._clock
+                    self.log, session, policy=self._given, packer=self.packer, clock=self._clock
                 )
             return found
 
@@ -661,7 +662,11 @@ class TurnlogModelHooks:
         goes to the model as ``llm_input_messages`` (the state is left as it is)."""
         history = self.history(_thread(config))
         self._sync(history, state)
-        packed = history.packed_messages(model=self.model)
+        # The policy given, else the one in force, else the model's (a new thread).
+        policy = self._given
+        if policy is None and self.packer.policy_in_force(history.session_id) is None:
+            policy = self.policy
+        packed = history.packed_messages(policy, model=self.model)
         return {"llm_input_messages": packed}
 
     def post_model(self, state: Mapping[str, Any], config: RunnableConfig) -> dict[str, Any]:
