@@ -392,3 +392,26 @@ def test_turnlog_import_counts_redactions_of_a_kind_in_the_plural(
     argv = ["--store", str(tmp_path / "store"), "import", str(source)]
     assert main([*argv, *(x for p in patterns for x in ("--redact-pattern", p))]) == 0
     assert "redacted 2 device ids, 2 employee ids (replaced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("NOEQ", "--redact-pattern takes KIND=REGEX, found 'NOEQ'"),
+        ("tok=([", "--redact-pattern 'tok=([': REGEX is not a valid regular expression"),
+        ("a]b=x", "--redact-pattern 'a]b=x': KIND is a name without ']'"),
+    ],
+)
+def test_a_malformed_redact_pattern_is_a_usage_error_that_creates_no_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pattern: str, message: str
+) -> None:
+    source = tmp_path / "chat.jsonl"
+    source.write_text(
+        '{"type": "user", "sessionId": "s1", "uuid": "u1", '
+        '"message": {"role": "user", "content": "hi"}}\n'
+    )
+    store = tmp_path / "store"
+    argv = ["--store", str(store), "import", str(source), "--redact-pattern", pattern]
+    assert main(argv) == 2  # a bad argument, as docs/cli.md's exit codes say (it was 3)
+    assert message in capsys.readouterr().err
+    assert not store.exists()

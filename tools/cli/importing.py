@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import msgspec
@@ -12,7 +13,7 @@ from rich.progress import Progress as ProgressBar
 from turnlog.adapters.importers import ALIASES as IMPORT_ALIASES
 from turnlog.adapters.importers import FORMATS as IMPORT_FORMATS
 from turnlog.adapters.importers import ImportSummary, Progress, SkippedRecord, import_path
-from turnlog.adapters.redaction import RedactionError, Redactor
+from turnlog.adapters.redaction import Redactor
 
 from ..terminal import make_console, print_table, visible
 from ._common import (
@@ -25,6 +26,7 @@ from ._common import (
     _remove_store,
     _say,
     _store_path,
+    _UsageError,
 )
 from ._verbs import Verbs, arg
 
@@ -260,6 +262,14 @@ def _patterns(specs: list[str]) -> dict[str, str]:
     for spec in specs:
         kind, sep, regex = spec.partition("=")
         if not sep or not kind or not regex:
-            raise RedactionError(f"--redact-pattern takes KIND=REGEX, found {spec!r}")
+            raise _UsageError(f"--redact-pattern takes KIND=REGEX, found {spec!r}")
+        if "]" in kind:
+            raise _UsageError(f"--redact-pattern {spec!r}: KIND is a name without ']'")
+        try:
+            re.compile(regex)
+        except re.error as exc:
+            raise _UsageError(
+                f"--redact-pattern {spec!r}: REGEX is not a valid regular expression ({exc})"
+            ) from None
         patterns[kind] = regex
     return patterns
