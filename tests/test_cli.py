@@ -789,6 +789,26 @@ def test_import_of_an_export_counts_its_tool_calls_and_reported_usage(
     assert (result["tool_calls"], result["tokens"]) == (1, 15)
 
 
+@pytest.mark.parametrize("forced", [(), ("--format", "turnlog")])
+def test_import_of_a_directory_of_exports_reads_each_back(
+    capsys: pytest.CaptureFixture[str], store: Path, tmp_path: Path, forced: tuple[str, ...]
+) -> None:
+    folder = tmp_path / "backups"
+    folder.mkdir()
+    export = folder / f"{SESSION}.jsonl"
+    assert (
+        run(capsys, "--store", str(store), "export", SESSION, "--complete", "-o", str(export))[0]
+        == 0
+    )
+    target = tmp_path / "restored"
+    # It ended in a traceback (KeyError: 'turnlog'), or found no file with --format turnlog.
+    code, out, err = run(capsys, "--store", str(target), "import", str(folder), *forced)
+    assert code == 0 and err == ""
+    assert out.splitlines()[1].startswith(f"{export}  turnlog  {SESSION}")
+    assert head_of(target) == head_of(store)
+    assert run(capsys, "--store", str(target), "verify")[0] == 0
+
+
 # -- the console script --------------------------------------------------------------------
 
 

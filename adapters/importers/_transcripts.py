@@ -560,6 +560,7 @@ _FORMAT_SUFFIXES = {
     "codex": (".jsonl",),
     "openhands_output": (".jsonl",),
     "aider": (".md",),
+    _NATIVE: (".jsonl",),
 }
 
 
@@ -651,6 +652,10 @@ def import_path(
     summaries: list[ImportSummary] = []
     for number, (file, data, fmt) in enumerate(found):
         try:
+            if fmt == _NATIVE:  # a turnlog export: read back record for record
+                name = None if session is None else f"{session}/{file.stem}"
+                summaries.append(_import_native(log, data, str(file), name))
+                continue
             parsed = _parse(fmt, data, str(file), skip_bad)
             if fmt == "claude_code":
                 _claude_code.link_subagents(parsed, links)
