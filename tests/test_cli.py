@@ -617,6 +617,11 @@ def test_pack_max_tokens_above_the_output_reserve_names_both_and_records_nothing
         ["log", SESSION, "--from", "-3"],
         ["demo", "--turns", "0"],
         ["verify", "--key-file", "k"],
+        # beyond any seq (they exited 3 with "seq must be an int from 0 to 2**63 - 1")
+        ["show", SESSION, "9" * 23],
+        ["log", SESSION, "--from", "9" * 23],
+        ["explain", SESSION, "9" * 23],
+        ["diff", SESSION, "0", "9" * 23],
     ],
 )
 def test_usage_errors_exit_2(

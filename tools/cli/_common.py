@@ -512,6 +512,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def _seq(text: str) -> int:
+    """A seq argument: an integer no larger than a seq can be (negative counts from the
+    end where the verb says so)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+    if value > 2**63 - 1:
+        raise argparse.ArgumentTypeError(f"expected an integer up to 2**63 - 1, found {value}")
+    return value
+
+
 def _nonneg(text: str) -> int:
     try:
         value = int(text)
@@ -520,6 +532,11 @@ def _nonneg(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {value}")
     return value
+
+
+def _nonneg_seq(text: str) -> int:
+    """A seq argument that does not count from the end."""
+    return _seq(str(_nonneg(text)))
 
 
 def _positive(text: str) -> int:

@@ -37,6 +37,7 @@ from ._common import (
     _request_seq,
     _requests_erased,
     _say,
+    _seq,
     _session_model,
     _UsageError,
     _write_stdout_bytes,
@@ -252,7 +253,7 @@ def _print_stages(packed: Packed) -> None:
     "explain",
     "show the decision for every event of a recorded request",
     session_arg(),
-    arg("request_seq", metavar="REQ_SEQ", type=int),
+    arg("request_seq", metavar="REQ_SEQ", type=_seq),
 )
 def _cmd_explain(args: argparse.Namespace) -> int:
     with _open(args) as log:
@@ -325,7 +326,7 @@ def _print_packed_header(packed: Packed) -> None:
     "replay",
     "re-pack recorded requests; exit 1 if any differs",
     session_arg(),
-    arg("request_seq", metavar="REQ_SEQ", type=int, nargs="?", default=None),
+    arg("request_seq", metavar="REQ_SEQ", type=_seq, nargs="?", default=None),
     arg(
         "--all",
         action="store_true",
@@ -409,8 +410,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     "diff",
     "compare two recorded requests: shared prefix, changed decisions",
     session_arg(),
-    arg("request_a", metavar="REQ_A", type=int),
-    arg("request_b", metavar="REQ_B", type=int),
+    arg("request_a", metavar="REQ_A", type=_seq),
+    arg("request_b", metavar="REQ_B", type=_seq),
 )
 def _cmd_diff(args: argparse.Namespace) -> int:
     with _open(args) as log:

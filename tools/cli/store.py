@@ -26,6 +26,7 @@ from ._common import (
     _emit,
     _is_url,
     _nonneg,
+    _nonneg_seq,
     _open,
     _open_store,
     _out,
@@ -36,6 +37,7 @@ from ._common import (
     _refs,
     _remove_store,
     _say,
+    _seq,
     _UsageError,
     _verify_progress,
     _write_line,
@@ -110,7 +112,7 @@ def _log_record(event: turnlog.events.Event) -> dict[str, Any]:
     arg(
         "--from",
         dest="start",
-        type=_nonneg,
+        type=_nonneg_seq,
         default=0,
         metavar="SEQ",
         help="start at this seq (default 0)",
@@ -211,7 +213,7 @@ def _render_arguments(text: str, indent: str, lines: list[str]) -> None:
     "show",
     "print one event in full, with its prev and hash",
     session_arg(),
-    arg("seq", metavar="SEQ", type=int, help="the seq (negative: from the end, -1 is the head)"),
+    arg("seq", metavar="SEQ", type=_seq, help="the seq (negative: from the end, -1 is the head)"),
 )
 def _cmd_show(args: argparse.Namespace) -> int:
     with _open(args) as log:
@@ -587,7 +589,7 @@ def _exact_session(log: turnlog.Log, session: str) -> None:
     arg(
         "seqs",
         metavar="SEQ",
-        type=_nonneg,
+        type=_nonneg_seq,
         nargs="*",
         help="the events to erase (default: every event that holds content)",
     ),
