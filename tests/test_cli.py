@@ -665,7 +665,21 @@ def test_turnlog_errors_exit_3_with_one_clean_line(
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("verb", [["sessions"], ["log", SESSION], ["verify"], ["blob", "0" * 64]])
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["sessions"],
+        ["log", SESSION],
+        ["verify"],
+        ["blob", "0" * 64],
+        # verbs that append but do not create a store (they created an empty one)
+        ["erase", SESSION, "--reason", "r"],
+        ["erase", "--older-than", "30", "--reason", "r"],
+        ["pack", SESSION, "--record"],
+        ["compact", SESSION],
+        ["recall", "q", "--commit", SESSION],
+    ],
+)
 def test_missing_store_exits_4(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, verb: list[str]
 ) -> None:

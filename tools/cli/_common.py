@@ -98,11 +98,12 @@ def _is_url(value: str) -> bool:
     return value.startswith(("postgresql://", "postgres://"))
 
 
-def _open(args: argparse.Namespace, *, write: bool = False) -> turnlog.Log:
+def _open(args: argparse.Namespace, *, write: bool = False, create: bool = False) -> turnlog.Log:
     """Open the store of ``--store``, and complete the session ids the verb takes
-    (the arguments its declaration marks with `session_arg`) from unique prefixes."""
+    (the arguments its declaration marks with `session_arg`) from unique prefixes.
+    Only a verb that may ``create`` the store opens one that is missing."""
     value = args.store or os.environ.get("TURNLOG_STORE") or DEFAULT_STORE
-    log = _open_store(value, write=write)
+    log = _open_store(value, write=write, create=create)
     try:
         for dest in getattr(args, "session_args", ()):
             given = getattr(args, dest, None)
@@ -153,13 +154,17 @@ def _resolve_session(log: turnlog.Log, given: str) -> str:
     )
 
 
-def _open_store(value: str, *, write: bool = False) -> turnlog.Log:
+def _open_store(value: str, *, write: bool = False, create: bool = False) -> turnlog.Log:
     if _is_url(value):
+        if write and not create:
+            # A schema without turnlog's tables is refused as a read verb refuses it,
+            # before opening for writing would create them.
+            turnlog.open(value, readonly=True).close()
         return turnlog.open(value, readonly=not write)
     path = Path(value)
     where = turnlog.stores.hide_credentials(str(path))
     try:
-        missing = not write and not (path / "data.mdb").is_file()
+        missing = not (write and create) and not (path / "data.mdb").is_file()
     except OSError as exc:  # a name too long, a loop of links...
         raise _NoStoreError(
             f"no turnlog store at {where!r}: {exc.strerror or exc}; pass "

@@ -94,7 +94,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
     written = False
     try:
         with (
-            _open(args, write=True) as log,
+            _open(args, write=True, create=True) as log,
             ProgressBar(
                 TextColumn("{task.description}"),
                 BarColumn(),

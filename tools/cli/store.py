@@ -405,7 +405,7 @@ def _cmd_copy(args: argparse.Namespace) -> int:
     try:
         with (
             _open_store(args.source) as source,
-            _open_store(args.target, write=True) as target,
+            _open_store(args.target, write=True, create=True) as target,
         ):
             try:
                 copied = turnlog.log.copy_log(source, target, sessions=args.session)

@@ -73,7 +73,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     rows: list[list[object]] = []
     present: list[int] = []
     with (
-        _open(args, write=True) as log,
+        _open(args, write=True, create=True) as log,
         _progress("demo turns", args.turns, show=not args.json) as advance,
     ):
         packer = Packer(log)
