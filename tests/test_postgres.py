@@ -1330,6 +1330,20 @@ def test_copy_lmdb_to_postgres_to_lmdb_keeps_every_hash_and_replays(
         assert again.duplicate and again.first_seq == keyed.seq
 
 
+def test_copy_of_a_schema_onto_itself_is_a_usage_error_as_for_a_directory(
+    logs: LogFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = logs.open()
+    log.append("s", UserMessageAdded(text="a"))
+    url = pgserver.shared().url(schema=log.store.schema)  # type: ignore[attr-defined]
+    # The same store spelled another way (the other scheme, the query in another order).
+    other = url.replace("postgresql://", "postgres://")
+    for dst in (url, other):
+        assert main(["copy", url, dst]) == 2  # it said "copied 1 session" and exited 0
+        out, err = capsys.readouterr()
+        assert out == "" and "SRC and DST are the same store" in err
+
+
 def test_copy_refuses_a_target_holding_a_session_of_the_source(logs: LogFactory) -> None:
     source, target = logs.open(), logs.open()
     source.append("s", UserMessageAdded(text="a"))

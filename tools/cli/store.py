@@ -407,6 +407,12 @@ def _cmd_copy(args: argparse.Namespace) -> int:
             _open_store(args.source) as source,
             _open_store(args.target, write=True, create=True) as target,
         ):
+            if _is_url(args.target) and source.store.location == target.store.location:
+                raise _UsageError(
+                    f"SRC and DST are the same store "
+                    f"({turnlog.stores.hide_credentials(target.store.location)}): copy writes "
+                    "one store into another; name another schema, database or server as DST"
+                )
             try:
                 copied = turnlog.log.copy_log(source, target, sessions=args.session)
             except Exception:
