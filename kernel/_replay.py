@@ -321,6 +321,13 @@ class Replayer:
         snap: Snapshot | None = None,
     ) -> RequestIssued:
         event = (snap or self.log).get(session, request_seq)
+        if isinstance(event.body, EventErased) and event.body.kind == "request":
+            raise InvalidArgumentError(
+                f"{session}#{request_seq} was a request record, erased (erasure event "
+                f"#{event.body.by}): what it recorded is gone, so it cannot be replayed "
+                f"or explained; list the requests left with `turnlog log {session} "
+                f"--kind request` (Python: `Replayer.requests({session!r})`)"
+            )
         if not isinstance(event.body, RequestIssued):
             raise InvalidArgumentError(
                 f"{session}#{request_seq} is not a request record (its kind is "

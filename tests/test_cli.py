@@ -744,6 +744,21 @@ def test_replay_cost_and_explain_of_a_session_whose_requests_were_erased_say_so(
     assert (code, out) == (0, f"s: no recorded requests to price: {erased}\n")
     code, _, err = run(capsys, "--store", str(fresh), "explain", "s", "-1")
     assert (code, err) == (3, f"turnlog: error: session 's' has no recorded request: {erased}\n")
+    # Named by its seq, an erased request record says it was erased (it said "is not a
+    # request record (its kind is 'erased')").
+    with turnlog.open(fresh, readonly=True) as log:
+        stubs = [
+            e.seq
+            for e in log.read("s", kinds=["erased"])
+            if isinstance(e.body, turnlog.events.EventErased) and e.body.kind == "request"
+        ]
+    assert len(stubs) == 2
+    for argv in (("explain", "s", str(stubs[0])), ("replay", "s", str(stubs[1]))):
+        code, _, err = run(capsys, "--store", str(fresh), *argv)
+        assert code == 3 and (
+            f"s#{argv[2]} was a request record, erased (erasure event #4): what it "
+            "recorded is gone" in err
+        ), err
 
 
 def test_import_of_a_directory_stopped_at_a_bad_file_counts_the_files_imported_before(
