@@ -509,6 +509,17 @@ class _Core:
                 error=InvalidEventError,
             )
         specs = tuple(_tool_spec(tool, i) for i, tool in enumerate(tools))
+        seen: dict[str, int] = {}
+        for i, spec in enumerate(specs):
+            if spec.name in seen:
+                # Every provider refuses a request whose tools share a name, after it
+                # would have been recorded: refused here, before anything is appended.
+                raise InvalidEventError(
+                    f"tools {seen[spec.name]} and {i} are both named {spec.name!r}; a "
+                    "request's tool names must be unique (the provider refuses the "
+                    "request): give each tool its own name"
+                )
+            seen[spec.name] = i
 
         def build(view: Projection | None, check: bool) -> list[Body]:
             if check and view is not None and view.tools_pos >= 0 and view.tools == specs:
@@ -1109,8 +1120,9 @@ class Session(_Core):
 
         Raises:
             InvalidEventError: ``tools`` is not a list of definitions (None, or one
-                tool not in a list), a tool definition without a name, or a schema
-                that is neither a JSON object nor its text.
+                tool not in a list), a tool definition without a name, two tools
+                sharing a name, or a schema that is neither a JSON object nor its
+                text. Nothing is appended.
         """
         return self._run(self._tools_steps(tools, time, key))
 

@@ -273,3 +273,16 @@ def test_memories_say_when_each_lapses(capsys: pytest.CaptureFixture[str], tmp_p
     code, out, err = run(capsys, "--store", str(path), "memories", "chat", "--json")
     lapsed = {m["memory_id"]: m["lapsed"] for m in json.loads(out)["memories"]}
     assert lapsed == {"m0": True, "m1": False, "m2": False, "m3": False}
+
+
+def test_recall_of_no_results_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``recall -k 0`` printed "no results" and exited 0."""
+    path = tmp_path / "store"
+    with turnlog.open(path) as log:
+        log.append("chat", UserMessageAdded(text="hello"))
+    code, out, err = run(capsys, "--store", str(path), "recall", "hello", "-k", "0")
+    assert code == 2 and not out and "-k" in err and "expected an integer >= 1" in err, err
+    code, out, err = run(capsys, "--store", str(path), "recall", "hello", "-k", "1")
+    assert code == 0 and "chat" in out, err

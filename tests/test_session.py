@@ -473,6 +473,19 @@ def test_bad_render_arguments_are_refused_by_the_constructor_not_by_prepare(
     assert log.head("s1") == head
 
 
+def test_tools_sharing_a_name_are_refused_before_anything_is_appended(log: Log) -> None:
+    # Every provider refuses such a request, which used to be recorded first.
+    session = Session(log, "s1", model="gpt-4o")
+    session.user("hi")
+    head = log.head("s1")
+    other = {"name": "read_file", "description": "another", "parameters": {"type": "object"}}
+    with pytest.raises(InvalidEventError, match="tools 0 and 1 are both named 'read_file'"):
+        session.tools([READ, other])
+    assert log.head("s1") == head
+    session.tools([READ])
+    assert session.prepare().body
+
+
 def test_arguments_of_the_wrong_type_get_a_turnlog_error_not_a_bare_one(log: Log) -> None:
     # Each raised TypeError or AttributeError from inside, at once or at a later call.
     with pytest.raises(turnlog.errors.InvalidArgumentError, match="models must be None or a"):

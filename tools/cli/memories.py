@@ -15,11 +15,11 @@ from ._common import (
     EXIT_OK,
     POLICY_OPTIONS,
     _emit,
-    _nonneg,
     _open,
     _out,
     _plural,
     _policy_arg,
+    _positive,
     _UsageError,
 )
 from ._verbs import Verbs, arg, session_arg
@@ -115,7 +115,7 @@ def _cmd_memories(args: argparse.Namespace) -> int:
         metavar="ID",
         help="search only these sessions (repeatable; default: all)",
     ),
-    arg("-k", type=_nonneg, default=5, metavar="N", help="results (default 5)"),
+    arg("-k", type=_positive, default=5, metavar="N", help="results (default 5)"),
     session_arg(
         "--commit",
         metavar="SESSION",
