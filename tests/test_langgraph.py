@@ -118,13 +118,24 @@ def test_a_value_the_serializer_cannot_keep_is_refused_naming_its_type(log: Log)
     assert log.head("t") is None  # nothing written
 
 
-@pytest.mark.parametrize("thread", ["", "t" * 300])
-def test_a_thread_whose_session_id_is_refused_leaves_no_blob(log: Log, thread: str) -> None:
+# (an id within 256 characters but over 256 UTF-8 bytes is refused by the append only)
+@pytest.mark.parametrize(
+    ("thread", "refusal"),
+    [
+        ("", "session id must be"),
+        ("t" * 300, "session id must be"),
+        ("\N{GRINNING FACE}" * 100, "session id must have at most 256 UTF-8 bytes"),
+    ],
+    ids=["empty", "long", "wide"],
+)
+def test_a_thread_whose_session_id_is_refused_leaves_no_blob(
+    log: Log, thread: str, refusal: str
+) -> None:
     # The values were stored as blobs before the session id was refused: unreachable,
     # and out of reach of erasure too.
     saver = TurnlogSaver(log)
     config: RunnableConfig = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
-    with pytest.raises(turnlog.errors.InvalidEventError, match="session id must be"):
+    with pytest.raises(turnlog.errors.InvalidEventError, match=refusal):
         saver.put(config, _checkpoint("1", {"a": "private"}, {"a": 1}), {}, {"a": 1})
     with log.store.read() as txn:
         assert list(txn.blobs()) == []

@@ -531,18 +531,21 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
     def _append(
         self, thread: str, source: str, data: Mapping[str, Any], blobs: Sequence[tuple[str, bytes]]
     ) -> None:
-        # A thread whose session id is refused must leave no blob behind: checked first.
-        self.log.head(self._session(thread))
-        refs = []
-        for kind, payload in blobs:
-            refs.append(
-                BlobRef(
-                    hash=blake3.blake3(payload).hexdigest(),
-                    size=len(payload),
-                    media_type=_MEDIA + kind,
-                )
+        session = self._session(thread)
+        refs = tuple(
+            BlobRef(
+                hash=blake3.blake3(payload).hexdigest(), size=len(payload), media_type=_MEDIA + kind
             )
+            for kind, payload in blobs
+        )
+        body = StateSaved(
+            source=source, data=json.dumps(data, ensure_ascii=False, sort_keys=True), blobs=refs
+        )
+        draft = Draft(body=body, time=self._time())
         if blobs:
+            # Checked as the append checks it (the session id too) before a blob is
+            # stored: a refused append leaves no blob that no event refers to.
+            self.log.validate(session, draft)
             pairs = [(ref.hash, payload) for ref, (_, payload) in zip(refs, blobs, strict=True)]
 
             def put_all(txn: Any) -> None:
@@ -550,12 +553,7 @@ class TurnlogSaver(BaseCheckpointSaver[str]):
                     txn.put_blob(digest, payload)
 
             self.log.store.write(put_all)
-        body = StateSaved(
-            source=source,
-            data=json.dumps(data, ensure_ascii=False, sort_keys=True),
-            blobs=tuple(refs),
-        )
-        self.log.append(self._session(thread), Draft(body=body, time=self._time()))
+        self.log.append(session, draft)
 
     def _load(self, ref: BlobRef) -> Any:
         return self.serde.loads_typed((ref.media_type[len(_MEDIA) :], self.log.blob(ref)))
