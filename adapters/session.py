@@ -426,7 +426,9 @@ class _Core:
             else:
                 packer = Packer(log)
             in_force = (
-                packer.policy_in_force(session_id) if log.head(session_id) is not None else None
+                packer.policy_in_force(session_id)
+                if policy is None and log.head(session_id) is not None
+                else None
             )
             sized = policy or in_force or self._model_policy
             assert sized is not None
