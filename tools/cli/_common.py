@@ -517,23 +517,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-def _seq(text: str) -> int:
-    """A seq argument: an integer no larger than a seq can be (negative counts from the
-    end where the verb says so)."""
+def _integer(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+
+
+def _at_most_seq(value: int) -> int:
     if value > 2**63 - 1:
         raise argparse.ArgumentTypeError(f"expected an integer up to 2**63 - 1, found {value}")
     return value
 
 
+def _seq(text: str) -> int:
+    """A seq argument: an integer no larger than a seq can be (negative counts from the
+    end where the verb says so)."""
+    return _at_most_seq(_integer(text))
+
+
 def _nonneg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, found {text!r}") from None
+    value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, found {value}")
     return value
@@ -541,7 +545,7 @@ def _nonneg(text: str) -> int:
 
 def _nonneg_seq(text: str) -> int:
     """A seq argument that does not count from the end."""
-    return _seq(str(_nonneg(text)))
+    return _at_most_seq(_nonneg(text))
 
 
 def _positive(text: str) -> int:
