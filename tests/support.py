@@ -33,6 +33,7 @@ from turnlog.events import (
     UserMessageAdded,
 )
 from turnlog.log import Problem, VerifyReport
+from turnlog.memories import MemoryManager
 from turnlog.stores import LMDBStore, MemoryStore, PostgresStore
 
 T = TypeVar("T")
@@ -311,3 +312,16 @@ def problem_of(report: VerifyReport) -> Problem:
     """The problem a failed verification names."""
     assert report.problem is not None, report
     return report.problem
+
+
+def lapsing_memories(path: Path) -> None:
+    """A store at ``path`` with session ``chat`` and, in ``chat-memories``, a memory of
+    each kind of lapse: m0 past its position (``expires_seq`` 1), m1 not yet (5), m2 at
+    a time, m3 never."""
+    with turnlog.open(path) as log:
+        log.append("chat", UserMessageAdded(text="hello"))
+        memories = MemoryManager(log, memory_session="chat-memories")
+        memories.save("Old", "lapses soon", expires_seq=1)
+        memories.save("Later", "lapses later", expires_seq=5)
+        memories.save("Timed", "lapses at a time", expires_time=1_710_234_116_650_016)
+        memories.save("Kept", "never lapses")

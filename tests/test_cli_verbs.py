@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import turnlog
+from support import lapsing_memories
 from turnlog.adapters import importers
 from turnlog.errors import Hint, ImportFormatError, KernelError, UnknownSessionError
 from turnlog.events import UserMessageAdded
-from turnlog.memories import MemoryManager
 from turnlog.tools.cli import _parser, main
 
 
@@ -256,13 +256,7 @@ def test_import_names_its_arguments_paths_as_docs_cli_does(
 def test_memories_say_when_each_lapses(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """``turnlog memories`` listed a memory past its ``expires_seq`` like a live one."""
     path = tmp_path / "store"
-    with turnlog.open(path) as log:
-        log.append("chat", UserMessageAdded(text="hello"))
-        memories = MemoryManager(log, memory_session="chat-memories")
-        memories.save("Old", "lapses soon", expires_seq=1)
-        memories.save("Later", "lapses later", expires_seq=5)
-        memories.save("Timed", "lapses at a time", expires_time=1_710_234_116_650_016)
-        memories.save("Kept", "never lapses")
+    lapsing_memories(path)
     code, out, err = run(capsys, "--store", str(path), "memories", "chat")
     assert code == 0, err
     rows = {line.split()[0]: line for line in out.splitlines()[2:-1]}

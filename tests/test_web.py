@@ -22,9 +22,8 @@ import httpx
 import msgspec
 import pgserver
 import turnlog
-from support import dump
+from support import dump, lapsing_memories
 from turnlog.events import UserMessageAdded
-from turnlog.memories import MemoryManager
 from turnlog.tools.cli import main
 from turnlog.tools.web import CSP, Server
 from turnlog.tools.web._inspector import session_href
@@ -135,12 +134,7 @@ def test_summaries_and_memories_show_the_tree_and_the_block(served: Server) -> N
 def test_the_memories_page_says_when_each_lapses(tmp_path: Path) -> None:
     """The memories page listed a memory past its ``expires_seq`` like a live one."""
     path = tmp_path / "mem"
-    with turnlog.open(path) as log:
-        log.append("chat", UserMessageAdded(text="hello"))
-        memories = MemoryManager(log, memory_session="chat-memories")
-        memories.save("Old", "lapses soon", expires_seq=1)
-        memories.save("Later", "lapses later", expires_seq=5)
-        memories.save("Timed", "lapses at a time", expires_time=1_710_234_116_650_016)
+    lapsing_memories(path)
     with turnlog.open(path, readonly=True) as log:
         server = Server(log).start()
         try:
@@ -149,6 +143,7 @@ def test_the_memories_page_says_when_each_lapses(tmp_path: Path) -> None:
                 "m0": ("after #1 (lapsed)", True),
                 "m1": ("after #5", False),
                 "m2": ("2024-03-12 09:01:56", False),
+                "m3": ("", False),
             }
             page = get(server, "/sessions/chat/memories").text
             assert "<th>expires</th>" in page and "after #1 (lapsed)" in page
