@@ -75,18 +75,25 @@ for writing creates the function, also in a schema an older turnlog created
 privilege, every write reads first.
 
 After the commit, a ``NOTIFY`` on the schema's channel names each session
-written, which wakes followers (`PostgresStore.wait`). A
-committing ``NOTIFY`` holds a database-wide lock until its commit record is
-on disk, so it is sent in a transaction of its own, after the append's, with
-``synchronous_commit`` off (the append's ``COMMIT AND CHAIN`` begins it, one
-statement sets the setting for it and notifies; it writes a commit record of 34
-bytes that nobody waits to flush): inside the append's transaction, or waiting for
-its own flush, it would serialize every writer behind one fsync at a time. A
-failure of that second transaction (the lock past ``lock_timeout``, a full
-notification queue, the connection lost after the append's COMMIT) never fails
-the committed append: the notification is dropped. A follower that misses a
-notification still re-reads the head every second. Opening the store checks
-that NOTIFY works in a transaction it rolls back, which takes no lock.
+written, which wakes followers (`PostgresStore.wait`), and only while somebody
+follows. A follower's connection ``LISTEN``s, then holds the channel's advisory
+lock shared for as long as it follows, and only then reads the head. The
+notification's statement tries to take that lock exclusively: when it gets it,
+nobody follows and nothing is sent (its transaction takes no xid: no commit
+record, nothing queued, no notify lock), and a follower that asks for the lock
+meanwhile waits until that transaction ends, after the append's commit, so its
+read of the head finds the append. A committing ``NOTIFY`` holds a database-wide
+lock until its commit record is on disk, so the statement runs in a transaction
+of its own, after the append's, with ``synchronous_commit`` off (the append's
+``COMMIT AND CHAIN`` begins it; when it notifies, it writes a commit record of
+34 bytes that nobody waits to flush): inside the append's transaction, or
+waiting for its own flush, it would serialize every writer behind one fsync at a
+time. A failure of that second transaction (the lock past ``lock_timeout``, a
+full notification queue, the connection lost after the append's COMMIT) never
+fails the committed append: the notification is dropped.
+A follower that misses a notification still re-reads the head every second.
+Opening the store checks that NOTIFY works in a transaction it rolls back,
+which takes no lock.
 
 Failures map onto `StoreError` subclasses at this boundary, each message one
 line: a lost connection, a server shutting down, a statement or lock timeout
@@ -103,12 +110,13 @@ through an application's logging configuration.
 The backend relies on: transactions with ``READ COMMITTED`` and ``REPEATABLE
 READ``, ``SELECT ... FOR UPDATE``, primary keys, ``INSERT ... ON CONFLICT``,
 ``unnest`` of arrays, ``UPDATE`` and ``INSERT`` in ``WITH`` parts, ``bytea`` and
-the "C" collation; ``LISTEN``/``NOTIFY`` and ``COMMIT AND CHAIN`` only for waking
-followers (without them followers poll).
+the "C" collation; ``LISTEN``/``NOTIFY``, advisory locks and ``COMMIT AND CHAIN``
+only for waking followers (without them followers poll).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -118,6 +126,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, LiteralString, TypeVar
+
+import blake3
 
 from ._errors import (
     ForkedProcessError,
@@ -144,7 +154,7 @@ try:
     import psycopg
     import psycopg_pool
     from psycopg import errors as pg_errors
-    from psycopg import sql
+    from psycopg import pq, sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.pq import TransactionStatus
 except ImportError:  # the optional extra is not installed: PostgresStore says so
@@ -167,8 +177,14 @@ else:
     logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from psycopg import Connection, Cursor
+    from psycopg.pq.abc import PGresult
     from psycopg.rows import TupleRow
+
+    # A statement queued in a write's pipeline, by `_queue` or `_command`.
+    _Answer: TypeAlias = "Cursor[TupleRow] | _Command"
 
 __all__ = ["PostgresStore"]
 
@@ -199,13 +215,31 @@ _END_READ = b"COMMIT"
 
 # The notifications after a write, one for each session written, in a transaction
 # of its own that does not wait for the disk (see the module docstring): the
-# setting holds until that transaction ends.
+# setting holds until that transaction ends. They are sent only when somebody
+# follows: each follower's connection holds the channel's advisory lock shared
+# (`_Listener`), and the transaction tries to take it exclusively. Taken, nobody
+# follows and nothing is sent (a transaction without an xid: no commit record, no
+# notification queue, no notify lock); a follower that asks for the lock meanwhile
+# waits until this transaction ends, and reads the head only then.
 _NOTIFY = (
     b"SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, s) "
-    b"FROM unnest(%s::text[]) AS s"
+    b"FROM unnest(%s::text[]) AS s WHERE NOT pg_try_advisory_xact_lock(%s)"
 )
 
-_NOTIFY_ONE = b"SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s)"
+_NOTIFY_ONE = (
+    b"SELECT set_config('synchronous_commit', 'off', true), pg_notify(%s, %s) "
+    b"WHERE NOT pg_try_advisory_xact_lock(%s)"
+)
+
+# What a follower's connection holds while it LISTENs (see `_NOTIFY`).
+_FOLLOW = b"SELECT pg_advisory_lock_shared(%s)"
+
+
+@functools.cache
+def follow_key(channel: str) -> int:
+    """The advisory lock key of a channel's followers: 64 bits of its blake3 hash."""
+    digest = blake3.blake3(b"turnlog.follow\x00" + channel.encode()).digest(8)
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def _queue(
@@ -235,6 +269,46 @@ def _queue(
         cursor._last_query = query
         return cursor
     return cursor.execute(query, params, prepare=prepare)  # pragma: no cover
+
+
+class _Command:
+    """The answer to a statement without parameters queued by `_command`: what a
+    cursor keeps of it (`pgresult`, `statusmessage`), without a cursor."""
+
+    __slots__ = ("_encoding", "pgresult")
+
+    def __init__(self, encoding: str) -> None:
+        self._encoding = encoding
+        self.pgresult: PGresult | None = None
+
+    @property
+    def statusmessage(self) -> str | None:
+        status = None if self.pgresult is None else self.pgresult.command_status
+        return status.decode() if status else None
+
+    # What psycopg's pipeline calls on a cursor with the answer to its statement.
+    def _check_results(self, results: list[PGresult]) -> None:
+        for result in results:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                raise psycopg.errors.error_from_result(result, encoding=self._encoding)
+            if result.status == pq.ExecStatus.PIPELINE_ABORTED:
+                raise pg_errors.PipelineAborted("pipeline aborted")
+
+    def _set_results(self, results: list[PGresult]) -> None:
+        self.pgresult = results[-1] if results else None
+
+
+def _command(conn: Connection[TupleRow], query: bytes) -> _Answer:
+    """A statement without parameters (``BEGIN``, ``COMMIT``) queued in a pipeline as
+    psycopg queues its own, without the cursor, the adaptation and the preparation
+    `_queue` goes through; its answer is kept all the same."""
+    pipeline = conn._pipeline
+    if not _QUEUE_STEPS or pipeline is None:
+        return _queue(conn, query)  # pragma: no cover
+    answer = _Command(conn.pgconn._encoding)
+    pipeline.command_queue.append(functools.partial(conn.pgconn.send_query_params, query, None))
+    pipeline.result_queue.append((answer, None))  # type: ignore[arg-type]
+    return answer
 
 
 _DDL = [
@@ -823,7 +897,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         notification queue, the connection lost after the COMMIT) is dropped,
         and followers find the batch when they re-read the head.
         """
-        sent: list[Cursor[TupleRow]] = []  # the statements sent, the COMMIT last
+        sent: list[_Answer] = []  # the statements sent, the COMMIT last
         try:
             self._send(channel, sent)
         except psycopg.Error as exc:
@@ -835,7 +909,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             # (the notification's statements after the failed one were skipped)
             PostgresStore._rollback(self._conn, failed=True)
 
-    def _may_have_committed(self, sent: list[Cursor[TupleRow]], exc: psycopg.Error) -> bool:
+    def _may_have_committed(self, sent: list[_Answer], exc: psycopg.Error) -> bool:
         """Whether a pipeline that failed may have run its COMMIT (``sent[_commit_at]``,
         sent or being sent). The server answers the statements in order and, after an error,
         skips the rest of the pipeline: the first statement without an answer is the
@@ -855,7 +929,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             return False
         return self._flushed is not None and answered > self._flushed
 
-    def _send(self, channel: str | None, sent: list[Cursor[TupleRow]]) -> None:
+    def _send(self, channel: str | None, sent: list[_Answer]) -> None:
         # Every statement is queued, and the pipeline's end sends them all in one
         # write, then awaits the answers (see `_queue`).
         try:
@@ -872,7 +946,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 raise failed from None
             raise
 
-    def _queue_all(self, channel: str | None, sent: list[Cursor[TupleRow]]) -> None:
+    def _queue_all(self, channel: str | None, sent: list[_Answer]) -> None:
         q = self._q
         conn = self._conn
 
@@ -885,7 +959,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         with conn.pipeline() as pipeline:
             if not self.begun:
                 self.begun = True
-                sent.append(_queue(conn, b"BEGIN"))
+                sent.append(_command(conn, b"BEGIN"))
             append = self._one_append()
             if append is not None:
                 run(*append)
@@ -899,16 +973,21 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
             self.committing = True
             self._commit_at = len(sent)
             if channel is None or not self._new_heads:
-                sent.append(_queue(conn, b"COMMIT"))
+                sent.append(_command(conn, b"COMMIT"))
                 return
             # After the COMMIT, in a transaction of their own (AND CHAIN begins it)
-            # that does not wait for the disk (module docstring).
-            sent.append(_queue(conn, b"COMMIT AND CHAIN"))
+            # that does not wait for the disk (module docstring). Its COMMIT is a
+            # statement of its own: the notify lock is taken when a transaction that
+            # notified commits, and a failure there (lock_timeout) is the answer to a
+            # statement, where psycopg expects it, not to the pipeline's sync.
+            sent.append(_command(conn, b"COMMIT AND CHAIN"))
+            key = follow_key(channel)
             if len(self._new_heads) == 1:
-                _queue(conn, _NOTIFY_ONE, (channel, next(iter(self._new_heads))), prepare=True)
+                session = next(iter(self._new_heads))
+                _queue(conn, _NOTIFY_ONE, (channel, session, key), prepare=True)
             else:
-                _queue(conn, _NOTIFY, (channel, list(self._new_heads)), prepare=True)
-            _queue(conn, b"COMMIT")
+                _queue(conn, _NOTIFY, (channel, list(self._new_heads), key), prepare=True)
+            _command(conn, b"COMMIT")
 
     def _one_append(self) -> tuple[str, tuple[object, ...]] | None:
         """The one statement of an append of one session to the head assumed (events
@@ -1762,6 +1841,9 @@ class _Listener:
         self._conn = conn
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
+            # Writers notify only while somebody holds this (see `_NOTIFY`); taken
+            # after the LISTEN and before `wait` reads the head.
+            conn.execute(_FOLLOW, (follow_key(store._channel),))
         except (
             pg_errors.FeatureNotSupported,
             pg_errors.ReadOnlySqlTransaction,

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -594,9 +595,15 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
         trips[-1].append(name or (query.decode() if isinstance(query, bytes) else str(query)))
         return execute(self, query, *a, **k)
 
+    command = _postgres._command
+
     def spy_queue(conn: psycopg.Connection[Any], query: bytes, *a: Any, **k: Any) -> Any:
         trips[-1].append(names.get(query) or query.decode())
         return queue(conn, query, *a, **k)
+
+    def spy_command(conn: psycopg.Connection[Any], query: bytes) -> Any:
+        trips[-1].append(query.decode())
+        return command(conn, query)
 
     @contextlib.contextmanager
     def spy_pipeline(self: psycopg.Connection[object]) -> Iterator[object]:
@@ -608,6 +615,7 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
     monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
     monkeypatch.setattr(psycopg.Connection, "pipeline", spy_pipeline)
     monkeypatch.setattr(_postgres, "_queue", spy_queue)
+    monkeypatch.setattr(_postgres, "_command", spy_command)
     return trips
 
 
@@ -993,6 +1001,11 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
     )
     early = turnlog.open(url)  # opened before the lock is held
     early.append("s", keyed(0))
+    # Somebody follows (holds the followers' lock), so every write notifies.
+    follower = admin(server)
+    follower.execute(
+        "SELECT pg_advisory_lock_shared(%s)", (postgres_module.follow_key("turnlog.n"),)
+    )
     blocker = admin(server)
 
     def hold() -> None:
@@ -1030,6 +1043,7 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
             conn.execute("SELECT pg_terminate_backend(%s)", (blocker.info.backend_pid,))
         held.join()
         blocker.close()
+        follower.close()
         early.close()
 
 
@@ -1141,11 +1155,98 @@ def test_a_follower_is_woken_by_a_writer_on_another_connection(
     assert seen == ["1", "2", "3"]
 
 
+def test_writers_notify_only_while_a_follower_listens(
+    server: pgserver.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write sends its notification only while a follower holds the channel's lock:
+    with nobody following, the transaction after the append's commit takes no xid
+    (no commit record, nothing queued); once a follower listens, every write
+    notifies, and it stops again when the follower leaves."""
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
+    url = server.url(schema="quiet")
+    log = turnlog.open(url)
+    spy = admin(server)  # LISTENs without the lock: sees what is sent, follows nothing
+    try:
+        spy.execute('LISTEN "turnlog.quiet"')
+        log.append("s", UserMessageAdded(text="0"))
+
+        def heard() -> list[str]:
+            return [n.payload for n in spy.notifies(timeout=0.2, stop_after=10)]
+
+        def xids() -> int:
+            with admin(server) as conn:
+                row = conn.execute("SELECT txid_current()").fetchone()
+                assert row is not None
+                return int(str(row[0]))
+
+        before = xids()
+        for i in range(3):
+            log.append("s", UserMessageAdded(text=f"quiet {i}"))
+        # One xid for each append and one for the second txid_current(): none for a
+        # notification.
+        assert xids() - before == 3 + 1
+        assert heard() == []
+        seen: list[str] = []
+        follower = threading.Thread(
+            target=lambda: seen.extend(texts(log.follow("s", 3, timeout=60, limit=2))),
+            daemon=True,
+        )
+        follower.start()
+        while not listening(server)[1:] and follower.is_alive():
+            threading.Event().wait(0.01)
+        log.append("s", UserMessageAdded(text="a"))
+        log.append("s", UserMessageAdded(text="b"))
+        follower.join(timeout=20)
+        assert seen == ["a", "b"]
+        assert heard() == ["s", "s"]
+        log.append("s", UserMessageAdded(text="after"))
+        assert heard() == []
+    finally:
+        spy.close()
+        log.close()
+
+
+def test_a_follower_that_starts_while_a_writer_appends_misses_no_commit(
+    server: pgserver.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that found nobody following sends nothing; a follower that starts
+    meanwhile takes its lock after its LISTEN and reads the head only once it holds
+    it, so every commit is either seen by that read or notified. The commit lands at
+    moments spread over the follower's start; without the re-read each second, a
+    commit neither seen nor notified would leave the wait to its timeout."""
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
+    url = server.url(schema="race")
+    writer_log = turnlog.open(url)
+    follower_log = turnlog.open(url, readonly=True)
+    try:
+        writer_log.append("s", UserMessageAdded(text="first"))
+        for round_ in range(30):
+            head = writer_log.head("s")
+            assert head is not None
+            delay = (round_ % 10) * 0.005  # 0 to 45 ms: before, during, after LISTEN
+            writer = threading.Timer(
+                delay, lambda: writer_log.append("s", UserMessageAdded(text="x"))
+            )
+            writer.start()
+            started = time.monotonic()
+            # (at its timeout a wait reads the head once more: woken, but too late)
+            woken = follower_log.store.wait("s", head.seq, 2.0)  # type: ignore[attr-defined]
+            took = time.monotonic() - started
+            writer.join()
+            assert woken and took < 1.5, f"round {round_}: a commit {delay * 1000:.0f} ms in"
+    finally:
+        writer_log.close()
+        follower_log.close()
+
+
 def listening(server: pgserver.Server) -> list[tuple[object, ...]]:
-    """The backends of ``server`` whose last statement was a LISTEN."""
+    """The backends of ``server`` that follow (hold a follower's advisory lock) or whose
+    last statement was a LISTEN."""
     with admin(server) as conn:
         return conn.execute(
-            "SELECT pid, state, wait_event FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
+            "SELECT pid, state, wait_event FROM pg_stat_activity WHERE query LIKE 'LISTEN%' "
+            "OR pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' "
+            "AND mode = 'ShareLock' AND granted)"
         ).fetchall()
 
 

@@ -11,8 +11,10 @@ round (forward, then reversed):
   key taken as new, both checked by the server in the round trip that commits);
 * a raw psycopg insert of the same records (one round trip per append);
 * eventsourcing's recorder (needs ``eventsourcing[postgres]``);
-* with ``--variants`` also turnlog with every head and key read first, and
-  turnlog with ``notify=False``.
+* with ``--variants`` also turnlog with every head and key read first, turnlog
+  with ``notify=False``, turnlog without idempotency keys, and eventsourcing's
+  application recorder (the one whose readers follow a notification log: it
+  locks its table and sends a NOTIFY in every append's transaction).
 
 With ``--fsync-off`` the server does not wait for the disk (nothing is durable):
 what is left is the work of the client and the server per append.
@@ -44,6 +46,12 @@ from tests import pgserver
 from tests.bench.bench_log import make_events, stored_records
 from tests.bench.bench_postgres import es_append, es_recorder, raw_append
 
+try:
+    from eventsourcing.persistence import StoredEvent
+    from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+except ImportError:  # pragma: no cover - the bench says what to install
+    pass
+
 TURNLOG = "turnlog"
 RAW = "raw psycopg insert"
 PEER = "eventsourcing"
@@ -65,6 +73,32 @@ def turnlog_single(
         log.close()
 
 
+def es_application_append(server: pgserver.Server, records: list[bytes]) -> float:
+    """One-event appends by eventsourcing's application recorder, one per transaction."""
+    datastore = PostgresDatastore(
+        "postgres", str(server.root), server.port, "postgres", "", pool_size=2
+    )
+    recorder = PostgresApplicationRecorder(datastore, events_table_name="es_app_events")
+    recorder.create_table()
+    stream = uuid.uuid4()
+    try:
+        start = time.perf_counter()
+        for version, record in enumerate(records):
+            recorder.insert_events(
+                [
+                    StoredEvent(
+                        originator_id=stream,
+                        originator_version=version,
+                        topic="turnlog:event",
+                        state=record[64:],
+                    )
+                ]
+            )
+        return time.perf_counter() - start
+    finally:
+        datastore.close()
+
+
 def main(argv: list[str]) -> None:
     variants = "--variants" in argv
     args = [a for a in argv if not a.startswith("--")]
@@ -79,6 +113,7 @@ def main(argv: list[str]) -> None:
         drafts = [
             msgspec.structs.replace(d, key=f"k{i}") for i, d in enumerate(make_events(8, count))
         ]
+        unkeyed = [msgspec.structs.replace(d, key=None) for d in drafts]
         records = stored_records(drafts)
         url = server.url(schema="single")
         runs: dict[str, Callable[[], float]] = {
@@ -89,6 +124,8 @@ def main(argv: list[str]) -> None:
         if variants:
             runs["turnlog, reads first"] = lambda: turnlog_single(url, drafts, assume=False)
             runs["turnlog, notify=False"] = lambda: turnlog_single(url, drafts, notify=False)
+            runs["turnlog, no keys"] = lambda: turnlog_single(url, unkeyed)
+            runs["eventsourcing, application"] = lambda: es_application_append(server, records)
         times: dict[str, list[float]] = {name: [] for name in runs}
         wal: dict[str, list[float]] = {name: [] for name in runs}
         with psycopg.connect(server.url(), autocommit=True) as admin:
@@ -122,7 +159,7 @@ def main(argv: list[str]) -> None:
                 f"{name:24s} {count / statistics.median(times[name]):7.0f} events/s  "
                 f"{statistics.median(wal[name]):6.0f} WAL bytes/append"
             )
-            if name.startswith(TURNLOG):
+            if name.startswith(TURNLOG) or name.endswith("application"):
                 raw = [r / t for r, t in zip(times[RAW], times[name], strict=True)]
                 peer = [p / t for p, t in zip(times[PEER], times[name], strict=True)]
                 q_raw = statistics.quantiles(raw, n=4) if rounds > 1 else raw * 3
