@@ -875,6 +875,24 @@ class _Core:
             return time
         return self._clock()
 
+    def _output_reserve(self) -> int:
+        """The output reserve of the policy the next request is packed with."""
+        policy = self._policy()
+        if policy is None and self.log.head(self.id) is not None:
+            policy = self.packer.policy_in_force(self.id)
+        return (policy or Policy()).resolved().output_reserve
+
+    def _body_fields(self, extra: Mapping[str, object], max_tokens: int | None) -> None:
+        """Render the next requests with these top-level fields and output cap. Each
+        request records them (``render_args``), so replay renders it as it was sent."""
+        if dict(extra) == dict(self.extra) and max_tokens == self.max_tokens:
+            return
+        self._render = renderer(
+            self.format, model=self.model, max_tokens=max_tokens, blobs=self.log.blob, extra=extra
+        )
+        self.extra = dict(extra)
+        self.max_tokens = max_tokens
+
     def _policy(self) -> Policy | None:
         """The policy to pack with: this session's, else None (the one in force) for a
         session that has one, else the model's (None when the table has no entry)."""

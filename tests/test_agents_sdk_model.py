@@ -9,20 +9,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 
 pytest.importorskip("agents")
 
 import turnlog
-from agents import Agent, ModelSettings, RunConfig, Runner, set_tracing_disabled
+from agents import (
+    Agent,
+    ModelSettings,
+    RunConfig,
+    Runner,
+    WebSearchTool,
+    set_tracing_disabled,
+)
 from agents.retry import ModelRetrySettings, retry_policies
 from openai import AsyncOpenAI
+from openai.types.shared import Reasoning
 from turnlog import Packer, Replayer
 from turnlog.adapters.examples import agents_sdk
 from turnlog.adapters.integrations.openai_agents import TurnlogModel
 from turnlog.adapters.providers import renderer_for
 from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error
-from turnlog.errors import InvalidEventError
+from turnlog.errors import InvalidArgumentError, InvalidEventError
 from turnlog.events import RequestIssued, ResponseReceived, ToolCall, UserMessageAdded
 
 set_tracing_disabled(True)
@@ -268,3 +277,123 @@ def test_a_reply_holding_a_compaction_is_recorded_as_sent_and_the_next_call_star
             assert all(replayer.replay("s", seq).ok for seq in replayer.requests("s"))
 
     asyncio.run(main())
+
+
+class _Sum(pydantic.BaseModel):
+    total: int
+
+
+def test_model_settings_output_schema_and_handoffs_reach_the_body_and_replay(
+    tmp_path: Path,
+) -> None:
+    """The call's settings become the body's fields as the SDK's own Responses model
+    sends them, recorded with the request (replay renders the same bytes); headers
+    go to the client only; a handoff is a tool the model sees and calls."""
+    script = [
+        FakeReply(
+            text="", tool_calls=(ToolCall(id="call_h", name="transfer_to_checker", arguments="{}"),)
+        ),
+        FakeReply(text='{"total": 42}'),
+    ]
+    settings = ModelSettings(
+        temperature=0.25,
+        top_p=0.5,
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        max_tokens=300,
+        metadata={"run": "t1"},
+        store=False,
+        reasoning=Reasoning(effort="low"),
+        top_logprobs=2,
+        truncation="auto",
+        extra_args={"service_tier": "flex"},
+        extra_headers={"X-Turnlog-Test": "yes"},
+    )
+
+    async def main() -> tuple[Any, list[dict[str, Any]], list[dict[str, str]]]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(script) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            checker = Agent(
+                name="checker",
+                instructions="Check the sum.",
+                model=model,
+                model_settings=settings,
+                output_type=_Sum,
+            )
+            front = Agent(
+                name="front",
+                instructions="Hand off.",
+                model=model,
+                model_settings=settings,
+                handoffs=[checker],
+            )
+            result = await Runner.run(
+                front, "What is 19 + 23?", run_config=RunConfig(tracing_disabled=True)
+            )
+            await client.close()
+            replayer = Replayer(Packer(log))
+            for seq in replayer.requests("s"):
+                record = log.get("s", seq).body
+                assert isinstance(record, RequestIssued)
+                render = renderer_for(record, blobs=log.blob)
+                assert render is not None
+                assert replayer.replay("s", seq, render=render).ok
+            bodies = [json.loads(r.body) for r in server.requests]
+            return result.final_output, bodies, [r.headers for r in server.requests]
+
+    output, bodies, headers = asyncio.run(main())
+    assert output == _Sum(total=42)
+    first, second = bodies
+    for body in bodies:
+        assert body["temperature"] == 0.25 and body["top_p"] == 0.5
+        assert body["tool_choice"] == "auto" and body["truncation"] == "auto"
+        assert body["max_output_tokens"] == 300
+        assert body["metadata"] == {"run": "t1"} and body["store"] is False
+        assert body["reasoning"] == {"effort": "low"}
+        assert body["top_logprobs"] == 2 and body["service_tier"] == "flex"
+        assert body["include"] == ["message.output_text.logprobs"]
+    assert [t["name"] for t in first["tools"]] == ["transfer_to_checker"]
+    assert first["parallel_tool_calls"] is False
+    assert "text" not in first
+    assert second["text"]["format"]["type"] == "json_schema"
+    assert second["text"]["format"]["schema"]["properties"]["total"]["type"] == "integer"
+    assert all(h.get("x-turnlog-test") == "yes" for h in headers)
+    assert all("x-turnlog-test" not in json.dumps(b).lower() for b in bodies)
+
+
+@pytest.mark.parametrize("case", ["hosted tool", "max_tokens above the reserve"])
+def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appended(
+    tmp_path: Path, case: str
+) -> None:
+    async def main() -> tuple[BaseException, int, int]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(
+                log, "s", model="fake-model", openai_client=client, policy=turnlog.Policy()
+            )
+            if case == "hosted tool":
+                agent = Agent(name="a", model=model, tools=[WebSearchTool()])
+            else:
+                reserve = turnlog.Policy().resolved().output_reserve
+                agent = Agent(
+                    name="a", model=model, model_settings=ModelSettings(max_tokens=reserve + 1)
+                )
+            with pytest.raises(Exception) as caught:
+                await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            head = log.head("s")
+            return caught.value, len(server.requests), -1 if head is None else head.seq
+
+    error, sent, head = asyncio.run(main())
+    assert sent == 0 and head == -1
+    if case == "hosted tool":
+        assert isinstance(error, InvalidEventError)
+        assert "WebSearchTool" in str(error)
+    else:
+        assert isinstance(error, InvalidArgumentError)
+        assert "output_reserve" in str(error) and "max_tokens" in str(error)

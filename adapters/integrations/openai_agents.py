@@ -73,12 +73,13 @@ from agents.memory import SessionABC, SessionSettings
 from agents.memory.session_settings import coerce_session_settings
 from agents.model_settings import ModelSettings
 from agents.models.interface import Model, ModelTracing
+from agents.models.openai_responses import Converter
 from agents.tool import FunctionTool, Tool
 from agents.usage import Usage
 from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from turnlog import Draft, Log, Packer, Policy
-from turnlog.errors import InvalidEventError
+from turnlog.errors import InvalidArgumentError, InvalidEventError
 from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
@@ -568,6 +569,21 @@ class TurnlogModel(Model):
     does the same and gives the SDK the finished response as one
     ``response.completed`` event.
 
+    The call's ``ModelSettings`` and output schema become the body's fields as the
+    SDK's own Responses model sends them (``temperature``, ``top_p``,
+    ``truncation``, ``tool_choice``, ``parallel_tool_calls``, ``text``, ``store``,
+    ``reasoning``, ``metadata``, ``include``, ``top_logprobs``,
+    ``prompt_cache_retention``, ``context_management``, ``extra_args`` and
+    ``extra_body``), recorded with the request so that replay renders it as it was
+    sent; ``extra_headers`` and ``extra_query`` go to the client and are no part of
+    the body. ``max_tokens`` replaces the output cap (``max_output_tokens``), at
+    most the policy's ``output_reserve`` (the room packing left for the reply).
+    The agent's function tools and its handoffs are the request's tools; a tool of
+    another kind (a hosted tool, a computer) is refused with ``InvalidEventError``
+    naming it, before anything is appended or sent. Give every agent of a run that
+    hands off the same `TurnlogModel`: a call continues the previous one only on
+    the same object.
+
     A ``compaction`` item in the input (the provider's own compaction, from
     ``responses.compact`` or an earlier response) is kept byte for byte as a
     `NativePart` and sent back unchanged, and the conversation before it is not
@@ -603,6 +619,7 @@ class TurnlogModel(Model):
             log, session_id, policy=policy, packer=self.session.packer, clock=clock
         )
         self.client = openai_client
+        self._max_tokens = self.session.max_tokens  # the cap when the settings name none
         self._last_input = 0  # items of the previous call's input, plus its output
         self._previous: list[dict[str, Any]] = []  # the previous call's input
 
@@ -621,7 +638,9 @@ class TurnlogModel(Model):
         prompt: ResponsePromptParam | None = None,
     ) -> ModelResponse:
         """Pack from the log, record, send, record the answer (see the class docstring)."""
-        response = await self._call(system_instructions, input, tools)
+        response = await self._call(
+            system_instructions, input, model_settings, tools, output_schema, handoffs
+        )
         usage = response.usage
         return ModelResponse(
             output=list(response.output),
@@ -653,7 +672,9 @@ class TurnlogModel(Model):
         prompt: ResponsePromptParam | None = None,
     ) -> AsyncIterator[TResponseStreamEvent]:
         """`get_response`, given to the SDK as one ``response.completed`` event."""
-        response = await self._call(system_instructions, input, tools)
+        response = await self._call(
+            system_instructions, input, model_settings, tools, output_schema, handoffs
+        )
         yield ResponseCompletedEvent(
             type="response.completed", response=response, sequence_number=0
         )
@@ -662,8 +683,24 @@ class TurnlogModel(Model):
         self,
         system_instructions: str | None,
         input: str | list[TResponseInputItem],  # noqa: A002
+        settings: ModelSettings,
         tools: list[Tool],
+        output_schema: AgentOutputSchemaBase | None,
+        handoffs: list[Handoff],
     ) -> Response:
+        specs = _tool_specs(tools, handoffs)
+        fields, options = _settings_fields(settings, output_schema, tools, handoffs, bool(specs))
+        max_tokens = self._max_tokens
+        if settings.max_tokens is not None:
+            reserve = await asyncio.to_thread(self.session._output_reserve)
+            if settings.max_tokens > reserve:
+                raise InvalidArgumentError(
+                    f"ModelSettings(max_tokens={settings.max_tokens}) is above the packing "
+                    f"policy's output_reserve of {reserve}, the room packing leaves for the "
+                    "reply; nothing was appended or sent. Lower max_tokens or give the model "
+                    "a policy with a larger output_reserve"
+                )
+            max_tokens = settings.max_tokens
         items = (
             [{"role": "user", "content": input}]
             if isinstance(input, str)
@@ -692,16 +729,121 @@ class TurnlogModel(Model):
         self._previous = items
         self._last_input = len(items)
         await self.session.system("instructions", system_instructions or "")
-        specs = [
-            {"name": t.name, "description": t.description, "parameters": t.params_json_schema}
-            for t in tools
-            if isinstance(t, FunctionTool)
-        ]
         if specs or await self.session.head() is not None:
             await self.session.tools(specs)
+        self.session._body_fields(fields, max_tokens)
         request = await self.session.prepare()
-        response: Response = await self.client.responses.create(**request.json())
+        response: Response = await self.client.responses.create(**request.json(), **options)
         await self.session.record(response, request_seq=request.request_seq)
         self._previous = items
         self._last_input = len(items) + len(response.output)
         return response
+
+
+def _tool_specs(tools: list[Tool], handoffs: list[Handoff]) -> list[dict[str, Any]]:
+    """The request's tools: the agent's function tools, then its handoffs (each a
+    function tool to the model, as the SDK's own model sends it)."""
+    specs: list[dict[str, Any]] = []
+    for tool in tools:
+        if not isinstance(tool, FunctionTool):
+            name = getattr(tool, "name", "")
+            raise InvalidEventError(
+                f"the agent's tool {name!r} is a {type(tool).__name__}, which turnlog cannot "
+                "put in a request it packs (only function tools and handoffs); nothing was "
+                "appended or sent. Run this agent with the SDK's own model, or leave the "
+                "tool out"
+            )
+        specs.append(
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.params_json_schema,
+            }
+        )
+    for handoff in handoffs:
+        specs.append(
+            {
+                "name": handoff.tool_name,
+                "description": handoff.tool_description,
+                "parameters": handoff.input_json_schema,
+            }
+        )
+    return specs
+
+
+def _settings_fields(
+    settings: ModelSettings,
+    output_schema: AgentOutputSchemaBase | None,
+    tools: list[Tool],
+    handoffs: list[Handoff],
+    has_tools: bool,
+) -> tuple[dict[str, object], dict[str, Any]]:
+    """The body fields of a call's settings and output schema, as the SDK's own
+    Responses model sends them, and the client's options (headers, query): no part
+    of the body. ``include`` is sorted (the SDK builds it from a set)."""
+    fields: dict[str, object] = {}
+
+    def put(name: str, value: object) -> None:
+        if value is not None:
+            fields[name] = _json(value)
+
+    put("temperature", settings.temperature)
+    put("top_p", settings.top_p)
+    put("truncation", settings.truncation)
+    choice = Converter.convert_tool_choice(settings.tool_choice, tools=tools, handoffs=handoffs)
+    if isinstance(choice, (str, dict)):  # (not omitted)
+        fields["tool_choice"] = _json(choice)
+    if has_tools:
+        put("parallel_tool_calls", settings.parallel_tool_calls)
+    text = Converter.get_response_format(output_schema)
+    text_fields: dict[str, Any] = dict(text) if isinstance(text, dict) else {}
+    if settings.verbosity is not None:
+        text_fields["verbosity"] = settings.verbosity
+    if text_fields:
+        fields["text"] = _json(text_fields)
+    put("store", settings.store)
+    put("prompt_cache_retention", settings.prompt_cache_retention)
+    put("reasoning", settings.reasoning)
+    put("metadata", settings.metadata)
+    put("context_management", settings.context_management)
+    include = set(settings.response_include or ())
+    if settings.top_logprobs is not None:
+        include.add("message.output_text.logprobs")
+    if include:
+        fields["include"] = sorted(str(_json(i)) for i in include)
+    extra = dict(settings.extra_args or {})
+    if settings.top_logprobs is not None:
+        extra["top_logprobs"] = settings.top_logprobs
+    for name, value in extra.items():
+        if name in fields:
+            raise InvalidArgumentError(
+                f"ModelSettings.extra_args sets {name!r}, which the settings set already; "
+                "nothing was appended or sent. Set it in one place"
+            )
+        fields[name] = _json(value)
+    body = settings.extra_body
+    if body is not None and not isinstance(body, Mapping):
+        raise InvalidArgumentError(
+            f"ModelSettings.extra_body must be a mapping of body fields, not a "
+            f"{type(body).__name__}; nothing was appended or sent"
+        )
+    for name, value in (body or {}).items():
+        fields[str(name)] = _json(value)
+    options: dict[str, Any] = {}
+    if settings.extra_headers:
+        options["extra_headers"] = settings.extra_headers
+    if settings.extra_query:
+        options["extra_query"] = settings.extra_query
+    return fields, options
+
+
+def _json(value: object) -> object:
+    """``value`` as JSON values (a pydantic model as its fields set, without None)."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return _json(dump(mode="json", exclude_none=True))
+    if isinstance(value, Mapping):
+        return {str(k): _json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json(v) for v in value]
+    return value
