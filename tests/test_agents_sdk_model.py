@@ -30,9 +30,20 @@ from turnlog import Packer, Replayer
 from turnlog.adapters.examples import agents_sdk
 from turnlog.adapters.integrations.openai_agents import TurnlogModel
 from turnlog.adapters.providers import renderer_for
-from turnlog.adapters.providers.fakeserver import FakeReply, FakeServer, http_error
+from turnlog.adapters.providers.fakeserver import (
+    FakeReply,
+    FakeServer,
+    http_error,
+    overflow_error,
+)
 from turnlog.errors import InvalidArgumentError, InvalidEventError
-from turnlog.events import RequestIssued, ResponseReceived, ToolCall, UserMessageAdded
+from turnlog.events import (
+    ProviderErrorReceived,
+    RequestIssued,
+    ResponseReceived,
+    ToolCall,
+    UserMessageAdded,
+)
 
 set_tracing_disabled(True)
 
@@ -397,3 +408,46 @@ def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appende
     else:
         assert isinstance(error, InvalidArgumentError)
         assert "output_reserve" in str(error) and "max_tokens" in str(error)
+
+
+def test_a_provider_error_is_recorded_and_an_overflow_makes_the_next_call_recover(
+    tmp_path: Path,
+) -> None:
+    """An error status is recorded as the provider's error before the SDK sees it;
+    after a context overflow, the SDK's retry is packed as a recovery."""
+    script = [overflow_error(), FakeReply(text="Recovered.")]
+
+    async def main() -> tuple[str, list[type[Any]], list[bool], list[bool]]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(script) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            retry = ModelRetrySettings(max_retries=1, policy=retry_policies.http_status([400]))
+            agent = Agent(
+                name="a",
+                instructions="Be brief.",
+                model=model,
+                model_settings=ModelSettings(retry=retry),
+            )
+            result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            kinds = [type(e.body) for e in log.read("s")]
+            replayer = Replayer(Packer(log))
+            replayed = []
+            stages = []
+            for seq in replayer.requests("s"):
+                record = log.get("s", seq).body
+                assert isinstance(record, RequestIssued)
+                render = renderer_for(record, blobs=log.blob)
+                replayed.append(replayer.replay("s", seq, render=render).ok)
+                stages.append(replayer.repack("s", seq).recovery)
+            return str(result.final_output), kinds, replayed, stages
+
+    output, kinds, replayed, stages = asyncio.run(main())
+    assert output == "Recovered."
+    assert kinds.count(ProviderErrorReceived) == 1
+    assert kinds.index(ProviderErrorReceived) < kinds.index(ResponseReceived)
+    # (too short a session to compact: the recovery pack itself is the recovery)
+    assert stages == [False, True]
+    assert replayed == [True, True]

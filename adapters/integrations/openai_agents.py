@@ -76,6 +76,7 @@ from agents.models.interface import Model, ModelTracing
 from agents.models.openai_responses import Converter
 from agents.tool import FunctionTool, Tool
 from agents.usage import Usage
+from openai import APIStatusError
 from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from turnlog import Draft, Log, Packer, Policy
@@ -563,7 +564,10 @@ class TurnlogModel(Model):
     2. packs the prompt from the log under the session's policy and records the
        ``RequestIssued`` with the rendered ``openai-responses`` body (`AsyncSession.prepare`);
     3. sends that body with the given ``AsyncOpenAI`` client (``responses.create``);
-    4. records the response (`AsyncSession.record`) and returns it to the SDK.
+    4. records the response (`AsyncSession.record`) and returns it to the SDK; an
+       error status is recorded as the provider's error (``ProviderErrorReceived``)
+       before the SDK gets the exception, and after a context overflow the next
+       call packs a recovery (see `Session.prepare`).
 
     So ``turnlog replay`` reproduces every request the SDK made. ``stream_response``
     does the same and gives the SDK the finished response as one
@@ -733,7 +737,15 @@ class TurnlogModel(Model):
             await self.session.tools(specs)
         self.session._body_fields(fields, max_tokens)
         request = await self.session.prepare()
-        response: Response = await self.client.responses.create(**request.json(), **options)
+        try:
+            response: Response = await self.client.responses.create(**request.json(), **options)
+        except APIStatusError as exc:
+            # The provider's refusal is part of what happened: recorded as its error
+            # (a context overflow makes the next call recover), then the SDK's to handle.
+            await self.session.record(
+                exc.response.content, status=exc.status_code, request_seq=request.request_seq
+            )
+            raise
         await self.session.record(response, request_seq=request.request_seq)
         self._previous = items
         self._last_input = len(items) + len(response.output)
