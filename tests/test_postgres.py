@@ -126,6 +126,32 @@ def test_a_missing_schema_opened_read_only_is_refused_and_not_created() -> None:
     assert found is None
 
 
+@pytest.mark.parametrize(
+    "verb",
+    [
+        ["sessions"],
+        ["verify"],
+        ["erase", "s", "--reason", "r"],
+        ["pack", "s", "--record"],
+        ["compact", "s"],
+    ],
+)
+def test_a_missing_schema_on_the_command_line_exits_4_and_is_not_created(
+    capsys: pytest.CaptureFixture[str], verb: list[str]
+) -> None:
+    """As a missing LMDB store: exit 4 with the command line's hint (not the library's
+    create=True), and a verb that appends does not create the tables."""
+    url = pgserver.shared().url(schema="cli_never_created")
+    assert main(["--store", url, *verb]) == 4
+    err = capsys.readouterr().err
+    assert "no turnlog store" in err and "turnlog demo" in err and "create=" not in err
+    with admin(pgserver.shared()) as conn:
+        found = conn.execute(
+            "SELECT 1 FROM information_schema.schemata WHERE schema_name = 'cli_never_created'"
+        ).fetchone()
+    assert found is None
+
+
 def test_a_bad_schema_name_or_pool_size_is_an_argument_error() -> None:
     with pytest.raises(turnlog.errors.InvalidArgumentError, match="schema"):
         turnlog.open(pgserver.shared().url(schema="Bad-Name"))
@@ -250,13 +276,13 @@ def _no_secret_in_any_verb(
         )
         + "&pool_timeout=1"
     )
-    for bad in (
-        dead,
-        url.replace("/postgres?", "/no_such_db?"),
-        url.replace("schema=", "schema=missing"),
+    for bad, code in (
+        (dead, 3),
+        (url.replace("/postgres?", "/no_such_db?"), 3),
+        (url.replace("schema=", "schema=missing"), 4),  # no store: as a missing directory
     ):
-        assert run(["--store", bad, "sessions"]) == 3
-        assert run(["--store", bad, "log", "s", "--json"]) == 3
+        assert run(["--store", bad, "sessions"]) == code
+        assert run(["--store", bad, "log", "s", "--json"]) == code
     assert run(["copy", dead, lmdb + "2"]) == 3
     assert run(["copy", lmdb, dead]) == 3
     return ran

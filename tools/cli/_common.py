@@ -156,11 +156,17 @@ def _resolve_session(log: turnlog.Log, given: str) -> str:
 
 def _open_store(value: str, *, write: bool = False, create: bool = False) -> turnlog.Log:
     if _is_url(value):
-        if write and not create:
-            # A schema without turnlog's tables is refused as a read verb refuses it,
-            # before opening for writing would create them.
-            turnlog.open(value, readonly=True).close()
-        return turnlog.open(value, readonly=not write)
+        try:
+            # A schema without turnlog's tables is refused by every verb but those that
+            # create a store (opening for writing would create them).
+            return turnlog.open(value, readonly=not write, create=write and create)
+        except turnlog.errors.StoreNotFoundError:
+            where = turnlog.stores.hide_credentials(value)
+            raise _NoStoreError(
+                f"no turnlog store at {where} (its schema has no turnlog tables); check "
+                "--store or TURNLOG_STORE (create a store with `turnlog demo` or `turnlog "
+                "import`, or by appending to it)"
+            ) from None
     path = Path(value)
     where = turnlog.stores.hide_credentials(str(path))
     try:
