@@ -80,7 +80,7 @@ from openai import APIStatusError
 from openai.types.responses import Response, ResponseCompletedEvent
 from openai.types.responses.response_prompt_param import ResponsePromptParam
 from turnlog import Draft, Log, Packer, Policy
-from turnlog.errors import InvalidArgumentError, InvalidEventError
+from turnlog.errors import InvalidArgumentError, InvalidEventError, KernelError
 from turnlog.events import (
     AssistantMessageAdded,
     BlobRef,
@@ -742,9 +742,12 @@ class TurnlogModel(Model):
         except APIStatusError as exc:
             # The provider's refusal is part of what happened: recorded as its error
             # (a context overflow makes the next call recover), then the SDK's to handle.
-            await self.session.record(
-                exc.response.content, status=exc.status_code, request_seq=request.request_seq
-            )
+            try:
+                await self.session.record(
+                    exc.response.content, status=exc.status_code, request_seq=request.request_seq
+                )
+            except KernelError as failed:  # the SDK still gets the provider's error
+                exc.add_note(f"turnlog could not record this error: {failed}")
             raise
         await self.session.record(response, request_seq=request.request_seq)
         self._previous = items
