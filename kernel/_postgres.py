@@ -1852,6 +1852,11 @@ class _Listener:
             self._polling = True
             self._release()
             return None
+        except BaseException:
+            # (a connection that LISTENs without the lock would never be notified:
+            # the next wait starts again on a new one)
+            self._release()
+            raise
         return conn
 
     def _release(self) -> None:

@@ -1265,6 +1265,123 @@ def test_a_follower_that_starts_while_a_writer_appends_misses_no_commit(
         follower_log.close()
 
 
+def test_a_follower_reads_the_head_only_once_it_holds_the_followers_lock(
+    server: pgserver.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that found nobody following holds the key until its notification's
+    transaction ends, after its commit; a follower that starts meanwhile waits for the
+    key and reads the head then. Here the key is held while a commit that notifies
+    nobody lands: a follower that read the head before taking the key would wait
+    for a notification that never comes."""
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
+    url = server.url(schema="order")
+    writer = turnlog.open(url)
+    quiet = turnlog.Log(PostgresStore(url, notify=False))  # commits, notifies nobody
+    holder = admin(server)
+    try:
+        writer.append("s", UserMessageAdded(text="first"))
+        holder.execute("BEGIN")
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s)", (postgres_module.follow_key("turnlog.order"),)
+        )
+        woken: list[bool] = []
+        follower = threading.Thread(
+            target=lambda: woken.append(writer.store.wait("s", 0, 30.0)),  # type: ignore[attr-defined]
+            daemon=True,
+        )
+        follower.start()
+        while not any(row[2] == "advisory" for row in waiting_for_locks(server)):
+            threading.Event().wait(0.01)
+        quiet.append("s", UserMessageAdded(text="unannounced"))
+        holder.execute("COMMIT")
+        follower.join(timeout=20)
+        assert woken == [True]
+    finally:
+        holder.close()
+        quiet.close()
+        writer.close()
+
+
+def waiting_for_locks(server: pgserver.Server) -> list[tuple[object, ...]]:
+    """``(pid, wait_event_type, wait_event)`` of the backends waiting for a lock."""
+    with admin(server) as conn:
+        return conn.execute(
+            "SELECT pid, wait_event_type, wait_event FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock'"
+        ).fetchall()
+
+
+def test_a_follower_whose_lock_request_fails_starts_again_on_a_new_connection(
+    server: pgserver.Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LISTENing connection left without the followers' lock would never be
+    notified: when the lock request fails (here past lock_timeout), the connection
+    is closed, and the next wait takes a new one with the lock."""
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
+    url = server.url(schema="lockfail", options="-c%20lock_timeout%3D200")
+    log = turnlog.open(url)
+    holder = admin(server)
+    try:
+        log.append("s", UserMessageAdded(text="first"))
+        holder.execute("BEGIN")
+        holder.execute(
+            "SELECT pg_advisory_xact_lock(%s)", (postgres_module.follow_key("turnlog.lockfail"),)
+        )
+        with log.store.listen() as wait:  # type: ignore[attr-defined]
+            with pytest.raises(StoreUnavailableError):
+                wait("s", 0, 5.0)
+            assert listening(server) == []
+            holder.execute("COMMIT")
+            woken: list[bool] = []
+            follower = threading.Thread(target=lambda: woken.append(wait("s", 0, 30.0)))
+            follower.start()
+            while len(listening(server)) < 1 and follower.is_alive():
+                threading.Event().wait(0.01)
+            started = time.monotonic()
+            log.append("s", UserMessageAdded(text="second"))
+            follower.join(timeout=20)
+            assert woken == [True] and time.monotonic() - started < 5
+    finally:
+        holder.close()
+        log.close()
+
+
+def test_a_write_of_several_sessions_notifies_each_only_while_somebody_follows(
+    server: pgserver.Server,
+) -> None:
+    """The notification of a write that moves several heads names each session, and
+    is sent only while somebody holds the followers' lock (the lock is tried per row)."""
+    store = PostgresStore(server.url(schema="multi"))
+    spy = admin(server)
+    follower = admin(server)
+    try:
+        spy.execute('LISTEN "turnlog.multi"')
+
+        def write_both(seq: int) -> None:
+            # (raw rows through the store: one transaction that moves two heads)
+            def fn(txn: WriteTxn) -> None:
+                for session in ("a", "b"):
+                    txn.put_event(session, seq, b"row")
+                    txn.set_head(session, seq, bytes(32))
+
+            store.write(fn)
+
+        def heard() -> list[str]:
+            return sorted(n.payload for n in spy.notifies(timeout=0.3, stop_after=10))
+
+        write_both(0)
+        assert heard() == []
+        follower.execute(
+            "SELECT pg_advisory_lock_shared(%s)", (postgres_module.follow_key("turnlog.multi"),)
+        )
+        write_both(1)
+        assert heard() == ["a", "b"]
+    finally:
+        spy.close()
+        follower.close()
+        store.close()
+
+
 def listening(server: pgserver.Server) -> list[tuple[object, ...]]:
     """The backends of ``server`` that follow (hold a follower's advisory lock) or whose
     last statement was a LISTEN."""
@@ -1354,10 +1471,11 @@ def test_a_follower_rides_out_restarts_and_a_terminated_connection_missing_nothi
         while not listening(server) and follower.is_alive():
             append(f"m{n}")
             n += 1
+        followers = [row[0] for row in listening(server)]
+        assert followers
         with admin(server) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'"
-            )
+            for pid in followers:
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         for _ in range(15):
             append(f"m{n}")
             n += 1
