@@ -885,7 +885,9 @@ class _Core:
     def _body_fields(self, extra: Mapping[str, object], max_tokens: int | None) -> None:
         """Render the next requests with these top-level fields and output cap. Each
         request records them (``render_args``), so replay renders it as it was sent."""
-        if dict(extra) == dict(self.extra) and max_tokens == self.max_tokens:
+        if render_args(max_tokens=max_tokens, extra=extra) == render_args(
+            max_tokens=self.max_tokens, extra=self.extra
+        ):  # (compared as recorded: 1, 1.0 and True are three values)
             return
         self._render = renderer(
             self.format, model=self.model, max_tokens=max_tokens, blobs=self.log.blob, extra=extra

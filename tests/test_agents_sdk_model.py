@@ -21,6 +21,7 @@ from agents import (
     RunConfig,
     Runner,
     WebSearchTool,
+    function_tool,
     set_tracing_disabled,
 )
 from agents.retry import ModelRetrySettings, retry_policies
@@ -375,7 +376,9 @@ def test_model_settings_output_schema_and_handoffs_reach_the_body_and_replay(
     assert all("x-turnlog-test" not in json.dumps(b).lower() for b in bodies)
 
 
-@pytest.mark.parametrize("case", ["hosted tool", "max_tokens above the reserve"])
+@pytest.mark.parametrize(
+    "case", ["hosted tool", "max_tokens above the reserve", "a field turnlog renders"]
+)
 def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appended(
     tmp_path: Path, case: str
 ) -> None:
@@ -389,6 +392,10 @@ def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appende
             )
             if case == "hosted tool":
                 agent = Agent(name="a", model=model, tools=[WebSearchTool()])
+            elif case == "a field turnlog renders":
+                agent = Agent(
+                    name="a", model=model, model_settings=ModelSettings(extra_args={"input": []})
+                )
             else:
                 reserve = turnlog.Policy().resolved().output_reserve
                 agent = Agent(
@@ -405,6 +412,8 @@ def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appende
     if case == "hosted tool":
         assert isinstance(error, InvalidEventError)
         assert "WebSearchTool" in str(error)
+    elif case == "a field turnlog renders":
+        assert isinstance(error, InvalidArgumentError) and "'input'" in str(error)
     else:
         assert isinstance(error, InvalidArgumentError)
         assert "output_reserve" in str(error) and "max_tokens" in str(error)
@@ -451,3 +460,43 @@ def test_a_provider_error_is_recorded_and_an_overflow_makes_the_next_call_recove
     # (too short a session to compact: the recovery pack itself is the recovery)
     assert stages == [False, True]
     assert replayed == [True, True]
+
+
+@function_tool
+def web_search(query: str) -> str:
+    """Search the project's own notes (a function tool, not the hosted one)."""
+    return f"notes on {query}"
+
+
+def test_a_field_newer_than_the_client_and_a_function_named_like_a_hosted_tool(
+    tmp_path: Path,
+) -> None:
+    """``extra_body`` fields the client's ``create`` does not name still reach the body
+    (through its own ``extra_body``), and ``tool_choice`` naming a function tool that
+    shares a hosted tool's name chooses the function, as the SDK's own model does."""
+    settings = ModelSettings(tool_choice="web_search", extra_body={"some_new_field": 1})
+
+    async def main() -> tuple[dict[str, Any], bool]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer([FakeReply(text="ok")]) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="a", model=model, tools=[web_search], model_settings=settings)
+            await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            replayer = Replayer(Packer(log))
+            (seq,) = replayer.requests("s")
+            record = log.get("s", seq).body
+            assert isinstance(record, RequestIssued)
+            render = renderer_for(record, blobs=log.blob)
+            assert render is not None
+            same = json.loads(render(replayer.repack("s", seq).prompt)) == json.loads(
+                server.requests[0].body
+            )
+            return json.loads(server.requests[0].body), same
+
+    body, same = asyncio.run(main())
+    assert body["some_new_field"] == 1
+    assert body["tool_choice"] == {"type": "function", "name": "web_search"}
+    assert same

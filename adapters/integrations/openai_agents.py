@@ -59,6 +59,7 @@ rebuild on a conflict with another writer.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -693,7 +694,7 @@ class TurnlogModel(Model):
         handoffs: list[Handoff],
     ) -> Response:
         specs = _tool_specs(tools, handoffs)
-        fields, options = _settings_fields(settings, output_schema, tools, handoffs, bool(specs))
+        fields, options = _settings_fields(settings, output_schema, tools, handoffs, specs)
         max_tokens = self._max_tokens
         if settings.max_tokens is not None:
             reserve = await asyncio.to_thread(self.session._output_reserve)
@@ -738,7 +739,10 @@ class TurnlogModel(Model):
         self.session._body_fields(fields, max_tokens)
         request = await self.session.prepare()
         try:
-            response: Response = await self.client.responses.create(**request.json(), **options)
+            create = self.client.responses.create
+            response: Response = await create(
+                **_create_arguments(create, request.json()), **options
+            )
         except APIStatusError as exc:
             # The provider's refusal is part of what happened: recorded as its error
             # (a context overflow makes the next call recover), then the SDK's to handle.
@@ -753,6 +757,28 @@ class TurnlogModel(Model):
         self._previous = items
         self._last_input = len(items) + len(response.output)
         return response
+
+
+#: The fields of a Responses body that turnlog renders (`_settings_fields` may not set them).
+_RENDERED = frozenset({"model", "input", "instructions", "tools", "max_output_tokens"})
+
+#: What the client's ``create`` takes besides the body's fields.
+_CLIENT_OPTIONS = frozenset({"extra_headers", "extra_query", "extra_body", "timeout"})
+
+
+def _create_arguments(create: Callable[..., Any], body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` as the keyword arguments of the client's ``create``: the fields it names
+    as themselves, the others (newer than the client) through ``extra_body``, which it
+    sends as they are."""
+    try:
+        named = set(inspect.signature(create).parameters) - _CLIENT_OPTIONS
+    except (TypeError, ValueError):  # (a client whose create has no signature)
+        return body
+    arguments = {k: v for k, v in body.items() if k in named}
+    others = {k: v for k, v in body.items() if k not in named}
+    if others:
+        arguments["extra_body"] = others
+    return arguments
 
 
 def _tool_specs(tools: list[Tool], handoffs: list[Handoff]) -> list[dict[str, Any]]:
@@ -791,7 +817,7 @@ def _settings_fields(
     output_schema: AgentOutputSchemaBase | None,
     tools: list[Tool],
     handoffs: list[Handoff],
-    has_tools: bool,
+    specs: list[dict[str, Any]],
 ) -> tuple[dict[str, object], dict[str, Any]]:
     """The body fields of a call's settings and output schema, as the SDK's own
     Responses model sends them, and the client's options (headers, query): no part
@@ -805,10 +831,16 @@ def _settings_fields(
     put("temperature", settings.temperature)
     put("top_p", settings.top_p)
     put("truncation", settings.truncation)
-    choice = Converter.convert_tool_choice(settings.tool_choice, tools=tools, handoffs=handoffs)
+    choice = Converter.convert_tool_choice(
+        settings.tool_choice,
+        tools=tools,
+        handoffs=handoffs,
+        # (a function tool named like a hosted one, "web_search"..., is chosen as a function)
+        tool_params=cast(Any, [{"type": "function", "name": spec["name"]} for spec in specs]),
+    )
     if isinstance(choice, (str, dict)):  # (not omitted)
         fields["tool_choice"] = _json(choice)
-    if has_tools:
+    if specs:
         put("parallel_tool_calls", settings.parallel_tool_calls)
     text = Converter.get_response_format(output_schema)
     text_fields: dict[str, Any] = dict(text) if isinstance(text, dict) else {}
@@ -818,6 +850,7 @@ def _settings_fields(
         fields["text"] = _json(text_fields)
     put("store", settings.store)
     put("prompt_cache_retention", settings.prompt_cache_retention)
+    put("prompt_cache_options", settings.prompt_cache_options)
     put("reasoning", settings.reasoning)
     put("metadata", settings.metadata)
     put("context_management", settings.context_management)
@@ -844,6 +877,13 @@ def _settings_fields(
         )
     for name, value in (body or {}).items():
         fields[str(name)] = _json(value)
+    clash = sorted(set(fields) & _RENDERED)
+    if clash:
+        raise InvalidArgumentError(
+            f"ModelSettings.extra_args or extra_body sets {', '.join(map(repr, clash))}, which "
+            "turnlog renders from the log and the policy; nothing was appended or sent. "
+            "Leave it out (ModelSettings.max_tokens sets the output cap)"
+        )
     options: dict[str, Any] = {}
     if settings.extra_headers:
         options["extra_headers"] = settings.extra_headers
