@@ -578,10 +578,11 @@ class TurnlogModel(Model):
     SDK's own Responses model sends them (``temperature``, ``top_p``,
     ``truncation``, ``tool_choice``, ``parallel_tool_calls``, ``text``, ``store``,
     ``reasoning``, ``metadata``, ``include``, ``top_logprobs``,
-    ``prompt_cache_retention``, ``context_management``, ``extra_args`` and
-    ``extra_body``), recorded with the request so that replay renders it as it was
-    sent; ``extra_headers`` and ``extra_query`` go to the client and are no part of
-    the body. ``max_tokens`` replaces the output cap (``max_output_tokens``), at
+    ``prompt_cache_retention``, ``prompt_cache_options``, ``context_management``,
+    ``extra_args`` and ``extra_body``), recorded with the request so that replay
+    renders it as it was sent (a field the client's ``create`` does not name goes
+    through its ``extra_body``); ``extra_headers`` and ``extra_query`` go to the
+    client and are no part of the body. ``max_tokens`` replaces the output cap (``max_output_tokens``), at
     most the policy's ``output_reserve`` (the room packing left for the reply).
     The agent's function tools and its handoffs are the request's tools; a tool of
     another kind (a hosted tool, a computer) is refused with ``InvalidEventError``
