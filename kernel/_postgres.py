@@ -305,7 +305,7 @@ def _command(conn: Connection[TupleRow], query: bytes) -> _Answer:
     pipeline = conn._pipeline
     if not _QUEUE_STEPS or pipeline is None:
         return _queue(conn, query)  # pragma: no cover
-    answer = _Command(conn.pgconn._encoding)
+    answer = _Command(conn.info.encoding)
     pipeline.command_queue.append(functools.partial(conn.pgconn.send_query_params, query, None))
     pipeline.result_queue.append((answer, None))  # type: ignore[arg-type]
     return answer
