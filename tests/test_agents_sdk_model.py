@@ -123,6 +123,15 @@ def test_a_new_run_as_long_as_the_last_call_appends_all_of_its_input(tmp_path: P
     assert "my name is Ada" in second and "I live in Paris" in second
 
 
+def _retrying(log: turnlog.Log, client: AsyncOpenAI, status: int) -> Agent[Any]:
+    """An agent on a `TurnlogModel` of session "s" whose SDK retries once on ``status``."""
+    model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+    retry = ModelRetrySettings(max_retries=1, policy=retry_policies.http_status([status]))
+    return Agent(
+        name="a", instructions="Be brief.", model=model, model_settings=ModelSettings(retry=retry)
+    )
+
+
 def test_a_retried_call_appends_its_input_once(tmp_path: Path) -> None:
     # The SDK's retry of a failed request appended the run's input a second time.
     async def main() -> tuple[list[str], str]:
@@ -131,14 +140,7 @@ def test_a_retried_call_appends_its_input_once(tmp_path: Path) -> None:
             client = AsyncOpenAI(
                 base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
             )
-            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            retry = ModelRetrySettings(max_retries=1, policy=retry_policies.http_status([500]))
-            agent = Agent(
-                name="a",
-                instructions="Be brief.",
-                model=model,
-                model_settings=ModelSettings(retry=retry),
-            )
+            agent = _retrying(log, client, 500)
             result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
             assert result.final_output == "Hello."
             await client.close()
@@ -431,14 +433,7 @@ def test_a_provider_error_is_recorded_and_an_overflow_makes_the_next_call_recove
             client = AsyncOpenAI(
                 base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
             )
-            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            retry = ModelRetrySettings(max_retries=1, policy=retry_policies.http_status([400]))
-            agent = Agent(
-                name="a",
-                instructions="Be brief.",
-                model=model,
-                model_settings=ModelSettings(retry=retry),
-            )
+            agent = _retrying(log, client, 400)
             result = await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
             await client.close()
             kinds = [type(e.body) for e in log.read("s")]

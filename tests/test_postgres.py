@@ -1280,10 +1280,7 @@ def test_a_follower_reads_the_head_only_once_it_holds_the_followers_lock(
     holder = admin(server)
     try:
         writer.append("s", UserMessageAdded(text="first"))
-        holder.execute("BEGIN")
-        holder.execute(
-            "SELECT pg_advisory_xact_lock(%s)", (postgres_module.follow_key("turnlog.order"),)
-        )
+        hold_followers_key(holder, "order")
         woken: list[bool] = []
         follower = threading.Thread(
             target=lambda: woken.append(writer.store.wait("s", 0, 30.0)),  # type: ignore[attr-defined]
@@ -1300,6 +1297,15 @@ def test_a_follower_reads_the_head_only_once_it_holds_the_followers_lock(
         holder.close()
         quiet.close()
         writer.close()
+
+
+def hold_followers_key(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> None:
+    """Hold the key of ``schema``'s followers as a writer's notification does, in a
+    transaction ``conn`` ends with COMMIT."""
+    conn.execute("BEGIN")
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(%s)", (postgres_module.follow_key(f"turnlog.{schema}"),)
+    )
 
 
 def waiting_for_locks(server: pgserver.Server) -> list[tuple[object, ...]]:
@@ -1323,10 +1329,7 @@ def test_a_follower_whose_lock_request_fails_starts_again_on_a_new_connection(
     holder = admin(server)
     try:
         log.append("s", UserMessageAdded(text="first"))
-        holder.execute("BEGIN")
-        holder.execute(
-            "SELECT pg_advisory_xact_lock(%s)", (postgres_module.follow_key("turnlog.lockfail"),)
-        )
+        hold_followers_key(holder, "lockfail")
         with log.store.listen() as wait:  # type: ignore[attr-defined]
             with pytest.raises(StoreUnavailableError):
                 wait("s", 0, 5.0)
