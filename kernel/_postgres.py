@@ -1842,8 +1842,16 @@ class _Listener:
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(store._channel)))
             # Writers notify only while somebody holds this (see `_NOTIFY`); taken
-            # after the LISTEN and before `wait` reads the head.
-            conn.execute(_FOLLOW, (follow_key(store._channel),))
+            # after the LISTEN and before `wait` reads the head. A writer holds it for
+            # the moment its notification's transaction lasts: waited for at most
+            # pool_timeout (a transaction stuck there is an outage, as a server that
+            # does not answer), and the lock, session-wide, outlives the transaction.
+            with conn.transaction():
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)",
+                    (str(max(1, int(store._timeout * 1000))),),
+                )
+                conn.execute(_FOLLOW, (follow_key(store._channel),))
         except (
             pg_errors.FeatureNotSupported,
             pg_errors.ReadOnlySqlTransaction,

@@ -1321,10 +1321,10 @@ def test_a_follower_whose_lock_request_fails_starts_again_on_a_new_connection(
     server: pgserver.Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A LISTENing connection left without the followers' lock would never be
-    notified: when the lock request fails (here past lock_timeout), the connection
+    notified: when the lock request fails (here past pool_timeout), the connection
     is closed, and the next wait takes a new one with the lock."""
     monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
-    url = server.url(schema="lockfail", options="-c%20lock_timeout%3D200")
+    url = server.url(schema="lockfail", pool_timeout="1")
     log = turnlog.open(url)
     holder = admin(server)
     try:
@@ -1344,6 +1344,27 @@ def test_a_follower_whose_lock_request_fails_starts_again_on_a_new_connection(
             log.append("s", UserMessageAdded(text="second"))
             follower.join(timeout=20)
             assert woken == [True] and time.monotonic() - started < 5
+    finally:
+        holder.close()
+        log.close()
+
+
+def test_a_follower_waits_for_the_followers_key_at_most_pool_timeout(
+    server: pgserver.Server,
+) -> None:
+    """A writer holds the key only while its notification's transaction lasts; one
+    stuck there is waited for at most pool_timeout, then the wait is an outage
+    (StoreUnavailableError, which `Log.follow` rides out), not a hang."""
+    log = turnlog.open(server.url(schema="stuck", pool_timeout="1"))
+    holder = admin(server)
+    try:
+        log.append("s", UserMessageAdded(text="first"))
+        hold_followers_key(holder, "stuck")
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailableError):
+            log.store.wait("s", 0, 30.0)  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 10
+        assert listening(server) == []
     finally:
         holder.close()
         log.close()

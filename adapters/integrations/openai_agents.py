@@ -582,8 +582,9 @@ class TurnlogModel(Model):
     ``extra_args`` and ``extra_body``), recorded with the request so that replay
     renders it as it was sent (a field the client's ``create`` does not name goes
     through its ``extra_body``); ``extra_headers`` and ``extra_query`` go to the
-    client and are no part of the body. ``max_tokens`` replaces the output cap (``max_output_tokens``), at
-    most the policy's ``output_reserve`` (the room packing left for the reply).
+    client and are no part of the body. ``max_tokens`` replaces the output cap
+    (``max_output_tokens``), at most the policy's ``output_reserve`` (the room
+    packing left for the reply).
     The agent's function tools and its handoffs are the request's tools; a tool of
     another kind (a hosted tool, a computer) is refused with ``InvalidEventError``
     naming it, before anything is appended or sent. Give every agent of a run that
