@@ -1287,7 +1287,9 @@ def test_a_follower_reads_the_head_only_once_it_holds_the_followers_lock(
             daemon=True,
         )
         follower.start()
+        deadline = time.monotonic() + 10
         while not any(row[2] == "advisory" for row in waiting_for_locks(server)):
+            assert time.monotonic() < deadline, "the follower did not wait for the key"
             threading.Event().wait(0.01)
         quiet.append("s", UserMessageAdded(text="unannounced"))
         holder.execute("COMMIT")
