@@ -66,7 +66,11 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "v0.1.0" / "store"
 
 try:
     from eventsourcing.persistence import IntegrityError, StoredEvent
-    from eventsourcing.postgres import PostgresAggregateRecorder, PostgresDatastore
+    from eventsourcing.postgres import (
+        PostgresAggregateRecorder,
+        PostgresApplicationRecorder,
+        PostgresDatastore,
+    )
 
     HAVE_ES = True
 except ImportError:  # the peer is optional: its column stays empty
@@ -150,11 +154,17 @@ def raw_append(server: pgserver.Server, records: list[bytes], batch: int) -> flo
         return _timed(run)
 
 
-def es_recorder(server: pgserver.Server, pool: int = 2) -> Any:
+def es_recorder(server: pgserver.Server, pool: int = 2, *, application: bool = False) -> Any:
+    """eventsourcing's aggregate recorder, or with ``application`` its application
+    recorder (the one whose readers follow a notification log: it locks its table and
+    sends a NOTIFY in every append's transaction)."""
     datastore = PostgresDatastore(
         "postgres", str(server.root), server.port, "postgres", "", pool_size=pool
     )
-    recorder = PostgresAggregateRecorder(datastore, events_table_name="es_events")
+    if application:
+        recorder: Any = PostgresApplicationRecorder(datastore, events_table_name="es_app_events")
+    else:
+        recorder = PostgresAggregateRecorder(datastore, events_table_name="es_events")
     recorder.create_table()
     return recorder
 
@@ -163,8 +173,10 @@ def es_append(
     server: pgserver.Server,
     records: list[bytes],
     batch: int,
+    *,
+    application: bool = False,
 ) -> tuple[float, str]:
-    recorder = es_recorder(server)
+    recorder = es_recorder(server, application=application)
     stream = uuid.uuid4()
 
     def run() -> None:

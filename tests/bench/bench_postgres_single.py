@@ -46,12 +46,6 @@ from tests import pgserver
 from tests.bench.bench_log import make_events, stored_records
 from tests.bench.bench_postgres import es_append, es_recorder, raw_append
 
-try:
-    from eventsourcing.persistence import StoredEvent
-    from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
-except ImportError:  # pragma: no cover - the bench says what to install
-    pass
-
 TURNLOG = "turnlog"
 RAW = "raw psycopg insert"
 PEER = "eventsourcing"
@@ -71,32 +65,6 @@ def turnlog_single(
         return time.perf_counter() - start
     finally:
         log.close()
-
-
-def es_application_append(server: pgserver.Server, records: list[bytes]) -> float:
-    """One-event appends by eventsourcing's application recorder, one per transaction."""
-    datastore = PostgresDatastore(
-        "postgres", str(server.root), server.port, "postgres", "", pool_size=2
-    )
-    recorder = PostgresApplicationRecorder(datastore, events_table_name="es_app_events")
-    recorder.create_table()
-    stream = uuid.uuid4()
-    try:
-        start = time.perf_counter()
-        for version, record in enumerate(records):
-            recorder.insert_events(
-                [
-                    StoredEvent(
-                        originator_id=stream,
-                        originator_version=version,
-                        topic="turnlog:event",
-                        state=record[64:],
-                    )
-                ]
-            )
-        return time.perf_counter() - start
-    finally:
-        datastore.close()
 
 
 def main(argv: list[str]) -> None:
@@ -125,7 +93,9 @@ def main(argv: list[str]) -> None:
             runs["turnlog, reads first"] = lambda: turnlog_single(url, drafts, assume=False)
             runs["turnlog, notify=False"] = lambda: turnlog_single(url, drafts, notify=False)
             runs["turnlog, no keys"] = lambda: turnlog_single(url, unkeyed)
-            runs["eventsourcing, application"] = lambda: es_application_append(server, records)
+            runs["eventsourcing, application"] = lambda: es_append(
+                server, records, 1, application=True
+            )[0]
         times: dict[str, list[float]] = {name: [] for name in runs}
         wal: dict[str, list[float]] = {name: [] for name in runs}
         with psycopg.connect(server.url(), autocommit=True) as admin:
