@@ -173,13 +173,20 @@ def test_prefixes_in_options_naming_sessions(
     assert {hit["session"] for hit in json.loads(out)["hits"]} == {"mem-beta"}
 
 
+def hello_store(tmp_path: Path) -> Path:
+    """A store under ``tmp_path`` whose one session, "chat", holds one user message."""
+    path = tmp_path / "store"
+    with turnlog.open(path) as log:
+        log.append("chat", UserMessageAdded(text="hello"))
+    return path
+
+
 def test_replay_refuses_a_request_and_all_at_once(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """``turnlog replay SESSION 3 --all`` replayed every request, ignoring 3."""
-    path = tmp_path / "store"
+    path = hello_store(tmp_path)
     with turnlog.open(path) as log:
-        log.append("chat", UserMessageAdded(text="hello"))
         seq = turnlog.Replayer(turnlog.Packer(log)).record("chat").request_seq
     code, out, err = run(capsys, "--store", str(path), "replay", "chat", str(seq), "--all")
     assert code == 2 and not out, out
@@ -273,9 +280,7 @@ def test_recall_of_no_results_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """``recall -k 0`` printed "no results" and exited 0."""
-    path = tmp_path / "store"
-    with turnlog.open(path) as log:
-        log.append("chat", UserMessageAdded(text="hello"))
+    path = hello_store(tmp_path)
     code, out, err = run(capsys, "--store", str(path), "recall", "hello", "-k", "0")
     assert code == 2 and not out and "-k" in err and "expected an integer >= 1" in err, err
     code, out, err = run(capsys, "--store", str(path), "recall", "hello", "-k", "1")
