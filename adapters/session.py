@@ -414,25 +414,20 @@ class _Core:
         info = table.lookup(model)
         #: The policy of a new session that names no policy: the model's, when known.
         self._model_policy = Policy.for_model(model, models=table) if info is not None else None
+        if packer is not None:
+            check_type(packer, Packer, "packer", what="None or a Packer of the same log")
+        self.log = log
+        self.id = session_id
+        self.policy = policy
+        self.packer = packer if packer is not None else Packer(log)
         if max_tokens is None and info is not None:
             # Every format gets the output cap the packer reserved room for (as
             # resolved: a reserve left at its default is scaled to the window), at most
-            # what the model may write. Only a model the table does not know goes
-            # without one where the API allows that: a cap above its output limit
-            # would be refused.
-            # A session that has a policy in force is packed with it: its reserve.
-            if packer is not None:
-                check_type(packer, Packer, "packer", what="None or a Packer of the same log")
-            else:
-                packer = Packer(log)
-            in_force = (
-                packer.policy_in_force(session_id)
-                if policy is None and log.head(session_id) is not None
-                else None
-            )
-            sized = policy or in_force or self._model_policy
-            assert sized is not None
-            max_tokens = min(sized.resolved().output_reserve, info.output_limit)
+            # what the model may write: the reserve of the policy the session is packed
+            # with (the one in force, for a session that has one and no ``policy``).
+            # Only a model the table does not know goes without one where the API
+            # allows that: a cap above its output limit would be refused.
+            max_tokens = min(self._output_reserve(), info.output_limit)
         if wire.max_tokens_required and max_tokens is None:
             raise RenderError(
                 f"the {format} format needs max_tokens (the API requires it) and "
@@ -449,19 +444,15 @@ class _Core:
                 with_type=True,
                 error=RenderError,
             )
-        self.log = log
-        self.id = session_id
         self.model = model
         self.format = format
         self.max_tokens = max_tokens
-        self.policy = policy
         fields: dict[str, object] = {}
         if stream:
             fields["stream"] = True
             fields.update(wire.stream_fields)
         fields.update(extra or {})
         self.extra: Mapping[str, object] = fields
-        self.packer = packer if packer is not None else Packer(log)
         self.replayer = Replayer(self.packer)
         self.compactor = Compactor(log, self.packer, summarizer=summarizer)
         self.auto_compact = auto_compact
