@@ -69,7 +69,12 @@ anything is inserted; the inserts are the other parts (from plain values for one
 event, "append_one": arrays cost psycopg's adaptation and the server's unnest). One
 round trip, one WAL flush. A write's statements are queued, not sent one by one
 (`_queue`): the pipeline's end writes them to the server at once and reads every
-answer. A store opened
+answer. An append of one event goes on libpq's pipeline directly
+(`_PostgresWrite._commit_wire`), without psycopg's pipeline object (about 100 µs of
+Python, as much as the server's work for the append): its statement, prepared on
+each connection's first use, runs alone in an implicit transaction that the sync
+after it commits, with no ``BEGIN`` or ``COMMIT``; the flush request between them
+still sends its answer first. A store opened
 for writing creates the function, also in a schema an older turnlog created
 (which still reads and writes it: the tables are unchanged); without the
 privilege, every write reads first.
@@ -85,12 +90,14 @@ meanwhile waits until that transaction ends, after the append's commit, so its
 read of the head finds the append. A committing ``NOTIFY`` holds a database-wide
 lock until its commit record is on disk, so the statement runs in a transaction
 of its own, after the append's, with ``synchronous_commit`` off (the append's
-``COMMIT AND CHAIN`` begins it; when it notifies, it writes a commit record of
-34 bytes that nobody waits to flush): inside the append's transaction, or
-waiting for its own flush, it would serialize every writer behind one fsync at a
-time. A failure of that second transaction (the lock past ``lock_timeout``, a
-full notification queue, the connection lost after the append's COMMIT) never
-fails the committed append: the notification is dropped.
+``COMMIT AND CHAIN`` begins it, or for one event the append's sync ends the
+append's implicit transaction and a second sync the notification's; when it
+notifies, it writes a commit record of 34 bytes that nobody waits to flush):
+inside the append's transaction, or waiting for its own flush, it would serialize
+every writer behind one fsync at a time. A failure of that second transaction
+(the lock past ``lock_timeout``, a full notification queue, the connection lost
+after the append's commit) never fails the committed append: the notification is
+dropped.
 A follower that misses a notification still re-reads the head every second.
 Opening the store checks that NOTIFY works in a transaction it rolls back,
 which takes no lock.
@@ -121,8 +128,10 @@ import logging
 import math
 import os
 import re
+import struct
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, LiteralString, TypeVar
@@ -154,12 +163,13 @@ try:
     import psycopg
     import psycopg_pool
     from psycopg import errors as pg_errors
-    from psycopg import pq, sql
+    from psycopg import generators, pq, sql
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
     from psycopg.pq import TransactionStatus
 except ImportError:  # the optional extra is not installed: PostgresStore says so
     _HAVE_PSYCOPG = False
     _QUEUE_STEPS = False
+    _WIRE = False
 else:
     _HAVE_PSYCOPG = True
     # The steps of psycopg's Cursor.execute that `_queue` runs without the send and
@@ -168,6 +178,11 @@ else:
     _QUEUE_STEPS = all(
         hasattr(psycopg.Cursor, name)
         for name in ("_start_query", "_convert_query", "_maybe_prepare_gen")
+    )
+    # A one-event append goes to libpq's pipeline directly (`_exchange`): libpq 14 and
+    # later have pipeline mode, psycopg 3.1 and later these generators.
+    _WIRE = pq.version() >= 140000 and all(
+        hasattr(generators, name) for name in ("send", "fetch_many")
     )
     # psycopg_pool logs every failed connection attempt as a warning; where the
     # application configured no logging, Python would print those on stderr
@@ -309,6 +324,65 @@ def _command(conn: Connection[TupleRow], query: bytes) -> _Answer:
     pipeline.command_queue.append(functools.partial(conn.pgconn.send_query_params, query, None))
     pipeline.result_queue.append((answer, None))  # type: ignore[arg-type]
     return answer
+
+
+# The statements an append of one event sends on the wire (`_PostgresWrite._commit_wire`),
+# prepared on each connection under these names.
+_WIRED = ("append_one", "append_one_keyed", "notify")
+_INT8 = struct.Struct(">q").pack
+_OIDS = {int: 20, bytes: 17, str: 25}  # int8, bytea, text: a parameter's type, by value
+
+
+def _numbered(query: bytes) -> bytes:
+    """A query's ``%s`` placeholders as ``$1``, ``$2``...: what libpq prepares."""
+    first, *rest = query.split(b"%s")
+    return first + b"".join(b"$%d" % n + part for n, part in enumerate(rest, 1))
+
+
+def _wire_value(value: object, encoding: str) -> bytes:
+    """A parameter in PostgreSQL's binary format (its type: `_OIDS`)."""
+    if isinstance(value, int):
+        return _INT8(value)
+    if isinstance(value, str):
+        return value.encode(encoding)
+    if isinstance(value, bytes):
+        return value
+    raise TypeError(f"no binary format for {type(value).__name__}")  # pragma: no cover
+
+
+def _exchange(
+    conn: Connection[TupleRow],
+    steps: Sequence[tuple[str, Callable[[], object]]],
+    answers: list[list[PGresult]],
+) -> None:
+    """Queue ``steps`` (a name, for the reader, and a libpq call) in libpq's pipeline mode,
+    send them in one write and read the answers up to the last sync, appending each
+    statement's results (a sync's alone) to ``answers`` as they arrive, so that a
+    caller whose connection failed midway knows which ones came back.
+
+    psycopg's pipeline object costs about 100 µs of Python per exchange, as much as
+    the server's whole work for an append: this drives libpq with psycopg's own
+    generators (its waits: interrupts cancel the statement) and nothing else.
+    """
+    pgconn = conn.pgconn
+    syncs = sum(name == "sync" for name, _ in steps)
+    pgconn.enter_pipeline_mode()
+    try:
+        for _, step in steps:
+            step()
+        conn.wait(generators.send(pgconn))
+        while syncs:
+            results = conn.wait(generators.fetch_many(pgconn))
+            if not results:  # pragma: no cover (libpq ends each answer, a sync's too)
+                raise psycopg.OperationalError("the server's answers ended before the sync")
+            answers.append(results)
+            syncs -= results[0].status == pq.ExecStatus.PIPELINE_SYNC
+    finally:
+        try:
+            pgconn.exit_pipeline_mode()
+        except psycopg.Error:
+            if pgconn.status != pq.ConnStatus.BAD:
+                conn.close()  # answers left unread: unusable (the pool replaces it)
 
 
 _DDL = [
@@ -764,6 +838,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         self._replaced: dict[tuple[str, int], bytes] = {}
         self._deleted: set[str] = set()
         self.begun = False
+        self.wired = False  # committed on libpq's pipeline (`_commit_wire`)
         self.committing = False
         self._flushed: int | None = None  # index in `sent` of the last answer flushed
         self._commit_at = 0  # index in `sent` of the COMMIT
@@ -890,13 +965,18 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
 
     def commit(self, channel: str | None) -> None:
         """Send every buffered write, the COMMIT and (with a ``channel``) the
-        notifications, in one pipeline: one round trip.
+        notifications, in one pipeline: one round trip (an append of one event:
+        `_commit_wire`).
 
         Once the COMMIT succeeded, nothing that follows it can fail the write: a
         notification that fails (the notify lock past ``lock_timeout``, a full
         notification queue, the connection lost after the COMMIT) is dropped,
         and followers find the batch when they re-read the head.
         """
+        wire = self._wire_append()
+        if wire is not None:
+            self._commit_wire(*wire, channel)
+            return
         sent: list[_Answer] = []  # the statements sent, the COMMIT last
         try:
             self._send(channel, sent)
@@ -908,6 +988,155 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
                 raise
             # (the notification's statements after the failed one were skipped)
             PostgresStore._rollback(self._conn, failed=True)
+
+    def _wire_append(self) -> tuple[str, tuple[object, ...]] | None:
+        """The statement of an append of one event to the head assumed, when it can go
+        on the wire alone (`_commit_wire`), or None."""
+        if not _WIRE or self.begun:
+            return None
+        append = self._one_append()
+        if append is None or append[0] not in _WIRED:
+            return None
+        if any(type(value) not in _OIDS for value in append[1]):
+            return None  # pragma: no cover (seqs, hashes, records, sessions, keys)
+        return append
+
+    def _commit_wire(self, name: str, params: tuple[object, ...], channel: str | None) -> None:
+        """Commit an append of one event as one statement in an implicit transaction,
+        on libpq's pipeline (`_exchange`): the statement, a flush request, a sync (the
+        commit) and, with a ``channel``, the notification's statement and a sync (its
+        own transaction, after the append's). One write, one round trip, no ``BEGIN``
+        or ``COMMIT`` statement.
+
+        The flush request sends the statement's answer before the sync commits: a
+        connection lost before the answer arrived committed nothing, one lost after
+        it and before the sync's answer may have committed (`committing` stays set);
+        a server error answering the statement or the sync committed nothing. Each
+        connection prepares the statements once; one that lost them (psycopg's
+        ``rollback()`` deallocates every statement of its connection) prepares them
+        again, in the same exchange.
+        """
+        conn = self._conn
+        self.wired = True
+        prepared = self._store._prepared(conn)
+        statements = [(name, params)]
+        if channel is not None:
+            key = follow_key(channel)
+            statements.append(("notify", (channel, next(iter(self._new_heads)), key)))
+        for _ in range(2):
+            steps = self._wire_steps(conn, statements, prepared)
+            answers: list[list[PGresult]] = []
+            failure: psycopg.Error | None = None
+            self.committing = True
+            try:
+                _exchange(conn, steps, answers)
+            except psycopg.Error as exc:
+                failure = exc
+            outcome = self._wire_outcome(steps, answers, prepared)
+            if outcome == "committed":
+                return
+            if failure is not None:
+                raise failure
+            if outcome == "lost":  # pragma: no cover (_exchange reads up to the last sync)
+                raise StoreError(f"{self._store.location}: the server's answers ended early")
+        raise StoreError(  # pragma: no cover (the second exchange prepares what it uses)
+            f"{self._store.location}: a prepared statement of turnlog vanished twice in a row"
+        )
+
+    def _wire_steps(
+        self,
+        conn: Connection[TupleRow],
+        statements: list[tuple[str, tuple[object, ...]]],
+        prepared: set[str],
+    ) -> list[tuple[str, Callable[[], object]]]:
+        """The libpq calls of `_commit_wire`: each statement (prepared first if this
+        connection has not prepared it), a flush request after the append, a sync after
+        each statement."""
+        pgconn = conn.pgconn
+        encoding = conn.info.encoding
+        steps: list[tuple[str, Callable[[], object]]] = []
+        for name, params in statements:
+            wire_name = b"turnlog_" + name.encode()
+            if name not in prepared:
+                query = _NOTIFY_ONE if name == "notify" else self._q[name]
+                oids = [_OIDS[type(value)] for value in params]
+                steps.append(
+                    (
+                        "prepare " + name,
+                        functools.partial(pgconn.send_prepare, wire_name, _numbered(query), oids),
+                    )
+                )
+            values = [_wire_value(value, encoding) for value in params]
+            formats = [1] * len(values)
+            steps.append(
+                (name, functools.partial(pgconn.send_query_prepared, wire_name, values, formats))
+            )
+            if name != "notify":
+                steps.append(("flush", pgconn.send_flush_request))
+            steps.append(("sync", pgconn.pipeline_sync))
+        return steps
+
+    def _wire_outcome(
+        self,
+        steps: list[tuple[str, Callable[[], object]]],
+        answers: list[list[PGresult]],
+        prepared: set[str],
+    ) -> str:
+        """Read the answers of `_commit_wire`'s exchange: "committed"; "again" when it
+        must be sent again (a statement to prepare again); "lost" when the connection
+        failed first (``committing`` cleared unless the append's answer came). A server
+        error that failed the append is raised (``committing`` cleared)."""
+        encoding = self._conn.info.encoding
+        found = iter(answers)
+        answered = committed = False  # the append's statement answered; its sync too
+        for step, _ in steps:
+            if step == "flush":
+                continue
+            results = next(found, None)
+            if results is None:
+                break
+            status = results[0].status
+            name = step.removeprefix("prepare ")
+            if status == pq.ExecStatus.FATAL_ERROR:
+                error = psycopg.errors.error_from_result(results[0], encoding=encoding)
+                if committed:
+                    # After the append's commit: a failed notification is dropped
+                    # (its statement, or its commit: the notify lock past lock_timeout).
+                    if name == "notify" and error.sqlstate == "26000":  # (it is gone)
+                        prepared.discard(name)
+                    elif name == "notify" and error.sqlstate == "42P05":  # (it is there)
+                        prepared.add(name)
+                    continue
+                if step == "sync":
+                    # The commit failed, or ran and the connection failed after it (a
+                    # terminated backend's wait for a synchronous standby, after a
+                    # local commit): `committing` stays set.
+                    raise error
+                self.committing = False  # the statement failed: nothing was committed
+                if error.sqlstate == "26000":
+                    # invalid_sql_statement_name: the connection's statements were
+                    # deallocated (all of them: psycopg's rollback()); prepare again.
+                    prepared.clear()
+                    return "again"
+                if error.sqlstate == "42P05":
+                    # duplicate_prepared_statement: prepared on an earlier use (with the
+                    # others: a wrong guess is a 26000 later, which prepares again).
+                    prepared.update(_WIRED)
+                    return "again"
+                raise error
+            if status == pq.ExecStatus.PIPELINE_SYNC:
+                committed = committed or answered
+            elif step.startswith("prepare "):
+                prepared.add(name)
+            elif name != "notify":
+                answered = True
+        if committed:
+            return "committed"
+        if not answered:
+            # The statement's answer never came: the flush request sends it before the
+            # sync commits, so nothing was committed.
+            self.committing = False
+        return "lost"
 
     def _may_have_committed(self, sent: list[_Answer], exc: psycopg.Error) -> bool:
         """Whether a pipeline that failed may have run its COMMIT (``sent[_commit_at]``,
@@ -1207,6 +1436,11 @@ class PostgresStore(Store):
         # _SEEN sessions): a write assumes it instead of reading it (see `write`).
         self._seen: dict[str, tuple[int, bytes]] = {}
         self._assume = False  # the server has the function that checks assumptions
+        # The statements each connection prepared for `_PostgresWrite._commit_wire`.
+        self._wired: weakref.WeakKeyDictionary[Connection[TupleRow], set[str]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._wired_lock = threading.Lock()
         self._q = {
             name: sql.SQL(text).format(s=sql.Identifier(schema)).as_bytes(None)
             for name, text in _QUERIES.items()
@@ -1660,7 +1894,8 @@ class PostgresStore(Store):
                 ) as exc:
                     # Nothing of this transaction was written: run fn again, where the
                     # Log sees what the other writer did (module docstring).
-                    self._rollback(conn, failed=True)
+                    if not txn.wired:  # (a wired one left its connection idle)
+                        self._rollback(conn, failed=True)
                     if txn.assumed or txn.assumed_keys:
                         # (a key assumed new and found stored: a retry, which the
                         # next attempt reads and recognises)
@@ -1701,6 +1936,11 @@ class PostgresStore(Store):
             f"a write to {self.location} lost {_RETRIES} races in a row with "
             "other writers of the same session; nothing was written, retry"
         )
+
+    def _prepared(self, conn: Connection[TupleRow]) -> set[str]:
+        """The statements of `_PostgresWrite._commit_wire` that ``conn`` prepared."""
+        with self._wired_lock:
+            return self._wired.setdefault(conn, set())
 
     def _remember(self, txn: _PostgresWrite) -> None:
         """Keep the heads a committed write left (see `write`)."""

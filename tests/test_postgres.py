@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -638,22 +639,31 @@ def statements_of(store: PostgresStore, monkeypatch: pytest.MonkeyPatch) -> list
         with pipeline(self) as p:
             yield p
 
+    exchange = _postgres._exchange
+
+    def spy_exchange(conn: psycopg.Connection[Any], steps: Any, answers: Any) -> None:
+        trips.append([name for name, _ in steps if name not in ("flush", "sync")])
+        exchange(conn, steps, answers)
+
     monkeypatch.setattr(psycopg.Connection, "execute", spy_execute)
     monkeypatch.setattr(psycopg.Connection, "pipeline", spy_pipeline)
     monkeypatch.setattr(_postgres, "_queue", spy_queue)
     monkeypatch.setattr(_postgres, "_command", spy_command)
+    monkeypatch.setattr(_postgres, "_exchange", spy_exchange)
     return trips
 
 
 def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing_else(
     logs: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Between ``BEGIN`` and ``COMMIT``, one statement: the head assumed is moved by
-    the part that checks it (its row lock is the update's own: the row's new version
-    carries no lock), the event and the key are inserted by the others (the key
-    assumed new is checked by idem's primary key), from plain values for one event
-    (arrays for more); the notification is one statement of a transaction of its
-    own, begun by the append's COMMIT AND CHAIN."""
+    """One statement: the head assumed is moved by the part that checks it (its row
+    lock is the update's own: the row's new version carries no lock), the event and
+    the key are inserted by the others (the key assumed new is checked by idem's
+    primary key), from plain values for one event (arrays for more). One event: the
+    statement alone in an implicit transaction on libpq's pipeline, prepared on the
+    connection's first use, and the notification's statement in one of its own;
+    more: between ``BEGIN`` and ``COMMIT``, the notification in a transaction begun
+    by the append's COMMIT AND CHAIN."""
     log = logs.open()
     store = cast(PostgresStore, log.store)
     trips = statements_of(store, monkeypatch)
@@ -662,13 +672,16 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
         ["BEGIN", "head_lock"],  # a session it has not written: its head is read
         ["put_events", "put_idem", "insert_head", "COMMIT AND CHAIN", "notify", "COMMIT"],
     ]
-    for n in range(1, 4):
+    trips.clear()
+    assert log.append("s", keyed(1, 1)).first_seq == 1
+    assert trips == [["prepare append_one_keyed", "append_one_keyed", "prepare notify", "notify"]]
+    for n in range(2, 4):
         trips.clear()
         assert log.append("s", keyed(n, 1)).first_seq == n
-        assert trips == [["BEGIN", "append_one_keyed", "COMMIT AND CHAIN", "notify", "COMMIT"]]
+        assert trips == [["append_one_keyed", "notify"]]
     trips.clear()
     assert log.append("s", UserMessageAdded(text="no key")).first_seq == 4
-    assert trips == [["BEGIN", "append_one", "COMMIT AND CHAIN", "notify", "COMMIT"]]
+    assert trips == [["prepare append_one", "append_one", "notify"]]
     trips.clear()
     assert log.append("s", keyed(4, 2)).first_seq == 5
     assert trips == [["BEGIN", "append_keyed", "COMMIT AND CHAIN", "notify", "COMMIT"]]
@@ -690,29 +703,95 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
 def test_an_appends_statements_leave_in_one_write_and_their_answers_come_back_at_once(
     logs: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """psycopg's execute in a pipeline sends what is queued and reads what arrived at
-    each statement; an append queues its five statements and sends them once, at
-    the pipeline's end, which then reads every answer: one exchange with the
-    server (the pipeline's sync is the second, answered in the same round trip)."""
-    from psycopg import _pipeline_base
+    """A write's statements are queued and sent at once, then every answer is read: one
+    exchange with the server. One event: the statement, the flush request, the sync
+    that commits, the notification and its sync, in one write to libpq's socket;
+    more: psycopg's pipeline, sent at its end."""
+    from psycopg import _pipeline_base, generators
 
     log = logs.open()
     log.append("s", keyed(0, 1))
-    exchanges = []
+    sends: list[str] = []
+    exchanges: list[int] = []
+    send = generators.send
     communicate = _pipeline_base.BasePipeline._communicate_gen
 
-    def spy(self: Any) -> Any:
+    def spy_send(pgconn: Any) -> Any:
+        sends.append("send")
+        return send(pgconn)
+
+    def spy_communicate(self: Any) -> Any:
         exchanges.append(len(self.command_queue))
         return (yield from communicate(self))
 
-    monkeypatch.setattr(_pipeline_base.BasePipeline, "_communicate_gen", spy)
+    monkeypatch.setattr(generators, "send", spy_send)
+    monkeypatch.setattr(_pipeline_base.BasePipeline, "_communicate_gen", spy_communicate)
     for n in range(1, 4):
-        exchanges.clear()
+        sends.clear()
         assert log.append("s", keyed(n, 1)).first_seq == n
+        assert sends == ["send"] and exchanges == []
+    for n in range(4, 7):
+        exchanges.clear()
+        assert log.append("s", keyed(n, 2)).first_seq == 2 * n - 4
         # BEGIN, the append (with its preparation the first time), the flush request,
         # COMMIT AND CHAIN, the notification, COMMIT and the sync: all in one.
         assert len(exchanges) == 1 and exchanges[0] >= 7, exchanges
-    assert texts(log.read("s")) == [f"batch {n} message 0" for n in range(4)]
+    assert batches_stored(log, "s") == {**{n: 1 for n in range(4)}, **{n: 2 for n in range(4, 7)}}
+
+
+def test_an_append_whose_connection_lost_its_prepared_statements_prepares_them_again(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg's ``rollback()`` deallocates every statement of a connection: the next
+    one-event append finds its statement gone (the server refuses the execution:
+    nothing ran) and sends it again with its preparation; the notification's statement,
+    gone too, is prepared again and still wakes a follower. A store that forgot what
+    a connection prepared finds the statement there and sends the append again."""
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)  # notifications only
+    log = logs.open()
+    store = cast(PostgresStore, log.store)
+    log.append("s", keyed(0, 1))
+    log.append("s", keyed(1, 1))  # prepares the statements on the write connection
+    with store._pool.connection() as conn:
+        conn.execute("DEALLOCATE ALL")
+    follower = turnlog.open(pgserver.shared().url(schema=store.schema))
+    woken: list[int] = []
+
+    def follow() -> None:
+        woken.extend(e.seq for e in follower.follow("s", after_seq=1, timeout=10, limit=1))
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    with admin(pgserver.shared()) as conn:
+        while not conn.execute(  # until the follower holds the followers' key
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock'"
+        ).fetchone():
+            threading.Event().wait(0.01)
+    trips = statements_of(store, monkeypatch)
+    assert log.append("s", keyed(2, 1)).first_seq == 2
+    trips[:] = [trip for trip in trips if "notify" in trip]  # (not the follower's reads)
+    assert trips == [
+        ["append_one_keyed", "notify"],  # gone: the server refuses the execution
+        ["prepare append_one_keyed", "append_one_keyed", "prepare notify", "notify"],
+    ], trips
+    thread.join(timeout=10)
+    assert woken[:1] == [2]
+    trips.clear()
+    store._wired.clear()  # forgotten: the preparation is refused, the statement is there
+    assert log.append("s", keyed(3, 1)).first_seq == 3
+    trips[:] = [trip for trip in trips if "notify" in trip]
+    assert trips == [
+        ["prepare append_one_keyed", "append_one_keyed", "prepare notify", "notify"],
+        ["append_one_keyed", "notify"],
+    ], trips
+    assert next(iter(follower.follow("s", after_seq=2, timeout=10))).seq == 3
+    trips.clear()
+    assert log.append("s", keyed(4, 1)).first_seq == 4
+    trips[:] = [trip for trip in trips if "notify" in trip]
+    assert trips == [["append_one_keyed", "notify"]]
+    assert batches_stored(log, "s") == {n: 1 for n in range(5)}
+    assert log.verify().ok
+    follower.close()
 
 
 class _OvertakenStore(PostgresStore):
@@ -915,15 +994,16 @@ def waiting_pid(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
     return int(row[0]) if row else None  # type: ignore[call-overload]
 
 
+@pytest.mark.parametrize("size", [1, 3])
 def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applies_once(
-    server: pgserver.Server,
+    server: pgserver.Server, size: int
 ) -> None:
     log = turnlog.open(server.url(schema="faults"))
     try:
-        log.append("s", keyed(0))
+        log.append("s", keyed(0, size))
         blocker = hold_head_lock(server, "faults", "s")
         outcome: list[BaseException | turnlog.log.Appended] = []
-        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1, size))))
         appender.start()
         with admin(server) as conn:
             # The append is inside its transaction, waiting for the lock: drop its
@@ -938,24 +1018,25 @@ def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applie
         appender.join()
         done = outcome[0]
         assert isinstance(done, turnlog.log.Appended), done
-        assert (done.first_seq, done.duplicate) == (3, False)
-        assert log.append("s", keyed(1)).duplicate
-        assert batches_stored(log, "s") == {0: 3, 1: 3}
+        assert (done.first_seq, done.duplicate) == (size, False)
+        assert log.append("s", keyed(1, size)).duplicate
+        assert batches_stored(log, "s") == {0: size, 1: size}
         assert log.verify().ok
     finally:
         log.close()
 
 
+@pytest.mark.parametrize("size", [1, 3])
 def test_a_connection_terminated_at_every_attempt_is_a_clear_error_and_writes_nothing(
-    server: pgserver.Server,
+    server: pgserver.Server, size: int
 ) -> None:
     log = turnlog.open(server.url(schema="faults", pool_size="2"))
     try:
-        log.append("s", keyed(0))
+        log.append("s", keyed(0, size))
         before = dump_rows(server)
         blocker = hold_head_lock(server, "faults", "s")
         outcome: list[BaseException | turnlog.log.Appended] = []
-        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1))))
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(1, size))))
         appender.start()
         with admin(server) as conn:
             while appender.is_alive():
@@ -967,51 +1048,131 @@ def test_a_connection_terminated_at_every_attempt_is_a_clear_error_and_writes_no
         assert isinstance(outcome[0], StoreUnavailableError), outcome
         assert "nothing was written" in str(outcome[0])
         assert dump_rows(server) == before
-        done = log.append("s", keyed(1))  # the caller's retry, with the same keys
-        assert (done.first_seq, done.duplicate) == (3, False)
-        assert batches_stored(log, "s") == {0: 3, 1: 3}
+        done = log.append("s", keyed(1, size))  # the caller's retry, with the same keys
+        assert (done.first_seq, done.duplicate) == (size, False)
+        assert batches_stored(log, "s") == {0: size, 1: size}
         assert log.verify().ok
     finally:
         log.close()
 
 
-def test_a_statement_timeout_is_a_clear_error_and_writes_nothing(server: pgserver.Server) -> None:
-    log = turnlog.open(server.url(schema="faults", options="-c%20statement_timeout%3D300"))
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_backend_killed_before_answering_the_append_wrote_nothing_and_is_retried(
+    server: pgserver.Server, size: int
+) -> None:
+    """The append's backend waits for the head's row lock and is killed (SIGKILL: no
+    word to the client; the server restarts every backend). Its statement never
+    answered, and the answer is sent before the commit: nothing was committed, so the
+    store runs the append again on a new connection once the server is back."""
+    log = turnlog.open(server.url(schema="faults"))
     try:
-        log.append("s", keyed(0))
-        before = dump_rows(server)
+        log.append("s", keyed(0, size))
+        log.append("s", keyed(1, size))  # (the one-event statement prepared)
         blocker = hold_head_lock(server, "faults", "s")
-        with pytest.raises(StoreUnavailableError, match="statement_timeout") as caught:
-            log.append("s", keyed(1))
-        assert "nothing was written" in str(caught.value)
-        blocker.close()
-        assert dump_rows(server) == before
-        assert log.append("s", keyed(1)).first_seq == 3
+        outcome: list[BaseException | turnlog.log.Appended] = []
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2, size))))
+        appender.start()
+        with admin(server) as conn:
+            deadline = time.monotonic() + 30
+            pid = None
+            while pid is None and time.monotonic() < deadline:
+                pid = waiting_pid(conn)
+        assert pid is not None, "the append never waited for the row lock"
+        os.kill(pid, signal.SIGKILL)
+        appender.join(timeout=60)
+        with contextlib.suppress(psycopg.Error):
+            blocker.close()
+        done = outcome[0]
+        assert isinstance(done, turnlog.log.Appended), done
+        assert (done.first_seq, done.duplicate) == (2 * size, False)
+        assert batches_stored(log, "s") == {0: size, 1: size, 2: size}
+        assert log.verify().ok
     finally:
         log.close()
 
 
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_connection_lost_while_its_commit_waits_says_the_batch_may_have_been_committed(
+    server: pgserver.Server, size: int
+) -> None:
+    """The server answered the append's statement and committed locally, and waits for a
+    synchronous standby that never answers when its backend is terminated. The
+    append must not say that nothing was written: it may have been committed, and
+    the retry with the same keys finds it stored."""
+    log = turnlog.open(server.url(schema="faults"))
+    try:
+        log.append("s", keyed(0, size))
+        log.append("s", keyed(1, size))  # (the one-event statement prepared)
+        with admin(server) as conn:
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'never_there'")
+            conn.execute("SELECT pg_reload_conf()")
+        outcome: list[BaseException | turnlog.log.Appended] = []
+        appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2, size))))
+        appender.start()
+        with admin(server) as conn:
+            deadline = time.monotonic() + 30
+            row = None
+            while row is None and time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+                ).fetchone()
+            assert row is not None, "the append's commit never waited for the standby"
+            conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+            appender.join(timeout=30)
+            conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
+            conn.execute("SELECT pg_reload_conf()")
+        assert isinstance(outcome[0], StoreUnavailableError), outcome
+        assert "may or may not have been committed" in str(outcome[0])
+        retry = log.append("s", keyed(2, size))
+        assert (retry.first_seq, retry.duplicate) == (2 * size, True)
+        assert batches_stored(log, "s") == {0: size, 1: size, 2: size}
+        assert log.verify().ok
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_a_statement_timeout_is_a_clear_error_and_writes_nothing(
+    server: pgserver.Server, size: int
+) -> None:
+    log = turnlog.open(server.url(schema="faults", options="-c%20statement_timeout%3D300"))
+    try:
+        log.append("s", keyed(0, size))
+        before = dump_rows(server)
+        blocker = hold_head_lock(server, "faults", "s")
+        with pytest.raises(StoreUnavailableError, match="statement_timeout") as caught:
+            log.append("s", keyed(1, size))
+        assert "nothing was written" in str(caught.value)
+        blocker.close()
+        assert dump_rows(server) == before
+        assert log.append("s", keyed(1, size)).first_seq == size
+    finally:
+        log.close()
+
+
+@pytest.mark.parametrize("size", [1, 3])
 def test_a_lock_timeout_before_the_commit_writes_nothing_and_says_so(
-    server: pgserver.Server,
+    server: pgserver.Server, size: int
 ) -> None:
     log = turnlog.open(server.url(schema="faults", options="-c%20lock_timeout%3D300"))
     try:
-        log.append("s", keyed(0))
+        log.append("s", keyed(0, size))
         before = dump_rows(server)
         blocker = hold_head_lock(server, "faults", "s")
         with pytest.raises(StoreUnavailableError, match="lock_timeout") as caught:
-            log.append("s", keyed(1))
+            log.append("s", keyed(1, size))
         assert "nothing was written" in str(caught.value)
         assert "may or may not" not in str(caught.value)
         blocker.close()
         assert dump_rows(server) == before
-        assert log.append("s", keyed(1)).first_seq == 3
+        assert log.append("s", keyed(1, size)).first_seq == size
     finally:
         log.close()
 
 
+@pytest.mark.parametrize("size", [1, 3])
 def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
-    server: pgserver.Server,
+    server: pgserver.Server, size: int
 ) -> None:
     """Another session holds PostgreSQL's database-wide notify lock: it committed a
     write and a NOTIFY and waits for a synchronous standby that never answers (as a
@@ -1026,7 +1187,7 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
         schema="n", options="-c%20synchronous_commit%3Dlocal%20-c%20lock_timeout%3D200"
     )
     early = turnlog.open(url)  # opened before the lock is held
-    early.append("s", keyed(0))
+    early.append("s", keyed(0, size))
     # Somebody follows (holds the followers' lock), so every write notifies.
     follower = admin(server)
     follower.execute(
@@ -1053,17 +1214,13 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
                     break
                 threading.Event().wait(0.01)
             assert row == ("SyncRep",)
-        results = [early.append("s", keyed(n)) for n in range(1, 4)]
-        assert [r.first_seq for r in results] == [3, 6, 9]
+        results = [early.append("s", keyed(n, size)) for n in range(1, 4)]
+        assert [r.first_seq for r in results] == [size, 2 * size, 3 * size]
         with turnlog.open(url) as late:  # opens (it failed 13 of 20 times)
-            assert late.append("s", keyed(4)).first_seq == 12
-            assert [e.seq for e in late.follow("s", after_seq=10, timeout=0.1)][:4] == [
-                11,
-                12,
-                13,
-                14,
-            ]
-        assert batches_stored(early, "s") == {n: 3 for n in range(5)}
+            assert late.append("s", keyed(4, size)).first_seq == 4 * size
+            followed = late.follow("s", after_seq=4 * size - 2, timeout=0.1)
+            assert [e.seq for e in followed][:2] == [4 * size - 1, 4 * size]
+        assert batches_stored(early, "s") == {n: size for n in range(5)}
     finally:
         with admin(server) as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (blocker.info.backend_pid,))
@@ -1073,8 +1230,9 @@ def test_the_notification_after_a_commit_never_fails_the_append_or_the_open(
         early.close()
 
 
+@pytest.mark.parametrize("size", [1, 4])
 def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
-    server: pgserver.Server,
+    server: pgserver.Server, size: int
 ) -> None:
     url = server.url(schema="faults", pool_timeout="2")
     log = turnlog.open(url)
@@ -1086,7 +1244,7 @@ def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
         number = 0
         while not stop.is_set() and number < 5000:
             try:
-                log.append("s", keyed(number, 4))
+                log.append("s", keyed(number, size))
                 acknowledged.append(number)
             except StoreUnavailableError:
                 failed.append(number)
@@ -1106,13 +1264,13 @@ def test_the_server_killed_with_sigkill_keeps_every_acknowledged_batch(
     server.start()
     # The same handle recovers: its pool replaces the dead connections.
     counts = batches_stored(log, "s")
-    assert all(counts.get(n) == 4 for n in acknowledged)  # every acknowledged batch
-    assert all(c == 4 for c in counts.values())  # and no half batch
+    assert all(counts.get(n) == size for n in acknowledged)  # every acknowledged batch
+    assert all(c == size for c in counts.values())  # and no half batch
     assert set(counts) <= {*acknowledged, *failed}
     # The batch whose outcome was unknown: retrying applies it exactly once.
-    retry = log.append("s", keyed(failed[0], 4))
+    retry = log.append("s", keyed(failed[0], size))
     assert retry.duplicate == (failed[0] in counts)
-    assert batches_stored(log, "s")[failed[0]] == 4
+    assert batches_stored(log, "s")[failed[0]] == size
     assert log.verify().ok
     log.close()
 
