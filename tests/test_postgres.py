@@ -1099,13 +1099,17 @@ def test_a_connection_lost_while_its_commit_waits_says_the_batch_may_have_been_c
     synchronous standby that never answers when its backend is terminated. The
     append must not say that nothing was written: it may have been committed, and
     the retry with the same keys finds it stored."""
-    log = turnlog.open(server.url(schema="faults"))
+    log = turnlog.open(server.url(schema="faults", pool_size="1"))
     try:
         log.append("s", keyed(0, size))
         log.append("s", keyed(1, size))  # (the one-event statement prepared)
         with admin(server) as conn:
             conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'never_there'")
             conn.execute("SELECT pg_reload_conf()")
+        # An idle backend reloads its settings after the next statement it runs: a read
+        # on the store's one connection, once the reload reached it.
+        time.sleep(0.2)
+        assert log.head("s") is not None
         outcome: list[BaseException | turnlog.log.Appended] = []
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2, size))))
         appender.start()
