@@ -1,6 +1,7 @@
 """One-event durable appends on PostgreSQL, alternated round by round in one run.
 
     python -m tests.bench.bench_postgres_single [EVENTS [ROUNDS]] [--variants] [--fsync-off]
+    python -m tests.bench.bench_postgres_single EVENTS --cpu [--fsync-off]
     # default 100 15
 
 Each round makes EVENTS keyed one-event appends, each committed durably, with
@@ -18,6 +19,12 @@ round (forward, then reversed):
 
 With ``--fsync-off`` the server does not wait for the disk (nothing is durable):
 what is left is the work of the client and the server per append.
+
+With ``--cpu``, turnlog alone makes EVENTS keyed one-event appends (after 200 that
+warm its connection) and prints the CPU time of this thread per append (waits for
+the server left out) inside ``Log.append``, ``PostgresStore.write`` (its connection,
+its transaction object, the log's work on it, the commit) and the commit (the
+statements sent and their answers read), and the wall time per append.
 
 Each system appends to a new session (stream) per round. Prints, per system, the
 median rate and the median WAL bytes per append (``pg_current_wal_lsn()`` before
@@ -67,6 +74,50 @@ def turnlog_single(
         log.close()
 
 
+def cpu_split(url: str, drafts: list[turnlog.Draft]) -> dict[str, float]:
+    """CPU time of this thread per append (µs) inside each layer of a keyed one-event
+    append, and the wall time per append (see the module docstring)."""
+    from turnlog import _postgres
+
+    spent: dict[str, float] = {}
+    layers = [
+        (turnlog.Log, "append", "Log.append"),
+        (_postgres.PostgresStore, "write", "PostgresStore.write"),
+        (_postgres._PostgresWrite, "commit", "the commit"),
+    ]
+    originals = [(cls, name, getattr(cls, name)) for cls, name, _ in layers]
+
+    def timed(function: Callable[..., object], label: str) -> Callable[..., object]:
+        def run(*args: object, **kwargs: object) -> object:
+            start = time.thread_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.thread_time() - start
+
+        return run
+
+    for cls, name, label in layers:
+        setattr(cls, name, timed(getattr(cls, name), label))
+    try:
+        log = turnlog.Log(PostgresStore(url))
+        warm, measured = drafts[:200], drafts[200:]
+        for draft in warm:
+            log.append("warm", draft)
+        spent.clear()
+        start = time.perf_counter()
+        for draft in measured:
+            log.append("measured", draft)
+        wall = time.perf_counter() - start
+        log.close()
+    finally:
+        for cls, name, function in originals:
+            setattr(cls, name, function)
+    out = {label: 1e6 * spent[label] / len(measured) for _, _, label in layers}
+    out["wall"] = 1e6 * wall / len(measured)
+    return out
+
+
 def main(argv: list[str]) -> None:
     variants = "--variants" in argv
     args = [a for a in argv if not a.startswith("--")]
@@ -74,6 +125,24 @@ def main(argv: list[str]) -> None:
     rounds = int(args[1]) if len(args) > 1 else 15
     durable = "--fsync-off" not in argv
     server = pgserver.Server(durable=durable)
+    if "--cpu" in argv:
+        try:
+            drafts = [
+                msgspec.structs.replace(d, key=f"k{i}")
+                for i, d in enumerate(make_events(8, count + 200))
+            ]
+            load = os.getloadavg()[0]
+            split = cpu_split(server.url(schema="cpu"), drafts)
+            print(
+                f"{count} keyed one-event {'durable ' if durable else ''}appends; load "
+                f"average (1 min) {load:.2f} before, {os.getloadavg()[0]:.2f} after"
+            )
+            for label, micros in split.items():
+                kind = "wall time" if label == "wall" else "CPU"
+                print(f"{label:20s} {micros:7.1f} µs {kind} per append")
+        finally:
+            server.stop()
+        return
     started = time.monotonic()
     load = os.getloadavg()[0]
     try:
