@@ -179,9 +179,11 @@ else:
         hasattr(psycopg.Cursor, name)
         for name in ("_start_query", "_convert_query", "_maybe_prepare_gen")
     )
-    # A one-event append goes to libpq's pipeline directly (`_exchange`): libpq 14 and
-    # later have pipeline mode, psycopg 3.1 and later these generators.
-    _WIRE = pq.version() >= 140000 and all(
+    # A one-event append goes to libpq's pipeline directly (`_exchange`): libpq has
+    # pipeline mode from 14, but this is tested with the libpq psycopg's binary package
+    # brings (18); before 17, psycopg's pipeline object serves. psycopg 3.1 and later
+    # have these generators.
+    _WIRE = pq.version() >= 170000 and all(
         hasattr(generators, name) for name in ("send", "fetch_many")
     )
     # psycopg_pool logs every failed connection attempt as a warning; where the
@@ -339,6 +341,26 @@ def _numbered(query: bytes) -> bytes:
     return first + b"".join(b"$%d" % n + part for n, part in enumerate(rest, 1))
 
 
+def _pair_answers(
+    steps: list[str], answers: list[list[PGresult]]
+) -> list[tuple[str, list[PGresult]]]:
+    """Each step of `_exchange` with its answer, as far as they came: a statement's
+    results, or for a sync the error that answered it (its commit failed) or else
+    its own result."""
+    paired: list[tuple[str, list[PGresult]]] = []
+    found = iter(answers)
+    for step in steps:
+        results = next(found, None)
+        if results is None:
+            break
+        if step == "sync" and results[0].status != pq.ExecStatus.PIPELINE_SYNC:
+            # (an error before the sync's own result: the implicit transaction's
+            # commit failed; the sync's result follows)
+            next(found, None)
+        paired.append((step, results))
+    return paired
+
+
 def _wire_value(value: object, encoding: str) -> bytes:
     """A parameter in PostgreSQL's binary format (its type: `_OIDS`)."""
     if isinstance(value, int):
@@ -356,7 +378,8 @@ def _exchange(
     answers: list[list[PGresult]],
 ) -> None:
     """Queue ``steps`` (a name, for the reader, and a libpq call) in libpq's pipeline mode,
-    send them in one write and read the answers up to the last sync, appending each
+    send them without waiting between them (libpq writes each sync's part as it is
+    queued) and read the answers up to the last sync, appending each
     statement's results (a sync's alone) to ``answers`` as they arrive, so that a
     caller whose connection failed midway knows which ones came back.
 
@@ -1005,8 +1028,8 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         """Commit an append of one event as one statement in an implicit transaction,
         on libpq's pipeline (`_exchange`): the statement, a flush request, a sync (the
         commit) and, with a ``channel``, the notification's statement and a sync (its
-        own transaction, after the append's). One write, one round trip, no ``BEGIN``
-        or ``COMMIT`` statement.
+        own transaction, after the append's). One round trip, no ``BEGIN`` or
+        ``COMMIT`` statement.
 
         The flush request sends the statement's answer before the sync commits: a
         connection lost before the answer arrived committed nothing, one lost after
@@ -1053,7 +1076,7 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         connection has not prepared it), a flush request after the append, a sync after
         each statement."""
         pgconn = conn.pgconn
-        encoding = conn.info.encoding
+        encoding = conn.info.encoding  # (UTF-8: the store's connections ask for it)
         steps: list[tuple[str, Callable[[], object]]] = []
         for name, params in statements:
             wire_name = b"turnlog_" + name.encode()
@@ -1085,56 +1108,51 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         """Read the answers of `_commit_wire`'s exchange: "committed"; "again" when it
         must be sent again (a statement to prepare again); "lost" when the connection
         failed first (``committing`` cleared unless the append's answer came). A server
-        error that failed the append is raised (``committing`` cleared)."""
+        error that failed the append is raised (``committing`` cleared unless it
+        answered the commit)."""
         encoding = self._conn.info.encoding
-        found = iter(answers)
-        answered = committed = False  # the append's statement answered; its sync too
-        for step, _ in steps:
-            if step == "flush":
-                continue
-            results = next(found, None)
-            if results is None:
-                break
-            status = results[0].status
+        paired = _pair_answers([step for step, _ in steps if step != "flush"], answers)
+        # What each connection prepared, from every answer: the notification's part runs
+        # even after a failed append (a notification for nothing: followers re-read).
+        for step, results in paired:
             name = step.removeprefix("prepare ")
+            status = results[0].status
+            sqlstate = results[0].error_field(pq.DiagnosticField.SQLSTATE)
+            if step.startswith("prepare "):
+                if status == pq.ExecStatus.COMMAND_OK or sqlstate == b"42P05":
+                    prepared.add(name)  # (42P05: prepared on an earlier use)
+            elif sqlstate == b"26000":  # (deallocated: psycopg's rollback() drops them all)
+                prepared.discard(name)
+        answered = committed = False  # the append's statement answered; its sync too
+        for step, results in paired:
+            status = results[0].status
             if status == pq.ExecStatus.FATAL_ERROR:
                 error = psycopg.errors.error_from_result(results[0], encoding=encoding)
                 if committed:
                     # After the append's commit: a failed notification is dropped
                     # (its statement, or its commit: the notify lock past lock_timeout).
-                    if name == "notify" and error.sqlstate == "26000":  # (it is gone)
-                        prepared.discard(name)
-                    elif name == "notify" and error.sqlstate == "42P05":  # (it is there)
-                        prepared.add(name)
                     continue
                 if step == "sync":
                     # The commit failed, or ran and the connection failed after it (a
                     # terminated backend's wait for a synchronous standby, after a
                     # local commit): `committing` stays set.
+                    if error.sqlstate is None:  # (libpq's own: the connection failed)
+                        raise psycopg.OperationalError(str(error))
                     raise error
                 self.committing = False  # the statement failed: nothing was committed
-                if error.sqlstate == "26000":
-                    # invalid_sql_statement_name: the connection's statements were
-                    # deallocated (all of them: psycopg's rollback()); prepare again.
-                    prepared.clear()
-                    return "again"
-                if error.sqlstate == "42P05":
-                    # duplicate_prepared_statement: prepared on an earlier use (with the
-                    # others: a wrong guess is a 26000 later, which prepares again).
-                    prepared.update(_WIRED)
+                if error.sqlstate in ("26000", "42P05"):  # (prepared again, or found)
                     return "again"
                 raise error
             if status == pq.ExecStatus.PIPELINE_SYNC:
                 committed = committed or answered
-            elif step.startswith("prepare "):
-                prepared.add(name)
-            elif name != "notify":
+            elif step in _WIRED and step != "notify":
                 answered = True
         if committed:
             return "committed"
         if not answered:
-            # The statement's answer never came: the flush request sends it before the
-            # sync commits, so nothing was committed.
+            # The statement's answer never came: the flush request has the server send
+            # it before the sync commits, so nothing was committed (unless it left the
+            # server and was lost on the way, which no client can tell).
             self.committing = False
         return "lost"
 
@@ -1424,7 +1442,10 @@ class PostgresStore(Store):
         self.notify = notify
         self.location = hide_credentials(self._public_url(params, schema))
         self._params = params
-        self._conninfo = make_conninfo("", **params)
+        # Text travels as UTF-8 whatever the URL or PGCLIENTENCODING asks: with another
+        # client encoding psycopg hands back bytes (SQL_ASCII) or the server refuses
+        # characters its encoding lacks, where turnlog's ids and keys are any Unicode.
+        self._conninfo = make_conninfo("", **{**params, "client_encoding": "UTF8"})
         self._channel = f"turnlog.{schema}"
         self._pid = os.getpid()
         self._closed = False

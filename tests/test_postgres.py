@@ -703,40 +703,100 @@ def test_a_one_event_append_is_one_round_trip_of_one_statement_and_locks_nothing
 def test_an_appends_statements_leave_in_one_write_and_their_answers_come_back_at_once(
     logs: LogFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A write's statements are queued and sent at once, then every answer is read: one
-    exchange with the server. One event: the statement, the flush request, the sync
-    that commits, the notification and its sync, in one write to libpq's socket;
-    more: psycopg's pipeline, sent at its end."""
-    from psycopg import _pipeline_base, generators
+    """A batch's statements are queued in psycopg's pipeline and sent at its end, which
+    then reads every answer: one exchange with the server. (One event: its steps all
+    go to libpq before any answer is read, see the test above.)"""
+    from psycopg import _pipeline_base
 
     log = logs.open()
-    log.append("s", keyed(0, 1))
-    sends: list[str] = []
+    log.append("s", keyed(0, 2))
     exchanges: list[int] = []
-    send = generators.send
     communicate = _pipeline_base.BasePipeline._communicate_gen
 
-    def spy_send(pgconn: Any) -> Any:
-        sends.append("send")
-        return send(pgconn)
-
-    def spy_communicate(self: Any) -> Any:
+    def spy(self: Any) -> Any:
         exchanges.append(len(self.command_queue))
         return (yield from communicate(self))
 
-    monkeypatch.setattr(generators, "send", spy_send)
-    monkeypatch.setattr(_pipeline_base.BasePipeline, "_communicate_gen", spy_communicate)
+    monkeypatch.setattr(_pipeline_base.BasePipeline, "_communicate_gen", spy)
     for n in range(1, 4):
-        sends.clear()
-        assert log.append("s", keyed(n, 1)).first_seq == n
-        assert sends == ["send"] and exchanges == []
-    for n in range(4, 7):
         exchanges.clear()
-        assert log.append("s", keyed(n, 2)).first_seq == 2 * n - 4
+        assert log.append("s", keyed(n, 2)).first_seq == 2 * n
         # BEGIN, the append (with its preparation the first time), the flush request,
         # COMMIT AND CHAIN, the notification, COMMIT and the sync: all in one.
         assert len(exchanges) == 1 and exchanges[0] >= 7, exchanges
-    assert batches_stored(log, "s") == {**{n: 1 for n in range(4)}, **{n: 2 for n in range(4, 7)}}
+    assert batches_stored(log, "s") == {n: 2 for n in range(4)}
+
+
+def test_a_refused_first_one_event_append_leaves_its_connections_statements_known(
+    logs: LogFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first one-event append on a connection prepares the append's statement and
+    the notification's, and is refused (another store moved the head). The server runs
+    the notification's part all the same: its preparation is recorded, so the next
+    append does not prepare it again (refused as a duplicate, which would drop that
+    append's notification) and a follower is woken."""
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)  # notifications only
+    log = logs.open()
+    store = cast(PostgresStore, log.store)
+    url = pgserver.shared().url(schema=store.schema)
+    log.append("s", keyed(0, 1))
+    with turnlog.open(url) as rival:
+        rival.append("s", keyed(1, 1))
+    trips = statements_of(store, monkeypatch)
+    assert log.append("s", keyed(2, 1)).first_seq == 2  # refused, then run with reads
+    assert trips[0] == [
+        "prepare append_one_keyed",
+        "append_one_keyed",
+        "prepare notify",
+        "notify",
+    ], trips
+    monkeypatch.undo()
+    monkeypatch.setattr("turnlog._postgres._RECHECK", 3600.0)
+    with turnlog.open(url) as follower:
+        woken: list[int] = []
+        thread = threading.Thread(
+            target=lambda: woken.extend(
+                e.seq for e in follower.follow("s", after_seq=2, timeout=10, limit=1)
+            )
+        )
+        thread.start()
+        with admin(pgserver.shared()) as conn:
+            while not conn.execute(  # until the follower holds the followers' key
+                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock'"
+            ).fetchone():
+                threading.Event().wait(0.01)
+        trips = statements_of(store, monkeypatch)
+        started = time.monotonic()
+        assert log.append("s", keyed(3, 1)).first_seq == 3
+        thread.join(timeout=10)
+        assert woken == [3] and time.monotonic() - started < 5, woken
+        assert [trip for trip in trips if "notify" in trip] == [["append_one_keyed", "notify"]]
+
+
+@pytest.mark.parametrize("encoding", ["SQL_ASCII", "LATIN1"])
+def test_a_store_talks_utf8_whatever_client_encoding_the_url_asks(
+    monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    """A URL (or PGCLIENTENCODING) asking for another client encoding: the store still
+    opens (with SQL_ASCII psycopg returned bytes, and the open said the UTF8 database
+    had encoding b'UTF8'), and a session and a key outside that encoding go on the
+    wire, one-event appends included, and read back the same."""
+    url = pgserver.shared().url(schema=f"enc{os.getpid()}", client_encoding=encoding)
+    with turnlog.open(url) as log:
+        store = cast(PostgresStore, log.store)
+        log.append("séance 🙂", Draft(body=UserMessageAdded(text="a"), key="clé-0"))
+        trips = statements_of(store, monkeypatch)
+        appended = log.append("séance 🙂", Draft(body=UserMessageAdded(text="b"), key="clé-1"))
+        assert appended.first_seq == 1
+        assert trips == [
+            ["prepare append_one_keyed", "append_one_keyed", "prepare notify", "notify"]
+        ]
+        assert [(e.seq, e.key) for e in log.read("séance 🙂")] == [(0, "clé-0"), (1, "clé-1")]
+        assert log.append(
+            "séance 🙂", Draft(body=UserMessageAdded(text="b"), key="clé-1")
+        ).duplicate
+        with admin(pgserver.shared()) as conn:
+            conn.execute(f"DROP SCHEMA enc{os.getpid()} CASCADE")
 
 
 def test_an_append_whose_connection_lost_its_prepared_statements_prepares_them_again(
