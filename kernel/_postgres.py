@@ -1032,12 +1032,12 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         ``COMMIT`` statement.
 
         The flush request sends the statement's answer before the sync commits: a
-        connection lost before the answer arrived committed nothing, one lost after
-        it and before the sync's answer may have committed (`committing` stays set);
-        a server error answering the statement or the sync committed nothing. Each
+        connection lost before the answer arrived committed nothing, and a server
+        error answering the statement wrote nothing; one lost after the answer, or an
+        error answering the sync, may have committed (`committing` stays set). Each
         connection prepares the statements once; one that lost them (psycopg's
-        ``rollback()`` deallocates every statement of its connection) prepares them
-        again, in the same exchange.
+        ``rollback()`` deallocates every statement of its connection) has their
+        execution refused, and the next exchange prepares them again.
         """
         conn = self._conn
         self.wired = True
