@@ -197,7 +197,8 @@ if TYPE_CHECKING:
     from typing import TypeAlias
 
     from psycopg import Connection, Cursor
-    from psycopg.pq.abc import PGresult
+    from psycopg.abc import PQGen
+    from psycopg.pq.abc import PGconn, PGresult
     from psycopg.rows import TupleRow
 
     # A statement queued in a write's pipeline, by `_queue` or `_command`.
@@ -332,6 +333,10 @@ def _command(conn: Connection[TupleRow], query: bytes) -> _Answer:
 # prepared on each connection under these names.
 _WIRED = ("append_one", "append_one_keyed", "notify")
 _INT8 = struct.Struct(">q").pack
+if _HAVE_PSYCOPG:
+    _SYNC = pq.ExecStatus.PIPELINE_SYNC
+    _FAILED = pq.ExecStatus.FATAL_ERROR
+    _ABORTED = pq.ExecStatus.PIPELINE_ABORTED
 _OIDS = {int: 20, bytes: 17, str: 25}  # int8, bytea, text: a parameter's type, by value
 
 
@@ -353,7 +358,7 @@ def _pair_answers(
         results = next(found, None)
         if results is None:
             break
-        if step == "sync" and results[0].status != pq.ExecStatus.PIPELINE_SYNC:
+        if step == "sync" and results[0].status != _SYNC:
             # (an error before the sync's own result: the implicit transaction's
             # commit failed; the sync's result follows)
             next(found, None)
@@ -370,6 +375,18 @@ def _wire_value(value: object, encoding: str) -> bytes:
     if isinstance(value, bytes):
         return value
     raise TypeError(f"no binary format for {type(value).__name__}")  # pragma: no cover
+
+
+def _talk(pgconn: PGconn, syncs: int, answers: list[list[PGresult]]) -> PQGen[None]:
+    """What `_exchange` waits on, once: send what libpq holds, then read the answers up
+    to the ``syncs``-th sync into ``answers``."""
+    yield from generators.send(pgconn)
+    while syncs:
+        results = yield from generators.fetch_many(pgconn)
+        if not results:  # pragma: no cover (libpq ends each answer, a sync's too)
+            raise psycopg.OperationalError("the server's answers ended before the sync")
+        answers.append(results)
+        syncs -= results[0].status == _SYNC
 
 
 def _exchange(
@@ -393,13 +410,7 @@ def _exchange(
     try:
         for _, step in steps:
             step()
-        conn.wait(generators.send(pgconn))
-        while syncs:
-            results = conn.wait(generators.fetch_many(pgconn))
-            if not results:  # pragma: no cover (libpq ends each answer, a sync's too)
-                raise psycopg.OperationalError("the server's answers ended before the sync")
-            answers.append(results)
-            syncs -= results[0].status == pq.ExecStatus.PIPELINE_SYNC
+        conn.wait(_talk(pgconn, syncs, answers))
     finally:
         try:
             pgconn.exit_pipeline_mode()
@@ -1020,8 +1031,6 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         append = self._one_append()
         if append is None or append[0] not in _WIRED:
             return None
-        if any(type(value) not in _OIDS for value in append[1]):
-            return None  # pragma: no cover (seqs, hashes, records, sessions, keys)
         return append
 
     def _commit_wire(self, name: str, params: tuple[object, ...], channel: str | None) -> None:
@@ -1110,43 +1119,52 @@ class _PostgresWrite(_PostgresRead, WriteTxn):
         failed first (``committing`` cleared unless the append's answer came). A server
         error that failed the append is raised (``committing`` cleared unless it
         answered the commit)."""
-        encoding = self._conn.info.encoding
         paired = _pair_answers([step for step, _ in steps if step != "flush"], answers)
-        # What each connection prepared, from every answer: the notification's part runs
-        # even after a failed append (a notification for nothing: followers re-read).
+        answered = committed = again = False  # the append's statement answered; its sync
+        failed: psycopg.Error | None = None  # what failed the append
         for step, results in paired:
+            first = results[0]
+            status = first.status
+            if status == _SYNC:
+                committed = committed or answered
+                continue
             name = step.removeprefix("prepare ")
-            status = results[0].status
-            sqlstate = results[0].error_field(pq.DiagnosticField.SQLSTATE)
-            if step.startswith("prepare "):
-                if status == pq.ExecStatus.COMMAND_OK or sqlstate == b"42P05":
-                    prepared.add(name)  # (42P05: prepared on an earlier use)
+            if status != _FAILED:
+                if status == _ABORTED:
+                    continue
+                if step != name:
+                    prepared.add(name)
+                elif name != "notify":
+                    answered = True
+                continue
+            # What the connection prepared, from every answer: the notification's part
+            # runs even after a failed append (a notification for nothing: followers
+            # read the head again).
+            sqlstate = first.error_field(pq.DiagnosticField.SQLSTATE)
+            if step != name and sqlstate == b"42P05":  # (prepared on an earlier use)
+                prepared.add(name)
             elif sqlstate == b"26000":  # (deallocated: psycopg's rollback() drops them all)
                 prepared.discard(name)
-        answered = committed = False  # the append's statement answered; its sync too
-        for step, results in paired:
-            status = results[0].status
-            if status == pq.ExecStatus.FATAL_ERROR:
-                error = psycopg.errors.error_from_result(results[0], encoding=encoding)
-                if committed:
-                    # After the append's commit: a failed notification is dropped
-                    # (its statement, or its commit: the notify lock past lock_timeout).
-                    continue
-                if step == "sync":
-                    # The commit failed, or ran and the connection failed after it (a
-                    # terminated backend's wait for a synchronous standby, after a
-                    # local commit): `committing` stays set.
-                    if error.sqlstate is None:  # (libpq's own: the connection failed)
-                        raise psycopg.OperationalError(str(error))
-                    raise error
-                self.committing = False  # the statement failed: nothing was committed
-                if error.sqlstate in ("26000", "42P05"):  # (prepared again, or found)
-                    return "again"
-                raise error
-            if status == pq.ExecStatus.PIPELINE_SYNC:
-                committed = committed or answered
-            elif step in _WIRED and step != "notify":
-                answered = True
+            if committed or again or failed is not None:
+                # After the append's commit: a failed notification is dropped (its
+                # statement, or its commit: the notify lock past lock_timeout).
+                continue
+            error = psycopg.errors.error_from_result(first, encoding=self._conn.info.encoding)
+            if step == "sync":
+                # The commit failed, or ran and the connection failed after it (a
+                # terminated backend's wait for a synchronous standby, after a local
+                # commit): `committing` stays set. (libpq's own error: the connection.)
+                failed = error if error.sqlstate else psycopg.OperationalError(str(error))
+                continue
+            self.committing = False  # the statement failed: nothing was committed
+            if sqlstate in (b"26000", b"42P05"):  # (prepared again, or found)
+                again = True
+            else:
+                failed = error
+        if failed is not None:
+            raise failed
+        if again:
+            return "again"
         if committed:
             return "committed"
         if not answered:
