@@ -329,9 +329,9 @@ def _command(conn: Connection[TupleRow], query: bytes) -> _Answer:
     return answer
 
 
-# The statements an append of one event sends on the wire (`_PostgresWrite._commit_wire`),
-# prepared on each connection under these names.
-_WIRED = ("append_one", "append_one_keyed", "notify")
+# The appends that go on the wire (`_PostgresWrite._commit_wire`), each prepared on a
+# connection as "turnlog_" and its name (the notification's statement: "turnlog_notify").
+_WIRED = ("append_one", "append_one_keyed")
 _INT8 = struct.Struct(">q").pack
 if _HAVE_PSYCOPG:
     _SYNC = pq.ExecStatus.PIPELINE_SYNC

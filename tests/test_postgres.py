@@ -760,11 +760,7 @@ def test_a_refused_first_one_event_append_leaves_its_connections_statements_know
             )
         )
         thread.start()
-        with admin(pgserver.shared()) as conn:
-            while not conn.execute(  # until the follower holds the followers' key
-                "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock'"
-            ).fetchone():
-                threading.Event().wait(0.01)
+        until_followed(pgserver.shared())
         trips = statements_of(store, monkeypatch)
         started = time.monotonic()
         assert log.append("s", keyed(3, 1)).first_seq == 3
@@ -822,11 +818,7 @@ def test_an_append_whose_connection_lost_its_prepared_statements_prepares_them_a
 
     thread = threading.Thread(target=follow)
     thread.start()
-    with admin(pgserver.shared()) as conn:
-        while not conn.execute(  # until the follower holds the followers' key
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock'"
-        ).fetchone():
-            threading.Event().wait(0.01)
+    until_followed(pgserver.shared())
     trips = statements_of(store, monkeypatch)
     assert log.append("s", keyed(2, 1)).first_seq == 2
     trips[:] = [trip for trip in trips if "notify" in trip]  # (not the follower's reads)
@@ -1628,6 +1620,15 @@ def test_a_write_of_several_sessions_notifies_each_only_while_somebody_follows(
         spy.close()
         follower.close()
         store.close()
+
+
+def until_followed(server: pgserver.Server) -> None:
+    """Wait until a follower on ``server`` holds a followers' key: writers notify."""
+    with admin(server) as conn:
+        while not conn.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock' AND granted"
+        ).fetchone():
+            threading.Event().wait(0.01)
 
 
 def listening(server: pgserver.Server) -> list[tuple[object, ...]]:
