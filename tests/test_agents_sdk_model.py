@@ -379,7 +379,15 @@ def test_model_settings_output_schema_and_handoffs_reach_the_body_and_replay(
 
 
 @pytest.mark.parametrize(
-    "case", ["hosted tool", "max_tokens above the reserve", "a field turnlog renders"]
+    "case",
+    [
+        "hosted tool",
+        "max_tokens above the reserve",
+        "a field turnlog renders",
+        "previous_response_id",
+        "conversation_id",
+        "prompt",
+    ],
 )
 def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appended(
     tmp_path: Path, case: str
@@ -398,13 +406,22 @@ def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appende
                 agent = Agent(
                     name="a", model=model, model_settings=ModelSettings(extra_args={"input": []})
                 )
+            elif case == "prompt":
+                agent = Agent(name="a", model=model, prompt={"id": "pmpt_1", "version": "2"})
             else:
                 reserve = turnlog.Policy().resolved().output_reserve
                 agent = Agent(
                     name="a", model=model, model_settings=ModelSettings(max_tokens=reserve + 1)
                 )
+            server_state: dict[str, Any] = (
+                {case: "resp_1" if case == "previous_response_id" else "conv_1"}
+                if case.endswith("_id")
+                else {}
+            )
             with pytest.raises(Exception) as caught:
-                await Runner.run(agent, "hi", run_config=RunConfig(tracing_disabled=True))
+                await Runner.run(
+                    agent, "hi", run_config=RunConfig(tracing_disabled=True), **server_state
+                )
             await client.close()
             head = log.head("s")
             return caught.value, len(server.requests), -1 if head is None else head.seq
@@ -416,9 +433,37 @@ def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appende
         assert "WebSearchTool" in str(error)
     elif case == "a field turnlog renders":
         assert isinstance(error, InvalidArgumentError) and "'input'" in str(error)
+    elif case in ("previous_response_id", "conversation_id", "prompt"):
+        assert isinstance(error, InvalidArgumentError)
+        assert f"was given {case}:" in str(error) and "nothing was appended" in str(error)
     else:
         assert isinstance(error, InvalidArgumentError)
         assert "output_reserve" in str(error) and "max_tokens" in str(error)
+
+
+def test_a_streamed_run_continuing_a_stored_response_is_refused(tmp_path: Path) -> None:
+    async def main() -> tuple[BaseException, int, int]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            result = Runner.run_streamed(
+                Agent(name="a", model=model),
+                "hi",
+                run_config=RunConfig(tracing_disabled=True),
+                previous_response_id="resp_1",
+            )
+            with pytest.raises(InvalidArgumentError) as caught:
+                async for _ in result.stream_events():
+                    pass
+            await client.close()
+            head = log.head("s")
+            return caught.value, len(server.requests), -1 if head is None else head.seq
+
+    error, sent, head = asyncio.run(main())
+    assert sent == 0 and head == -1
+    assert "was given previous_response_id:" in str(error)
 
 
 def test_a_provider_error_is_recorded_and_an_overflow_makes_the_next_call_recover(

@@ -552,6 +552,33 @@ def _visible(view: Projection) -> list[Event]:
 
 
 # -- the model call in the request path ----------------------------------------------------------
+def _refuse_server_state(
+    previous_response_id: str | None,
+    conversation_id: str | None,
+    prompt: ResponsePromptParam | None,
+) -> None:
+    """Refuse what would make the provider add to a request text the log does not hold:
+    a stored response or conversation it continues, or a prompt template it expands."""
+    given = [
+        name
+        for name, value in (
+            ("previous_response_id", previous_response_id),
+            ("conversation_id", conversation_id),
+            ("prompt", prompt),
+        )
+        if value is not None
+    ]
+    if given:
+        raise InvalidArgumentError(
+            f"TurnlogModel was given {', '.join(given)}: the provider would add to the "
+            "request what it stored under that name (an earlier response or conversation, "
+            "a prompt template), which the log does not hold, so the request could not be "
+            "replayed or explained; nothing was appended or sent. The log is the memory: "
+            "run without previous_response_id and conversation_id, and give the agent its "
+            "text as instructions instead of a prompt template"
+        )
+
+
 class TurnlogModel(Model):
     """An Agents SDK ``Model`` whose every call is packed, recorded and replayable by turnlog.
 
@@ -598,7 +625,9 @@ class TurnlogModel(Model):
     An input item turnlog cannot put in a request it packs (an ``item_reference``,
     a hosted tool's call: anything `TurnlogSession` keeps only as a placeholder)
     is refused with ``InvalidEventError`` naming its type, before anything is
-    appended or sent: the model never sees a placeholder.
+    appended or sent: the model never sees a placeholder. So is a call given a
+    ``previous_response_id``, a ``conversation_id`` or a ``prompt`` (a template the
+    provider expands): the provider would add text the log does not hold.
 
     Parameters:
         log: the log.
@@ -645,6 +674,7 @@ class TurnlogModel(Model):
         prompt: ResponsePromptParam | None = None,
     ) -> ModelResponse:
         """Pack from the log, record, send, record the answer (see the class docstring)."""
+        _refuse_server_state(previous_response_id, conversation_id, prompt)
         response = await self._call(
             system_instructions, input, model_settings, tools, output_schema, handoffs
         )
@@ -679,6 +709,7 @@ class TurnlogModel(Model):
         prompt: ResponsePromptParam | None = None,
     ) -> AsyncIterator[TResponseStreamEvent]:
         """`get_response`, given to the SDK as one ``response.completed`` event."""
+        _refuse_server_state(previous_response_id, conversation_id, prompt)
         response = await self._call(
             system_instructions, input, model_settings, tools, output_schema, handoffs
         )
