@@ -159,6 +159,7 @@ from .providers import (
     renderer,
     renderer_for,
 )
+from .providers._wire import strict_schema_problems
 from .redaction import Redactor, check_redactor
 
 __all__ = [
@@ -1579,6 +1580,8 @@ def _answered_differently(session: str, what: str, exc: IdempotencyError) -> str
 
 def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
     if isinstance(tool, ToolSpec):
+        if tool.strict:
+            _check_strict(tool)
         return tool
     check_type(
         tool, Mapping, f"tool {index}", what="a ToolSpec or a mapping", error=InvalidEventError
@@ -1600,7 +1603,38 @@ def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
             f"tool {name!r}: parameters must be a JSON Schema object or "
             f"its text, found {type(schema).__name__}"
         )
-    return ToolSpec(name=name, description=description, parameters=parameters)
+    strict = spec.get("strict", False)
+    if strict is None:  # the OpenAI SDKs' "not given"
+        strict = False
+    check_type(strict, bool, f"tool {name!r}: strict", error=InvalidEventError)
+    out = ToolSpec(name=name, description=description, parameters=parameters, strict=strict)
+    if strict:
+        _check_strict(out)
+    return out
+
+
+def _check_strict(tool: ToolSpec) -> None:
+    """Refuse a strict tool whose schema no provider takes as strict: every object of
+    it must set ``additionalProperties`` to false (OpenAI and Anthropic both refuse the
+    request otherwise, after it would have been recorded)."""
+    if tool.freeform:
+        raise InvalidEventError(
+            f"tool {tool.name!r} is freeform and strict: a freeform tool takes raw text, "
+            "with no schema to hold its input to; leave strict false"
+        )
+    try:
+        schema = json.loads(tool.parameters or "{}")
+    except ValueError as exc:
+        raise InvalidEventError(
+            f"tool {tool.name!r}: parameters are not JSON ({exc}); give a JSON Schema object"
+        ) from exc
+    problems = strict_schema_problems(tool.name, schema, every_required=False)
+    if problems:
+        raise InvalidEventError(
+            f"tool {tool.name!r} is strict, and the provider refuses its schema: "
+            f'{problems[0]} Add "additionalProperties": false to every object of it (and, '
+            "for OpenAI, list every property as required), or leave strict false"
+        )
 
 
 def _open_calls(view: Projection) -> dict[str, ToolCall]:

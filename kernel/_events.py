@@ -253,12 +253,19 @@ class ToolSpec(
     A *freeform* tool (``freeform=True``; OpenAI's custom tools) takes raw text:
     ``parameters`` is then its input format as JSON text, as the Responses API
     writes it (``{"type": "grammar", "syntax": "lark", "definition": ...}``), ``{}``
-    for unconstrained text."""
+    for unconstrained text.
+
+    A *strict* tool (``strict=True``) asks the provider to hold the call's arguments
+    to the schema (OpenAI's strict function calling, Anthropic's strict tool use); the
+    schema must then be one the provider accepts as strict: every object sets
+    ``additionalProperties`` to false (and, for OpenAI, lists every property as
+    required). A freeform tool is never strict."""
 
     name: Id
     description: str = ""
     parameters: str = "{}"
     freeform: bool = False
+    strict: bool = False
 
 
 class ToolsSet(_Payload, tag="tools", frozen=True):

@@ -17,13 +17,17 @@ pytest.importorskip("agents")
 import turnlog
 from agents import (
     Agent,
+    Handoff,
     ModelSettings,
     RunConfig,
     Runner,
+    Tool,
     WebSearchTool,
     function_tool,
+    handoff,
     set_tracing_disabled,
 )
+from agents.models.openai_responses import Converter
 from agents.retry import ModelRetrySettings, retry_policies
 from openai import AsyncOpenAI
 from openai.types.shared import Reasoning
@@ -439,6 +443,42 @@ def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appende
     else:
         assert isinstance(error, InvalidArgumentError)
         assert "output_reserve" in str(error) and "max_tokens" in str(error)
+
+
+@function_tool(strict_mode=False)
+def lookup(key: str, default: str = "") -> str:
+    """Look a key up."""
+    return default
+
+
+def test_the_tools_are_those_the_sdks_own_model_sends_strict_ones_strict(tmp_path: Path) -> None:
+    # Sent with "strict": false whatever the tool said, they let the provider take
+    # arguments the schema refuses.
+    checker = Agent(name="checker", instructions="Check.")
+    tools: list[Tool] = [agents_sdk.add, lookup]
+    handoffs: list[Agent[Any] | Handoff[Any, Any]] = [handoff(checker)]
+
+    async def main() -> list[dict[str, Any]]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            agent = Agent(name="a", model=model, tools=tools, handoffs=handoffs)
+            await Runner.run(agent, "What is 19 + 23?", run_config=RunConfig(tracing_disabled=True))
+            await client.close()
+            replayer = Replayer(Packer(log))
+            for seq in replayer.requests("s"):
+                record = log.get("s", seq).body
+                assert isinstance(record, RequestIssued)
+                assert replayer.replay("s", seq, render=renderer_for(record)).ok
+            return [json.loads(r.body) for r in server.requests]
+
+    bodies = asyncio.run(main())
+    sdk = Converter.convert_tools(tools, [h for h in handoffs if isinstance(h, Handoff)]).tools
+    assert [t["strict"] for t in bodies[0]["tools"]] == [True, False, True]
+    for body in bodies:
+        assert body["tools"] == json.loads(json.dumps(sdk))
 
 
 def test_a_streamed_run_continuing_a_stored_response_is_refused(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from turnlog.adapters.providers import (
     RenderError,
     canonical,
     derived_tool_names,
+    fakeserver,
     render,
     render_args,
     renderer,
@@ -166,8 +167,9 @@ def responses_problems(body: dict[str, Any]) -> list[str]:
 
 PROBLEMS = {
     "anthropic": anthropic_problems,
-    "openai-chat": chat_problems,
-    "openai-responses": responses_problems,
+    # the local call/answer checks, and what the fake server (as the API) refuses
+    "openai-chat": lambda body: chat_problems(body) + fakeserver.chat_problems(body),
+    "openai-responses": lambda body: responses_problems(body) + fakeserver.responses_problems(body),
 }
 
 
@@ -856,6 +858,102 @@ def test_freeform_calls_render_natively_in_every_format() -> None:
     ]
     use = bodies["anthropic"]["messages"][1]["content"][0]
     assert use == {"type": "tool_use", "id": "c1", "name": "apply_patch", "input": {"input": patch}}
+
+
+STRICT_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "range": {
+            "type": "object",
+            "properties": {"start": {"type": "integer"}},
+            "required": ["start"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["path", "range"],
+    "additionalProperties": False,
+}
+
+
+def test_a_strict_tool_is_strict_in_every_format_and_other_tools_render_as_before() -> None:
+    prompt = Prompt(
+        system=(),
+        tools=(
+            ToolSpec(name="Read", parameters=json.dumps(STRICT_SCHEMA), strict=True),
+            ToolSpec(name="Bash", parameters='{"type":"object"}'),
+        ),
+        messages=(Message(role="user", parts=(TextPart(text="q"),)),),
+    )
+    tools = {name: json.loads(data)["tools"] for name, data in check_all_formats(prompt).items()}
+    chat, responses, messages = tools["openai-chat"], tools["openai-responses"], tools["anthropic"]
+    assert chat[0]["function"]["strict"] is True and "strict" not in chat[1]["function"]
+    assert responses[0]["strict"] is True and responses[1]["strict"] is False
+    assert messages[0]["strict"] is True and "strict" not in messages[1]
+    # An event without the field (any before it existed) is the same bytes as before.
+    old = msgspec.msgpack.encode(ToolSpec(name="Bash", parameters='{"type":"object"}'))
+    assert b"strict" not in old
+    assert msgspec.msgpack.decode(old, type=ToolSpec).strict is False
+
+
+@pytest.mark.parametrize(
+    ("schema", "refused"),
+    [
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}, "all"),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "string"}},
+                "additionalProperties": False,
+            },
+            "openai",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"type": "array", "items": {"type": "object"}}},
+                "required": ["a"],
+                "additionalProperties": False,
+            },
+            "all",
+        ),
+    ],
+)
+def test_the_fake_server_refuses_a_strict_schema_as_the_providers_do(
+    schema: dict[str, Any], refused: str
+) -> None:
+    prompt = Prompt(
+        system=(),
+        tools=(ToolSpec(name="Read", parameters=json.dumps(schema), strict=True),),
+        messages=(Message(role="user", parts=(TextPart(text="q"),)),),
+    )
+    found = {
+        name: problem(render_body(prompt, name, model=MODEL, max_tokens=1024, blobs=blobs))
+        for name, problem in (
+            ("openai-chat", fakeserver.chat_problems),
+            ("openai-responses", fakeserver.responses_problems),
+            ("anthropic", fakeserver.anthropic_problems),
+        )
+    }
+    assert found["openai-chat"] == found["openai-responses"] != []
+    assert all(
+        p.startswith("Invalid schema for function 'Read': In context=")
+        for p in found["openai-chat"]
+    )
+    assert bool(found["anthropic"]) == (refused == "all")
+    with FakeServer([FakeReply(text="ok")] * 3) as server:
+        for name, problems in found.items():
+            reply = send(
+                name,
+                render(prompt, name, model=MODEL, max_tokens=1024, blobs=blobs),
+                api_key="k",
+                base_url=server.base_url(name),
+            )
+            if problems:
+                assert reply.error is not None and reply.error.status == 400
+                assert reply.error.message == problems[0]
+            else:
+                assert reply.error is None
 
 
 def test_invalid_tool_arguments_reach_anthropic_as_an_object() -> None:

@@ -486,6 +486,67 @@ def test_tools_sharing_a_name_are_refused_before_anything_is_appended(log: Log) 
     assert session.prepare().body
 
 
+STRICT_READ = {
+    "type": "function",
+    "name": "read_file",
+    "parameters": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    },
+    "strict": True,
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_strict_tool_is_recorded_sent_strict_and_replayed(log: Log, fmt: str) -> None:
+    session = Session(log, "s1", model="gpt-4o", format=fmt, policy=POLICY)
+    session.tools([STRICT_READ, {**READ["function"], "name": "grep", "strict": None}])  # type: ignore[dict-item]
+    tools = log.get("s1", 0).body
+    assert isinstance(tools, ToolsSet)
+    assert [t.strict for t in tools.tools] == [True, False]
+    session.user("hi")
+    request = session.prepare()
+    body = json.loads(request.body)
+    sent = [t.get("strict", t.get("function", {}).get("strict")) for t in body["tools"]]
+    assert sent[0] is True and sent[1] in (None, False)
+    assert session.replay(request.request_seq).ok
+
+
+@pytest.mark.parametrize(
+    ("tool", "match"),
+    [
+        (
+            {**STRICT_READ, "parameters": {"type": "object", "properties": {}}},
+            r"object at \(\) of its schema|In context=\(\), 'additionalProperties'",
+        ),
+        (
+            {
+                **STRICT_READ,
+                "parameters": {
+                    "type": "object",
+                    "properties": {"opts": {"type": "object"}},
+                    "additionalProperties": False,
+                },
+            },
+            r"In context=\('properties', 'opts'\), 'additionalProperties'",
+        ),
+        ({**STRICT_READ, "strict": "yes"}, "strict must be a bool"),
+        (ToolSpec(name="patch", freeform=True, strict=True), "freeform and strict"),
+    ],
+)
+def test_a_strict_tool_no_provider_accepts_is_refused_before_anything_is_appended(
+    log: Log, tool: object, match: str
+) -> None:
+    session = Session(log, "s1", model="gpt-4o")
+    session.user("hi")
+    head = log.head("s1")
+    with pytest.raises(InvalidEventError, match=match):
+        session.tools([tool])  # type: ignore[list-item]
+    assert log.head("s1") == head
+
+
 def test_arguments_of_the_wrong_type_get_a_turnlog_error_not_a_bare_one(log: Log) -> None:
     # Each raised TypeError or AttributeError from inside, at once or at a later call.
     with pytest.raises(turnlog.errors.InvalidArgumentError, match="models must be None or a"):

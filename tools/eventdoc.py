@@ -68,6 +68,10 @@ MEANINGS: dict[str, str] = {
     "ToolSpec.freeform": "True for a freeform (custom) tool, which takes raw text: "
     "`parameters` is then its input format (`{}`: any text). Added "
     "after 0.1.0; absent (false) in older events.",
+    "ToolSpec.strict": "True when the provider holds the call's arguments to the schema "
+    "(OpenAI strict function calling, Anthropic strict tool use); the schema must then "
+    "be strict (every object sets `additionalProperties` to false). Added after 0.3.0; "
+    "absent (false) in older events, which render as before.",
     "ToolCall.freeform": "True for a freeform (custom) tool call, whose `arguments` is the "
     "raw text input rather than JSON (OpenAI custom tools, such as Codex's "
     "`apply_patch`); rendered per provider (docs/providers.md). Added after "

@@ -832,6 +832,7 @@ def _tool_specs(tools: list[Tool], handoffs: list[Handoff]) -> list[dict[str, An
                 "name": tool.name,
                 "description": tool.description,
                 "parameters": tool.params_json_schema,
+                "strict": tool.strict_json_schema,
             }
         )
     for handoff in handoffs:
@@ -840,6 +841,7 @@ def _tool_specs(tools: list[Tool], handoffs: list[Handoff]) -> list[dict[str, An
                 "name": handoff.tool_name,
                 "description": handoff.tool_description,
                 "parameters": handoff.input_json_schema,
+                "strict": handoff.strict_json_schema,
             }
         )
     return specs

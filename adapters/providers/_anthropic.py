@@ -224,6 +224,7 @@ def _build_anthropic(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
             "name": _tool_name(t.name, opts),
             "description": t.description,
             "input_schema": tool_schema(t),
+            **({"strict": True} if t.strict and not t.freeform else {}),
         }
         for t in prompt.tools
     ]

@@ -147,6 +147,7 @@ def _build_chat(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
                     "name": t.name,
                     "description": t.description,
                     "parameters": tool_schema(t),
+                    **({"strict": True} if t.strict else {}),
                 },
             }
             for t in prompt.tools

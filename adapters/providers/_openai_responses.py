@@ -173,7 +173,7 @@ def _build_responses(prompt: Prompt, opts: RenderOptions) -> dict[str, Any]:
                 "name": t.name,
                 "description": t.description,
                 "parameters": tool_schema(t),
-                "strict": False,
+                "strict": t.strict,
             }
             for t in prompt.tools
         ]

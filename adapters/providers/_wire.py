@@ -292,3 +292,52 @@ def tool_text(message: Message) -> str:
 def set_limit(opts: RenderOptions, key: str, body: dict[str, Any]) -> None:
     if opts.max_tokens is not None:
         body[key] = opts.max_tokens
+
+
+def strict_schema_problems(name: object, schema: object, *, every_required: bool) -> list[str]:
+    """What OpenAI (``every_required``) or Anthropic refuses in the schema of a strict
+    function tool, in OpenAI's words: an object that does not set
+    ``additionalProperties`` to false and, for OpenAI, one whose ``required`` does not
+    list every property. Used by the fake server and by `Session.tools`, which refuses
+    what every provider refuses before anything is appended."""
+    out: list[str] = []
+
+    def walk(node: object, context: tuple[str, ...]) -> None:
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                walk(item, (*context, str(i)))
+            return
+        if not isinstance(node, dict):
+            return
+        kind = node.get("type")
+        kinds: list[object] = kind if isinstance(kind, list) else [kind]
+        if "object" in kinds or "properties" in node:
+            where = f"Invalid schema for function '{name}': In context={context}, "
+            if node.get("additionalProperties") is not False:
+                out.append(
+                    where + "'additionalProperties' is required to be supplied and to be false."
+                )
+            properties = node.get("properties")
+            required = node.get("required")
+            if every_required and isinstance(properties, dict):
+                missing = [
+                    key
+                    for key in properties
+                    if not isinstance(required, list) or key not in required
+                ]
+                if missing:
+                    out.append(
+                        where + "'required' is required to be supplied and to be an array "
+                        f"including every key in properties. Missing '{missing[0]}'."
+                    )
+        for key in ("properties", "$defs", "definitions"):
+            children = node.get(key)
+            if isinstance(children, dict):
+                for child_name, child in children.items():
+                    walk(child, (*context, key, str(child_name)))
+        for key in ("items", "anyOf", "oneOf", "allOf", "prefixItems", "additionalProperties"):
+            if key in node:
+                walk(node[key], (*context, key))
+
+    walk(schema, ())
+    return out

@@ -31,7 +31,9 @@ error body, before any scripted reply is used: for Anthropic, every rule of
 blocks need ``tools``, and that a ``compaction`` block is the Messages API's
 own: ``content`` a non-empty string or null, nothing else); for Responses,
 `responses_problems` (a ``compaction`` input item is the Responses API's own:
-``encrypted_content`` required, no other fields). Tests hold every rendered
+``encrypted_content`` required, no other fields); for every format, a strict
+function tool's schema (every object sets ``additionalProperties`` to false and,
+for OpenAI, lists every property as required). Tests hold every rendered
 Anthropic body to the same function. A scripted reply may carry a provider
 compaction (``FakeReply.compaction``): a ``compaction`` output item (opaque
 ``encrypted_content``) or a ``compaction`` content block, first in the reply.
@@ -58,6 +60,7 @@ import msgspec
 from turnlog.events import ToolCall, Usage
 
 from ._registry import PROVIDERS
+from ._wire import strict_schema_problems
 
 __all__ = [
     "FakeReply",
@@ -65,6 +68,7 @@ __all__ = [
     "Received",
     "TOOLS_REQUIRED_MESSAGE",
     "anthropic_problems",
+    "chat_problems",
     "http_error",
     "malformed",
     "overflow_error",
@@ -157,6 +161,11 @@ def anthropic_problems(body: object) -> list[str]:
             )
     if len(set(map(str, names))) != len(names):
         out.append("tools: Tool names must be unique.")
+    for tool in tool_defs:
+        if isinstance(tool, dict) and tool.get("strict") is True:
+            out += strict_schema_problems(
+                tool.get("name"), tool.get("input_schema"), every_required=False
+            )
     if not messages:
         out.append("messages: at least one message is required")
     uses_tools = False
@@ -301,19 +310,46 @@ def _compaction_block_problems(block: dict[str, Any], where: str, role: object) 
 _COMPACTION_FIELDS = frozenset({"type", "id", "encrypted_content", "created_by"})
 
 
+def chat_problems(body: object) -> list[str]:
+    """What Chat Completions refuses in a request ``body`` (empty when it accepts it).
+
+    Checked: the schema of a strict function tool (``function.strict``), as
+    `responses_problems` checks it.
+    """
+    if not isinstance(body, dict):
+        return ["the request body must be a JSON object"]
+    out: list[str] = []
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and function.get("strict") is True:
+            out += strict_schema_problems(
+                function.get("name"), function.get("parameters"), every_required=True
+            )
+    return out
+
+
 def responses_problems(body: object) -> list[str]:
     """What the Responses API refuses in a request ``body`` (empty when it accepts it).
 
     Checked: a ``compaction`` input item has a string ``encrypted_content`` and no
     field the item does not define (an Anthropic compaction block, with its
-    ``content``, is refused), in the API's words.
+    ``content``, is refused); the schema of a strict function tool sets
+    ``additionalProperties`` to false and lists every property as required in each
+    of its objects; in the API's words.
     """
     if not isinstance(body, dict):
         return ["the request body must be a JSON object"]
+    out: list[str] = []
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("type") == "function" and tool.get("strict"):
+            out += strict_schema_problems(
+                tool.get("name"), tool.get("parameters"), every_required=True
+            )
     items = body.get("input")
     if not isinstance(items, list):
-        return []
-    out: list[str] = []
+        return out
     for i, item in enumerate(items):
         if not isinstance(item, dict) or item.get("type") != "compaction":
             continue
@@ -686,8 +722,8 @@ class _Handler(BaseHTTPRequestHandler):
 def _refusal(fmt: str, received: Received) -> str:
     """The message of the 400 the real API answers ``received`` with ("" if it accepts it).
 
-    Each format's `_Speaker.problems` checks its API's rules (today only the Messages
-    API's); a body that is not a JSON object is answered by `_Handler._answer` in every
+    Each format's `_Speaker.problems` checks its API's rules; a body that is not a JSON
+    object is answered by `_Handler._answer` in every
     format.
     """
     request = received.json() if fmt else {}
@@ -1297,6 +1333,7 @@ _SPEAKERS: Mapping[str, _Speaker] = {
             "messages resulted in 131072 tokens. Please reduce the length of the "
             "messages."
         ),
+        problems=chat_problems,
     ),
     "openai-responses": _Speaker(
         body=_responses_body,
