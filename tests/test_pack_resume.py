@@ -507,6 +507,28 @@ def test_the_marker_reserve_counts_a_number_by_its_width_in_the_shipped_encoding
     assert counter.count(text(last)) == counter.count(text(10 ** (len(str(last)) - 1)))
 
 
+@settings(deadline=None)
+@given(
+    numbers=st.tuples(*[st.integers(0, 10**9)] * 3),
+    session=st.sampled_from(("s", "0a725fb5-6378", "agent-42", "sessão 7")),
+    spec=st.sampled_from(("cl100k_base", "o200k_base", "cl100k_base*1.37")),
+)
+def test_a_marker_counts_as_its_numbers_widths_smallest_numbers_do(
+    numbers: tuple[int, int, int], session: str, spec: str
+) -> None:
+    # Each pack's marker names other positions; its count is taken from the same text
+    # with each number the smallest of its width (cached by the counter), which is true
+    # to the byte only if the shipped encodings count a number by its width.
+    from turnlog._pack._trim import _marker_text, _smallest
+
+    counter = get_counter(spec)
+    first, last, seq = numbers
+    assert counter.count(_marker_text(first, last, session, seq)) == counter.count(
+        _marker_text(_smallest(first), _smallest(last), session, _smallest(seq))
+    )
+    assert [_smallest(n) for n in (0, 9, 10, 99, 100, 12345)] == [1, 1, 10, 10, 100, 10000]
+
+
 class _DigitValues:
     """A counter that counts a digit by its value: a number's digits, not only its
     width, change the count."""

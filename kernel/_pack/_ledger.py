@@ -70,10 +70,13 @@ class Marker:
 
     __slots__ = ("before", "message", "tokens")
 
-    def __init__(self, before: int, text: str, counter: TokenCounter) -> None:
+    def __init__(
+        self, before: int, text: str, counter: TokenCounter, count: int | None = None
+    ) -> None:
+        """``count``: the text's count, when the caller knows it (else counted here)."""
         self.before = before
         self.message = Message(role="user", parts=(TextPart(text=text),))
-        self.tokens = MESSAGE_OVERHEAD + counter.count(text)
+        self.tokens = MESSAGE_OVERHEAD + (counter.count(text) if count is None else count)
 
 
 class ReplayMemo:

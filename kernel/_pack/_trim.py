@@ -45,6 +45,19 @@ from ._rewrites import Basis, Point, Rewrites, value, worth
 __all__: list[str] = []
 
 
+def _marker_text(first: int, last: int, session: str, seq: int) -> str:
+    return (
+        f"[turnlog: earlier history of this session (positions {first}-{last}) was "
+        f"left out of this prompt to fit the context window; it is in the log: "
+        f"`turnlog log {session} --from {seq}`]"
+    )
+
+
+def _smallest(n: int) -> int:
+    """The smallest number written with as many digits as ``n`` (``n >= 0``)."""
+    return int("1".ljust(len(str(n)), "0"))
+
+
 class Trim:
     """The trimming stage (see the module docstring)."""
 
@@ -99,11 +112,7 @@ class Trim:
     def marker_text(ledger: Ledger, first: int, last: int) -> str:
         """The marker for a dropped run from lineage position ``first`` to ``last``."""
         event = ledger.view.events[first]
-        return (
-            f"[turnlog: earlier history of this session (positions {first}-{last}) was "
-            f"left out of this prompt to fit the context window; it is in the log: "
-            f"`turnlog log {event.session} --from {event.seq}`]"
-        )
+        return _marker_text(first, last, event.session, event.seq)
 
     def __call__(self, ledger: Ledger) -> StageReport:
         policy = ledger.policy
@@ -153,12 +162,7 @@ class Trim:
             # the same count for every number of this width: counted (and cached by the
             # counter) once per width, not once per event count
             last = 10 ** (len(str(last)) - 1)
-        widest = (
-            f"[turnlog: earlier history of this session (positions {last}-{last}) was "
-            f"left out of this prompt to fit the context window; it is in the log: "
-            f"`turnlog log {session} --from {last}`]"
-        )
-        return MESSAGE_OVERHEAD + ledger.counter.count(widest)
+        return MESSAGE_OVERHEAD + ledger.counter.count(_marker_text(last, last, session, last))
 
     def _fit_tail(
         self, ledger: Ledger, reserve: int, detail: str, units: int, *, mark: bool = True
@@ -221,7 +225,15 @@ class Trim:
         if gap is None:
             return None
         first, last, before = gap
-        return Marker(before, self.marker_text(ledger, first, last), ledger.counter)
+        text = self.marker_text(ledger, first, last)
+        if not numbers_by_width(ledger.counter):
+            return Marker(before, text, ledger.counter)
+        # The marker's numbers change with every cut, and its count with their widths
+        # only: counted as the same text with the same widths' smallest numbers, which
+        # the counter's cache keeps, rather than as a new text at each pack.
+        event = ledger.view.events[first]
+        same = _marker_text(_smallest(first), _smallest(last), event.session, _smallest(event.seq))
+        return Marker(before, text, ledger.counter, ledger.counter.count(same))
 
     @staticmethod
     def cut(ledger: Ledger, high: int, low: int, reserve: int) -> Cut:
