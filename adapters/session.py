@@ -159,7 +159,7 @@ from .providers import (
     renderer,
     renderer_for,
 )
-from .providers._wire import strict_schema_problems
+from .providers._wire import strict_schema_problems, tool_schema
 from .redaction import Redactor, check_redactor
 
 __all__ = [
@@ -502,7 +502,9 @@ class _Core:
                 with_type=True,
                 error=InvalidEventError,
             )
-        specs = tuple(_tool_spec(tool, i) for i, tool in enumerate(tools))
+        # OpenAI also requires a strict schema to list every property as required
+        every = self.format.startswith("openai")
+        specs = tuple(_tool_spec(tool, i, every_required=every) for i, tool in enumerate(tools))
         seen: dict[str, int] = {}
         for i, spec in enumerate(specs):
             if spec.name in seen:
@@ -1578,10 +1580,12 @@ def _answered_differently(session: str, what: str, exc: IdempotencyError) -> str
     )
 
 
-def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
+def _tool_spec(tool: ToolLike, index: int, *, every_required: bool = False) -> ToolSpec:
+    """``tool`` as a `ToolSpec`, a strict one checked (``every_required``: as OpenAI
+    checks it)."""
     if isinstance(tool, ToolSpec):
         if tool.strict:
-            _check_strict(tool)
+            _check_strict(tool, every_required)
         return tool
     check_type(
         tool, Mapping, f"tool {index}", what="a ToolSpec or a mapping", error=InvalidEventError
@@ -1609,31 +1613,31 @@ def _tool_spec(tool: ToolLike, index: int) -> ToolSpec:
     check_type(strict, bool, f"tool {name!r}: strict", error=InvalidEventError)
     out = ToolSpec(name=name, description=description, parameters=parameters, strict=strict)
     if strict:
-        _check_strict(out)
+        _check_strict(out, every_required)
     return out
 
 
-def _check_strict(tool: ToolSpec) -> None:
-    """Refuse a strict tool whose schema no provider takes as strict: every object of
-    it must set ``additionalProperties`` to false (OpenAI and Anthropic both refuse the
-    request otherwise, after it would have been recorded)."""
+def _check_strict(tool: ToolSpec, every_required: bool) -> None:
+    """Refuse a strict tool whose schema, as rendered, the provider refuses as strict:
+    an object of it without ``additionalProperties`` false (OpenAI and Anthropic), or
+    (``every_required``, OpenAI) one that does not list every property as required.
+    The provider would refuse the request after it was recorded."""
     if tool.freeform:
         raise InvalidEventError(
             f"tool {tool.name!r} is freeform and strict: a freeform tool takes raw text, "
             "with no schema to hold its input to; leave strict false"
         )
     try:
-        schema = json.loads(tool.parameters or "{}")
-    except ValueError as exc:
-        raise InvalidEventError(
-            f"tool {tool.name!r}: parameters are not JSON ({exc}); give a JSON Schema object"
-        ) from exc
-    problems = strict_schema_problems(tool.name, schema, every_required=False)
+        schema = tool_schema(tool)  # what the renderers send: "type" and "properties" added
+    except RenderError as exc:
+        raise InvalidEventError(str(exc)) from None
+    problems = strict_schema_problems(tool.name, schema, every_required=every_required)
     if problems:
         raise InvalidEventError(
             f"tool {tool.name!r} is strict, and the provider refuses its schema: "
-            f'{problems[0]} Add "additionalProperties": false to every object of it (and, '
-            "for OpenAI, list every property as required), or leave strict false"
+            f'{problems[0]} Add "additionalProperties": false to every object of it'
+            + (" and list every property as required" if every_required else "")
+            + ", or leave strict false"
         )
 
 

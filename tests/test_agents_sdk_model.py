@@ -481,6 +481,40 @@ def test_the_tools_are_those_the_sdks_own_model_sends_strict_ones_strict(tmp_pat
         assert body["tools"] == json.loads(json.dumps(sdk))
 
 
+def test_a_strict_handoff_whose_schema_the_api_refuses_appends_nothing(tmp_path: Path) -> None:
+    # Checked only when the tools were set, after the input and instructions were in.
+    async def invoke(context: Any, arguments: str) -> Agent[Any]:
+        return Agent(name="b")
+
+    loose = Handoff(
+        tool_name="transfer_to_b",
+        tool_description="Hand off.",
+        input_json_schema={"type": "object", "properties": {"why": {"type": "string"}}},
+        on_invoke_handoff=invoke,
+        agent_name="b",
+    )
+
+    async def main() -> tuple[BaseException, int, int]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            with pytest.raises(InvalidEventError) as caught:
+                await Runner.run(
+                    Agent(name="a", instructions="Hi.", model=model, handoffs=[loose]),
+                    "hi",
+                    run_config=RunConfig(tracing_disabled=True),
+                )
+            await client.close()
+            head = log.head("s")
+            return caught.value, len(server.requests), -1 if head is None else head.seq
+
+    error, sent, head = asyncio.run(main())
+    assert sent == 0 and head == -1
+    assert "'transfer_to_b' is strict" in str(error) and "additionalProperties" in str(error)
+
+
 def test_a_streamed_run_continuing_a_stored_response_is_refused(tmp_path: Path) -> None:
     async def main() -> tuple[BaseException, int, int]:
         with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:

@@ -534,17 +534,57 @@ def test_a_strict_tool_is_recorded_sent_strict_and_replayed(log: Log, fmt: str) 
         ),
         ({**STRICT_READ, "strict": "yes"}, "strict must be a bool"),
         (ToolSpec(name="patch", freeform=True, strict=True), "freeform and strict"),
+        # checked as rendered: "type" and "properties" added, and no additionalProperties
+        ({"name": "noargs", "strict": True}, r"In context=\(\), 'additionalProperties'"),
+        (
+            {**STRICT_READ, "parameters": {"anyOf": [{"type": "string"}]}},
+            r"In context=\(\), 'additionalProperties'",
+        ),
+        ({**STRICT_READ, "parameters": "[1]"}, "parameters must be a JSON object"),
+        ({**STRICT_READ, "parameters": "[" * 5_000 + "]" * 5_000}, "not JSON"),
     ],
 )
 def test_a_strict_tool_no_provider_accepts_is_refused_before_anything_is_appended(
     log: Log, tool: object, match: str
 ) -> None:
-    session = Session(log, "s1", model="gpt-4o")
+    session = Session(log, "s1", model="gpt-4o", format="anthropic")
     session.user("hi")
     head = log.head("s1")
     with pytest.raises(InvalidEventError, match=match):
         session.tools([tool])  # type: ignore[list-item]
     assert log.head("s1") == head
+
+
+def test_a_schema_too_deep_to_walk_is_a_problem_not_a_recursion_error() -> None:
+    from turnlog.adapters.providers._wire import strict_schema_problems
+
+    schema: dict[str, object] = {}
+    for _ in range(5_000):
+        schema = {
+            "type": "object",
+            "properties": {"a": schema},
+            "required": ["a"],
+            "additionalProperties": False,
+        }
+    assert strict_schema_problems("deep", schema, every_required=True) == [
+        "Invalid schema for function 'deep': the schema is nested too deeply."
+    ]
+
+
+def test_a_strict_tool_with_an_optional_property_is_refused_for_openai_only(log: Log) -> None:
+    optional = {
+        **STRICT_READ,
+        "parameters": {**STRICT_READ["parameters"], "required": []},  # type: ignore[dict-item]
+    }
+    for i, fmt in enumerate(("openai-chat", "openai-responses")):
+        session = Session(log, f"o{i}", model="gpt-4o", format=fmt)
+        with pytest.raises(InvalidEventError, match=r"Missing 'path'.*list every property"):
+            session.tools([optional])
+        assert log.head(f"o{i}") is None
+    session = Session(log, "a", model="claude-sonnet-4-5", format="anthropic")
+    assert session.tools([optional]) is not None
+    session.user("hi")
+    assert json.loads(session.prepare().body)["tools"][0]["strict"] is True
 
 
 def test_arguments_of_the_wrong_type_get_a_turnlog_error_not_a_bare_one(log: Log) -> None:

@@ -460,6 +460,7 @@ def export(view: ExportSession) -> bytes:
                             "name": t.name,
                             "description": t.description,
                             "parameters": decode_or_text(t.parameters),
+                            **({"strict": True} if t.strict else {}),
                         },
                     }
                     for t in tools[-1].tools

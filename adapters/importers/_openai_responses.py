@@ -759,6 +759,7 @@ def export(view: ExportSession) -> bytes:
                         "name": t.name,
                         "description": t.description,
                         "parameters": decode_or_text(t.parameters),
+                        **({"strict": True} if t.strict else {}),
                     }
                     for t in tools[-1].tools
                 ]

@@ -102,7 +102,7 @@ from turnlog.log import Head
 from turnlog.packing import Projection
 
 from ..importers import ItemMapper
-from ..session import AsyncSession
+from ..session import AsyncSession, _tool_spec
 
 __all__ = ["META_KEY", "TurnlogModel", "TurnlogSession"]
 
@@ -727,6 +727,8 @@ class TurnlogModel(Model):
         handoffs: list[Handoff],
     ) -> Response:
         specs = _tool_specs(tools, handoffs)
+        # checked (a strict schema the API refuses) before anything is appended
+        checked = [_tool_spec(spec, i, every_required=True) for i, spec in enumerate(specs)]
         fields, options = _settings_fields(settings, output_schema, tools, handoffs, specs)
         max_tokens = self._max_tokens
         if settings.max_tokens is not None:
@@ -768,7 +770,7 @@ class TurnlogModel(Model):
         self._last_input = len(items)
         await self.session.system("instructions", system_instructions or "")
         if specs or await self.session.head() is not None:
-            await self.session.tools(specs)
+            await self.session.tools(checked)
         self.session._body_fields(fields, max_tokens)
         request = await self.session.prepare()
         try:

@@ -339,5 +339,8 @@ def strict_schema_problems(name: object, schema: object, *, every_required: bool
             if key in node:
                 walk(node[key], (*context, key))
 
-    walk(schema, ())
+    try:
+        walk(schema, ())
+    except RecursionError:
+        out.append(f"Invalid schema for function '{name}': the schema is nested too deeply.")
     return out

@@ -343,7 +343,7 @@ def responses_problems(body: object) -> list[str]:
     out: list[str] = []
     tools = body.get("tools")
     for tool in tools if isinstance(tools, list) else []:
-        if isinstance(tool, dict) and tool.get("type") == "function" and tool.get("strict"):
+        if isinstance(tool, dict) and tool.get("type") == "function" and tool.get("strict") is True:
             out += strict_schema_problems(
                 tool.get("name"), tool.get("parameters"), every_required=True
             )
