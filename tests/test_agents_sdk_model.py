@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from agents import (
     function_tool,
     handoff,
     set_tracing_disabled,
+    tool_namespace,
 )
 from agents.models.openai_responses import Converter
 from agents.retry import ModelRetrySettings, retry_policies
@@ -479,6 +481,51 @@ def test_the_tools_are_those_the_sdks_own_model_sends_strict_ones_strict(tmp_pat
     assert [t["strict"] for t in bodies[0]["tools"]] == [True, False, True]
     for body in bodies:
         assert body["tools"] == json.loads(json.dumps(sdk))
+
+
+def _echo(text: str) -> str:
+    """Echo the text."""
+    return text
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: function_tool(_echo, defer_loading=True), "defer_loading"),
+        (lambda: function_tool(_echo, allowed_callers=["direct"]), "allowed_callers"),
+        (
+            lambda: function_tool(_echo, output_json_schema={"type": "object", "properties": {}}),
+            "output_json_schema",
+        ),
+        (
+            lambda: tool_namespace(name="io", description="I/O.", tools=[function_tool(_echo)])[0],
+            "a tool namespace",
+        ),
+    ],
+)
+def test_a_tool_field_turnlog_does_not_send_is_refused_not_dropped(
+    tmp_path: Path, make: Callable[[], Tool], field: str
+) -> None:
+    # The SDK's own model sends each; turnlog's request would have left it out.
+    async def main() -> tuple[BaseException, int, int]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
+            with pytest.raises(InvalidEventError) as caught:
+                await Runner.run(
+                    Agent(name="a", model=model, tools=[make()]),
+                    "hi",
+                    run_config=RunConfig(tracing_disabled=True),
+                )
+            await client.close()
+            head = log.head("s")
+            return caught.value, len(server.requests), -1 if head is None else head.seq
+
+    error, sent, head = asyncio.run(main())
+    assert sent == 0 and head == -1
+    assert f"'_echo' sets {field}," in str(error)
 
 
 def test_a_strict_handoff_whose_schema_the_api_refuses_appends_nothing(tmp_path: Path) -> None:

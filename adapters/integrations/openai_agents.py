@@ -829,6 +829,25 @@ def _tool_specs(tools: list[Tool], handoffs: list[Handoff]) -> list[dict[str, An
                 "appended or sent. Run this agent with the SDK's own model, or leave the "
                 "tool out"
             )
+        # What the SDK's own model sends besides these, and a ToolSpec does not hold:
+        # refused rather than dropped (the getattr defaults: an SDK without the field).
+        unsent = [
+            field
+            for field, given in (
+                ("defer_loading", bool(getattr(tool, "defer_loading", False))),
+                ("allowed_callers", getattr(tool, "allowed_callers", None) is not None),
+                ("output_json_schema", getattr(tool, "output_json_schema", None) is not None),
+                ("a tool namespace", bool(getattr(tool, "_tool_namespace", None))),
+            )
+            if given
+        ]
+        if unsent:
+            raise InvalidEventError(
+                f"the agent's tool {tool.name!r} sets {', '.join(unsent)}, which turnlog "
+                "does not record or send (a recorded tool holds its name, description, "
+                "schema and strictness); nothing was appended or sent. Run this agent with "
+                "the SDK's own model, or leave that out of the tool"
+            )
         specs.append(
             {
                 "name": tool.name,
