@@ -956,6 +956,35 @@ def test_the_fake_server_refuses_a_strict_schema_as_the_providers_do(
                 assert reply.error is None
 
 
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                ("type", "properties", "required", "additionalProperties", "items", "anyOf", "a")
+            ),
+            inner | st.sampled_from(("object", "array", ["object", "null"])),
+            max_size=5,
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@settings(deadline=None, max_examples=300)
+@given(schema=_json_values, every=st.booleans())
+def test_the_strict_schema_walker_takes_any_json_and_only_names_problems(
+    schema: object, every: bool
+) -> None:
+    problems = providers._wire.strict_schema_problems("t", schema, every_required=every)
+    assert all(p.startswith("Invalid schema for function 't': ") for p in problems)
+    if not every:  # OpenAI's rules are a superset of what every provider refuses
+        assert len(problems) <= len(
+            providers._wire.strict_schema_problems("t", schema, every_required=True)
+        )
+
+
 def test_invalid_tool_arguments_reach_anthropic_as_an_object() -> None:
     prompt = Prompt(
         system=(),
