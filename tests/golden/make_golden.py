@@ -19,7 +19,8 @@ Codex session with freeform tool calls, and a 4k budget (new sessions pack under
 packing rules 2). From 0.3.0 on, also a 16k budget (new sessions pack under packing rules
 3, whose cut is replayed from the whole session), an erasure (the first tool result of the
 OpenHands session, after its requests were recorded: those that held it replay as erased)
-and requests recorded after it in every format.
+and requests recorded after it in every format. From 0.4.0 on, also a session with strict
+tools (``ToolSpec.strict``), written through the `Session` facade (`STRICT`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,36 @@ BUDGETS = (128_000, 32_000, 16_000, 8_000, 4_000)
 #: The session whose first tool result is erased (since 0.3.0), by its name's start.
 ERASED = "basic-"
 MODEL = "golden-model"
+#: A session whose tools are strict, one not (since 0.4.0): run with the store's path.
+STRICT = """
+import sys, turnlog
+from turnlog.adapters import Session
+from turnlog.events import AssistantMessageAdded, TextPart, ToolCall
+
+schema = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "lines": {"type": ["integer", "null"]}},
+    "required": ["path", "lines"],
+    "additionalProperties": False,
+}
+with turnlog.open(sys.argv[1]) as log:
+    session = Session(log, "strict-tools", model="golden-model", format="openai-responses")
+    session.system("base", "You read files with the tools you are given.")
+    session.tools(
+        [
+            {"name": "read_file", "description": "Read a file.", "parameters": schema,
+             "strict": True},
+            {"name": "grep", "description": "Search.", "parameters": {"type": "object"}},
+        ]
+    )
+    for n in range(3):
+        session.user(f"Read part {n} of notes.txt.")
+        call = ToolCall(id=f"call_{n}", name="read_file",
+                        arguments='{"path":"notes.txt","lines":%d}' % (10 * n))
+        log.append("strict-tools", AssistantMessageAdded(parts=(call,)))
+        session.tool_result(f"call_{n}", f"part {n}: " + "the notes go on. " * 40)
+        log.append("strict-tools", AssistantMessageAdded(parts=(TextPart(text=f"Part {n} read."),)))
+"""
 
 
 def run(store: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -78,6 +109,7 @@ def main(target: Path) -> None:
         run(store, "demo")
         for rel in TRANSCRIPTS:
             run(store, "import", "--skip-bad", str(CORPUS / rel))
+        subprocess.run([sys.executable, "-c", STRICT, str(store)], check=True)
         recorded: dict[str, list[dict[str, object]]] = {}
         names = sessions(store)
         compacted = next(s for s in names if s.startswith("django__django-16255"))
