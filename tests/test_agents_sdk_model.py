@@ -384,6 +384,31 @@ def test_model_settings_output_schema_and_handoffs_reach_the_body_and_replay(
     assert all("x-turnlog-test" not in json.dumps(b).lower() for b in bodies)
 
 
+def _refused(
+    tmp_path: Path, agent: Callable[[TurnlogModel], Agent[Any]], **run: Any
+) -> tuple[BaseException, int, int]:
+    """Run ``agent`` (given the model) once, expecting it refused: the error, the
+    requests the server received and the session's head seq (-1: nothing appended)."""
+
+    async def main() -> tuple[BaseException, int, int]:
+        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
+            client = AsyncOpenAI(
+                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+            )
+            model = TurnlogModel(
+                log, "s", model="fake-model", openai_client=client, policy=turnlog.Policy()
+            )
+            with pytest.raises(Exception) as caught:
+                await Runner.run(
+                    agent(model), "hi", run_config=RunConfig(tracing_disabled=True), **run
+                )
+            await client.close()
+            head = log.head("s")
+            return caught.value, len(server.requests), -1 if head is None else head.seq
+
+    return asyncio.run(main())
+
+
 @pytest.mark.parametrize(
     "case",
     [
@@ -398,41 +423,26 @@ def test_model_settings_output_schema_and_handoffs_reach_the_body_and_replay(
 def test_what_turnlog_cannot_send_as_asked_is_refused_before_anything_is_appended(
     tmp_path: Path, case: str
 ) -> None:
-    async def main() -> tuple[BaseException, int, int]:
-        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
-            client = AsyncOpenAI(
-                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
+    def agent(model: TurnlogModel) -> Agent[Any]:
+        if case == "hosted tool":
+            return Agent(name="a", model=model, tools=[WebSearchTool()])
+        if case == "a field turnlog renders":
+            return Agent(
+                name="a", model=model, model_settings=ModelSettings(extra_args={"input": []})
             )
-            model = TurnlogModel(
-                log, "s", model="fake-model", openai_client=client, policy=turnlog.Policy()
-            )
-            if case == "hosted tool":
-                agent = Agent(name="a", model=model, tools=[WebSearchTool()])
-            elif case == "a field turnlog renders":
-                agent = Agent(
-                    name="a", model=model, model_settings=ModelSettings(extra_args={"input": []})
-                )
-            elif case == "prompt":
-                agent = Agent(name="a", model=model, prompt={"id": "pmpt_1", "version": "2"})
-            else:
-                reserve = turnlog.Policy().resolved().output_reserve
-                agent = Agent(
-                    name="a", model=model, model_settings=ModelSettings(max_tokens=reserve + 1)
-                )
-            server_state: dict[str, Any] = (
-                {case: "resp_1" if case == "previous_response_id" else "conv_1"}
-                if case.endswith("_id")
-                else {}
-            )
-            with pytest.raises(Exception) as caught:
-                await Runner.run(
-                    agent, "hi", run_config=RunConfig(tracing_disabled=True), **server_state
-                )
-            await client.close()
-            head = log.head("s")
-            return caught.value, len(server.requests), -1 if head is None else head.seq
+        if case == "prompt":
+            return Agent(name="a", model=model, prompt={"id": "pmpt_1", "version": "2"})
+        if case.endswith("_id"):
+            return Agent(name="a", model=model)
+        reserve = turnlog.Policy().resolved().output_reserve
+        return Agent(name="a", model=model, model_settings=ModelSettings(max_tokens=reserve + 1))
 
-    error, sent, head = asyncio.run(main())
+    server_state: dict[str, Any] = (
+        {case: "resp_1" if case == "previous_response_id" else "conv_1"}
+        if case.endswith("_id")
+        else {}
+    )
+    error, sent, head = _refused(tmp_path, agent, **server_state)
     assert sent == 0 and head == -1
     if case == "hosted tool":
         assert isinstance(error, InvalidEventError)
@@ -507,24 +517,11 @@ def test_a_tool_field_turnlog_does_not_send_is_refused_not_dropped(
     tmp_path: Path, make: Callable[[], Tool], field: str
 ) -> None:
     # The SDK's own model sends each; turnlog's request would have left it out.
-    async def main() -> tuple[BaseException, int, int]:
-        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
-            client = AsyncOpenAI(
-                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
-            )
-            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            with pytest.raises(InvalidEventError) as caught:
-                await Runner.run(
-                    Agent(name="a", model=model, tools=[make()]),
-                    "hi",
-                    run_config=RunConfig(tracing_disabled=True),
-                )
-            await client.close()
-            head = log.head("s")
-            return caught.value, len(server.requests), -1 if head is None else head.seq
-
-    error, sent, head = asyncio.run(main())
+    error, sent, head = _refused(
+        tmp_path, lambda model: Agent(name="a", model=model, tools=[make()])
+    )
     assert sent == 0 and head == -1
+    assert isinstance(error, InvalidEventError)
     assert f"'_echo' sets {field}," in str(error)
 
 
@@ -541,24 +538,11 @@ def test_a_strict_handoff_whose_schema_the_api_refuses_appends_nothing(tmp_path:
         agent_name="b",
     )
 
-    async def main() -> tuple[BaseException, int, int]:
-        with turnlog.open(tmp_path / "store") as log, FakeServer(agents_sdk.SCRIPT) as server:
-            client = AsyncOpenAI(
-                base_url=server.base_url("openai-responses"), api_key="k", max_retries=0
-            )
-            model = TurnlogModel(log, "s", model="fake-model", openai_client=client)
-            with pytest.raises(InvalidEventError) as caught:
-                await Runner.run(
-                    Agent(name="a", instructions="Hi.", model=model, handoffs=[loose]),
-                    "hi",
-                    run_config=RunConfig(tracing_disabled=True),
-                )
-            await client.close()
-            head = log.head("s")
-            return caught.value, len(server.requests), -1 if head is None else head.seq
-
-    error, sent, head = asyncio.run(main())
+    error, sent, head = _refused(
+        tmp_path, lambda model: Agent(name="a", instructions="Hi.", model=model, handoffs=[loose])
+    )
     assert sent == 0 and head == -1
+    assert isinstance(error, InvalidEventError)
     assert "'transfer_to_b' is strict" in str(error) and "additionalProperties" in str(error)
 
 
