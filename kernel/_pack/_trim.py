@@ -46,6 +46,8 @@ __all__: list[str] = []
 
 
 def _marker_text(first: int, last: int, session: str, seq: int) -> str:
+    """The marker for a dropped run from lineage position ``first`` to ``last``, whose
+    first event is ``seq`` of ``session``."""
     return (
         f"[turnlog: earlier history of this session (positions {first}-{last}) was "
         f"left out of this prompt to fit the context window; it is in the log: "
@@ -107,12 +109,6 @@ class Trim:
             f"an older step of turn {unit.turn} dropped: prompt was over the "
             f"blocking level {target}"
         )
-
-    @staticmethod
-    def marker_text(ledger: Ledger, first: int, last: int) -> str:
-        """The marker for a dropped run from lineage position ``first`` to ``last``."""
-        event = ledger.view.events[first]
-        return _marker_text(first, last, event.session, event.seq)
 
     def __call__(self, ledger: Ledger) -> StageReport:
         policy = ledger.policy
@@ -225,15 +221,18 @@ class Trim:
         if gap is None:
             return None
         first, last, before = gap
-        text = self.marker_text(ledger, first, last)
-        if not numbers_by_width(ledger.counter):
-            return Marker(before, text, ledger.counter)
-        # The marker's numbers change with every cut, and its count with their widths
-        # only: counted as the same text with the same widths' smallest numbers, which
-        # the counter's cache keeps, rather than as a new text at each pack.
         event = ledger.view.events[first]
-        same = _marker_text(_smallest(first), _smallest(last), event.session, _smallest(event.seq))
-        return Marker(before, text, ledger.counter, ledger.counter.count(same))
+        text = _marker_text(first, last, event.session, event.seq)
+        count = None
+        if numbers_by_width(ledger.counter):
+            # The marker's numbers change with every cut, and its count with their
+            # widths only: counted as the same text with the same widths' smallest
+            # numbers, which the counter's cache keeps, not as a new text at each pack.
+            same = _marker_text(
+                _smallest(first), _smallest(last), event.session, _smallest(event.seq)
+            )
+            count = ledger.counter.count(same)
+        return Marker(before, text, ledger.counter, count)
 
     @staticmethod
     def cut(ledger: Ledger, high: int, low: int, reserve: int) -> Cut:
