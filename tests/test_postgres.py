@@ -932,11 +932,7 @@ def test_an_append_waiting_for_a_writer_that_holds_the_head_sees_its_commit_and_
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2))))
         appender.start()
         with admin(pgserver.shared()) as conn:
-            for _ in range(3000):  # until the append waits for the row lock
-                if waiting_pid(conn) is not None:
-                    break
-                threading.Event().wait(0.01)
-            assert waiting_pid(conn) is not None
+            until_waiting(conn)
         release.set()
         other.join()
         appender.join()
@@ -1036,14 +1032,34 @@ def hold_head_lock(
     return conn
 
 
-def waiting_pid(conn: psycopg.Connection[tuple[object, ...]]) -> int | None:
-    """The backend of an append waiting for a session's head row lock, if any (its
-    statement reads the head FOR UPDATE, or moves the head it assumed)."""
-    row = conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND (query LIKE '%.heads%FOR UPDATE%' OR query LIKE '%UPDATE %.heads SET%')"
-    ).fetchone()
+#: A backend of an append waiting for a session's head row lock (its statement reads
+#: the head FOR UPDATE, or moves the head it assumed).
+WAITING_FOR_HEAD = (
+    "wait_event_type = 'Lock' "
+    "AND (query LIKE '%.heads%FOR UPDATE%' OR query LIKE '%UPDATE %.heads SET%')"
+)
+
+
+def waiting_pid(
+    conn: psycopg.Connection[tuple[object, ...]], where: str = WAITING_FOR_HEAD
+) -> int | None:
+    """The pid of a backend of ``pg_stat_activity`` matching ``where``, if any."""
+    row = conn.execute(f"SELECT pid FROM pg_stat_activity WHERE {where}").fetchone()
     return int(row[0]) if row else None  # type: ignore[call-overload]
+
+
+def until_waiting(
+    conn: psycopg.Connection[tuple[object, ...]],
+    where: str = WAITING_FOR_HEAD,
+    never: str = "the append never waited for the row lock",
+) -> int:
+    """Wait (30 s at most: else fail saying ``never``) for a backend matching
+    ``where``; its pid."""
+    deadline = time.monotonic() + 30
+    while (pid := waiting_pid(conn, where)) is None:
+        assert time.monotonic() < deadline, never
+        threading.Event().wait(0.01)
+    return pid
 
 
 @pytest.mark.parametrize("size", [1, 3])
@@ -1060,9 +1076,7 @@ def test_a_connection_terminated_mid_append_is_retried_on_a_fresh_one_and_applie
         with admin(server) as conn:
             # The append is inside its transaction, waiting for the lock: drop its
             # connection. Nothing was committed, so the store runs it again on another.
-            pid = None
-            while pid is None:
-                pid = waiting_pid(conn)
+            pid = until_waiting(conn)
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
             while waiting_pid(conn) in (None, pid):
                 pass
@@ -1125,11 +1139,7 @@ def test_a_backend_killed_before_answering_the_append_wrote_nothing_and_is_retri
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2, size))))
         appender.start()
         with admin(server) as conn:
-            deadline = time.monotonic() + 30
-            pid = None
-            while pid is None and time.monotonic() < deadline:
-                pid = waiting_pid(conn)
-        assert pid is not None, "the append never waited for the row lock"
+            pid = until_waiting(conn)
         os.kill(pid, signal.SIGKILL)
         appender.join(timeout=60)
         with contextlib.suppress(psycopg.Error):
@@ -1166,14 +1176,10 @@ def test_a_connection_lost_while_its_commit_waits_says_the_batch_may_have_been_c
         appender = threading.Thread(target=lambda: outcome.append(_try(log, keyed(2, size))))
         appender.start()
         with admin(server) as conn:
-            deadline = time.monotonic() + 30
-            row = None
-            while row is None and time.monotonic() < deadline:
-                row = conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
-                ).fetchone()
-            assert row is not None, "the append's commit never waited for the standby"
-            conn.execute("SELECT pg_terminate_backend(%s)", (row[0],))
+            pid = until_waiting(
+                conn, "wait_event = 'SyncRep'", "the append's commit never waited for the standby"
+            )
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
             appender.join(timeout=30)
             conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
             conn.execute("SELECT pg_reload_conf()")
