@@ -278,8 +278,9 @@ def run(
                     wire(m) for m in packed.prompt.messages
                 ]
                 trim = next(s for s in packed.stages if s.name == "trim")
+                cause = breaking(packed)
                 if previous and current[: len(previous)] != previous:
-                    if any(s.detail.startswith("prefix break") for s in packed.stages):
+                    if cause != "none":
                         breaks += 1
                     else:
                         unreported += 1
@@ -300,7 +301,6 @@ def run(
                 cached += served
                 added += adds
                 if previous and packed.tokens > served + adds:
-                    cause = breaking(packed)
                     lost[cause] = lost.get(cause, 0) + packed.tokens - served - adds
                     breaks_by[cause] = breaks_by.get(cause, 0) + 1
                 total += packed.tokens
