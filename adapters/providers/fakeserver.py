@@ -723,8 +723,7 @@ def _refusal(fmt: str, received: Received) -> str:
     """The message of the 400 the real API answers ``received`` with ("" if it accepts it).
 
     Each format's `_Speaker.problems` checks its API's rules; a body that is not a JSON
-    object is answered by `_Handler._answer` in every
-    format.
+    object is answered by `_Handler._answer` in every format.
     """
     request = received.json() if fmt else {}
     if not request:
